@@ -1,0 +1,109 @@
+/* gpt.c — backend dispatch: gpt_create picks the backend's vtable and every gpt_* call checks
+ * its arguments once here, so backends may assume valid shapes and ranges. */
+#include "kernels/gpt.h"
+#include "common/errors.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+extern const gpt_backend_ops gpt_cpu_ops;
+#ifdef DIPACO_HAVE_CUDA
+extern const gpt_backend_ops gpt_cuda_ops;
+#endif
+
+int gpt_backend_parse(const char *s, gpt_backend_kind *out) {
+  if (strcmp(s, "cpu") == 0) *out = GPT_BACKEND_CPU;
+  else if (strcmp(s, "cuda") == 0) *out = GPT_BACKEND_CUDA;
+  else return dpc_err(DPC_EINVAL, "unknown backend '%s' (use cpu or cuda)", s);
+  return 0;
+}
+
+int gpt_create(gpt_model **out, const gpt_config *cfg, const gpt_backend_opts *opts, int B, int T) {
+  *out = NULL;
+  gpt_model *m = calloc(1, sizeof *m);
+  if (!m) return dpc_err(DPC_ENOMEM, "gpt_create: out of memory");
+  int rc = gpt_layout_build(cfg, &m->lay);
+  if (rc) goto fail;
+  if (B < 1 || T < 1 || T > cfg->n_positions) {
+    rc = dpc_err(DPC_EINVAL, "batch shape B=%d T=%d invalid (need B >= 1, 1 <= T <= n_positions %d)",
+                 B, T, cfg->n_positions);
+    goto fail;
+  }
+  m->opts = *opts;
+  m->maxB = B;
+  m->maxT = T;
+  switch (opts->kind) {
+  case GPT_BACKEND_CPU: m->ops = &gpt_cpu_ops; break;
+  case GPT_BACKEND_CUDA:
+#ifdef DIPACO_HAVE_CUDA
+    m->ops = &gpt_cuda_ops;
+    break;
+#else
+    rc = dpc_err(DPC_EUNSUPPORTED, "this build has no CUDA backend (rebuild with -DDIPACO_CUDA=ON)");
+    goto fail;
+#endif
+  default: rc = dpc_err(DPC_EINVAL, "unknown backend %d", (int)opts->kind); goto fail;
+  }
+  rc = m->ops->create(m);
+  if (rc) goto fail;
+  *out = m;
+  return 0;
+fail:
+  free(m);
+  return rc;
+}
+
+void gpt_free(gpt_model *m) {
+  if (!m) return;
+  m->ops->destroy(m);
+  free(m);
+}
+
+static int check_range(const gpt_model *m, size_t off, size_t n) {
+  if (off > m->lay.n_params || n > m->lay.n_params - off)
+    return dpc_err(DPC_ERANGE, "parameter range [%zu, %zu) outside [0, %zu)", off, off + n, m->lay.n_params);
+  return 0;
+}
+
+int gpt_set_params(gpt_model *m, const float *src, size_t off, size_t n) {
+  int rc = check_range(m, off, n);
+  return rc ? rc : m->ops->set_params(m, src, off, n);
+}
+
+int gpt_get_params(gpt_model *m, float *dst, size_t off, size_t n) {
+  int rc = check_range(m, off, n);
+  return rc ? rc : m->ops->get_params(m, dst, off, n);
+}
+
+int gpt_get_grads(gpt_model *m, float *dst, size_t off, size_t n) {
+  int rc = check_range(m, off, n);
+  return rc ? rc : m->ops->get_grads(m, dst, off, n);
+}
+
+int gpt_forward(gpt_model *m, const int *inputs, const int *targets, int B, int T, float *loss) {
+  if (B < 1 || B > m->maxB || T < 1 || T > m->maxT)
+    return dpc_err(DPC_EINVAL, "forward shape B=%d T=%d exceeds the model's B=%d T=%d", B, T, m->maxB, m->maxT);
+  const int V = m->lay.cfg.vocab_size;
+  for (long i = 0; i < (long)B * T; i++) {
+    if (inputs[i] < 0 || inputs[i] >= V)
+      return dpc_err(DPC_ERANGE, "input token %d at position %ld outside vocabulary [0, %d)", inputs[i], i, V);
+    if (targets && (targets[i] < 0 || targets[i] >= V))
+      return dpc_err(DPC_ERANGE, "target token %d at position %ld outside vocabulary [0, %d)", targets[i], i, V);
+  }
+  return m->ops->forward(m, inputs, targets, B, T, loss);
+}
+
+int gpt_logits(gpt_model *m, int b, int t, float *dst) { return m->ops->logits(m, b, t, dst); }
+int gpt_zero_grad(gpt_model *m) { return m->ops->zero_grad(m); }
+int gpt_backward(gpt_model *m) { return m->ops->backward(m); }
+
+int gpt_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, float *grad_norm) {
+  if (t < 1) return dpc_err(DPC_EINVAL, "AdamW step count %d must be >= 1", t);
+  return m->ops->adamw_step(m, hp, lr, t, grad_norm);
+}
+
+int gpt_get_opt_state(gpt_model *m, float *m_dst, float *v_dst) { return m->ops->get_opt_state(m, m_dst, v_dst); }
+int gpt_set_opt_state(gpt_model *m, const float *m_src, const float *v_src) {
+  return m->ops->set_opt_state(m, m_src, v_src);
+}
+int gpt_reset_opt_state(gpt_model *m) { return m->ops->reset_opt_state(m); }

@@ -1,0 +1,150 @@
+/* gpt.h — the GPT-2 model and the compute-backend interface (DESIGN.md §3).
+ *
+ * The model's parameters have one canonical flat layout, the same on every backend and on
+ * the wire: the stem first (wte, wpe, ln_f), then each layer's tensors in order, every tensor
+ * in Hugging Face GPT-2 shape (linear weights in Conv1D [in, out] layout). So a layer, a level
+ * of consecutive layers, or the stem is one contiguous float range, a delta is a flat array,
+ * and safetensors export is a straight copy. Backends may pad internally (e.g. the vocab on
+ * CUDA) but take and give parameters, gradients and optimizer state in this layout.
+ *
+ * A gpt_model is created for one backend and a maximum batch shape (B, T); it owns its
+ * parameters, gradients, AdamW moments and activations. It is not thread-safe: one thread
+ * drives a model (backends use their own threads inside a call). */
+#ifndef DPC_GPT_H
+#define DPC_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPT_MAX_TENSORS (4 + 12 * 256)
+#define GPT_NAME_MAX 48
+
+typedef struct {
+  int n_layer;     /* L */
+  int n_head;      /* NH */
+  int n_embd;      /* C */
+  int n_positions; /* maxT */
+  int vocab_size;  /* V */
+} gpt_config;
+
+/* One tensor of the canonical layout. */
+typedef struct {
+  char name[GPT_NAME_MAX]; /* HF name without prefix: "wte.weight", "h.3.mlp.c_fc.bias" */
+  int ndim;                /* 1 or 2 */
+  int shape[2];            /* HF shape; Conv1D weights are [in, out] */
+  size_t offset;           /* in floats, into the flat parameter array */
+  size_t numel;
+  int decay;               /* 1: AdamW weight decay applies (2-D tensors) */
+  int layer;               /* -1 for the stem, else the transformer layer index */
+} gpt_tensor;
+
+typedef struct {
+  gpt_config cfg;
+  int n_tensors;
+  gpt_tensor tensors[GPT_MAX_TENSORS];
+  size_t n_params;     /* total floats */
+  size_t stem_end;     /* stem tensors are [0, stem_end) */
+  size_t layer_off[257]; /* layer l is [layer_off[l], layer_off[l+1]); layer_off[L] = n_params */
+} gpt_layout;
+
+/* Validate a config (positive sizes, C divisible by NH, bounds); DPC_EINVAL with detail. */
+int gpt_config_validate(const gpt_config *cfg);
+
+/* Fill `lay` for `cfg` (validates cfg). Order: wte.weight [V,C], wpe.weight [maxT,C],
+ * ln_f.weight [C], ln_f.bias [C]; then per layer l: h.l.ln_1.weight, h.l.ln_1.bias,
+ * h.l.attn.c_attn.weight [C,3C], h.l.attn.c_attn.bias [3C], h.l.attn.c_proj.weight [C,C],
+ * h.l.attn.c_proj.bias [C], h.l.ln_2.weight, h.l.ln_2.bias, h.l.mlp.c_fc.weight [C,4C],
+ * h.l.mlp.c_fc.bias [4C], h.l.mlp.c_proj.weight [4C,C], h.l.mlp.c_proj.bias [C]. */
+int gpt_layout_build(const gpt_config *cfg, gpt_layout *lay);
+
+/* Index of the tensor called `name` (an optional "transformer." prefix is accepted), or -1. */
+int gpt_layout_find(const gpt_layout *lay, const char *name);
+
+/* GPT-2 initialisation of DESIGN.md §3 into params[n_params], deterministic in `seed`:
+ * weights N(0, 0.02), attn.c_proj / mlp.c_proj weights N(0, 0.02/sqrt(2L)), biases 0,
+ * LayerNorm weights 1 and biases 0. */
+void gpt_init_params(const gpt_layout *lay, float *params, uint64_t seed);
+
+/* Per-float weight-decay mask helper: 1 if flat index i lies in a decayed tensor. */
+int gpt_layout_decays(const gpt_layout *lay, size_t i);
+
+typedef enum { GPT_BACKEND_CPU = 0, GPT_BACKEND_CUDA = 1 } gpt_backend_kind;
+
+typedef struct {
+  gpt_backend_kind kind;
+  int threads;   /* CPU: worker threads (OpenMP and OpenBLAS); 0 = all cores */
+  int device;    /* CUDA: device ordinal */
+  int precision; /* CUDA: 0 fp32, 1 tf32, 2 bf16 */
+} gpt_backend_opts;
+
+typedef struct {
+  float beta1, beta2, eps, weight_decay;
+  float grad_clip; /* global L2 norm bound, 0 disables */
+} gpt_adamw_hparams;
+
+typedef struct gpt_model gpt_model;
+
+/* The backend vtable; kernels/cpu and kernels/cuda each provide one. */
+typedef struct {
+  const char *name;
+  int (*create)(gpt_model *m);
+  void (*destroy)(gpt_model *m);
+  int (*set_params)(gpt_model *m, const float *src, size_t off, size_t n);
+  int (*get_params)(gpt_model *m, float *dst, size_t off, size_t n);
+  int (*get_grads)(gpt_model *m, float *dst, size_t off, size_t n);
+  int (*forward)(gpt_model *m, const int *inputs, const int *targets, int B, int T, float *loss);
+  int (*logits)(gpt_model *m, int b, int t, float *dst);
+  int (*zero_grad)(gpt_model *m);
+  int (*backward)(gpt_model *m);
+  int (*adamw_step)(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, float *grad_norm);
+  int (*get_opt_state)(gpt_model *m, float *m_dst, float *v_dst);
+  int (*set_opt_state)(gpt_model *m, const float *m_src, const float *v_src);
+  int (*reset_opt_state)(gpt_model *m);
+} gpt_backend_ops;
+
+struct gpt_model {
+  gpt_layout lay;
+  gpt_backend_opts opts;
+  int maxB, maxT;               /* activation buffers are sized for these */
+  const gpt_backend_ops *ops;
+  void *impl;                   /* backend-private state */
+};
+
+/* Create a model for `cfg` on the backend in `opts` with activations for up to B x T
+ * (T <= n_positions). Parameters start at zero; load or init them with gpt_set_params.
+ * The caller frees with gpt_free. DPC_EUNSUPPORTED if the backend was not built. */
+int gpt_create(gpt_model **out, const gpt_config *cfg, const gpt_backend_opts *opts, int B, int T);
+void gpt_free(gpt_model *m);
+
+/* Copy the flat range [off, off+n) of parameters in or out (canonical layout). */
+int gpt_set_params(gpt_model *m, const float *src, size_t off, size_t n);
+int gpt_get_params(gpt_model *m, float *dst, size_t off, size_t n);
+/* Gradients of the last backward, same layout. */
+int gpt_get_grads(gpt_model *m, float *dst, size_t off, size_t n);
+
+/* Forward pass on token ids inputs[B*T] (each in [0, V)). With targets (B*T ids) it computes
+ * the mean cross-entropy into *loss; targets may be NULL (then *loss is untouched and only
+ * logits are available). B <= maxB, T <= maxT. */
+int gpt_forward(gpt_model *m, const int *inputs, const int *targets, int B, int T, float *loss);
+/* Copy the V logits at position (b, t) of the last forward into dst[V]. */
+int gpt_logits(gpt_model *m, int b, int t, float *dst);
+int gpt_zero_grad(gpt_model *m);
+/* Backward of the last forward (which must have had targets); accumulates into gradients. */
+int gpt_backward(gpt_model *m);
+/* Clip gradients by global L2 norm (hp->grad_clip, PyTorch clip_grad_norm_ semantics) and take
+ * one torch.optim.AdamW step with learning rate lr and 1-based step count t. Weight decay only
+ * on decayed tensors. *grad_norm (may be NULL) receives the pre-clip global norm. */
+int gpt_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, float *grad_norm);
+/* AdamW first/second moments in canonical layout (n_params floats each). */
+int gpt_get_opt_state(gpt_model *m, float *m_dst, float *v_dst);
+int gpt_set_opt_state(gpt_model *m, const float *m_src, const float *v_src);
+int gpt_reset_opt_state(gpt_model *m);
+
+/* Learning rate at global inner step s (0-based) per DESIGN.md §3: linear warmup, then cosine
+ * to lr_min_frac·lr at total_steps (lr_min_frac = 1 gives a constant rate). */
+float gpt_lr_at(float lr, int warmup, int total_steps, float lr_min_frac, long s);
+
+/* Parse "cpu" or "cuda"; DPC_EINVAL otherwise. */
+int gpt_backend_parse(const char *s, gpt_backend_kind *out);
+
+#endif
