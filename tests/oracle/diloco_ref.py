@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""diloco_ref.py — PyTorch reference of synchronous DiLoCo (DESIGN.md §3), the oracle for
+dipaco's distributed and single-process DiLoCo tests.
+
+R replicas, each a torch GPT-2 (functional, from Hugging Face-named tensors in Conv1D layout)
+with its own torch.optim.AdamW kept across rounds (inner_state keep) or recreated each round
+(reset); each round every replica starts from the global parameters, trains H steps on its
+strided batches (batch index round·H + h, replica r of R), and the averaged delta
+(θ_global − θ_replica, summed in replica order) is applied by torch.optim.SGD(nesterov=True).
+
+  diloco_ref.py --init MODEL_DIR --data SHARD... --spec SPEC.json --compare EXPORTED_DIR [--tol 1e-4]
+prints the max relative error per tensor (max|a−b| / max|b|) and exits 1 above --tol.
+The spec must set every inner/outer hyperparameter explicitly (no defaults are assumed)."""
+import argparse, json, math, struct, sys
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(1)
+DT = {"F32": (np.float32, 4), "BF16": (None, 2)}
+
+
+def read_safetensors(path):
+    raw = open(path, "rb").read()
+    (hl,) = struct.unpack("<Q", raw[:8])
+    hdr = json.loads(raw[8:8 + hl])
+    base = 8 + hl
+    out = {}
+    for name, info in hdr.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        assert info["dtype"] == "F32", f"{path}: {name}: only F32 in the oracle"
+        arr = np.frombuffer(raw[base + a:base + b], dtype=np.float32).reshape(info["shape"])
+        out[name[len("transformer."):] if name.startswith("transformer.") else name] = torch.from_numpy(arr.copy())
+    return out
+
+
+def load_model(d):
+    cfg = json.load(open(d + "/config.json"))
+    return cfg, read_safetensors(d + "/model.safetensors")
+
+
+def load_tokens(paths):
+    parts = []
+    for p in paths:
+        h = np.fromfile(p, dtype=np.int32, count=256)
+        assert h[0] == 20240520 and h[1] == 1, p
+        parts.append(np.fromfile(p, dtype=np.uint16, offset=1024, count=int(h[2])))
+    return torch.from_numpy(np.concatenate(parts).astype(np.int64))
+
+
+def forward(P, cfg, idx, tgt):
+    B, T = idx.shape
+    C, NH, L = cfg["n_embd"], cfg["n_head"], cfg["n_layer"]
+    x = P["wte.weight"][idx] + P["wpe.weight"][:T]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for l in range(L):
+        g = lambda k: P[f"h.{l}.{k}"]
+        h = F.layer_norm(x, (C,), g("ln_1.weight"), g("ln_1.bias"), 1e-5)
+        q, k, v = (h @ g("attn.c_attn.weight") + g("attn.c_attn.bias")).split(C, dim=2)
+        q = q.view(B, T, NH, C // NH).transpose(1, 2)
+        k = k.view(B, T, NH, C // NH).transpose(1, 2)
+        v = v.view(B, T, NH, C // NH).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ g("attn.c_proj.weight") + g("attn.c_proj.bias")
+        h = F.layer_norm(x, (C,), g("ln_2.weight"), g("ln_2.bias"), 1e-5)
+        h = F.gelu(h @ g("mlp.c_fc.weight") + g("mlp.c_fc.bias"), approximate="tanh")
+        x = x + h @ g("mlp.c_proj.weight") + g("mlp.c_proj.bias")
+    x = F.layer_norm(x, (C,), P["ln_f.weight"], P["ln_f.bias"], 1e-5)
+    logits = x @ P["wte.weight"].t()
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt.reshape(-1))
+
+
+def lr_at(lr, warmup, total, fmin, s):
+    if s < warmup:
+        return lr * (s + 1) / warmup
+    p = min(1.0, (s - warmup) / (total - warmup)) if total > warmup else 1.0
+    return lr * (fmin + (1 - fmin) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def make_adamw(P, inner):
+    decay = [p for p in P.values() if p.dim() == 2]
+    other = [p for p in P.values() if p.dim() != 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": inner["weight_decay"]},
+                              {"params": other, "weight_decay": 0.0}],
+                             lr=inner["lr"], betas=(inner["beta1"], inner["beta2"]), eps=inner["eps"])
+
+
+def run(init, tokens, spec):
+    cfg, G0 = init
+    R, H, rounds = spec["replicas"], spec["inner_steps"], spec["rounds"]
+    B, T = spec["batch"], spec["seq_len"]
+    inner, outer = spec["inner"], spec["outer"]
+    names = list(G0.keys())
+    G = {k: v.clone().requires_grad_(True) for k, v in G0.items()}
+    outer_opt = torch.optim.SGD(list(G.values()), lr=outer["lr"], momentum=outer["momentum"],
+                                nesterov=outer.get("nesterov", True))
+    reps = [{k: v.detach().clone().requires_grad_(True) for k, v in G0.items()} for _ in range(R)]
+    opts = [make_adamw(P, inner) for P in reps]
+    nb = (len(tokens) - 1) // (B * T)
+    total = rounds * H
+    for t in range(rounds):
+        deltas = []
+        for r in range(R):
+            P = reps[r]
+            if inner.get("state", "keep") == "reset":
+                opts[r] = make_adamw(P, inner)
+            with torch.no_grad():
+                for k in names:
+                    P[k].copy_(G[k])
+            for h in range(H):
+                s = t * H + h
+                o = ((s * R + r) % nb) * B * T
+                x = tokens[o:o + B * T].view(B, T)
+                y = tokens[o + 1:o + B * T + 1].view(B, T)
+                for grp in opts[r].param_groups:
+                    grp["lr"] = lr_at(inner["lr"], inner["warmup"], total, inner["lr_min_frac"], s)
+                opts[r].zero_grad(set_to_none=True)
+                forward(P, cfg, x, y).backward()
+                if inner["grad_clip"] > 0:
+                    torch.nn.utils.clip_grad_norm_(list(P.values()), inner["grad_clip"])
+                opts[r].step()
+            deltas.append({k: (G[k].detach() - P[k].detach()) for k in names})
+        with torch.no_grad():
+            for k in names:
+                acc = torch.zeros_like(G[k])
+                for d in deltas:
+                    acc += d[k]
+                G[k].grad = acc / R
+        outer_opt.step()
+    return {k: v.detach() for k, v in G.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--init", required=True)
+    ap.add_argument("--data", nargs="+", required=True)
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--compare", required=True)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args()
+    spec = json.load(open(a.spec))
+    ref = run(load_model(a.init), load_tokens(a.data), spec)
+    _, got = load_model(a.compare)
+    worst = 0.0
+    for k, v in ref.items():
+        if k not in got:
+            print(f"missing tensor {k} in {a.compare}")
+            return 1
+        g = got[k]
+        if tuple(g.shape) != tuple(v.shape):
+            print(f"{k}: shape {tuple(g.shape)} != {tuple(v.shape)}")
+            return 1
+        err = float((g - v).abs().max() / max(float(v.abs().max()), 1e-30))
+        worst = max(worst, err)
+        if err > a.tol:
+            print(f"{k}: max relative error {err:.3e} > {a.tol}")
+    moved = max(float((ref[k] - load_model(a.init)[1][k]).abs().max()) for k in ref)
+    print(f"diloco_ref: {len(ref)} tensors, worst max relative error {worst:.3e} (tol {a.tol}); "
+          f"largest parameter change from init {moved:.3e}")
+    if moved == 0.0:
+        print("diloco_ref: parameters did not move: the comparison would be vacuous")
+        return 1
+    return 0 if worst <= a.tol else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

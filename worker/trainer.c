@@ -1,0 +1,112 @@
+/* trainer.c — the worker's inner loop: H AdamW steps from the round's global parameters,
+ * producing the outer gradient. See trainer.h for the contract. */
+#include "worker/trainer.h"
+#include "common/errors.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct trainer {
+  trainer_opts o;
+  gpt_model *model;
+  dataset *ds;
+  int *inputs, *targets; /* (B, T) */
+  long adam_step;        /* AdamW steps taken with the current moments */
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int trainer_open(trainer **out, const gpt_config *cfg, const gpt_backend_opts *bo, const char *const *shards,
+                 int n, const trainer_opts *opts) {
+  *out = NULL;
+  if (opts->B < 1 || opts->T < 1 || opts->n_replicas < 1 || opts->replica < 0 || opts->replica >= opts->n_replicas)
+    return dpc_err(DPC_EINVAL, "trainer: bad shape B=%d T=%d or replica %d of %d", opts->B, opts->T, opts->replica,
+                   opts->n_replicas);
+  trainer *t = calloc(1, sizeof *t);
+  if (!t) return dpc_err(DPC_ENOMEM, "trainer: out of memory");
+  t->o = *opts;
+  int rc = dataset_open((const char **)shards, n, &t->ds);
+  if (!rc && dataset_num_batches(t->ds, opts->B, opts->T) < 1) rc = DPC_ERANGE; /* detail set by dataset */
+  if (!rc) {
+    int maxtok = 0;
+    if (dataset_max_token(t->ds, &maxtok) == 0 && maxtok >= cfg->vocab_size)
+      rc = dpc_err(DPC_ERANGE, "data holds token id %d but the model's vocab_size is %d", maxtok, cfg->vocab_size);
+  }
+  if (!rc) rc = gpt_create(&t->model, cfg, bo, opts->B, opts->T);
+  if (!rc) {
+    t->inputs = malloc((size_t)opts->B * opts->T * sizeof *t->inputs);
+    t->targets = malloc((size_t)opts->B * opts->T * sizeof *t->targets);
+    if (!t->inputs || !t->targets) rc = dpc_err(DPC_ENOMEM, "trainer: out of memory for batch buffers");
+  }
+  if (rc) {
+    trainer_free(t);
+    return rc;
+  }
+  *out = t;
+  return 0;
+}
+
+void trainer_free(trainer *t) {
+  if (!t) return;
+  gpt_free(t->model);
+  dataset_close(t->ds);
+  free(t->inputs);
+  free(t->targets);
+  free(t);
+}
+
+size_t trainer_num_params(const trainer *t) { return t->model->lay.n_params; }
+
+int trainer_round(trainer *t, const float *theta, long first_step, int steps, float *delta, trainer_stats *st,
+                  trainer_step_cb cb, void *cb_ctx) {
+  const size_t n = t->model->lay.n_params;
+  const int B = t->o.B, T = t->o.T;
+  memset(st, 0, sizeof *st);
+  int rc = gpt_set_params(t->model, theta, 0, n);
+  if (rc) return rc;
+  double t0 = now_s(), sum = 0;
+  for (int h = 0; h < steps; h++) {
+    long s = first_step + h;
+    float loss = 0, lr = gpt_lr_at(t->o.lr, t->o.warmup, (int)t->o.total_steps, t->o.lr_min_frac, s);
+    if ((rc = dataset_batch(t->ds, B, T, s, t->o.replica, t->o.n_replicas, t->inputs, t->targets)) ||
+        (rc = gpt_forward(t->model, t->inputs, t->targets, B, T, &loss)) || (rc = gpt_zero_grad(t->model)) ||
+        (rc = gpt_backward(t->model)) ||
+        (rc = gpt_adamw_step(t->model, &t->o.hp, lr, (int)(t->adam_step + 1), NULL)))
+      return rc;
+    if (!isfinite(loss)) return dpc_err(DPC_ENUMERIC, "inner step %ld: loss is %f", s, loss);
+    t->adam_step++;
+    if (h == 0) st->first_loss = loss;
+    st->last_loss = loss;
+    sum += loss;
+    st->steps_done = h + 1;
+    st->tokens += (long)B * T;
+    if (cb && cb(cb_ctx, s, h, loss, lr)) break;
+  }
+  st->mean_loss = st->steps_done ? (float)(sum / st->steps_done) : 0.0f;
+  st->seconds = now_s() - t0;
+  if ((rc = gpt_get_params(t->model, delta, 0, n))) return rc;
+  for (size_t i = 0; i < n; i++) delta[i] = theta[i] - delta[i];
+  return 0;
+}
+
+int trainer_reset_state(trainer *t) {
+  t->adam_step = 0;
+  return gpt_reset_opt_state(t->model);
+}
+
+int trainer_get_state(trainer *t, float *m, float *v, long *adam_step) {
+  *adam_step = t->adam_step;
+  return gpt_get_opt_state(t->model, m, v);
+}
+
+int trainer_set_state(trainer *t, const float *m, const float *v, long adam_step) {
+  if (adam_step < 0) return dpc_err(DPC_EINVAL, "inner state: negative AdamW step %ld", adam_step);
+  t->adam_step = adam_step;
+  return gpt_set_opt_state(t->model, m, v);
+}
