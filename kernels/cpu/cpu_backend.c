@@ -1,0 +1,572 @@
+/* cpu_backend.c — the CPU compute backend (gpt_cpu_ops): GPT-2 forward, backward and AdamW on
+ * the canonical flat layout, after llm.c's train_gpt2.c.
+ *
+ * Threading: one runtime does the parallel work. OpenBLAS is kept single-threaded and every
+ * matrix product is split by rows (or columns) across the model's OpenMP threads, each thread
+ * calling cblas_sgemm on its block; attention runs one (batch, head) pair per task. Every loop
+ * uses a static schedule and every reduction a fixed order, so a fixed thread count gives
+ * bit-identical results. Memory: parameters, gradients, AdamW moments and activations are each
+ * one allocation made at create; no call allocates afterwards.
+ *
+ * Activations are packed for the actual (B, T) of the last forward (N = B*T rows), inside
+ * buffers sized for (maxB, maxT). Backward turns the logits buffer into dlogits in place, so
+ * logits are readable only until backward. */
+#include "common/errors.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/gpt.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The Debian/OpenBLAS cblas.h declares this; other cblas headers may not. */
+void openblas_set_num_threads(int num_threads);
+
+#define ATT_BLOCK 64     /* query/key block of the causal attention products */
+#define OPT_SEG 16384    /* floats per optimizer work item */
+
+enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, FPW, FPB, NLAYER_T };
+enum { ST_NONE, ST_LOGITS, ST_LOSS, ST_BACKWARD };
+
+typedef struct {
+  size_t off, n; /* a piece of one tensor, in floats */
+  int decay;
+} cpu_seg;
+
+typedef struct {
+  int nt;             /* threads */
+  size_t maxN;        /* maxB * maxT */
+  float *params;      /* (n_params) canonical layout */
+  float *grads;       /* (n_params) */
+  float *adam_m;      /* (n_params) */
+  float *adam_v;      /* (n_params) */
+  float *acts;        /* the one activation allocation the pointers below live in */
+  float *encoded;     /* (N, C) */
+  float *ln1;         /* (L, N, C) */
+  float *ln1_mean;    /* (L, N) */
+  float *ln1_rstd;    /* (L, N) */
+  float *qkv;         /* (L, N, 3C) */
+  float *att;         /* (L, B, NH, T, T) softmax probabilities, lower triangle */
+  float *atty;        /* (L, N, C) attention output before c_proj */
+  float *res2;        /* (L, N, C) residual after attention */
+  float *ln2;         /* (L, N, C) */
+  float *ln2_mean;    /* (L, N) */
+  float *ln2_rstd;    /* (L, N) */
+  float *fch;         /* (L, N, 4C) c_fc output before GELU */
+  float *fch_gelu;    /* (L, N, 4C) */
+  float *res3;        /* (L, N, C) residual after the MLP: the layer's output */
+  float *lnf;         /* (N, C) */
+  float *lnf_mean;    /* (N) */
+  float *lnf_rstd;    /* (N) */
+  float *logits;      /* (N, V); dlogits after backward */
+  float *losses;      /* (N) */
+  float *lse;         /* (N) log-sum-exp of each logits row */
+  float *dres;        /* (N, C) gradient of the residual stream */
+  float *dtmp;        /* (N, C) dlnf / dln2 / datty / dln1 in turn */
+  float *dqkv;        /* (N, 3C) */
+  float *dfch;        /* (N, 4C) */
+  float *att_scratch; /* (nt, maxT, maxT) per-thread dscores */
+  float *ln_part;     /* (nt, 2C) per-thread LayerNorm weight/bias gradient partials */
+  int *inputs;        /* (N) copy of the last forward's inputs */
+  int *targets;       /* (N) */
+  int B, T, state;
+  cpu_seg *segs;      /* optimizer work items covering [0, n_params) */
+  int nseg;
+  double *seg_sumsq;  /* (nseg) */
+} cpu_impl;
+
+static void *alloc_floats(size_t n) {
+  void *p = NULL;
+  if (n == 0) n = 1;
+  if (n > SIZE_MAX / sizeof(float) || posix_memalign(&p, 64, n * sizeof(float)) != 0) return NULL;
+  memset(p, 0, n * sizeof(float));
+  return p;
+}
+
+static void layer_ptrs(const gpt_layout *lay, float *base, int l, float *w[NLAYER_T]) {
+  const gpt_tensor *t = &lay->tensors[4 + NLAYER_T * l];
+  for (int i = 0; i < NLAYER_T; i++) w[i] = base + t[i].offset;
+}
+
+static void cpu_destroy(gpt_model *m) {
+  cpu_impl *c = m->impl;
+  if (!c) return;
+  free(c->params);
+  free(c->grads);
+  free(c->adam_m);
+  free(c->adam_v);
+  free(c->acts);
+  free(c->inputs);
+  free(c->targets);
+  free(c->segs);
+  free(c->seg_sumsq);
+  free(c);
+  m->impl = NULL;
+}
+
+static int cpu_create(gpt_model *m) {
+  const gpt_config *cfg = &m->lay.cfg;
+  const size_t L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, V = cfg->vocab_size;
+  const size_t B = m->maxB, T = m->maxT, N = B * T, P = m->lay.n_params;
+  if (N > (size_t)INT32_MAX / 8)
+    return dpc_err(DPC_EINVAL, "cpu backend: B*T = %zu rows is too many (at most %d)", N, INT32_MAX / 8);
+  cpu_impl *c = calloc(1, sizeof *c);
+  if (!c) return dpc_err(DPC_ENOMEM, "cpu backend: out of memory for the model state");
+  m->impl = c;
+  int nt = m->opts.threads > 0 ? m->opts.threads : omp_get_num_procs();
+  c->nt = nt < 1 ? 1 : nt > 1024 ? 1024 : nt;
+  c->maxN = N;
+
+  /* Activation buffers, in the order of the pointers below; sizes are checked in double
+   * first so that absurd shapes fail cleanly instead of wrapping. */
+  const double dL = L, dC = C, dN = (double)N, dT = T, dnt = c->nt;
+  const double dsizes[] = {dN * dC,     dL * dN * dC,     dL * dN, dL * dN, 3 * dL * dN * dC, dL * B * NH * dT * dT,
+                           dL * dN * dC, dL * dN * dC,    dL * dN * dC, dL * dN, dL * dN, 4 * dL * dN * dC,
+                           4 * dL * dN * dC, dL * dN * dC, dN * dC, dN, dN, dN * V, dN, dN, dN * dC, dN * dC,
+                           3 * dN * dC, 4 * dN * dC, dnt * dT * dT, dnt * 2 * dC};
+  float **ptrs[] = {&c->encoded, &c->ln1,      &c->ln1_mean, &c->ln1_rstd, &c->qkv,    &c->att,
+                    &c->atty,    &c->res2,     &c->ln2,      &c->ln2_mean, &c->ln2_rstd, &c->fch,
+                    &c->fch_gelu, &c->res3,    &c->lnf,      &c->lnf_mean, &c->lnf_rstd, &c->logits,
+                    &c->losses,  &c->lse,      &c->dres,     &c->dtmp,     &c->dqkv,   &c->dfch,
+                    &c->att_scratch, &c->ln_part};
+  const int nbuf = (int)(sizeof dsizes / sizeof dsizes[0]);
+  _Static_assert(sizeof dsizes / sizeof dsizes[0] == sizeof ptrs / sizeof ptrs[0], "one size per buffer");
+  double need = 0.0;
+  for (int i = 0; i < nbuf; i++) need += dsizes[i] + 16;
+  if (need * sizeof(float) > (double)SIZE_MAX / 4) {
+    cpu_destroy(m);
+    return dpc_err(DPC_ENOMEM, "cpu backend: activations for B=%zu T=%zu need %.3g floats; lower B or T", B, T,
+                   need);
+  }
+  size_t sizes[sizeof dsizes / sizeof dsizes[0]];
+  size_t total = 0;
+  for (int i = 0; i < nbuf; i++) {
+    sizes[i] = ((size_t)dsizes[i] + 15) & ~(size_t)15; /* 64-byte aligned starts */
+    total += sizes[i];
+  }
+
+  c->params = alloc_floats(P);
+  c->grads = alloc_floats(P);
+  c->adam_m = alloc_floats(P);
+  c->adam_v = alloc_floats(P);
+  c->acts = alloc_floats(total);
+  c->inputs = calloc(N, sizeof(int));
+  c->targets = calloc(N, sizeof(int));
+  size_t nseg = 0;
+  for (int k = 0; k < m->lay.n_tensors; k++) nseg += (m->lay.tensors[k].numel + OPT_SEG - 1) / OPT_SEG;
+  c->segs = calloc(nseg, sizeof *c->segs);
+  c->seg_sumsq = calloc(nseg, sizeof *c->seg_sumsq);
+  if (!c->params || !c->grads || !c->adam_m || !c->adam_v || !c->acts || !c->inputs || !c->targets ||
+      !c->segs || !c->seg_sumsq || nseg > INT32_MAX) {
+    cpu_destroy(m);
+    return dpc_err(DPC_ENOMEM, "cpu backend: cannot allocate %zu parameters and %zu activation floats "
+                   "(B=%zu T=%zu); lower B or T", P, total, B, T);
+  }
+  float *p = c->acts;
+  for (int i = 0; i < nbuf; i++) {
+    *ptrs[i] = p;
+    p += sizes[i];
+  }
+  for (int k = 0; k < m->lay.n_tensors; k++) {
+    const gpt_tensor *t = &m->lay.tensors[k];
+    for (size_t o = 0; o < t->numel; o += OPT_SEG) {
+      cpu_seg *s = &c->segs[c->nseg++];
+      s->off = t->offset + o;
+      s->n = t->numel - o < OPT_SEG ? t->numel - o : OPT_SEG;
+      s->decay = t->decay;
+    }
+  }
+  c->state = ST_NONE;
+  return 0;
+}
+
+static int cpu_set_params(gpt_model *m, const float *src, size_t off, size_t n) {
+  cpu_impl *c = m->impl;
+  memcpy(c->params + off, src, n * sizeof(float));
+  return 0;
+}
+
+static int cpu_get_params(gpt_model *m, float *dst, size_t off, size_t n) {
+  cpu_impl *c = m->impl;
+  memcpy(dst, c->params + off, n * sizeof(float));
+  return 0;
+}
+
+static int cpu_get_grads(gpt_model *m, float *dst, size_t off, size_t n) {
+  cpu_impl *c = m->impl;
+  memcpy(dst, c->grads + off, n * sizeof(float));
+  return 0;
+}
+
+/* ---- matrix products ------------------------------------------------------------------- */
+
+static inline int split_chunk(int n, int parts) {
+  int ch = (n + parts - 1) / parts;
+  return (ch + 15) & ~15; /* whole micro-kernel panels per thread */
+}
+
+/* Cm[M,N] = op(A) op(B) + beta * Cm, row-major, split over the larger output dimension. */
+static void mm(int nt, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+               float beta, float *Cm, int ldc) {
+  const enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  if (nt == 1 || (double)M * N * K < 262144.0) {
+    cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
+    return;
+  }
+  const int by_rows = M >= N;
+  const int ch = split_chunk(by_rows ? M : N, nt);
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int i = 0; i < nt; i++) {
+    int lo = i * ch, hi = by_rows ? M : N;
+    if (lo >= hi) continue;
+    if (hi - lo > ch) hi = lo + ch;
+    if (by_rows) {
+      const float *a = ta ? A + lo : A + (size_t)lo * lda;
+      cblas_sgemm(CblasRowMajor, TA, TB, hi - lo, N, K, 1.0f, a, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
+    } else {
+      const float *b = tb ? B + (size_t)lo * ldb : B + lo;
+      cblas_sgemm(CblasRowMajor, TA, TB, M, hi - lo, K, 1.0f, A, lda, b, ldb, beta, Cm + lo, ldc);
+    }
+  }
+}
+
+/* out[N,OC] = inp[N,IC] @ W[IC,OC] + bias (+ res[N,OC]); with act, out keeps the pre-activation
+ * and act = GELU(out). Rows are split across threads and the epilogue runs on each thread's
+ * own block right after its product. */
+static void linear_fwd(const cpu_impl *c, float *out, const float *inp, const float *W, const float *bias,
+                       const float *res, float *act, int N, int IC, int OC) {
+  const int nt = c->nt, ch = split_chunk(N, nt);
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int i = 0; i < nt; i++) {
+    int lo = i * ch, hi = lo + ch < N ? lo + ch : N;
+    if (lo >= hi) continue;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, OC, IC, 1.0f, inp + (size_t)lo * IC, IC, W, OC,
+                0.0f, out + (size_t)lo * OC, OC);
+    for (int r = lo; r < hi; r++) {
+      float *o = out + (size_t)r * OC;
+      if (act) cpuk_bias_gelu_row(o, act + (size_t)r * OC, bias, OC);
+      else cpuk_add_bias_row(o, bias, res ? res + (size_t)r * OC : NULL, OC);
+    }
+  }
+}
+
+/* dinp[N,IC] = dout @ W^T; dW[IC,OC] += inp^T @ dout; db[OC] += column sums of dout. */
+static void linear_bwd(const cpu_impl *c, float *dinp, float *dW, float *db, const float *dout, const float *inp,
+                       const float *W, int N, int IC, int OC) {
+  mm(c->nt, 0, 1, N, IC, OC, dout, OC, W, OC, 0.0f, dinp, IC);
+  mm(c->nt, 1, 0, IC, OC, N, inp, IC, dout, OC, 1.0f, dW, OC);
+  const int nt = c->nt, ch = split_chunk(OC, nt);
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int i = 0; i < nt; i++) {
+    int lo = i * ch, hi = lo + ch < OC ? lo + ch : OC;
+    if (lo >= hi) continue;
+    for (int r = 0; r < N; r++) cpuk_acc(db + lo, dout + (size_t)r * OC + lo, (size_t)(hi - lo));
+  }
+}
+
+/* ---- LayerNorm, attention, GELU --------------------------------------------------------- */
+
+static void layernorm_fwd(const cpu_impl *c, float *out, float *mean, float *rstd, const float *x, const float *w,
+                          const float *b, int N, int C) {
+#pragma omp parallel for num_threads(c->nt) schedule(static)
+  for (int n = 0; n < N; n++)
+    cpuk_layernorm_row(out + (size_t)n * C, mean + n, rstd + n, x + (size_t)n * C, w, b, C);
+}
+
+/* dx += LayerNorm backward; dw, db += per-thread partial sums reduced in thread order. */
+static void layernorm_bwd(const cpu_impl *c, float *dx, float *dw, float *db, const float *dout, const float *x,
+                          const float *w, const float *mean, const float *rstd, int N, int C) {
+#pragma omp parallel num_threads(c->nt)
+  {
+    const int tid = omp_get_thread_num(), nthr = omp_get_num_threads();
+    float *pw = c->ln_part + (size_t)tid * 2 * C, *pb = pw + C;
+    memset(pw, 0, 2 * (size_t)C * sizeof(float));
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; n++)
+      cpuk_layernorm_bwd_row(dx + (size_t)n * C, pw, pb, dout + (size_t)n * C, x + (size_t)n * C, w, mean[n],
+                             rstd[n], C);
+#pragma omp for schedule(static)
+    for (int i = 0; i < C; i++) {
+      float sw = 0.0f, sb = 0.0f;
+      for (int t = 0; t < nthr; t++) {
+        sw += c->ln_part[(size_t)t * 2 * C + i];
+        sb += c->ln_part[(size_t)t * 2 * C + C + i];
+      }
+      dw[i] += sw;
+      db[i] += sb;
+    }
+  }
+}
+
+/* Causal self-attention of qkv (N, 3C) into out (N, C), keeping the probabilities in att
+ * (B, NH, T, T). Row block [i0, i1) only needs keys [0, i1), which skips most of the masked
+ * upper triangle in both products. */
+static void attention_fwd(const cpu_impl *c, float *out, float *att, const float *qkv, int B, int T, int C,
+                          int NH) {
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(c->nt) schedule(static)
+  for (int bh = 0; bh < B * NH; bh++) {
+    const int b = bh / NH, h = bh % NH;
+    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+    float *A = att + (size_t)bh * T * T;
+    float *o = out + (size_t)b * T * C + (size_t)h * hs;
+    for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+      const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bm, i1, hs, scale, q + (size_t)i0 * C3, C3, k, C3, 0.0f,
+                  A + (size_t)i0 * T, T);
+      for (int t = i0; t < i1; t++) cpuk_causal_softmax_row(A + (size_t)t * T, t, i1);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bm, hs, i1, 1.0f, A + (size_t)i0 * T, T, v, C3, 0.0f,
+                  o + (size_t)i0 * C, C);
+    }
+  }
+}
+
+/* Backward of attention_fwd: dout (N, C) -> dqkv (N, 3C), every element written once. */
+static void attention_bwd(const cpu_impl *c, float *dqkv, const float *dout, const float *att, const float *qkv,
+                          int B, int T, int C, int NH, int maxT) {
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel num_threads(c->nt)
+  {
+    float *D = c->att_scratch + (size_t)omp_get_thread_num() * maxT * maxT; /* dscores (T, T) */
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+      const int b = bh / NH, h = bh % NH;
+      const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+      float *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs, *dk = dq + C, *dv = dq + 2 * C;
+      const float *A = att + (size_t)bh * T * T;
+      const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
+      for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+        const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bm, i1, hs, 1.0f, dO + (size_t)i0 * C, C, v, C3, 0.0f,
+                    D + (size_t)i0 * T, T);
+        for (int t = i0; t < i1; t++) cpuk_causal_softmax_bwd_row(D + (size_t)t * T, A + (size_t)t * T, t, i1, scale);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bm, hs, i1, 1.0f, D + (size_t)i0 * T, T, k, C3, 0.0f,
+                    dq + (size_t)i0 * C3, C3);
+      }
+      /* Key block [j0, j1) receives from queries [j0, T) only. */
+      for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
+        const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T, bn = j1 - j0;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bn, hs, T - j0, 1.0f, A + (size_t)j0 * T + j0, T,
+                    dO + (size_t)j0 * C, C, 0.0f, dv + (size_t)j0 * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bn, hs, T - j0, 1.0f, D + (size_t)j0 * T + j0, T,
+                    q + (size_t)j0 * C3, C3, 0.0f, dk + (size_t)j0 * C3, C3);
+      }
+    }
+  }
+}
+
+/* ---- forward / backward ---------------------------------------------------------------- */
+
+static int cpu_forward(gpt_model *m, const int *inputs, const int *targets, int B, int T, float *loss) {
+  cpu_impl *c = m->impl;
+  const gpt_config *cfg = &m->lay.cfg;
+  const int L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, V = cfg->vocab_size, nt = c->nt;
+  const int N = B * T;
+  openblas_set_num_threads(1);
+  memcpy(c->inputs, inputs, (size_t)N * sizeof(int));
+  if (targets) memcpy(c->targets, targets, (size_t)N * sizeof(int));
+  c->B = B;
+  c->T = T;
+  c->state = ST_NONE;
+
+  const float *wte = c->params, *wpe = wte + (size_t)V * C;
+  const float *lnfw = wpe + (size_t)cfg->n_positions * C, *lnfb = lnfw + C;
+  const size_t NC = (size_t)N * C;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int n = 0; n < N; n++)
+    cpuk_encode_row(c->encoded + (size_t)n * C, wte + (size_t)c->inputs[n] * C, wpe + (size_t)(n % T) * C, C);
+
+  const float *residual = c->encoded;
+  for (int l = 0; l < L; l++) {
+    float *w[NLAYER_T];
+    layer_ptrs(&m->lay, c->params, l, w);
+    float *ln1 = c->ln1 + l * NC, *qkv = c->qkv + 3 * l * NC, *atty = c->atty + l * NC, *res2 = c->res2 + l * NC;
+    float *ln2 = c->ln2 + l * NC, *fch = c->fch + 4 * l * NC, *fchg = c->fch_gelu + 4 * l * NC;
+    float *res3 = c->res3 + l * NC, *att = c->att + (size_t)l * B * NH * T * T;
+    layernorm_fwd(c, ln1, c->ln1_mean + (size_t)l * N, c->ln1_rstd + (size_t)l * N, residual, w[LN1W], w[LN1B], N,
+                  C);
+    linear_fwd(c, qkv, ln1, w[QKVW], w[QKVB], NULL, NULL, N, C, 3 * C);
+    attention_fwd(c, atty, att, qkv, B, T, C, NH);
+    linear_fwd(c, res2, atty, w[APW], w[APB], residual, NULL, N, C, C);
+    layernorm_fwd(c, ln2, c->ln2_mean + (size_t)l * N, c->ln2_rstd + (size_t)l * N, res2, w[LN2W], w[LN2B], N, C);
+    linear_fwd(c, fch, ln2, w[FCW], w[FCB], NULL, fchg, N, C, 4 * C);
+    linear_fwd(c, res3, fchg, w[FPW], w[FPB], res2, NULL, N, 4 * C, C);
+    residual = res3;
+  }
+  layernorm_fwd(c, c->lnf, c->lnf_mean, c->lnf_rstd, residual, lnfw, lnfb, N, C);
+  mm(nt, 0, 1, N, V, C, c->lnf, C, wte, C, 0.0f, c->logits, V);
+
+  if (!targets) {
+    c->state = ST_LOGITS;
+    return 0;
+  }
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int n = 0; n < N; n++)
+    c->losses[n] = cpuk_xent_row(c->logits + (size_t)n * V, V, c->targets[n], &c->lse[n]);
+  double sum = 0.0;
+  for (int n = 0; n < N; n++) sum += c->losses[n];
+  *loss = (float)(sum / N);
+  c->state = ST_LOSS;
+  if (!isfinite(*loss)) return dpc_err(DPC_ENUMERIC, "forward: loss is %f (diverged; lower the learning rate)", *loss);
+  return 0;
+}
+
+static int cpu_logits(gpt_model *m, int b, int t, float *dst) {
+  cpu_impl *c = m->impl;
+  if (c->state != ST_LOGITS && c->state != ST_LOSS)
+    return dpc_err(DPC_ESTATE, "logits: no forward since the last backward (run gpt_forward first)");
+  if (b < 0 || b >= c->B || t < 0 || t >= c->T)
+    return dpc_err(DPC_ERANGE, "logits: position (b=%d, t=%d) outside the last forward's B=%d T=%d", b, t, c->B, c->T);
+  const int V = m->lay.cfg.vocab_size;
+  memcpy(dst, c->logits + ((size_t)b * c->T + t) * V, (size_t)V * sizeof(float));
+  return 0;
+}
+
+static int cpu_zero_grad(gpt_model *m) {
+  cpu_impl *c = m->impl;
+#pragma omp parallel for num_threads(c->nt) schedule(static)
+  for (int s = 0; s < c->nseg; s++) memset(c->grads + c->segs[s].off, 0, c->segs[s].n * sizeof(float));
+  return 0;
+}
+
+static int cpu_backward(gpt_model *m) {
+  cpu_impl *c = m->impl;
+  if (c->state != ST_LOSS)
+    return dpc_err(DPC_ESTATE, "backward: needs a forward with targets first (and at most one backward per forward)");
+  const gpt_config *cfg = &m->lay.cfg;
+  const int L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, V = cfg->vocab_size, nt = c->nt;
+  const int B = c->B, T = c->T, N = B * T;
+  const size_t NC = (size_t)N * C;
+  openblas_set_num_threads(1);
+  c->state = ST_BACKWARD;
+
+  float *wte = c->params, *wpe = wte + (size_t)V * C, *lnfw = wpe + (size_t)cfg->n_positions * C;
+  float *dwte = c->grads, *dwpe = dwte + (size_t)V * C, *dlnfw = dwpe + (size_t)cfg->n_positions * C;
+  float *dlnfb = dlnfw + C;
+
+  /* Mean cross-entropy: dlogits = (softmax - onehot) / N, in place. */
+  const float dloss = 1.0f / (float)N;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int n = 0; n < N; n++) cpuk_xent_bwd_row(c->logits + (size_t)n * V, V, c->targets[n], c->lse[n], dloss);
+  mm(nt, 0, 0, N, C, V, c->logits, V, wte, C, 0.0f, c->dtmp, C);       /* dlnf */
+  mm(nt, 1, 0, V, C, N, c->logits, V, c->lnf, C, 1.0f, dwte, C);       /* dwte += dlogits^T lnf */
+  memset(c->dres, 0, NC * sizeof(float));
+  const float *last = c->res3 + (size_t)(L - 1) * NC;
+  layernorm_bwd(c, c->dres, dlnfw, dlnfb, c->dtmp, last, lnfw, c->lnf_mean, c->lnf_rstd, N, C);
+
+  for (int l = L - 1; l >= 0; l--) {
+    float *w[NLAYER_T], *dw[NLAYER_T];
+    layer_ptrs(&m->lay, c->params, l, w);
+    layer_ptrs(&m->lay, c->grads, l, dw);
+    const float *residual = l == 0 ? c->encoded : c->res3 + (size_t)(l - 1) * NC;
+    const float *ln1 = c->ln1 + l * NC, *qkv = c->qkv + 3 * l * NC, *atty = c->atty + l * NC;
+    const float *res2 = c->res2 + l * NC, *ln2 = c->ln2 + l * NC, *fch = c->fch + 4 * l * NC;
+    const float *fchg = c->fch_gelu + 4 * l * NC, *att = c->att + (size_t)l * B * NH * T * T;
+
+    linear_bwd(c, c->dfch, dw[FPW], dw[FPB], c->dres, fchg, w[FPW], N, 4 * C, C);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int n = 0; n < N; n++) cpuk_gelu_bwd_row(c->dfch + (size_t)n * 4 * C, fch + (size_t)n * 4 * C, 4 * C);
+    linear_bwd(c, c->dtmp, dw[FCW], dw[FCB], c->dfch, ln2, w[FCW], N, C, 4 * C);
+    layernorm_bwd(c, c->dres, dw[LN2W], dw[LN2B], c->dtmp, res2, w[LN2W], c->ln2_mean + (size_t)l * N,
+                  c->ln2_rstd + (size_t)l * N, N, C);
+    linear_bwd(c, c->dtmp, dw[APW], dw[APB], c->dres, atty, w[APW], N, C, C);
+    attention_bwd(c, c->dqkv, c->dtmp, att, qkv, B, T, C, NH, m->maxT);
+    linear_bwd(c, c->dtmp, dw[QKVW], dw[QKVB], c->dqkv, ln1, w[QKVW], N, C, 3 * C);
+    layernorm_bwd(c, c->dres, dw[LN1W], dw[LN1B], c->dtmp, residual, w[LN1W], c->ln1_mean + (size_t)l * N,
+                  c->ln1_rstd + (size_t)l * N, N, C);
+  }
+
+  /* Embeddings: wpe rows by position; wte by column blocks so repeated tokens never race. */
+  const int ch = split_chunk(C, nt);
+#pragma omp parallel num_threads(nt)
+  {
+#pragma omp for schedule(static) nowait
+    for (int t = 0; t < T; t++)
+      for (int b = 0; b < B; b++) cpuk_acc(dwpe + (size_t)t * C, c->dres + ((size_t)b * T + t) * C, (size_t)C);
+#pragma omp for schedule(static)
+    for (int i = 0; i < nt; i++) {
+      int lo = i * ch, hi = lo + ch < C ? lo + ch : C;
+      if (lo < hi)
+        for (int n = 0; n < N; n++)
+          cpuk_acc(dwte + (size_t)c->inputs[n] * C + lo, c->dres + (size_t)n * C + lo, (size_t)(hi - lo));
+    }
+  }
+  return 0;
+}
+
+/* ---- optimizer ------------------------------------------------------------------------- */
+
+static int cpu_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, float *grad_norm) {
+  cpu_impl *c = m->impl;
+  const int nt = c->nt;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int s = 0; s < c->nseg; s++) c->seg_sumsq[s] = cpuk_sumsq(c->grads + c->segs[s].off, c->segs[s].n);
+  double sumsq = 0.0;
+  for (int s = 0; s < c->nseg; s++) sumsq += c->seg_sumsq[s];
+  const float norm = (float)sqrt(sumsq);
+  if (grad_norm) *grad_norm = norm;
+  if (!isfinite(norm)) return dpc_err(DPC_ENUMERIC, "adamw: gradient norm is %f (diverged; lower the learning rate)", norm);
+
+  /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (total + 1e-6), applied when < 1. */
+  float clip = 1.0f;
+  if (hp->grad_clip > 0.0f) {
+    float coef = hp->grad_clip / (norm + 1e-6f);
+    if (coef < 1.0f) clip = coef;
+  }
+  /* torch computes these scalars in double (Python floats) and rounds them once to float. */
+  const double lr_d = lr, b1 = hp->beta1, b2 = hp->beta2;
+  const float decay_mul = (float)(1.0 - lr_d * (double)hp->weight_decay);
+  const float omb1 = (float)(1.0 - b1), omb2 = (float)(1.0 - b2);
+  const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+  const float neg_step = (float)(-(lr_d / bc1));
+  const float bc2_sqrt = (float)sqrt(bc2);
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int s = 0; s < c->nseg; s++) {
+    const cpu_seg *g = &c->segs[s];
+    cpuk_adamw(c->params + g->off, c->grads + g->off, c->adam_m + g->off, c->adam_v + g->off, g->n, clip,
+               g->decay ? decay_mul : 1.0f, hp->beta1, omb1, hp->beta2, omb2, bc2_sqrt, hp->eps, neg_step);
+  }
+  return 0;
+}
+
+static int cpu_get_opt_state(gpt_model *m, float *m_dst, float *v_dst) {
+  cpu_impl *c = m->impl;
+  if (m_dst) memcpy(m_dst, c->adam_m, m->lay.n_params * sizeof(float));
+  if (v_dst) memcpy(v_dst, c->adam_v, m->lay.n_params * sizeof(float));
+  return 0;
+}
+
+static int cpu_set_opt_state(gpt_model *m, const float *m_src, const float *v_src) {
+  cpu_impl *c = m->impl;
+  if (m_src) memcpy(c->adam_m, m_src, m->lay.n_params * sizeof(float));
+  if (v_src) memcpy(c->adam_v, v_src, m->lay.n_params * sizeof(float));
+  return 0;
+}
+
+static int cpu_reset_opt_state(gpt_model *m) {
+  cpu_impl *c = m->impl;
+  memset(c->adam_m, 0, m->lay.n_params * sizeof(float));
+  memset(c->adam_v, 0, m->lay.n_params * sizeof(float));
+  return 0;
+}
+
+const gpt_backend_ops gpt_cpu_ops = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .set_params = cpu_set_params,
+    .get_params = cpu_get_params,
+    .get_grads = cpu_get_grads,
+    .forward = cpu_forward,
+    .logits = cpu_logits,
+    .zero_grad = cpu_zero_grad,
+    .backward = cpu_backward,
+    .adamw_step = cpu_adamw_step,
+    .get_opt_state = cpu_get_opt_state,
+    .set_opt_state = cpu_set_opt_state,
+    .reset_opt_state = cpu_reset_opt_state,
+};

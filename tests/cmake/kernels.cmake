@@ -1,0 +1,20 @@
+# Tests of the compute kernels: the CPU backend against PyTorch (the oracle must run: torch
+# missing is a failure), finite differences, and determinism / API state checks.
+add_executable(test_cpu_oracle ${CMAKE_SOURCE_DIR}/tests/unit/test_cpu_oracle.c)
+target_link_libraries(test_cpu_oracle PRIVATE dpc_kernels dpc_common)
+add_test(NAME cpu_oracle COMMAND test_cpu_oracle ${CMAKE_SOURCE_DIR}/tests/oracle/gpt_oracle.py ${DPC_PYTHON})
+set_tests_properties(cpu_oracle PROPERTIES TIMEOUT 120)
+
+add_executable(test_cpu_gradcheck ${CMAKE_SOURCE_DIR}/tests/unit/test_cpu_gradcheck.c)
+target_link_libraries(test_cpu_gradcheck PRIVATE dpc_kernels dpc_common)
+add_test(NAME cpu_gradcheck COMMAND test_cpu_gradcheck)
+set_tests_properties(cpu_gradcheck PROPERTIES TIMEOUT 60)
+
+add_executable(test_cpu_determinism ${CMAKE_SOURCE_DIR}/tests/unit/test_cpu_determinism.c)
+target_link_libraries(test_cpu_determinism PRIVATE dpc_kernels dpc_common)
+add_test(NAME cpu_determinism COMMAND test_cpu_determinism)
+set_tests_properties(cpu_determinism PROPERTIES TIMEOUT 60)
+
+# Micro-benchmark of one train step (not a test): tests/bench/cpu_kernels.c, twin cpu_kernels_torch.py.
+add_executable(bench_cpu_kernels EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/cpu_kernels.c)
+target_link_libraries(bench_cpu_kernels PRIVATE dpc_kernels dpc_common)
