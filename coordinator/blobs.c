@@ -1,0 +1,344 @@
+/* blobs.c — checksummed float-array files under STATE/blobs/ (format in blobs.h). */
+#include "coordinator/blobs.h"
+#include "common/checksum.h"
+#include "common/errors.h"
+#include "common/fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "blob files are little-endian; add byte swapping for this target"
+#endif
+
+struct blob_store {
+  char *dir; /* STATE/blobs */
+};
+
+struct blob_writer {
+  blob_store *bs;
+  dpc_afile *f;
+  char name[BLOB_NAME_MAX];
+  uint64_t want, got; /* payload bytes */
+  uint32_t crc;       /* of the payload so far */
+  unsigned char header[BLOB_HEADER_BYTES];
+};
+
+static const char *const KIND_EXT[] = {NULL, "params", "momentum", "delta", "dnbuf", "innerm", "innerv"};
+#define N_KINDS ((int)(sizeof KIND_EXT / sizeof KIND_EXT[0]))
+
+static int kind_ok(blob_kind k) { return (int)k >= 1 && (int)k < N_KINDS; }
+
+int blob_store_open(const char *state_dir, blob_store **out) {
+  *out = NULL;
+  if (!state_dir || !state_dir[0]) return dpc_err(DPC_EINVAL, "blob store: empty state directory");
+  blob_store *bs = calloc(1, sizeof *bs);
+  size_t n = strlen(state_dir) + 8;
+  if (bs) bs->dir = malloc(n);
+  if (!bs || !bs->dir) {
+    free(bs);
+    return dpc_err(DPC_ENOMEM, "blob store: out of memory");
+  }
+  snprintf(bs->dir, n, "%s/blobs", state_dir);
+  int rc = dpc_mkdir_p(bs->dir);
+  if (rc == 0) rc = dpc_fsync_dir(state_dir);
+  if (rc) {
+    rc = dpc_err(rc, "blob store %s: %s", bs->dir, dpc_errmsg());
+    blob_store_close(bs);
+    return rc;
+  }
+  *out = bs;
+  return 0;
+}
+
+void blob_store_close(blob_store *bs) {
+  if (!bs) return;
+  free(bs->dir);
+  free(bs);
+}
+
+const char *blob_store_dir(const blob_store *bs) { return bs->dir; }
+
+int blob_name(const blob_id *id, char *buf, size_t cap) {
+  if (id->job < 0 || id->fragment < 0 || id->version < 0 || id->aux < 0)
+    return dpc_err(DPC_EINVAL, "blob id: negative field (job %" PRId64 ", fragment %d, version %" PRId64 ", aux %" PRId64 ")",
+                   id->job, (int)id->fragment, id->version, id->aux);
+  if (!kind_ok(id->kind)) return dpc_err(DPC_EINVAL, "blob id: unknown kind %d", (int)id->kind);
+  int n;
+  if (id->aux)
+    n = snprintf(buf, cap, "%" PRId64 "/f%d-v%" PRId64 "-a%" PRId64 ".%s", id->job, (int)id->fragment, id->version,
+                 id->aux, KIND_EXT[id->kind]);
+  else
+    n = snprintf(buf, cap, "%" PRId64 "/f%d-v%" PRId64 ".%s", id->job, (int)id->fragment, id->version, KIND_EXT[id->kind]);
+  if (n < 0 || (size_t)n >= cap) return dpc_err(DPC_ERANGE, "blob name longer than %zu bytes", cap);
+  return 0;
+}
+
+int blob_kind_of_name(const char *name, blob_kind *out) {
+  const char *dot = strrchr(name, '.');
+  if (dot)
+    for (int k = 1; k < N_KINDS; k++)
+      if (strcmp(dot + 1, KIND_EXT[k]) == 0) {
+        *out = (blob_kind)k;
+        return 0;
+      }
+  return dpc_err(DPC_EINVAL, "blob name \"%s\" has no known kind extension", name);
+}
+
+/* Names come from the database: one level of subdirectory at most, no "..", plain chars. */
+static int check_name(const char *name) {
+  size_t n = name ? strlen(name) : 0;
+  if (n == 0 || n >= BLOB_NAME_MAX) return dpc_err(DPC_EINVAL, "blob name empty or longer than %d bytes", BLOB_NAME_MAX - 1);
+  if (name[0] == '/' || name[0] == '.' || strstr(name, "..") || strstr(name, "/.") || strstr(name, "//"))
+    return dpc_err(DPC_EINVAL, "blob name \"%s\" is not a plain relative name", name);
+  int slashes = 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = name[i];
+    if (c == '/') slashes++;
+    else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_'))
+      return dpc_err(DPC_EINVAL, "blob name \"%s\" has a character outside [A-Za-z0-9._-/]", name);
+  }
+  if (slashes > 1 || name[n - 1] == '/') return dpc_err(DPC_EINVAL, "blob name \"%s\" nests too deep", name);
+  return 0;
+}
+
+int blob_path(const blob_store *bs, const char *name, char *buf, size_t cap) {
+  int rc = check_name(name);
+  if (rc) return rc;
+  int n = snprintf(buf, cap, "%s/%s", bs->dir, name);
+  if (n < 0 || (size_t)n >= cap) return dpc_err(DPC_ERANGE, "blob path longer than %zu bytes", cap);
+  return 0;
+}
+
+/* Make the name's subdirectory (durably) if it does not exist yet. */
+static int ensure_subdir(blob_store *bs, const char *name) {
+  const char *slash = strchr(name, '/');
+  if (!slash) return 0;
+  char dir[4096];
+  int n = snprintf(dir, sizeof dir, "%s/%.*s", bs->dir, (int)(slash - name), name);
+  if (n < 0 || (size_t)n >= sizeof dir) return dpc_err(DPC_ERANGE, "blob directory path too long");
+  struct stat st;
+  if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+  int rc = dpc_mkdir_p(dir);
+  if (rc == 0) rc = dpc_fsync_dir(bs->dir);
+  return rc;
+}
+
+static void put_u32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint32_t get_u32(const unsigned char *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+static uint64_t get_u64(const unsigned char *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+static void make_header(unsigned char h[BLOB_HEADER_BYTES], blob_kind kind, uint64_t n) {
+  put_u32(h, BLOB_MAGIC);
+  put_u32(h + 4, BLOB_VERSION);
+  put_u32(h + 8, (uint32_t)kind);
+  put_u32(h + 12, 0);
+  put_u64(h + 16, n);
+}
+
+int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_writer **out) {
+  *out = NULL;
+  int rc = check_name(name);
+  if (rc) return rc;
+  if (!kind_ok(kind)) return dpc_err(DPC_EINVAL, "blob %s: unknown kind %d", name, (int)kind);
+  if ((uint64_t)n > BLOB_MAX_FLOATS) return dpc_err(DPC_ERANGE, "blob %s: %zu floats exceeds the limit", name, n);
+  if ((rc = ensure_subdir(bs, name))) return rc;
+  blob_writer *w = calloc(1, sizeof *w);
+  if (!w) return dpc_err(DPC_ENOMEM, "blob %s: out of memory", name);
+  w->bs = bs;
+  snprintf(w->name, sizeof w->name, "%s", name);
+  w->want = (uint64_t)n * 4;
+  char path[4096];
+  rc = blob_path(bs, name, path, sizeof path);
+  if (rc == 0) rc = dpc_afile_open(path, &w->f);
+  if (rc == 0) {
+    make_header(w->header, kind, n);
+    rc = dpc_afile_write(w->f, w->header, sizeof w->header);
+    if (rc) dpc_afile_abort(w->f);
+  }
+  if (rc) {
+    free(w);
+    return rc;
+  }
+  *out = w;
+  return 0;
+}
+
+int blob_writer_append(blob_writer *w, const void *bytes, size_t nbytes) {
+  if (nbytes > w->want - w->got)
+    return dpc_err(DPC_ERANGE, "blob %s: %zu more bytes would exceed the declared %" PRIu64, w->name, nbytes, w->want);
+  int rc = dpc_afile_write(w->f, bytes, nbytes);
+  if (rc) return rc;
+  w->crc = dpc_crc32c(w->crc, bytes, nbytes);
+  w->got += nbytes;
+  return 0;
+}
+
+void blob_writer_abort(blob_writer *w) {
+  if (!w) return;
+  dpc_afile_abort(w->f);
+  free(w);
+}
+
+int blob_writer_commit(blob_writer *w, uint32_t *crc_out) {
+  if (w->got != w->want) {
+    int rc = dpc_err(DPC_ESHAPE, "blob %s: got %" PRIu64 " of %" PRIu64 " payload bytes", w->name, w->got, w->want);
+    blob_writer_abort(w);
+    return rc;
+  }
+  unsigned char t[BLOB_TRAILER_BYTES];
+  put_u32(t, w->crc);
+  put_u32(t + 4, dpc_crc32c(0, w->header, BLOB_HEADER_BYTES));
+  int rc = dpc_afile_write(w->f, t, sizeof t);
+  if (rc) {
+    blob_writer_abort(w);
+    return rc;
+  }
+  rc = dpc_afile_commit(w->f);
+  if (rc == 0 && crc_out) *crc_out = w->crc;
+  free(w);
+  return rc;
+}
+
+int blob_write(blob_store *bs, const char *name, blob_kind kind, const float *data, size_t n, uint32_t *crc_out) {
+  blob_writer *w;
+  int rc = blob_writer_open(bs, name, kind, n, &w);
+  if (rc) return rc;
+  if (n && (rc = blob_writer_append(w, data, n * sizeof *data))) {
+    blob_writer_abort(w);
+    return rc;
+  }
+  return blob_writer_commit(w, crc_out);
+}
+
+static int read_full(int fd, void *buf, size_t n) {
+  char *p = buf;
+  while (n > 0) {
+    size_t chunk = n > (1u << 30) ? (1u << 30) : n;
+    ssize_t r = read(fd, p, chunk);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return r < 0 ? -errno : -EIO;
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+/* Open and validate the header; *n_out gets the float count. dst == NULL: allocate. */
+static int blob_read_impl(blob_store *bs, const char *name, blob_kind kind, float **dstp, size_t want_n, int alloc,
+                          size_t *n_out, uint32_t *crc_out) {
+  char path[4096];
+  int rc = blob_path(bs, name, path, sizeof path);
+  if (rc) return rc;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return dpc_err(dpc_errno_code(errno), "blob %s: %s", path, strerror(errno));
+  struct stat st;
+  unsigned char h[BLOB_HEADER_BYTES], t[BLOB_TRAILER_BYTES];
+  float *buf = NULL;
+  if (fstat(fd, &st) != 0) {
+    rc = dpc_err(DPC_EIO, "blob %s: fstat: %s", path, strerror(errno));
+    goto out;
+  }
+  if (!S_ISREG(st.st_mode) || st.st_size < BLOB_HEADER_BYTES + BLOB_TRAILER_BYTES) {
+    rc = dpc_err(DPC_EFORMAT, "blob %s: %lld bytes, too short for a blob (truncated?)", path, (long long)st.st_size);
+    goto out;
+  }
+  int e = read_full(fd, h, sizeof h);
+  if (e) {
+    rc = dpc_err(DPC_EIO, "blob %s: reading the header: %s", path, strerror(-e));
+    goto out;
+  }
+  uint32_t magic = get_u32(h), version = get_u32(h + 4), k = get_u32(h + 8);
+  uint64_t n = get_u64(h + 16);
+  if (magic != BLOB_MAGIC) {
+    rc = dpc_err(DPC_EFORMAT, "blob %s: bad magic 0x%08x (expected 0x%08x): not a dipaco blob", path, magic, BLOB_MAGIC);
+    goto out;
+  }
+  if (version != BLOB_VERSION) {
+    rc = dpc_err(DPC_EFORMAT, "blob %s: format version %u, this build reads %u", path, version, BLOB_VERSION);
+    goto out;
+  }
+  if (n > BLOB_MAX_FLOATS || (uint64_t)st.st_size != BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES) {
+    rc = dpc_err(DPC_EFORMAT, "blob %s: file is %lld bytes but the header says %" PRIu64 " floats (truncated or corrupt)",
+                 path, (long long)st.st_size, n);
+    goto out;
+  }
+  if (k != (uint32_t)kind) {
+    rc = dpc_err(DPC_EFORMAT, "blob %s: holds kind %u, expected %d", path, k, (int)kind);
+    goto out;
+  }
+  if (!alloc && n != (uint64_t)want_n) {
+    rc = dpc_err(DPC_ESHAPE, "blob %s: holds %" PRIu64 " floats, expected %zu", path, n, want_n);
+    goto out;
+  }
+  if (alloc) {
+    buf = malloc(n ? n * sizeof(float) : 1);
+    if (!buf) {
+      rc = dpc_err(DPC_ENOMEM, "blob %s: cannot allocate %" PRIu64 " floats", path, n);
+      goto out;
+    }
+  } else {
+    buf = *dstp;
+  }
+  if ((e = read_full(fd, buf, n * sizeof(float))) || (e = read_full(fd, t, sizeof t))) {
+    rc = dpc_err(DPC_EIO, "blob %s: read: %s", path, strerror(-e));
+    goto out;
+  }
+  uint32_t hcrc = dpc_crc32c(0, h, sizeof h), pcrc = dpc_crc32c(0, buf, n * sizeof(float));
+  if (hcrc != get_u32(t + 4)) {
+    rc = dpc_err(DPC_ECHECKSUM, "blob %s: header checksum 0x%08x, stored 0x%08x (corrupt)", path, hcrc, get_u32(t + 4));
+    goto out;
+  }
+  if (pcrc != get_u32(t)) {
+    rc = dpc_err(DPC_ECHECKSUM, "blob %s: payload checksum 0x%08x, stored 0x%08x (corrupt)", path, pcrc, get_u32(t));
+    goto out;
+  }
+  if (crc_out) *crc_out = pcrc;
+  if (n_out) *n_out = (size_t)n;
+  if (alloc) {
+    *dstp = buf;
+    buf = NULL;
+  }
+out:
+  if (alloc) free(buf);
+  close(fd);
+  return rc;
+}
+
+int blob_read(blob_store *bs, const char *name, blob_kind kind, float *dst, size_t n, uint32_t *crc_out) {
+  return blob_read_impl(bs, name, kind, &dst, n, 0, NULL, crc_out);
+}
+
+int blob_read_alloc(blob_store *bs, const char *name, blob_kind kind, float **out, size_t *n, uint32_t *crc_out) {
+  *out = NULL;
+  *n = 0;
+  return blob_read_impl(bs, name, kind, out, 0, 1, n, crc_out);
+}
+
+int blob_delete(blob_store *bs, const char *name) {
+  char path[4096];
+  int rc = blob_path(bs, name, path, sizeof path);
+  if (rc) return rc;
+  if (unlink(path) != 0) {
+    if (errno == ENOENT) return 0;
+    return dpc_err(dpc_errno_code(errno), "delete blob %s: %s", path, strerror(errno));
+  }
+  char *slash = strrchr(path, '/');
+  *slash = '\0';
+  return dpc_fsync_dir(path);
+}

@@ -1,0 +1,95 @@
+/* blobs.h — the coordinator's blob store: float arrays (parameters, outer momentum, deltas,
+ * async buffers, inner AdamW state) as checksummed files under STATE/blobs/.
+ *
+ * File format (little-endian), version 1:
+ *   header  24 bytes: u32 magic 0x42435044 ("DPCB"), u32 version 1, u32 kind (blob_kind),
+ *                     u32 reserved 0, u64 n (number of floats)
+ *   payload 4·n bytes: the floats
+ *   trailer  8 bytes: u32 crc32c(payload), u32 crc32c(header)
+ * The payload CRC is the same value as the wire checksum of the array (dpc_crc32c over the
+ * float bytes), so the store records it and the RPC layer can serve it without re-reading.
+ *
+ * Writes go through common/fsutil's atomic writer (temp name, fsync, rename, directory
+ * fsync): a blob name either holds a complete, valid file or nothing. Reads validate size,
+ * magic, version, kind, length and both checksums before returning any data.
+ *
+ * Names. A blob is addressed by a name relative to STATE/blobs/, derived with blob_name()
+ * from a blob_id: "<job>/f<fragment>-v<version>.<kind>" and, when aux != 0,
+ * "<job>/f<fragment>-v<version>-a<aux>.<kind>" (aux is the lease id of a delta, the slot of an
+ * inner state). Names given to the read/delete functions are checked (no "..", no absolute
+ * paths), since they come from the database.
+ *
+ * Ownership and threads: a blob_store is immutable after blob_store_open, so any number of
+ * threads may use it at once on distinct names (the libuv thread pool writes blobs while the
+ * loop thread reads others). Writing the same name from two threads at once is the caller's
+ * bug (the last rename wins, both files are complete). */
+#ifndef DPC_BLOBS_H
+#define DPC_BLOBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BLOB_MAGIC 0x42435044u
+#define BLOB_VERSION 1u
+#define BLOB_HEADER_BYTES 24
+#define BLOB_TRAILER_BYTES 8
+#define BLOB_NAME_MAX 96
+#define BLOB_MAX_FLOATS ((uint64_t)1 << 36) /* 256 GiB: far above any module */
+
+typedef enum {
+  BLOB_PARAMS = 1,   /* θ of a fragment version */
+  BLOB_MOMENTUM = 2, /* outer momentum u (sync) or m (delayed Nesterov) */
+  BLOB_DELTA = 3,    /* a received delta (version field = round, aux = lease) */
+  BLOB_DN_BUF = 4,   /* delayed-Nesterov Δbuf */
+  BLOB_INNER_M = 5,  /* AdamW first moment of a slot (aux = slot) */
+  BLOB_INNER_V = 6,  /* AdamW second moment of a slot (aux = slot) */
+} blob_kind;
+
+typedef struct {
+  int64_t job;
+  int32_t fragment;
+  int64_t version; /* fragment version; for deltas the round */
+  int64_t aux;     /* 0, a lease id (deltas) or a slot id (inner state) */
+  blob_kind kind;
+} blob_id;
+
+typedef struct blob_store blob_store;
+
+/* Open (creating if needed) STATE/blobs/. *out is freed with blob_store_close. */
+int blob_store_open(const char *state_dir, blob_store **out);
+void blob_store_close(blob_store *bs);
+/* The absolute-or-relative directory path of the store ("STATE/blobs"). */
+const char *blob_store_dir(const blob_store *bs);
+
+/* Write the name of `id` into buf[cap]; DPC_EINVAL for negative ids or an unknown kind. */
+int blob_name(const blob_id *id, char *buf, size_t cap);
+/* Parse the kind from a name's extension; DPC_EINVAL if none. */
+int blob_kind_of_name(const char *name, blob_kind *out);
+
+/* Write data[0..n) durably as blob `name` of kind `kind` (replacing an existing one).
+ * *crc_out (may be NULL) receives crc32c of the payload. */
+int blob_write(blob_store *bs, const char *name, blob_kind kind, const float *data, size_t n, uint32_t *crc_out);
+
+/* Streaming writer for arrays that arrive in chunks (PushDelta): the total n is known up
+ * front; append exactly 4·n bytes, then commit (durable; returns the payload crc) or abort.
+ * Commit and abort free the writer, commit even when it fails. */
+typedef struct blob_writer blob_writer;
+int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_writer **out);
+int blob_writer_append(blob_writer *w, const void *bytes, size_t nbytes);
+int blob_writer_commit(blob_writer *w, uint32_t *crc_out);
+void blob_writer_abort(blob_writer *w);
+
+/* Read blob `name` into dst[n]: fails with DPC_ESHAPE unless the blob holds exactly n floats,
+ * DPC_EFORMAT for a bad size/magic/version/kind, DPC_ECHECKSUM for a checksum mismatch,
+ * DPC_ENOENT if missing. *crc_out (may be NULL) receives the payload crc. */
+int blob_read(blob_store *bs, const char *name, blob_kind kind, float *dst, size_t n, uint32_t *crc_out);
+/* Same, allocating: *out (caller frees) holds *n floats. */
+int blob_read_alloc(blob_store *bs, const char *name, blob_kind kind, float **out, size_t *n, uint32_t *crc_out);
+
+/* Remove blob `name` (durably: the directory is fsync'd). A missing blob is success. */
+int blob_delete(blob_store *bs, const char *name);
+
+/* Full path of blob `name` into buf[cap] (for tests and tools). */
+int blob_path(const blob_store *bs, const char *name, char *buf, size_t cap);
+
+#endif

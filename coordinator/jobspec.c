@@ -1,0 +1,678 @@
+/* jobspec.c — job spec JSON parsing, validation, canonical output and the module / path /
+ * fragment structure (see jobspec.h for the format and the defaults). */
+#include "coordinator/jobspec.h"
+#include "common/errors.h"
+#include "common/fsutil.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SPEC_BYTES (1 << 20)
+#define MAX_SEED 9007199254740992.0 /* 2^53: exactly representable in JSON numbers */
+
+/* ---- reading helpers: every error names the field path ---------------------------------- */
+
+static const char *fpath(char *buf, size_t cap, const char *prefix, const char *key) {
+  if (prefix && prefix[0]) snprintf(buf, cap, "%s.%s", prefix, key);
+  else snprintf(buf, cap, "%s", key);
+  return buf;
+}
+
+/* Reject keys not in `allowed` (NULL-terminated) and duplicated keys. */
+static int check_keys(const cJSON *obj, const char *prefix, const char *const *allowed) {
+  char p[160];
+  for (const cJSON *c = obj->child; c; c = c->next) {
+    int ok = 0;
+    for (int i = 0; allowed[i]; i++)
+      if (c->string && strcmp(c->string, allowed[i]) == 0) ok = 1;
+    if (!ok) return dpc_err(DPC_EINVAL, "unknown field \"%s\"", fpath(p, sizeof p, prefix, c->string ? c->string : "?"));
+    for (const cJSON *d = c->next; d; d = d->next)
+      if (d->string && strcmp(d->string, c->string) == 0)
+        return dpc_err(DPC_EINVAL, "duplicate field \"%s\"", fpath(p, sizeof p, prefix, c->string));
+  }
+  return 0;
+}
+
+static const cJSON *get_field(const cJSON *obj, const char *key) {
+  for (const cJSON *c = obj->child; c; c = c->next)
+    if (c->string && strcmp(c->string, key) == 0) return c;
+  return NULL;
+}
+
+/* 1 if found (value in *out), 0 if absent and not required, negative on error. */
+static int get_number(const cJSON *obj, const char *prefix, const char *key, int required, double *out) {
+  char p[160];
+  const cJSON *v = get_field(obj, key);
+  if (!v) return required ? dpc_err(DPC_EINVAL, "missing field \"%s\"", fpath(p, sizeof p, prefix, key)) : 0;
+  if (!cJSON_IsNumber(v)) return dpc_err(DPC_EINVAL, "field \"%s\": expected a number", fpath(p, sizeof p, prefix, key));
+  if (!isfinite(v->valuedouble))
+    return dpc_err(DPC_EINVAL, "field \"%s\": not a finite number", fpath(p, sizeof p, prefix, key));
+  *out = v->valuedouble;
+  return 1;
+}
+
+/* Integers are checked for integrality and for fitting an int here; ranges in validate(). */
+static int get_int(const cJSON *obj, const char *prefix, const char *key, int required, int *out) {
+  char p[160];
+  double d;
+  int rc = get_number(obj, prefix, key, required, &d);
+  if (rc <= 0) return rc;
+  if (floor(d) != d) return dpc_err(DPC_EINVAL, "field \"%s\" = %g: expected an integer", fpath(p, sizeof p, prefix, key), d);
+  if (d < INT_MIN || d > INT_MAX)
+    return dpc_err(DPC_EINVAL, "field \"%s\" = %g out of range", fpath(p, sizeof p, prefix, key), d);
+  *out = (int)d;
+  return 1;
+}
+
+static int get_bool(const cJSON *obj, const char *prefix, const char *key, int *out) {
+  char p[160];
+  const cJSON *v = get_field(obj, key);
+  if (!v) return 0;
+  if (!cJSON_IsBool(v)) return dpc_err(DPC_EINVAL, "field \"%s\": expected true or false", fpath(p, sizeof p, prefix, key));
+  *out = cJSON_IsTrue(v);
+  return 1;
+}
+
+static int get_string(const cJSON *obj, const char *prefix, const char *key, int required, char *out, size_t cap) {
+  char p[160];
+  const cJSON *v = get_field(obj, key);
+  if (!v) return required ? dpc_err(DPC_EINVAL, "missing field \"%s\"", fpath(p, sizeof p, prefix, key)) : 0;
+  if (!cJSON_IsString(v) || !v->valuestring)
+    return dpc_err(DPC_EINVAL, "field \"%s\": expected a string", fpath(p, sizeof p, prefix, key));
+  if (strlen(v->valuestring) >= cap)
+    return dpc_err(DPC_EINVAL, "field \"%s\": longer than %zu characters", fpath(p, sizeof p, prefix, key), cap - 1);
+  strcpy(out, v->valuestring);
+  return 1;
+}
+
+/* A string field that must be one of names[0..n); the index goes to *out. */
+static int get_enum(const cJSON *obj, const char *prefix, const char *key, int required,
+                    const char *const *names, int n, int *out) {
+  char p[160], s[64];
+  int rc = get_string(obj, prefix, key, required, s, sizeof s);
+  if (rc <= 0) {
+    if (rc == DPC_EINVAL && strstr(dpc_errmsg(), "longer than"))
+      return dpc_err(DPC_EINVAL, "field \"%s\": unknown value", fpath(p, sizeof p, prefix, key));
+    return rc;
+  }
+  for (int i = 0; i < n; i++)
+    if (strcmp(s, names[i]) == 0) {
+      *out = i;
+      return 1;
+    }
+  char opts[256] = "";
+  for (int i = 0; i < n; i++) {
+    strncat(opts, i ? ", " : "", sizeof opts - strlen(opts) - 1);
+    strncat(opts, names[i], sizeof opts - strlen(opts) - 1);
+  }
+  return dpc_err(DPC_EINVAL, "field \"%s\" = \"%s\": expected one of %s", fpath(p, sizeof p, prefix, key), s, opts);
+}
+
+static const cJSON *get_object(const cJSON *obj, const char *prefix, const char *key, int required, int *rc) {
+  char p[160];
+  const cJSON *v = get_field(obj, key);
+  *rc = 0;
+  if (!v) {
+    if (required) *rc = dpc_err(DPC_EINVAL, "missing field \"%s\"", fpath(p, sizeof p, prefix, key));
+    return NULL;
+  }
+  if (!cJSON_IsObject(v)) {
+    *rc = dpc_err(DPC_EINVAL, "field \"%s\": expected an object", fpath(p, sizeof p, prefix, key));
+    return NULL;
+  }
+  return v;
+}
+
+static const char *const ALGO_NAMES[] = {"diloco", "diloco-async", "dipaco"};
+static const char *const STATE_NAMES[] = {"keep", "reset", "checkpoint"};
+static const char *const ASYNC_NAMES[] = {"delayed-nesterov", "nesterov", "sgd"};
+static const char *const WEIGHT_NAMES[] = {"uniform", "tokens"};
+
+const char *jobspec_algorithm_name(jobspec_algorithm a) {
+  return (unsigned)a < 3 ? ALGO_NAMES[a] : "?";
+}
+const char *jobspec_inner_state_name(jobspec_inner_state s) {
+  return (unsigned)s < 3 ? STATE_NAMES[s] : "?";
+}
+
+#define TRY(x)              \
+  do {                      \
+    int _rc = (x);          \
+    if (_rc < 0) return _rc; \
+  } while (0)
+
+static int parse_data_list(const cJSON *data, const char *key, int required, char (*out)[JOBSPEC_PATH_MAX], int *n) {
+  char p[160];
+  fpath(p, sizeof p, "data", key);
+  const cJSON *v = get_field(data, key);
+  *n = 0;
+  if (!v) return required ? dpc_err(DPC_EINVAL, "missing field \"%s\"", p) : 0;
+  if (!cJSON_IsArray(v)) return dpc_err(DPC_EINVAL, "field \"%s\": expected an array of paths", p);
+  int i = 0;
+  for (const cJSON *e = v->child; e; e = e->next, i++) {
+    if (i >= JOBSPEC_MAX_DATA) return dpc_err(DPC_EINVAL, "field \"%s\": more than %d entries", p, JOBSPEC_MAX_DATA);
+    if (!cJSON_IsString(e) || !e->valuestring) return dpc_err(DPC_EINVAL, "field \"%s[%d]\": expected a string", p, i);
+    if (strlen(e->valuestring) >= JOBSPEC_PATH_MAX)
+      return dpc_err(DPC_EINVAL, "field \"%s[%d]\": longer than %d characters", p, i, JOBSPEC_PATH_MAX - 1);
+    strcpy(out[i], e->valuestring);
+  }
+  *n = i;
+  return 0;
+}
+
+static int parse_levels(const cJSON *root, jobspec *js) {
+  const cJSON *v = get_field(root, "levels");
+  if (!v) {
+    js->n_levels = 1;
+    js->levels[0] = (jobspec_level){.stem = 1, .layer_begin = 0, .layer_end = js->has_shape ? js->model.n_layer : -1, .n_modules = 1};
+    return 0;
+  }
+  if (!cJSON_IsArray(v)) return dpc_err(DPC_EINVAL, "field \"levels\": expected an array");
+  static const char *const keys[] = {"stem", "layers", "modules", NULL};
+  int i = 0;
+  for (const cJSON *e = v->child; e; e = e->next, i++) {
+    char p[64];
+    snprintf(p, sizeof p, "levels[%d]", i);
+    if (i >= JOBSPEC_MAX_LEVELS) return dpc_err(DPC_EINVAL, "field \"levels\": more than %d levels", JOBSPEC_MAX_LEVELS);
+    if (!cJSON_IsObject(e)) return dpc_err(DPC_EINVAL, "field \"%s\": expected an object", p);
+    TRY(check_keys(e, p, keys));
+    jobspec_level *lv = &js->levels[i];
+    lv->stem = 0;
+    lv->n_modules = 1;
+    TRY(get_bool(e, p, "stem", &lv->stem));
+    TRY(get_int(e, p, "modules", 0, &lv->n_modules));
+    const cJSON *ly = get_field(e, "layers");
+    if (!ly) return dpc_err(DPC_EINVAL, "missing field \"%s.layers\"", p);
+    if (!cJSON_IsArray(ly) || cJSON_GetArraySize(ly) != 2 || !cJSON_IsNumber(ly->child) ||
+        !cJSON_IsNumber(ly->child->next))
+      return dpc_err(DPC_EINVAL, "field \"%s.layers\": expected [first, end] (two integers)", p);
+    double a = ly->child->valuedouble, b = ly->child->next->valuedouble;
+    if (floor(a) != a || floor(b) != b || a < 0 || b < 0 || a > 256 || b > 256)
+      return dpc_err(DPC_EINVAL, "field \"%s.layers\": expected integers in [0, 256]", p);
+    lv->layer_begin = (int)a;
+    lv->layer_end = (int)b;
+  }
+  if (i == 0) return dpc_err(DPC_EINVAL, "field \"levels\": needs at least one level");
+  js->n_levels = i;
+  return 0;
+}
+
+static void set_defaults(jobspec *js) {
+  memset(js, 0, sizeof *js);
+  js->inner = (jobspec_inner){.lr = JOBSPEC_DEFAULT_INNER_LR,
+                              .lr_min_frac = JOBSPEC_DEFAULT_LR_MIN_FRAC,
+                              .weight_decay = JOBSPEC_DEFAULT_WEIGHT_DECAY,
+                              .beta1 = JOBSPEC_DEFAULT_BETA1,
+                              .beta2 = JOBSPEC_DEFAULT_BETA2,
+                              .eps = JOBSPEC_DEFAULT_EPS,
+                              .grad_clip = JOBSPEC_DEFAULT_GRAD_CLIP,
+                              .warmup = JOBSPEC_DEFAULT_WARMUP,
+                              .state = INNER_STATE_KEEP};
+  js->outer = (jobspec_outer){.lr = JOBSPEC_DEFAULT_OUTER_LR,
+                              .momentum = JOBSPEC_DEFAULT_OUTER_MOMENTUM,
+                              .nesterov = 1,
+                              .async_rule = OUTER_ASYNC_DN,
+                              .buffer = 0,
+                              .c = 0.0};
+  js->quorum = JOBSPEC_DEFAULT_QUORUM;
+  js->round_timeout_s = JOBSPEC_DEFAULT_ROUND_TIMEOUT_S;
+  js->weighting = WEIGHTING_UNIFORM;
+}
+
+static int parse_model(const cJSON *root, jobspec *js) {
+  int rc;
+  const cJSON *m = get_object(root, "", "model", 1, &rc);
+  if (!m) return rc;
+  static const char *const keys[] = {"init", "n_layer", "n_head", "n_embd", "n_positions", "vocab_size", "seed", NULL};
+  TRY(check_keys(m, "model", keys));
+  TRY(get_string(m, "model", "init", 0, js->init_dir, sizeof js->init_dir));
+  const char *shape[] = {"n_layer", "n_head", "n_embd", "n_positions", "vocab_size"};
+  int *dst[] = {&js->model.n_layer, &js->model.n_head, &js->model.n_embd, &js->model.n_positions, &js->model.vocab_size};
+  int present = 0;
+  for (int i = 0; i < 5; i++) present += get_field(m, shape[i]) != NULL;
+  if (js->init_dir[0] && present == 0) {
+    js->has_shape = 0;
+  } else {
+    for (int i = 0; i < 5; i++) TRY(get_int(m, "model", shape[i], 1, dst[i]));
+    js->has_shape = 1;
+  }
+  double seed = 0;
+  TRY(get_number(m, "model", "seed", 0, &seed));
+  if (floor(seed) != seed || seed < 0 || seed > MAX_SEED)
+    return dpc_err(DPC_EINVAL, "field \"model.seed\" = %g: expected an integer in [0, 2^53]", seed);
+  js->seed = (uint64_t)seed;
+  return 0;
+}
+
+int jobspec_parse(const char *json, size_t n, jobspec *out) {
+  set_defaults(out);
+  if (!json || n == 0) return dpc_err(DPC_EFORMAT, "job spec is empty");
+  if (n > MAX_SPEC_BYTES) return dpc_err(DPC_EINVAL, "job spec is %zu bytes (limit %d)", n, MAX_SPEC_BYTES);
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
+  if (!root) {
+    long at = end ? (long)(end - json) : -1;
+    return dpc_err(DPC_EFORMAT, "job spec is not valid JSON (near byte %ld)", at);
+  }
+  int rc = 0;
+  jobspec *js = out;
+  if (!cJSON_IsObject(root)) {
+    rc = dpc_err(DPC_EINVAL, "job spec: expected a JSON object at the top level");
+    goto done;
+  }
+  static const char *const top[] = {"name", "model", "data", "algorithm", "replicas", "inner_steps",
+                                    "rounds", "batch", "seq_len", "inner", "outer", "levels",
+                                    "quorum", "round_timeout_s", "weighting", NULL};
+#define P(x)                  \
+  do {                        \
+    rc = (x);                 \
+    if (rc < 0) goto done;    \
+  } while (0)
+  P(check_keys(root, "", top));
+  P(get_string(root, "", "name", 1, js->name, sizeof js->name));
+  P(parse_model(root, js));
+  {
+    const cJSON *d = get_object(root, "", "data", 1, &rc);
+    if (!d) goto done;
+    static const char *const keys[] = {"train", "val", NULL};
+    P(check_keys(d, "data", keys));
+    P(parse_data_list(d, "train", 1, js->train, &js->n_train));
+    P(parse_data_list(d, "val", 0, js->val, &js->n_val));
+  }
+  int v;
+  P(get_enum(root, "", "algorithm", 1, ALGO_NAMES, 3, &v));
+  js->algorithm = (jobspec_algorithm)v;
+  P(get_int(root, "", "replicas", 1, &js->replicas));
+  P(get_int(root, "", "inner_steps", 1, &js->inner_steps));
+  P(get_int(root, "", "rounds", 1, &js->rounds));
+  P(get_int(root, "", "batch", 1, &js->batch));
+  P(get_int(root, "", "seq_len", 1, &js->seq_len));
+  {
+    const cJSON *in = get_object(root, "", "inner", 0, &rc);
+    if (rc) goto done;
+    if (in) {
+      static const char *const keys[] = {"lr", "warmup", "lr_min_frac", "weight_decay", "beta1", "beta2",
+                                         "eps", "grad_clip", "state", NULL};
+      P(check_keys(in, "inner", keys));
+      P(get_number(in, "inner", "lr", 0, &js->inner.lr));
+      P(get_int(in, "inner", "warmup", 0, &js->inner.warmup));
+      P(get_number(in, "inner", "lr_min_frac", 0, &js->inner.lr_min_frac));
+      P(get_number(in, "inner", "weight_decay", 0, &js->inner.weight_decay));
+      P(get_number(in, "inner", "beta1", 0, &js->inner.beta1));
+      P(get_number(in, "inner", "beta2", 0, &js->inner.beta2));
+      P(get_number(in, "inner", "eps", 0, &js->inner.eps));
+      P(get_number(in, "inner", "grad_clip", 0, &js->inner.grad_clip));
+      v = js->inner.state;
+      P(get_enum(in, "inner", "state", 0, STATE_NAMES, 3, &v));
+      js->inner.state = (jobspec_inner_state)v;
+    }
+  }
+  {
+    const cJSON *o = get_object(root, "", "outer", 0, &rc);
+    if (rc) goto done;
+    if (o) {
+      static const char *const keys[] = {"lr", "momentum", "nesterov", "async", "buffer", "c", NULL};
+      P(check_keys(o, "outer", keys));
+      P(get_number(o, "outer", "lr", 0, &js->outer.lr));
+      P(get_number(o, "outer", "momentum", 0, &js->outer.momentum));
+      P(get_bool(o, "outer", "nesterov", &js->outer.nesterov));
+      v = js->outer.async_rule;
+      P(get_enum(o, "outer", "async", 0, ASYNC_NAMES, 3, &v));
+      js->outer.async_rule = (jobspec_async_rule)v;
+      P(get_int(o, "outer", "buffer", 0, &js->outer.buffer));
+      P(get_number(o, "outer", "c", 0, &js->outer.c));
+    }
+  }
+  P(parse_levels(root, js));
+  P(get_number(root, "", "quorum", 0, &js->quorum));
+  P(get_number(root, "", "round_timeout_s", 0, &js->round_timeout_s));
+  v = js->weighting;
+  P(get_enum(root, "", "weighting", 0, WEIGHT_NAMES, 2, &v));
+  js->weighting = (jobspec_weighting)v;
+#undef P
+  rc = jobspec_validate(js);
+done:
+  cJSON_Delete(root);
+  return rc < 0 ? rc : 0;
+}
+
+/* ---- validation ------------------------------------------------------------------------ */
+
+static int check_range_i(const char *field, long v, long lo, long hi) {
+  if (v < lo || v > hi) return dpc_err(DPC_EINVAL, "field \"%s\" = %ld out of range [%ld, %ld]", field, v, lo, hi);
+  return 0;
+}
+
+/* lo_open/hi_open: 1 excludes the bound. */
+static int check_range_d(const char *field, double v, double lo, int lo_open, double hi, int hi_open) {
+  int ok = isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  if (!ok)
+    return dpc_err(DPC_EINVAL, "field \"%s\" = %g out of range %c%g, %g%c", field, v, lo_open ? '(' : '[', lo, hi,
+                   hi_open ? ')' : ']');
+  return 0;
+}
+
+static int check_name(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0) return dpc_err(DPC_EINVAL, "field \"name\" is empty");
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+      return dpc_err(DPC_EINVAL, "field \"name\" = \"%s\": use only letters, digits, '.', '_' and '-'", s);
+  }
+  return 0;
+}
+
+static int has_ctl(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
+  return 0;
+}
+
+/* A data path is resolved under the worker's --data-dir: relative, no "..", no control chars. */
+static int check_data_path(const char *field, int i, const char *s) {
+  if (!s[0]) return dpc_err(DPC_EINVAL, "field \"%s[%d]\" is empty", field, i);
+  if (s[0] == '/') return dpc_err(DPC_EINVAL, "field \"%s[%d]\" = \"%s\": must be relative to the worker's --data-dir", field, i, s);
+  if (has_ctl(s)) return dpc_err(DPC_EINVAL, "field \"%s[%d]\": contains control characters", field, i);
+  const char *p = s;
+  while (*p) {
+    const char *q = strchr(p, '/');
+    size_t len = q ? (size_t)(q - p) : strlen(p);
+    if (len == 2 && p[0] == '.' && p[1] == '.')
+      return dpc_err(DPC_EINVAL, "field \"%s[%d]\" = \"%s\": \"..\" may not leave the data directory", field, i, s);
+    p += len;
+    if (*p == '/') p++;
+  }
+  return 0;
+}
+
+int jobspec_validate(const jobspec *js) {
+  TRY(check_name(js->name));
+  if (js->init_dir[0] && has_ctl(js->init_dir))
+    return dpc_err(DPC_EINVAL, "field \"model.init\": contains control characters");
+  if (!js->init_dir[0] && !js->has_shape) return dpc_err(DPC_EINVAL, "field \"model\": needs \"init\" or the shape fields");
+  if (js->has_shape) {
+    TRY(check_range_i("model.n_layer", js->model.n_layer, 1, 256));
+    TRY(check_range_i("model.n_head", js->model.n_head, 1, 1024));
+    TRY(check_range_i("model.n_embd", js->model.n_embd, 1, 65536));
+    TRY(check_range_i("model.n_positions", js->model.n_positions, 1, 1 << 20));
+    TRY(check_range_i("model.vocab_size", js->model.vocab_size, 2, 1 << 24));
+    if (gpt_config_validate(&js->model)) return dpc_err(DPC_EINVAL, "field \"model\": %s", dpc_errmsg());
+  }
+  if ((double)js->seed > MAX_SEED) return dpc_err(DPC_EINVAL, "field \"model.seed\" above 2^53");
+  if (js->n_train < 1) return dpc_err(DPC_EINVAL, "field \"data.train\": needs at least one path");
+  for (int i = 0; i < js->n_train; i++) TRY(check_data_path("data.train", i, js->train[i]));
+  for (int i = 0; i < js->n_val; i++) TRY(check_data_path("data.val", i, js->val[i]));
+  if ((unsigned)js->algorithm > JOB_ALGO_DIPACO) return dpc_err(DPC_EINVAL, "field \"algorithm\": unknown value");
+  TRY(check_range_i("replicas", js->replicas, 1, JOBSPEC_MAX_REPLICAS));
+  TRY(check_range_i("inner_steps", js->inner_steps, 1, 1000000));
+  TRY(check_range_i("rounds", js->rounds, 1, 10000000));
+  if ((long long)js->rounds * js->inner_steps > INT_MAX)
+    return dpc_err(DPC_EINVAL, "rounds × inner_steps = %lld exceeds %d", (long long)js->rounds * js->inner_steps, INT_MAX);
+  TRY(check_range_i("batch", js->batch, 1, 65536));
+  TRY(check_range_i("seq_len", js->seq_len, 1, 1 << 20));
+  if (js->has_shape && js->seq_len > js->model.n_positions)
+    return dpc_err(DPC_EINVAL, "field \"seq_len\" = %d exceeds model.n_positions = %d", js->seq_len, js->model.n_positions);
+  const jobspec_inner *in = &js->inner;
+  TRY(check_range_d("inner.lr", in->lr, 0, 1, 10, 0));
+  TRY(check_range_i("inner.warmup", in->warmup, 0, (long)js->rounds * js->inner_steps));
+  TRY(check_range_d("inner.lr_min_frac", in->lr_min_frac, 0, 0, 1, 0));
+  TRY(check_range_d("inner.weight_decay", in->weight_decay, 0, 0, 10, 0));
+  TRY(check_range_d("inner.beta1", in->beta1, 0, 0, 1, 1));
+  TRY(check_range_d("inner.beta2", in->beta2, 0, 0, 1, 1));
+  TRY(check_range_d("inner.eps", in->eps, 0, 1, 1, 0));
+  TRY(check_range_d("inner.grad_clip", in->grad_clip, 0, 0, 1e6, 0));
+  if ((unsigned)in->state > INNER_STATE_CHECKPOINT) return dpc_err(DPC_EINVAL, "field \"inner.state\": unknown value");
+  const jobspec_outer *o = &js->outer;
+  TRY(check_range_d("outer.lr", o->lr, 0, 1, 10, 0));
+  TRY(check_range_d("outer.momentum", o->momentum, 0, 0, 1, 1));
+  if (o->nesterov != 0 && o->nesterov != 1) return dpc_err(DPC_EINVAL, "field \"outer.nesterov\": expected a boolean");
+  if ((unsigned)o->async_rule > OUTER_ASYNC_SGD) return dpc_err(DPC_EINVAL, "field \"outer.async\": unknown value");
+  TRY(check_range_i("outer.buffer", o->buffer, 0, JOBSPEC_MAX_SLOTS));
+  TRY(check_range_d("outer.c", o->c, 0, 0, 1, 0));
+  if (o->buffer > 0 && o->c > 1.0 / o->buffer)
+    return dpc_err(DPC_EINVAL, "field \"outer.c\" = %g exceeds 1/outer.buffer = %g", o->c, 1.0 / o->buffer);
+  TRY(check_range_d("quorum", js->quorum, 0, 1, 1, 0));
+  TRY(check_range_d("round_timeout_s", js->round_timeout_s, 0, 0, 30 * 86400.0, 0));
+  if ((unsigned)js->weighting > WEIGHTING_TOKENS) return dpc_err(DPC_EINVAL, "field \"weighting\": unknown value");
+
+  /* Levels: level 0 holds the stem; layer ranges are consecutive and cover [0, n_layer). */
+  if (js->n_levels < 1 || js->n_levels > JOBSPEC_MAX_LEVELS)
+    return dpc_err(DPC_EINVAL, "field \"levels\": %d levels (need 1..%d)", js->n_levels, JOBSPEC_MAX_LEVELS);
+  long paths = 1, modules = 0;
+  for (int l = 0; l < js->n_levels; l++) {
+    const jobspec_level *lv = &js->levels[l];
+    char f[48];
+    snprintf(f, sizeof f, "levels[%d].modules", l);
+    TRY(check_range_i(f, lv->n_modules, 1, JOBSPEC_MAX_K));
+    if (lv->stem != (l == 0))
+      return dpc_err(DPC_EINVAL, "field \"levels[%d].stem\": %s", l,
+                     l == 0 ? "level 0 must hold the stem (\"stem\": true)" : "only level 0 holds the stem");
+    int want = l == 0 ? 0 : js->levels[l - 1].layer_end;
+    if (l == 0 && lv->layer_end < 0) continue; /* default level of an unresolved "init" model */
+    if (lv->layer_begin != want)
+      return dpc_err(DPC_EINVAL, "field \"levels[%d].layers\": starts at layer %d, expected %d (levels must be consecutive)",
+                     l, lv->layer_begin, want);
+    if (lv->layer_end < lv->layer_begin || (l > 0 && lv->layer_end == lv->layer_begin))
+      return dpc_err(DPC_EINVAL, "field \"levels[%d].layers\": [%d, %d) is empty or reversed", l, lv->layer_begin, lv->layer_end);
+    paths *= lv->n_modules;
+    modules += lv->n_modules;
+    if (paths > JOBSPEC_MAX_PATHS) return dpc_err(DPC_EINVAL, "field \"levels\": more than %d paths", JOBSPEC_MAX_PATHS);
+  }
+  if (modules > JOBSPEC_MAX_MODULES) return dpc_err(DPC_EINVAL, "field \"levels\": more than %d modules", JOBSPEC_MAX_MODULES);
+  if (js->has_shape && js->levels[js->n_levels - 1].layer_end != js->model.n_layer)
+    return dpc_err(DPC_EINVAL, "field \"levels\": the last level ends at layer %d, expected model.n_layer = %d",
+                   js->levels[js->n_levels - 1].layer_end, js->model.n_layer);
+  if (js->algorithm != JOB_ALGO_DIPACO && paths != 1)
+    return dpc_err(DPC_EINVAL, "field \"levels\": algorithm \"%s\" trains one path (every level needs \"modules\": 1)",
+                   jobspec_algorithm_name(js->algorithm));
+  if (paths * js->replicas > JOBSPEC_MAX_SLOTS)
+    return dpc_err(DPC_EINVAL, "paths × replicas = %ld exceeds %d", paths * js->replicas, JOBSPEC_MAX_SLOTS);
+  return 0;
+}
+
+/* ---- init directory -------------------------------------------------------------------- */
+
+int jobspec_resolve_init(jobspec *js, const char *base) {
+  if (!js->init_dir[0]) return js->has_shape ? 0 : dpc_err(DPC_EINVAL, "field \"model\": no init directory and no shape");
+  char path[JOBSPEC_PATH_MAX * 2 + 32];
+  if (base && base[0] && js->init_dir[0] != '/')
+    snprintf(path, sizeof path, "%s/%s/config.json", base, js->init_dir);
+  else
+    snprintf(path, sizeof path, "%s/config.json", js->init_dir);
+  void *buf = NULL;
+  size_t n = 0;
+  int rc = dpc_read_file(path, 1 << 20, &buf, &n);
+  if (rc) return dpc_err(rc, "model.init: cannot read %s: %s", path, dpc_errmsg());
+  cJSON *root = cJSON_ParseWithLength(buf, n);
+  free(buf);
+  if (!root || !cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return dpc_err(DPC_EFORMAT, "%s: not a JSON object", path);
+  }
+  gpt_config c = {0};
+  const char *names[] = {"n_layer", "n_head", "n_embd", "n_positions", "vocab_size"};
+  int *dst[] = {&c.n_layer, &c.n_head, &c.n_embd, &c.n_positions, &c.vocab_size};
+  for (int i = 0; i < 5; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, names[i]);
+    if (!cJSON_IsNumber(v) || floor(v->valuedouble) != v->valuedouble || v->valuedouble < 1 || v->valuedouble > INT_MAX) {
+      cJSON_Delete(root);
+      return dpc_err(DPC_EFORMAT, "%s: field \"%s\" missing or not a positive integer", path, names[i]);
+    }
+    *dst[i] = (int)v->valuedouble;
+  }
+  cJSON_Delete(root);
+  if (js->has_shape && memcmp(&c, &js->model, sizeof c) != 0)
+    return dpc_err(DPC_ESHAPE, "%s: shape (L=%d NH=%d C=%d maxT=%d V=%d) differs from the spec's model", path, c.n_layer,
+                   c.n_head, c.n_embd, c.n_positions, c.vocab_size);
+  js->model = c;
+  js->has_shape = 1;
+  if (js->n_levels == 1 && js->levels[0].layer_end < 0) js->levels[0].layer_end = c.n_layer;
+  return jobspec_validate(js);
+}
+
+/* ---- canonical JSON -------------------------------------------------------------------- */
+
+int jobspec_to_json(const jobspec *js, char **out) {
+  *out = NULL;
+  cJSON *r = cJSON_CreateObject();
+  if (!r) return dpc_err(DPC_ENOMEM, "jobspec_to_json: out of memory");
+  cJSON_AddStringToObject(r, "name", js->name);
+  cJSON *m = cJSON_AddObjectToObject(r, "model");
+  if (m) {
+    if (js->init_dir[0]) cJSON_AddStringToObject(m, "init", js->init_dir);
+    if (js->has_shape) {
+      cJSON_AddNumberToObject(m, "n_layer", js->model.n_layer);
+      cJSON_AddNumberToObject(m, "n_head", js->model.n_head);
+      cJSON_AddNumberToObject(m, "n_embd", js->model.n_embd);
+      cJSON_AddNumberToObject(m, "n_positions", js->model.n_positions);
+      cJSON_AddNumberToObject(m, "vocab_size", js->model.vocab_size);
+    }
+    cJSON_AddNumberToObject(m, "seed", (double)js->seed);
+  }
+  cJSON *d = cJSON_AddObjectToObject(r, "data");
+  if (d) {
+    cJSON *t = cJSON_AddArrayToObject(d, "train");
+    for (int i = 0; t && i < js->n_train; i++) cJSON_AddItemToArray(t, cJSON_CreateString(js->train[i]));
+    cJSON *v = cJSON_AddArrayToObject(d, "val");
+    for (int i = 0; v && i < js->n_val; i++) cJSON_AddItemToArray(v, cJSON_CreateString(js->val[i]));
+  }
+  cJSON_AddStringToObject(r, "algorithm", jobspec_algorithm_name(js->algorithm));
+  cJSON_AddNumberToObject(r, "replicas", js->replicas);
+  cJSON_AddNumberToObject(r, "inner_steps", js->inner_steps);
+  cJSON_AddNumberToObject(r, "rounds", js->rounds);
+  cJSON_AddNumberToObject(r, "batch", js->batch);
+  cJSON_AddNumberToObject(r, "seq_len", js->seq_len);
+  cJSON *in = cJSON_AddObjectToObject(r, "inner");
+  if (in) {
+    cJSON_AddNumberToObject(in, "lr", js->inner.lr);
+    cJSON_AddNumberToObject(in, "warmup", js->inner.warmup);
+    cJSON_AddNumberToObject(in, "lr_min_frac", js->inner.lr_min_frac);
+    cJSON_AddNumberToObject(in, "weight_decay", js->inner.weight_decay);
+    cJSON_AddNumberToObject(in, "beta1", js->inner.beta1);
+    cJSON_AddNumberToObject(in, "beta2", js->inner.beta2);
+    cJSON_AddNumberToObject(in, "eps", js->inner.eps);
+    cJSON_AddNumberToObject(in, "grad_clip", js->inner.grad_clip);
+    cJSON_AddStringToObject(in, "state", jobspec_inner_state_name(js->inner.state));
+  }
+  cJSON *o = cJSON_AddObjectToObject(r, "outer");
+  if (o) {
+    cJSON_AddNumberToObject(o, "lr", js->outer.lr);
+    cJSON_AddNumberToObject(o, "momentum", js->outer.momentum);
+    cJSON_AddBoolToObject(o, "nesterov", js->outer.nesterov);
+    cJSON_AddStringToObject(o, "async", ASYNC_NAMES[js->outer.async_rule]);
+    cJSON_AddNumberToObject(o, "buffer", js->outer.buffer);
+    cJSON_AddNumberToObject(o, "c", js->outer.c);
+  }
+  cJSON *lv = cJSON_AddArrayToObject(r, "levels");
+  for (int l = 0; lv && l < js->n_levels; l++) {
+    const jobspec_level *L = &js->levels[l];
+    if (L->layer_end < 0) break; /* unresolved default level: leave it to the default */
+    cJSON *e = cJSON_CreateObject();
+    if (!e) break;
+    cJSON_AddBoolToObject(e, "stem", L->stem);
+    int ly[2] = {L->layer_begin, L->layer_end};
+    cJSON_AddItemToObject(e, "layers", cJSON_CreateIntArray(ly, 2));
+    cJSON_AddNumberToObject(e, "modules", L->n_modules);
+    cJSON_AddItemToArray(lv, e);
+  }
+  if (lv && cJSON_GetArraySize(lv) == 0) cJSON_DeleteItemFromObject(r, "levels");
+  cJSON_AddNumberToObject(r, "quorum", js->quorum);
+  cJSON_AddNumberToObject(r, "round_timeout_s", js->round_timeout_s);
+  cJSON_AddStringToObject(r, "weighting", WEIGHT_NAMES[js->weighting]);
+  char *s = cJSON_PrintUnformatted(r);
+  cJSON_Delete(r);
+  if (!s) return dpc_err(DPC_ENOMEM, "jobspec_to_json: out of memory");
+  /* cJSON allocates with malloc by default; hand over a plain malloc'd copy regardless. */
+  *out = strdup(s);
+  cJSON_free(s);
+  return *out ? 0 : dpc_err(DPC_ENOMEM, "jobspec_to_json: out of memory");
+}
+
+/* ---- structure ------------------------------------------------------------------------- */
+
+long jobspec_total_steps(const jobspec *js) { return (long)js->rounds * js->inner_steps; }
+
+int jobspec_n_modules(const jobspec *js) {
+  int n = 0;
+  for (int l = 0; l < js->n_levels; l++) n += js->levels[l].n_modules;
+  return n;
+}
+
+int jobspec_n_paths(const jobspec *js) {
+  int p = 1;
+  for (int l = 0; l < js->n_levels; l++) p *= js->levels[l].n_modules;
+  return p;
+}
+
+int jobspec_n_slots(const jobspec *js) { return jobspec_n_paths(js) * js->replicas; }
+
+int jobspec_path_modules(const jobspec *js, int path, int *mods) {
+  int P = jobspec_n_paths(js);
+  if (path < 0 || path >= P) return dpc_err(DPC_ERANGE, "path %d out of range [0, %d)", path, P);
+  int first[JOBSPEC_MAX_LEVELS], acc = 0;
+  for (int l = 0; l < js->n_levels; l++) {
+    first[l] = acc;
+    acc += js->levels[l].n_modules;
+  }
+  int rest = path;
+  for (int l = js->n_levels - 1; l >= 0; l--) {
+    int K = js->levels[l].n_modules;
+    mods[l] = first[l] + rest % K;
+    rest /= K;
+  }
+  return js->n_levels;
+}
+
+int jobspec_path_has_module(const jobspec *js, int path, int module) {
+  int mods[JOBSPEC_MAX_LEVELS];
+  int n = jobspec_path_modules(js, path, mods);
+  for (int l = 0; l < n; l++)
+    if (mods[l] == module) return 1;
+  return 0;
+}
+
+int jobspec_layout(const jobspec *js, gpt_layout *lay) {
+  if (!js->has_shape) return dpc_err(DPC_ESTATE, "job \"%s\": model shape unknown until model.init is resolved", js->name);
+  return gpt_layout_build(&js->model, lay);
+}
+
+static int check_lay(const jobspec *js, const gpt_layout *lay) {
+  if (!js->has_shape) return dpc_err(DPC_ESTATE, "job \"%s\": model shape unknown until model.init is resolved", js->name);
+  if (memcmp(&lay->cfg, &js->model, sizeof lay->cfg) != 0)
+    return dpc_err(DPC_ESHAPE, "job \"%s\": layout is for a different model", js->name);
+  if (js->levels[js->n_levels - 1].layer_end != lay->cfg.n_layer)
+    return dpc_err(DPC_ESHAPE, "job \"%s\": levels do not cover the model's %d layers", js->name, lay->cfg.n_layer);
+  return 0;
+}
+
+int jobspec_modules(const jobspec *js, const gpt_layout *lay, jobspec_module *out, int cap) {
+  TRY(check_lay(js, lay));
+  int n = 0;
+  for (int l = 0; l < js->n_levels; l++) {
+    const jobspec_level *L = &js->levels[l];
+    size_t lo = L->stem ? 0 : lay->layer_off[L->layer_begin];
+    size_t hi = lay->layer_off[L->layer_end];
+    for (int k = 0; k < L->n_modules; k++, n++)
+      if (n < cap) out[n] = (jobspec_module){.id = n, .level = l, .index = k, .offset = lo, .len = hi - lo};
+  }
+  return n;
+}
+
+int jobspec_fragments(const jobspec *js, const gpt_layout *lay, jobspec_fragment *out, int cap) {
+  TRY(check_lay(js, lay));
+  /* Without streaming a module is one fragment, with the module's id. */
+  int n = 0;
+  for (int l = 0; l < js->n_levels; l++) {
+    const jobspec_level *L = &js->levels[l];
+    size_t lo = L->stem ? 0 : lay->layer_off[L->layer_begin];
+    size_t hi = lay->layer_off[L->layer_end];
+    for (int k = 0; k < L->n_modules; k++, n++)
+      if (n < cap) out[n] = (jobspec_fragment){.id = n, .module = n, .offset = lo, .len = hi - lo};
+  }
+  return n;
+}

@@ -1,0 +1,184 @@
+/* jobspec.h — the job spec: parse and validate the user's JSON, hold it as a struct, write it
+ * back in one canonical form (the one stored in the database), and derive the module /
+ * path / fragment structure from it and the canonical GPT layout (kernels/gpt.h).
+ *
+ * JSON (unknown fields are rejected at every level, naming the field path):
+ *   {"name": "run-1",                       required, 1..63 chars of [A-Za-z0-9._-]
+ *    "model": {"init": DIR}                 weights + config.json from a directory, or
+ *           | {"n_layer","n_head","n_embd","n_positions","vocab_size","seed"} (seed default 0)
+ *    "data": {"train": [paths|globs], "val": [...]}   relative to each worker's --data-dir
+ *    "algorithm": "diloco" | "diloco-async" | "dipaco",
+ *    "replicas": R, "inner_steps": H, "rounds": N, "batch": B, "seq_len": T,   all required
+ *    "inner": {"lr", "warmup", "lr_min_frac", "weight_decay", "beta1", "beta2", "eps",
+ *              "grad_clip", "state": "keep"|"reset"|"checkpoint"},
+ *    "outer": {"lr", "momentum", "nesterov",
+ *              "async": "delayed-nesterov"|"nesterov"|"sgd", "buffer": N_buf, "c": c},
+ *    "levels": [{"stem": bool, "layers": [first, end), "modules": K}, ...],
+ *    "quorum": q, "round_timeout_s": s, "weighting": "uniform"|"tokens"}
+ *
+ * Defaults (JOBSPEC_DEFAULT_*): inner lr 3e-4, warmup 0, lr_min_frac 0.1, weight_decay 0.1,
+ * beta1 0.9, beta2 0.95, eps 1e-8, grad_clip 1.0, state keep; outer lr 0.7, momentum 0.9,
+ * nesterov true, async delayed-nesterov, buffer 0 (= number of slots), c 0; quorum 1.0;
+ * round_timeout_s 3600 (0 = no deadline); weighting uniform; data.val empty; levels: one
+ * level {"stem": true, "layers": [0, n_layer], "modules": 1}.
+ * The LR schedule's total_steps is rounds × inner_steps.
+ *
+ * Module structure. Levels cut the model into consecutive pieces: level 0 always holds the
+ * stem (wte, wpe, ln_f — which the canonical layout puts first) plus layers [0, e0), and level
+ * l > 0 holds layers [e_{l-1}, e_l), so every module is ONE contiguous float range. Level l has
+ * K_l alternative modules; a path picks one per level, P = Π K_l paths. Plain DiLoCo is the
+ * default single level with K = 1: one module holding the whole model, one path. DiPaCo uses
+ * e.g. [{"stem":true,"layers":[0,0],"modules":1}, {"layers":[0,L],"modules":4}].
+ * Numbering: module ids run level by level (level 0's modules first); path p picks, at level l,
+ * module index (p / Π_{l'>l} K_l') mod K_l (the last level varies fastest). Without streaming,
+ * a module is one fragment and fragment id = module id.
+ *
+ * Model shape with "init": jobspec_parse keeps the directory and marks the shape unknown
+ * (has_shape = 0); checks that need the shape (seq_len <= n_positions, levels covering the
+ * layers) run in jobspec_resolve_init, which reads DIR/config.json. A canonical spec of a
+ * resolved "init" model carries both "init" and the shape fields; they must then agree.
+ *
+ * Ownership: a jobspec is a plain value (fixed arrays, no pointers); copy it freely.
+ * Thread-safety: all functions are reentrant. */
+#ifndef DPC_JOBSPEC_H
+#define DPC_JOBSPEC_H
+
+#include "kernels/gpt.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define JOBSPEC_NAME_MAX 64
+#define JOBSPEC_PATH_MAX 256
+#define JOBSPEC_MAX_DATA 32
+#define JOBSPEC_MAX_LEVELS 16
+#define JOBSPEC_MAX_K 256        /* modules per level */
+#define JOBSPEC_MAX_MODULES 1024 /* over all levels */
+#define JOBSPEC_MAX_PATHS 65536
+#define JOBSPEC_MAX_REPLICAS 4096
+#define JOBSPEC_MAX_SLOTS 65536  /* paths × replicas */
+
+#define JOBSPEC_DEFAULT_INNER_LR 3e-4
+#define JOBSPEC_DEFAULT_WARMUP 0
+#define JOBSPEC_DEFAULT_LR_MIN_FRAC 0.1
+#define JOBSPEC_DEFAULT_WEIGHT_DECAY 0.1
+#define JOBSPEC_DEFAULT_BETA1 0.9
+#define JOBSPEC_DEFAULT_BETA2 0.95
+#define JOBSPEC_DEFAULT_EPS 1e-8
+#define JOBSPEC_DEFAULT_GRAD_CLIP 1.0
+#define JOBSPEC_DEFAULT_OUTER_LR 0.7
+#define JOBSPEC_DEFAULT_OUTER_MOMENTUM 0.9
+#define JOBSPEC_DEFAULT_QUORUM 1.0
+#define JOBSPEC_DEFAULT_ROUND_TIMEOUT_S 3600.0
+
+typedef enum { JOB_ALGO_DILOCO = 0, JOB_ALGO_DILOCO_ASYNC = 1, JOB_ALGO_DIPACO = 2 } jobspec_algorithm;
+typedef enum { INNER_STATE_KEEP = 0, INNER_STATE_RESET = 1, INNER_STATE_CHECKPOINT = 2 } jobspec_inner_state;
+typedef enum { OUTER_ASYNC_DN = 0, OUTER_ASYNC_NESTEROV = 1, OUTER_ASYNC_SGD = 2 } jobspec_async_rule;
+typedef enum { WEIGHTING_UNIFORM = 0, WEIGHTING_TOKENS = 1 } jobspec_weighting;
+
+typedef struct {
+  int stem;        /* 1 for level 0 (holds the stem), 0 otherwise */
+  int layer_begin; /* transformer layers [layer_begin, layer_end) */
+  int layer_end;
+  int n_modules;   /* K_l */
+} jobspec_level;
+
+typedef struct {
+  double lr, lr_min_frac, weight_decay, beta1, beta2, eps, grad_clip;
+  int warmup;
+  jobspec_inner_state state;
+} jobspec_inner;
+
+typedef struct {
+  double lr, momentum;
+  int nesterov;
+  jobspec_async_rule async_rule; /* diloco-async only */
+  int buffer;                    /* delayed-Nesterov N; 0 = number of slots */
+  double c;                      /* delayed-Nesterov c in [0, 1/N] */
+} jobspec_outer;
+
+typedef struct {
+  char name[JOBSPEC_NAME_MAX];
+  /* model */
+  char init_dir[JOBSPEC_PATH_MAX]; /* "" unless {"init": DIR} */
+  int has_shape;                   /* 0 only for an unresolved "init" model */
+  gpt_config model;
+  uint64_t seed;                   /* init seed for a shape-only model (< 2^53) */
+  /* data, relative to the worker's --data-dir */
+  int n_train, n_val;
+  char train[JOBSPEC_MAX_DATA][JOBSPEC_PATH_MAX];
+  char val[JOBSPEC_MAX_DATA][JOBSPEC_PATH_MAX];
+  jobspec_algorithm algorithm;
+  int replicas;    /* R */
+  int inner_steps; /* H */
+  int rounds;      /* N outer rounds (async: total compute = rounds × H × R inner steps) */
+  int batch;       /* B */
+  int seq_len;     /* T */
+  jobspec_inner inner;
+  jobspec_outer outer;
+  int n_levels;
+  jobspec_level levels[JOBSPEC_MAX_LEVELS];
+  double quorum;          /* fraction of expected deltas needed at the deadline, (0, 1] */
+  double round_timeout_s; /* 0 = no deadline */
+  jobspec_weighting weighting;
+} jobspec;
+
+/* One module: a contiguous float range [offset, offset+len) of the canonical layout. */
+typedef struct {
+  int id;    /* global module id */
+  int level;
+  int index; /* 0..K_level-1 */
+  size_t offset, len;
+} jobspec_module;
+
+/* One fragment: the synchronised unit, a contiguous tensor-aligned part of one module. */
+typedef struct {
+  int id;
+  int module;
+  size_t offset, len; /* floats, canonical layout */
+} jobspec_fragment;
+
+/* Parse and validate json[0..n) into *out (fully overwritten; defaults filled in). On error
+ * returns DPC_EINVAL (or DPC_EFORMAT for text that is not JSON, DPC_ENOMEM) with a detail
+ * naming the field path, e.g. `unknown field "inner.lrr"`. */
+int jobspec_parse(const char *json, size_t n, jobspec *out);
+
+/* Re-run every check on a struct (what jobspec_parse runs after reading). */
+int jobspec_validate(const jobspec *js);
+
+/* For an "init" model: read <base>/<init_dir>/config.json (base may be NULL for the current
+ * directory, init_dir may be absolute), fill the shape, set has_shape and re-validate. A
+ * spec that already has a shape must agree with the file (DPC_ESHAPE otherwise). */
+int jobspec_resolve_init(jobspec *js, const char *base);
+
+/* Canonical JSON (compact, fixed key order, every default written out). *out is malloc'd and
+ * owned by the caller (free()). Parsing the output gives back an identical struct. */
+int jobspec_to_json(const jobspec *js, char **out);
+
+/* Schedule length for gpt_lr_at: rounds × inner_steps. */
+long jobspec_total_steps(const jobspec *js);
+
+/* Structure: counts are valid for a validated spec with a shape. */
+int jobspec_n_modules(const jobspec *js);
+int jobspec_n_paths(const jobspec *js);
+int jobspec_n_slots(const jobspec *js); /* paths × replicas */
+
+/* mods[0..n_levels) receives the module ids on path `path`; returns n_levels or DPC_ERANGE. */
+int jobspec_path_modules(const jobspec *js, int path, int *mods);
+/* 1 if path `path` goes through module `module`, else 0. */
+int jobspec_path_has_module(const jobspec *js, int path, int module);
+
+/* Build the canonical layout of the spec's model into *lay (the caller allocates it; it is
+ * large, keep it off the stack). DPC_ESTATE for an unresolved "init" model. */
+int jobspec_layout(const jobspec *js, gpt_layout *lay);
+
+/* Fill out[0..cap) with the modules / fragments for layout `lay` (which must be the spec's
+ * model); return how many there are (which may exceed cap: call with cap 0 to size), or a
+ * negative DPC_E* code. */
+int jobspec_modules(const jobspec *js, const gpt_layout *lay, jobspec_module *out, int cap);
+int jobspec_fragments(const jobspec *js, const gpt_layout *lay, jobspec_fragment *out, int cap);
+
+const char *jobspec_algorithm_name(jobspec_algorithm a);
+const char *jobspec_inner_state_name(jobspec_inner_state s);
+
+#endif

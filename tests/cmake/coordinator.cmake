@@ -1,0 +1,21 @@
+# Tests of the coordinator core (dpc_coord): job spec, blob store, SQLite store, outer
+# optimizer (unit tests and a PyTorch oracle).
+if(TARGET dpc_coord)
+  foreach(t test_jobspec test_store test_store_blobs test_outer)
+    if(EXISTS ${CMAKE_SOURCE_DIR}/tests/unit/${t}.c)
+      add_executable(${t} ${CMAKE_SOURCE_DIR}/tests/unit/${t}.c)
+      target_link_libraries(${t} PRIVATE dpc_coord)
+      string(REPLACE "test_" "" _name ${t})
+      add_test(NAME coord_${_name} COMMAND ${t})
+      set_tests_properties(coord_${_name} PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+    endif()
+  endforeach()
+  # The oracle helper runs our outer kernels on arrays the Python oracle writes.
+  if(EXISTS ${CMAKE_SOURCE_DIR}/tests/unit/test_outer_oracle.c)
+    add_executable(test_outer_oracle ${CMAKE_SOURCE_DIR}/tests/unit/test_outer_oracle.c)
+    target_link_libraries(test_outer_oracle PRIVATE dpc_coord)
+    add_test(NAME coord_outer_oracle
+             COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/oracle/outer_oracle.py $<TARGET_FILE:test_outer_oracle>)
+    set_tests_properties(coord_outer_oracle PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+  endif()
+endif()

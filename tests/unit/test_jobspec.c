@@ -1,0 +1,235 @@
+/* test_jobspec.c — job spec parsing: valid specs and defaults, canonical round trip, every
+ * kind of bad spec with its message, init-directory resolution, and the module / path /
+ * fragment structure against the canonical layout. */
+#include "common/errors.h"
+#include "coordinator/jobspec.h"
+#include "tests/unit/test.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MODEL "\"model\":{\"n_layer\":4,\"n_head\":2,\"n_embd\":8,\"n_positions\":16,\"vocab_size\":32}"
+#define DATA "\"data\":{\"train\":[\"shards/train_*.bin\"]}"
+#define CORE "\"algorithm\":\"diloco\",\"replicas\":2,\"inner_steps\":5,\"rounds\":3,\"batch\":4,\"seq_len\":8"
+#define BASE "\"name\":\"t1\"," MODEL "," DATA "," CORE
+
+static int parse(const char *s, jobspec *js) { return jobspec_parse(s, strlen(s), js); }
+
+/* Parse `s`, expect failure with `code` and a message containing `want`. */
+static void expect_bad(const char *s, int code, const char *want) {
+  static jobspec js;
+  dpc_errclear();
+  int rc = parse(s, &js);
+  CHECK_EQ_INT(rc, code);
+  if (!strstr(dpc_errmsg(), want)) {
+    test_failures++;
+    fprintf(stderr, "spec %s\n  message \"%s\" lacks \"%s\"\n", s, dpc_errmsg(), want);
+  }
+  test_checks++;
+}
+
+int main(void) {
+  static jobspec js, js2;
+  static gpt_layout lay;
+
+  /* A minimal valid spec gets the documented defaults. */
+  CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
+  CHECK(strcmp(js.name, "t1") == 0);
+  CHECK_EQ_INT(js.has_shape, 1);
+  CHECK_EQ_INT(js.model.n_layer, 4);
+  CHECK_EQ_INT(js.algorithm, JOB_ALGO_DILOCO);
+  CHECK_EQ_INT(js.replicas, 2);
+  CHECK_EQ_INT(js.n_train, 1);
+  CHECK(strcmp(js.train[0], "shards/train_*.bin") == 0);
+  CHECK_EQ_INT(js.n_val, 0);
+  CHECK(js.inner.lr == 3e-4 && js.inner.lr_min_frac == 0.1 && js.inner.weight_decay == 0.1);
+  CHECK(js.inner.beta1 == 0.9 && js.inner.beta2 == 0.95 && js.inner.eps == 1e-8 && js.inner.grad_clip == 1.0);
+  CHECK_EQ_INT(js.inner.warmup, 0);
+  CHECK_EQ_INT(js.inner.state, INNER_STATE_KEEP);
+  CHECK(js.outer.lr == 0.7 && js.outer.momentum == 0.9 && js.outer.nesterov == 1);
+  CHECK(js.quorum == 1.0 && js.round_timeout_s == 3600.0);
+  CHECK_EQ_INT(js.weighting, WEIGHTING_UNIFORM);
+  CHECK_EQ_INT(jobspec_total_steps(&js), 15);
+  CHECK_EQ_INT(js.n_levels, 1);
+  CHECK_EQ_INT(js.levels[0].layer_end, 4);
+  CHECK_EQ_INT(jobspec_n_paths(&js), 1);
+  CHECK_EQ_INT(jobspec_n_slots(&js), 2);
+
+  /* Plain DiLoCo: one module = one fragment = the whole model. */
+  CHECK_EQ_INT(jobspec_layout(&js, &lay), 0);
+  jobspec_fragment fr[8];
+  jobspec_module mo[8];
+  CHECK_EQ_INT(jobspec_fragments(&js, &lay, fr, 8), 1);
+  CHECK_EQ_INT(fr[0].offset, 0);
+  CHECK_EQ_INT(fr[0].len, lay.n_params);
+  CHECK_EQ_INT(jobspec_modules(&js, &lay, mo, 0), 1); /* sizing call */
+
+  /* Every field given; canonical JSON round-trips to the same canonical JSON. */
+  const char *full =
+      "{\"name\":\"full-run_2\",\"model\":{\"n_layer\":4,\"n_head\":2,\"n_embd\":8,\"n_positions\":16,"
+      "\"vocab_size\":32,\"seed\":1234},\"data\":{\"train\":[\"a.bin\",\"dir/b_*.bin\"],\"val\":[\"v.bin\"]},"
+      "\"algorithm\":\"dipaco\",\"replicas\":3,\"inner_steps\":10,\"rounds\":7,\"batch\":2,\"seq_len\":16,"
+      "\"inner\":{\"lr\":0.001,\"warmup\":5,\"lr_min_frac\":1,\"weight_decay\":0,\"beta1\":0.8,\"beta2\":0.99,"
+      "\"eps\":1e-6,\"grad_clip\":0,\"state\":\"checkpoint\"},"
+      "\"outer\":{\"lr\":0.5,\"momentum\":0.8,\"nesterov\":false,\"async\":\"sgd\",\"buffer\":4,\"c\":0.25},"
+      "\"levels\":[{\"stem\":true,\"layers\":[0,0],\"modules\":1},{\"layers\":[0,2],\"modules\":2},"
+      "{\"layers\":[2,4],\"modules\":3}],"
+      "\"quorum\":0.5,\"round_timeout_s\":60,\"weighting\":\"tokens\"}";
+  CHECK_EQ_INT(parse(full, &js), 0);
+  CHECK_EQ_INT(js.seed, 1234);
+  CHECK_EQ_INT(js.n_val, 1);
+  CHECK_EQ_INT(js.inner.state, INNER_STATE_CHECKPOINT);
+  CHECK_EQ_INT(js.outer.nesterov, 0);
+  CHECK_EQ_INT(js.outer.async_rule, OUTER_ASYNC_SGD);
+  CHECK_EQ_INT(js.weighting, WEIGHTING_TOKENS);
+  char *j1 = NULL, *j2 = NULL;
+  CHECK_EQ_INT(jobspec_to_json(&js, &j1), 0);
+  CHECK_EQ_INT(parse(j1, &js2), 0);
+  CHECK_EQ_INT(jobspec_to_json(&js2, &j2), 0);
+  CHECK(j1 && j2 && strcmp(j1, j2) == 0);
+  CHECK(js2.inner.lr == 0.001 && js2.inner.eps == 1e-6 && js2.outer.c == 0.25 && js2.quorum == 0.5);
+  free(j1);
+  free(j2);
+
+  /* DiPaCo structure: levels {stem}, {layers 0-1, K=2}, {layers 2-3, K=3} → 6 modules, 6 paths. */
+  CHECK_EQ_INT(jobspec_n_modules(&js), 6);
+  CHECK_EQ_INT(jobspec_n_paths(&js), 6);
+  CHECK_EQ_INT(jobspec_n_slots(&js), 18);
+  CHECK_EQ_INT(jobspec_layout(&js, &lay), 0);
+  CHECK_EQ_INT(jobspec_modules(&js, &lay, mo, 8), 6);
+  CHECK_EQ_INT(mo[0].offset, 0);
+  CHECK_EQ_INT(mo[0].len, lay.stem_end);
+  CHECK_EQ_INT(mo[1].offset, lay.layer_off[0]);
+  CHECK_EQ_INT(mo[1].len, lay.layer_off[2] - lay.layer_off[0]);
+  CHECK_EQ_INT(mo[2].offset, mo[1].offset);
+  CHECK_EQ_INT(mo[2].level, 1);
+  CHECK_EQ_INT(mo[2].index, 1);
+  CHECK_EQ_INT(mo[5].offset, lay.layer_off[2]);
+  CHECK_EQ_INT(mo[5].offset + mo[5].len, lay.n_params);
+  CHECK_EQ_INT(jobspec_fragments(&js, &lay, fr, 8), 6);
+  CHECK_EQ_INT(fr[4].module, 4);
+  CHECK_EQ_INT(fr[4].offset, mo[4].offset);
+  int mods[JOBSPEC_MAX_LEVELS];
+  /* Path p = (k1, k2) with the last level fastest: p = k1·3 + k2. */
+  CHECK_EQ_INT(jobspec_path_modules(&js, 5, mods), 3);
+  CHECK(mods[0] == 0 && mods[1] == 2 && mods[2] == 5);
+  CHECK_EQ_INT(jobspec_path_modules(&js, 1, mods), 3);
+  CHECK(mods[0] == 0 && mods[1] == 1 && mods[2] == 4);
+  CHECK_EQ_INT(jobspec_path_has_module(&js, 3, 2), 1);
+  CHECK_EQ_INT(jobspec_path_has_module(&js, 3, 1), 0);
+  CHECK_EQ_INT(jobspec_path_modules(&js, 6, mods), DPC_ERANGE);
+  int per_module[6] = {0};
+  for (int p = 0; p < 6; p++)
+    for (int m = 0; m < 6; m++) per_module[m] += jobspec_path_has_module(&js, p, m);
+  CHECK(per_module[0] == 6 && per_module[1] == 3 && per_module[2] == 3 && per_module[3] == 2 && per_module[5] == 2);
+
+  /* Bad specs, one per kind of mistake. */
+  expect_bad("", DPC_EFORMAT, "empty");
+  expect_bad("{\"name\":", DPC_EFORMAT, "not valid JSON");
+  expect_bad("[1,2]", DPC_EINVAL, "JSON object");
+  expect_bad("{" BASE ",\"inner\":{\"lrr\":0.1}}", DPC_EINVAL, "unknown field \"inner.lrr\"");
+  expect_bad("{" BASE ",\"extra\":1}", DPC_EINVAL, "unknown field \"extra\"");
+  expect_bad("{" BASE ",\"outer\":{\"lr\":0.7,\"lr\":0.5}}", DPC_EINVAL, "duplicate field \"outer.lr\"");
+  expect_bad("{\"name\":\"t1\",\"model\":{\"n_layer\":4,\"n_head\":2,\"n_embd\":8,\"n_positions\":16,\"vocab_size\":32,"
+             "\"dropout\":0.1}," DATA "," CORE "}",
+             DPC_EINVAL, "unknown field \"model.dropout\"");
+  expect_bad("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[\"a\"],\"test\":[]}," CORE "}", DPC_EINVAL,
+             "unknown field \"data.test\"");
+  expect_bad("{" BASE ",\"levels\":[{\"stem\":true,\"layers\":[0,4],\"modules\":1,\"k\":2}]}", DPC_EINVAL,
+             "unknown field \"levels[0].k\"");
+  expect_bad("{\"name\":\"t1\"," MODEL "," DATA ",\"algorithm\":\"diloco\",\"replicas\":2,\"inner_steps\":5,"
+             "\"batch\":4,\"seq_len\":8}",
+             DPC_EINVAL, "missing field \"rounds\"");
+  expect_bad("{\"name\":\"t1\"," DATA "," CORE "}", DPC_EINVAL, "missing field \"model\"");
+  expect_bad("{\"name\":\"t1\",\"model\":{\"n_layer\":4}," DATA "," CORE "}", DPC_EINVAL, "missing field \"model.n_head\"");
+  expect_bad("{" BASE ",\"inner\":{\"lr\":\"fast\"}}", DPC_EINVAL, "field \"inner.lr\": expected a number");
+  expect_bad("{" BASE ",\"outer\":{\"nesterov\":1}}", DPC_EINVAL, "field \"outer.nesterov\": expected true or false");
+  expect_bad("{\"name\":7," MODEL "," DATA "," CORE "}", DPC_EINVAL, "field \"name\": expected a string");
+  expect_bad("{\"name\":\"t 1\"," MODEL "," DATA "," CORE "}", DPC_EINVAL, "field \"name\"");
+  expect_bad("{\"name\":\"t1\"," MODEL "," DATA ",\"algorithm\":\"diloco\",\"replicas\":2.5,\"inner_steps\":5,"
+             "\"rounds\":3,\"batch\":4,\"seq_len\":8}",
+             DPC_EINVAL, "field \"replicas\" = 2.5: expected an integer");
+  expect_bad("{\"name\":\"t1\"," MODEL "," DATA ",\"algorithm\":\"diloco\",\"replicas\":0,\"inner_steps\":5,"
+             "\"rounds\":3,\"batch\":4,\"seq_len\":8}",
+             DPC_EINVAL, "field \"replicas\" = 0 out of range");
+  expect_bad("{\"name\":\"t1\"," MODEL "," DATA ",\"algorithm\":\"diloco\",\"replicas\":2,\"inner_steps\":5,"
+             "\"rounds\":3,\"batch\":4,\"seq_len\":32}",
+             DPC_EINVAL, "field \"seq_len\" = 32 exceeds model.n_positions = 16");
+  expect_bad("{\"name\":\"t1\"," MODEL "," DATA ",\"algorithm\":\"streaming\",\"replicas\":2,\"inner_steps\":5,"
+             "\"rounds\":3,\"batch\":4,\"seq_len\":8}",
+             DPC_EINVAL, "field \"algorithm\" = \"streaming\": expected one of diloco, diloco-async, dipaco");
+  expect_bad("{" BASE ",\"inner\":{\"state\":\"save\"}}", DPC_EINVAL, "field \"inner.state\" = \"save\"");
+  expect_bad("{" BASE ",\"inner\":{\"beta2\":1.0}}", DPC_EINVAL, "field \"inner.beta2\" = 1 out of range [0, 1)");
+  expect_bad("{" BASE ",\"inner\":{\"lr\":0}}", DPC_EINVAL, "field \"inner.lr\" = 0 out of range (0, 10]");
+  expect_bad("{" BASE ",\"inner\":{\"warmup\":100}}", DPC_EINVAL, "field \"inner.warmup\" = 100 out of range [0, 15]");
+  expect_bad("{" BASE ",\"outer\":{\"momentum\":-0.1}}", DPC_EINVAL, "field \"outer.momentum\"");
+  expect_bad("{" BASE ",\"outer\":{\"buffer\":4,\"c\":0.5}}", DPC_EINVAL, "field \"outer.c\" = 0.5 exceeds 1/outer.buffer");
+  expect_bad("{" BASE ",\"quorum\":0}", DPC_EINVAL, "field \"quorum\" = 0 out of range (0, 1]");
+  expect_bad("{" BASE ",\"weighting\":\"loss\"}", DPC_EINVAL, "field \"weighting\" = \"loss\"");
+  expect_bad("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[]}," CORE "}", DPC_EINVAL, "field \"data.train\": needs at least one");
+  expect_bad("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[\"/etc/passwd\"]}," CORE "}", DPC_EINVAL,
+             "field \"data.train[0]\" = \"/etc/passwd\": must be relative");
+  expect_bad("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[\"a\",\"x/../../y\"]}," CORE "}", DPC_EINVAL,
+             "field \"data.train[1]\"");
+  expect_bad("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":\"a.bin\"}," CORE "}", DPC_EINVAL,
+             "field \"data.train\": expected an array");
+  expect_bad("{\"name\":\"t1\",\"model\":{\"n_layer\":4,\"n_head\":3,\"n_embd\":8,\"n_positions\":16,\"vocab_size\":32},"
+             DATA "," CORE "}",
+             DPC_EINVAL, "divisible");
+  expect_bad("{\"name\":\"t1\",\"model\":{\"n_layer\":4,\"n_head\":2,\"n_embd\":8,\"n_positions\":16,\"vocab_size\":32,"
+             "\"seed\":-1}," DATA "," CORE "}",
+             DPC_EINVAL, "field \"model.seed\"");
+  expect_bad("{" BASE ",\"levels\":[{\"stem\":true,\"layers\":[0,2],\"modules\":1},{\"layers\":[3,4],\"modules\":1}]}",
+             DPC_EINVAL, "field \"levels[1].layers\": starts at layer 3, expected 2");
+  expect_bad("{" BASE ",\"levels\":[{\"stem\":true,\"layers\":[0,3],\"modules\":1}]}", DPC_EINVAL,
+             "the last level ends at layer 3, expected model.n_layer = 4");
+  expect_bad("{" BASE ",\"levels\":[{\"layers\":[0,4],\"modules\":1}]}", DPC_EINVAL, "field \"levels[0].stem\"");
+  expect_bad("{" BASE ",\"levels\":[{\"stem\":true,\"layers\":[0,4],\"modules\":2}]}", DPC_EINVAL,
+             "algorithm \"diloco\" trains one path");
+  expect_bad("{" BASE ",\"levels\":[{\"stem\":true,\"layers\":[0,4],\"modules\":0}]}", DPC_EINVAL,
+             "field \"levels[0].modules\" = 0 out of range");
+  expect_bad("{" BASE ",\"levels\":[]}", DPC_EINVAL, "needs at least one level");
+  expect_bad("{\"name\":\"t1\",\"model\":[]," DATA "," CORE "}", DPC_EINVAL, "field \"model\": expected an object");
+
+  /* "init": shape unknown until resolved; then checks run against config.json. */
+  char dir[] = "/tmp/dpc_jobspec_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char sub[128], cfg[160];
+  snprintf(sub, sizeof sub, "%s/base", dir);
+  CHECK(mkdir(sub, 0700) == 0);
+  snprintf(cfg, sizeof cfg, "%s/config.json", sub);
+  FILE *f = fopen(cfg, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs("{\"n_layer\":2,\"n_head\":2,\"n_embd\":8,\"n_positions\":8,\"vocab_size\":32,\"model_type\":\"gpt2\"}", f);
+    fclose(f);
+  }
+  CHECK_EQ_INT(parse("{\"name\":\"ft\",\"model\":{\"init\":\"base\"}," DATA "," CORE "}", &js), 0);
+  CHECK_EQ_INT(js.has_shape, 0);
+  CHECK_EQ_INT(jobspec_layout(&js, &lay), DPC_ESTATE);
+  CHECK_EQ_INT(jobspec_resolve_init(&js, dir), 0);
+  CHECK_EQ_INT(js.has_shape, 1);
+  CHECK_EQ_INT(js.model.n_layer, 2);
+  CHECK_EQ_INT(js.levels[0].layer_end, 2);
+  CHECK_EQ_INT(jobspec_to_json(&js, &j1), 0);
+  CHECK(j1 && strstr(j1, "\"init\":\"base\"") && strstr(j1, "\"n_layer\":2"));
+  CHECK_EQ_INT(parse(j1, &js2), 0);
+  CHECK_EQ_INT(js2.has_shape, 1);
+  free(j1);
+  /* seq_len 16 > the init model's n_positions 8: caught at resolve time. */
+  CHECK_EQ_INT(parse("{\"name\":\"ft\",\"model\":{\"init\":\"base\"}," DATA ",\"algorithm\":\"diloco\",\"replicas\":2,"
+                     "\"inner_steps\":5,\"rounds\":3,\"batch\":4,\"seq_len\":16}",
+                     &js),
+               0);
+  CHECK_EQ_INT(jobspec_resolve_init(&js, dir), DPC_EINVAL);
+  CHECK(strstr(dpc_errmsg(), "seq_len") != NULL);
+  CHECK_EQ_INT(parse("{\"name\":\"ft\",\"model\":{\"init\":\"missing\"}," DATA "," CORE "}", &js), 0);
+  CHECK_EQ_INT(jobspec_resolve_init(&js, dir), DPC_ENOENT);
+  CHECK(strstr(dpc_errmsg(), "missing/config.json") != NULL);
+  unlink(cfg);
+  rmdir(sub);
+  rmdir(dir);
+  TEST_DONE();
+}
