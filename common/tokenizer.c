@@ -34,8 +34,10 @@ enum { TOK_BYTE = 1, TOK_GPT2 = 2 };
 #define TOK_FILE_MAX ((size_t)64 << 20) /* bound on encoder.json / vocab.bpe size */
 #define TOK_VOCAB_MAX (1 << 22)
 #define TOK_CACHE_PIECE_MAX 64          /* longer pieces are not cached */
+#define TOK_CACHE_MIN_SLOTS 4096
 #define TOK_CACHE_MAX_ENTRIES (1u << 18) /* the cache is cleared when it gets this full */
 #define TOK_CACHE_MAX_BYTES ((size_t)48 << 20)
+#define TOK_SCRATCH_KEEP (1u << 16)      /* BPE scratch kept between calls, in symbols */
 #define TOK_EMPTY_KEY UINT64_MAX
 
 /* GPT-2's pre-tokenizer (encoder.py), unchanged. */
@@ -677,6 +679,23 @@ static void cache_clear(dpc_tokenizer *t) {
   t->cache_ids_len = 0;
 }
 
+/* Doubles the slot table (at most 2 * TOK_CACHE_MAX_ENTRIES slots, so load stays <= 1/2). */
+static int cache_grow(dpc_tokenizer *t) {
+  size_t slots = 2 * (t->cache_mask + 1);
+  cache_slot *c = calloc(slots, sizeof *c);
+  if (!c) return -1;
+  for (size_t j = 0; j <= t->cache_mask; j++) {
+    if (!t->cache[j].h) continue;
+    size_t i = t->cache[j].h & (slots - 1);
+    while (c[i].h) i = (i + 1) & (slots - 1);
+    c[i] = t->cache[j];
+  }
+  free(t->cache);
+  t->cache = c;
+  t->cache_mask = slots - 1;
+  return 0;
+}
+
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
   size_t c = *cap ? *cap : 4096;
@@ -692,7 +711,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
 static int encode_piece(dpc_tokenizer *t, const unsigned char *p, size_t n, id_vec *o) {
   if (n > TOK_CACHE_PIECE_MAX) return bpe_piece(t, p, n, o);
   if (!t->cache) {
-    t->cache_mask = 2 * TOK_CACHE_MAX_ENTRIES - 1;
+    t->cache_mask = TOK_CACHE_MIN_SLOTS - 1;
     t->cache = calloc(t->cache_mask + 1, sizeof *t->cache);
     if (!t->cache) return dpc_err(DPC_ENOMEM, "tok_encode: out of memory for the word cache");
   }
@@ -716,6 +735,10 @@ static int encode_piece(dpc_tokenizer *t, const unsigned char *p, size_t n, id_v
       t->cache_keys_len + 4 * t->cache_ids_len > TOK_CACHE_MAX_BYTES) {
     cache_clear(t);
     i = h & t->cache_mask;
+  } else if (2 * (t->cache_n + 1) > t->cache_mask + 1) {
+    if (cache_grow(t)) return 0; /* caching is optional; the ids are already out */
+    i = h & t->cache_mask;
+    while (t->cache[i].h) i = (i + 1) & t->cache_mask;
   }
   if (grow((void **)&t->cache_keys, &t->cache_keys_cap, t->cache_keys_len + n, 1) ||
       grow((void **)&t->cache_ids, &t->cache_ids_cap, t->cache_ids_len + k, sizeof(int)))
@@ -783,6 +806,15 @@ int tok_encode(dpc_tokenizer *t, const char *text, size_t len, int **ids, size_t
     if (s > pos) rc = encode_piece(t, u + pos, s - pos, &o);
     if (!rc && m) rc = encode_piece(t, u + s, e - s, &o);
     pos = e;
+  }
+  if (t->scratch_cap > TOK_SCRATCH_KEEP) { /* do not hold ~72 bytes/byte of a huge piece */
+    free(t->sym_id);
+    free(t->sym_prev);
+    free(t->sym_next);
+    free(t->heap);
+    t->sym_id = t->sym_prev = t->sym_next = NULL;
+    t->heap = NULL;
+    t->scratch_cap = 0;
   }
   if (rc) {
     free(o.v);

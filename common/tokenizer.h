@@ -5,10 +5,10 @@
  * first line a "#version" comment), splits text with GPT-2's pre-tokenizer regex (PCRE2,
  * UTF + UCP)
  *     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * and runs BPE on the UTF-8 bytes of each piece, so its ids equal OpenAI's encoder.py and
- * the npm gpt-3-encoder for valid UTF-8 text (regex Unicode tables aside: \s and \p{L}/\p{N}
- * follow PCRE2's Unicode version; see tests/oracle/tokenizer_oracle.py for the handful of
- * code points where PCRE2 and JavaScript disagree).
+ * and runs BPE on the UTF-8 bytes of each piece. For valid UTF-8 text the ids equal those of
+ * the npm gpt-3-encoder (a port of OpenAI's encoder.py; tests/oracle/tokenizer_oracle.py),
+ * except where regex engines' Unicode tables differ: \s is PCRE2's (it takes U+0085 and
+ * U+180E, JavaScript takes U+FEFF instead), and \p{L}/\p{N} follow PCRE2's Unicode version.
  *
  * Arbitrary bytes are accepted. The regex runs with PCRE2_MATCH_INVALID_UTF: bytes that are
  * not part of a valid UTF-8 sequence never match, and each maximal run of text that lies

@@ -529,7 +529,18 @@ static void test_gpt2(const char *dir) {
   CHECK(round_trip(t, buf, big));
   for (size_t i = 0; i < big; i++) buf[i] = (char)(0x80 | rnd()); /* all invalid */
   CHECK(round_trip(t, buf, big));
-  /* The word cache does not change results: a fresh tokenizer agrees with a warm one. */
+  /* The word cache does not change results: a fresh tokenizer agrees with a warm one, also
+   * after 300000 distinct words have made the cache grow and clear. */
+  {
+    size_t n = 0;
+    for (uint32_t w = 0; w < 300000; w++) {
+      buf[n++] = ' ';
+      for (uint32_t x = w * 2654435761u % 11881376u, k = 0; k < 5; k++, x /= 26)
+        buf[n++] = (char)('a' + x % 26);
+    }
+    CHECK(round_trip(t, buf, n));
+    CHECK(round_trip(t, buf, n));
+  }
   {
     const char *s = "The quick brown fox's 12 jumps\n\n over the lazy dog's back again.";
     dpc_tokenizer *fresh = NULL;
