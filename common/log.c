@@ -50,7 +50,7 @@ static size_t json_escape(char *out, size_t cap, const char *s) {
 
 void dpc_log(enum dpc_log_level level, const char *fmt, ...) {
   if (level < log_min) return;
-  char msg[2048], line[4608], ts[32];
+  char msg[2048], line[8448], ts[48];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
