@@ -50,7 +50,7 @@ static size_t json_escape(char *out, size_t cap, const char *s) {
 
 void dpc_log(enum dpc_log_level level, const char *fmt, ...) {
   if (level < log_min) return;
-  char msg[2048], line[8448], ts[48];
+  char msg[2048], line[8448], ts[96];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -60,7 +60,7 @@ void dpc_log(enum dpc_log_level level, const char *fmt, ...) {
   struct tm tm;
   gmtime_r(&now.tv_sec, &tm);
   snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, now.tv_nsec / 1000000);
+           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (long)(now.tv_nsec / 1000000) % 1000);
   int n;
   if (log_json) {
     char esc[4200];
