@@ -1,0 +1,28 @@
+/* rpc_internal.h — pieces shared by the rpc_*.c files and nothing else: credentials (the one
+ * place where they are made), channel/server argument sets and timing helpers. */
+#ifndef DPC_RPC_INTERNAL_H
+#define DPC_RPC_INTERNAL_H
+
+#include "common/rpc.h"
+
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+
+/* Credentials for a server port / a channel. tls == NULL gives insecure credentials; TLS is
+ * not implemented yet (DPC_EUNSUPPORTED). On success the caller owns *out and releases it
+ * with grpc_server_credentials_release / grpc_channel_credentials_release. */
+int rpc_creds_server(const struct rpc_tls *tls, grpc_server_credentials **out);
+int rpc_creds_channel(const struct rpc_tls *tls, grpc_channel_credentials **out);
+
+/* Channel arguments common to both peers: message size limits both ways, SO_REUSEPORT off
+ * (GRPC.md pitfall 9) and, on request, a private subchannel pool (pitfall 10). */
+struct rpc_args {
+  grpc_arg arg[4];
+  grpc_channel_args set;
+};
+void rpc_args_init(struct rpc_args *a, size_t max_msg_bytes, int own_connection);
+
+/* An absolute deadline timeout_ms from now (infinite for timeout_ms ≤ 0). */
+gpr_timespec rpc_deadline(int timeout_ms);
+
+#endif
