@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""outer_oracle.py — checks the outer optimizer (coordinator/outer.c) against PyTorch.
+
+1. Sync DiLoCo: 4 rounds of weighted random deltas from 3 slots; our outer_average +
+   outer_nesterov_step vs torch.optim.SGD(momentum=0.9, nesterov=True, lr=0.7) with
+   p.grad = the weighted average (and nesterov=False), <= 1e-6 relative.
+2. Delayed Nesterov with N=1 (c=0) is bit-identical to plain Nesterov applied per delta.
+3. Delayed Nesterov with N=4, c=0.1 vs a direct transcription of DESIGN.md §3's async rule
+   in float32 torch ops.
+
+Usage: outer_oracle.py PATH/TO/test_outer_oracle   (exit 77 = skipped, with the reason)"""
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:  # pragma: no cover
+    print(f"SKIP: torch/numpy not importable with {sys.executable}: {e}")
+    sys.exit(77)
+
+HELPER = sys.argv[1]
+LEN = 4099  # odd, so no kernel path sees only whole vectors
+rng = np.random.default_rng(20240520)
+failures = 0
+
+
+def run(args, inp, out_floats):
+    with tempfile.TemporaryDirectory() as d:
+        fi, fo = os.path.join(d, "in.bin"), os.path.join(d, "out.bin")
+        with open(fi, "wb") as f:
+            f.write(inp)
+        subprocess.run([HELPER] + [str(a) for a in args] + [fi, fo], check=True)
+        out = np.fromfile(fo, dtype=np.float32)
+    assert out.size == out_floats, (out.size, out_floats)
+    return out
+
+
+def rel_err(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
+def check(name, ok, detail=""):
+    global failures
+    print(f"{'ok  ' if ok else 'FAIL'} {name} {detail}")
+    if not ok:
+        failures += 1
+
+
+# ---- 1. sync Nesterov vs torch.optim.SGD ---------------------------------------------------
+for nesterov in (True, False):
+    NS, ROUNDS = 3, 4
+    theta0 = rng.standard_normal(LEN).astype(np.float32)
+    blob = [theta0.tobytes()]
+    rounds = []
+    for r in range(ROUNDS):
+        w = rng.uniform(0.5, 3.0, NS).astype(np.float64)
+        ds = (rng.standard_normal((NS, LEN)) * 0.01).astype(np.float32)
+        rounds.append((w, ds))
+        blob.append(w.tobytes())
+        blob.append(ds.tobytes())
+    out = run(["sync", LEN, NS, ROUNDS, 0.7, 0.9, int(nesterov)], b"".join(blob), (ROUNDS + 1) * LEN)
+    ours = out[: ROUNDS * LEN].reshape(ROUNDS, LEN)
+    our_u = out[ROUNDS * LEN:]
+
+    p = torch.nn.Parameter(torch.from_numpy(theta0.copy()))
+    opt = torch.optim.SGD([p], lr=0.7, momentum=0.9, nesterov=nesterov)
+    worst = 0.0
+    for r, (w, ds) in enumerate(rounds):
+        avg = (torch.from_numpy(w)[:, None] * torch.from_numpy(ds).double()).sum(0) / float(w.sum())
+        p.grad = avg.float()
+        opt.step()
+        worst = max(worst, rel_err(ours[r], p.detach().numpy()))
+    check(f"sync nesterov={nesterov}: theta vs torch SGD over {ROUNDS} rounds", worst <= 1e-6, f"rel err {worst:.3g}")
+    buf = opt.state[p]["momentum_buffer"].numpy()
+    e = rel_err(our_u, buf)
+    check(f"sync nesterov={nesterov}: momentum buffer vs torch", e <= 1e-6, f"rel err {e:.3g}")
+
+# ---- 2. delayed Nesterov, N=1, equals Nesterov bit for bit -----------------------------------
+ND = 6
+theta0 = rng.standard_normal(LEN).astype(np.float32)
+gs = (rng.standard_normal((ND, LEN)) * 0.01).astype(np.float32)
+inp = theta0.tobytes() + gs.tobytes()
+dn1 = run(["dn", LEN, ND, 1, 0.0, 0.7, 0.9], inp, (ND + 1) * LEN)
+nes = run(["nesterov", LEN, ND, 0.7, 0.9], inp, (ND + 1) * LEN)
+check("delayed Nesterov N=1 == async Nesterov (bitwise, theta and momentum)", dn1.tobytes() == nes.tobytes())
+# and async Nesterov itself vs torch SGD stepping once per delta
+p = torch.nn.Parameter(torch.from_numpy(theta0.copy()))
+opt = torch.optim.SGD([p], lr=0.7, momentum=0.9, nesterov=True)
+worst = 0.0
+for t in range(ND):
+    p.grad = torch.from_numpy(gs[t].copy())
+    opt.step()
+    worst = max(worst, rel_err(nes[t * LEN:(t + 1) * LEN], p.detach().numpy()))
+check("async Nesterov per delta vs torch SGD", worst <= 1e-6, f"rel err {worst:.3g}")
+
+# ---- 3. delayed Nesterov, N=4, c=0.1, vs DESIGN.md §3 transcription -----------------------------
+ND, N, c, eps, beta = 11, 4, 0.1, 0.7, 0.9
+theta0 = rng.standard_normal(LEN).astype(np.float32)
+gs = (rng.standard_normal((ND, LEN)) * 0.01).astype(np.float32)
+ours = run(["dn", LEN, ND, N, c, eps, beta], theta0.tobytes() + gs.tobytes(), (ND + 1) * LEN)
+theta = torch.from_numpy(theta0.copy())
+dbuf = torch.zeros(LEN)
+m = torch.zeros(LEN)
+worst = 0.0
+for t in range(ND):
+    g = torch.from_numpy(gs[t].copy())
+    # On each arriving delta g: Δbuf += g; if (t+1) mod N == 0 { m ← β·m + Δbuf/N;
+    # θ ← θ − ε·((1 − c·N + c)·β·m + g/N); Δbuf ← 0 } else { θ ← θ − ε·(c·β·m + g/N) }; t += 1
+    dbuf += g
+    if (t + 1) % N == 0:
+        m = beta * m + dbuf / N
+        theta = theta - eps * ((1 - c * N + c) * beta * m + g / N)
+        dbuf = torch.zeros(LEN)
+    else:
+        theta = theta - eps * (c * beta * m + g / N)
+    worst = max(worst, rel_err(ours[t * LEN:(t + 1) * LEN], theta.numpy()))
+check(f"delayed Nesterov N={N} c={c} vs DESIGN.md transcription over {ND} deltas", worst <= 1e-6, f"rel err {worst:.3g}")
+e = rel_err(ours[ND * LEN:], m.numpy())
+check("delayed Nesterov momentum m", e <= 1e-6, f"rel err {e:.3g}")
+
+sys.exit(1 if failures else 0)
