@@ -97,7 +97,7 @@ static int cur_fixed(struct cur *c, int nbytes, uint64_t *v) {
 }
 
 int rpc_chunk_parse(const struct grpc_byte_buffer *m, struct rpc_chunk *ch) {
-  struct cur c;
+  struct cur c = {0};
   int rc = cur_init(&c, m);
   if (rc) return rc;
   memset(ch, 0, sizeof *ch);
@@ -170,7 +170,7 @@ int rpc_chunk_parse(const struct grpc_byte_buffer *m, struct rpc_chunk *ch) {
 }
 
 int rpc_chunk_copy(const struct grpc_byte_buffer *m, const struct rpc_chunk *ch, void *dst) {
-  struct cur c;
+  struct cur c = {0};
   int rc = cur_init(&c, m);
   if (rc) return rc;
   if (ch->data_pos > c.len || ch->len > c.len - ch->data_pos)

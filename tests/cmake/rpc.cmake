@@ -13,3 +13,9 @@ if(TARGET dpc_rpc)
                    $<TARGET_FILE:test_rpc_pyserver> ${CMAKE_SOURCE_DIR}/proto)
   set_tests_properties(rpc_python PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
 endif()
+
+# Loopback transfer benchmark (tests/bench/transfer.sh builds and runs it; not a test).
+if(TARGET dpc_rpc)
+  add_executable(transfer_bench EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/transfer_bench.c)
+  target_link_libraries(transfer_bench PRIVATE dpc_rpc)
+endif()
