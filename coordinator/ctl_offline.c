@@ -389,7 +389,7 @@ static void format_eta(double s, char *buf, size_t n) {
 int ctl_train(int argc, char **argv) {
   const char *model_dir = NULL, *out = NULL, *data0 = NULL, *backend = "cpu";
   int steps = 0, B = 0, T = 0, warmup = 0, threads = 0, json = 0;
-  float lr = 6e-4f, lr_min_frac = 0.1f, wd = 0.1f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, clip = 1.0f;
+  float lr = 3e-4f, lr_min_frac = 0.1f, wd = 0.1f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, clip = 1.0f;
   ctl_opt opts[] = {{"model", CTL_STR, &model_dir, 1, 0},   {"data", CTL_STR, &data0, 1, 0},
                     {"out", CTL_STR, &out, 1, 0},           {"steps", CTL_INT, &steps, 1, 0},
                     {"batch", CTL_INT, &B, 1, 0},           {"seq-len", CTL_INT, &T, 1, 0},

@@ -1,0 +1,79 @@
+/* diloco_local.c — synchronous DiLoCo in one process, from the same pieces the daemons use
+ * (worker/trainer.c for the inner loop, coordinator/outer.c for the outer step), with no
+ * network: the reference point between the PyTorch oracle and the distributed system.
+ *
+ * usage: diloco_local INIT_DIR SHARD OUT_DIR R H ROUNDS B T LR WARMUP LR_MIN_FRAC WD BETA1 BETA2
+ *        EPS CLIP OUTER_LR OUTER_MOMENTUM STATE(keep|reset) */
+#include "common/errors.h"
+#include "common/modeldir.h"
+#include "coordinator/outer.h"
+#include "worker/trainer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+  if (argc != 20) {
+    fprintf(stderr, "usage: diloco_local INIT SHARD OUT R H ROUNDS B T LR WARMUP LR_MIN_FRAC WD B1 B2 EPS CLIP OLR OMU STATE\n");
+    return 2;
+  }
+  const char *init = argv[1], *shard = argv[2], *out = argv[3];
+  int R = atoi(argv[4]), H = atoi(argv[5]), rounds = atoi(argv[6]), B = atoi(argv[7]), T = atoi(argv[8]);
+  trainer_opts o = {.B = B, .T = T, .total_steps = (long)rounds * H, .lr = strtof(argv[9], NULL),
+                    .warmup = atoi(argv[10]), .lr_min_frac = strtof(argv[11], NULL),
+                    .hp = {strtof(argv[13], NULL), strtof(argv[14], NULL), strtof(argv[15], NULL),
+                           strtof(argv[12], NULL), strtof(argv[16], NULL)},
+                    .n_replicas = R};
+  float olr = strtof(argv[17], NULL), omu = strtof(argv[18], NULL);
+  int reset = strcmp(argv[19], "reset") == 0;
+  gpt_config cfg;
+  float *theta = NULL;
+  if (modeldir_load(init, &cfg, &theta)) {
+    fprintf(stderr, "diloco_local: %s\n", dpc_errmsg());
+    return 1;
+  }
+  gpt_backend_opts bo = {.kind = GPT_BACKEND_CPU, .threads = 1};
+  trainer **tr = calloc((size_t)R, sizeof *tr);
+  float **deltas = calloc((size_t)R, sizeof *deltas);
+  const char *shards[1] = {shard};
+  size_t n = 0;
+  for (int r = 0; r < R; r++) {
+    o.replica = r;
+    if (trainer_open(&tr[r], &cfg, &bo, shards, 1, &o)) {
+      fprintf(stderr, "diloco_local: %s\n", dpc_errmsg());
+      return 1;
+    }
+    n = trainer_num_params(tr[r]);
+    deltas[r] = malloc(n * sizeof(float));
+  }
+  float *u = calloc(n, sizeof *u), *avg = malloc(n * sizeof *avg);
+  for (int t = 0; t < rounds; t++) {
+    for (int r = 0; r < R; r++) {
+      trainer_stats st;
+      if (reset) trainer_reset_state(tr[r]);
+      if (trainer_round(tr[r], theta, (long)t * H, H, deltas[r], &st, NULL, NULL)) {
+        fprintf(stderr, "diloco_local: %s\n", dpc_errmsg());
+        return 1;
+      }
+      fprintf(stderr, "round %d replica %d: loss %.4f -> %.4f\n", t, r, st.first_loss, st.last_loss);
+    }
+    if (outer_average((const float *const *)deltas, NULL, R, n, avg)) {
+      fprintf(stderr, "diloco_local: %s\n", dpc_errmsg());
+      return 1;
+    }
+    outer_nesterov_step(theta, u, avg, n, olr, omu, 1);
+  }
+  int rc = modeldir_save(out, &cfg, theta);
+  if (rc) fprintf(stderr, "diloco_local: %s\n", dpc_errmsg());
+  for (int r = 0; r < R; r++) {
+    trainer_free(tr[r]);
+    free(deltas[r]);
+  }
+  free(tr);
+  free(deltas);
+  free(u);
+  free(avg);
+  free(theta);
+  return rc ? 1 : 0;
+}
