@@ -4,6 +4,7 @@
 #include "common/errors.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Below this many floats a call stays on the calling thread: thread start-up would cost more
@@ -25,31 +26,39 @@ int outer_average(const float *const *deltas, const double *weights, int n, size
   }
   if (!(wsum > 0.0)) return dpc_err(DPC_EINVAL, "outer_average: weights sum to %g (need > 0)", wsum);
 
+  /* Normalised weights c_i = w_i / Σw, formed once in fp64: each element is then
+   * Σ_i c_i·Δ_i[j] accumulated in fp64 in the fixed order i = 0..n-1 and rounded once. */
+  double *cw = malloc((size_t)n * sizeof *cw);
+  if (!cw) return dpc_err(DPC_ENOMEM, "outer_average: out of memory");
+  for (int i = 0; i < n; i++) cw[i] = (weights ? weights[i] : 1.0) / wsum;
   const size_t nblocks = (len + OUTER_BLOCK - 1) / OUTER_BLOCK;
-  long long bad = -1; /* first block holding a non-finite result */
+  long long bad = -1; /* a block holding a non-finite result */
 #pragma omp parallel for schedule(static) if (len >= OUTER_PAR_MIN) reduction(max : bad)
   for (size_t b = 0; b < nblocks; b++) {
     double acc[OUTER_BLOCK];
     const size_t lo = b * OUTER_BLOCK;
     const size_t m = len - lo < OUTER_BLOCK ? len - lo : OUTER_BLOCK;
-    /* acc = Σ w_i·Δ_i, then one division by Σ w_i: the same sequence for every element. */
-    const double w0 = weights ? weights[0] : 1.0;
     const float *d0 = deltas[0] + lo;
-    for (size_t j = 0; j < m; j++) acc[j] = w0 * (double)d0[j];
+    const double c0 = cw[0];
+    for (size_t j = 0; j < m; j++) acc[j] = c0 * (double)d0[j];
     for (int i = 1; i < n; i++) {
-      const double w = weights ? weights[i] : 1.0;
+      const double c = cw[i];
       const float *d = deltas[i] + lo;
-      for (size_t j = 0; j < m; j++) acc[j] += w * (double)d[j];
+      for (size_t j = 0; j < m; j++) acc[j] += c * (double)d[j];
     }
-    int finite = 1;
+    /* Non-finite check on the fp32 bits (exponent all ones), branch-free so it vectorises. */
+    uint32_t inf = 0;
     float *o = avg + lo;
     for (size_t j = 0; j < m; j++) {
-      double v = acc[j] / wsum;
-      finite &= isfinite(v) != 0;
-      o[j] = (float)v;
+      const float v = (float)acc[j];
+      uint32_t bits;
+      memcpy(&bits, &v, 4);
+      inf |= (~bits & 0x7f800000u) == 0;
+      o[j] = v;
     }
-    if (!finite && (long long)b > bad) bad = (long long)b;
+    if (inf && (long long)b > bad) bad = (long long)b;
   }
+  free(cw);
   if (bad >= 0) {
     /* Report the first offending element of some bad block (any is enough to refuse). */
     size_t lo = (size_t)bad * OUTER_BLOCK;

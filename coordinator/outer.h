@@ -21,11 +21,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* avg[j] = Σ_i w_i·deltas[i][j] / Σ_i w_i for j < len, summed for i = 0..n-1 in that order
- * (fp64 accumulation, one rounding to fp32). weights may be NULL for uniform weights.
+/* avg[j] = Σ_i c_i·deltas[i][j] with c_i = w_i / Σ_k w_k, for j < len, summed for i = 0..n-1
+ * in that order (fp64 coefficients and accumulation, one rounding to fp32). weights may be
+ * NULL for uniform weights.
  * DPC_EINVAL if n < 1, a weight is negative or non-finite, or Σ w_i is not positive;
- * DPC_ENUMERIC (with the first bad index) if an input delta holds a non-finite value — then
- * avg is unspecified and must not be applied. */
+ * DPC_ENUMERIC (naming an index) if the result is not finite in fp32 (a non-finite or huge
+ * input) — then avg is unspecified and must not be applied. */
 int outer_average(const float *const *deltas, const double *weights, int n, size_t len, float *avg);
 
 /* One torch.optim.SGD step with momentum mu and gradient avg, in place on theta[len] and the

@@ -19,3 +19,8 @@ if(TARGET dpc_coord)
     set_tests_properties(coord_outer_oracle PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
   endif()
 endif()
+# Benchmark helper (not a test): tests/bench/outer_step.sh builds and runs it.
+if(TARGET dpc_coord AND EXISTS ${CMAKE_SOURCE_DIR}/tests/bench/outer_bench.c)
+  add_executable(outer_bench EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/outer_bench.c)
+  target_link_libraries(outer_bench PRIVATE dpc_coord)
+endif()
