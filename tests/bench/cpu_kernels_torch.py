@@ -33,6 +33,7 @@ def main():
     inp = torch.randint(0, V, (B, T))
     tgt = torch.randint(0, V, (B, T))
     tf = tb = to = 0.0
+    best = 1e30
     for it in range(steps + 1):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -45,11 +46,13 @@ def main():
         t3 = time.perf_counter()
         if it > 0:
             tf, tb, to = tf + t1 - t0, tb + t2 - t1, to + t3 - t2
+            best = min(best, t3 - t0)
     step = (tf + tb + to) / steps
     n = sum(p.numel() for p in order)
     print("pt L=%d NH=%d C=%d V=%d B=%d T=%d threads=%d params=%d: %.1f ms/step (fwd %.1f bwd %.1f adamw %.1f) "
-          "%.0f tok/s loss %.4f" % (L, NH, C, V, B, T, threads, n, step * 1e3, tf / steps * 1e3, tb / steps * 1e3,
-                                     to / steps * 1e3, B * T / step, loss.item()))
+          "%.0f tok/s, best step %.1f ms = %.0f tok/s, loss %.4f"
+          % (L, NH, C, V, B, T, threads, n, step * 1e3, tf / steps * 1e3, tb / steps * 1e3, to / steps * 1e3,
+             B * T / step, best * 1e3, B * T / best, loss.item()))
 
 
 if __name__ == "__main__":
