@@ -193,6 +193,9 @@ _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION, "STORE_SCHEMA_VERSION must 
   X(GET_DELTA, "SELECT " DELTA_COLS " FROM deltas WHERE id = ?1")                                             \
   X(LIST_DELTAS, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND round = ?3 "        \
                  "AND (?4 < 0 OR state = ?5) ORDER BY path, replica, id")                                    \
+  X(PENDING_DELTAS, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND state = 'received' " \
+                    "ORDER BY round, path, replica, id")                                                     \
+  X(LEASE_FRAGS, "SELECT fragment, base_version FROM lease_fragments WHERE lease = ?1 ORDER BY fragment")     \
   X(APPLY_DELTA, "UPDATE deltas SET state = 'applied', applied_version = ?5 "                                 \
                  "WHERE id = ?1 AND job = ?2 AND fragment = ?3 AND round = ?4 AND state = 'received'")       \
   X(DROP_DELTAS, "UPDATE deltas SET state = 'dropped' "                                                       \
@@ -1255,6 +1258,57 @@ int store_list_deltas(store *st, int64_t job, int fragment, int64_t round, int s
     return rc;
   }
   *out = arr;
+  *n = cnt;
+  return 0;
+}
+
+int store_list_pending_deltas(store *st, int64_t job, int fragment, store_delta **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *s = stmt(st, S_PENDING_DELTAS);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, job);
+  B64(s, 2, fragment);
+  store_delta *arr = NULL;
+  int cap = 0, cnt = 0, rc;
+  while ((rc = step(st, s, "list pending deltas")) == SQLITE_ROW) {
+    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+    read_delta(s, &arr[cnt++]);
+  }
+  sqlite3_reset(s);
+  if (rc < 0) {
+    free(arr);
+    return rc;
+  }
+  *out = arr;
+  *n = cnt;
+  return 0;
+}
+
+int store_lease_fragments(store *st, int64_t lease, int **fragments, int64_t **base_versions, int *n) {
+  *fragments = NULL;
+  *base_versions = NULL;
+  *n = 0;
+  sqlite3_stmt *s = stmt(st, S_LEASE_FRAGS);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, lease);
+  int *f = NULL;
+  int64_t *v = NULL;
+  int fcap = 0, vcap = 0, cnt = 0, rc;
+  while ((rc = step(st, s, "lease fragments")) == SQLITE_ROW) {
+    if ((rc = grow((void **)&f, &fcap, cnt, sizeof *f)) < 0) break;
+    if ((rc = grow((void **)&v, &vcap, cnt, sizeof *v)) < 0) break;
+    f[cnt] = sqlite3_column_int(s, 0);
+    v[cnt++] = sqlite3_column_int64(s, 1);
+  }
+  sqlite3_reset(s);
+  if (rc < 0) {
+    free(f);
+    free(v);
+    return rc;
+  }
+  *fragments = f;
+  *base_versions = v;
   *n = cnt;
   return 0;
 }

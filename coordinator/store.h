@@ -203,6 +203,8 @@ int store_create_lease(store *st, const store_new_lease *nl, int64_t *lease_id);
 int store_get_lease(store *st, int64_t id, store_lease *out);
 /* Base version of `fragment` in the lease; DPC_ENOENT if the lease does not cover it. */
 int store_lease_base_version(store *st, int64_t lease, int fragment, int64_t *version);
+/* The fragments a lease covers with their base versions, by fragment id; free() both. */
+int store_lease_fragments(store *st, int64_t lease, int **fragments, int64_t **base_versions, int *n);
 /* Extend an active lease held by `worker`; DPC_ESTATE if not active, DPC_EPERM if another
  * worker holds it. */
 int store_renew_lease(store *st, int64_t lease, int64_t worker, int64_t expires_at);
@@ -273,6 +275,11 @@ int store_get_delta(store *st, int64_t id, store_delta *out);
 /* Deltas of (job, fragment, round) in the reduction order (path, replica); state < 0 for all
  * states, else only that state. free() the array. */
 int store_list_deltas(store *st, int64_t job, int fragment, int64_t round, int state, store_delta **out, int *n);
+
+/* Every 'received' (not yet applied or dropped) delta of (job, fragment), by (round, path,
+ * replica): what a restarted coordinator (or the async apply loop) still has to process.
+ * free() the array. */
+int store_list_pending_deltas(store *st, int64_t job, int fragment, store_delta **out, int *n);
 
 /* One outer step of a fragment: the new version's blobs are already written. */
 typedef struct {

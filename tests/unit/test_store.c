@@ -249,6 +249,21 @@ int main(void) {
   CHECK(ds && strcmp(ds[1].blob, "1/f2-v0-a3.delta") == 0 && ds[1].checksum == 0xabcdef01u);
   free(ds);
 
+  CHECK_EQ_INT(store_list_pending_deltas(st, jid, 2, &ds, &nds), 0);
+  CHECK_EQ_INT(nds, 2);
+  CHECK(ds && ds[0].id == d1);
+  free(ds);
+  {
+    int *lf = NULL;
+    int64_t *lv = NULL;
+    int nlf = 0;
+    CHECK_EQ_INT(store_lease_fragments(st, l1, &lf, &lv, &nlf), 0);
+    CHECK_EQ_INT(nlf, 2);
+    CHECK(lf && lv && lf[0] == 0 && lf[1] == 2 && lv[1] == 0);
+    free(lf);
+    free(lv);
+  }
+
   /* Outer step: wrong version / foreign delta refused atomically, then the real commit. */
   int64_t applied[2] = {d1, d3};
   store_outer_commit oc = {.job = jid, .fragment = 2, .round = 0, .new_version = 2, .param_blob = "1/f2-v1.params",
@@ -280,6 +295,9 @@ int main(void) {
   store_delta dl;
   CHECK_EQ_INT(store_get_delta(st, d1, &dl), 0);
   CHECK_EQ_INT(dl.state, DELTA_APPLIED);
+  CHECK_EQ_INT(store_list_pending_deltas(st, jid, 2, &ds, &nds), 0);
+  CHECK_EQ_INT(nds, 0);
+  free(ds);
   CHECK_EQ_INT(dl.applied_version, 1);
   CHECK_EQ_INT(store_commit_outer(st, &oc), DPC_ESTATE); /* version now 1: v1 again is stale */
   /* A late delta for the closed round is refused; a retry of an applied one still acks. */
