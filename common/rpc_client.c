@@ -471,6 +471,7 @@ int rpc_pull(struct rpc_client *c, const char *method, const ProtobufCMessage *r
   int rc = rpc_stream_open(c, method, req, timeout_ms, &s);
   if (rc) return rc;
   uint64_t expect = start;
+  uint32_t crc = 0; /* of dst[0, expect) while each chunk is still in cache (start = 0) */
   int complete = 0, first = 1;
   struct rpc_chunk h0, ch;
   memset(&ch, 0, sizeof ch);
@@ -500,6 +501,7 @@ int rpc_pull(struct rpc_client *c, const char *method, const ProtobufCMessage *r
     if (rc == 0) rc = rpc_chunk_copy(bb, &ch, (uint8_t *)dst + ch.offset);
     rpc_msg_free(bb);
     if (rc) break;
+    if (start == 0) crc = dpc_crc32c(crc, (uint8_t *)dst + ch.offset, (size_t)ch.len);
     first = 0;
     expect += ch.len;
     if (got) *got = (size_t)expect;
@@ -509,7 +511,7 @@ int rpc_pull(struct rpc_client *c, const char *method, const ProtobufCMessage *r
     rc = dpc_err(DPC_EFORMAT, "%s: stream ended at byte %llu of %llu", method,
                  (unsigned long long)expect, first ? 0ull : (unsigned long long)h0.total);
   if (rc == 0) {
-    uint32_t crc = dpc_crc32c(0, dst, (size_t)ch.total);
+    if (start > 0) crc = dpc_crc32c(0, dst, (size_t)ch.total); /* resumed: whole buffer */
     if (crc != ch.crc32c)
       rc = dpc_err(DPC_ECHECKSUM, "%s: fragment %llu version %llu: CRC-32C %08x, sender says "
                    "%08x; pull again", method, (unsigned long long)ch.fragment_id,

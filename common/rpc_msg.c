@@ -8,6 +8,7 @@
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/slice.h>
 #include <grpc/support/time.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,4 +159,9 @@ gpr_timespec rpc_deadline(int timeout_ms) {
   if (timeout_ms <= 0) return gpr_inf_future(GPR_CLOCK_MONOTONIC);
   return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                       gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+}
+
+void rpc_tune_malloc(void) {
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
