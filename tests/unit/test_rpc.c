@@ -30,6 +30,7 @@ static atomic_long g_zc_out;        /* server zero-copy chunks not yet released 
 static atomic_int g_pull_done, g_pull_cancelled;
 static atomic_int g_push_ok, g_push_paused, g_push_done;
 static atomic_int g_lease_held, g_lease_done, g_lease_cancelled;
+static _Atomic long long g_lease_deadline_ms; /* rpc_call_deadline_ms of the last Lease */
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -238,9 +239,9 @@ static void push_done(struct rpc_call *c, int cancelled, void *ud) {
 }
 
 static void lease_call(struct rpc_call *c, const struct grpc_byte_buffer *req, void *ud) {
-  (void)c;
   (void)req;
   (void)ud;
+  atomic_store(&g_lease_deadline_ms, (long long)rpc_call_deadline_ms(c));
   atomic_fetch_add(&g_lease_held, 1); /* never answered: deadlines, shutdown */
 }
 
@@ -312,6 +313,31 @@ static void *lease_main(void *arg) {
                     &dipaco__v1__lease_response__descriptor, &resp, t->timeout_ms);
   t->code = rpc_last_code();
   if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  return NULL;
+}
+
+struct many_thread {
+  struct rpc_client *cli;
+  uint64_t base;
+  int ok;
+  pthread_t th;
+};
+
+static void *many_main(void *arg) {
+  struct many_thread *t = arg;
+  for (int i = 0; i < 50; i++) {
+    Dipaco__V1__ListJobsRequest req = DIPACO__V1__LIST_JOBS_REQUEST__INIT;
+    req.limit = 1 + (uint32_t)(i % 5);
+    req.after_job_id = t->base + (uint64_t)i;
+    ProtobufCMessage *pm;
+    if (rpc_unary(t->cli, "/dipaco.v1.Admin/ListJobs", &req.base,
+                  &dipaco__v1__list_jobs_response__descriptor, &pm, 10000))
+      continue;
+    Dipaco__V1__ListJobsResponse *r = (Dipaco__V1__ListJobsResponse *)pm;
+    if (r->n_jobs == req.limit && r->jobs[r->n_jobs - 1]->job_id == req.after_job_id + req.limit)
+      t->ok++;
+    protobuf_c_message_free_unpacked(pm, NULL);
+  }
   return NULL;
 }
 
@@ -552,6 +578,19 @@ static void run_suite(int dispatch_mode) {
   CHECK_EQ_INT(lt.rc, DPC_ETIMEDOUT);
   CHECK_EQ_INT(lt.code, RPC_DEADLINE_EXCEEDED);
   CHECK(wait_for(&g_lease_cancelled, 1, 5000)); /* the server's on_done saw it die */
+  long long dl = atomic_load(&g_lease_deadline_ms);
+  CHECK(dl > 0 && dl <= 200);
+
+  /* Concurrency: 4 threads × 50 unary calls on one client. */
+  struct many_thread mt[4];
+  for (int i = 0; i < 4; i++) {
+    mt[i] = (struct many_thread){.cli = cli, .base = (uint64_t)i * 1000};
+    pthread_create(&mt[i].th, NULL, many_main, &mt[i]);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(mt[i].th, NULL);
+    CHECK_EQ_INT(mt[i].ok, 50);
+  }
 
   /* Cancellation: an endless stream, cancelled by the client after two chunks. */
   Dipaco__V1__PullFragmentRequest er = DIPACO__V1__PULL_FRAGMENT_REQUEST__INIT;
