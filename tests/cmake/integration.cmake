@@ -1,0 +1,9 @@
+# Real daemons on loopback: the DiLoCo test of record against PyTorch, and a worker SIGKILLed
+# mid-round. Registered once the coordinator and worker binaries exist in this build.
+if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
+  foreach(t diloco_dist worker_kill)
+    add_test(NAME integration_${t} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/${t}.sh
+             $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
+    set_tests_properties(integration_${t} PROPERTIES TIMEOUT 400)
+  endforeach()
+endif()

@@ -1,0 +1,46 @@
+# lib.sh — shared helpers for the daemon integration tests (sourced): free ports, starting
+# the coordinator and workers as real processes on loopback, waiting, and cleaning up every
+# process the test started (also on failure).
+PY=/usr/bin/python3
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  sleep 0.5
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  [ -n "${W:-}" ] && [ -z "${KEEP:-}" ] && rm -rf "$W"
+}
+trap cleanup EXIT
+
+free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+
+# start_coordinator STATE_DIR [extra flags...] — sets COORD (host:port) and COORD_PID.
+start_coordinator() {
+  local state=$1; shift
+  local port; port=$(free_port)
+  COORD=127.0.0.1:$port
+  "$COORDINATOR_BIN" --listen "$COORD" --state-dir "$state" "$@" >>"$W/coordinator.log" 2>&1 &
+  COORD_PID=$!
+  PIDS+=("$COORD_PID")
+  for _ in $(seq 1 100); do
+    "$CTL" --coordinator "$COORD" status >/dev/null 2>&1 && return 0
+    kill -0 "$COORD_PID" 2>/dev/null || { echo "coordinator exited:"; tail -20 "$W/coordinator.log"; return 1; }
+    sleep 0.1
+  done
+  echo "coordinator did not come up on $COORD"; tail -20 "$W/coordinator.log"; return 1
+}
+
+# start_worker NAME DATA_DIR [extra flags...] — appends to PIDS, sets LAST_WORKER_PID.
+start_worker() {
+  local name=$1 data=$2; shift 2
+  "$WORKER_BIN" --coordinator "$COORD" --data-dir "$data" --name "$name" --threads 1 "$@" >>"$W/worker-$name.log" 2>&1 &
+  LAST_WORKER_PID=$!
+  PIDS+=("$LAST_WORKER_PID")
+}
+
+# make_corpus DIR — a small English corpus tokenized with the byte tokenizer into DIR/data.
+make_corpus() {
+  local d=$1
+  mkdir -p "$d"
+  for i in $(seq 1 300); do echo "We hold these truths to be self-evident, number $i; the union is strong and free."; done > "$d/text.txt"
+  "$CTL" data prepare --tokenizer byte --out "$d/data" --val-fraction 0.1 "$d/text.txt" 2>/dev/null
+}
