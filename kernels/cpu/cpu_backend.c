@@ -2,10 +2,10 @@
  * the canonical flat layout, after llm.c's train_gpt2.c.
  *
  * Threading: one runtime does the parallel work. OpenBLAS is kept single-threaded and every
- * matrix product is split by rows (or columns) across the model's OpenMP threads, each thread
- * calling cblas_sgemm on its block; attention runs one (batch, head) pair per task. Every loop
- * uses a static schedule and every reduction a fixed order, so a fixed thread count gives
- * bit-identical results. Memory: parameters, gradients, AdamW moments and activations are each
+ * matrix product is split by rows (or columns) into a few blocks per OpenMP thread, each
+ * block one cblas_sgemm call; attention runs one (batch, head) pair per task. Work items are
+ * fixed by the thread count alone and every reduction runs in a fixed order, so a fixed thread
+ * count gives bit-identical results whatever the (dynamic) assignment of items to threads. Memory: parameters, gradients, AdamW moments and activations are each
  * one allocation made at create; no call allocates afterwards.
  *
  * Activations are packed for the actual (B, T) of the last forward (N = B*T rows), inside
@@ -26,6 +26,12 @@ void openblas_set_num_threads(int num_threads);
 
 #define ATT_BLOCK 64     /* query/key block of the causal attention products */
 #define OPT_SEG 16384    /* floats per optimizer work item */
+/* Work items per thread for the large products: a few, handed out dynamically, so a thread
+ * that loses its core to another process does not hold the others at the barrier. Chunk
+ * bounds depend only on the thread count, and a chunk computes the same whichever thread runs
+ * it, so results stay deterministic. */
+#define CHUNKS_PER_THREAD 4
+#define ROWS_PER_ITEM 16 /* rows per dynamic work item of the row-wise kernels */
 
 enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, FPW, FPB, NLAYER_T };
 enum { ST_NONE, ST_LOGITS, ST_LOSS, ST_BACKWARD };
@@ -68,7 +74,7 @@ typedef struct {
   float *dqkv;        /* (N, 3C) */
   float *dfch;        /* (N, 4C) */
   float *att_scratch; /* (nt, maxT, maxT) per-thread dscores */
-  float *ln_part;     /* (nt, 2C) per-thread LayerNorm weight/bias gradient partials */
+  float *ln_part;     /* (nt * CHUNKS_PER_THREAD, 2C) LayerNorm weight/bias gradient partials */
   int *inputs;        /* (N) copy of the last forward's inputs */
   int *targets;       /* (N) */
   int B, T, state;
@@ -125,7 +131,7 @@ static int cpu_create(gpt_model *m) {
   const double dsizes[] = {dN * dC,     dL * dN * dC,     dL * dN, dL * dN, 3 * dL * dN * dC, dL * B * NH * dT * dT,
                            dL * dN * dC, dL * dN * dC,    dL * dN * dC, dL * dN, dL * dN, 4 * dL * dN * dC,
                            4 * dL * dN * dC, dL * dN * dC, dN * dC, dN, dN, dN * V, dN, dN, dN * dC, dN * dC,
-                           3 * dN * dC, 4 * dN * dC, dnt * dT * dT, dnt * 2 * dC};
+                           3 * dN * dC, 4 * dN * dC, dnt * dT * dT, dnt * CHUNKS_PER_THREAD * 2 * dC};
   float **ptrs[] = {&c->encoded, &c->ln1,      &c->ln1_mean, &c->ln1_rstd, &c->qkv,    &c->att,
                     &c->atty,    &c->res2,     &c->ln2,      &c->ln2_mean, &c->ln2_rstd, &c->fch,
                     &c->fch_gelu, &c->res3,    &c->lnf,      &c->lnf_mean, &c->lnf_rstd, &c->logits,
@@ -204,7 +210,7 @@ static int cpu_get_grads(gpt_model *m, float *dst, size_t off, size_t n) {
 
 static inline int split_chunk(int n, int parts) {
   int ch = (n + parts - 1) / parts;
-  return (ch + 15) & ~15; /* whole micro-kernel panels per thread */
+  return (ch + 15) & ~15; /* whole micro-kernel panels per chunk */
 }
 
 /* Cm[M,N] = op(A) op(B) + beta * Cm, row-major, split over the larger output dimension. */
@@ -215,13 +221,11 @@ static void mm(int nt, int ta, int tb, int M, int N, int K, const float *A, int 
     cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
     return;
   }
-  const int by_rows = M >= N;
-  const int ch = split_chunk(by_rows ? M : N, nt);
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int i = 0; i < nt; i++) {
-    int lo = i * ch, hi = by_rows ? M : N;
-    if (lo >= hi) continue;
-    if (hi - lo > ch) hi = lo + ch;
+  const int by_rows = M >= N, dim = by_rows ? M : N;
+  const int ch = split_chunk(dim, nt * CHUNKS_PER_THREAD), nch = (dim + ch - 1) / ch;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int i = 0; i < nch; i++) {
+    const int lo = i * ch, hi = lo + ch < dim ? lo + ch : dim;
     if (by_rows) {
       const float *a = ta ? A + lo : A + (size_t)lo * lda;
       cblas_sgemm(CblasRowMajor, TA, TB, hi - lo, N, K, 1.0f, a, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
@@ -237,11 +241,10 @@ static void mm(int nt, int ta, int tb, int M, int N, int K, const float *A, int 
  * own block right after its product. */
 static void linear_fwd(const cpu_impl *c, float *out, const float *inp, const float *W, const float *bias,
                        const float *res, float *act, int N, int IC, int OC) {
-  const int nt = c->nt, ch = split_chunk(N, nt);
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int i = 0; i < nt; i++) {
-    int lo = i * ch, hi = lo + ch < N ? lo + ch : N;
-    if (lo >= hi) continue;
+  const int nt = c->nt, ch = split_chunk(N, nt * CHUNKS_PER_THREAD), nch = (N + ch - 1) / ch;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int i = 0; i < nch; i++) {
+    const int lo = i * ch, hi = lo + ch < N ? lo + ch : N;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, OC, IC, 1.0f, inp + (size_t)lo * IC, IC, W, OC,
                 0.0f, out + (size_t)lo * OC, OC);
     for (int r = lo; r < hi; r++) {
@@ -270,29 +273,33 @@ static void linear_bwd(const cpu_impl *c, float *dinp, float *dW, float *db, con
 
 static void layernorm_fwd(const cpu_impl *c, float *out, float *mean, float *rstd, const float *x, const float *w,
                           const float *b, int N, int C) {
-#pragma omp parallel for num_threads(c->nt) schedule(static)
+#pragma omp parallel for num_threads(c->nt) schedule(dynamic, ROWS_PER_ITEM)
   for (int n = 0; n < N; n++)
     cpuk_layernorm_row(out + (size_t)n * C, mean + n, rstd + n, x + (size_t)n * C, w, b, C);
 }
 
-/* dx += LayerNorm backward; dw, db += per-thread partial sums reduced in thread order. */
+/* dx += LayerNorm backward; dw, db += partial sums over fixed row chunks, reduced in chunk
+ * order (deterministic under the dynamic schedule). */
 static void layernorm_bwd(const cpu_impl *c, float *dx, float *dw, float *db, const float *dout, const float *x,
                           const float *w, const float *mean, const float *rstd, int N, int C) {
+  const int nch0 = c->nt * CHUNKS_PER_THREAD, ch = (N + nch0 - 1) / nch0, nch = (N + ch - 1) / ch;
 #pragma omp parallel num_threads(c->nt)
   {
-    const int tid = omp_get_thread_num(), nthr = omp_get_num_threads();
-    float *pw = c->ln_part + (size_t)tid * 2 * C, *pb = pw + C;
-    memset(pw, 0, 2 * (size_t)C * sizeof(float));
-#pragma omp for schedule(static)
-    for (int n = 0; n < N; n++)
-      cpuk_layernorm_bwd_row(dx + (size_t)n * C, pw, pb, dout + (size_t)n * C, x + (size_t)n * C, w, mean[n],
-                             rstd[n], C);
+#pragma omp for schedule(dynamic, 1)
+    for (int k = 0; k < nch; k++) {
+      float *pw = c->ln_part + (size_t)k * 2 * C, *pb = pw + C;
+      memset(pw, 0, 2 * (size_t)C * sizeof(float));
+      const int hi = (k + 1) * ch < N ? (k + 1) * ch : N;
+      for (int n = k * ch; n < hi; n++)
+        cpuk_layernorm_bwd_row(dx + (size_t)n * C, pw, pb, dout + (size_t)n * C, x + (size_t)n * C, w, mean[n],
+                               rstd[n], C);
+    }
 #pragma omp for schedule(static)
     for (int i = 0; i < C; i++) {
       float sw = 0.0f, sb = 0.0f;
-      for (int t = 0; t < nthr; t++) {
-        sw += c->ln_part[(size_t)t * 2 * C + i];
-        sb += c->ln_part[(size_t)t * 2 * C + C + i];
+      for (int k = 0; k < nch; k++) {
+        sw += c->ln_part[(size_t)k * 2 * C + i];
+        sb += c->ln_part[(size_t)k * 2 * C + C + i];
       }
       dw[i] += sw;
       db[i] += sb;
@@ -307,7 +314,7 @@ static void attention_fwd(const cpu_impl *c, float *out, float *att, const float
                           int NH) {
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for num_threads(c->nt) schedule(static)
+#pragma omp parallel for num_threads(c->nt) schedule(dynamic, 1)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
     const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
@@ -332,7 +339,7 @@ static void attention_bwd(const cpu_impl *c, float *dqkv, const float *dout, con
 #pragma omp parallel num_threads(c->nt)
   {
     float *D = c->att_scratch + (size_t)omp_get_thread_num() * maxT * maxT; /* dscores (T, T) */
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
       const int b = bh / NH, h = bh % NH;
       const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
@@ -376,7 +383,7 @@ static int cpu_forward(gpt_model *m, const int *inputs, const int *targets, int 
   const float *wte = c->params, *wpe = wte + (size_t)V * C;
   const float *lnfw = wpe + (size_t)cfg->n_positions * C, *lnfb = lnfw + C;
   const size_t NC = (size_t)N * C;
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, ROWS_PER_ITEM)
   for (int n = 0; n < N; n++)
     cpuk_encode_row(c->encoded + (size_t)n * C, wte + (size_t)c->inputs[n] * C, wpe + (size_t)(n % T) * C, C);
 
@@ -404,7 +411,7 @@ static int cpu_forward(gpt_model *m, const int *inputs, const int *targets, int 
     c->state = ST_LOGITS;
     return 0;
   }
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, ROWS_PER_ITEM)
   for (int n = 0; n < N; n++)
     c->losses[n] = cpuk_xent_row(c->logits + (size_t)n * V, V, c->targets[n], &c->lse[n]);
   double sum = 0.0;
@@ -450,7 +457,7 @@ static int cpu_backward(gpt_model *m) {
 
   /* Mean cross-entropy: dlogits = (softmax - onehot) / N, in place. */
   const float dloss = 1.0f / (float)N;
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, ROWS_PER_ITEM)
   for (int n = 0; n < N; n++) cpuk_xent_bwd_row(c->logits + (size_t)n * V, V, c->targets[n], c->lse[n], dloss);
   mm(nt, 0, 0, N, C, V, c->logits, V, wte, C, 0.0f, c->dtmp, C);       /* dlnf */
   mm(nt, 1, 0, V, C, N, c->logits, V, c->lnf, C, 1.0f, dwte, C);       /* dwte += dlogits^T lnf */
@@ -468,7 +475,7 @@ static int cpu_backward(gpt_model *m) {
     const float *fchg = c->fch_gelu + 4 * l * NC, *att = c->att + (size_t)l * B * NH * T * T;
 
     linear_bwd(c, c->dfch, dw[FPW], dw[FPB], c->dres, fchg, w[FPW], N, 4 * C, C);
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, ROWS_PER_ITEM)
     for (int n = 0; n < N; n++) cpuk_gelu_bwd_row(c->dfch + (size_t)n * 4 * C, fch + (size_t)n * 4 * C, 4 * C);
     linear_bwd(c, c->dtmp, dw[FCW], dw[FCB], c->dfch, ln2, w[FCW], N, C, 4 * C);
     layernorm_bwd(c, c->dres, dw[LN2W], dw[LN2B], c->dtmp, res2, w[LN2W], c->ln2_mean + (size_t)l * N,
@@ -503,7 +510,7 @@ static int cpu_backward(gpt_model *m) {
 static int cpu_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, float *grad_norm) {
   cpu_impl *c = m->impl;
   const int nt = c->nt;
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
   for (int s = 0; s < c->nseg; s++) c->seg_sumsq[s] = cpuk_sumsq(c->grads + c->segs[s].off, c->segs[s].n);
   double sumsq = 0.0;
   for (int s = 0; s < c->nseg; s++) sumsq += c->seg_sumsq[s];
@@ -524,7 +531,7 @@ static int cpu_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, i
   const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
   const float neg_step = (float)(-(lr_d / bc1));
   const float bc2_sqrt = (float)sqrt(bc2);
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
   for (int s = 0; s < c->nseg; s++) {
     const cpu_seg *g = &c->segs[s];
     cpuk_adamw(c->params + g->off, c->grads + g->off, c->adam_m + g->off, c->adam_v + g->off, g->n, clip,

@@ -1,9 +1,12 @@
 /* cpu_kernels.c — micro-benchmark of one CPU train step (zero_grad, forward, backward, clipped
  * AdamW) of the GPT-2 backend; twin of tests/bench/cpu_kernels_torch.py for PyTorch eager.
- * Usage: bench_cpu_kernels [L NH C V B T threads steps]   (defaults 6 6 384 256 8 256 2 5) */
+ * Usage: bench_cpu_kernels [L NH C V B T threads steps]   (defaults 6 6 384 256 8 256 2 5)
+ * OpenBLAS picks its kernels at load time; OpenBLAS 0.3.21 on Zen 5 picks AVX2 ("Haswell")
+ * ones, and OPENBLAS_CORETYPE=SkylakeX in the environment selects the AVX-512 ones. */
 #include "common/errors.h"
 #include "kernels/gpt.h"
 
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -56,9 +59,9 @@ int main(int argc, char **argv) {
     }
   }
   double step = (tf + tb + to) / steps;
-  printf("c  L=%d NH=%d C=%d V=%d B=%d T=%d threads=%d params=%zu: %.1f ms/step (fwd %.1f bwd %.1f adamw %.1f) "
+  printf("c  [openblas %s] L=%d NH=%d C=%d V=%d B=%d T=%d threads=%d params=%zu: %.1f ms/step (fwd %.1f bwd %.1f adamw %.1f) "
          "%.0f tok/s, best step %.1f ms = %.0f tok/s, loss %.4f\n",
-         L, NH, C, V, B, T, threads, m->lay.n_params, step * 1e3, tf / steps * 1e3, tb / steps * 1e3,
+         openblas_get_corename(), L, NH, C, V, B, T, threads, m->lay.n_params, step * 1e3, tf / steps * 1e3, tb / steps * 1e3,
          to / steps * 1e3, B * T / step, best * 1e3, B * T / best, loss);
   gpt_free(m);
   free(p);
