@@ -1,0 +1,8 @@
+# Tests of the worker daemon (worker/): dipaco-worker as a real process against a fake
+# coordinator (tests/unit/test_worker.c), plus its data-path and placement helpers.
+if(TARGET dipaco-worker)
+  add_executable(test_worker ${CMAKE_SOURCE_DIR}/tests/unit/test_worker.c)
+  target_link_libraries(test_worker PRIVATE dpc_worker dpc_trainer dpc_rpc dpc_kernels dpc_common)
+  add_test(NAME worker COMMAND test_worker $<TARGET_FILE:dipaco-worker>)
+  set_tests_properties(worker PROPERTIES TIMEOUT 180)
+endif()

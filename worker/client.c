@@ -1,0 +1,215 @@
+/* client.c — the worker's Coordinator calls (see client.h): one function per RPC, reply
+ * validation, and the error classification the lease loop acts on. */
+#include "worker/client.h"
+#include "common/checksum.h"
+#include "common/errors.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SVC "/dipaco.v1.Coordinator/"
+#define UNARY_TIMEOUT_MS 10000
+
+/* A transfer gets 30 s plus 1 s per 10 MB (a floor of 10 MB/s). */
+static int transfer_timeout_ms(size_t bytes) {
+  uint64_t ms = 30000 + bytes / 10000;
+  return ms > 3600000 ? 3600000 : (int)ms;
+}
+
+enum wc_class wc_classify(int rc, int code) {
+  if (rc == 0) return WC_OK;
+  switch (code) {
+  case RPC_UNAVAILABLE:
+  case RPC_DEADLINE_EXCEEDED:
+  case RPC_CANCELLED:
+  case RPC_DATA_LOSS:
+    return WC_RETRY;
+  case RPC_UNAUTHENTICATED:
+    return WC_REREGISTER;
+  case RPC_ABORTED:
+  case RPC_NOT_FOUND:
+    return WC_LEASE_GONE;
+  case RPC_OK: /* a local check failed on what was received */
+    return rc == DPC_ECHECKSUM || rc == DPC_EFORMAT ? WC_RETRY : WC_FATAL;
+  default:
+    return WC_FATAL;
+  }
+}
+
+int wc_open(wclient *c, const char *target, uint32_t chunk_flag) {
+  memset(c, 0, sizeof *c);
+  c->chunk_flag = chunk_flag ? chunk_flag : RPC_CHUNK_DEFAULT;
+  c->max_chunk_bytes = c->chunk_flag;
+  c->heartbeat_ms = 2000;
+  struct rpc_client_config cfg = {.target = target};
+  return rpc_client_open(&cfg, &c->rpc);
+}
+
+void wc_close(wclient *c) {
+  rpc_client_close(c->rpc);
+  c->rpc = NULL;
+}
+
+int wc_register(wclient *c, Dipaco__V1__RegisterRequest *req, int *code) {
+  req->previous_worker_id = c->worker_id;
+  req->previous_session = c->session;
+  ProtobufCMessage *pm = NULL;
+  int rc = rpc_unary(c->rpc, SVC "Register", &req->base, &dipaco__v1__register_response__descriptor, &pm,
+                     UNARY_TIMEOUT_MS);
+  *code = rpc_last_code();
+  req->previous_session = NULL;
+  if (rc) return rc;
+  Dipaco__V1__RegisterResponse *r = (Dipaco__V1__RegisterResponse *)pm;
+  size_t tl = r->session_token ? strlen(r->session_token) : 0;
+  if (r->worker_id == 0 || tl == 0 || tl > WC_SESSION_MAX) {
+    rc = dpc_err(DPC_EFORMAT, "Register: reply has worker_id %" PRIu64 " and a %zu-byte session token "
+                 "(need an id > 0 and 1..%d bytes)", r->worker_id, tl, WC_SESSION_MAX);
+    protobuf_c_message_free_unpacked(pm, NULL);
+    return rc;
+  }
+  char idbuf[32];
+  snprintf(idbuf, sizeof idbuf, "%" PRIu64, r->worker_id);
+  if ((rc = rpc_client_set_md(c->rpc, RPC_MD_WORKER_ID, idbuf)) ||
+      (rc = rpc_client_set_md(c->rpc, RPC_MD_SESSION, r->session_token))) {
+    protobuf_c_message_free_unpacked(pm, NULL);
+    return rc; /* e.g. a token with non-printable bytes */
+  }
+  c->worker_id = r->worker_id;
+  memcpy(c->session, r->session_token, tl + 1);
+  uint32_t hb = r->heartbeat_interval_ms ? r->heartbeat_interval_ms : 2000;
+  c->heartbeat_ms = hb < 50 ? 50 : hb > 60000 ? 60000 : hb;
+  c->lease_ttl_ms = r->lease_ttl_ms;
+  c->max_chunk_bytes = c->chunk_flag;
+  if (r->max_chunk_bytes && r->max_chunk_bytes < c->max_chunk_bytes) c->max_chunk_bytes = r->max_chunk_bytes;
+  if (c->max_chunk_bytes < 1024) c->max_chunk_bytes = 1024;
+  protobuf_c_message_free_unpacked(pm, NULL);
+  return 0;
+}
+
+int wc_lease(wclient *c, uint32_t max_wait_ms, Dipaco__V1__LeaseResponse **out, int *code) {
+  Dipaco__V1__LeaseRequest req = DIPACO__V1__LEASE_REQUEST__INIT;
+  req.max_wait_ms = max_wait_ms;
+  ProtobufCMessage *pm = NULL;
+  *out = NULL;
+  int rc = rpc_unary(c->rpc, SVC "Lease", &req.base, &dipaco__v1__lease_response__descriptor, &pm,
+                     (int)max_wait_ms + UNARY_TIMEOUT_MS);
+  *code = rpc_last_code();
+  if (rc) return rc;
+  Dipaco__V1__LeaseResponse *r = (Dipaco__V1__LeaseResponse *)pm;
+  if (r->outcome == DIPACO__V1__LEASE_OUTCOME__LEASE_GRANTED && (!r->lease || r->lease->lease_id == 0)) {
+    protobuf_c_message_free_unpacked(pm, NULL);
+    return dpc_err(DPC_EFORMAT, "Lease: LEASE_GRANTED without a lease (or with lease_id 0)");
+  }
+  *out = r;
+  return 0;
+}
+
+int wc_heartbeat(wclient *c, const Dipaco__V1__HeartbeatRequest *req, Dipaco__V1__HeartbeatResponse **out,
+                 int *code) {
+  ProtobufCMessage *pm = NULL;
+  *out = NULL;
+  int to = (int)c->heartbeat_ms * 2;
+  if (to < 2000) to = 2000;
+  int rc = rpc_unary(c->rpc, SVC "Heartbeat", &req->base, &dipaco__v1__heartbeat_response__descriptor, &pm, to);
+  *code = rpc_last_code();
+  if (rc) return rc;
+  *out = (Dipaco__V1__HeartbeatResponse *)pm;
+  return 0;
+}
+
+int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *dst, size_t *got,
+            int *code) {
+  Dipaco__V1__PullFragmentRequest req = DIPACO__V1__PULL_FRAGMENT_REQUEST__INIT;
+  size_t bytes = (size_t)f->num_floats * sizeof(float);
+  req.lease_id = lease_id;
+  req.fragment_id = f->fragment_id;
+  req.version = f->version;
+  req.latest = 0;
+  req.offset = *got;
+  req.codec = DIPACO__V1__CODEC__CODEC_FP32;
+  req.max_chunk_bytes = c->max_chunk_bytes;
+  struct rpc_chunk h;
+  memset(&h, 0, sizeof h);
+  size_t g = *got;
+  int rc = rpc_pull(c->rpc, SVC "PullFragment", &req.base, transfer_timeout_ms(bytes), *got, dst, bytes, &h, &g);
+  *code = rpc_last_code();
+  if (g > *got) *got = g;
+  if (rc) {
+    if (rc == DPC_ECHECKSUM) *got = 0; /* corrupted somewhere: start over */
+    return rc;
+  }
+  *code = RPC_OK;
+  const char *what = NULL;
+  if (h.total != bytes) what = "byte length";
+  else if (h.fragment_id != f->fragment_id) what = "fragment id";
+  else if (h.version != f->version) what = "version";
+  else if (h.codec != DIPACO__V1__CODEC__CODEC_FP32) what = "codec (asked for fp32)";
+  else if (h.num_floats != f->num_floats) what = "num_floats";
+  else if (f->crc32c && h.crc32c != f->crc32c) what = "CRC-32C (the lease's FragmentInfo disagrees)";
+  if (what) {
+    *got = 0;
+    return dpc_err(DPC_EFORMAT, "PullFragment: fragment %" PRIu64 " version %" PRIu64 ": the served stream has the "
+                   "wrong %s (total %" PRIu64 ", fragment %" PRIu64 ", version %" PRIu64 ", crc %08x, lease crc %08x)",
+                   f->fragment_id, f->version, what, h.total, h.fragment_id, h.version, h.crc32c, f->crc32c);
+  }
+  return 0;
+}
+
+int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+            const float *const *delta, uint64_t inner_steps, uint64_t tokens, int *results, int *code) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    total += (size_t)frags[i]->num_floats * sizeof(float);
+    results[i] = -1;
+  }
+  struct rpc_stream *s = NULL;
+  int rc = rpc_stream_open(c->rpc, SVC "PushDelta", NULL, transfer_timeout_ms(total), &s);
+  *code = rpc_last_code();
+  if (rc) return rc;
+  for (size_t i = 0; i < n && !rc; i++) {
+    struct rpc_chunk h;
+    memset(&h, 0, sizeof h);
+    h.lease_id = lease_id;
+    h.fragment_id = frags[i]->fragment_id;
+    h.version = frags[i]->version;
+    h.codec = DIPACO__V1__CODEC__CODEC_FP32;
+    h.num_floats = frags[i]->num_floats;
+    h.inner_steps = inner_steps;
+    h.tokens = tokens;
+    h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA;
+    rc = rpc_stream_write_chunks(s, &h, delta[i], (size_t)frags[i]->num_floats * sizeof(float), c->max_chunk_bytes);
+  }
+  /* Finish also after a failed write: the status says why the server hung up. */
+  ProtobufCMessage *pm = NULL;
+  int frc = rpc_stream_finish(s, &dipaco__v1__push_delta_response__descriptor, &pm);
+  *code = rpc_last_code();
+  rpc_stream_free(s);
+  if (frc) return frc;
+  if (rc) {
+    if (pm) protobuf_c_message_free_unpacked(pm, NULL);
+    *code = RPC_UNAVAILABLE;
+    return rc;
+  }
+  Dipaco__V1__PushDeltaResponse *r = (Dipaco__V1__PushDeltaResponse *)pm;
+  for (size_t a = 0; a < r->n_acks; a++)
+    for (size_t i = 0; i < n; i++)
+      if (r->acks[a]->fragment_id == frags[i]->fragment_id) results[i] = r->acks[a]->result;
+  protobuf_c_message_free_unpacked(pm, NULL);
+  return 0;
+}
+
+int wc_release(wclient *c, uint64_t lease_id, int reason, uint64_t step, const char *msg, int *code) {
+  Dipaco__V1__ReleaseRequest req = DIPACO__V1__RELEASE_REQUEST__INIT;
+  req.lease_id = lease_id;
+  req.reason = reason;
+  req.step = step;
+  req.message = (char *)(msg ? msg : "");
+  ProtobufCMessage *pm = NULL;
+  int rc = rpc_unary(c->rpc, SVC "Release", &req.base, &dipaco__v1__release_response__descriptor, &pm,
+                     UNARY_TIMEOUT_MS);
+  *code = rpc_last_code();
+  if (pm) protobuf_c_message_free_unpacked(pm, NULL);
+  return rc;
+}

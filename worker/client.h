@@ -1,0 +1,73 @@
+/* client.h — the worker's calls to dipaco.v1.Coordinator (proto/dipaco.proto), on top of the
+ * call layer common/rpc.h: Register (and the identity metadata it sets), Lease, Heartbeat,
+ * PullFragment into a float buffer with resume, PushDelta of every fragment of a lease in one
+ * stream, Release.
+ *
+ * Every call returns 0 or a negative DPC_E* code with the detail in dpc_errmsg(), and stores
+ * the gRPC status of the call in *code (RPC_OK for purely local failures); wc_classify turns
+ * (rc, code) into what the lease loop should do. Replies are validated here (sizes, ids,
+ * enums) before the caller sees them. Thread-safety: Heartbeat may run on another thread
+ * while the owner thread pulls or pushes; wc_register (which changes the metadata) must not
+ * run while any other call is in flight. */
+#ifndef DPC_WORKER_CLIENT_H
+#define DPC_WORKER_CLIENT_H
+
+#include "common/rpc.h"
+#include "proto/dipaco.pb-c.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WC_SESSION_MAX 128
+
+typedef struct {
+  struct rpc_client *rpc;
+  uint64_t worker_id;                 /* 0 until registered */
+  char session[WC_SESSION_MAX + 1];
+  uint32_t heartbeat_ms;              /* from RegisterResponse, clamped to [50, 60000] */
+  uint32_t lease_ttl_ms;
+  uint32_t max_chunk_bytes;           /* what we send per chunk (our flag ∧ the server's) */
+  uint32_t chunk_flag;                /* --max-chunk-bytes */
+} wclient;
+
+/* What to do after a failed call. */
+enum wc_class {
+  WC_OK = 0,
+  WC_RETRY,      /* UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, DATA_LOSS, checksum: back off, retry */
+  WC_REREGISTER, /* UNAUTHENTICATED: the coordinator forgot the session */
+  WC_LEASE_GONE, /* ABORTED, NOT_FOUND: the lease expired or was revoked: drop the work */
+  WC_FATAL       /* anything else: a bug or a refused request; give the lease up */
+};
+enum wc_class wc_classify(int rc, int code);
+
+int wc_open(wclient *c, const char *target, uint32_t chunk_flag);
+void wc_close(wclient *c);
+
+/* Register (fields of req filled by the caller; previous identity added here when there is
+ * one) and set dipaco-worker-id / dipaco-session for every later call. */
+int wc_register(wclient *c, Dipaco__V1__RegisterRequest *req, int *code);
+
+/* Lease long-poll: *out owned by the caller (protobuf_c_message_free_unpacked). */
+int wc_lease(wclient *c, uint32_t max_wait_ms, Dipaco__V1__LeaseResponse **out, int *code);
+
+int wc_heartbeat(wclient *c, const Dipaco__V1__HeartbeatRequest *req,
+                 Dipaco__V1__HeartbeatResponse **out, int *code);
+
+/* Pull fragment f (at its base version f->version) of lease `lease_id` into dst[f->num_floats],
+ * resuming from *got bytes (set *got = 0 for a fresh pull; it is advanced as bytes arrive,
+ * also on error, so a retry resumes). Checks the served version, size and the lease's
+ * CRC-32C of the fragment when it is non-zero. */
+int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *dst,
+            size_t *got, int *code);
+
+/* One PushDelta stream with the deltas of frags[0..n) (delta[i] holds n floats of fragment
+ * i, at its base version) and the acks: results[i] receives the PushResult of fragment i, or
+ * -1 if the reply did not name it. */
+int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+            const float *const *delta, uint64_t inner_steps, uint64_t tokens, int *results,
+            int *code);
+
+int wc_release(wclient *c, uint64_t lease_id, int reason, uint64_t step, const char *msg,
+               int *code);
+
+#endif
