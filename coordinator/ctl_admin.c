@@ -555,6 +555,7 @@ static int cmd_job_wait(actx *a, char **pos, int npos, float timeout_s, int poll
   for (;;) {
     double left = timeout_s > 0 ? (double)timeout_s - (now_s() - t0) : 1e9;
     int call_ms = left * 1000 < a->timeout_ms ? (int)(left * 1000) + 1 : a->timeout_ms;
+    if (call_ms < 1) call_ms = 1; /* 0 would mean "no deadline" to rpc_unary */
     Dipaco__V1__Job *j = NULL;
     int rc = get_job(a, ADMIN "GetJob", id, NULL, call_ms, &j);
     if (rc) {
