@@ -455,8 +455,21 @@ static int validate_lease(worker *w, const Dipaco__V1__Lease *L, lease_plan *p) 
     return dpc_err(DPC_EINVAL, "lease: hyperparameters out of range (lr %g, lr_min_frac %g, wd %g, betas %g %g, "
                    "eps %g, clip %g)", h->lr, h->lr_min_frac, h->weight_decay, h->beta1, h->beta2, h->eps,
                    h->grad_clip);
-  if (h->total_steps < 1 || h->total_steps > INT32_MAX || h->warmup_steps > h->total_steps)
-    return dpc_err(DPC_EINVAL, "lease: total_steps %" PRIu64 " / warmup_steps %" PRIu64 " invalid", h->total_steps,
+  uint64_t total_steps = h->total_steps;
+  if (total_steps == 0) { /* not filled in: the job spec's rounds × inner_steps */
+    cJSON *root = L->spec_json ? cJSON_Parse(L->spec_json) : NULL;
+    const cJSON *ro = cJSON_GetObjectItemCaseSensitive(root, "rounds");
+    const cJSON *hs = cJSON_GetObjectItemCaseSensitive(root, "inner_steps");
+    if (cJSON_IsNumber(ro) && cJSON_IsNumber(hs) && ro->valuedouble >= 1 && hs->valuedouble >= 1 &&
+        ro->valuedouble * hs->valuedouble <= INT32_MAX) {
+      total_steps = (uint64_t)ro->valuedouble * (uint64_t)hs->valuedouble;
+      DPC_WARN("lease %" PRIu64 ": hyper.total_steps is 0; using the spec's rounds x inner_steps = %" PRIu64,
+               L->lease_id, total_steps);
+    }
+    cJSON_Delete(root);
+  }
+  if (total_steps < 1 || total_steps > INT32_MAX || h->warmup_steps > total_steps)
+    return dpc_err(DPC_EINVAL, "lease: total_steps %" PRIu64 " / warmup_steps %" PRIu64 " invalid", total_steps,
                    h->warmup_steps);
   if (L->inner_steps < 1 || L->inner_steps > 10000000 || L->first_step > INT32_MAX)
     return dpc_err(DPC_EINVAL, "lease: inner_steps %u / first_step %" PRIu64 " invalid", L->inner_steps,
@@ -474,7 +487,7 @@ static int validate_lease(worker *w, const Dipaco__V1__Lease *L, lease_plan *p) 
     return dpc_err(DPC_EUNSUPPORTED, "lease: delta codec %d is not supported (fp32 only)", L->delta_codec);
   if (L->n_fragments < 1 || L->n_fragments > MAX_FRAGMENTS)
     return dpc_err(DPC_ERANGE, "lease: %zu fragments (need 1..%d)", L->n_fragments, MAX_FRAGMENTS);
-  p->opts = (trainer_opts){.B = (int)h->batch_size, .T = (int)h->seq_len, .total_steps = (long)h->total_steps,
+  p->opts = (trainer_opts){.B = (int)h->batch_size, .T = (int)h->seq_len, .total_steps = (long)total_steps,
                            .lr = h->lr, .lr_min_frac = h->lr_min_frac, .warmup = (int)h->warmup_steps,
                            .hp = {.beta1 = h->beta1, .beta2 = h->beta2, .eps = h->eps,
                                   .weight_decay = h->weight_decay, .grad_clip = h->grad_clip},
@@ -871,6 +884,7 @@ static void run_lease(worker *w, const Dipaco__V1__Lease *L) {
     DPC_INFO("lease %" PRIu64 ": stopping: releasing it at step %" PRIu64, L->lease_id, step);
     release(w, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_PREEMPTED, step, "worker shutting down");
   } else if (ab == AB_STOP) {
+    DPC_INFO("lease %" PRIu64 ": stopped by the coordinator: releasing it at step %" PRIu64, L->lease_id, step);
     release(w, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_PREEMPTED, step, "stopped by the coordinator");
   } else {
     snprintf(msg, sizeof msg, "%s", dpc_errmsg()[0] ? dpc_errmsg() : dpc_strerror(rc));

@@ -63,7 +63,8 @@ static void sleep_ms(int ms) {
 
 /* ------------------------------------------------------------- fake coordinator state */
 
-enum scenario { SC_HAPPY = 1, SC_SIGTERM, SC_DRAIN, SC_NODATA };
+enum scenario { SC_HAPPY = 1, SC_SIGTERM, SC_DRAIN, SC_NODATA, SC_KEEP, SC_STOP };
+#define NPUSH 5 /* pushed-delta buffers: lease 7/9 → 0, leases 21..24 → 1..4 */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -82,7 +83,8 @@ static struct {
   float hb_last_sps, hb_last_loss;
   uint64_t hb_lease;
   /* pushed data */
-  float *pushed;              /* (n_params) reassembled */
+  float *pushed[NPUSH];       /* (n_params) reassembled per lease */
+  uint64_t last_granted;
   int push_frag_seen[NFRAG], push_hdr_ok[NFRAG], push_crc_ok[NFRAG];
   uint64_t push_inner_steps, push_tokens;
 } S;
@@ -134,7 +136,8 @@ static void on_register(struct rpc_call *c, const struct grpc_byte_buffer *req, 
 }
 
 /* Builds and sends a lease. */
-static void grant(struct rpc_call *c, uint64_t lease_id, uint32_t H, uint64_t first_step, const char *spec) {
+static void grant(struct rpc_call *c, uint64_t lease_id, uint32_t H, uint64_t first_step, const char *spec,
+                  uint32_t replica, int inner_state) {
   Dipaco__V1__FragmentInfo fi[NFRAG], *fp[NFRAG];
   int order[NFRAG] = {2, 0, 1}; /* listed out of order on purpose */
   for (int k = 0; k < NFRAG; k++) {
@@ -151,7 +154,7 @@ static void grant(struct rpc_call *c, uint64_t lease_id, uint32_t H, uint64_t fi
   }
   Dipaco__V1__Slot slot = DIPACO__V1__SLOT__INIT;
   slot.path = 0;
-  slot.replica = 1;
+  slot.replica = replica;
   Dipaco__V1__ModelShape ms = DIPACO__V1__MODEL_SHAPE__INIT;
   ms.vocab_size = (uint32_t)g_cfg.vocab_size;
   ms.padded_vocab_size = (uint32_t)g_cfg.vocab_size;
@@ -175,7 +178,7 @@ static void grant(struct rpc_call *c, uint64_t lease_id, uint32_t H, uint64_t fi
   Dipaco__V1__DataWindow dw = DIPACO__V1__DATA_WINDOW__INIT;
   dw.dataset = "";
   dw.first_batch = first_step;
-  dw.replica = 1;
+  dw.replica = replica;
   dw.replicas = 2;
   Dipaco__V1__Lease L = DIPACO__V1__LEASE__INIT;
   L.lease_id = lease_id;
@@ -190,6 +193,10 @@ static void grant(struct rpc_call *c, uint64_t lease_id, uint32_t H, uint64_t fi
   L.hyper = &hy;
   L.data = &dw;
   L.spec_json = (char *)spec;
+  L.inner_state = inner_state;
+  pthread_mutex_lock(&g_mu);
+  S.last_granted = lease_id;
+  pthread_mutex_unlock(&g_mu);
   Dipaco__V1__LeaseResponse resp = DIPACO__V1__LEASE_RESPONSE__INIT;
   resp.outcome = DIPACO__V1__LEASE_OUTCOME__LEASE_GRANTED;
   resp.lease = &L;
@@ -216,20 +223,32 @@ static void on_lease(struct rpc_call *c, const struct grpc_byte_buffer *req, voi
   switch (S.sc) {
   case SC_HAPPY:
     if (n == 1 && regs == 2) rpc_call_finish(c, RPC_UNAUTHENTICATED, "unknown session (coordinator restarted)");
-    else if (n == 2) grant(c, 6, 3, 3, SPEC_OK); /* its pull is ABORTED */
-    else if (n == 3) grant(c, 7, 3, 3, SPEC_OK);
+    else if (n == 2) grant(c, 6, 3, 3, SPEC_OK, 1, 0); /* its pull is ABORTED */
+    else if (n == 3) grant(c, 7, 3, 3, SPEC_OK, 1, 0);
+    else no_work(c, 50);
+    break;
+  case SC_STOP: /* the first attempt is stopped mid-round, the round is leased again */
+    if (n == 1) grant(c, 21, 1000000, 0, SPEC_OK, 0, DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_KEEP);
+    else if (n == 2) grant(c, 22, 2, 0, SPEC_OK, 0, DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_KEEP);
     else no_work(c, 50);
     break;
   case SC_SIGTERM:
-    if (n == 1) grant(c, 8, 1000000, 6, SPEC_OK);
+    if (n == 1) grant(c, 8, 1000000, 6, SPEC_OK, 1, 0);
     else no_work(c, 50);
     break;
   case SC_DRAIN:
-    if (n == 1) grant(c, 9, 30, 0, SPEC_OK);
+    if (n == 1) grant(c, 9, 300, 0, SPEC_OK, 1, 0);
     else no_work(c, 50);
     break;
   case SC_NODATA:
-    if (n == 1) grant(c, 10, 3, 0, "{\"data\":{\"train\":[\"nothing/here_*.bin\"]}}");
+    if (n == 1) grant(c, 10, 3, 0, "{\"data\":{\"train\":[\"nothing/here_*.bin\"]}}", 1, 0);
+    else no_work(c, 50);
+    break;
+  case SC_KEEP: /* one worker alternating between the two replicas of a path */
+    if (n == 1) grant(c, 21, 2, 0, SPEC_OK, 0, DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_KEEP);
+    else if (n == 2) grant(c, 22, 2, 0, SPEC_OK, 1, DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_KEEP);
+    else if (n == 3) grant(c, 23, 2, 2, SPEC_OK, 0, DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_KEEP);
+    else if (n == 4) grant(c, 24, 2, 2, SPEC_OK, 1, DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_RESET);
     else no_work(c, 50);
     break;
   }
@@ -256,6 +275,9 @@ static void on_heartbeat(struct rpc_call *c, const struct grpc_byte_buffer *req,
   protobuf_c_message_free_unpacked(pm, NULL);
   Dipaco__V1__HeartbeatResponse resp = DIPACO__V1__HEARTBEAT_RESPONSE__INIT;
   if (S.sc == SC_DRAIN) resp.command = DIPACO__V1__COMMAND__COMMAND_DRAIN;
+  pthread_mutex_lock(&g_mu);
+  if (S.sc == SC_STOP && S.hb_lease == 21 && S.hb_last_step >= 3) resp.command = DIPACO__V1__COMMAND__COMMAND_STOP;
+  pthread_mutex_unlock(&g_mu);
   rpc_call_reply(c, &resp.base);
 }
 
@@ -393,7 +415,8 @@ static int on_push_msg(struct rpc_call *c, const struct grpc_byte_buffer *msg, v
       st->failed = 1;
       return 0;
     }
-    st->buf = (uint8_t *)(S.pushed + f_abs[st->frag]);
+    int k = h.lease_id >= 20 && h.lease_id < 20 + NPUSH ? (int)(h.lease_id - 20) : 0;
+    st->buf = (uint8_t *)(S.pushed[k] + f_abs[st->frag]);
   }
   if (st->frag < 0 || h.offset != st->expect) {
     st->failed = 1;
@@ -402,10 +425,9 @@ static int on_push_msg(struct rpc_call *c, const struct grpc_byte_buffer *msg, v
   rpc_chunk_copy(msg, &h, st->buf + h.offset);
   st->expect += h.len;
   int i = st->frag;
-  int hdr_ok = h.lease_id == 7 && h.version == 1 && h.payload == DIPACO__V1__PAYLOAD__PAYLOAD_DELTA &&
+  int hdr_ok = h.lease_id == S.last_granted && h.version == 1 && h.payload == DIPACO__V1__PAYLOAD__PAYLOAD_DELTA &&
                h.codec == DIPACO__V1__CODEC__CODEC_FP32 && h.num_floats == f_len[i];
   pthread_mutex_lock(&g_mu);
-  if (S.sc != SC_HAPPY) hdr_ok = hdr_ok || (h.lease_id == 9 && h.version == 1);
   if (h.offset == 0) S.push_hdr_ok[i] = hdr_ok;
   else S.push_hdr_ok[i] &= hdr_ok;
   S.push_inner_steps = h.inner_steps;
@@ -538,11 +560,12 @@ static int file_has(const char *path, const char *needle) {
 
 static void reset_state(enum scenario sc) {
   pthread_mutex_lock(&g_mu);
-  float *p = S.pushed;
+  float *p[NPUSH];
+  memcpy(p, S.pushed, sizeof p);
   memset(&S, 0, sizeof S);
-  S.pushed = p;
+  memcpy(S.pushed, p, sizeof p);
   S.sc = sc;
-  memset(S.pushed, 0, g_lay.n_params * sizeof(float));
+  for (int i = 0; i < NPUSH; i++) memset(S.pushed[i], 0, g_lay.n_params * sizeof(float));
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -579,7 +602,7 @@ static void test_happy(int port) {
   pthread_mutex_lock(&g_mu);
   double maxd = 0, maxw = 0;
   for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)S.pushed[i] - want[i]);
+    double d = fabs((double)S.pushed[0][i] - want[i]);
     if (d > maxd) maxd = d;
     if (fabs(want[i]) > maxw) maxw = fabs(want[i]);
   }
@@ -653,8 +676,8 @@ static void test_drain(int port) {
   pthread_mutex_lock(&g_mu);
   CHECK_EQ_INT(S.pushes, 1);
   for (int i = 0; i < NFRAG; i++) CHECK_EQ_INT(S.push_frag_seen[i], 1);
-  CHECK_EQ_INT(S.push_inner_steps, 30);
-  CHECK(S.leases >= 1);
+  CHECK_EQ_INT(S.push_inner_steps, 300);
+  CHECK_EQ_INT(S.leases, 1); /* DRAIN arrived during the round: no further Lease call */
   CHECK(S.heartbeats >= 1);
   pthread_mutex_unlock(&g_mu);
   if (test_failures || getenv("TEST_VERBOSE")) dump(log);
@@ -682,6 +705,85 @@ static void test_nodata(int port) {
   CHECK(strstr(S.release_msg[0], "matches no file") != NULL);
   CHECK_EQ_INT(S.pulls, 0);
   pthread_mutex_unlock(&g_mu);
+  if (test_failures || getenv("TEST_VERBOSE")) dump(log);
+}
+
+/* Max |a − b| relative to max |b|; prints both. */
+static double rel_diff(const char *what, const float *a, const float *b, size_t n) {
+  double maxd = 0, maxw = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - b[i]);
+    if (d > maxd) maxd = d;
+    if (fabs(b[i]) > maxw) maxw = fabs(b[i]);
+  }
+  fprintf(stderr, "%s: max |diff| %.3g (max |expected| %.3g)\n", what, maxd, maxw);
+  return maxw > 0 ? maxd / maxw : (maxd > 0 ? INFINITY : 0);
+}
+
+static void test_keep(int port) {
+  reset_state(SC_KEEP);
+  char log[300];
+  snprintf(log, sizeof log, "%s/keep.log", g_tmp);
+  pid_t pid = spawn_worker(port, 1, log);
+  CHECK(pid > 0);
+  CHECK_EQ_INT(wait_exit(pid, 60000), 0);
+  /* Oracle: one trainer per replica, state kept across its rounds; replica 1 reset at its
+   * second round. */
+  char s0[300], s1[300];
+  snprintf(s0, sizeof s0, "%s/data/train_000.bin", g_tmp);
+  snprintf(s1, sizeof s1, "%s/data/train_001.bin", g_tmp);
+  const char *shards[2] = {s0, s1};
+  gpt_backend_opts bo = {.kind = GPT_BACKEND_CPU, .threads = 1};
+  size_t n = g_lay.n_params;
+  float *want[4];
+  for (int r = 0; r < 2; r++) {
+    trainer_opts o = {.B = B_, .T = T_, .total_steps = 1000000, .lr = 0.01f, .lr_min_frac = 0.1f, .warmup = 2,
+                      .hp = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 0.5f},
+                      .replica = r, .n_replicas = 2};
+    trainer *tr = NULL;
+    CHECK_EQ_INT(trainer_open(&tr, &g_cfg, &bo, shards, 2, &o), 0);
+    want[r] = calloc(n, sizeof(float));
+    want[2 + r] = calloc(n, sizeof(float));
+    trainer_stats ts;
+    if (!tr) continue;
+    CHECK_EQ_INT(trainer_round(tr, g_theta, 0, 2, want[r], &ts, NULL, NULL), 0);
+    if (r == 1) trainer_reset_state(tr);
+    CHECK_EQ_INT(trainer_round(tr, g_theta, 2, 2, want[2 + r], &ts, NULL, NULL), 0);
+    trainer_free(tr);
+  }
+  pthread_mutex_lock(&g_mu);
+  CHECK(rel_diff("keep: lease 21 (replica 0, steps 0-1)", S.pushed[1], want[0], n) <= 1e-6);
+  CHECK(rel_diff("keep: lease 22 (replica 1, steps 0-1)", S.pushed[2], want[1], n) <= 1e-6);
+  CHECK(rel_diff("keep: lease 23 (replica 0, steps 2-3, kept state)", S.pushed[3], want[2], n) <= 1e-6);
+  CHECK(rel_diff("keep: lease 24 (replica 1, steps 2-3, reset state)", S.pushed[4], want[3], n) <= 1e-6);
+  CHECK_EQ_INT(S.pushes, 4);
+  CHECK_EQ_INT(S.bad_md, 0);
+  pthread_mutex_unlock(&g_mu);
+  /* The kept-state round differs from a fresh-state one (the test can tell them apart). */
+  CHECK(rel_diff("keep: kept vs fresh state differ", want[2], want[3], n) > 1e-3);
+  CHECK(!file_has(log, "no AdamW state"));   /* every slot started at step 0 or had state */
+  CHECK(!file_has(log, "using it anyway"));
+  if (test_failures || getenv("TEST_VERBOSE")) dump(log);
+
+  /* COMMAND_STOP mid-round: Release(PREEMPTED), nothing pushed, the worker keeps leasing, and
+   * the retried round starts from the AdamW state the stopped one started from. */
+  reset_state(SC_STOP);
+  snprintf(log, sizeof log, "%s/stop.log", g_tmp);
+  pid = spawn_worker(port, 1, log);
+  CHECK(pid > 0);
+  CHECK_EQ_INT(wait_exit(pid, 60000), 0);
+  pthread_mutex_lock(&g_mu);
+  CHECK_EQ_INT(S.pushes, 1);
+  CHECK(S.releases >= 2);
+  CHECK_EQ_INT(S.release_lease[0], 21);
+  CHECK_EQ_INT(S.release_reason[0], DIPACO__V1__RELEASE_REASON__RELEASE_PREEMPTED);
+  CHECK(S.release_step[0] >= 3);
+  CHECK(strstr(S.release_msg[0], "stopped by the coordinator") != NULL);
+  CHECK_EQ_INT(S.release_lease[1], 22);
+  CHECK_EQ_INT(S.release_reason[1], DIPACO__V1__RELEASE_REASON__RELEASE_DONE);
+  CHECK(rel_diff("stop: lease 22 (the round again, state restored)", S.pushed[2], want[0], n) <= 1e-6);
+  pthread_mutex_unlock(&g_mu);
+  for (int i = 0; i < 4; i++) free(want[i]);
   if (test_failures || getenv("TEST_VERBOSE")) dump(log);
 }
 
@@ -777,7 +879,7 @@ int main(int argc, char **argv) {
   }
   CHECK_EQ_INT(gpt_layout_build(&g_cfg, &g_lay), 0);
   g_theta = malloc(g_lay.n_params * sizeof(float));
-  S.pushed = calloc(g_lay.n_params, sizeof(float));
+  for (int i = 0; i < NPUSH; i++) S.pushed[i] = calloc(g_lay.n_params, sizeof(float));
   gpt_init_params(&g_lay, g_theta, 7);
   /* Level 0: stem + layer 0; level 1: layer 1 in two fragments. */
   size_t l1 = g_lay.layer_off[1], rest = g_lay.n_params - l1, half = rest / 2;
@@ -798,10 +900,11 @@ int main(int argc, char **argv) {
     test_sigterm(port);
     test_drain(port);
     test_nodata(port);
+    test_keep(port);
     rpc_server_stop(srv, 500);
   }
   free(g_theta);
-  free(S.pushed);
+  for (int i = 0; i < NPUSH; i++) free(S.pushed[i]);
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
   if (!test_failures && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);
