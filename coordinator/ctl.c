@@ -23,9 +23,13 @@ static const char usage_text[] =
     "  generate --model DIR --tokenizer byte|gpt2 [--vocab-dir DIR] --prompt TEXT --tokens N\n"
     "        [--temperature X --top-k K --seed S --threads N]\n"
     "\n"
-    "Admin commands (talk to a coordinator):\n"
-    "  --coordinator ADDR job create|list|show|pause|resume|cancel|wait|export ...\n"
-    "  --coordinator ADDR workers|paths ID|modules ID|status\n"
+    "Admin commands (talk to a coordinator: --coordinator ADDR or $DIPACO_COORDINATOR, default\n"
+    "127.0.0.1:7070; $DIPACO_ADMIN_TOKEN is sent as a bearer token; --json prints one JSON document):\n"
+    "  job create SPEC.json [--paused]   uploads \"model\": {\"init\": DIR}; prints the job id\n"
+    "  job list [--state S] | job show ID | job pause|resume|cancel ID [--reason TEXT]\n"
+    "  job wait ID [--timeout S --poll-ms N]   exit 0 DONE, 1 FAILED/CANCELLED, 3 timeout\n"
+    "  job export ID --path P --out DIR [--version V]\n"
+    "  workers [--all --job ID] | paths ID | modules ID | status\n"
     "\n"
     "Run 'dipacoctl COMMAND --help' for a command's options.\n";
 
