@@ -807,8 +807,9 @@ static void test_resolve_data(void) {
   CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"train\":[3]}}", NULL, &p, &n), DPC_EFORMAT);
   CHECK_EQ_INT(worker_resolve_data(g_tmp, "{not json", NULL, &p, &n), DPC_EFORMAT);
   /* No data.train in the spec: DataWindow.dataset is the fallback. */
-  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{}", "data/train_001.bin", &p, &n), 0);
-  CHECK_EQ_INT(n, 1);
+  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{}", "data/train_001.bin,data/train_000.bin", &p, &n), 0);
+  CHECK_EQ_INT(n, 2);
+  if (n == 2) CHECK(strstr(p[0], "train_001") && strstr(p[1], "train_000"));
   worker_free_paths(p, n);
   CHECK_EQ_INT(worker_resolve_data(g_tmp, "", "", &p, &n), DPC_EINVAL);
 }
@@ -822,10 +823,14 @@ static void test_place(void) {
   CHECK_EQ_INT(abs[0], 140);
   CHECK_EQ_INT(abs[1], 0);
   CHECK_EQ_INT(abs[2], 100);
-  /* Absolute offsets are refused with a hint. */
+  /* Absolute offsets (coordinator/service.c's reading) give the same placement. */
   uint64_t of2[3] = {140, 0, 100};
-  CHECK_EQ_INT(worker_place_fragments(3, lv, mo, of2, ln, 200, abs), DPC_EFORMAT);
-  CHECK(strstr(dpc_errmsg(), "module-relative") != NULL);
+  size_t abs2[3] = {0};
+  CHECK_EQ_INT(worker_place_fragments(3, lv, mo, of2, ln, 200, abs2), 0);
+  CHECK(abs2[0] == 140 && abs2[1] == 0 && abs2[2] == 100);
+  /* Absolute offsets whose level order disagrees with the layout are refused. */
+  uint32_t lv5[3] = {0, 1, 1};
+  CHECK_EQ_INT(worker_place_fragments(3, lv5, mo, of2, ln, 200, abs2), DPC_EFORMAT);
   /* A gap, a short cover, two modules on one level. */
   uint64_t of3[3] = {41, 0, 0};
   CHECK_EQ_INT(worker_place_fragments(3, lv, mo, of3, ln, 200, abs), DPC_EFORMAT);
