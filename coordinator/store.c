@@ -208,7 +208,9 @@ _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION, "STORE_SCHEMA_VERSION must 
                    "AND state != 'received' ORDER BY id")                                                    \
   X(GC_DELTA_DEL, "DELETE FROM deltas WHERE id = ?1")                                                         \
   X(INS_METRIC, "INSERT INTO metrics (" METRIC_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)") \
-  X(LIST_METRICS, "SELECT " METRIC_COLS " FROM metrics WHERE job = ?1 AND round >= ?2 ORDER BY round, id")
+  X(LIST_METRICS, "SELECT " METRIC_COLS " FROM metrics WHERE job = ?1 AND round >= ?2 ORDER BY round, id") \
+  X(ADVANCE_SLOT, "UPDATE slots SET round = ?4, inner_steps = ?5 "                                           \
+                  "WHERE job = ?1 AND path = ?2 AND replica = ?3 AND state = 'idle' AND round < ?4")
 
 enum {
 #define X_ENUM(name, sql) S_##name,
@@ -899,6 +901,22 @@ int store_set_slot_state(store *st, int64_t job, int path, int replica, store_sl
   BTXT(s, 4, SLOT_STATES[state]);
   TX(exec_done(st, s, "set slot state"));
   TX(commit(st));
+  return 0;
+}
+
+int store_advance_slot(store *st, int64_t job, int path, int replica, int64_t round, int64_t inner_steps) {
+  if (round < 0 || inner_steps < 0) return dpc_err(DPC_EINVAL, "store_advance_slot: negative round or inner steps");
+  sqlite3_stmt *s = stmt(st, S_ADVANCE_SLOT);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, job);
+  B64(s, 2, path);
+  B64(s, 3, replica);
+  B64(s, 4, round);
+  B64(s, 5, inner_steps);
+  TRY(exec_done(st, s, "advance slot"));
+  if (sqlite3_changes(st->db) != 1)
+    return dpc_err(DPC_ESTATE, "slot (job %lld, path %d, replica %d) is not idle below round %lld", (long long)job, path,
+                   replica, (long long)round);
   return 0;
 }
 

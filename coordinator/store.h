@@ -171,6 +171,11 @@ int store_list_slots(store *st, int64_t job, store_slot **out, int *n);
 /* Mark a slot done (all its rounds trained) or back to idle; DPC_ESTATE if it is leased. */
 int store_set_slot_state(store *st, int64_t job, int path, int replica, store_slot_state state);
 
+/* Move an idle slot forward to `round` with `inner_steps` done (a sync round closed at its
+ * deadline without the slot's delta). DPC_ESTATE unless the slot is idle and below round.
+ * (Added by the daemon: additive.) */
+int store_advance_slot(store *st, int64_t job, int path, int replica, int64_t round, int64_t inner_steps);
+
 typedef enum { LEASE_ACTIVE = 0, LEASE_FINISHED, LEASE_RELEASED, LEASE_EXPIRED } store_lease_state;
 
 typedef struct {

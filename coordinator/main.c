@@ -1,0 +1,225 @@
+/* main.c — dipaco-coordinator: flags, start-up (state directory, store, blob store, jobs),
+ * the libuv loop that owns all state (gRPC completions via uv_async, housekeeping timer,
+ * signals, metrics endpoint), systemd notification, and the graceful shutdown on SIGTERM/
+ * SIGINT: stop accepting work, let thread-pool work (delta fsyncs, outer steps) finish, stop
+ * the gRPC server with a grace period, close the store, exit 0.
+ *
+ * usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]
+ *          [--lease-ttl-ms N] [--heartbeat-ms N] [--log-level L] [--log-json] */
+#include "coordinator/coord.h"
+
+#include "common/errors.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+
+#define SHUTDOWN_GRACE_MS 3000
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]\n"
+             "         [--lease-ttl-ms N (default 15000)] [--heartbeat-ms N (default 2000)]\n"
+             "         [--log-level debug|info|warn|error] [--log-json]\n");
+}
+
+static void close_handle(uv_handle_t *h) {
+  if (h->loop && !uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static void maybe_shutdown(coord *c) {
+  if (!c->stopping || c->work_inflight > 0 || c->shut_started) return;
+  c->shut_started = 1;
+  DPC_INFO("in-flight work done; stopping the gRPC server (grace %d ms)", SHUTDOWN_GRACE_MS);
+  rpc_server_stop(c->srv, SHUTDOWN_GRACE_MS);
+  c->srv = NULL;
+  close_handle((uv_handle_t *)&c->async);
+  close_handle((uv_handle_t *)&c->tick);
+  close_handle((uv_handle_t *)&c->sigterm);
+  close_handle((uv_handle_t *)&c->sigint);
+  metrics_stop(c);
+}
+
+int coord_queue_work(coord *c, uv_work_t *req, uv_work_cb work, uv_after_work_cb after) {
+  int rc = uv_queue_work(c->loop, req, work, after);
+  if (rc < 0) return dpc_err(DPC_EINTERNAL, "uv_queue_work: %s", uv_strerror(rc));
+  c->work_inflight++;
+  return 0;
+}
+
+void coord_work_done(coord *c) {
+  c->work_inflight--;
+  maybe_shutdown(c);
+}
+
+static void on_async(uv_async_t *a) {
+  coord *c = a->data;
+  if (c->srv) rpc_server_dispatch(c->srv);
+}
+
+static void notify(void *ud) { uv_async_send(ud); }
+
+static void on_tick(uv_timer_t *t) { sched_tick(t->data); }
+
+static void on_signal(uv_signal_t *s, int signum) {
+  coord *c = s->data;
+  if (c->stopping) return;
+  DPC_INFO("%s received: shutting down (%d work item(s) in flight)", signum == SIGTERM ? "SIGTERM" : "SIGINT",
+           c->work_inflight);
+  c->stopping = 1;
+  sd_notify(0, "STOPPING=1");
+  if (c->srv) rpc_server_set_health(c->srv, "", 0);
+  uv_timer_stop(&c->tick);
+  maybe_shutdown(c);
+}
+
+static int parse_int(const char *flag, const char *v, int lo, int hi, int *out) {
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (*end || end == v || x < lo || x > hi) {
+    fprintf(stderr, "dipaco-coordinator: %s %s: expected an integer in [%d, %d]\n", flag, v, lo, hi);
+    return -1;
+  }
+  *out = (int)x;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *listen = NULL, *state_dir = NULL, *metrics_addr = NULL, *level_s = "info";
+  int json = -1, ttl = 15000, hb = 2000;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--log-json")) {
+      json = 1;
+      continue;
+    }
+    if (!v) {
+      fprintf(stderr, "dipaco-coordinator: %s needs a value (or is unknown)\n", a);
+      usage(stderr);
+      return 2;
+    }
+    if (!strcmp(a, "--listen")) listen = v;
+    else if (!strcmp(a, "--state-dir")) state_dir = v;
+    else if (!strcmp(a, "--metrics-listen")) metrics_addr = v;
+    else if (!strcmp(a, "--log-level")) level_s = v;
+    else if (!strcmp(a, "--lease-ttl-ms")) {
+      if (parse_int(a, v, 100, 86400000, &ttl)) return 2;
+    } else if (!strcmp(a, "--heartbeat-ms")) {
+      if (parse_int(a, v, 10, 3600000, &hb)) return 2;
+    } else {
+      fprintf(stderr, "dipaco-coordinator: unknown flag %s\n", a);
+      usage(stderr);
+      return 2;
+    }
+    i++;
+  }
+  enum dpc_log_level level;
+  if (dpc_log_parse_level(level_s, &level) < 0) {
+    fprintf(stderr, "dipaco-coordinator: --log-level %s: expected debug, info, warn or error\n", level_s);
+    return 2;
+  }
+  if (!listen || !state_dir) {
+    fprintf(stderr, "dipaco-coordinator: --listen and --state-dir are required\n");
+    usage(stderr);
+    return 2;
+  }
+  if (strlen(state_dir) > 900) {
+    fprintf(stderr, "dipaco-coordinator: --state-dir is too long\n");
+    return 2;
+  }
+  dpc_log_init("coordinator", json, level);
+  rpc_tune_malloc();
+
+  static coord C;
+  coord *c = &C;
+  g_coord = c;
+  snprintf(c->state_dir, sizeof c->state_dir, "%s", state_dir);
+  c->lease_ttl_ms = ttl;
+  c->heartbeat_ms = hb;
+  int rc = dpc_mkdir_p(state_dir);
+  if (rc == 0) rc = store_open(state_dir, &c->st);
+  if (rc == 0) rc = blob_store_open(state_dir, &c->bs);
+  if (rc == 0) rc = coord_jobs_load(c);
+  if (rc < 0) {
+    DPC_ERROR("cannot open the state directory %s: %s", state_dir, dpc_errmsg());
+    if (c->st) store_close(c->st);
+    if (c->bs) blob_store_close(c->bs);
+    return 1;
+  }
+  admin_init_uploads(c);
+
+  /* gRPC's threads inherit this mask, so signals reach only the loop thread (unblocked
+   * below after the server started). */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  c->loop = uv_default_loop();
+  uv_async_init(c->loop, &c->async, on_async);
+  c->async.data = c;
+  int nm = coord_service_n_methods + coord_admin_n_methods;
+  struct rpc_method *methods = calloc((size_t)nm, sizeof *methods);
+  if (!methods) return 1;
+  memcpy(methods, coord_service_methods, (size_t)coord_service_n_methods * sizeof *methods);
+  memcpy(methods + coord_service_n_methods, coord_admin_methods, (size_t)coord_admin_n_methods * sizeof *methods);
+  struct rpc_server_config cfg = {.addr = listen, .notify = notify, .notify_ud = &c->async, .armed = 8};
+  rc = rpc_server_start(&cfg, methods, (size_t)nm, &c->srv);
+  free(methods);
+  if (rc < 0) {
+    DPC_ERROR("cannot serve gRPC on %s: %s", listen, dpc_errmsg());
+    uv_close((uv_handle_t *)&c->async, NULL);
+    uv_run(c->loop, UV_RUN_DEFAULT);
+    store_close(c->st);
+    blob_store_close(c->bs);
+    return 1;
+  }
+  pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+  uv_signal_init(c->loop, &c->sigterm);
+  uv_signal_init(c->loop, &c->sigint);
+  c->sigterm.data = c->sigint.data = c;
+  uv_signal_start(&c->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&c->sigint, on_signal, SIGINT);
+  if (metrics_addr && metrics_start(c, metrics_addr) < 0) {
+    DPC_ERROR("%s", dpc_errmsg());
+    c->stopping = 1;
+    maybe_shutdown(c);
+    uv_run(c->loop, UV_RUN_DEFAULT);
+    store_close(c->st);
+    blob_store_close(c->bs);
+    return 1;
+  }
+  uv_timer_init(c->loop, &c->tick);
+  c->tick.data = c;
+  int tick_ms = hb / 2 < 50 ? 50 : hb / 2 > 500 ? 500 : hb / 2;
+  uv_timer_start(&c->tick, on_tick, (uint64_t)tick_ms, (uint64_t)tick_ms);
+
+  int running = 0;
+  for (int i = 0; i < c->n_jobs; i++) running += c->jobs[i]->state == JOB_RUNNING;
+  DPC_INFO("dipaco-coordinator listening on %s (port %d), state %s, %d job(s) (%d running), lease ttl %d ms, "
+           "heartbeat %d ms", listen, rpc_server_port(c->srv), state_dir, c->n_jobs, running, ttl, hb);
+  /* Restart recovery: rounds whose deltas are all in get their outer step now. */
+  sched_check_rounds(c);
+  sd_notify(0, "READY=1");
+
+  uv_run(c->loop, UV_RUN_DEFAULT);
+
+  pcache_clear(c);
+  for (int i = 0; i < c->n_jobs; i++) coord_job_free(c->jobs[i]);
+  free(c->jobs);
+  free(c->notes);
+  store_close(c->st);
+  blob_store_close(c->bs);
+  uv_loop_close(c->loop);
+  DPC_INFO("coordinator stopped cleanly");
+  return 0;
+}

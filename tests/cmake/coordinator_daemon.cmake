@@ -1,0 +1,8 @@
+# Daemon-level tests of dipaco-coordinator: the real binary on loopback driven by a python
+# grpcio client (tests/integration/coord_daemon.py; torch is the outer-step oracle).
+if(TARGET dipaco-coordinator)
+  add_test(NAME coord_daemon
+           COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/integration/coord_daemon.py
+                   $<TARGET_FILE:dipaco-coordinator> ${CMAKE_SOURCE_DIR}/proto)
+  set_tests_properties(coord_daemon PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+endif()

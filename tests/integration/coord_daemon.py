@@ -1,0 +1,439 @@
+#!/usr/bin/python3
+"""coord_daemon.py — dipaco-coordinator as a real process on loopback, driven by python grpcio
+(an independent gRPC/protobuf implementation) playing two workers and an admin:
+
+  * Health/Check SERVING; bad CreateJob spec → INVALID_ARGUMENT naming the field; unknown job
+    → NOT_FOUND; worker calls without / with a wrong session → UNAUTHENTICATED; unknown
+    worker heartbeat → COMMAND_REREGISTER; Lease with no job → LEASE_NO_WORK.
+  * A sync DiLoCo job (R=2, 2 rounds): leases per slot, PullFragment (full and resumed, CRC
+    checked), PushDelta in odd-sized chunks; NaN / bad CRC / wrong fragment / wrong base
+    version rejected; a retry is PUSH_DUPLICATE; an early Lease waits for the round; the new
+    parameters equal torch.optim.SGD(nesterov=True) applied to the average delta (the oracle).
+  * The coordinator is SIGKILLed after one of two deltas of a round was acknowledged and
+    restarted on the same state dir: the worker sessions, the lease and the acknowledged
+    delta survive and the round closes when the other delta arrives.
+  * Admin listings, metrics history, /metrics (200) and /nope (404), ExportPath twice
+    byte-identical and equal to the pulled parameters, SIGTERM → exit 0.
+
+usage: coord_daemon.py COORDINATOR_BIN PROTO_DIR     (exit 77 = skip, with the reason)"""
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+SKIP = 77
+FAILS = 0
+
+
+def check(cond, what):
+    global FAILS
+    if cond:
+        print(f"ok: {what}")
+    else:
+        FAILS += 1
+        print(f"FAIL: {what}")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def main():
+    coord_bin, proto_dir = sys.argv[1], sys.argv[2]
+    try:
+        import grpc
+        import numpy as np
+        import torch
+    except ImportError as e:
+        print(f"SKIP: needs python grpcio, numpy and torch ({e})")
+        return SKIP
+    protoc = shutil.which("protoc")
+    if not protoc:
+        print("SKIP: protoc not found; apt-get install protobuf-compiler")
+        return SKIP
+    tmp = tempfile.mkdtemp(prefix="dpc_coord_")
+    try:
+        subprocess.run([protoc, f"--python_out={tmp}", f"-I{proto_dir}",
+                        os.path.join(proto_dir, "dipaco.proto"),
+                        os.path.join(proto_dir, "health.proto")], check=True)
+        sys.path.insert(0, tmp)
+        import dipaco_pb2 as pb
+        import health_pb2
+        return run(grpc, np, torch, pb, health_pb2, coord_bin, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Daemon:
+    def __init__(self, binary, state, log):
+        self.port = free_port()
+        self.mport = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.logf = open(log, "a")
+        self.proc = subprocess.Popen(
+            [binary, "--listen", self.addr, "--state-dir", state, "--metrics-listen",
+             f"127.0.0.1:{self.mport}", "--lease-ttl-ms", "30000", "--heartbeat-ms", "200"],
+            stdout=self.logf, stderr=self.logf)
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.logf.close()
+        return rc
+
+
+def run(grpc, np, torch, pb, health_pb2, coord_bin, tmp):
+    state = os.path.join(tmp, "state")
+    log = os.path.join(tmp, "coordinator.log")
+    d = Daemon(coord_bin, state, log)
+    try:
+        ok = body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log)
+    except Exception as e:  # report, then clean up below
+        import traceback
+        traceback.print_exc()
+        ok = False
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()
+    if FAILS or not ok:
+        print("---- coordinator log (tail) ----")
+        with open(log) as f:
+            print("".join(f.readlines()[-40:]))
+        return 1
+    return 0
+
+
+def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
+    S = pb.DESCRIPTOR.services_by_name
+
+    def channel(dm):
+        ch = grpc.insecure_channel(dm.addr)
+        grpc.channel_ready_future(ch).result(timeout=20)
+        return ch
+
+    def stubs(ch):
+        u = {}
+        for svc in ("Coordinator", "Admin"):
+            for m in S[svc].methods:
+                path = f"/dipaco.v1.{svc}/{m.name}"
+                req = getattr(pb, m.input_type.name)
+                resp = getattr(pb, m.output_type.name)
+                kind = (m.client_streaming, m.server_streaming)
+                mk = {(False, False): ch.unary_unary, (False, True): ch.unary_stream,
+                      (True, False): ch.stream_unary}[kind]
+                u[m.name] = mk(path, request_serializer=req.SerializeToString,
+                               response_deserializer=resp.FromString)
+        u["Health"] = ch.unary_unary("/grpc.health.v1.Health/Check",
+                                     request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                                     response_deserializer=health_pb2.HealthCheckResponse.FromString)
+        return u
+
+    def code_of(fn, *a, **kw):
+        try:
+            r = fn(*a, **kw)
+            if hasattr(r, "__iter__") and not hasattr(r, "ListFields"):
+                r = list(r)
+            return grpc.StatusCode.OK, r
+        except grpc.RpcError as e:
+            return e.code(), e.details()
+
+    ch = channel(d)
+    X = stubs(ch)
+    r = X["Health"](health_pb2.HealthCheckRequest(service=""), timeout=5)
+    check(r.status == health_pb2.HealthCheckResponse.SERVING, "Health '' SERVING")
+    r = X["Health"](health_pb2.HealthCheckRequest(service="dipaco.v1.Coordinator"), timeout=5)
+    check(r.status == health_pb2.HealthCheckResponse.SERVING, "Health dipaco.v1.Coordinator SERVING")
+
+    # ---- validation / auth errors
+    spec = {"name": "t1", "model": {"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 8,
+                                     "vocab_size": 16, "seed": 3},
+            "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco", "replicas": 2,
+            "inner_steps": 2, "rounds": 2, "batch": 1, "seq_len": 8,
+            "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": True}}
+    bad = json.loads(json.dumps(spec))
+    bad["inner"] = {"lrr": 1}
+    c, msg = code_of(X["CreateJob"], pb.CreateJobRequest(spec_json=json.dumps(bad)), timeout=10)
+    check(c == grpc.StatusCode.INVALID_ARGUMENT and "inner.lrr" in msg,
+          f"bad spec → INVALID_ARGUMENT naming inner.lrr ({c}: {msg})")
+    c, msg = code_of(X["CreateJob"], pb.CreateJobRequest(spec_json="{not json"), timeout=10)
+    check(c == grpc.StatusCode.INVALID_ARGUMENT, f"non-JSON spec → INVALID_ARGUMENT ({msg})")
+    c, msg = code_of(X["GetJob"], pb.JobRequest(job_id=999), timeout=10)
+    check(c == grpc.StatusCode.NOT_FOUND, f"unknown job → NOT_FOUND ({msg})")
+    c, msg = code_of(X["Lease"], pb.LeaseRequest(), timeout=10)
+    check(c == grpc.StatusCode.UNAUTHENTICATED, f"Lease without metadata → UNAUTHENTICATED ({msg})")
+
+    w1 = X["Register"](pb.RegisterRequest(hostname="w1", backend="cpu", threads=1), timeout=10)
+    w2 = X["Register"](pb.RegisterRequest(hostname="w2", backend="cpu", threads=1), timeout=10)
+    check(w1.worker_id > 0 and w2.worker_id != w1.worker_id and len(w1.session_token) >= 32,
+          "Register gives distinct worker ids and a session token")
+    md1 = [("dipaco-worker-id", str(w1.worker_id)), ("dipaco-session", w1.session_token)]
+    md2 = [("dipaco-worker-id", str(w2.worker_id)), ("dipaco-session", w2.session_token)]
+    wrong = [("dipaco-worker-id", str(w1.worker_id)), ("dipaco-session", "0" * 64)]
+    c, msg = code_of(X["Lease"], pb.LeaseRequest(), metadata=wrong, timeout=10)
+    check(c == grpc.StatusCode.UNAUTHENTICATED, f"Lease with a wrong session → UNAUTHENTICATED ({msg})")
+    c, msg = code_of(X["PushDelta"], iter([]), metadata=wrong, timeout=10)
+    check(c == grpc.StatusCode.UNAUTHENTICATED, f"PushDelta with a wrong session → UNAUTHENTICATED ({msg})")
+    hb = X["Heartbeat"](pb.HeartbeatRequest(), metadata=[("dipaco-worker-id", "424242"),
+                                                          ("dipaco-session", "x")], timeout=10)
+    check(hb.command == pb.COMMAND_REREGISTER, "Heartbeat from an unknown worker → COMMAND_REREGISTER")
+    r = X["Lease"](pb.LeaseRequest(), metadata=md1, timeout=10)
+    check(r.outcome == pb.LEASE_NO_WORK, "Lease with no job → LEASE_NO_WORK")
+
+    # ---- a job
+    job = X["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(spec)), timeout=30)
+    jid = job.summary.job_id
+    check(jid > 0 and job.summary.state == pb.JOB_RUNNING and job.summary.rounds_total == 2,
+          f"CreateJob → job {jid} RUNNING with 2 rounds")
+    c, msg = code_of(X["CreateJob"], pb.CreateJobRequest(spec_json=json.dumps(spec)), timeout=10)
+    check(c == grpc.StatusCode.ALREADY_EXISTS, f"duplicate job name → ALREADY_EXISTS ({msg})")
+
+    l1 = X["Lease"](pb.LeaseRequest(), metadata=md1, timeout=10)
+    l2 = X["Lease"](pb.LeaseRequest(), metadata=md2, timeout=10)
+    check(l1.outcome == pb.LEASE_GRANTED and l2.outcome == pb.LEASE_GRANTED, "both workers get leases")
+    L1, L2 = l1.lease, l2.lease
+    check({L1.slot.replica, L2.slot.replica} == {0, 1} and L1.round == 0 and L1.first_step == 0
+          and L1.inner_steps == 2 and L1.hyper.total_steps == 4 and L1.data.replicas == 2,
+          "leases cover replicas 0 and 1 of round 0 with H=2, total_steps=4")
+    again = X["Lease"](pb.LeaseRequest(), metadata=md1, timeout=10)
+    check(again.outcome == pb.LEASE_GRANTED and again.lease.lease_id == L1.lease_id,
+          "asking again returns the same lease")
+    frag = L1.fragments[0]
+    n = frag.num_floats
+    check(len(L1.fragments) == 1 and frag.fragment_id == 1 and frag.offset_floats == 0 and n > 1000,
+          f"plain DiLoCo: one fragment with the whole model ({n} floats)")
+
+    def pull(md, lease, version=0, latest=False, offset=0):
+        chunks = list(X["PullFragment"](pb.PullFragmentRequest(
+            lease_id=lease.lease_id, fragment_id=frag.fragment_id, version=version, latest=latest,
+            offset=offset), metadata=md, timeout=30))
+        data = b"".join(c.data for c in chunks)
+        return chunks, data
+
+    chunks, raw = pull(md1, L1)
+    import zlib  # noqa: F401  (crc32c is not in zlib; checked via the server's own CRC below)
+    theta0 = np.frombuffer(raw, dtype="<f4").copy()
+    check(len(raw) == 4 * n and chunks[-1].crc32c == frag.crc32c and chunks[-1].total == 4 * n,
+          "PullFragment gives the whole fragment with the lease's CRC")
+    check(crc32c(raw) == frag.crc32c, "CRC-32C of the pulled bytes matches (python CRC-32C)")
+    _, tail = pull(md1, L1, offset=100)
+    check(tail == raw[100:], "PullFragment resumes from an offset")
+    c, msg = code_of(X["PullFragment"], pb.PullFragmentRequest(lease_id=L1.lease_id, fragment_id=1),
+                     metadata=md2, timeout=10)
+    check(c == grpc.StatusCode.FAILED_PRECONDITION, f"pulling another worker's lease → FAILED_PRECONDITION ({msg})")
+
+    rng = np.random.default_rng(0)
+
+    def chunks_of(lease, delta, fragment_id=1, version=None, crc=None, sizes=(333, 1001)):
+        b = delta.astype("<f4").tobytes()
+        c = crc32c(b) if crc is None else crc
+        out, off = [], 0
+        cuts = [s for s in sizes if s < len(b)] + [len(b)]
+        prev = 0
+        for cut in cuts:
+            piece = b[prev:cut]
+            last = cut == len(b)
+            out.append(pb.Chunk(lease_id=lease.lease_id, fragment_id=fragment_id,
+                                version=lease.round if version is None else version, offset=prev,
+                                total=len(b), codec=pb.CODEC_FP32, crc32c=c if last else 0,
+                                num_floats=len(delta), inner_steps=2, tokens=16,
+                                payload=pb.PAYLOAD_DELTA, data=piece))
+            prev = cut
+        return out
+
+    def push(md, chunks):
+        return code_of(X["PushDelta"], iter(chunks), metadata=md, timeout=30)
+
+    d1 = (rng.standard_normal(n) * 1e-2).astype(np.float32)
+    d2 = (rng.standard_normal(n) * 1e-2).astype(np.float32)
+    nan = d1.copy()
+    nan[n // 2] = np.nan
+    c, msg = push(md1, chunks_of(L1, nan))
+    check(c == grpc.StatusCode.INVALID_ARGUMENT and "non-finite" in msg, f"NaN delta → INVALID_ARGUMENT ({msg})")
+    c, msg = push(md1, chunks_of(L1, d1, crc=12345))
+    check(c == grpc.StatusCode.DATA_LOSS, f"bad CRC → DATA_LOSS ({msg})")
+    c, msg = push(md1, chunks_of(L1, d1, fragment_id=7))
+    check(c == grpc.StatusCode.INVALID_ARGUMENT and "fragment_id" in msg, f"foreign fragment → INVALID_ARGUMENT ({msg})")
+    c, msg = push(md1, chunks_of(L1, d1, version=5))
+    check(c == grpc.StatusCode.INVALID_ARGUMENT and "version" in msg, f"wrong base version → INVALID_ARGUMENT ({msg})")
+    c, msg = push(md1, chunks_of(L1, d1[:-3]))
+    check(c == grpc.StatusCode.INVALID_ARGUMENT, f"short delta → INVALID_ARGUMENT ({msg})")
+    c, msg = push(md2, chunks_of(L1, d1))
+    check(c == grpc.StatusCode.FAILED_PRECONDITION, f"pushing on another worker's lease → FAILED_PRECONDITION ({msg})")
+
+    hb = X["Heartbeat"](pb.HeartbeatRequest(lease_id=L1.lease_id, step=1, loss=2.5, tokens=8),
+                        metadata=md1, timeout=10)
+    check(hb.command == pb.COMMAND_CONTINUE and hb.lease_expires_unix_ms > time.time() * 1000,
+          "Heartbeat renews the lease (CONTINUE)")
+    X["Heartbeat"](pb.HeartbeatRequest(lease_id=L2.lease_id, step=1, loss=3.5, tokens=8), metadata=md2, timeout=10)
+    deltas = {L1.slot.replica: d1, L2.slot.replica: d2}
+    c, r = push(md1, chunks_of(L1, d1))
+    check(c == grpc.StatusCode.OK and r.acks[0].result == pb.PUSH_ACCEPTED and r.acks[0].version == 1,
+          f"PushDelta accepted in odd-sized chunks ({c})")
+    c, r = push(md1, chunks_of(L1, d1))
+    check(c == grpc.StatusCode.OK and r.acks[0].result == pb.PUSH_DUPLICATE, "a retried push → PUSH_DUPLICATE")
+    c, msg = push(md1, chunks_of(L1, d2))
+    check(c == grpc.StatusCode.ALREADY_EXISTS, f"a different delta for the same lease → ALREADY_EXISTS ({msg})")
+    r = X["Lease"](pb.LeaseRequest(), metadata=md1, timeout=10)
+    check(r.outcome == pb.LEASE_WAIT and r.wait_ms > 0, "early Lease for the next round → LEASE_WAIT")
+
+    # ---- crash after one acknowledged delta; restart on the same state
+    rc = d.stop(signal.SIGKILL)
+    ch.close()
+    d2m = Daemon(coord_bin, state, log)
+    d.proc, d.addr, d.mport = d2m.proc, d2m.addr, d2m.mport
+    d.logf = d2m.logf
+    ch = channel(d)
+    X = stubs(ch)
+    hb = X["Heartbeat"](pb.HeartbeatRequest(lease_id=L2.lease_id, step=2, loss=3.0, tokens=16),
+                        metadata=md2, timeout=10)
+    check(hb.command == pb.COMMAND_CONTINUE, "after a SIGKILL + restart the session and the lease are still valid")
+    c, r = push(md2, chunks_of(L2, d2))
+    check(c == grpc.StatusCode.OK and r.acks[0].result == pb.PUSH_ACCEPTED, "second delta accepted after restart")
+
+    # Oracle: torch SGD(nesterov) on the mean delta, in (path, replica) order.
+    p = torch.tensor(theta0.copy(), dtype=torch.float32, requires_grad=True)
+    opt = torch.optim.SGD([p], lr=0.7, momentum=0.9, nesterov=True)
+
+    def oracle_step(ds):
+        avg = (ds[0].astype(np.float64) + ds[1].astype(np.float64)) / 2
+        p.grad = torch.tensor(avg.astype(np.float32))
+        opt.step()
+        return p.detach().numpy().copy()
+
+    want1 = oracle_step([deltas[0], deltas[1]])
+
+    def wait_version(v, timeout=20):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            ms = X["ListModules"](pb.ListModulesRequest(job_id=jid), timeout=10)
+            if ms.modules[0].fragments[0].version >= v:
+                return True
+            time.sleep(0.05)
+        return False
+
+    check(wait_version(1), "round 0 closed after restart (version 1)")
+    r1 = X["Lease"](pb.LeaseRequest(), metadata=md1, timeout=10)
+    r2 = X["Lease"](pb.LeaseRequest(), metadata=md2, timeout=10)
+    check(r1.outcome == pb.LEASE_GRANTED and r1.lease.slot.replica == L1.slot.replica and r1.lease.round == 1
+          and r1.lease.first_step == 2, "round 1: each worker gets its own slot back (sticky), first_step 2")
+    L1b, L2b = r1.lease, r2.lease
+    _, raw1 = pull(md1, L1b)
+    got1 = np.frombuffer(raw1, dtype="<f4")
+    err = np.max(np.abs(got1 - want1) / (np.abs(want1) + 1e-6))
+    check(np.allclose(got1, want1, rtol=1e-6, atol=1e-7), f"version 1 = torch SGD nesterov oracle (max rel err {err:.2e})")
+    e1 = (rng.standard_normal(n) * 1e-2).astype(np.float32)
+    e2 = (rng.standard_normal(n) * 1e-2).astype(np.float32)
+    X["Heartbeat"](pb.HeartbeatRequest(lease_id=L1b.lease_id, step=3, loss=2.0), metadata=md1, timeout=10)
+    X["Heartbeat"](pb.HeartbeatRequest(lease_id=L2b.lease_id, step=3, loss=2.2), metadata=md2, timeout=10)
+    c, r = push(md2, chunks_of(L2b, e2, sizes=(4, 8, 4000)))
+    check(c == grpc.StatusCode.OK and r.acks[0].result == pb.PUSH_ACCEPTED, "round 1 delta 1 accepted")
+    c, r = push(md1, chunks_of(L1b, e1, sizes=()))
+    check(c == grpc.StatusCode.OK and r.acks[0].result == pb.PUSH_ACCEPTED, "round 1 delta 2 accepted")
+    rd = {L1b.slot.replica: e1, L2b.slot.replica: e2}
+    want2 = oracle_step([rd[0], rd[1]])
+    check(wait_version(2), "round 1 closed (version 2)")
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        j = X["GetJob"](pb.JobRequest(job_id=jid), timeout=10)
+        if j.summary.state == pb.JOB_DONE:
+            break
+        time.sleep(0.05)
+    check(j.summary.state == pb.JOB_DONE and j.summary.round == 2, "job DONE after 2 rounds")
+    r = X["Lease"](pb.LeaseRequest(), metadata=md1, timeout=10)
+    check(r.outcome == pb.LEASE_NO_WORK, "Lease after the job is done → LEASE_NO_WORK")
+    c, msg = push(md1, chunks_of(L1b, e1, sizes=()))
+    check(c == grpc.StatusCode.OK and msg.acks[0].result == pb.PUSH_DUPLICATE, "retry after the round closed → DUPLICATE")
+
+    # ---- admin views
+    jl = X["ListJobs"](pb.ListJobsRequest(), timeout=10)
+    check(len(jl.jobs) == 1 and jl.jobs[0].job_id == jid, "ListJobs lists the job")
+    wl = X["ListWorkers"](pb.ListWorkersRequest(include_gone=True), timeout=10)
+    check({w.hostname for w in wl.workers} == {"w1", "w2"}, "ListWorkers lists both workers")
+    pl = X["ListPaths"](pb.ListPathsRequest(job_id=jid), timeout=10)
+    check(len(pl.paths) == 1 and len(pl.paths[0].slots) == 2 and pl.paths[0].slots[0].step == 4,
+          "ListPaths: one path, two slots at step 4")
+    mt = X["GetMetrics"](pb.GetMetricsRequest(job_id=jid, names=["loss"]), timeout=10)
+    slot_losses = sorted(round(p_.value, 3) for p_ in mt.points if p_.path == 0 and p_.round == 0)
+    mean0 = [p_.value for p_ in mt.points if p_.path == -1 and p_.round == 0]
+    check(slot_losses == [2.5, 3.0] and len(mean0) == 1 and abs(mean0[0] - 2.75) < 1e-6,
+          f"GetMetrics: slot losses of round 0 {slot_losses} and their mean {mean0}")
+    c, msg = code_of(X["PauseJob"], pb.JobRequest(job_id=jid), timeout=10)
+    check(c == grpc.StatusCode.FAILED_PRECONDITION, f"pausing a finished job → FAILED_PRECONDITION ({msg})")
+
+    # ---- export
+    def export():
+        cs = list(X["ExportPath"](pb.ExportPathRequest(job_id=jid, path=0), timeout=30))
+        cfg = b"".join(c.data for c in cs if c.payload == pb.PAYLOAD_CONFIG_JSON)
+        st = b"".join(c.data for c in cs if c.payload == pb.PAYLOAD_SAFETENSORS)
+        return cfg, st
+    cfg_a, st_a = export()
+    cfg_b, st_b = export()
+    check(cfg_a == cfg_b and st_a == st_b and len(st_a) > 4 * n, "ExportPath twice gives identical bytes")
+    conf = json.loads(cfg_a)
+    check(conf.get("n_layer") == 1 and conf.get("n_embd") == 8, "exported config.json has the model shape")
+    hl = struct.unpack("<Q", st_a[:8])[0]
+    hdr = json.loads(st_a[8:8 + hl])
+    b0, b1 = hdr["wte.weight"]["data_offsets"]
+    wte = np.frombuffer(st_a[8 + hl + b0:8 + hl + b1], dtype="<f4")
+    check(np.allclose(wte, want2[:16 * 8], rtol=1e-6, atol=1e-7), "exported wte.weight = oracle after 2 rounds")
+    c, msg = code_of(X["ExportPath"], pb.ExportPathRequest(job_id=jid, path=3), timeout=10)
+    check(c == grpc.StatusCode.INVALID_ARGUMENT, f"export of a missing path → INVALID_ARGUMENT ({msg})")
+
+    # ---- metrics endpoint
+    body_ = urllib.request.urlopen(f"http://127.0.0.1:{d.mport}/metrics", timeout=5).read().decode()
+    check("dipaco_rounds_total" in body_ and f'dipaco_fragment_version{{job="{jid}",fragment="1"}} 2' in body_,
+          "GET /metrics has rounds and fragment versions")
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{d.mport}/nope", timeout=5)
+        check(False, "GET /nope → 404")
+    except urllib.error.HTTPError as e:
+        check(e.code == 404, "GET /nope → 404")
+    r = X["Health"](health_pb2.HealthCheckRequest(service=""), timeout=5)
+    check(r.status == health_pb2.HealthCheckResponse.SERVING, "still serving after all the bad requests")
+    ch.close()
+    rc = d.stop(signal.SIGTERM)
+    check(rc == 0, f"SIGTERM → clean exit 0 (got {rc})")
+    with open(log) as f:
+        text = f.read()
+    check("lease" in text and "granted" in text and "delta received" in text and "round 1 closed" in text,
+          "log has lease grants, deltas and round closes")
+    return True
+
+
+def crc32c(b):
+    """Bitwise CRC-32C (Castagnoli), independent of the C implementation."""
+    import numpy as np
+    table = crc32c.table if hasattr(crc32c, "table") else None
+    if table is None:
+        t = []
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            t.append(c)
+        crc32c.table = table = t
+    c = 0xFFFFFFFF
+    for x in b:
+        c = table[(c ^ x) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+if __name__ == "__main__":
+    sys.exit(main())
