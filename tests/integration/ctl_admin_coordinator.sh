@@ -7,8 +7,8 @@
 #
 # usage: ctl_admin_coordinator.sh <dipacoctl> <dipaco-coordinator>
 set -u
-CTL=$1
-COORD=$2
+CTL=$(realpath "$1")
+COORD=$(realpath "$2")
 PY=/usr/bin/python3
 TMP=$(mktemp -d /tmp/dpc_ctl_coord.XXXXXX)
 FAILS=0
@@ -44,7 +44,7 @@ ok "coordinator is up: $(head -1 "$TMP/status.txt")"
 # --- job create with an initial model, from another cwd.
 mkdir -p "$TMP/spec"
 "$CTL" init --n-layer 2 --n-head 2 --n-embd 32 --n-positions 64 --vocab-size 128 --seed 11 \
-  --out "$TMP/spec/init0" >/dev/null || { echo "FAIL: dipacoctl init"; exit 1; }
+  --out "$TMP/spec/init0" >/dev/null 2>&1 || { echo "FAIL: dipacoctl init"; exit 1; }
 cat >"$TMP/spec/job.json" <<'EOF'
 {"name": "ctl-int", "model": {"init": "init0"}, "data": {"train": ["train.bin"]},
  "algorithm": "diloco", "replicas": 2, "inner_steps": 3, "rounds": 3, "batch": 2, "seq_len": 16,
