@@ -734,18 +734,22 @@ static int cmd_job_export(actx *a, char **pos, int npos, int path, long version,
   size_t n_params = lay && gpt_layout_build(&mc, lay) == 0 ? lay->n_params : 0;
   free(lay);
   free(params);
+  /* The version served: the chunks' when the coordinator sets it, else the one asked for
+   * (0 = latest, unknown here). */
+  if (got_version == 0) got_version = (uint64_t)version;
+  char vbuf[32] = "null";
+  if (got_version) snprintf(vbuf, sizeof vbuf, "%llu", (unsigned long long)got_version);
   if (a->json) {
-    printf("{\"job_id\":%llu,\"path\":%d,\"version\":%llu,\"out\":", (unsigned long long)id, path,
-           (unsigned long long)got_version);
+    printf("{\"job_id\":%llu,\"path\":%d,\"version\":%s,\"out\":", (unsigned long long)id, path, vbuf);
     jstr(stdout, out);
     printf(",\"config_bytes\":%zu,\"safetensors_bytes\":%llu,\"safetensors_crc32c\":\"%08x\","
            "\"n_params\":%zu,\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d,\"n_positions\":%d,"
            "\"vocab_size\":%d}\n", cfg_len, (unsigned long long)st_bytes, st_crc, n_params,
            mc.n_layer, mc.n_head, mc.n_embd, mc.n_positions, mc.vocab_size);
   } else {
-    printf("exported job %llu path %d (version %llu) to %s: %zu parameters, %llu bytes, "
-           "CRC-32C %08x\n", (unsigned long long)id, path, (unsigned long long)got_version, out,
-           n_params, (unsigned long long)st_bytes, st_crc);
+    printf("exported job %llu path %d (%s%s) to %s: %zu parameters, %llu bytes, CRC-32C %08x\n",
+           (unsigned long long)id, path, got_version ? "version " : "latest version", got_version ? vbuf : "",
+           out, n_params, (unsigned long long)st_bytes, st_crc);
   }
   return 0;
 }
