@@ -560,8 +560,11 @@ static int cmd_job_wait(actx *a, char **pos, int npos, float timeout_s, int poll
     int rc = get_job(a, ADMIN "GetJob", id, NULL, call_ms, &j);
     if (rc) {
       int code = rpc_last_code();
-      /* A restarting coordinator is not a failure of the job: keep waiting. */
-      if (code != RPC_UNAVAILABLE && code != RPC_DEADLINE_EXCEEDED) return fail(a, ADMIN "GetJob", rc);
+      /* A restarting coordinator is not a failure of the job: keep waiting. (CANCELLED is
+       * what a call in flight gets when the coordinator shuts down; this client never
+       * cancels its own calls.) */
+      if (code != RPC_UNAVAILABLE && code != RPC_DEADLINE_EXCEEDED && code != RPC_CANCELLED)
+        return fail(a, ADMIN "GetJob", rc);
       if (!warned) fprintf(stderr, "dipacoctl %s: coordinator unreachable (%s); still waiting\n", a->cmd, dpc_errmsg());
       warned = 1;
     } else {

@@ -3,7 +3,8 @@
 # loopback (no workers): job create with an uploaded initial model (spec "init" relative to
 # the spec file), list/show/pause/resume/cancel/wait, paths/modules/workers/status, export of
 # the untrained job equal tensor by tensor to the initial model and byte-identical between two
-# exports, NOT_FOUND and timeout exit codes, and a clean SIGTERM shutdown.
+# exports, NOT_FOUND and timeout exit codes, job wait across a coordinator restart, and a
+# clean SIGTERM shutdown.
 #
 # usage: ctl_admin_coordinator.sh <dipacoctl> <dipaco-coordinator>
 set -u
@@ -143,8 +144,26 @@ case "$out" in "job $ID RUNNING" | "job $ID PENDING") ok "job resume ($out)" ;; 
 "$CTL" job wait "$ID" --timeout 0.5 >/dev/null 2>"$TMP/wait.err"
 rc=$?
 [ $rc -eq 3 ] && ok "job wait --timeout on a job without workers → 3" || { bad "job wait timeout (rc $rc)"; cat "$TMP/wait.err"; }
+# job wait rides out a coordinator restart (UNAVAILABLE is retried, not fatal).
+"$CTL" job wait "$ID" --timeout 60 --poll-ms 100 >"$TMP/rwait.out" 2>"$TMP/rwait.err" &
+WPID=$!
+sleep 0.5
+kill -TERM "$CPID"; wait "$CPID"; CPID=
+sleep 0.5
+"$COORD" --listen "127.0.0.1:$PORT" --state-dir "$TMP/state" >>"$TMP/coord.log" 2>&1 &
+CPID=$!
+for _ in $(seq 300); do "$CTL" status >/dev/null 2>&1 && break; sleep 0.1; done
+out=$("$CTL" job show "$ID" --json | $PY -c 'import json,sys; d=json.load(sys.stdin); print(d["state"], d["spec"]["outer"]["lr"])')
+[ "$out" = "RUNNING 0.6" ] && ok "job survives a coordinator restart ($out)" || bad "job after restart ($out)"
+kill -0 "$WPID" 2>/dev/null && ok "job wait still waiting across the restart" || bad "job wait ended during the restart"
+grep -q "still waiting" "$TMP/rwait.err" && ok "job wait says the coordinator is unreachable" ||
+  { bad "job wait restart note"; cat "$TMP/rwait.err"; }
 out=$("$CTL" job cancel "$ID")
 [ "$out" = "job $ID CANCELLED" ] && ok "job cancel" || bad "job cancel ($out)"
+wait "$WPID"
+rc=$?
+[ $rc -eq 1 ] && grep -q "job $ID CANCELLED" "$TMP/rwait.out" && ok "the waiting job wait sees CANCELLED → 1" ||
+  { bad "job wait across restart (rc $rc)"; cat "$TMP/rwait.out" "$TMP/rwait.err"; }
 "$CTL" job wait "$ID" --timeout 10 >"$TMP/wait.out" 2>"$TMP/wait.err"
 rc=$?
 [ $rc -eq 1 ] && grep -q CANCELLED "$TMP/wait.out" && ok "job wait of a cancelled job → 1" ||
