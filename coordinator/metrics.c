@@ -204,13 +204,15 @@ int metrics_start(coord *c, const char *addr) {
   const char *colon = strrchr(addr, ':');
   if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host)
     return dpc_err(DPC_EINVAL, "--metrics-listen %s: expected HOST:PORT", addr);
-  memcpy(host, addr, (size_t)(colon - addr));
-  host[colon - addr] = 0;
+  const char *h0 = addr, *h1 = colon;
+  if (*h0 == '[' && h1[-1] == ']') h0++, h1--; /* [::1]:9090 */
+  memcpy(host, h0, (size_t)(h1 - h0));
+  host[h1 - h0] = 0;
   int port = atoi(colon + 1);
   if (port < 0 || port > 65535) return dpc_err(DPC_EINVAL, "--metrics-listen %s: bad port", addr);
   struct sockaddr_storage sa;
   if (uv_ip4_addr(host, port, (struct sockaddr_in *)&sa) != 0 &&
-      uv_ip6_addr(host[0] == '[' ? host + 1 : host, port, (struct sockaddr_in6 *)&sa) != 0)
+      uv_ip6_addr(host, port, (struct sockaddr_in6 *)&sa) != 0)
     return dpc_err(DPC_EINVAL, "--metrics-listen %s: not an IP address", addr);
   uv_tcp_init(c->loop, &c->metrics);
   c->metrics.data = c;

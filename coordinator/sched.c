@@ -307,10 +307,11 @@ int sched_lease(coord *c, int64_t worker, int64_t job_filter, store_lease *lease
       free(act);
       return SCHED_GRANTED;
     }
-  free(act);
   store_worker me;
-  if ((rc = store_get_worker(c->st, worker, &me)) < 0) return rc;
-  if (me.state == WORKER_DRAINING) return SCHED_NO_WORK;
+  if ((rc = store_get_worker(c->st, worker, &me)) < 0 || me.state == WORKER_DRAINING) {
+    free(act);
+    return rc < 0 ? rc : SCHED_NO_WORK;
+  }
   int64_t now = coord_now_ms();
   int any_work = 0;
   for (int ji = 0; ji < c->n_jobs; ji++) {
@@ -318,15 +319,20 @@ int sched_lease(coord *c, int64_t worker, int64_t job_filter, store_lease *lease
     if (j->state != JOB_RUNNING || (job_filter && j->id != job_filter)) continue;
     store_fragment *frags;
     int nf;
-    if ((rc = store_list_fragments(c->st, j->id, &frags, &nf)) < 0) return rc;
+    if ((rc = store_list_fragments(c->st, j->id, &frags, &nf)) < 0) {
+      free(act);
+      return rc;
+    }
     if (nf != j->n_fragments) {
       free(frags);
+      free(act);
       return dpc_err(DPC_EINTERNAL, "job %lld: store has %d fragments, spec %d", (long long)j->id, nf, j->n_fragments);
     }
     store_slot *slots;
     int ns;
     if ((rc = store_list_slots(c->st, j->id, &slots, &ns)) < 0) {
       free(frags);
+      free(act);
       return rc;
     }
     const store_slot *mine = NULL, *free_slot = NULL;
@@ -341,17 +347,24 @@ int sched_lease(coord *c, int64_t worker, int64_t job_filter, store_lease *lease
       }
       if (free_slot) continue;
       store_worker lw;
-      /* A slot whose last worker is alive stays reserved for it (its AdamW state is there). */
-      if (s->last_worker == 0 || store_get_worker(c->st, s->last_worker, &lw) < 0 || !sched_worker_alive(c, &lw, now) ||
-          lw.state == WORKER_DRAINING)
+      /* A slot whose last worker is alive stays reserved for it (its AdamW state is there),
+       * unless that worker is busy with another lease or draining. */
+      int busy = 0;
+      for (int k = 0; k < na; k++) busy |= act[k].worker == s->last_worker;
+      if (s->last_worker == 0 || busy || store_get_worker(c->st, s->last_worker, &lw) < 0 ||
+          !sched_worker_alive(c, &lw, now) || lw.state == WORKER_DRAINING)
         free_slot = s;
     }
     const store_slot *pick = mine ? mine : free_slot;
     if (pick) rc = grant(c, j, pick, worker, frags, lease);
     free(slots);
     free(frags);
-    if (pick) return rc;
+    if (pick) {
+      free(act);
+      return rc;
+    }
   }
+  free(act);
   return any_work ? SCHED_WAIT : SCHED_NO_WORK;
 }
 
@@ -540,7 +553,7 @@ static void outer_after(uv_work_t *req, int status) {
   store_add_metric(c->st, &m);
   if (j && cnt) j->last_loss = (float)mean;
   DPC_INFO("round %lld closed: job %lld fragment %d -> version %lld, %d deltas%s, mean loss %.4f, outer step %.3f s",
-           (long long)w->round, (long long)w->job, w->fragment, (long long)w->new_version, w->n,
+           (long long)w->round, (long long)w->job, w->fragment + 1, (long long)w->new_version, w->n,
            w->by_deadline ? " (deadline)" : "", mean, w->seconds);
   pcache_put(c, w->job, w->fragment, w->new_version, w->theta, w->len, w->param_crc);
   w->theta = NULL;

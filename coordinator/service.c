@@ -697,7 +697,7 @@ static void push_commit_after(uv_work_t *req, int status) {
         if (j && isfinite(loss) && p->lease.path < j->n_paths) j->path_loss[p->lease.path] = loss;
         DPC_INFO("delta received: lease %lld job %lld slot (path %d, replica %d) round %lld fragment %d, %llu bytes, "
                  "crc 0x%08x, loss %.4f", (long long)p->lease.id, (long long)p->lease.job, p->lease.path,
-                 p->lease.replica, (long long)p->lease.round, p->frag, (unsigned long long)p->total, p->work_crc, loss);
+                 p->lease.replica, (long long)p->lease.round, p->frag + 1, (unsigned long long)p->total, p->work_crc, loss);
       }
       maybe_lease_pushed(c, &p->lease);
       sched_check_rounds(c);

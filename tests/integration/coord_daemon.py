@@ -364,6 +364,8 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
     # ---- admin views
     jl = X["ListJobs"](pb.ListJobsRequest(), timeout=10)
     check(len(jl.jobs) == 1 and jl.jobs[0].job_id == jid, "ListJobs lists the job")
+    jl = X["ListJobs"](pb.ListJobsRequest(state=pb.JOB_RUNNING), timeout=10)
+    check(len(jl.jobs) == 0, "ListJobs filters by state")
     wl = X["ListWorkers"](pb.ListWorkersRequest(include_gone=True), timeout=10)
     check({w.hostname for w in wl.workers} == {"w1", "w2"}, "ListWorkers lists both workers")
     pl = X["ListPaths"](pb.ListPathsRequest(job_id=jid), timeout=10)
@@ -395,6 +397,66 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
     check(np.allclose(wte, want2[:16 * 8], rtol=1e-6, atol=1e-7), "exported wte.weight = oracle after 2 rounds")
     c, msg = code_of(X["ExportPath"], pb.ExportPathRequest(job_id=jid, path=3), timeout=10)
     check(c == grpc.StatusCode.INVALID_ARGUMENT, f"export of a missing path → INVALID_ARGUMENT ({msg})")
+
+    # ---- a second job: pause/resume, a round closed at its deadline with quorum, drain, cancel
+    spec2 = json.loads(json.dumps(spec))
+    spec2.update(name="t2", quorum=0.5, round_timeout_s=1.0, rounds=3)
+    job2 = X["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(spec2), start_paused=True), timeout=30)
+    j2 = job2.summary.job_id
+    check(job2.summary.state == pb.JOB_PAUSED, "start_paused → JOB_PAUSED")
+    r = X["Lease"](pb.LeaseRequest(), metadata=md1, timeout=10)
+    check(r.outcome == pb.LEASE_NO_WORK, "paused job → LEASE_NO_WORK")
+    j = X["ResumeJob"](pb.JobRequest(job_id=j2), timeout=10)
+    check(j.summary.state == pb.JOB_RUNNING, "ResumeJob → RUNNING")
+    a = X["Lease"](pb.LeaseRequest(), metadata=md1, timeout=10).lease
+    b = X["Lease"](pb.LeaseRequest(), metadata=md2, timeout=10).lease
+    check(a.job_id == j2 and b.job_id == j2 and a.deadline_unix_ms > 0, "job 2 leases carry a round deadline")
+    _, rawb = pull(md1, a)
+    theta_b = np.frombuffer(rawb, dtype="<f4").copy()
+    f1 = (rng.standard_normal(n) * 1e-2).astype(np.float32)
+    c, r = push(md1, chunks_of(a, f1))
+    check(c == grpc.StatusCode.OK and r.acks[0].result == pb.PUSH_ACCEPTED, "job 2: one delta of two pushed")
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        ms = X["ListModules"](pb.ListModulesRequest(job_id=j2), timeout=10)
+        if ms.modules[0].fragments[0].version >= 1:
+            break
+        time.sleep(0.05)
+    check(ms.modules[0].fragments[0].version == 1 and time.time() - t0 > 0.3,
+          f"job 2 round 0 closed at its deadline with quorum 1/2 after {time.time() - t0:.1f} s")
+    hb = X["Heartbeat"](pb.HeartbeatRequest(lease_id=b.lease_id, step=1), metadata=md2, timeout=10)
+    check(hb.command == pb.COMMAND_STOP, "the slot left out gets COMMAND_STOP")
+    c, r = push(md2, chunks_of(b, f1))
+    check(c == grpc.StatusCode.OK and r.acks[0].result == pb.PUSH_LATE, "its late push → PUSH_LATE")
+    p3 = torch.tensor(theta_b.copy(), requires_grad=True)
+    o3 = torch.optim.SGD([p3], lr=0.7, momentum=0.9, nesterov=True)
+    p3.grad = torch.tensor(f1)
+    o3.step()
+    b1 = X["Lease"](pb.LeaseRequest(), metadata=md2, timeout=10)
+    check(b1.outcome == pb.LEASE_GRANTED and b1.lease.round == 1 and b1.lease.first_step == 2
+          and b1.lease.slot.replica == b.slot.replica, "the skipped slot moves on to round 1 (first_step 2)")
+    _, raw2 = pull(md2, b1.lease)
+    check(np.allclose(np.frombuffer(raw2, dtype="<f4"), p3.detach().numpy(), rtol=1e-6, atol=1e-7),
+          "deadline round applied the single delta (torch oracle)")
+    j = X["PauseJob"](pb.JobRequest(job_id=j2, reason="test"), timeout=10)
+    check(j.summary.state == pb.JOB_PAUSED, "PauseJob → PAUSED")
+    hb = X["Heartbeat"](pb.HeartbeatRequest(lease_id=b1.lease.lease_id, step=3), metadata=md2, timeout=10)
+    check(hb.command == pb.COMMAND_CONTINUE, "a lease in flight continues while paused")
+    X["ResumeJob"](pb.JobRequest(job_id=j2), timeout=10)
+    wi = X["DrainWorker"](pb.DrainWorkerRequest(worker_id=w2.worker_id), timeout=10)
+    check(wi.state == pb.WORKER_DRAINING, "DrainWorker → DRAINING")
+    hb = X["Heartbeat"](pb.HeartbeatRequest(lease_id=b1.lease.lease_id, step=3), metadata=md2, timeout=10)
+    check(hb.command == pb.COMMAND_DRAIN, "a draining worker's heartbeat says DRAIN")
+    c, msg = code_of(X["DrainWorker"], pb.DrainWorkerRequest(worker_id=999), timeout=10)
+    check(c == grpc.StatusCode.NOT_FOUND, "DrainWorker of an unknown worker → NOT_FOUND")
+    j = X["CancelJob"](pb.JobRequest(job_id=j2), timeout=10)
+    check(j.summary.state == pb.JOB_CANCELLED and j.summary.active_leases == 0, "CancelJob → CANCELLED, leases released")
+    hb = X["Heartbeat"](pb.HeartbeatRequest(lease_id=b1.lease.lease_id, step=3), metadata=md2, timeout=10)
+    check(hb.command == pb.COMMAND_STOP, "after cancel the lease's heartbeat says STOP")
+    c, msg = push(md2, chunks_of(b1.lease, f1))
+    check(c == grpc.StatusCode.ABORTED, f"push on a cancelled job's lease → ABORTED ({msg})")
+    c, msg = code_of(X["ResumeJob"], pb.JobRequest(job_id=j2), timeout=10)
+    check(c == grpc.StatusCode.FAILED_PRECONDITION, "ResumeJob of a cancelled job → FAILED_PRECONDITION")
 
     # ---- metrics endpoint
     body_ = urllib.request.urlopen(f"http://127.0.0.1:{d.mport}/metrics", timeout=5).read().decode()
