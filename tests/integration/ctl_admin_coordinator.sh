@@ -134,6 +134,24 @@ for k in ("n_layer", "n_head", "n_embd", "n_positions", "vocab_size"):
     assert ca[k] == cb[k], (k, ca[k], cb[k])
 EOF
 
+# A shape-only job starts from gpt_init_params(seed): its export (17 MB, several 4 MiB chunks)
+# is byte-identical to what the offline `dipacoctl init` writes for the same shape and seed.
+cat >"$TMP/spec/big.json" <<'EOF'
+{"name": "ctl-big", "model": {"n_layer": 4, "n_head": 4, "n_embd": 256, "n_positions": 256,
+ "vocab_size": 4096, "seed": 17}, "data": {"train": ["train.bin"]}, "algorithm": "diloco",
+ "replicas": 1, "inner_steps": 1, "rounds": 1, "batch": 1, "seq_len": 8}
+EOF
+BIG=$("$CTL" job create "$TMP/spec/big.json" --paused)
+"$CTL" init --n-layer 4 --n-head 4 --n-embd 256 --n-positions 256 --vocab-size 4096 --seed 17 \
+  --out "$TMP/bigref" >/dev/null 2>&1
+"$CTL" job export "$BIG" --path 0 --out "$TMP/bigexp" >/dev/null 2>"$TMP/exp.err" ||
+  { bad "export of the shape-only job"; cat "$TMP/exp.err"; }
+expect "shape-only job export == dipacoctl init (same seed), weights" \
+  cmp -s "$TMP/bigexp/model.safetensors" "$TMP/bigref/model.safetensors"
+expect "shape-only job export == dipacoctl init (same seed), config.json" \
+  cmp -s "$TMP/bigexp/config.json" "$TMP/bigref/config.json"
+"$CTL" job cancel "$BIG" >/dev/null
+
 # --- state changes and exit codes.
 out=$("$CTL" job pause "$ID")
 [ "$out" = "job $ID PAUSED" ] && ok "job pause" || bad "job pause ($out)"
