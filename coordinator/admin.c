@@ -426,6 +426,7 @@ static void on_create_job(struct rpc_call *call, const struct grpc_byte_buffer *
            js.name, jobspec_algorithm_name(js.algorithm), j->n_paths, js.replicas, js.inner_steps, js.rounds,
            lay->n_params, r->initial_upload_id ? " (uploaded weights)" : "");
   reply_job(call, c, id);
+  sched_check_rounds(c); /* long-polled Lease calls may now get work */
 out:
   free(lay);
   free(theta);
@@ -516,6 +517,7 @@ static void job_op(struct rpc_call *call, const struct grpc_byte_buffer *req, en
   }
   if (rc < 0) rpc_call_finish(call, rc == DPC_ESTATE ? RPC_FAILED_PRECONDITION : rpc_code_from_dpc(rc), "%s", dpc_errmsg());
   else reply_job(call, c, j->id);
+  if (rc == 0 && op != OP_GET) sched_check_rounds(c);
   protobuf_c_message_free_unpacked(pm, NULL);
 }
 

@@ -178,6 +178,10 @@ void coord_stream_on_done(struct rpc_call *call, int cancelled, void *ud);
 /* Clamp a requested chunk size to [RPC_CHUNK_MIN, RPC_CHUNK_DEFAULT] (0 = default). */
 uint32_t coord_chunk_size(uint32_t requested);
 
+/* service.c: retry long-polled Lease calls (flush: answer them all UNAVAILABLE). */
+void coord_retry_parked(coord *c, int flush);
+/* 1 if the worker has a long-polled Lease call open (so it is alive). */
+int coord_is_parked(int64_t worker);
 /* admin.c: upload ids continue after the largest stored upload. */
 void admin_init_uploads(coord *c);
 /* service.c: take one reference on a pcache entry (any thread). */

@@ -73,6 +73,7 @@ static void on_signal(uv_signal_t *s, int signum) {
   sd_notify(0, "STOPPING=1");
   if (c->srv) rpc_server_set_health(c->srv, "", 0);
   uv_timer_stop(&c->tick);
+  coord_retry_parked(c, 1);
   maybe_shutdown(c);
 }
 

@@ -251,6 +251,7 @@ void pcache_clear(coord *c) {
 /* ---- leases ---------------------------------------------------------------------------------- */
 
 int sched_worker_alive(coord *c, const store_worker *w, int64_t now) {
+  if (coord_is_parked(w->id)) return 1;
   return w->state != WORKER_GONE && now - w->last_seen <= c->lease_ttl_ms;
 }
 
@@ -633,7 +634,10 @@ static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
 }
 
 void sched_check_rounds(coord *c) {
-  if (c->stopping) return;
+  if (c->stopping) {
+    coord_retry_parked(c, 1);
+    return;
+  }
   int64_t now = coord_now_ms();
   for (int ji = 0; ji < c->n_jobs; ji++) {
     coord_job *j = c->jobs[ji];
@@ -642,6 +646,7 @@ void sched_check_rounds(coord *c) {
     for (int f = 0; f < j->n_fragments; f++) check_fragment(c, j, f, now);
     check_job_done(c, j);
   }
+  coord_retry_parked(c, 0);
 }
 
 void sched_tick(coord *c) {
@@ -674,7 +679,7 @@ void sched_tick(coord *c) {
   if (store_list_workers(c->st, &ws, &nw) == 0) {
     int64_t gone_after = c->lease_ttl_ms > 3 * c->heartbeat_ms ? c->lease_ttl_ms : 3 * c->heartbeat_ms;
     for (int i = 0; i < nw; i++)
-      if (ws[i].state == WORKER_ACTIVE && now - ws[i].last_seen > gone_after) {
+      if (ws[i].state == WORKER_ACTIVE && now - ws[i].last_seen > gone_after && !coord_is_parked(ws[i].id)) {
         DPC_WARN("worker %lld (%s) is gone: no call for %lld ms", (long long)ws[i].id, ws[i].name,
                  (long long)(now - ws[i].last_seen));
         store_set_worker_state(c->st, ws[i].id, WORKER_GONE);

@@ -16,8 +16,10 @@
  *    know at all, which answers OK with COMMAND_REREGISTER (the coordinator lost its state).
  *  - Lease. A worker that already holds an active lease gets the same lease again. A slot
  *    stays reserved for the worker that trained it last while that worker is alive (any call
- *    within lease_ttl_ms, not gone, not draining). No work now → LEASE_WAIT with wait_ms
- *    (≤ heartbeat interval, no long-poll hold); no running job needing work → LEASE_NO_WORK.
+ *    within lease_ttl_ms, not gone, not draining, not busy with another lease). No work now:
+ *    the call is held up to max_wait_ms (≤ 30 s, within the client deadline) and answered
+ *    as soon as a slot frees, else LEASE_WAIT with wait_ms (≤ min(heartbeat, 500 ms)); no
+ *    running job needing work → LEASE_NO_WORK.
  *    DataWindow.dataset is the job spec's data.train entries joined with ','; first_batch =
  *    first_step = round · H. Hyper.total_steps = rounds · H, grad_accum = 1, seed = model seed.
  *  - Lease end. A lease ends (finished; the slot advances one round) as soon as deltas of all
@@ -466,6 +468,69 @@ out:
   free(bases);
 }
 
+/* Long-poll: Lease calls that got SCHED_WAIT and asked to wait (max_wait_ms) are parked and
+ * retried whenever something may have freed work (a round closed, a lease ended, a job was
+ * created or resumed, the timer), answered at their deadline with LEASE_WAIT. */
+typedef struct parked {
+  struct rpc_call *call;
+  int64_t worker, job, deadline;
+} parked;
+
+static parked *g_parked;
+static int g_n_parked, g_cap_parked;
+
+static void lease_wait_reply(struct rpc_call *call, coord *c, int outcome) {
+  Dipaco__V1__LeaseResponse resp = DIPACO__V1__LEASE_RESPONSE__INIT;
+  resp.outcome = outcome == SCHED_WAIT ? DIPACO__V1__LEASE_OUTCOME__LEASE_WAIT : DIPACO__V1__LEASE_OUTCOME__LEASE_NO_WORK;
+  uint32_t wait = (uint32_t)(c->heartbeat_ms < 500 ? c->heartbeat_ms : 500);
+  resp.wait_ms = outcome == SCHED_WAIT ? wait : (uint32_t)c->heartbeat_ms;
+  rpc_call_reply(call, &resp.base);
+}
+
+int coord_is_parked(int64_t worker) {
+  for (int i = 0; i < g_n_parked; i++)
+    if (g_parked[i].worker == worker) return 1;
+  return 0;
+}
+
+static void unpark(int i) {
+  rpc_call_set_data(g_parked[i].call, NULL);
+  g_parked[i] = g_parked[--g_n_parked];
+}
+
+void coord_retry_parked(coord *c, int flush) {
+  int64_t now = coord_now_ms();
+  for (int i = 0; i < g_n_parked;) {
+    parked pk = g_parked[i];
+    if (flush || c->stopping) {
+      unpark(i);
+      rpc_call_finish(pk.call, RPC_UNAVAILABLE, "coordinator is shutting down; retry with backoff");
+      continue;
+    }
+    store_lease l;
+    int rc = sched_lease(c, pk.worker, pk.job, &l);
+    if (rc == SCHED_WAIT && now < pk.deadline) {
+      i++;
+      continue;
+    }
+    unpark(i);
+    if (rc < 0) rpc_call_fail(pk.call, rc);
+    else if (rc == SCHED_GRANTED) reply_lease(pk.call, c, &l);
+    else lease_wait_reply(pk.call, c, rc);
+  }
+}
+
+static void lease_on_done(struct rpc_call *call, int cancelled, void *ud) {
+  (void)cancelled;
+  (void)ud;
+  if (!rpc_call_data(call)) return;
+  for (int i = 0; i < g_n_parked; i++)
+    if (g_parked[i].call == call) {
+      unpark(i);
+      return;
+    }
+}
+
 static void on_lease(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   (void)ud;
   coord *c = g_coord;
@@ -487,11 +552,27 @@ static void on_lease(struct rpc_call *call, const struct grpc_byte_buffer *req, 
   } else if (rc == SCHED_GRANTED) {
     reply_lease(call, c, &l);
   } else {
-    Dipaco__V1__LeaseResponse resp = DIPACO__V1__LEASE_RESPONSE__INIT;
-    resp.outcome = rc == SCHED_WAIT ? DIPACO__V1__LEASE_OUTCOME__LEASE_WAIT : DIPACO__V1__LEASE_OUTCOME__LEASE_NO_WORK;
-    uint32_t wait = (uint32_t)(c->heartbeat_ms < 500 ? c->heartbeat_ms : 500);
-    resp.wait_ms = rc == SCHED_WAIT ? wait : (uint32_t)c->heartbeat_ms;
-    rpc_call_reply(call, &resp.base);
+    int64_t wait = r->max_wait_ms > 30000 ? 30000 : r->max_wait_ms;
+    int64_t dl = rpc_call_deadline_ms(call);
+    if (dl < INT64_MAX && wait > dl - 100) wait = dl - 100;
+    if (rc == SCHED_WAIT && wait > 0) {
+      if (g_n_parked == g_cap_parked) {
+        int cap = g_cap_parked ? 2 * g_cap_parked : 16;
+        parked *a = realloc(g_parked, (size_t)cap * sizeof *a);
+        if (a) {
+          g_parked = a;
+          g_cap_parked = cap;
+        }
+      }
+      if (g_n_parked < g_cap_parked) {
+        g_parked[g_n_parked++] = (parked){.call = call, .worker = worker, .job = (int64_t)r->job_id,
+                                          .deadline = coord_now_ms() + wait};
+        rpc_call_set_data(call, &g_parked[0]); /* non-NULL: parked */
+        protobuf_c_message_free_unpacked(pm, NULL);
+        return;
+      }
+    }
+    lease_wait_reply(call, c, rc);
   }
   protobuf_c_message_free_unpacked(pm, NULL);
 }
@@ -1019,6 +1100,7 @@ static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req
         return;
       }
       coord_note_drop(c, l.id);
+      sched_check_rounds(c);
       char msg[128];
       snprintf(msg, sizeof msg, "%.*s", 100, r->message);
       DPC_INFO("lease %lld released by worker %lld (reason %d%s%s): slot (path %d, replica %d) round %lld is free",
@@ -1052,7 +1134,7 @@ static int inner_state_msg(struct rpc_call *call, const struct grpc_byte_buffer 
 const struct rpc_method coord_service_methods[] = {
     {.path = "/dipaco.v1.Coordinator/Register", .kind = RPC_UNARY, .on_call = on_register},
     {.path = "/dipaco.v1.Coordinator/Heartbeat", .kind = RPC_UNARY, .on_call = on_heartbeat},
-    {.path = "/dipaco.v1.Coordinator/Lease", .kind = RPC_UNARY, .on_call = on_lease},
+    {.path = "/dipaco.v1.Coordinator/Lease", .kind = RPC_UNARY, .on_call = on_lease, .on_done = lease_on_done},
     {.path = "/dipaco.v1.Coordinator/PullFragment", .kind = RPC_SERVER_STREAM, .on_call = on_pull,
      .on_sent = coord_stream_on_sent, .on_done = coord_stream_on_done},
     {.path = "/dipaco.v1.Coordinator/PushDelta", .kind = RPC_CLIENT_STREAM, .on_call = push_on_call,

@@ -344,8 +344,14 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
     X["Heartbeat"](pb.HeartbeatRequest(lease_id=L2b.lease_id, step=3, loss=2.2), metadata=md2, timeout=10)
     c, r = push(md2, chunks_of(L2b, e2, sizes=(4, 8, 4000)))
     check(c == grpc.StatusCode.OK and r.acks[0].result == pb.PUSH_ACCEPTED, "round 1 delta 1 accepted")
+    fut = X["Lease"].future(pb.LeaseRequest(max_wait_ms=10000), metadata=md2, timeout=20)
+    time.sleep(0.2)
     c, r = push(md1, chunks_of(L1b, e1, sizes=()))
     check(c == grpc.StatusCode.OK and r.acks[0].result == pb.PUSH_ACCEPTED, "round 1 delta 2 accepted")
+    t0 = time.time()
+    lp = fut.result()
+    check(lp.outcome == pb.LEASE_NO_WORK and time.time() - t0 < 5,
+          "a long-polled Lease gets LEASE_NO_WORK as soon as the job is done")
     rd = {L1b.slot.replica: e1, L2b.slot.replica: e2}
     want2 = oracle_step([rd[0], rd[1]])
     check(wait_version(2), "round 1 closed (version 2)")
@@ -416,6 +422,7 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
     f1 = (rng.standard_normal(n) * 1e-2).astype(np.float32)
     c, r = push(md1, chunks_of(a, f1))
     check(c == grpc.StatusCode.OK and r.acks[0].result == pb.PUSH_ACCEPTED, "job 2: one delta of two pushed")
+    fut = X["Lease"].future(pb.LeaseRequest(max_wait_ms=8000), metadata=md1, timeout=20)
     t0 = time.time()
     while time.time() - t0 < 10:
         ms = X["ListModules"](pb.ListModulesRequest(job_id=j2), timeout=10)
@@ -424,6 +431,9 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
         time.sleep(0.05)
     check(ms.modules[0].fragments[0].version == 1 and time.time() - t0 > 0.3,
           f"job 2 round 0 closed at its deadline with quorum 1/2 after {time.time() - t0:.1f} s")
+    lp = fut.result()
+    check(lp.outcome == pb.LEASE_GRANTED and lp.lease.round == 1 and lp.lease.slot.replica == a.slot.replica
+          and time.time() - t0 < 5, "a long-polled Lease is answered with the next round's lease when the round closes")
     hb = X["Heartbeat"](pb.HeartbeatRequest(lease_id=b.lease_id, step=1), metadata=md2, timeout=10)
     check(hb.command == pb.COMMAND_STOP, "the slot left out gets COMMAND_STOP")
     c, r = push(md2, chunks_of(b, f1))
