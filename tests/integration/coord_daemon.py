@@ -468,6 +468,75 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
     c, msg = code_of(X["ResumeJob"], pb.JobRequest(job_id=j2), timeout=10)
     check(c == grpc.StatusCode.FAILED_PRECONDITION, "ResumeJob of a cancelled job → FAILED_PRECONDITION")
 
+    # ---- a DiPaCo job: 2 paths sharing the stem, one module each at level 1, R = 1
+    spec3 = json.loads(json.dumps(spec))
+    spec3.update(name="t3", algorithm="dipaco", replicas=1, rounds=1,
+                 levels=[{"stem": True, "layers": [0, 0], "modules": 1},
+                         {"layers": [0, 1], "modules": 2}])
+    job3 = X["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(spec3)), timeout=30)
+    j3 = job3.summary.job_id
+    check(job3.summary.paths == 2, "DiPaCo job has 2 paths")
+    w3 = X["Register"](pb.RegisterRequest(hostname="w3"), timeout=10)
+    md3 = [("dipaco-worker-id", str(w3.worker_id)), ("dipaco-session", w3.session_token)]
+    leases = [X["Lease"](pb.LeaseRequest(job_id=j3), metadata=m, timeout=10).lease for m in (md1, md3)]
+    mods = X["ListModules"](pb.ListModulesRequest(job_id=j3), timeout=10)
+    check(len(mods.modules) == 3 and sorted(len(L.fragments) for L in leases) == [2, 2]
+          and {L.slot.path for L in leases} == {0, 1},
+          "DiPaCo: 3 modules; each path's lease lists the stem and its own module")
+    before, pushes = {}, {}
+    for L, m in zip(leases, (md1, md3)):
+        stream = []
+        for fi in L.fragments:
+            raw = b"".join(c.data for c in X["PullFragment"](pb.PullFragmentRequest(
+                lease_id=L.lease_id, fragment_id=fi.fragment_id), metadata=m, timeout=30))
+            before[fi.fragment_id] = np.frombuffer(raw, dtype="<f4").copy()
+            dl = (rng.standard_normal(fi.num_floats) * 1e-2).astype(np.float32)
+            pushes.setdefault(fi.fragment_id, []).append((L.slot.path, dl))
+            stream += chunks_of(L, dl, fragment_id=fi.fragment_id, version=0)
+        c, r = push(m, stream)
+        check(c == grpc.StatusCode.OK and [a.result for a in r.acks] == [pb.PUSH_ACCEPTED] * 2,
+              f"DiPaCo: one PushDelta stream carries both fragments of path {L.slot.path}")
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        if X["GetJob"](pb.JobRequest(job_id=j3), timeout=10).summary.state == pb.JOB_DONE:
+            break
+        time.sleep(0.05)
+    mods = X["ListModules"](pb.ListModulesRequest(job_id=j3), timeout=10)
+    check(all(m_.fragments[0].version == 1 for m_ in mods.modules), "DiPaCo: every fragment reached version 1")
+    ok_all = True
+    for fid, lst in pushes.items():
+        lst.sort(key=lambda t: t[0])
+        pt = torch.tensor(before[fid].copy(), requires_grad=True)
+        o = torch.optim.SGD([pt], lr=0.7, momentum=0.9, nesterov=True)
+        avg = sum(d_.astype(np.float64) for _, d_ in lst) / len(lst)
+        pt.grad = torch.tensor(avg.astype(np.float32))
+        o.step()
+        cs = list(X["ExportPath"](pb.ExportPathRequest(job_id=j3, path=lst[0][0]), timeout=30))
+        st = b"".join(c.data for c in cs if c.payload == pb.PAYLOAD_SAFETENSORS)
+        hl = struct.unpack("<Q", st[:8])[0]
+        hdr = json.loads(st[8:8 + hl])
+        flat = b"".join(st[8 + hl + hdr[k]["data_offsets"][0]:8 + hl + hdr[k]["data_offsets"][1]]
+                        for k in sorted((k for k in hdr if k != "__metadata__"),
+                                        key=lambda k: hdr[k]["data_offsets"][0]))
+        fi = [f_ for m_ in mods.modules for f_ in m_.fragments if f_.fragment_id == fid][0]
+        got = np.frombuffer(flat, dtype="<f4")[fi.offset_floats:fi.offset_floats + fi.num_floats]
+        ok_all &= np.allclose(got, pt.detach().numpy(), rtol=1e-6, atol=1e-7)
+    check(ok_all, "DiPaCo: shared stem averaged over both paths, each module updated by its path (torch oracle, via export)")
+
+    # ---- garbage and unimplemented
+    raw_call = ch.unary_unary("/dipaco.v1.Admin/GetJob", request_serializer=lambda b: b,
+                              response_deserializer=lambda b: b)
+    c, msg = code_of(raw_call, b"\xff\xff\xff", timeout=10)
+    check(c == grpc.StatusCode.INVALID_ARGUMENT, f"garbage request bytes → INVALID_ARGUMENT ({msg})")
+    raw_push = ch.stream_unary("/dipaco.v1.Coordinator/PushDelta", request_serializer=lambda b: b,
+                               response_deserializer=lambda b: b)
+    c, msg = code_of(raw_push, iter([b"\x7a\xff\xff\xff\xff\x0f"]), metadata=md1, timeout=10)
+    check(c == grpc.StatusCode.INVALID_ARGUMENT, f"garbage chunk → INVALID_ARGUMENT ({msg})")
+    c, msg = code_of(X["PushInnerState"], iter([pb.Chunk(lease_id=1, data=b"abcd")]), metadata=md1, timeout=10)
+    check(c == grpc.StatusCode.UNIMPLEMENTED, f"PushInnerState → UNIMPLEMENTED ({msg})")
+    c, msg = code_of(X["PullInnerState"], pb.PullInnerStateRequest(lease_id=1), metadata=md1, timeout=10)
+    check(c == grpc.StatusCode.UNIMPLEMENTED, f"PullInnerState → UNIMPLEMENTED ({msg})")
+
     # ---- metrics endpoint
     body_ = urllib.request.urlopen(f"http://127.0.0.1:{d.mport}/metrics", timeout=5).read().decode()
     check("dipaco_rounds_total" in body_ and f'dipaco_fragment_version{{job="{jid}",fragment="1"}} 2' in body_,
