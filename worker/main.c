@@ -35,7 +35,7 @@ static const char usage[] =
     "  --device N               CUDA device ordinal (default 0)\n"
     "  --name NAME              name shown by the coordinator (default: host name)\n"
     "  --labels K=V,...         free-form labels for scheduling and display\n"
-    "  --exit-when-done         exit 0 when no work is left after working on a lease\n"
+    "  --exit-when-done         exit 0 when no work is left once a job was seen running\n"
     "  --max-chunk-bytes N      largest chunk payload sent or asked for (default 4193280)\n"
     "  --poll-ms N              Lease long-poll wait (default 5000)\n"
     "  --grace-s N              after SIGTERM, exit within N seconds (default 30)\n"

@@ -7,7 +7,8 @@
  *    previous_session.
  *  - Lease: long-poll with max_wait_ms = 5000 (job_id 0 = any job). LEASE_WAIT: ask again
  *    after wait_ms (clamped to [10 ms, 30 s]). LEASE_NO_WORK: ask again after wait_ms (2 s
- *    when 0), or exit 0 with --exit-when-done once a lease was worked on.
+ *    when 0), or exit 0 with --exit-when-done once some job was seen running (a lease was
+ *    granted or LEASE_WAIT answered): a worker started before any job exists waits for one.
  *  - Placement: a lease lists every fragment of the path; a path's modules, one per level,
  *    concatenated level 0 first, are the canonical layout. FragmentInfo.offset_floats is read
  *    as relative to its module (the proto's wording) or, when that does not tile the path, as
@@ -374,7 +375,8 @@ typedef struct {
   wclient wc;
   int registered;
   int draining;
-  int worked;
+  int worked;   /* a lease was completed */
+  int saw_job;  /* a lease was granted or LEASE_WAIT seen: some job was running */
   int64_t last_hb_ms;
   unsigned seed;
   trainer *tr;
@@ -1049,13 +1051,15 @@ int worker_run(const struct worker_opts *o, worker_ctl *ctl) {
     failures = 0;
     w->last_hb_ms = now_ms(); /* a Lease call shows the worker is alive, too */
     if (resp->outcome == DIPACO__V1__LEASE_OUTCOME__LEASE_GRANTED) {
+      w->saw_job = 1;
       run_lease(w, resp->lease);
     } else if (resp->outcome == DIPACO__V1__LEASE_OUTCOME__LEASE_WAIT) {
+      w->saw_job = 1;
       uint32_t ms = resp->wait_ms < 10 ? 10 : resp->wait_ms > 30000 ? 30000 : resp->wait_ms;
       DPC_DEBUG("lease: wait %u ms", ms);
       ctl_sleep(ctl, ms);
     } else {
-      if (o->exit_when_done && w->worked) {
+      if (o->exit_when_done && (w->worked || w->saw_job)) {
         DPC_INFO("no work left: exiting (--exit-when-done)");
         protobuf_c_message_free_unpacked(&resp->base, NULL);
         break;

@@ -23,7 +23,8 @@ struct worker_opts {
   gpt_backend_kind backend;
   int threads;              /* CPU threads, 0 = all cores */
   int device;               /* CUDA device ordinal */
-  int exit_when_done;       /* exit 0 on LEASE_NO_WORK once some lease was worked on */
+  int exit_when_done;       /* exit 0 on LEASE_NO_WORK once a job was seen running (a lease
+                               granted or LEASE_WAIT), so a worker started first waits */
   uint32_t max_chunk_bytes; /* 0 = RPC_CHUNK_DEFAULT */
   uint32_t poll_ms;         /* Lease long-poll max_wait_ms, 0 = 5000 */
   int progress;             /* 1: single updating progress line on stderr (a terminal) */
