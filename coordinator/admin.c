@@ -18,7 +18,8 @@
  *    (NOT_FOUND once garbage-collected). config.json and model.safetensors are those that
  *    common/modeldir.c writes (deterministic: identical params → identical bytes).
  *  - GetMetrics names: "loss" (per slot, path set; path −1 = round mean), "tokens",
- *    "bytes_in", "outer_seconds" (path −1). Metric rows carry no step: step = round · H.
+ *    "bytes_in" (delta bytes), "bytes_out" (parameter bytes the lease pulled), "outer_seconds"
+ *    (path −1). Metric rows carry no step: step = round · H.
  *  - No admin token is configured yet (no flag); every Admin call is allowed. */
 #include "coordinator/coord.h"
 
@@ -817,7 +818,7 @@ static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer 
   int rc = store_list_metrics(c->st, j->id, r->since_round > INT64_MAX ? INT64_MAX : (int64_t)r->since_round, &ms, &nm);
   uint32_t limit = r->limit ? r->limit : 10000;
   if (limit > 100000) limit = 100000;
-  size_t cap = (size_t)nm * 4 + 1;
+  size_t cap = (size_t)nm * 5 + 1;
   Dipaco__V1__MetricPoint *pt = calloc(cap, sizeof *pt);
   Dipaco__V1__MetricPoint **pp = calloc(cap, sizeof *pp);
   if (rc < 0 || !pt || !pp) {
@@ -830,11 +831,12 @@ static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer 
         const char *name;
         double v;
         int ok;
-      } vals[4] = {{"loss", m->loss, isfinite(m->loss)},
+      } vals[5] = {{"loss", m->loss, isfinite(m->loss)},
                    {"tokens", (double)m->tokens, m->path >= 0},
                    {"bytes_in", (double)m->bytes_in, m->path >= 0},
+                   {"bytes_out", (double)m->bytes_out, m->path >= 0},
                    {"outer_seconds", m->outer_seconds, m->path < 0}};
-      for (int v = 0; v < 4 && k < limit; v++) {
+      for (int v = 0; v < 5 && k < limit; v++) {
         if (!vals[v].ok || !want_name(r, vals[v].name)) continue;
         dipaco__v1__metric_point__init(&pt[k]);
         pt[k].name = (char *)vals[v].name;

@@ -51,6 +51,7 @@ typedef struct lease_note {
   int64_t lease;
   float loss;
   uint64_t tokens;
+  uint64_t bytes_out; /* parameter bytes pulled under the lease */
 } lease_note;
 
 typedef struct coord {

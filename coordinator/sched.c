@@ -146,6 +146,7 @@ lease_note *coord_note(coord *c, int64_t lease, int create) {
   n->lease = lease;
   n->loss = NAN;
   n->tokens = 0;
+  n->bytes_out = 0;
   return n;
 }
 

@@ -190,6 +190,10 @@ static void stream_send_next(struct rpc_call *call, out_stream *os) {
     return;
   }
   os->c->bytes_out += len;
+  if (os->lease_id) {
+    lease_note *n = coord_note(os->c, (int64_t)os->lease_id, 1);
+    if (n) n->bytes_out += len;
+  }
   if (last) {
     os->cur++;
     os->next = 0;
@@ -773,7 +777,8 @@ static void push_commit_after(uv_work_t *req, int status) {
         float loss = n ? n->loss : NAN;
         store_metric m = {.job = p->lease.job, .round = p->lease.round, .path = p->lease.path,
                           .replica = p->lease.replica, .worker = p->worker, .loss = loss, .tokens = (int64_t)p->tokens,
-                          .bytes_in = (int64_t)p->total, .created_at = coord_now_ms()};
+                          .bytes_in = (int64_t)p->total, .bytes_out = n ? (int64_t)n->bytes_out : 0,
+                          .created_at = coord_now_ms()};
         store_add_metric(c->st, &m);
         if (j && isfinite(loss) && p->lease.path < j->n_paths) j->path_loss[p->lease.path] = loss;
         DPC_INFO("delta received: lease %lld job %lld slot (path %d, replica %d) round %lld fragment %d, %llu bytes, "

@@ -382,6 +382,13 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
     mean0 = [p_.value for p_ in mt.points if p_.path == -1 and p_.round == 0]
     check(slot_losses == [2.5, 3.0] and len(mean0) == 1 and abs(mean0[0] - 2.75) < 1e-6,
           f"GetMetrics: slot losses of round 0 {slot_losses} and their mean {mean0}")
+    mt = X["GetMetrics"](pb.GetMetricsRequest(job_id=jid, names=["bytes_in", "bytes_out", "outer_seconds"]),
+                         timeout=10)
+    bi = [p_.value for p_ in mt.points if p_.name == "bytes_in" and p_.round == 1]
+    bo = [p_.value for p_ in mt.points if p_.name == "bytes_out" and p_.round == 1]
+    osec = [p_.value for p_ in mt.points if p_.name == "outer_seconds"]
+    check(bi == [4.0 * n, 4.0 * n] and sorted(bo) == [0.0, 4.0 * n] and len(osec) == 2 and all(v > 0 for v in osec),
+          f"GetMetrics: bytes in/out per slot of round 1 ({bi}, {bo}) and outer-step seconds")
     c, msg = code_of(X["PauseJob"], pb.JobRequest(job_id=jid), timeout=10)
     check(c == grpc.StatusCode.FAILED_PRECONDITION, f"pausing a finished job → FAILED_PRECONDITION ({msg})")
 
