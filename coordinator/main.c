@@ -12,11 +12,14 @@
 #include "common/fsutil.h"
 #include "common/log.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <systemd/sd-daemon.h>
+#include <unistd.h>
 
 #define SHUTDOWN_GRACE_MS 3000
 
@@ -145,6 +148,16 @@ int main(int argc, char **argv) {
   c->lease_ttl_ms = ttl;
   c->heartbeat_ms = hb;
   int rc = dpc_mkdir_p(state_dir);
+  /* One coordinator per state directory: an exclusive lock held for the process lifetime. */
+  char lock_path[1100];
+  snprintf(lock_path, sizeof lock_path, "%s/coordinator.lock", state_dir);
+  int lock_fd = rc == 0 ? open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+  if (rc == 0 && (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0)) {
+    DPC_ERROR("state directory %s is in use by another dipaco-coordinator (lock %s); stop it first", state_dir,
+              lock_path);
+    if (lock_fd >= 0) close(lock_fd);
+    return 1;
+  }
   if (rc == 0) rc = store_open(state_dir, &c->st);
   if (rc == 0) rc = blob_store_open(state_dir, &c->bs);
   if (rc == 0) rc = coord_jobs_load(c);
@@ -221,6 +234,7 @@ int main(int argc, char **argv) {
   store_close(c->st);
   blob_store_close(c->bs);
   uv_loop_close(c->loop);
+  close(lock_fd);
   DPC_INFO("coordinator stopped cleanly");
   return 0;
 }

@@ -555,6 +555,10 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
         check(e.code == 404, "GET /nope → 404")
     r = X["Health"](health_pb2.HealthCheckRequest(service=""), timeout=5)
     check(r.status == health_pb2.HealthCheckResponse.SERVING, "still serving after all the bad requests")
+    second = subprocess.run([coord_bin, "--listen", f"127.0.0.1:{free_port()}", "--state-dir", state],
+                            capture_output=True, text=True, timeout=30)
+    check(second.returncode == 1 and "in use" in second.stderr,
+          "a second coordinator on the same state dir refuses to start")
     ch.close()
     rc = d.stop(signal.SIGTERM)
     check(rc == 0, f"SIGTERM → clean exit 0 (got {rc})")
