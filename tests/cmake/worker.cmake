@@ -6,3 +6,12 @@ if(TARGET dipaco-worker)
   add_test(NAME worker COMMAND test_worker $<TARGET_FILE:dipaco-worker>)
   set_tests_properties(worker PROPERTIES TIMEOUT 180)
 endif()
+
+# Two workers and a real coordinator, two jobs at once, checked bit-for-bit against the
+# single-process DiLoCo run and against the PyTorch reference.
+if(TARGET dipaco-worker AND TARGET dipaco-coordinator AND TARGET dipacoctl AND TARGET diloco_local)
+  add_test(NAME worker_e2e
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/worker_e2e.sh $<TARGET_FILE:dipacoctl>
+                   $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:diloco_local>)
+  set_tests_properties(worker_e2e PROPERTIES TIMEOUT 240)
+endif()
