@@ -52,6 +52,25 @@ void wc_close(wclient *c) {
   c->rpc = NULL;
 }
 
+int wc_reconnect(wclient *c, const char *target) {
+  struct rpc_client_config cfg = {.target = target};
+  struct rpc_client *fresh = NULL;
+  int rc = rpc_client_open(&cfg, &fresh);
+  if (rc) return rc;
+  if (c->worker_id) {
+    char idbuf[32];
+    snprintf(idbuf, sizeof idbuf, "%" PRIu64, c->worker_id);
+    if ((rc = rpc_client_set_md(fresh, RPC_MD_WORKER_ID, idbuf)) ||
+        (rc = rpc_client_set_md(fresh, RPC_MD_SESSION, c->session))) {
+      rpc_client_close(fresh);
+      return rc;
+    }
+  }
+  rpc_client_close(c->rpc);
+  c->rpc = fresh;
+  return 0;
+}
+
 int wc_register(wclient *c, Dipaco__V1__RegisterRequest *req, int *code) {
   req->previous_worker_id = c->worker_id;
   req->previous_session = c->session;

@@ -43,6 +43,12 @@ enum wc_class wc_classify(int rc, int code);
 int wc_open(wclient *c, const char *target, uint32_t chunk_flag);
 void wc_close(wclient *c);
 
+/* Replace the channel with a new one (keeping identity metadata): gRPC fails calls fast with
+ * the cached error while a channel backs off between connection attempts (up to minutes),
+ * so after repeated UNAVAILABLE a fresh channel reconnects as soon as the peer is back. No
+ * other call may be in flight. On failure the old channel is kept. */
+int wc_reconnect(wclient *c, const char *target);
+
 /* Register (fields of req filled by the caller; previous identity added here when there is
  * one) and set dipaco-worker-id / dipaco-session for every later call. */
 int wc_register(wclient *c, Dipaco__V1__RegisterRequest *req, int *code);

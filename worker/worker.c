@@ -40,7 +40,8 @@
  *    which may also answer an idle heartbeat). COMMAND_DRAIN: finish the round, push, then
  *    exit 0. COMMAND_REREGISTER: drop the lease, register again.
  *  - Errors: UNAVAILABLE / DEADLINE_EXCEEDED / CANCELLED / DATA_LOSS are retried with
- *    jittered exponential backoff (100 ms doubling, cap 5 s); UNAUTHENTICATED re-registers;
+ *    jittered exponential backoff (100 ms doubling, cap 5 s; from the second UNAVAILABLE on,
+ *    Register/Lease retries use a fresh channel, see wc_reconnect); UNAUTHENTICATED re-registers;
  *    ABORTED / NOT_FOUND on a lease call (or a heartbeat) drop the lease without Release;
  *    any other failure of a lease releases it with RELEASE_ERROR and the error message.
  *  - SIGTERM (worker_stop): a lease in progress is released with RELEASE_PREEMPTED (no
@@ -699,7 +700,7 @@ static void *hb_main(void *arg) {
       } else if (cl == WC_LEASE_GONE || cl == WC_FATAL) {
         DPC_WARN("lease %" PRIu64 ": heartbeat refused (%s): dropping the lease", hb->lease_id, dpc_errmsg());
         atomic_store(&hb->abort, AB_LOST);
-      } else if (now_ms() - last_ok > (int64_t)ttl) {
+      } else if (now_ms() - last_ok > (int64_t)ttl && atomic_load(&hb->abort) == AB_NONE) {
         DPC_WARN("lease %" PRIu64 ": no heartbeat got through for %u ms (%s): the lease has expired", hb->lease_id,
                  ttl, dpc_errmsg());
         atomic_store(&hb->abort, AB_LOST);
@@ -784,6 +785,15 @@ static void release(worker *w, uint64_t lease_id, int reason, uint64_t step, con
     DPC_DEBUG("lease %" PRIu64 ": release after push: %s", lease_id, dpc_errmsg());
 }
 
+/* A fresh channel in the middle of a lease (see wc_reconnect): the heartbeat thread is the
+ * only other user of the client, so it pauses meanwhile. */
+static void lease_reconnect(worker *w, heartbeat *hb) {
+  hb_stop(hb);
+  hb->quit = 0;
+  if (wc_reconnect(&w->wc, w->o.coordinator)) DPC_WARN("reconnect: %s", dpc_errmsg());
+  if (hb_start(hb)) DPC_WARN("lease %" PRIu64 ": %s", hb->lease_id, dpc_errmsg());
+}
+
 /* Retry a transfer step while it fails transiently; returns the final rc, with *cls set. */
 #define XFER_RETRY(w, hb, call, cls_out)                                                            \
   do {                                                                                              \
@@ -794,6 +804,7 @@ static void release(worker *w, uint64_t lease_id, int reason, uint64_t step, con
       if (cls_out != WC_RETRY || attempt_ + 1 >= TRANSFER_ATTEMPTS) break;                         \
       if (worker_stopping((w)->ctl) || atomic_load(&(hb)->abort) != AB_NONE) break;                 \
       DPC_WARN("lease %" PRIu64 ": %s; retrying", L->lease_id, dpc_errmsg());                       \
+      if (code_ == RPC_UNAVAILABLE && attempt_ >= 1) lease_reconnect((w), (hb));                   \
       if (ctl_sleep((w)->ctl, backoff_ms(attempt_, &(w)->seed))) break;                             \
     }                                                                                               \
   } while (0)
@@ -1023,6 +1034,7 @@ int worker_run(const struct worker_opts *o, worker_ctl *ctl) {
       rc = do_register(w, &code);
       if (rc) {
         DPC_WARN("register with %s failed: %s", o->coordinator, dpc_errmsg());
+        if (code == RPC_UNAVAILABLE && failures >= 1) wc_reconnect(&w->wc, o->coordinator);
         ctl_sleep(ctl, backoff_ms(failures++, &w->seed));
         continue;
       }
@@ -1044,6 +1056,7 @@ int worker_run(const struct worker_opts *o, worker_ctl *ctl) {
         w->registered = 0;
       } else {
         DPC_WARN("lease request failed: %s", dpc_errmsg());
+        if (code == RPC_UNAVAILABLE && failures >= 1) wc_reconnect(&w->wc, o->coordinator);
         ctl_sleep(ctl, backoff_ms(failures++, &w->seed));
       }
       continue;
