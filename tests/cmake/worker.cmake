@@ -15,3 +15,12 @@ if(TARGET dipaco-worker AND TARGET dipaco-coordinator AND TARGET dipacoctl AND T
                    $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:diloco_local>)
   set_tests_properties(worker_e2e PROPERTIES TIMEOUT 240)
 endif()
+
+# The coordinator killed (SIGKILL) and restarted mid-job: the workers ride it out and the
+# result stays bit-identical.
+if(TARGET dipaco-worker AND TARGET dipaco-coordinator AND TARGET dipacoctl AND TARGET diloco_local)
+  add_test(NAME worker_restart
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/worker_restart.sh $<TARGET_FILE:dipacoctl>
+                   $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:diloco_local>)
+  set_tests_properties(worker_restart PROPERTIES TIMEOUT 240)
+endif()

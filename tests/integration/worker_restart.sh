@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# worker_restart.sh DIPACOCTL DIPACO_COORDINATOR DIPACO_WORKER DILOCO_LOCAL — the coordinator
+# is killed with SIGKILL in the middle of a DiLoCo job (R=2, H=40, 8 rounds, inner state keep)
+# and restarted on the same state directory and port; the two workers must ride it out
+# (retry with backoff on a fresh channel, re-send the delta in flight, keep their slots and
+# AdamW state) so that the exported model is bit-identical to the single-process run.
+set -euo pipefail
+CTL=$1; CO=$2; WK=$3; LOCAL=$4
+W=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$W"
+}
+trap cleanup EXIT
+fail() {
+  echo "worker_restart: $*" >&2
+  for f in "$W"/*.log; do echo "---- $f" >&2; tail -n 25 "$f" >&2; done
+  exit 1
+}
+port_of() { sed -n 's/.*listening on .*(port \([0-9]*\)).*/\1/p' "$1" | head -n 1; }
+for i in $(seq 1 300); do echo "Abundant gratitude to the people, $i times over; the union is strong."; done > "$W/t.txt"
+"$CTL" data prepare --tokenizer byte --out "$W/data" --val-fraction 0 "$W/t.txt" 2>/dev/null
+"$CTL" init --n-layer 2 --n-head 2 --n-embd 16 --n-positions 16 --vocab-size 256 --seed 3 --out "$W/init" 2>/dev/null
+cat > "$W/spec.json" <<JSON
+{"name": "restart", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
+ "algorithm": "diloco", "replicas": 2, "inner_steps": 40, "rounds": 8, "batch": 2, "seq_len": 16,
+ "inner": {"lr": 0.01, "warmup": 2, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
+           "eps": 1e-8, "grad_clip": 0.5, "state": "keep"},
+ "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
+JSON
+start_coordinator() { # $1 = listen address, $2 = log
+  "$CO" --listen "$1" --state-dir "$W/state" --heartbeat-ms 200 --lease-ttl-ms 5000 --log-json 2> "$2" &
+  CP=$!
+  PIDS+=($CP)
+  for _ in $(seq 1 100); do [ -n "$(port_of "$2")" ] && return 0; sleep 0.1; done
+  fail "the coordinator did not start"
+}
+start_coordinator 127.0.0.1:0 "$W/coord1.log"
+PORT=$(port_of "$W/coord1.log")
+export DIPACO_COORDINATOR=127.0.0.1:$PORT
+JOB=$("$CTL" job create "$W/spec.json" 2>>"$W/ctl.log")
+WP=()
+for w in 1 2; do
+  "$WK" --coordinator "127.0.0.1:$PORT" --data-dir "$W" --threads 1 --name "w$w" --exit-when-done --log-json \
+    2> "$W/worker$w.log" &
+  WP+=($!)
+  PIDS+=($!)
+done
+# Kill it once round 2 has closed (mid-job: leases of round 2+ in flight).
+for _ in $(seq 1 300); do
+  r=$("$CTL" job show "$JOB" --json 2>/dev/null | sed -n 's/.*"round":\([0-9]*\).*/\1/p')
+  [ -n "$r" ] && [ "$r" -ge 2 ] && break
+  sleep 0.05
+done
+[ -n "$r" ] && [ "$r" -ge 2 ] && [ "$r" -lt 8 ] || fail "job did not reach round 2 (round '$r')"
+kill -9 $CP
+wait $CP 2>/dev/null || true
+echo "worker_restart: coordinator killed at round $r"
+sleep 1
+start_coordinator "127.0.0.1:$PORT" "$W/coord2.log"
+"$CTL" job wait "$JOB" --timeout 120 >>"$W/ctl.log" 2>&1 || fail "the job did not finish after the restart"
+for p in "${WP[@]}"; do
+  wait "$p" || fail "a worker exited with status $?"
+done
+grep -q 'UNAVAILABLE' "$W"/worker*.log || fail "the workers never saw the coordinator go away"
+"$CTL" job export "$JOB" --path 0 --out "$W/out" >>"$W/ctl.log" 2>&1 || fail "export"
+"$LOCAL" "$W/init" "$W/data/train_000.bin" "$W/local" 2 40 8 2 16 0.01 2 0.1 0.1 0.9 0.95 1e-8 0.5 0.7 0.9 keep \
+  2>/dev/null
+/usr/bin/python3 - "$W/out" "$W/local" <<'PY' || fail "the result differs from diloco_local"
+import glob, json, struct, sys
+import numpy as np
+def read(d):
+    raw = open(glob.glob(d + "/*.safetensors")[0], "rb").read()
+    (hl,) = struct.unpack("<Q", raw[:8])
+    hdr = json.loads(raw[8:8 + hl])
+    return {k: np.frombuffer(raw[8 + hl + v["data_offsets"][0]:8 + hl + v["data_offsets"][1]], dtype=np.float32)
+            for k, v in hdr.items() if k != "__metadata__"}
+a, b = read(sys.argv[1]), read(sys.argv[2])
+worst = max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
+print(f"worker_restart: max |distributed - diloco_local| = {worst:.3g} over {len(a)} tensors")
+sys.exit(0 if worst == 0.0 else 1)
+PY
