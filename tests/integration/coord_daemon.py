@@ -562,6 +562,50 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
     ch.close()
     rc = d.stop(signal.SIGTERM)
     check(rc == 0, f"SIGTERM → clean exit 0 (got {rc})")
+    # ---- lease expiry on a daemon with a short TTL
+    state2 = state + "-ttl"
+    proc = subprocess.Popen([coord_bin, "--listen", f"127.0.0.1:{free_port()}", "--state-dir", state2,
+                             "--lease-ttl-ms", "400", "--heartbeat-ms", "100"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        addr = None
+        t0 = time.time()
+        while addr is None and time.time() - t0 < 20:
+            line = proc.stderr.readline()
+            if "listening on" in line:
+                addr = line.split("listening on ")[1].split(" ")[0]
+        e = type("D", (), {"addr": addr})
+        ch2 = channel(e)
+        Y = stubs(ch2)
+        Y["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(dict(spec, name="ttl", replicas=1))), timeout=30)
+        va = Y["Register"](pb.RegisterRequest(hostname="victim"), timeout=10)
+        vb = Y["Register"](pb.RegisterRequest(hostname="heir"), timeout=10)
+        mda = [("dipaco-worker-id", str(va.worker_id)), ("dipaco-session", va.session_token)]
+        mdb = [("dipaco-worker-id", str(vb.worker_id)), ("dipaco-session", vb.session_token)]
+        la = Y["Lease"](pb.LeaseRequest(), metadata=mda, timeout=10).lease
+        r = Y["Lease"](pb.LeaseRequest(), metadata=mdb, timeout=10)
+        check(r.outcome == pb.LEASE_WAIT, "the only slot is leased: the other worker waits")
+        time.sleep(1.0)  # no heartbeat: the lease expires
+        r = Y["Lease"](pb.LeaseRequest(), metadata=mdb, timeout=10)
+        check(r.outcome == pb.LEASE_GRANTED and r.lease.slot.replica == la.slot.replica and r.lease.round == 0
+              and r.lease.lease_id != la.lease_id, "after the TTL the slot goes to another worker, same round")
+        hb = Y["Heartbeat"](pb.HeartbeatRequest(lease_id=la.lease_id), metadata=mda, timeout=10)
+        check(hb.command == pb.COMMAND_STOP, "the expired lease's holder is told to STOP")
+        c, msg = code_of(Y["PushDelta"], iter(chunks_of(la, d1)), metadata=mda, timeout=10)
+        check(c == grpc.StatusCode.ABORTED, f"push on an expired lease → ABORTED ({msg})")
+        wl = Y["ListWorkers"](pb.ListWorkersRequest(include_gone=True), timeout=10)
+        check(any(w.hostname == "heir" and w.state == pb.WORKER_TRAINING for w in wl.workers),
+              "ListWorkers shows the new holder TRAINING")
+        ch2.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rest = proc.communicate(timeout=30)[1]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rest = proc.communicate()[1]
+    check(proc.returncode == 0 and "expired" in rest, f"expiry logged; clean exit ({proc.returncode})")
+
     with open(log) as f:
         text = f.read()
     check("lease" in text and "granted" in text and "delta received" in text and "round 1 closed" in text,
