@@ -389,6 +389,7 @@ typedef struct {
   size_t n_params;
   int warned_checkpoint;
   int local_failures;
+  float sps; /* steps/s EWMA, carried from lease to lease */
 } worker;
 
 static void key_free(trainer_key *k) {
@@ -759,8 +760,9 @@ static int on_step(void *ctx, long step, int h, float loss, float lr) {
   pthread_mutex_unlock(&hb->mu);
   if (hb->progress && (t - hb->last_print_ms >= 100 || step + 1 == hb->end_step)) {
     hb->last_print_ms = t;
-    fprintf(stderr, "\r\033[Kjob %" PRIu64 " round %" PRIu64 " slot (%u,%u) step %ld/%ld (%d) loss %.4f %.1f steps/s",
-            hb->job, hb->round, hb->path, hb->replica, step + 1, hb->end_step, h + 1, loss, hb->sps);
+    fprintf(stderr, "\r\033[Kjob %" PRIu64 " round %" PRIu64 " slot (%u,%u) step %ld/%ld (%d) loss %.4f %.0f tok/s",
+            hb->job, hb->round, hb->path, hb->replica, step + 1, hb->end_step, h + 1, loss,
+            (double)hb->sps * (double)hb->tok_per_step);
   }
   return worker_stopping(hb->ctl) || atomic_load(&hb->abort) != AB_NONE;
 }
@@ -830,6 +832,7 @@ static void run_lease(worker *w, const Dipaco__V1__Lease *L) {
   hb.replica = rep;
   hb.first_step = (long)L->first_step;
   hb.end_step = (long)(L->first_step + L->inner_steps);
+  hb.sps = w->sps;
   atomic_store(&hb.interval_ms, w->wc.heartbeat_ms);
   char msg[512] = "";
   int rc = validate_lease(w, L, &p);
@@ -917,6 +920,7 @@ static void run_lease(worker *w, const Dipaco__V1__Lease *L) {
       free(res);
       if (!rc) {
         hb_stop(&hb);
+        w->sps = hb.sps;
         if (atomic_load(&hb.drain)) w->draining = 1;
         free(p.abs_off);
         return;
@@ -925,6 +929,7 @@ static void run_lease(worker *w, const Dipaco__V1__Lease *L) {
   }
   /* The lease was not completed: stopped, lost, or failed. */
   hb_stop(&hb);
+  w->sps = hb.sps;
   if (atomic_load(&hb.drain)) w->draining = 1;
   if (snap) {
     if (trainer_set_state(w->tr, snap->m, snap->v, snap->adam_step)) w->have_slot = 0;
