@@ -21,8 +21,12 @@
 
 #define REQ_MAX 8192
 
+#define CONN_TIMEOUT_MS 5000
+
 typedef struct {
   uv_tcp_t tcp;
+  uv_timer_t timer; /* closes connections that do not finish a request in time */
+  int open_handles;
   coord *c;
   char req[REQ_MAX];
   size_t n;
@@ -124,14 +128,22 @@ static void fmt_metrics(coord *c, sbuf *b) {
 
 static void on_closed(uv_handle_t *h) {
   conn *k = h->data;
+  if (--k->open_handles > 0) return;
   free(k->resp);
   free(k);
 }
 
+static void conn_close(conn *k) {
+  if (!uv_is_closing((uv_handle_t *)&k->timer)) uv_close((uv_handle_t *)&k->timer, on_closed);
+  if (!uv_is_closing((uv_handle_t *)&k->tcp)) uv_close((uv_handle_t *)&k->tcp, on_closed);
+}
+
+static void on_timeout(uv_timer_t *t) { conn_close(t->data); }
+
 static void on_written(uv_write_t *w, int status) {
   (void)status;
   conn *k = w->data;
-  uv_close((uv_handle_t *)&k->tcp, on_closed);
+  conn_close(k);
 }
 
 static void respond(conn *k, int code, const char *ctype, const char *body, size_t blen) {
@@ -141,20 +153,20 @@ static void respond(conn *k, int code, const char *ctype, const char *body, size
   sb_printf(&b, "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", code,
             code == 200 ? "OK" : code == 404 ? "Not Found" : "Bad Request", ctype, blen);
   if (!b.s) {
-    uv_close((uv_handle_t *)&k->tcp, on_closed);
+    conn_close(k);
     return;
   }
   char *all = realloc(b.s, b.n + blen + 1);
   if (!all) {
     free(b.s);
-    uv_close((uv_handle_t *)&k->tcp, on_closed);
+    conn_close(k);
     return;
   }
   memcpy(all + b.n, body, blen);
   k->resp = all;
   uv_buf_t buf = uv_buf_init(all, (unsigned)(b.n + blen));
   k->wr.data = k;
-  if (uv_write(&k->wr, (uv_stream_t *)&k->tcp, &buf, 1, on_written) < 0) uv_close((uv_handle_t *)&k->tcp, on_closed);
+  if (uv_write(&k->wr, (uv_stream_t *)&k->tcp, &buf, 1, on_written) < 0) conn_close(k);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -168,7 +180,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   conn *k = s->data;
   if (k->answered) return;
   if (nread < 0) {
-    uv_close((uv_handle_t *)&k->tcp, on_closed);
+    conn_close(k);
     return;
   }
   k->n += (size_t)nread;
@@ -194,9 +206,12 @@ static void on_connection(uv_stream_t *server, int status) {
   if (!k) return;
   k->c = c;
   uv_tcp_init(c->loop, &k->tcp);
-  k->tcp.data = k;
+  uv_timer_init(c->loop, &k->timer);
+  k->open_handles = 2;
+  k->tcp.data = k->timer.data = k;
+  uv_timer_start(&k->timer, on_timeout, CONN_TIMEOUT_MS, 0);
   if (uv_accept(server, (uv_stream_t *)&k->tcp) < 0 || uv_read_start((uv_stream_t *)&k->tcp, on_alloc, on_read) < 0)
-    uv_close((uv_handle_t *)&k->tcp, on_closed);
+    conn_close(k);
 }
 
 int metrics_start(coord *c, const char *addr) {
