@@ -31,6 +31,9 @@
  *    fp32 bytes). PUSH_ACCEPTED / PUSH_DUPLICATE are success; PUSH_LATE / PUSH_STALE are
  *    logged and dropped. After the push the worker sends Release(RELEASE_DONE, step) and
  *    ignores its errors: the coordinator may equally end the lease on a complete push.
+ *  - Steps on the wire: HeartbeatRequest.step and ReleaseRequest.step are the global step
+ *    the slot has reached, first_step + inner steps done (one past the last completed step,
+ *    so that "nothing done" is first_step rather than first_step − 1).
  *  - Heartbeat: a thread sends HeartbeatRequest(lease_id, step = global step reached,
  *    steps_per_sec EWMA, loss, tokens) every heartbeat_interval_ms during a lease (pull,
  *    train and push), and an idle one (lease_id 0) before a Lease call when a heartbeat
@@ -40,12 +43,15 @@
  *    which may also answer an idle heartbeat). COMMAND_DRAIN: finish the round, push, then
  *    exit 0. COMMAND_REREGISTER: drop the lease, register again.
  *  - Errors: UNAVAILABLE / DEADLINE_EXCEEDED / CANCELLED / DATA_LOSS are retried with
- *    jittered exponential backoff (100 ms doubling, cap 5 s; from the second UNAVAILABLE on,
- *    Register/Lease retries use a fresh channel, see wc_reconnect); UNAUTHENTICATED re-registers;
- *    ABORTED / NOT_FOUND on a lease call (or a heartbeat) drop the lease without Release;
- *    any other failure of a lease releases it with RELEASE_ERROR and the error message.
- *  - SIGTERM (worker_stop): a lease in progress is released with RELEASE_PREEMPTED (no
- *    partial delta in sync mode) and worker_run returns 0. */
+ *    jittered exponential backoff (100 ms doubling, cap 5 s; from the second UNAVAILABLE on
+ *    the retry uses a fresh channel, see wc_reconnect; a pull or push gives up after 10
+ *    tries and the worker registers again). UNAUTHENTICATED re-registers. ABORTED /
+ *    NOT_FOUND on a lease call, any refused heartbeat, or no heartbeat getting through for
+ *    lease_ttl_ms drop the lease without Release. Any other failure of a lease (bad lease,
+ *    missing data, refused push) releases it with RELEASE_ERROR and the error message.
+ *  - SIGTERM (worker_stop): training stops after the current step and the lease is released
+ *    with RELEASE_PREEMPTED (no partial delta in sync mode); a round already trained is
+ *    still pushed. worker_run then returns 0. */
 #include "worker/worker.h"
 #include "common/errors.h"
 #include "common/log.h"
