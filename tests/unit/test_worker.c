@@ -87,6 +87,7 @@ static struct {
   uint64_t last_granted;
   int push_frag_seen[NFRAG], push_hdr_ok[NFRAG], push_crc_ok[NFRAG];
   uint64_t push_inner_steps, push_tokens;
+  int drain_in_lease;         /* DRAIN answered a heartbeat of the lease before its push */
 } S;
 
 static int check_md(struct rpc_call *c) {
@@ -276,6 +277,7 @@ static void on_heartbeat(struct rpc_call *c, const struct grpc_byte_buffer *req,
   Dipaco__V1__HeartbeatResponse resp = DIPACO__V1__HEARTBEAT_RESPONSE__INIT;
   if (S.sc == SC_DRAIN) resp.command = DIPACO__V1__COMMAND__COMMAND_DRAIN;
   pthread_mutex_lock(&g_mu);
+  if (S.sc == SC_DRAIN && S.hb_lease == 9 && S.pushes == 0) S.drain_in_lease = 1;
   if (S.sc == SC_STOP && S.hb_lease == 21 && S.hb_last_step >= 3) resp.command = DIPACO__V1__COMMAND__COMMAND_STOP;
   pthread_mutex_unlock(&g_mu);
   rpc_call_reply(c, &resp.base);
@@ -677,7 +679,11 @@ static void test_drain(int port) {
   CHECK_EQ_INT(S.pushes, 1);
   for (int i = 0; i < NFRAG; i++) CHECK_EQ_INT(S.push_frag_seen[i], 1);
   CHECK_EQ_INT(S.push_inner_steps, 300);
-  CHECK_EQ_INT(S.leases, 1); /* DRAIN arrived during the round: no further Lease call */
+  /* DRAIN during the round (the usual case): no further Lease call. A very fast round may
+   * end before the first heartbeat; then an idle heartbeat carries DRAIN. */
+  fprintf(stderr, "drain: DRAIN %s\n", S.drain_in_lease ? "during the lease" : "on an idle heartbeat");
+  if (S.drain_in_lease) CHECK_EQ_INT(S.leases, 1);
+  else CHECK(S.leases >= 1 && S.leases <= 3);
   CHECK(S.heartbeats >= 1);
   pthread_mutex_unlock(&g_mu);
   if (test_failures || getenv("TEST_VERBOSE")) dump(log);
