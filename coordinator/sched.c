@@ -349,12 +349,12 @@ int sched_lease(coord *c, int64_t worker, int64_t job_filter, store_lease *lease
       }
       if (free_slot) continue;
       store_worker lw;
-      /* A slot whose last worker is alive stays reserved for it (its AdamW state is there),
-       * unless that worker is busy with another lease or draining. */
-      int busy = 0;
-      for (int k = 0; k < na; k++) busy |= act[k].worker == s->last_worker;
-      if (s->last_worker == 0 || busy || store_get_worker(c->st, s->last_worker, &lw) < 0 ||
-          !sched_worker_alive(c, &lw, now) || lw.state == WORKER_DRAINING)
+      /* inner_state keep: a slot whose last worker is alive stays reserved for it (its AdamW
+       * state is there), even while that worker trains something else — moving it would
+       * silently change the result. Other policies carry no state in the worker. */
+      if (j->spec.inner.state != INNER_STATE_KEEP || s->last_worker == 0 ||
+          store_get_worker(c->st, s->last_worker, &lw) < 0 || !sched_worker_alive(c, &lw, now) ||
+          lw.state == WORKER_DRAINING)
         free_slot = s;
     }
     const store_slot *pick = mine ? mine : free_slot;

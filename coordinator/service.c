@@ -14,9 +14,11 @@
  *    worker id and token. A worker call with missing metadata, an unknown worker id or a
  *    wrong token fails UNAUTHENTICATED — except Heartbeat from a worker id the store does not
  *    know at all, which answers OK with COMMAND_REREGISTER (the coordinator lost its state).
- *  - Lease. A worker that already holds an active lease gets the same lease again. A slot
- *    stays reserved for the worker that trained it last while that worker is alive (any call
- *    within lease_ttl_ms, not gone, not draining, not busy with another lease). No work now:
+ *  - Lease. A worker that already holds an active lease gets the same lease again. With
+ *    inner.state keep a slot stays reserved for the worker that trained it last while that
+ *    worker is alive (any call within lease_ttl_ms or long-polling, not gone, not draining),
+ *    even while it trains another slot — its AdamW state lives there; a worker always gets
+ *    its own slot first. With reset no slot is reserved. No work now:
  *    the call is held up to max_wait_ms (≤ 30 s, within the client deadline) and answered
  *    as soon as a slot frees, else LEASE_WAIT with wait_ms (≤ min(heartbeat, 500 ms)); no
  *    running job needing work → LEASE_NO_WORK.
