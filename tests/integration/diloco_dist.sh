@@ -15,7 +15,7 @@ cat > "$W/spec.json" <<JSON
 {"name": "dist-test", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "diloco", "replicas": 2, "inner_steps": 3, "rounds": 3, "batch": 2, "seq_len": 16,
  "inner": {"lr": 0.01, "warmup": 2, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
-           "eps": 1e-8, "grad_clip": 0.5, "state": "keep"},
+           "eps": 1e-6, "grad_clip": 0.5, "state": "keep"},
  "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
 JSON
 start_coordinator "$W/state" --lease-ttl-ms 20000

@@ -4,10 +4,13 @@
 PY=/usr/bin/python3
 PIDS=()
 cleanup() {
+  local rc=$?
+  set +e
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
   sleep 0.5
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-  [ -n "${W:-}" ] && [ -z "${KEEP:-}" ] && rm -rf "$W"
+  if [ -n "${W:-}" ] && [ -z "${KEEP:-}" ]; then rm -rf "$W"; fi
+  exit $rc
 }
 trap cleanup EXIT
 

@@ -11,8 +11,8 @@ source "$HERE/lib.sh"
 make_corpus "$W/corpus"
 cat > "$W/spec.json" <<JSON
 {"name": "kill-test", "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "n_positions": 16, "vocab_size": 256, "seed": 1},
- "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco", "replicas": 2, "inner_steps": 40, "rounds": 3,
- "batch": 2, "seq_len": 16, "inner": {"lr": 0.003}}
+ "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco", "replicas": 2, "inner_steps": 1500, "rounds": 2,
+ "batch": 4, "seq_len": 16, "inner": {"lr": 0.003}}
 JSON
 start_coordinator "$W/state" --lease-ttl-ms 2000 --heartbeat-ms 300
 start_worker w1 "$W/corpus"; victim=$LAST_WORKER_PID
@@ -24,10 +24,10 @@ for _ in $(seq 1 200); do
 import json, sys
 ws = json.load(sys.stdin)
 ws = ws.get("workers", ws) if isinstance(ws, dict) else ws
-sys.exit(0 if any(w.get("hostname", "") and w.get("lease_id") for w in ws) else 1)' && break
-  sleep 0.1
+sys.exit(0 if any(w.get("hostname") == "w1" and w.get("lease_id") for w in ws) else 1)' && break
+  sleep 0.05
 done
-sleep 0.5
+sleep 0.3
 kill -KILL "$victim"
 echo "SIGKILLed worker w1 (pid $victim) mid-round"
 start_worker w3 "$W/corpus"
