@@ -2,7 +2,8 @@
 # diloco_dist.sh COORDINATOR WORKER DIPACOCTL — the distributed test of record: a real
 # coordinator and 2 real CPU workers on loopback run a tiny DiLoCo job (R=2, H=3, 3 rounds);
 # the exported parameters must equal the PyTorch DiLoCo reference (tests/oracle/diloco_ref.py)
-# to 1e-4 relative, and a second export must be byte-identical.
+# to 1e-4 relative, and a second export must be byte-identical. (AdamW eps 1e-6: see
+# diloco_local.sh for why a tiny eps would compare rounding noise, not math.)
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
