@@ -7,7 +7,14 @@ cleanup() {
   local rc=$?
   set +e
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  sleep 0.5
+  # Give them the chance to exit cleanly (the daemons finish on SIGTERM; valgrind runs need
+  # the time to write their reports), then make sure nothing is left behind.
+  for _ in $(seq 1 ${CLEANUP_WAIT_TENTHS:-50}); do
+    alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   if [ -n "${W:-}" ] && [ -z "${KEEP:-}" ]; then rm -rf "$W"; fi
   exit $rc
