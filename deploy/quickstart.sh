@@ -5,13 +5,13 @@
 # against the untrained model, the bytes exchanged against what data-parallel training would
 # have exchanged, and a generated sample. A few minutes on 2 cores.
 #
-# Environment: DEMO_DIR (default ./demo), ROUNDS (8), INNER_STEPS (50), WORKERS (2),
+# Environment: DEMO_DIR (default ./demo), ROUNDS (12), INNER_STEPS (100), WORKERS (2),
 # PORT (7070; a free one is picked if busy), KEEP_RUNNING=1 leaves the daemons up at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 DEMO=${DEMO_DIR:-$ROOT/demo}
-ROUNDS=${ROUNDS:-8}; H=${INNER_STEPS:-50}; NW=${WORKERS:-2}
+ROUNDS=${ROUNDS:-12}; H=${INNER_STEPS:-100}; NW=${WORKERS:-2}
 L=4; NH=4; C=128; T=128; B=8
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
