@@ -371,8 +371,7 @@ static int session_open(const char *cmd, session *s, const char *model_dir, char
   return 0;
 }
 
-/* Splits positional arguments: everything is a data shard (train/eval take --data once and
- * then shards; the parser hands the shards over as positionals). */
+/* Writes a remaining time as "42s", "3m07s" or "1h05m" ("--" when unknown). */
 static void format_eta(double s, char *buf, size_t n) {
   if (!(s >= 0) || s > 1e7) {
     snprintf(buf, n, "--");
@@ -420,7 +419,7 @@ int ctl_train(int argc, char **argv) {
     free(pos);
     return 2;
   }
-  /* --data takes the first shard; further shards follow as positionals. */
+  /* --data takes the first shard; further shards (a shell glob) arrive as positionals. */
   char **data = calloc((size_t)npos + 1, sizeof *data);
   if (!data) {
     free(pos);
