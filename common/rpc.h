@@ -12,7 +12,7 @@
  *  - client: a channel with blocking unary calls, server-streaming reads, client-streaming
  *    writes, per-client metadata (worker id + session token) and status → DPC_E* mapping
  *    (rpc_client.c);
- *  - credentials are created in one place (rpc_creds.c); TLS is reserved for later.
+ *  - credentials are created in one place (rpc_msg.c: insecure, TLS or mutual TLS).
  *
  * Threading. Server: every callback of a server runs on ONE thread, its dispatch thread, and
  * the rpc_call_* functions must only be called on that thread. With `notify` NULL the
@@ -69,7 +69,13 @@ int rpc_code_to_dpc(int code);
 int rpc_code_from_dpc(int dpc_rc);
 const char *rpc_code_name(int code);
 
-/* TLS settings (reserved: the fault-tolerance work fills this in; NULL means insecure). */
+/* TLS settings: PEM file paths (a config pointer of NULL means plain text). Server: cert_file
+ * + key_file required; with ca_file, clients must present a certificate signed by that CA
+ * (mutual TLS). Client: ca_file required (the server's certificate is verified against it and
+ * against the target host name or IP); cert_file + key_file, both or neither, present a client
+ * certificate (mutual TLS). Files are read when the server starts / the channel opens; an
+ * unreadable file or one without the expected PEM block fails there with DPC_E* and a message
+ * that names the flag and path. */
 struct rpc_tls {
   const char *ca_file, *cert_file, *key_file;
 };

@@ -8,8 +8,8 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 
-/* Credentials for a server port / a channel. tls == NULL gives insecure credentials; TLS is
- * not implemented yet (DPC_EUNSUPPORTED). On success the caller owns *out and releases it
+/* Credentials for a server port / a channel. tls == NULL gives insecure credentials;
+ * otherwise TLS / mutual TLS as described at struct rpc_tls. On success the caller owns *out and releases it
  * with grpc_server_credentials_release / grpc_channel_credentials_release. */
 int rpc_creds_server(const struct rpc_tls *tls, grpc_server_credentials **out);
 int rpc_creds_channel(const struct rpc_tls *tls, grpc_channel_credentials **out);

@@ -3,6 +3,7 @@
 #include "common/rpc_internal.h"
 
 #include "common/errors.h"
+#include "common/fsutil.h"
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -118,18 +119,100 @@ int rpc_msg_unpack(const struct grpc_byte_buffer *m, const ProtobufCMessageDescr
   return 0;
 }
 
+/* A PEM file for TLS, read whole (bounded) with a check of its form, so that a wrong path or a
+ * swapped cert/key gets a clear message instead of a failed handshake later. `what` names
+ * the flag; `marker` is the PEM label text that must appear (e.g. "CERTIFICATE"). */
+static int read_pem(const char *path, const char *what, const char *marker, char **out) {
+  *out = NULL;
+  void *buf = NULL;
+  size_t n = 0;
+  int rc = dpc_read_file(path, 1u << 20, &buf, &n);
+  if (rc) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", dpc_errmsg()); /* dpc_err overwrites the detail */
+    return dpc_err(rc, "%s %s: cannot read it (%s)", what, path, why);
+  }
+  const char *begin = strstr(buf, "-----BEGIN ");
+  const char *m = begin ? strstr(begin, marker) : NULL;
+  if (!begin || !m || strlen(buf) != n || !strstr(buf, "-----END ")) {
+    free(buf);
+    return dpc_err(DPC_EFORMAT, "%s %s: not a PEM file with a %s (-----BEGIN ...%s-----)", what, path, marker,
+                   marker);
+  }
+  *out = buf;
+  return 0;
+}
+
+static void free_pem(char *p) {
+  if (!p) return;
+  memset(p, 0, strlen(p)); /* may be a private key */
+  free(p);
+}
+
+/* cert and key both or neither; reads them into *pair (both NULL when not given). */
+static int read_pair(const struct rpc_tls *tls, const char *side, grpc_ssl_pem_key_cert_pair *pair) {
+  char *cert = NULL, *key = NULL;
+  pair->cert_chain = pair->private_key = NULL;
+  if (!tls->cert_file != !tls->key_file)
+    return dpc_err(DPC_EINVAL, "%s TLS: --tls-cert and --tls-key go together (one is missing)", side);
+  if (!tls->cert_file) return 0;
+  int rc = read_pem(tls->cert_file, "--tls-cert", "CERTIFICATE", &cert);
+  if (rc == 0) rc = read_pem(tls->key_file, "--tls-key", "PRIVATE KEY", &key);
+  if (rc) {
+    free_pem(cert);
+    return rc;
+  }
+  pair->cert_chain = cert;
+  pair->private_key = key;
+  return 0;
+}
+
 int rpc_creds_server(const struct rpc_tls *tls, grpc_server_credentials **out) {
   *out = NULL;
-  if (tls) return dpc_err(DPC_EUNSUPPORTED, "rpc: TLS is not implemented yet (server)");
-  *out = grpc_insecure_server_credentials_create();
-  return *out ? 0 : dpc_err(DPC_EINTERNAL, "rpc: cannot create server credentials");
+  if (!tls) {
+    *out = grpc_insecure_server_credentials_create();
+    return *out ? 0 : dpc_err(DPC_EINTERNAL, "rpc: cannot create server credentials");
+  }
+  if (!tls->cert_file) return dpc_err(DPC_EINVAL, "server TLS needs --tls-cert and --tls-key");
+  grpc_ssl_pem_key_cert_pair pair;
+  char *ca = NULL;
+  int rc = read_pair(tls, "server", &pair);
+  if (rc) return rc;
+  if (tls->ca_file) rc = read_pem(tls->ca_file, "--tls-ca", "CERTIFICATE", &ca);
+  if (rc == 0) {
+    /* With a CA: mutual TLS, every client must present a certificate that the CA signed. */
+    *out = grpc_ssl_server_credentials_create_ex(
+        ca, &pair, 1,
+        ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, NULL);
+    if (!*out) rc = dpc_err(DPC_EINVAL, "server TLS: gRPC refused the certificate/key/CA (%s, %s%s%s)",
+                            tls->cert_file, tls->key_file, ca ? ", " : "", ca ? tls->ca_file : "");
+  }
+  free_pem(ca);
+  free_pem((char *)pair.cert_chain);
+  free_pem((char *)pair.private_key);
+  return rc;
 }
 
 int rpc_creds_channel(const struct rpc_tls *tls, grpc_channel_credentials **out) {
   *out = NULL;
-  if (tls) return dpc_err(DPC_EUNSUPPORTED, "rpc: TLS is not implemented yet (channel)");
-  *out = grpc_insecure_credentials_create();
-  return *out ? 0 : dpc_err(DPC_EINTERNAL, "rpc: cannot create channel credentials");
+  if (!tls) {
+    *out = grpc_insecure_credentials_create();
+    return *out ? 0 : dpc_err(DPC_EINTERNAL, "rpc: cannot create channel credentials");
+  }
+  if (!tls->ca_file)
+    return dpc_err(DPC_EINVAL, "client TLS needs --tls-ca (the CA that signed the server's certificate)");
+  grpc_ssl_pem_key_cert_pair pair;
+  char *ca = NULL;
+  int rc = read_pem(tls->ca_file, "--tls-ca", "CERTIFICATE", &ca);
+  if (rc == 0) rc = read_pair(tls, "client", &pair);
+  if (rc == 0) {
+    *out = grpc_ssl_credentials_create(ca, pair.cert_chain ? &pair : NULL, NULL, NULL);
+    if (!*out) rc = dpc_err(DPC_EINVAL, "client TLS: gRPC refused the CA/certificate/key (%s)", tls->ca_file);
+    free_pem((char *)pair.cert_chain);
+    free_pem((char *)pair.private_key);
+  }
+  free_pem(ca);
+  return rc;
 }
 
 void rpc_args_init(struct rpc_args *a, size_t max_msg_bytes, int own_connection) {

@@ -24,7 +24,9 @@ static const char usage_text[] =
     "        [--temperature X --top-k K --seed S --threads N]\n"
     "\n"
     "Admin commands (talk to a coordinator: --coordinator ADDR or $DIPACO_COORDINATOR, default\n"
-    "127.0.0.1:7070; $DIPACO_ADMIN_TOKEN is sent as a bearer token; --json prints one JSON document):\n"
+    "127.0.0.1:7070; the admin token from --token-file FILE or $DIPACO_ADMIN_TOKEN is sent as a\n"
+    "bearer token; --tls-ca FILE [--tls-cert FILE --tls-key FILE] for (mutual) TLS; --json prints\n"
+    "one JSON document):\n"
     "  job create SPEC.json [--paused]   uploads \"model\": {\"init\": DIR}; prints the job id\n"
     "  job list [--state S] | job show ID | job pause|resume|cancel ID [--reason TEXT]\n"
     "  job wait ID [--timeout S --poll-ms N]   exit 0 DONE, 1 FAILED/CANCELLED, 3 timeout\n"
@@ -129,8 +131,15 @@ int ctl_parse(const char *cmd, int argc, char **argv, ctl_opt *opts, char ***pos
   return 0;
 }
 
+/* Connection flags of the admin commands, accepted before the command too. */
+static int is_conn_flag(const char *a) {
+  return !strcmp(a, "--token-file") || !strcmp(a, "--tls-ca") || !strcmp(a, "--tls-cert") || !strcmp(a, "--tls-key");
+}
+
 int main(int argc, char **argv) {
   const char *coordinator = getenv("DIPACO_COORDINATOR");
+  char *conn[8];
+  int n_conn = 0;
   int i = 1;
   while (i < argc && strncmp(argv[i], "--", 2) == 0) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -142,6 +151,10 @@ int main(int argc, char **argv) {
     } else if (strncmp(argv[i], "--coordinator=", 14) == 0) {
       coordinator = argv[i] + 14;
       i += 1;
+    } else if (is_conn_flag(argv[i]) && i + 1 < argc && n_conn + 2 <= (int)(sizeof conn / sizeof conn[0])) {
+      conn[n_conn++] = argv[i];
+      conn[n_conn++] = argv[i + 1];
+      i += 2;
     } else {
       break; /* global flags end; admin flags like --json are parsed by the command */
     }
@@ -166,5 +179,15 @@ int main(int argc, char **argv) {
     fputs(usage_text, stdout);
     return 0;
   }
-  return ctl_admin(coordinator, argc - i, argv + i);
+  if (n_conn == 0) return ctl_admin(coordinator, argc - i, argv + i);
+  /* Connection flags given before the command go right after its words ("job SUB"). */
+  int nw = strcmp(cmd, "job") == 0 && rest >= 1 ? 2 : 1, n = argc - i;
+  char **av = calloc((size_t)(n + n_conn + 1), sizeof *av);
+  if (!av) return 1;
+  memcpy(av, argv + i, (size_t)nw * sizeof *av);
+  memcpy(av + nw, conn, (size_t)n_conn * sizeof *av);
+  memcpy(av + nw + n_conn, argv + i + nw, (size_t)(n - nw) * sizeof *av);
+  int st = ctl_admin(coordinator, n + n_conn, av);
+  free(av);
+  return st;
 }

@@ -5,14 +5,24 @@
  * the gRPC server with a grace period, close the store, exit 0.
  *
  * usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]
- *          [--lease-ttl-ms N] [--heartbeat-ms N] [--log-level L] [--log-json] */
+ *          [--lease-ttl-ms N] [--heartbeat-ms N] [--log-level L] [--log-json]
+ *          [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
+ *          [--join-token-file FILE] [--admin-token-file FILE] [--insecure-no-auth]
+ *
+ * Tokens (common/auth.h): unless given, the join and admin tokens are STATE/join.token and
+ * STATE/admin.token, created (0600, 32 random bytes in hex) at the first start and read at
+ * every later one. Only their SHA-256 stays in memory (dpc_coord_keys); service.c checks the
+ * join token on Register, admin.c the admin token on every Admin call. --insecure-no-auth
+ * turns both checks off (session tokens of workers stay). */
 #include "coordinator/coord.h"
 
+#include "common/auth.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
 #include "common/log.h"
 
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +36,10 @@
 static void usage(FILE *f) {
   fprintf(f, "usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]\n"
              "         [--lease-ttl-ms N (default 15000)] [--heartbeat-ms N (default 2000)]\n"
-             "         [--log-level debug|info|warn|error] [--log-json]\n");
+             "         [--log-level debug|info|warn|error] [--log-json]\n"
+             "         [--tls-cert FILE --tls-key FILE [--tls-ca FILE (require client certificates)]]\n"
+             "         [--join-token-file FILE] [--admin-token-file FILE] (default STATE/join.token,\n"
+             "          STATE/admin.token, created 0600 at first start) [--insecure-no-auth]\n");
 }
 
 static void close_handle(uv_handle_t *h) {
@@ -80,6 +93,30 @@ static void on_signal(uv_signal_t *s, int signum) {
   maybe_shutdown(c);
 }
 
+/* The SHA-256 of the token in `given`, or in STATE/<name> (created when missing). */
+static int load_token(const char *state_dir, const char *name, const char *given, unsigned char hash[DPC_TOKEN_HASH]) {
+  char path[1100], tok[DPC_TOKEN_MAX + 1];
+  int rc;
+  if (given) {
+    rc = dpc_token_read_file(given, tok, sizeof tok);
+  } else {
+    snprintf(path, sizeof path, "%s/%s", state_dir, name);
+    rc = dpc_token_read_file(path, tok, sizeof tok);
+    if (rc == DPC_ENOENT) {
+      rc = dpc_token_create_file(path, tok, sizeof tok);
+      if (rc == 0) DPC_INFO("created %s (0600): pass it to %s", path,
+                            strcmp(name, "join.token") ? "dipacoctl --token-file" : "dipaco-worker --token-file");
+    }
+  }
+  if (rc == 0) {
+    unsigned int n = 0;
+    if (!EVP_Digest(tok, strlen(tok), hash, &n, EVP_sha256(), NULL) || n != DPC_TOKEN_HASH)
+      rc = dpc_err(DPC_EINTERNAL, "SHA-256 failed");
+  }
+  memset(tok, 0, sizeof tok);
+  return rc;
+}
+
 static int parse_int(const char *flag, const char *v, int lo, int hi, int *out) {
   char *end;
   long x = strtol(v, &end, 10);
@@ -93,7 +130,9 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out) 
 
 int main(int argc, char **argv) {
   const char *listen = NULL, *state_dir = NULL, *metrics_addr = NULL, *level_s = "info";
-  int json = -1, ttl = 15000, hb = 2000;
+  const char *join_file = NULL, *admin_file = NULL;
+  struct rpc_tls tls = {0};
+  int json = -1, ttl = 15000, hb = 2000, no_auth = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -102,6 +141,9 @@ int main(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--log-json")) {
       json = 1;
+      continue;
+    } else if (!strcmp(a, "--insecure-no-auth")) {
+      no_auth = 1;
       continue;
     }
     if (!v) {
@@ -113,6 +155,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--state-dir")) state_dir = v;
     else if (!strcmp(a, "--metrics-listen")) metrics_addr = v;
     else if (!strcmp(a, "--log-level")) level_s = v;
+    else if (!strcmp(a, "--tls-cert")) tls.cert_file = v;
+    else if (!strcmp(a, "--tls-key")) tls.key_file = v;
+    else if (!strcmp(a, "--tls-ca")) tls.ca_file = v;
+    else if (!strcmp(a, "--join-token-file")) join_file = v;
+    else if (!strcmp(a, "--admin-token-file")) admin_file = v;
     else if (!strcmp(a, "--lease-ttl-ms")) {
       if (parse_int(a, v, 100, 86400000, &ttl)) return 2;
     } else if (!strcmp(a, "--heartbeat-ms")) {
@@ -138,6 +185,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "dipaco-coordinator: --state-dir is too long\n");
     return 2;
   }
+  int use_tls = tls.cert_file || tls.key_file || tls.ca_file;
+  if (use_tls && (!tls.cert_file || !tls.key_file)) {
+    fprintf(stderr, "dipaco-coordinator: TLS needs both --tls-cert and --tls-key (--tls-ca adds client certificates)\n");
+    return 2;
+  }
+  if (no_auth && (join_file || admin_file)) {
+    fprintf(stderr, "dipaco-coordinator: --insecure-no-auth contradicts --join-token-file/--admin-token-file\n");
+    return 2;
+  }
   dpc_log_init("coordinator", json, level);
   rpc_tune_malloc();
 
@@ -157,6 +213,18 @@ int main(int argc, char **argv) {
               lock_path);
     if (lock_fd >= 0) close(lock_fd);
     return 1;
+  }
+  if (rc == 0 && !no_auth) {
+    rc = load_token(state_dir, "join.token", join_file, dpc_coord_keys.join);
+    if (rc == 0) rc = load_token(state_dir, "admin.token", admin_file, dpc_coord_keys.admin);
+    if (rc < 0) {
+      DPC_ERROR("tokens: %s", dpc_errmsg());
+      close(lock_fd);
+      return 1;
+    }
+    dpc_coord_keys.has_join = dpc_coord_keys.has_admin = 1;
+  } else if (rc == 0) {
+    DPC_WARN("--insecure-no-auth: any client may register workers and call Admin methods");
   }
   if (rc == 0) rc = store_open(state_dir, &c->st);
   if (rc == 0) rc = blob_store_open(state_dir, &c->bs);
@@ -186,7 +254,8 @@ int main(int argc, char **argv) {
   if (!methods) return 1;
   memcpy(methods, coord_service_methods, (size_t)coord_service_n_methods * sizeof *methods);
   memcpy(methods + coord_service_n_methods, coord_admin_methods, (size_t)coord_admin_n_methods * sizeof *methods);
-  struct rpc_server_config cfg = {.addr = listen, .notify = notify, .notify_ud = &c->async, .armed = 8};
+  struct rpc_server_config cfg = {.addr = listen, .notify = notify, .notify_ud = &c->async, .armed = 8,
+                                  .tls = use_tls ? &tls : NULL};
   rc = rpc_server_start(&cfg, methods, (size_t)nm, &c->srv);
   free(methods);
   if (rc < 0) {
@@ -220,7 +289,9 @@ int main(int argc, char **argv) {
   int running = 0;
   for (int i = 0; i < c->n_jobs; i++) running += c->jobs[i]->state == JOB_RUNNING;
   DPC_INFO("dipaco-coordinator listening on %s (port %d), state %s, %d job(s) (%d running), lease ttl %d ms, "
-           "heartbeat %d ms", listen, rpc_server_port(c->srv), state_dir, c->n_jobs, running, ttl, hb);
+           "heartbeat %d ms, %s, %s", listen, rpc_server_port(c->srv), state_dir, c->n_jobs, running, ttl, hb,
+           !use_tls ? "plain text (no TLS)" : tls.ca_file ? "mutual TLS" : "TLS",
+           no_auth ? "NO token checks" : "join/admin tokens required");
   /* Restart recovery: rounds whose deltas are all in get their outer step now. */
   sched_check_rounds(c);
   sd_notify(0, "READY=1");

@@ -54,11 +54,20 @@ say "Starting the coordinator on $ADDR (state in $DEMO/state, metrics on 127.0.0
 "$COORDINATOR" --listen "$ADDR" --state-dir "$DEMO/state" --metrics-listen "127.0.0.1:$MPORT" \
   --log-json >"$DEMO/coordinator.log" 2>&1 &
 PIDS+=($!)
-for _ in $(seq 1 100); do "$CTL" --coordinator "$ADDR" status >/dev/null 2>&1 && break; sleep 0.1; done
+# At its first start the coordinator creates the cluster tokens (0600): STATE/join.token for
+# workers (--token-file) and STATE/admin.token for dipacoctl (--token-file or $DIPACO_ADMIN_TOKEN).
+for _ in $(seq 1 100); do
+  if [ -s "$DEMO/state/admin.token" ]; then
+    DIPACO_ADMIN_TOKEN=$(cat "$DEMO/state/admin.token"); export DIPACO_ADMIN_TOKEN
+    "$CTL" --coordinator "$ADDR" status >/dev/null 2>&1 && break
+  fi
+  sleep 0.1
+done
 
 say "Starting $NW CPU workers (1 thread each)"
 for i in $(seq 1 "$NW"); do
-  "$WORKER" --coordinator "$ADDR" --data-dir "$DEMO" --name "worker$i" --threads 1 --log-json \
+  "$WORKER" --coordinator "$ADDR" --token-file "$DEMO/state/join.token" --data-dir "$DEMO" --name "worker$i" \
+    --threads 1 --log-json \
     >"$DEMO/worker$i.log" 2>&1 &
   PIDS+=($!)
 done

@@ -1,6 +1,7 @@
 /* client.c — the worker's Coordinator calls (see client.h): one function per RPC, reply
  * validation, and the error classification the lease loop acts on. */
 #include "worker/client.h"
+#include "common/auth.h"
 #include "common/checksum.h"
 #include "common/errors.h"
 
@@ -16,6 +17,27 @@
 static int transfer_timeout_ms(size_t bytes) {
   uint64_t ms = 30000 + bytes / 10000;
   return ms > 3600000 ? 3600000 : (int)ms;
+}
+
+/* Connection credentials of the process (wc_set_credentials). */
+static struct {
+  int use_tls;
+  struct rpc_tls tls;
+  char bearer[DPC_TOKEN_MAX + 8]; /* "Bearer <join token>" or "" */
+} g_cred;
+
+int wc_set_credentials(const struct rpc_tls *tls, const char *join_token) {
+  memset(&g_cred, 0, sizeof g_cred);
+  if (join_token) {
+    size_t n = strlen(join_token);
+    if (n == 0 || n > DPC_TOKEN_MAX) return dpc_err(DPC_ERANGE, "join token: %zu bytes; expected 1..%d", n, DPC_TOKEN_MAX);
+    snprintf(g_cred.bearer, sizeof g_cred.bearer, "Bearer %s", join_token);
+  }
+  if (tls) {
+    g_cred.use_tls = 1;
+    g_cred.tls = *tls;
+  }
+  return 0;
 }
 
 enum wc_class wc_classify(int rc, int code) {
@@ -43,7 +65,7 @@ int wc_open(wclient *c, const char *target, uint32_t chunk_flag) {
   c->chunk_flag = chunk_flag ? chunk_flag : RPC_CHUNK_DEFAULT;
   c->max_chunk_bytes = c->chunk_flag;
   c->heartbeat_ms = 2000;
-  struct rpc_client_config cfg = {.target = target};
+  struct rpc_client_config cfg = {.target = target, .tls = g_cred.use_tls ? &g_cred.tls : NULL};
   return rpc_client_open(&cfg, &c->rpc);
 }
 
@@ -53,7 +75,7 @@ void wc_close(wclient *c) {
 }
 
 int wc_reconnect(wclient *c, const char *target) {
-  struct rpc_client_config cfg = {.target = target};
+  struct rpc_client_config cfg = {.target = target, .tls = g_cred.use_tls ? &g_cred.tls : NULL};
   struct rpc_client *fresh = NULL;
   int rc = rpc_client_open(&cfg, &fresh);
   if (rc) return rc;
@@ -75,9 +97,16 @@ int wc_register(wclient *c, Dipaco__V1__RegisterRequest *req, int *code) {
   req->previous_worker_id = c->worker_id;
   req->previous_session = c->session;
   ProtobufCMessage *pm = NULL;
-  int rc = rpc_unary(c->rpc, SVC "Register", &req->base, &dipaco__v1__register_response__descriptor, &pm,
-                     UNARY_TIMEOUT_MS);
+  /* The join token goes with Register only; later calls carry the session token. */
+  int rc = g_cred.bearer[0] ? rpc_client_set_md(c->rpc, RPC_MD_AUTHORIZATION, g_cred.bearer) : 0;
+  if (rc) {
+    *code = RPC_OK;
+    return rc;
+  }
+  rc = rpc_unary(c->rpc, SVC "Register", &req->base, &dipaco__v1__register_response__descriptor, &pm,
+                 UNARY_TIMEOUT_MS);
   *code = rpc_last_code();
+  if (g_cred.bearer[0]) rpc_client_set_md(c->rpc, RPC_MD_AUTHORIZATION, NULL);
   req->previous_session = NULL;
   if (rc) return rc;
   Dipaco__V1__RegisterResponse *r = (Dipaco__V1__RegisterResponse *)pm;

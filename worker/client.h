@@ -40,6 +40,12 @@ enum wc_class {
 };
 enum wc_class wc_classify(int rc, int code);
 
+/* Credentials for every later wc_open/wc_reconnect of the process: TLS settings (NULL =
+ * plain text; copied, the paths must stay valid) and the cluster's join token (NULL = none),
+ * sent as "authorization: Bearer TOKEN" on Register only. Call once from main() before the
+ * first wc_open. */
+int wc_set_credentials(const struct rpc_tls *tls, const char *join_token);
+
 int wc_open(wclient *c, const char *target, uint32_t chunk_flag);
 void wc_close(wclient *c);
 

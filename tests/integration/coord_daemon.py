@@ -123,10 +123,13 @@ def run(grpc, np, torch, pb, health_pb2, coord_bin, tmp):
 def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
     S = pb.DESCRIPTOR.services_by_name
 
-    def channel(dm):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
+    from security_md import with_tokens
+
+    def channel(dm, st=state):  # Register and Admin calls carry the tokens from st (security_md.py)
         ch = grpc.insecure_channel(dm.addr)
         grpc.channel_ready_future(ch).result(timeout=20)
-        return ch
+        return with_tokens(ch, st)
 
     def stubs(ch):
         u = {}
@@ -236,7 +239,7 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
     check(tail == raw[100:], "PullFragment resumes from an offset")
     c, msg = code_of(X["PullFragment"], pb.PullFragmentRequest(lease_id=L1.lease_id, fragment_id=1),
                      metadata=md2, timeout=10)
-    check(c == grpc.StatusCode.FAILED_PRECONDITION, f"pulling another worker's lease → FAILED_PRECONDITION ({msg})")
+    check(c == grpc.StatusCode.PERMISSION_DENIED, f"pulling another worker's lease → PERMISSION_DENIED ({msg})")
 
     rng = np.random.default_rng(0)
 
@@ -275,7 +278,7 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
     c, msg = push(md1, chunks_of(L1, d1[:-3]))
     check(c == grpc.StatusCode.INVALID_ARGUMENT, f"short delta → INVALID_ARGUMENT ({msg})")
     c, msg = push(md2, chunks_of(L1, d1))
-    check(c == grpc.StatusCode.FAILED_PRECONDITION, f"pushing on another worker's lease → FAILED_PRECONDITION ({msg})")
+    check(c == grpc.StatusCode.PERMISSION_DENIED, f"pushing on another worker's lease → PERMISSION_DENIED ({msg})")
 
     hb = X["Heartbeat"](pb.HeartbeatRequest(lease_id=L1.lease_id, step=1, loss=2.5, tokens=8),
                         metadata=md1, timeout=10)
@@ -575,7 +578,7 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
             if "listening on" in line:
                 addr = line.split("listening on ")[1].split(" ")[0]
         e = type("D", (), {"addr": addr})
-        ch2 = channel(e)
+        ch2 = channel(e, state2)
         Y = stubs(ch2)
         Y["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(dict(spec, name="ttl", replicas=1))), timeout=30)
         va = Y["Register"](pb.RegisterRequest(hostname="victim"), timeout=10)

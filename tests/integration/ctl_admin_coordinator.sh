@@ -33,6 +33,8 @@ unset DIPACO_ADMIN_TOKEN
 "$COORD" --listen "127.0.0.1:$PORT" --state-dir "$TMP/state" >"$TMP/coord.log" 2>&1 &
 CPID=$!
 for _ in $(seq 300); do
+  # The coordinator creates its admin token at first start; dipacoctl reads $DIPACO_ADMIN_TOKEN.
+  [ -s "$TMP/state/admin.token" ] && DIPACO_ADMIN_TOKEN=$(cat "$TMP/state/admin.token") && export DIPACO_ADMIN_TOKEN
   "$CTL" status >/dev/null 2>&1 && break
   kill -0 "$CPID" 2>/dev/null || break
   sleep 0.1

@@ -23,7 +23,17 @@ trap cleanup EXIT
 
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
-# start_coordinator STATE_DIR [extra flags...] — sets COORD (host:port) and COORD_PID.
+# use_tokens STATE_DIR — export the cluster tokens the coordinator created there
+# (STATE/join.token, STATE/admin.token): dipaco-worker reads $DIPACO_JOIN_TOKEN and dipacoctl
+# $DIPACO_ADMIN_TOKEN, so every later worker and dipacoctl call of the test authenticates.
+use_tokens() {
+  [ -s "$1/join.token" ] && [ -s "$1/admin.token" ] || return 1
+  DIPACO_JOIN_TOKEN=$(cat "$1/join.token"); DIPACO_ADMIN_TOKEN=$(cat "$1/admin.token")
+  export DIPACO_JOIN_TOKEN DIPACO_ADMIN_TOKEN
+}
+
+# start_coordinator STATE_DIR [extra flags...] — sets COORD (host:port) and COORD_PID, and
+# exports the coordinator's tokens (use_tokens).
 start_coordinator() {
   local state=$1; shift
   local port; port=$(free_port)
@@ -32,7 +42,7 @@ start_coordinator() {
   COORD_PID=$!
   PIDS+=("$COORD_PID")
   for _ in $(seq 1 100); do
-    "$CTL" --coordinator "$COORD" status >/dev/null 2>&1 && return 0
+    use_tokens "$state" && "$CTL" --coordinator "$COORD" status >/dev/null 2>&1 && return 0
     kill -0 "$COORD_PID" 2>/dev/null || { echo "coordinator exited:"; tail -20 "$W/coordinator.log"; return 1; }
     sleep 0.1
   done

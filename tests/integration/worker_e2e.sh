@@ -36,6 +36,7 @@ for _ in $(seq 1 100); do
 done
 [ -n "$PORT" ] || fail "the coordinator did not start"
 export DIPACO_COORDINATOR=127.0.0.1:$PORT
+DIPACO_ADMIN_TOKEN=$(cat "$W/state/admin.token"); export DIPACO_ADMIN_TOKEN # created by the coordinator
 
 declare -A JOB
 for state in keep reset; do
@@ -51,7 +52,7 @@ done
 
 WP=()
 for w in 1 2; do
-  "$WK" --coordinator "127.0.0.1:$PORT" --data-dir "$W" --threads 1 --name "w$w" --exit-when-done \
+  "$WK" --coordinator "127.0.0.1:$PORT" --data-dir "$W" --threads 1 --name "w$w" --token-file "$W/state/join.token" --exit-when-done \
     --log-json 2> "$W/worker$w.log" &
   WP+=($!)
   PIDS+=($!)

@@ -40,10 +40,11 @@ start_coordinator() { # $1 = listen address, $2 = log
 start_coordinator 127.0.0.1:0 "$W/coord1.log"
 PORT=$(port_of "$W/coord1.log")
 export DIPACO_COORDINATOR=127.0.0.1:$PORT
+DIPACO_ADMIN_TOKEN=$(cat "$W/state/admin.token"); export DIPACO_ADMIN_TOKEN # created by the coordinator
 JOB=$("$CTL" job create "$W/spec.json" 2>>"$W/ctl.log")
 WP=()
 for w in 1 2; do
-  "$WK" --coordinator "127.0.0.1:$PORT" --data-dir "$W" --threads 1 --name "w$w" --exit-when-done --log-json \
+  "$WK" --coordinator "127.0.0.1:$PORT" --data-dir "$W" --threads 1 --name "w$w" --token-file "$W/state/join.token" --exit-when-done --log-json \
     2> "$W/worker$w.log" &
   WP+=($!)
   PIDS+=($!)

@@ -5,7 +5,8 @@ SERVING for the server and both services and NOT_FOUND for an unknown one,
 dipaco.v1.Admin/ListJobs answers an empty list on a fresh state directory, CreateJob of a
 shape-only spec gives a job that ListJobs and GetJob then report with the spec's numbers,
 paging with after_job_id, state filtering, and NOT_FOUND for an unknown job. Message classes
-are generated at test time with `protoc --python_out`.
+are generated at test time with `protoc --python_out`. Admin calls carry the admin token
+(STATE/admin.token of the coordinator started here; $DIPACO_ADMIN_TOKEN with --addr).
 
 usage: grpcio_client.py <dipaco-coordinator binary> <proto dir>
        grpcio_client.py --addr HOST:PORT <proto dir>   (a server that is already running;
@@ -79,7 +80,7 @@ def main():
             log = open(os.path.join(tmp, "coordinator.log"), "w")
             proc = subprocess.Popen([sys.argv[1], "--listen", addr, "--state-dir", state],
                                     stdout=log, stderr=subprocess.STDOUT)
-        run(grpc, dipaco_pb2, health_pb2, addr, fresh, proc)
+        run(grpc, dipaco_pb2, health_pb2, addr, fresh, proc, None if not fresh else state)
         if proc:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -101,14 +102,15 @@ def main():
     return 1 if failures else 0
 
 
-def run(grpc, pb, hpb, addr, fresh, proc):
+def run(grpc, pb, hpb, addr, fresh, proc, state):
     ch = grpc.insecure_channel(addr)
+    ach = [ch]  # the channel for Admin calls, with the admin token once the server is up
     health = ch.unary_unary("/grpc.health.v1.Health/Check",
                             request_serializer=hpb.HealthCheckRequest.SerializeToString,
                             response_deserializer=hpb.HealthCheckResponse.FromString)
 
     def admin(name, req_cls, resp_cls):
-        return ch.unary_unary(f"/dipaco.v1.Admin/{name}", request_serializer=req_cls.SerializeToString,
+        return ach[0].unary_unary(f"/dipaco.v1.Admin/{name}", request_serializer=req_cls.SerializeToString,
                               response_deserializer=resp_cls.FromString)
 
     # Wait for the server to come up (the coordinator opens its store first).
@@ -128,6 +130,11 @@ def run(grpc, pb, hpb, addr, fresh, proc):
         check(False, f"coordinator is SERVING within 30 s (last error {last})")
         return
     check(True, "Health '' is SERVING")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from security_md import TokenInterceptor, read_token
+    token = read_token(os.path.join(state, "admin.token")) if state else os.environ.get("DIPACO_ADMIN_TOKEN", "")
+    if token:
+        ach[0] = grpc.intercept_channel(ch, TokenInterceptor("", token))
     for svc in ("dipaco.v1.Admin", "dipaco.v1.Coordinator"):
         try:
             r = health(hpb.HealthCheckRequest(service=svc), timeout=5)
