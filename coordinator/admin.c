@@ -19,14 +19,16 @@
  *    common/modeldir.c writes (deterministic: identical params → identical bytes).
  *  - GetMetrics names: "loss" (per slot, path set; path −1 = round mean), "tokens",
  *    "bytes_in" (delta bytes), "bytes_out" (parameter bytes the lease pulled), "outer_seconds"
- *    (path −1). Metric rows carry no step: step = round · H.
- *  - Authentication: every Admin call needs metadata "authorization: Bearer <admin token>"
- *    (STATE/admin.token unless --admin-token-file; none with --insecure-no-auth). Missing or
- *    unknown token → UNAUTHENTICATED; a valid credential without admin rights (the join token,
- *    or a worker's id + session token) → PERMISSION_DENIED. */
+ *    (path −1). Metric rows carry no step: step = round · H. diloco-async jobs add their
+ *    ledger, one point per applied delta in applied order for each series: "staleness"
+ *    (value = staleness), "ledger_lease" (value = lease id), "ledger_replica" (value = the
+ *    slot's replica), each with round = the version the delta produced, step = its base
+ *    version, path = the slot's path, fragment_id = the wire fragment id (dipacoctl job
+ *    ledger prints them as a table). since_round applies to the produced version.
+ *  - JobSummary.round for diloco-async: deltas applied (smallest fragment version) / slots.
+ *  - No admin token is configured yet (no flag); every Admin call is allowed. */
 #include "coordinator/coord.h"
 
-#include "common/auth.h"
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
@@ -37,7 +39,6 @@
 
 #include <dirent.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,61 +47,12 @@
 #define MAX_REQ_BYTES (1u << 20)
 #define MAX_UPLOAD_BYTES ((uint64_t)16 << 30)
 
-static void sha256(const char *s, unsigned char out[DPC_TOKEN_HASH]) {
-  unsigned int n = 0;
-  EVP_Digest(s, strlen(s), out, &n, EVP_sha256(), NULL);
-}
-
-/* 1 if the call carries a valid worker identity (dipaco-worker-id + dipaco-session). */
-static int is_worker_session(struct rpc_call *call) {
-  char idbuf[32], tok[160];
-  if (rpc_call_md(call, RPC_MD_WORKER_ID, idbuf, sizeof idbuf) < 0 ||
-      rpc_call_md(call, RPC_MD_SESSION, tok, sizeof tok) < 0)
-    return 0;
-  char *end;
-  long long id = strtoll(idbuf, &end, 10);
-  store_worker w;
-  if (*end || id <= 0 || store_get_worker(g_coord->st, id, &w) < 0) return 0;
-  unsigned char h[DPC_TOKEN_HASH];
-  sha256(tok, h);
-  return dpc_ct_equal(h, w.token_hash, sizeof h);
-}
-
-/* The admin token check (see the header): 0 = allowed, -1 = the call was finished. */
-static int admin_authorize(struct rpc_call *call) {
-  const dpc_auth_keys *k = &dpc_coord_keys;
-  if (!k->has_admin) return 0;
-  char v[DPC_TOKEN_MAX + 32];
-  const char *tok = rpc_call_md(call, RPC_MD_AUTHORIZATION, v, sizeof v) >= 0 ? dpc_bearer_token(v) : NULL;
-  if (tok) {
-    unsigned char h[DPC_TOKEN_HASH];
-    sha256(tok, h);
-    if (dpc_ct_equal(h, k->admin, sizeof h)) return 0;
-    if (k->has_join && dpc_ct_equal(h, k->join, sizeof h)) {
-      rpc_call_finish(call, RPC_PERMISSION_DENIED, "%s: the join token does not allow Admin calls; use the admin token",
-                      rpc_call_method(call));
-      return -1;
-    }
-  }
-  if (is_worker_session(call)) {
-    rpc_call_finish(call, RPC_PERMISSION_DENIED, "%s: a worker session may not call Admin methods",
-                    rpc_call_method(call));
-    return -1;
-  }
-  rpc_call_finish(call, RPC_UNAUTHENTICATED,
-                  "%s: %s admin token; send \"authorization: Bearer TOKEN\" (dipacoctl --token-file "
-                  "STATE/admin.token or $DIPACO_ADMIN_TOKEN)",
-                  rpc_call_method(call), tok ? "wrong" : "missing");
-  return -1;
-}
-
 static int unpack(struct rpc_call *call, const struct grpc_byte_buffer *req, const ProtobufCMessageDescriptor *d,
                   ProtobufCMessage **out) {
   if (g_coord->stopping) {
     rpc_call_finish(call, RPC_UNAVAILABLE, "coordinator is shutting down; retry with backoff");
     return -1;
   }
-  if (admin_authorize(call)) return -1;
   int rc = rpc_msg_unpack(req, d, MAX_REQ_BYTES, out);
   if (rc < 0) {
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "malformed %s: %s", d->name, dpc_errmsg());
@@ -149,6 +101,7 @@ static void fill_summary(coord *c, const store_job *sj, Dipaco__V1__JobSummary *
     for (int i = 0; i < nf; i++)
       if (fr[i].version < mn) mn = fr[i].version;
     s->round = nf ? (uint64_t)mn : 0;
+    if (j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC && j->n_slots > 0) s->round /= (uint64_t)j->n_slots;
     free(fr);
   }
   store_lease *ls;
@@ -208,7 +161,6 @@ static void upload_on_call(struct rpc_call *call, const struct grpc_byte_buffer 
     rpc_call_finish(call, RPC_UNAVAILABLE, "coordinator is shutting down; retry with backoff");
     return;
   }
-  if (admin_authorize(call)) return;
   upload *u = calloc(1, sizeof *u);
   if (!u) {
     rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -387,10 +339,6 @@ static void on_create_job(struct rpc_call *call, const struct grpc_byte_buffer *
   if (js.init_dir[0] && r->initial_upload_id == 0) {
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "initial_upload_id: model.init needs the weights uploaded first "
                                                 "(UploadInitialModel)");
-    goto out;
-  }
-  if (js.algorithm == JOB_ALGO_DILOCO_ASYNC) {
-    rpc_call_finish(call, RPC_UNIMPLEMENTED, "algorithm: diloco-async is not served by this coordinator yet");
     goto out;
   }
   if (js.inner.state == INNER_STATE_CHECKPOINT) {
@@ -873,7 +821,27 @@ static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer 
   int rc = store_list_metrics(c->st, j->id, r->since_round > INT64_MAX ? INT64_MAX : (int64_t)r->since_round, &ms, &nm);
   uint32_t limit = r->limit ? r->limit : 10000;
   if (limit > 100000) limit = 100000;
-  size_t cap = (size_t)nm * 5 + 1;
+  /* The async ledger of every fragment. */
+  store_delta *led = NULL;
+  int nled = 0;
+  if (rc == 0 && j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC) {
+    for (int f = 0; f < j->n_fragments && rc == 0; f++) {
+      store_delta *d;
+      int nd;
+      if ((rc = store_list_ledger(c->st, j->id, f, &d, &nd)) < 0) break;
+      store_delta *a = realloc(led, (size_t)(nled + nd + 1) * sizeof *a);
+      if (!a) {
+        free(d);
+        rc = DPC_ENOMEM;
+        break;
+      }
+      led = a;
+      if (nd) memcpy(led + nled, d, (size_t)nd * sizeof *d);
+      nled += nd;
+      free(d);
+    }
+  }
+  size_t cap = (size_t)nm * 5 + (size_t)nled * 3 + 1;
   Dipaco__V1__MetricPoint *pt = calloc(cap, sizeof *pt);
   Dipaco__V1__MetricPoint **pp = calloc(cap, sizeof *pp);
   if (rc < 0 || !pt || !pp) {
@@ -904,6 +872,25 @@ static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer 
         k++;
       }
     }
+    static const char *const lnames[3] = {"staleness", "ledger_lease", "ledger_replica"};
+    for (int i = 0; i < nled && k < limit; i++) {
+      const store_delta *d = &led[i];
+      if ((uint64_t)d->applied_version < r->since_round) continue;
+      double vals[3] = {(double)(d->applied_version - 1 - d->base_version), (double)d->lease, (double)d->replica};
+      for (int v = 0; v < 3 && k < limit; v++) {
+        if (!want_name(r, lnames[v])) continue;
+        dipaco__v1__metric_point__init(&pt[k]);
+        pt[k].name = (char *)lnames[v];
+        pt[k].round = (uint64_t)d->applied_version;
+        pt[k].step = (uint64_t)d->base_version;
+        pt[k].unix_ms = d->received_at;
+        pt[k].value = vals[v];
+        pt[k].path = d->path;
+        pt[k].fragment_id = (uint64_t)d->fragment + 1;
+        pp[k] = &pt[k];
+        k++;
+      }
+    }
     Dipaco__V1__GetMetricsResponse resp = DIPACO__V1__GET_METRICS_RESPONSE__INIT;
     resp.n_points = k;
     resp.points = pp;
@@ -912,6 +899,7 @@ static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer 
   free(pt);
   free(pp);
   free(ms);
+  free(led);
   protobuf_c_message_free_unpacked(pm, NULL);
 }
 

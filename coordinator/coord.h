@@ -44,6 +44,13 @@ typedef struct coord_job {
   int *expected;               /* [n_fragments]: deltas per round (slots through the module) */
   float *path_loss;            /* [n_paths]: latest loss reported on the path (NaN unknown) */
   float last_loss;             /* mean loss of the last closed round */
+  int n_slots;                 /* paths × replicas */
+  /* diloco-async counters (since the coordinator started; the ledger in the store is the
+   * durable record): deltas applied / dropped as too stale, staleness of the last applied
+   * delta, the largest and the sum. */
+  uint64_t async_applied, async_dropped;
+  int64_t stale_last, stale_max;
+  double stale_sum;
 } coord_job;
 
 /* Latest heartbeat numbers of an active lease. */
@@ -52,6 +59,8 @@ typedef struct lease_note {
   float loss;
   uint64_t tokens;
   uint64_t bytes_out; /* parameter bytes pulled under the lease */
+  double pull_done_s; /* monotonic time the last parameter chunk of the lease was sent (0 =
+                         none): training runs from then until the push starts (DyLU speed) */
 } lease_note;
 
 typedef struct coord {
@@ -89,6 +98,7 @@ typedef struct coord {
 } coord;
 
 int64_t coord_now_ms(void);
+double coord_mono_s(void); /* CLOCK_MONOTONIC seconds */
 
 /* ---- jobs (sched.c) ---- */
 coord_job *coord_job_get(coord *c, int64_t id);
@@ -118,6 +128,13 @@ int sched_worker_alive(coord *c, const store_worker *w, int64_t now);
 int sched_path_has_fragment(const coord_job *j, int path, int fragment);
 /* After all fragments of a lease were pushed: end it (finished, slot advances). */
 void sched_lease_pushed(coord *c, int64_t lease_id);
+/* Fold one steps/s sample of a worker (a heartbeat's steps_per_sec, or a completed lease's
+ * steps / seconds between the end of its pull and the start of its push) into its EWMA (store_worker.steps_per_s): v ← 0.7·v + 0.3·sample,
+ * or the sample itself when v is still unknown. DyLU reads it. */
+void sched_speed_sample(coord *c, int64_t worker, double sample);
+/* diloco-async: the staleness the coordinator would see for a delta trained from base
+ * version `base` of fragment f now (current version − base); -1 if unknown. */
+int64_t sched_async_staleness(coord *c, const coord_job *j, int fragment, int64_t base);
 
 /* ---- parameter cache (sched.c) ---- */
 /* Get a referenced entry for (job, fragment, version), loading the blob if needed. The caller

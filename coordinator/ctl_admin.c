@@ -5,11 +5,8 @@
  *
  * Exit status: 0 ok, 1 runtime or server error, 2 usage error, 3 `job wait` timed out.
  * The coordinator address comes from --coordinator (before or after the command),
- * $DIPACO_COORDINATOR, or 127.0.0.1:7070. The admin token (--token-file FILE, else
- * $DIPACO_ADMIN_TOKEN) is sent as "authorization: Bearer TOKEN" on every call. TLS:
- * --tls-ca FILE verifies the coordinator's certificate; --tls-cert/--tls-key add a client
- * certificate (mutual TLS). These flags go before or after the command.
- * $DIPACO_CTL_TIMEOUT_MS bounds each unary call
+ * $DIPACO_COORDINATOR, or 127.0.0.1:7070; $DIPACO_ADMIN_TOKEN, when set, is sent as
+ * "authorization: Bearer TOKEN" on every call. $DIPACO_CTL_TIMEOUT_MS bounds each unary call
  * (default 30000).
  *
  * Job specs are validated here with coordinator/jobspec.h before anything is sent. A spec
@@ -17,7 +14,6 @@
  * resolved against DIR/config.json, so the spec sent to CreateJob is the canonical form
  * carrying both "init" (made absolute) and the shape; DIR is loaded with modeldir_load,
  * re-serialised as a canonical F32 safetensors file and uploaded with UploadInitialModel. */
-#include "common/auth.h"
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
@@ -260,10 +256,13 @@ static void text_spec(FILE *f, const jobspec *js) {
   fprintf(f, "%-18s %s\n", "outer.nesterov", js->outer.nesterov ? "true" : "false");
   if (js->algorithm == JOB_ALGO_DILOCO_ASYNC) {
     static const char *const rules[] = {"delayed-nesterov", "nesterov", "sgd"};
-    fprintf(f, "%-18s %s\n", "outer.async",
+    fprintf(f, "%-18s %s\n", "outer.rule",
             (unsigned)js->outer.async_rule < 3 ? rules[js->outer.async_rule] : "?");
-    fprintf(f, "%-18s %d\n", "outer.buffer", js->outer.buffer);
+    if (js->outer.buffer > 0) fprintf(f, "%-18s %d\n", "outer.delay_buffer", js->outer.buffer);
+    else fprintf(f, "%-18s 0 (= slots)\n", "outer.delay_buffer");
     fprintf(f, "%-18s %.9g\n", "outer.c", js->outer.c);
+    fprintf(f, "%-18s %d%s\n", "max_staleness", js->max_staleness, js->max_staleness ? "" : " (no limit)");
+    fprintf(f, "%-18s %s, min_steps %d\n", "dylu", js->dylu.enabled ? "on" : "off", js->dylu.min_steps);
   }
   for (int l = 0; l < js->n_levels; l++)
     fprintf(f, "level.%-12d %slayers [%d, %d), %d module%s\n", l, js->levels[l].stem ? "stem + " : "",
@@ -542,6 +541,52 @@ static int cmd_job_simple(actx *a, const char *method, char **pos, int npos, con
   if (a->json || strcmp(method, ADMIN "GetJob") == 0) print_job(a, j);
   else printf("job %llu %s\n", (unsigned long long)id, job_state_name(job_summary(j)->state));
   protobuf_c_message_free_unpacked(&j->base, NULL);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ job ledger ---- */
+
+/* The async ledger (GetMetrics series staleness / ledger_lease / ledger_replica): one line per
+ * applied delta in applied order: version produced, lease, path, replica, base version,
+ * staleness, fragment. */
+static int cmd_job_ledger(actx *a, char **pos, int npos) {
+  uint64_t id;
+  if (npos != 1) return usage(a, "expects one argument, the job id%s", "");
+  if (parse_id(pos[0], &id)) return usage(a, "job id must be a positive integer, got '%s'", pos[0]);
+  Dipaco__V1__GetMetricsRequest req = DIPACO__V1__GET_METRICS_REQUEST__INIT;
+  char *names[3] = {"staleness", "ledger_lease", "ledger_replica"};
+  req.job_id = id;
+  req.n_names = 3;
+  req.names = names;
+  req.limit = 100000;
+  Dipaco__V1__GetMetricsResponse *r = NULL;
+  int rc = unary(a, ADMIN "GetMetrics", &req.base, &dipaco__v1__get_metrics_response__descriptor,
+                 (ProtobufCMessage **)&r, 0);
+  if (rc) return fail(a, ADMIN "GetMetrics", rc);
+  if (!a->json) printf("version lease path replica base staleness fragment\n");
+  else printf("[");
+  int first = 1;
+  for (size_t i = 0; i < r->n_points; i++) {
+    const Dipaco__V1__MetricPoint *p = r->points[i];
+    if (strcmp(p->name, "staleness") != 0) continue;
+    double lease = -1, rep = -1;
+    for (size_t k = 0; k < r->n_points; k++) {
+      const Dipaco__V1__MetricPoint *q = r->points[k];
+      if (q->round != p->round || q->fragment_id != p->fragment_id) continue;
+      if (strcmp(q->name, "ledger_lease") == 0) lease = q->value;
+      if (strcmp(q->name, "ledger_replica") == 0) rep = q->value;
+    }
+    if (a->json)
+      printf("%s{\"version\":%llu,\"lease\":%.0f,\"path\":%d,\"replica\":%.0f,\"base\":%llu,\"staleness\":%.0f,"
+             "\"fragment\":%llu}", first ? "" : ",", (unsigned long long)p->round, lease, p->path, rep,
+             (unsigned long long)p->step, p->value, (unsigned long long)p->fragment_id);
+    else
+      printf("%llu %.0f %d %.0f %llu %.0f %llu\n", (unsigned long long)p->round, lease, p->path, rep,
+             (unsigned long long)p->step, p->value, (unsigned long long)p->fragment_id);
+    first = 0;
+  }
+  if (a->json) printf("]\n");
+  protobuf_c_message_free_unpacked(&r->base, NULL);
   return 0;
 }
 
@@ -990,7 +1035,7 @@ static int cmd_status(actx *a, int npos) {
 /* ------------------------------------------------------------------ dispatch ---- */
 
 static const char *const job_subs[] = {"create", "list", "show", "pause", "resume", "cancel",
-                                       "wait", "export", NULL};
+                                       "wait", "export", "ledger", NULL};
 
 int ctl_admin(const char *coordinator, int argc, char **argv) {
   actx a;
@@ -1001,7 +1046,7 @@ int ctl_admin(const char *coordinator, int argc, char **argv) {
   if (is_job) {
     if (argc < 2) {
       fprintf(stderr, "dipacoctl job: missing subcommand (create, list, show, pause, resume, "
-              "cancel, wait, export)\n");
+              "cancel, wait, export, ledger)\n");
       return 2;
     }
     sub = argv[1];
@@ -1009,7 +1054,7 @@ int ctl_admin(const char *coordinator, int argc, char **argv) {
     for (int i = 0; job_subs[i]; i++) known |= strcmp(sub, job_subs[i]) == 0;
     if (!known) {
       fprintf(stderr, "dipacoctl job: unknown subcommand '%s' (create, list, show, pause, resume, "
-              "cancel, wait, export)\n", sub);
+              "cancel, wait, export, ledger)\n", sub);
       return 2;
     }
     snprintf(a.cmd, sizeof a.cmd, "job %s", sub);
@@ -1025,14 +1070,9 @@ int ctl_admin(const char *coordinator, int argc, char **argv) {
   int json = 0, paused = 0, all = 0, path = -1, poll_ms = 500;
   long version = 0, job = 0;
   float timeout_s = 0;
-  const char *coord_opt = NULL, *state = NULL, *out = NULL, *reason = NULL, *token_file = NULL;
-  struct rpc_tls tls = {0};
+  const char *coord_opt = NULL, *state = NULL, *out = NULL, *reason = NULL;
   ctl_opt opts[] = {{"json", CTL_FLAG, &json, 0, 0},
                     {"coordinator", CTL_STR, &coord_opt, 0, 0},
-                    {"token-file", CTL_STR, &token_file, 0, 0},
-                    {"tls-ca", CTL_STR, &tls.ca_file, 0, 0},
-                    {"tls-cert", CTL_STR, &tls.cert_file, 0, 0},
-                    {"tls-key", CTL_STR, &tls.key_file, 0, 0},
                     {"paused", CTL_FLAG, &paused, 0, 0},
                     {"state", CTL_STR, &state, 0, 0},
                     {"reason", CTL_STR, &reason, 0, 0},
@@ -1097,27 +1137,14 @@ int ctl_admin(const char *coordinator, int argc, char **argv) {
   }
   if (is_export) rpc_tune_malloc();
 
-  int use_tls = tls.ca_file || tls.cert_file || tls.key_file;
-  if (use_tls && (!tls.ca_file || !tls.cert_file != !tls.key_file)) {
-    fprintf(stderr, "dipacoctl %s: TLS needs --tls-ca FILE (and --tls-cert with --tls-key for mutual TLS)\n", a.cmd);
-    free(pos);
-    return 2;
-  }
-  char file_tok[DPC_TOKEN_MAX + 1] = "";
-  if (token_file && dpc_token_read_file(token_file, file_tok, sizeof file_tok)) {
-    fprintf(stderr, "dipacoctl %s: --token-file: %s\n", a.cmd, dpc_errmsg());
-    free(pos);
-    return 2;
-  }
-  struct rpc_client_config cc = {.target = a.addr, .max_msg_bytes = 0, .own_connection = 0,
-                                 .tls = use_tls ? &tls : NULL};
+  struct rpc_client_config cc = {.target = a.addr, .max_msg_bytes = 0, .own_connection = 0, .tls = NULL};
   int rc = rpc_client_open(&cc, &a.cli);
   if (rc) {
     int st = fail(&a, NULL, rc);
     free(pos);
     return st;
   }
-  const char *tok = token_file ? file_tok : getenv("DIPACO_ADMIN_TOKEN");
+  const char *tok = getenv("DIPACO_ADMIN_TOKEN");
   if (tok && tok[0]) {
     char bearer[1024];
     size_t tl = strcspn(tok, "\r\n");
@@ -1145,6 +1172,7 @@ int ctl_admin(const char *coordinator, int argc, char **argv) {
   } else if (strcmp(sub, "create") == 0) status = cmd_job_create(&a, pos, npos, paused);
   else if (strcmp(sub, "list") == 0) status = cmd_job_list(&a, npos, state);
   else if (strcmp(sub, "show") == 0) status = cmd_job_simple(&a, ADMIN "GetJob", pos, npos, NULL);
+  else if (strcmp(sub, "ledger") == 0) status = cmd_job_ledger(&a, pos, npos);
   else if (strcmp(sub, "pause") == 0) status = cmd_job_simple(&a, ADMIN "PauseJob", pos, npos, reason);
   else if (strcmp(sub, "resume") == 0) status = cmd_job_simple(&a, ADMIN "ResumeJob", pos, npos, reason);
   else if (strcmp(sub, "cancel") == 0) status = cmd_job_simple(&a, ADMIN "CancelJob", pos, npos, reason);

@@ -218,6 +218,9 @@ static void set_defaults(jobspec *js) {
                               .async_rule = OUTER_ASYNC_DN,
                               .buffer = 0,
                               .c = 0.0};
+  js->max_staleness = 0;
+  js->dylu.enabled = 0;
+  js->dylu.min_steps = 1;
   js->quorum = JOBSPEC_DEFAULT_QUORUM;
   js->round_timeout_s = JOBSPEC_DEFAULT_ROUND_TIMEOUT_S;
   js->weighting = WEIGHTING_UNIFORM;
@@ -266,7 +269,7 @@ int jobspec_parse(const char *json, size_t n, jobspec *out) {
   }
   static const char *const top[] = {"name", "model", "data", "algorithm", "replicas", "inner_steps",
                                     "rounds", "batch", "seq_len", "inner", "outer", "levels",
-                                    "quorum", "round_timeout_s", "weighting", NULL};
+                                    "quorum", "round_timeout_s", "weighting", "max_staleness", "dylu", NULL};
 #define P(x)                  \
   do {                        \
     rc = (x);                 \
@@ -315,16 +318,38 @@ int jobspec_parse(const char *json, size_t n, jobspec *out) {
     const cJSON *o = get_object(root, "", "outer", 0, &rc);
     if (rc) goto done;
     if (o) {
-      static const char *const keys[] = {"lr", "momentum", "nesterov", "async", "buffer", "c", NULL};
+      /* "async" and "buffer" are the older names of "rule" and "delay_buffer" (accepted). */
+      static const char *const keys[] = {"lr", "momentum", "nesterov", "rule", "delay_buffer", "c", "async", "buffer", NULL};
       P(check_keys(o, "outer", keys));
+      if (get_field(o, "rule") && get_field(o, "async")) {
+        rc = dpc_err(DPC_EINVAL, "field \"outer.async\": an old name of \"outer.rule\"; give only one");
+        goto done;
+      }
+      if (get_field(o, "delay_buffer") && get_field(o, "buffer")) {
+        rc = dpc_err(DPC_EINVAL, "field \"outer.buffer\": an old name of \"outer.delay_buffer\"; give only one");
+        goto done;
+      }
       P(get_number(o, "outer", "lr", 0, &js->outer.lr));
       P(get_number(o, "outer", "momentum", 0, &js->outer.momentum));
       P(get_bool(o, "outer", "nesterov", &js->outer.nesterov));
       v = js->outer.async_rule;
+      P(get_enum(o, "outer", "rule", 0, ASYNC_NAMES, 3, &v));
       P(get_enum(o, "outer", "async", 0, ASYNC_NAMES, 3, &v));
       js->outer.async_rule = (jobspec_async_rule)v;
+      P(get_int(o, "outer", "delay_buffer", 0, &js->outer.buffer));
       P(get_int(o, "outer", "buffer", 0, &js->outer.buffer));
       P(get_number(o, "outer", "c", 0, &js->outer.c));
+    }
+  }
+  P(get_int(root, "", "max_staleness", 0, &js->max_staleness));
+  {
+    const cJSON *dy = get_object(root, "", "dylu", 0, &rc);
+    if (rc) goto done;
+    if (dy) {
+      static const char *const keys[] = {"enabled", "min_steps", NULL};
+      P(check_keys(dy, "dylu", keys));
+      P(get_bool(dy, "dylu", "enabled", &js->dylu.enabled));
+      P(get_int(dy, "dylu", "min_steps", 0, &js->dylu.min_steps));
     }
   }
   P(parse_levels(root, js));
@@ -431,11 +456,14 @@ int jobspec_validate(const jobspec *js) {
   TRY(check_range_d("outer.lr", o->lr, 0, 1, 10, 0));
   TRY(check_range_d("outer.momentum", o->momentum, 0, 0, 1, 1));
   if (o->nesterov != 0 && o->nesterov != 1) return dpc_err(DPC_EINVAL, "field \"outer.nesterov\": expected a boolean");
-  if ((unsigned)o->async_rule > OUTER_ASYNC_SGD) return dpc_err(DPC_EINVAL, "field \"outer.async\": unknown value");
-  TRY(check_range_i("outer.buffer", o->buffer, 0, JOBSPEC_MAX_SLOTS));
+  if ((unsigned)o->async_rule > OUTER_ASYNC_SGD) return dpc_err(DPC_EINVAL, "field \"outer.rule\": unknown value");
+  TRY(check_range_i("outer.delay_buffer", o->buffer, 0, JOBSPEC_MAX_SLOTS));
   TRY(check_range_d("outer.c", o->c, 0, 0, 1, 0));
   if (o->buffer > 0 && o->c > 1.0 / o->buffer)
-    return dpc_err(DPC_EINVAL, "field \"outer.c\" = %g exceeds 1/outer.buffer = %g", o->c, 1.0 / o->buffer);
+    return dpc_err(DPC_EINVAL, "field \"outer.c\" = %g exceeds 1/outer.delay_buffer = %g", o->c, 1.0 / o->buffer);
+  TRY(check_range_i("max_staleness", js->max_staleness, 0, 1000000000));
+  if (js->dylu.enabled != 0 && js->dylu.enabled != 1) return dpc_err(DPC_EINVAL, "field \"dylu.enabled\": expected a boolean");
+  TRY(check_range_i("dylu.min_steps", js->dylu.min_steps, 1, js->inner_steps));
   TRY(check_range_d("quorum", js->quorum, 0, 1, 1, 0));
   TRY(check_range_d("round_timeout_s", js->round_timeout_s, 0, 0, 30 * 86400.0, 0));
   if ((unsigned)js->weighting > WEIGHTING_TOKENS) return dpc_err(DPC_EINVAL, "field \"weighting\": unknown value");
@@ -564,9 +592,15 @@ int jobspec_to_json(const jobspec *js, char **out) {
     cJSON_AddNumberToObject(o, "lr", js->outer.lr);
     cJSON_AddNumberToObject(o, "momentum", js->outer.momentum);
     cJSON_AddBoolToObject(o, "nesterov", js->outer.nesterov);
-    cJSON_AddStringToObject(o, "async", ASYNC_NAMES[js->outer.async_rule]);
-    cJSON_AddNumberToObject(o, "buffer", js->outer.buffer);
+    cJSON_AddStringToObject(o, "rule", ASYNC_NAMES[js->outer.async_rule]);
+    cJSON_AddNumberToObject(o, "delay_buffer", js->outer.buffer);
     cJSON_AddNumberToObject(o, "c", js->outer.c);
+  }
+  cJSON_AddNumberToObject(r, "max_staleness", js->max_staleness);
+  cJSON *dy = cJSON_AddObjectToObject(r, "dylu");
+  if (dy) {
+    cJSON_AddBoolToObject(dy, "enabled", js->dylu.enabled);
+    cJSON_AddNumberToObject(dy, "min_steps", js->dylu.min_steps);
   }
   cJSON *lv = cJSON_AddArrayToObject(r, "levels");
   for (int l = 0; lv && l < js->n_levels; l++) {

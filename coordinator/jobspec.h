@@ -11,14 +11,18 @@
  *    "replicas": R, "inner_steps": H, "rounds": N, "batch": B, "seq_len": T,   all required
  *    "inner": {"lr", "warmup", "lr_min_frac", "weight_decay", "beta1", "beta2", "eps",
  *              "grad_clip", "state": "keep"|"reset"|"checkpoint"},
- *    "outer": {"lr", "momentum", "nesterov",
- *              "async": "delayed-nesterov"|"nesterov"|"sgd", "buffer": N_buf, "c": c},
+ *    "outer": {"lr", "momentum", "nesterov",                      (diloco-async below)
+ *              "rule": "delayed-nesterov"|"nesterov"|"sgd", "delay_buffer": N_buf, "c": c},
+ *              ("async" / "buffer" are accepted as older names of "rule" / "delay_buffer")
+ *    "max_staleness": S,                     diloco-async: drop deltas with staleness > S (0 = off)
+ *    "dylu": {"enabled": bool, "min_steps": H_min},   diloco-async dynamic local updates
  *    "levels": [{"stem": bool, "layers": [first, end), "modules": K}, ...],
  *    "quorum": q, "round_timeout_s": s, "weighting": "uniform"|"tokens"}
  *
  * Defaults (JOBSPEC_DEFAULT_*): inner lr 3e-4, warmup 0, lr_min_frac 0.1, weight_decay 0.1,
  * beta1 0.9, beta2 0.95, eps 1e-8, grad_clip 1.0, state keep; outer lr 0.7, momentum 0.9,
- * nesterov true, async delayed-nesterov, buffer 0 (= number of slots), c 0; quorum 1.0;
+ * nesterov true, rule delayed-nesterov, delay_buffer 0 (= number of slots), c 0;
+ * max_staleness 0 (off); dylu disabled, min_steps 1 (must be <= inner_steps); quorum 1.0;
  * round_timeout_s 3600 (0 = no deadline); weighting uniform; data.val empty; levels: one
  * level {"stem": true, "layers": [0, n_layer], "modules": 1}.
  * The LR schedule's total_steps is rounds × inner_steps.
@@ -112,6 +116,11 @@ typedef struct {
   int replicas;    /* R */
   int inner_steps; /* H */
   int rounds;      /* N outer rounds (async: total compute = rounds × H × R inner steps) */
+  int max_staleness; /* diloco-async: deltas with staleness > this are dropped (0 = no limit) */
+  struct {
+    int enabled;     /* DyLU: H_w = max(min_steps, floor(H · v_w / v_max)) */
+    int min_steps;
+  } dylu;
   int batch;       /* B */
   int seq_len;     /* T */
   jobspec_inner inner;

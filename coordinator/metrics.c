@@ -7,7 +7,10 @@
  * dipaco_bytes_out_total, dipaco_outer_step_seconds (last) and _sum, dipaco_workers{state},
  * dipaco_active_leases, dipaco_jobs{state}, dipaco_fragment_version{job,fragment},
  * dipaco_loss{job,path} (latest reported loss; NaN until known), dipaco_job_loss{job} (mean
- * loss of the last closed round). */
+ * loss of the last closed round); diloco-async jobs: dipaco_async_staleness{job} (staleness of
+ * the last applied delta), dipaco_async_staleness_max{job}, dipaco_async_staleness_sum{job},
+ * dipaco_async_deltas_applied_total{job}, dipaco_async_deltas_dropped_total{job} (too stale)
+ * — counted since the coordinator started; the durable per-delta record is the ledger. */
 #include "coordinator/coord.h"
 
 #include "common/errors.h"
@@ -117,6 +120,20 @@ static void fmt_metrics(coord *c, sbuf *b) {
   for (int i = 0; i < c->n_jobs; i++)
     if (isfinite(c->jobs[i]->last_loss))
       sb_printf(b, "dipaco_job_loss{job=\"%lld\"} %.6g\n", (long long)c->jobs[i]->id, c->jobs[i]->last_loss);
+  sb_printf(b, "# HELP dipaco_async_staleness Staleness (current - base version) of the last applied async delta.\n"
+               "# TYPE dipaco_async_staleness gauge\n# TYPE dipaco_async_staleness_max gauge\n"
+               "# TYPE dipaco_async_staleness_sum counter\n# TYPE dipaco_async_deltas_applied_total counter\n"
+               "# TYPE dipaco_async_deltas_dropped_total counter\n");
+  for (int i = 0; i < c->n_jobs; i++) {
+    const coord_job *j = c->jobs[i];
+    if (j->spec.algorithm != JOB_ALGO_DILOCO_ASYNC) continue;
+    long long id = (long long)j->id;
+    sb_printf(b, "dipaco_async_staleness{job=\"%lld\"} %lld\ndipaco_async_staleness_max{job=\"%lld\"} %lld\n"
+                 "dipaco_async_staleness_sum{job=\"%lld\"} %.0f\ndipaco_async_deltas_applied_total{job=\"%lld\"} %llu\n"
+                 "dipaco_async_deltas_dropped_total{job=\"%lld\"} %llu\n",
+              id, (long long)j->stale_last, id, (long long)j->stale_max, id, j->stale_sum, id,
+              (unsigned long long)j->async_applied, id, (unsigned long long)j->async_dropped);
+  }
   sb_printf(b, "# TYPE dipaco_jobs gauge\n");
   static const char *const names[] = {"created", "running", "paused", "finished", "canceled", "failed"};
   for (int s = 0; s < 6; s++) {

@@ -7,7 +7,23 @@
  * one. A slot (path p, replica r) trains round t = slot.round; it may be leased when it is
  * idle, t < rounds, and every fragment on its path is at version t with no outer step in
  * flight. Round t of f closes when every slot whose path contains f's module has a received
- * delta for it, or — at the round deadline — when at least ceil(quorum · expected) have. */
+ * delta for it, or — at the round deadline — when at least ceil(quorum · expected) have.
+ *
+ * Async rule (algorithm "diloco-async", DESIGN.md §3): any idle slot may be leased at any
+ * time from the CURRENT versions of its fragments; the lease's first step is the slot's own
+ * inner-step counter s (store_slot.inner_steps) and its length is H, or with DyLU
+ * H_w = max(min_steps, floor(H · v_w / v_max)) from the workers' steps/s EWMA (H for a
+ * worker not measured yet), cut to the job's remaining budget rounds × H × slots minus the
+ * steps already trained or leased, so the total is exact. Every received delta is applied
+ * on its own, in arrival order (delta id), one at a time per fragment, with the job's
+ * outer.rule: delayed-nesterov (outer_dn_apply; N = outer.delay_buffer or the number of
+ * slots), nesterov (outer_nesterov_step per delta) or sgd (outer_sgd_step). Each application
+ * makes version + 1; the delta's row is the ledger entry (lease, slot, base version,
+ * version produced; staleness = produced − 1 − base). A delta whose staleness exceeds
+ * max_staleness (> 0) is dropped instead. Async delta rows and blobs are kept (the ledger),
+ * and so is version 0, so that θ_0 + the ledger reproduce every version; other parameter
+ * versions keep the newest 2·slots + 2 (a lease pulls its base version right after grant). The job finishes when the budget is
+ * trained, no lease is active and no delta is pending. */
 #include "coordinator/coord.h"
 
 #include "common/errors.h"
@@ -70,6 +86,7 @@ int coord_job_from_store(const store_job *sj, coord_job **out) {
   jobspec_fragments(&j->spec, lay, j->fragments, j->n_fragments);
   for (int p = 0; p < j->n_paths; p++) j->path_loss[p] = NAN;
   j->last_loss = NAN;
+  j->n_slots = j->n_paths * j->spec.replicas;
   for (int f = 0; f < j->n_fragments; f++) {
     int n = 0;
     for (int p = 0; p < j->n_paths; p++) n += jobspec_path_has_module(&j->spec, p, j->fragments[f].module);
@@ -147,6 +164,7 @@ lease_note *coord_note(coord *c, int64_t lease, int create) {
   n->loss = NAN;
   n->tokens = 0;
   n->bytes_out = 0;
+  n->pull_done_s = 0;
   return n;
 }
 
@@ -267,8 +285,9 @@ static int path_ready(coord *c, coord_job *j, int path, int64_t t, const store_f
   return 1;
 }
 
-static int grant(coord *c, coord_job *j, const store_slot *s, int64_t worker, const store_fragment *frags,
+static int grant(coord *c, coord_job *j, const store_slot *s, int64_t worker, const store_fragment *frags, int steps,
                  store_lease *out) {
+  int async = j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC;
   int frag_ids[JOBSPEC_MAX_MODULES];
   int64_t bases[JOBSPEC_MAX_MODULES];
   int nf = 0;
@@ -279,12 +298,13 @@ static int grant(coord *c, coord_job *j, const store_slot *s, int64_t worker, co
     }
   int64_t now = coord_now_ms();
   int64_t deadline = j->spec.round_timeout_s > 0 ? now + (int64_t)(j->spec.round_timeout_s * 1000.0) : 0;
-  for (int i = 0; i < nf; i++) {
+  for (int i = 0; i < nf && !async; i++) {
     int rc = store_open_round(c->st, j->id, frag_ids[i], s->round, now, deadline);
     if (rc < 0) return rc;
   }
   store_new_lease nl = {.job = j->id, .path = s->path, .replica = s->replica, .worker = worker, .round = s->round,
-                        .inner_steps = j->spec.inner_steps, .step_begin = s->round * j->spec.inner_steps,
+                        .inner_steps = steps,
+                        .step_begin = async ? s->inner_steps : s->round * j->spec.inner_steps,
                         .n_fragments = nf, .fragments = frag_ids, .base_versions = bases, .now_ms = now,
                         .expires_at = now + c->lease_ttl_ms};
   int64_t id;
@@ -296,6 +316,52 @@ static int grant(coord *c, coord_job *j, const store_slot *s, int64_t worker, co
            (long long)id, (long long)j->id, s->path, s->replica, (long long)s->round, (long long)nl.step_begin,
            (long long)(nl.step_begin + nl.inner_steps), (long long)worker);
   return SCHED_GRANTED;
+}
+
+/* ---- async: budget, DyLU, worker speed ------------------------------------------------------ */
+
+/* rounds × H × slots minus the steps the slots trained and the steps of active leases. */
+static int64_t async_budget_left(coord *c, const coord_job *j, const store_slot *slots, int ns, const store_lease *act,
+                                 int na) {
+  (void)c;
+  int64_t left = (int64_t)j->spec.rounds * j->spec.inner_steps * j->n_slots;
+  for (int i = 0; i < ns; i++) left -= slots[i].inner_steps;
+  for (int i = 0; i < na; i++)
+    if (act[i].job == j->id) left -= act[i].inner_steps;
+  return left;
+}
+
+/* H_w for worker `me`: H without DyLU or without a measurement of me, else
+ * max(min_steps, floor(H · v_w / v_max)) over the living workers' EWMAs. */
+static int dylu_steps(coord *c, const coord_job *j, const store_worker *me, int64_t now) {
+  int H = j->spec.inner_steps;
+  if (!j->spec.dylu.enabled || !(me->steps_per_s > 0)) return H;
+  store_worker *ws;
+  int nw;
+  double vmax = me->steps_per_s;
+  if (store_list_workers(c->st, &ws, &nw) == 0) {
+    for (int i = 0; i < nw; i++)
+      if (ws[i].steps_per_s > vmax && ws[i].state != WORKER_GONE && sched_worker_alive(c, &ws[i], now))
+        vmax = ws[i].steps_per_s;
+    free(ws);
+  }
+  int hw = (int)floor((double)H * me->steps_per_s / vmax);
+  if (hw < j->spec.dylu.min_steps) hw = j->spec.dylu.min_steps;
+  return hw > H ? H : hw;
+}
+
+void sched_speed_sample(coord *c, int64_t worker, double sample) {
+  if (!isfinite(sample) || sample <= 0) return;
+  store_worker w;
+  if (store_get_worker(c->st, worker, &w) < 0) return;
+  double v = w.steps_per_s > 0 ? 0.7 * w.steps_per_s + 0.3 * sample : sample;
+  store_touch_worker(c->st, worker, w.last_seen, v);
+}
+
+int64_t sched_async_staleness(coord *c, const coord_job *j, int fragment, int64_t base) {
+  store_fragment f;
+  if (store_get_fragment(c->st, j->id, fragment, &f) < 0) return -1;
+  return f.version - base;
 }
 
 int sched_lease(coord *c, int64_t worker, int64_t job_filter, store_lease *lease) {
@@ -337,12 +403,27 @@ int sched_lease(coord *c, int64_t worker, int64_t job_filter, store_lease *lease
       free(act);
       return rc;
     }
+    int async = j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC;
+    int steps = j->spec.inner_steps;
+    if (async) {
+      int64_t left = async_budget_left(c, j, slots, ns, act, na);
+      if (left <= 0) {
+        for (int i = 0; i < na; i++)
+          if (act[i].job == j->id) any_work = 1; /* an active lease may still expire */
+        free(slots);
+        free(frags);
+        continue;
+      }
+      any_work = 1;
+      steps = dylu_steps(c, j, &me, now);
+      if (steps > left) steps = (int)left;
+    }
     const store_slot *mine = NULL, *free_slot = NULL;
     for (int i = 0; i < ns; i++) {
       const store_slot *s = &slots[i];
-      if (s->round < j->spec.rounds) any_work = 1;
-      if (s->state != SLOT_IDLE || s->round >= j->spec.rounds) continue;
-      if (!path_ready(c, j, s->path, s->round, frags)) continue;
+      if (!async && s->round < j->spec.rounds) any_work = 1;
+      if (s->state != SLOT_IDLE || (!async && s->round >= j->spec.rounds)) continue;
+      if (!async && !path_ready(c, j, s->path, s->round, frags)) continue;
       if (s->last_worker == worker) {
         mine = s;
         break;
@@ -358,7 +439,7 @@ int sched_lease(coord *c, int64_t worker, int64_t job_filter, store_lease *lease
         free_slot = s;
     }
     const store_slot *pick = mine ? mine : free_slot;
-    if (pick) rc = grant(c, j, pick, worker, frags, lease);
+    if (pick) rc = grant(c, j, pick, worker, frags, steps, lease);
     free(slots);
     free(frags);
     if (pick) {
@@ -373,7 +454,8 @@ int sched_lease(coord *c, int64_t worker, int64_t job_filter, store_lease *lease
 void sched_lease_pushed(coord *c, int64_t lease_id) {
   store_lease l;
   if (store_get_lease(c->st, lease_id, &l) < 0 || l.state != LEASE_ACTIVE) return;
-  int rc = store_end_lease(c->st, lease_id, LEASE_FINISHED, 1, l.inner_steps, coord_now_ms());
+  int64_t now = coord_now_ms();
+  int rc = store_end_lease(c->st, lease_id, LEASE_FINISHED, 1, l.inner_steps, now);
   if (rc < 0) DPC_ERROR("lease %lld: cannot finish: %s", (long long)lease_id, dpc_errmsg());
   coord_note_drop(c, lease_id);
 }
@@ -417,6 +499,8 @@ static double mono_s(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+double coord_mono_s(void) { return mono_s(); }
 
 static void outer_run(uv_work_t *req) {
   outer_work *w = req->data;
@@ -634,6 +718,220 @@ static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
   }
 }
 
+/* ---- async apply ---------------------------------------------------------------------------- */
+
+typedef struct {
+  uv_work_t req;
+  coord *c;
+  int64_t job;
+  int fragment;
+  store_delta d;          /* the delta being applied */
+  int64_t new_version, staleness;
+  size_t len;
+  jobspec_async_rule rule;
+  int N;
+  double cc;
+  float lr, mu;
+  int64_t dn_t;           /* in: before; out: after */
+  char param_blob[BLOB_NAME_MAX], momentum_blob[BLOB_NAME_MAX], dnbuf_blob[BLOB_NAME_MAX];
+  char new_param[BLOB_NAME_MAX], new_momentum[BLOB_NAME_MAX], new_dnbuf[BLOB_NAME_MAX];
+  /* results */
+  int rc;
+  char err[512];
+  float *theta;
+  uint32_t param_crc, momentum_crc, dnbuf_crc;
+  double seconds;
+} async_work;
+
+static void async_run(uv_work_t *req) {
+  async_work *w = req->data;
+  double t0 = mono_s();
+  float *g = NULL, *m = NULL, *buf = NULL;
+  int rc = 0;
+  w->theta = malloc(w->len * sizeof(float));
+  g = malloc(w->len * sizeof(float));
+  m = calloc(w->len, sizeof(float));
+  buf = calloc(w->len, sizeof(float));
+  if (!w->theta || !g || !m || !buf) {
+    rc = dpc_err(DPC_ENOMEM, "out of memory for the async outer step (%zu floats)", w->len);
+    goto out;
+  }
+  if ((rc = blob_read(w->c->bs, w->param_blob, BLOB_PARAMS, w->theta, w->len, NULL)) < 0) goto out;
+  if ((rc = blob_read(w->c->bs, w->d.blob, BLOB_DELTA, g, w->len, NULL)) < 0) goto out;
+  if (w->rule != OUTER_ASYNC_SGD && w->momentum_blob[0] &&
+      (rc = blob_read(w->c->bs, w->momentum_blob, BLOB_MOMENTUM, m, w->len, NULL)) < 0)
+    goto out;
+  if (w->rule == OUTER_ASYNC_DN) {
+    if (w->dnbuf_blob[0] && (rc = blob_read(w->c->bs, w->dnbuf_blob, BLOB_DN_BUF, buf, w->len, NULL)) < 0) goto out;
+    outer_dn_state s;
+    if ((rc = outer_dn_init(&s, buf, m, w->len, w->N, w->cc, w->dn_t, 0)) < 0) goto out;
+    if ((rc = outer_dn_apply(&s, w->theta, g, w->lr, w->mu)) < 0) goto out;
+    w->dn_t = s.t;
+  } else if (w->rule == OUTER_ASYNC_NESTEROV) {
+    outer_nesterov_step(w->theta, m, g, w->len, w->lr, w->mu, 1);
+  } else {
+    outer_sgd_step(w->theta, g, w->len, w->lr);
+  }
+  for (size_t i = 0; i < w->len; i++)
+    if (!isfinite(w->theta[i])) {
+      rc = dpc_err(DPC_ENUMERIC, "async outer step gave a non-finite parameter at index %zu", i);
+      goto out;
+    }
+  if ((rc = blob_write(w->c->bs, w->new_param, BLOB_PARAMS, w->theta, w->len, &w->param_crc)) < 0) goto out;
+  if (w->rule != OUTER_ASYNC_SGD &&
+      (rc = blob_write(w->c->bs, w->new_momentum, BLOB_MOMENTUM, m, w->len, &w->momentum_crc)) < 0)
+    goto out;
+  if (w->rule == OUTER_ASYNC_DN) rc = blob_write(w->c->bs, w->new_dnbuf, BLOB_DN_BUF, buf, w->len, &w->dnbuf_crc);
+out:
+  if (rc < 0) snprintf(w->err, sizeof w->err, "%s", dpc_errmsg());
+  w->rc = rc;
+  free(g);
+  free(m);
+  free(buf);
+  w->seconds = mono_s() - t0;
+}
+
+static void async_after(uv_work_t *req, int status) {
+  async_work *w = req->data;
+  coord *c = w->c;
+  coord_job *j = coord_job_get(c, w->job);
+  if (j) j->outer_busy[w->fragment] = 0;
+  if (status != 0 || w->rc < 0) {
+    DPC_ERROR("job %lld fragment %d: applying delta %lld failed: %s", (long long)w->job, w->fragment + 1,
+              (long long)w->d.id, status ? "canceled" : w->err);
+    if (j && (w->rc == DPC_ENUMERIC || w->rc == DPC_ESHAPE || w->rc == DPC_ECHECKSUM))
+      coord_job_set_state(c, j, JOB_FAILED, w->err);
+    goto done;
+  }
+  int dn = w->rule == OUTER_ASYNC_DN, mom = w->rule != OUTER_ASYNC_SGD;
+  store_outer_commit oc = {.job = w->job, .fragment = w->fragment, .round = w->d.round, .new_version = w->new_version,
+                           .param_blob = w->new_param, .param_crc = w->param_crc,
+                           .momentum_blob = mom ? w->new_momentum : NULL, .momentum_crc = w->momentum_crc,
+                           .dnbuf_blob = dn ? w->new_dnbuf : NULL, .dnbuf_crc = w->dnbuf_crc, .dn_t = w->dn_t,
+                           .applied = &w->d.id, .n_applied = 1, .close_round = 0, .now_ms = coord_now_ms()};
+  int rc = store_commit_outer(c->st, &oc);
+  if (rc < 0) {
+    DPC_ERROR("job %lld fragment %d: cannot commit delta %lld: %s", (long long)w->job, w->fragment + 1,
+              (long long)w->d.id, dpc_errmsg());
+    goto done;
+  }
+  c->outer_steps++;
+  c->outer_seconds_sum += w->seconds;
+  c->outer_seconds_last = w->seconds;
+  if (j) {
+    if (w->d.path < j->n_paths && isfinite(j->path_loss[w->d.path])) j->last_loss = j->path_loss[w->d.path];
+    j->async_applied++;
+    j->stale_last = w->staleness;
+    if (w->staleness > j->stale_max) j->stale_max = w->staleness;
+    j->stale_sum += (double)w->staleness;
+  }
+  DPC_INFO("delta applied: job %lld fragment %d lease %lld slot (path %d, replica %d) base %lld -> version %lld, "
+           "staleness %lld, %s, %.3f s", (long long)w->job, w->fragment + 1, (long long)w->d.lease, w->d.path,
+           w->d.replica, (long long)w->d.base_version, (long long)w->new_version, (long long)w->staleness,
+           w->rule == OUTER_ASYNC_DN ? "delayed-nesterov" : w->rule == OUTER_ASYNC_NESTEROV ? "nesterov" : "sgd",
+           w->seconds);
+  pcache_put(c, w->job, w->fragment, w->new_version, w->theta, w->len, w->param_crc);
+  w->theta = NULL;
+  {
+    char **names = NULL;
+    int n = 0;
+    int keep = j ? 2 * j->n_slots + 2 : 2;
+    /* keep_every = 2^30 keeps version 0 (multiples of it), the ledger's starting point. */
+    if (store_gc_versions(c->st, w->job, w->fragment, keep, 1 << 30, &names, &n) == 0) {
+      for (int i = 0; i < n; i++) blob_delete(c->bs, names[i]);
+      store_names_free(names, n);
+    }
+  }
+done:
+  free(w->theta);
+  free(w);
+  coord_work_done(c);
+  if (!c->stopping) sched_check_rounds(c);
+}
+
+/* Start applying the oldest pending delta of (j, f), dropping too-stale ones first. */
+static void async_check_fragment(coord *c, coord_job *j, int f) {
+  if (j->outer_busy[f]) return;
+  store_fragment fr;
+  store_delta d;
+  for (;;) {
+    if (store_get_fragment(c->st, j->id, f, &fr) < 0) return;
+    int have = store_next_pending_delta(c->st, j->id, f, &d);
+    if (have <= 0) return;
+    int64_t stale = fr.version - d.base_version;
+    if (j->spec.max_staleness > 0 && stale > j->spec.max_staleness) {
+      DPC_WARN("delta %lld of lease %lld dropped: staleness %lld exceeds max_staleness %d", (long long)d.id,
+               (long long)d.lease, (long long)stale, j->spec.max_staleness);
+      if (store_drop_delta(c->st, d.id) < 0) return;
+      j->async_dropped++;
+      continue;
+    }
+    break;
+  }
+  async_work *w = calloc(1, sizeof *w);
+  if (!w) {
+    DPC_ERROR("out of memory starting an async outer step");
+    return;
+  }
+  w->c = c;
+  w->job = j->id;
+  w->fragment = f;
+  w->d = d;
+  w->new_version = fr.version + 1;
+  w->staleness = fr.version - d.base_version;
+  w->len = fr.len;
+  w->rule = j->spec.outer.async_rule;
+  w->N = j->spec.outer.buffer > 0 ? j->spec.outer.buffer : j->n_slots;
+  w->cc = j->spec.outer.c;
+  if (w->cc > 1.0 / w->N) w->cc = 1.0 / w->N; /* c ∈ [0, 1/N] with the default N */
+  w->lr = (float)j->spec.outer.lr;
+  w->mu = (float)j->spec.outer.momentum;
+  w->dn_t = fr.dn_t;
+  snprintf(w->param_blob, sizeof w->param_blob, "%s", fr.param_blob);
+  snprintf(w->momentum_blob, sizeof w->momentum_blob, "%s", fr.momentum_blob);
+  snprintf(w->dnbuf_blob, sizeof w->dnbuf_blob, "%s", fr.dnbuf_blob);
+  blob_id pid = {.job = j->id, .fragment = f, .version = w->new_version, .kind = BLOB_PARAMS};
+  blob_id mid = {.job = j->id, .fragment = f, .version = w->new_version, .kind = BLOB_MOMENTUM};
+  blob_id bid = {.job = j->id, .fragment = f, .version = w->new_version, .kind = BLOB_DN_BUF};
+  blob_name(&pid, w->new_param, sizeof w->new_param);
+  blob_name(&mid, w->new_momentum, sizeof w->new_momentum);
+  blob_name(&bid, w->new_dnbuf, sizeof w->new_dnbuf);
+  w->req.data = w;
+  j->outer_busy[f] = 1;
+  if (coord_queue_work(c, &w->req, async_run, async_after) < 0) {
+    j->outer_busy[f] = 0;
+    free(w);
+  }
+}
+
+/* Apply what is pending; finish the job once its budget is trained and nothing is left. */
+static void async_check_job(coord *c, coord_job *j) {
+  int busy = 0;
+  for (int f = 0; f < j->n_fragments; f++) {
+    async_check_fragment(c, j, f);
+    busy |= j->outer_busy[f];
+  }
+  if (busy || j->state != JOB_RUNNING) return;
+  store_slot *slots;
+  int ns;
+  store_lease *act;
+  int na;
+  if (store_list_slots(c->st, j->id, &slots, &ns) < 0) return;
+  if (store_list_active_leases(c->st, j->id, &act, &na) < 0) {
+    free(slots);
+    return;
+  }
+  int64_t left = async_budget_left(c, j, slots, ns, act, na);
+  free(slots);
+  free(act);
+  if (left > 0 || na > 0) return;
+  for (int f = 0; f < j->n_fragments; f++) {
+    store_delta d;
+    if (store_next_pending_delta(c->st, j->id, f, &d) != 0) return;
+  }
+  coord_job_set_state(c, j, JOB_FINISHED, NULL);
+}
+
 void sched_check_rounds(coord *c) {
   if (c->stopping) {
     coord_retry_parked(c, 1);
@@ -643,7 +941,10 @@ void sched_check_rounds(coord *c) {
   for (int ji = 0; ji < c->n_jobs; ji++) {
     coord_job *j = c->jobs[ji];
     if (j->state != JOB_RUNNING && j->state != JOB_PAUSED) continue;
-    if (j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC) continue; /* async: not served yet */
+    if (j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC) {
+      async_check_job(c, j);
+      continue;
+    }
     for (int f = 0; f < j->n_fragments; f++) check_fragment(c, j, f, now);
     check_job_done(c, j);
   }

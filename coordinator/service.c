@@ -11,12 +11,7 @@
  *    the layout); num_floats its length. Plain DiLoCo: one fragment, offset 0, all params.
  *  - Sessions. The session token is 32 random bytes (getrandom) in hex; the store keeps only
  *    its SHA-256. Register with a valid (previous_worker_id, previous_session) pair keeps the
- *    worker id and token. Register itself needs the cluster's join token as metadata
- *    "authorization: Bearer <join token>" (common/auth.h; none with --insecure-no-auth):
- *    missing or wrong → UNAUTHENTICATED, the admin token → PERMISSION_DENIED (least
- *    privilege: it is not a join token). A call on another worker's lease (Heartbeat,
- *    PullFragment, PushDelta, Release) → PERMISSION_DENIED. A worker call with missing
- *    metadata, an unknown worker id or a
+ *    worker id and token. A worker call with missing metadata, an unknown worker id or a
  *    wrong token fails UNAUTHENTICATED — except Heartbeat from a worker id the store does not
  *    know at all, which answers OK with COMMAND_REREGISTER (the coordinator lost its state).
  *  - Lease. A worker that already holds an active lease gets the same lease again. With
@@ -47,12 +42,17 @@
  *    round is still open → ABORTED; whose round closed → ack PUSH_LATE. A repeat of an
  *    accepted (lease, fragment, crc) → PUSH_DUPLICATE; a different delta for the same lease
  *    and fragment → ALREADY_EXISTS. FragmentAck.version = the round's target version (t + 1).
+ *  - Async (diloco-async, see sched.c): leases start from the current versions; a delta is
+ *    applied on its own soon after it is durable. FragmentAck.version = the fragment's
+ *    version when the delta was taken in + 1, staleness = that version − base. With
+ *    max_staleness > 0 a delta staler than it is read and dropped (PUSH_STALE; the lease
+ *    ends and the slot's step counter moves on). Heartbeat steps_per_sec feeds the
+ *    coordinator's per-worker speed EWMA (DyLU).
  *  - Draining (Admin DrainWorker): Lease answers LEASE_NO_WORK; heartbeats say DRAIN (or the
  *    lease is released at once and heartbeats say STOP with immediate = true).
  *  - While shutting down every new call gets UNAVAILABLE. */
 #include "coordinator/coord.h"
 
-#include "common/auth.h"
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/log.h"
@@ -201,6 +201,7 @@ static void stream_send_next(struct rpc_call *call, out_stream *os) {
   if (os->lease_id) {
     lease_note *n = coord_note(os->c, (int64_t)os->lease_id, 1);
     if (n) n->bytes_out += len;
+    if (n && last) n->pull_done_s = coord_mono_s();
   }
   if (last) {
     os->cur++;
@@ -248,20 +249,6 @@ static void on_register(struct rpc_call *call, const struct grpc_byte_buffer *re
   if (c->stopping) {
     rpc_call_finish(call, RPC_UNAVAILABLE, "coordinator is shutting down; retry with backoff");
     return;
-  }
-  if (dpc_coord_keys.has_join) {
-    char v[DPC_TOKEN_MAX + 32];
-    const char *jt = rpc_call_md(call, RPC_MD_AUTHORIZATION, v, sizeof v) >= 0 ? dpc_bearer_token(v) : NULL;
-    unsigned char h[STORE_TOKEN_HASH_BYTES];
-    if (jt) hash_token(jt, h);
-    if (!jt || !ct_equal(h, dpc_coord_keys.join, sizeof h)) {
-      int admin = jt && dpc_coord_keys.has_admin && ct_equal(h, dpc_coord_keys.admin, sizeof h);
-      rpc_call_finish(call, admin ? RPC_PERMISSION_DENIED : RPC_UNAUTHENTICATED,
-                      "Register: %s; send \"authorization: Bearer <join token>\" (dipaco-worker --token-file "
-                      "STATE/join.token)",
-                      admin ? "the admin token is not a join token" : jt ? "wrong join token" : "missing join token");
-      return;
-    }
   }
   ProtobufCMessage *pm;
   if (unpack(call, req, &dipaco__v1__register_request__descriptor, &pm)) return;
@@ -342,8 +329,10 @@ static void on_heartbeat(struct rpc_call *call, const struct grpc_byte_buffer *r
   ProtobufCMessage *pm;
   if (unpack(call, req, &dipaco__v1__heartbeat_request__descriptor, &pm)) return;
   Dipaco__V1__HeartbeatRequest *r = (Dipaco__V1__HeartbeatRequest *)pm;
-  double sps = isfinite(r->steps_per_sec) && r->steps_per_sec >= 0 ? r->steps_per_sec : -1;
-  touch(c, worker, sps);
+  touch(c, worker, -1);
+  /* steps_per_sec is the worker's own EWMA; the coordinator folds it into its estimate
+   * (DyLU) together with completed leases (sched_speed_sample). */
+  if (isfinite(r->steps_per_sec) && r->steps_per_sec > 0) sched_speed_sample(c, worker, r->steps_per_sec);
   store_worker w;
   store_get_worker(c->st, worker, &w);
   resp.command = w.state == WORKER_DRAINING ? DIPACO__V1__COMMAND__COMMAND_DRAIN : DIPACO__V1__COMMAND__COMMAND_CONTINUE;
@@ -356,7 +345,7 @@ static void on_heartbeat(struct rpc_call *call, const struct grpc_byte_buffer *r
       return;
     }
     if (l.worker != worker) {
-      rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l.id);
+      rpc_call_finish(call, RPC_FAILED_PRECONDITION, "lease %lld belongs to another worker", (long long)l.id);
       protobuf_c_message_free_unpacked(pm, NULL);
       return;
     }
@@ -459,14 +448,17 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   dw.replicas = (uint32_t)j->spec.replicas;
   store_round rd;
   int64_t deadline = 0;
-  if (nf > 0 && store_get_round(c->st, l->job, fids[0], l->round, &rd) == 0) deadline = rd.deadline_at;
+  if (nf > 0 && j->spec.algorithm != JOB_ALGO_DILOCO_ASYNC && store_get_round(c->st, l->job, fids[0], l->round, &rd) == 0)
+    deadline = rd.deadline_at;
   char *spec_json = NULL;
   if (jobspec_to_json(&j->spec, &spec_json) < 0) spec_json = NULL;
   Dipaco__V1__Lease le = DIPACO__V1__LEASE__INIT;
   le.lease_id = (uint64_t)l->id;
   le.job_id = (uint64_t)l->job;
   le.slot = &slot;
-  le.algorithm = DIPACO__V1__ALGORITHM__ALGORITHM_SYNC;
+  le.algorithm = j->spec.algorithm != JOB_ALGO_DILOCO_ASYNC ? DIPACO__V1__ALGORITHM__ALGORITHM_SYNC
+                 : j->spec.outer.async_rule == OUTER_ASYNC_DN ? DIPACO__V1__ALGORITHM__ALGORITHM_ASYNC_DELAYED
+                                                              : DIPACO__V1__ALGORITHM__ALGORITHM_ASYNC_NESTEROV;
   le.model = &shape;
   le.n_path_modules = (size_t)nl;
   le.path_modules = mods;
@@ -620,7 +612,7 @@ static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, v
   if (r->lease_id == 0 || r->lease_id > INT64_MAX || store_get_lease(c->st, (int64_t)r->lease_id, &l) < 0) {
     rpc_call_finish(call, RPC_NOT_FOUND, "lease_id %llu: no such lease", (unsigned long long)r->lease_id);
   } else if (l.worker != worker) {
-    rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l.id);
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "lease %lld belongs to another worker", (long long)l.id);
   } else if (l.state != LEASE_ACTIVE) {
     rpc_call_finish(call, RPC_ABORTED, "lease %lld is no longer active; ask for a new lease", (long long)l.id);
   } else if (r->fragment_id == 0 || r->fragment_id > 1u << 30 ||
@@ -685,7 +677,7 @@ typedef struct push {
   int have_lease;
   store_lease lease;
   /* the fragment being received */
-  int in_frag, frag, mode; /* mode: 0 write, 1 duplicate check, 2 late */
+  int in_frag, frag, mode; /* mode: 0 write, 1 duplicate check, 2 late, 3 stale (async) */
   uint32_t dup_crc;
   int64_t base;
   uint64_t total, next, tokens, inner_steps, version;
@@ -744,6 +736,16 @@ static int push_ack(push *p, int frag, int result, uint64_t version) {
   a->fragment_id = (uint64_t)frag + 1;
   a->result = result;
   a->version = version;
+  /* Async: the version the fragment is at when the delta was taken in + 1 (the version it
+   * produces unless other deltas are queued before it) and the staleness it had then. */
+  coord_job *j = coord_job_get(p->c, p->lease.job);
+  if (j && j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC) {
+    int64_t st = sched_async_staleness(p->c, j, frag, p->base);
+    if (st >= 0) {
+      a->staleness = (uint64_t)st;
+      a->version = (uint64_t)(p->base + st + 1);
+    }
+  }
   return 0;
 }
 
@@ -852,7 +854,7 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   }
   p->have_lease = 1;
   if (p->lease.worker != p->worker) {
-    push_fail(p, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)p->lease.id);
+    push_fail(p, RPC_FAILED_PRECONDITION, "lease %lld belongs to another worker", (long long)p->lease.id);
     return -1;
   }
   coord_job *j = coord_job_get(c, p->lease.job);
@@ -921,6 +923,19 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
                 (long long)p->lease.id);
       return -1;
     }
+  }
+  if (p->mode == 0 && p->lease.state == LEASE_ACTIVE) {
+    /* A completed lease's training speed: its steps over the time from the end of its pull
+     * to the start of its push (transfers excluded, so short DyLU leases are not penalised). */
+    lease_note *n = coord_note(c, p->lease.id, 0);
+    double now = coord_mono_s();
+    if (n && n->pull_done_s > 0 && now > n->pull_done_s && p->inner_steps > 0)
+      sched_speed_sample(c, p->worker, (double)p->inner_steps / (now - n->pull_done_s));
+    if (n) n->pull_done_s = 0;
+  }
+  if (p->mode == 0 && j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC && j->spec.max_staleness > 0) {
+    int64_t st = sched_async_staleness(c, j, frag, p->base);
+    if (st > j->spec.max_staleness) p->mode = 3; /* too stale: read the stream, keep nothing */
   }
   if (p->mode == 0) {
     blob_id id = {.job = p->lease.job, .fragment = frag, .version = p->lease.round, .aux = p->lease.id, .kind = BLOB_DELTA};
@@ -1076,6 +1091,19 @@ static int push_on_message(struct rpc_call *call, const struct grpc_byte_buffer 
     push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE, (uint64_t)p->lease.round + 1);
     return 0;
   }
+  if (p->mode == 3) {
+    p->in_frag = 0;
+    coord_job *j = coord_job_get(c, p->lease.job);
+    DPC_WARN("stale delta dropped: lease %lld fragment %d base version %lld, staleness %lld > max_staleness %d",
+             (long long)p->lease.id, p->frag + 1, (long long)p->base,
+             j ? (long long)sched_async_staleness(c, j, p->frag, p->base) : -1LL, j ? j->spec.max_staleness : 0);
+    if (j) j->async_dropped++;
+    push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_STALE, (uint64_t)p->base);
+    /* The steps were trained (the slot's counter moves on); the delta is not applied. */
+    sched_lease_pushed(c, p->lease.id);
+    sched_check_rounds(c);
+    return 0;
+  }
   if (p->mode == 2) {
     p->in_frag = 0;
     DPC_INFO("late delta dropped: lease %lld fragment %d round %lld already closed", (long long)p->lease.id, p->frag,
@@ -1117,7 +1145,7 @@ static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req
   if (r->lease_id == 0 || r->lease_id > INT64_MAX || store_get_lease(c->st, (int64_t)r->lease_id, &l) < 0) {
     rpc_call_finish(call, RPC_NOT_FOUND, "lease_id %llu: no such lease", (unsigned long long)r->lease_id);
   } else if (l.worker != worker) {
-    rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l.id);
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "lease %lld belongs to another worker", (long long)l.id);
   } else {
     if (l.state == LEASE_ACTIVE) {
       int rc = store_end_lease(c->st, l.id, LEASE_RELEASED, 0, 0, coord_now_ms());

@@ -210,7 +210,12 @@ _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION, "STORE_SCHEMA_VERSION must 
   X(INS_METRIC, "INSERT INTO metrics (" METRIC_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)") \
   X(LIST_METRICS, "SELECT " METRIC_COLS " FROM metrics WHERE job = ?1 AND round >= ?2 ORDER BY round, id") \
   X(ADVANCE_SLOT, "UPDATE slots SET round = ?4, inner_steps = ?5 "                                           \
-                  "WHERE job = ?1 AND path = ?2 AND replica = ?3 AND state = 'idle' AND round < ?4")
+                  "WHERE job = ?1 AND path = ?2 AND replica = ?3 AND state = 'idle' AND round < ?4")      \
+  X(NEXT_PENDING, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND state = 'received' " \
+                  "ORDER BY id LIMIT 1")                                                                   \
+  X(DROP_DELTA, "UPDATE deltas SET state = 'dropped' WHERE id = ?1 AND state = 'received'")                 \
+  X(LEDGER, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND state = 'applied' "      \
+            "ORDER BY applied_version")
 
 enum {
 #define X_ENUM(name, sql) S_##name,
@@ -1563,6 +1568,52 @@ int store_list_metrics(store *st, int64_t job, int64_t since_round, store_metric
     m->bytes_out = sqlite3_column_int64(s, 8);
     m->outer_seconds = sqlite3_column_double(s, 9);
     m->created_at = sqlite3_column_int64(s, 10);
+  }
+  sqlite3_reset(s);
+  if (rc < 0) {
+    free(arr);
+    return rc;
+  }
+  *out = arr;
+  *n = cnt;
+  return 0;
+}
+
+/* ---- async ledger (additive: asynchronous Local-SGD) ---------------------------------------- */
+
+int store_next_pending_delta(store *st, int64_t job, int fragment, store_delta *out) {
+  sqlite3_stmt *s = stmt(st, S_NEXT_PENDING);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, job);
+  B64(s, 2, fragment);
+  int rc = step(st, s, "next pending delta");
+  if (rc < 0) return rc;
+  if (rc == SQLITE_ROW) read_delta(s, out);
+  sqlite3_reset(s);
+  return rc == SQLITE_ROW ? 1 : 0;
+}
+
+int store_drop_delta(store *st, int64_t id) {
+  sqlite3_stmt *s = stmt(st, S_DROP_DELTA);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, id);
+  TRY(exec_done(st, s, "drop delta"));
+  if (sqlite3_changes(st->db) != 1) return dpc_err(DPC_ESTATE, "delta %lld is not a received delta", (long long)id);
+  return 0;
+}
+
+int store_list_ledger(store *st, int64_t job, int fragment, store_delta **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *s = stmt(st, S_LEDGER);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, job);
+  B64(s, 2, fragment);
+  store_delta *arr = NULL;
+  int cap = 0, cnt = 0, rc;
+  while ((rc = step(st, s, "list ledger")) == SQLITE_ROW) {
+    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+    read_delta(s, &arr[cnt++]);
   }
   sqlite3_reset(s);
   if (rc < 0) {

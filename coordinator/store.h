@@ -324,6 +324,21 @@ int store_gc_versions(store *st, int64_t job, int fragment, int keep_last, int k
 int store_gc_deltas(store *st, int64_t job, int fragment, int64_t before_round, char ***names, int *n);
 void store_names_free(char **names, int n);
 
+/* ---- async ledger (asynchronous Local-SGD, additive) ----------------------------------------- */
+
+/* The ledger of an async fragment is its deltas table: each applied delta row records the
+ * lease, slot, base version and the version it produced (applied_version); its staleness is
+ * applied_version − 1 − base_version (the current version when it was applied minus the
+ * version it was trained from). */
+
+/* The oldest (lowest id = arrival order) 'received' delta of (job, fragment): returns 1 and
+ * fills *out, or 0 when there is none. */
+int store_next_pending_delta(store *st, int64_t job, int fragment, store_delta *out);
+/* Mark one 'received' delta dropped (too stale); DPC_ESTATE if it is not 'received'. */
+int store_drop_delta(store *st, int64_t id);
+/* Applied deltas of (job, fragment) in applied order (by applied_version); free() the array. */
+int store_list_ledger(store *st, int64_t job, int fragment, store_delta **out, int *n);
+
 /* ---- metrics ------------------------------------------------------------------------------ */
 
 typedef struct {

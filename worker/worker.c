@@ -59,6 +59,7 @@
 #include "worker/trainer.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <glob.h>
 #include <inttypes.h>
 #include <math.h>
@@ -374,6 +375,9 @@ typedef struct {
   uint64_t job, round;
   uint32_t path, replica;
   long first_step, end_step;
+  /* --slowdown: end of the previous step's sleep (CLOCK_MONOTONIC ns) */
+  double slowdown;
+  int64_t mark_ns;
 } heartbeat;
 
 typedef struct {
@@ -750,9 +754,26 @@ static void hb_stop(heartbeat *hb) {
 }
 
 /* Trainer step callback: progress for the heartbeat and the display; stop when asked. */
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static int on_step(void *ctx, long step, int h, float loss, float lr) {
   (void)lr;
   heartbeat *hb = ctx;
+  if (hb->slowdown > 1.0) {
+    /* The step took (now − mark); make it take slowdown times as long. */
+    int64_t t1 = mono_ns();
+    int64_t extra = (int64_t)((hb->slowdown - 1.0) * (double)(t1 - hb->mark_ns));
+    if (extra > 0) {
+      struct timespec ts = {.tv_sec = extra / 1000000000, .tv_nsec = extra % 1000000000};
+      while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+      }
+    }
+    hb->mark_ns = mono_ns();
+  }
   int64_t t = now_ms();
   pthread_mutex_lock(&hb->mu);
   if (hb->last_step_ms && t > hb->last_step_ms) {
@@ -839,6 +860,7 @@ static void run_lease(worker *w, const Dipaco__V1__Lease *L) {
   hb.first_step = (long)L->first_step;
   hb.end_step = (long)(L->first_step + L->inner_steps);
   hb.sps = w->sps;
+  hb.slowdown = w->o.slowdown;
   atomic_store(&hb.interval_ms, w->wc.heartbeat_ms);
   char msg[512] = "";
   int rc = validate_lease(w, L, &p);
@@ -879,6 +901,7 @@ static void run_lease(worker *w, const Dipaco__V1__Lease *L) {
       if (!snap) rc = DPC_ENOMEM;
       else rc = trainer_get_state(w->tr, snap->m, snap->v, &snap->adam_step);
     }
+    hb.mark_ns = mono_ns();
     if (!rc) rc = trainer_round(w->tr, w->theta, (long)L->first_step, (int)L->inner_steps, w->delta, &st, on_step, &hb);
     if (w->o.progress) fputc('\n', stderr);
     cls = rc ? WC_FATAL : WC_OK;

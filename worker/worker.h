@@ -28,6 +28,8 @@ struct worker_opts {
   uint32_t max_chunk_bytes; /* 0 = RPC_CHUNK_DEFAULT */
   uint32_t poll_ms;         /* Lease long-poll max_wait_ms, 0 = 5000 */
   int progress;             /* 1: single updating progress line on stderr (a terminal) */
+  double slowdown;          /* >= 1 (0 = 1): after each inner step sleep (slowdown − 1) × the
+                               step's measured time (simulated heterogeneity) */
 };
 
 /* Stop control shared between worker_run and whoever asks it to stop. */

@@ -5,8 +5,12 @@
    outer_nesterov_step vs torch.optim.SGD(momentum=0.9, nesterov=True, lr=0.7) with
    p.grad = the weighted average (and nesterov=False), <= 1e-6 relative.
 2. Delayed Nesterov with N=1 (c=0) is bit-identical to plain Nesterov applied per delta.
-3. Delayed Nesterov with N=4, c=0.1 vs a direct transcription of DESIGN.md §3's async rule
-   in float32 torch ops.
+3. Delayed Nesterov with N=4, c=0.1 and c=0 vs a direct transcription of DESIGN.md §3's async
+   rule in float32 torch ops, on a recorded (fixed, seeded) sequence of deltas.
+4. c = 1/N spreads the momentum evenly: every application (not only every N-th) moves θ by
+   ε·β·m/N + ε·g/N, with m the momentum after the last update; and over each window of N
+   deltas the total momentum step equals c=0's single step at the window's end.
+5. The async "sgd" baseline: θ ← θ − ε·g per delta, vs torch.optim.SGD(momentum=0).
 
 Usage: outer_oracle.py PATH/TO/test_outer_oracle   (exit 77 = skipped, with the reason)"""
 import os
@@ -98,29 +102,86 @@ for t in range(ND):
     worst = max(worst, rel_err(nes[t * LEN:(t + 1) * LEN], p.detach().numpy()))
 check("async Nesterov per delta vs torch SGD", worst <= 1e-6, f"rel err {worst:.3g}")
 
-# ---- 3. delayed Nesterov, N=4, c=0.1, vs DESIGN.md §3 transcription -----------------------------
-ND, N, c, eps, beta = 11, 4, 0.1, 0.7, 0.9
+# ---- 3. delayed Nesterov, N=4, vs DESIGN.md §3 transcription on a recorded delta sequence ------
+def dn_reference(theta0, gs, N, c, eps, beta):
+    """DESIGN.md §3 async rule, float32 torch ops; returns θ after each delta and the final m."""
+    theta = torch.from_numpy(theta0.copy())
+    dbuf = torch.zeros(theta.numel())
+    m = torch.zeros(theta.numel())
+    thetas, ms = [], []
+    for t in range(len(gs)):
+        g = torch.from_numpy(gs[t].copy())
+        # On each arriving delta g: Δbuf += g; if (t+1) mod N == 0 { m ← β·m + Δbuf/N;
+        # θ ← θ − ε·((1 − c·N + c)·β·m + g/N); Δbuf ← 0 } else { θ ← θ − ε·(c·β·m + g/N) }; t += 1
+        dbuf += g
+        if (t + 1) % N == 0:
+            m = beta * m + dbuf / N
+            theta = theta - eps * ((1 - c * N + c) * beta * m + g / N)
+            dbuf = torch.zeros(theta.numel())
+        else:
+            theta = theta - eps * (c * beta * m + g / N)
+        thetas.append(theta.numpy().copy())
+        ms.append(m.numpy().copy())
+    return thetas, ms
+
+
+ND, N, eps, beta = 11, 4, 0.7, 0.9
 theta0 = rng.standard_normal(LEN).astype(np.float32)
-gs = (rng.standard_normal((ND, LEN)) * 0.01).astype(np.float32)
+# A recorded sequence: deltas with a common drift (like successive pseudo-gradients) + noise.
+drift = (rng.standard_normal(LEN) * 0.01).astype(np.float32)
+gs = (drift[None, :] + rng.standard_normal((ND, LEN)) * 0.005).astype(np.float32)
+for c in (0.1, 0.0):
+    ours = run(["dn", LEN, ND, N, c, eps, beta], theta0.tobytes() + gs.tobytes(), (ND + 1) * LEN)
+    thetas, ms = dn_reference(theta0, gs, N, c, eps, beta)
+    worst = max(rel_err(ours[t * LEN:(t + 1) * LEN], thetas[t]) for t in range(ND))
+    check(f"delayed Nesterov N={N} c={c} vs DESIGN.md transcription over {ND} deltas", worst <= 1e-6,
+          f"rel err {worst:.3g}")
+    e = rel_err(ours[ND * LEN:], ms[-1])
+    check(f"delayed Nesterov N={N} c={c}: momentum m", e <= 1e-6, f"rel err {e:.3g}")
+
+# ---- 4. c = 1/N spreads the momentum evenly ------------------------------------------------------
+c = 1.0 / N
 ours = run(["dn", LEN, ND, N, c, eps, beta], theta0.tobytes() + gs.tobytes(), (ND + 1) * LEN)
-theta = torch.from_numpy(theta0.copy())
-dbuf = torch.zeros(LEN)
-m = torch.zeros(LEN)
+prev = theta0.astype(np.float64)
+m = np.zeros(LEN)
+dbuf = np.zeros(LEN)
 worst = 0.0
 for t in range(ND):
-    g = torch.from_numpy(gs[t].copy())
-    # On each arriving delta g: Δbuf += g; if (t+1) mod N == 0 { m ← β·m + Δbuf/N;
-    # θ ← θ − ε·((1 − c·N + c)·β·m + g/N); Δbuf ← 0 } else { θ ← θ − ε·(c·β·m + g/N) }; t += 1
+    g = gs[t].astype(np.float64)
     dbuf += g
     if (t + 1) % N == 0:
         m = beta * m + dbuf / N
-        theta = theta - eps * ((1 - c * N + c) * beta * m + g / N)
-        dbuf = torch.zeros(LEN)
-    else:
-        theta = theta - eps * (c * beta * m + g / N)
-    worst = max(worst, rel_err(ours[t * LEN:(t + 1) * LEN], theta.numpy()))
-check(f"delayed Nesterov N={N} c={c} vs DESIGN.md transcription over {ND} deltas", worst <= 1e-6, f"rel err {worst:.3g}")
-e = rel_err(ours[ND * LEN:], m.numpy())
-check("delayed Nesterov momentum m", e <= 1e-6, f"rel err {e:.3g}")
+        dbuf[:] = 0
+    cur = ours[t * LEN:(t + 1) * LEN].astype(np.float64)
+    momentum_step = (prev - cur) - eps * g / N  # what the application moved beyond its own g/N
+    want = eps * beta * m / N                   # the same share of β·m at every application
+    worst = max(worst, float(np.max(np.abs(momentum_step - want)) / max(np.max(np.abs(want)), 1e-12))
+                if np.any(m) else float(np.max(np.abs(momentum_step))))
+    prev = cur
+check(f"c = 1/N: every application takes the same momentum share ε·β·m/N", worst <= 1e-3, f"rel err {worst:.3g}")
+# Over the window that follows a momentum update, c=1/N applies N·(ε·β·m/N) = ε·β·m in total,
+# what c=0 applies at once at the window's end (θ at the window ends agree up to the
+# difference in timing of that one window's own update).
+ours0 = run(["dn", LEN, ND, N, 0.0, eps, beta], theta0.tobytes() + gs.tobytes(), (ND + 1) * LEN)
+tot_c = (ours[(N - 1) * LEN:N * LEN].astype(np.float64) - ours[(2 * N - 1) * LEN:2 * N * LEN])
+tot_0 = (ours0[(N - 1) * LEN:N * LEN].astype(np.float64) - ours0[(2 * N - 1) * LEN:2 * N * LEN])
+m1 = beta * 0 + gs[:N].astype(np.float64).sum(0) / N
+m2 = beta * m1 + gs[N:2 * N].astype(np.float64).sum(0) / N
+g_part = eps * gs[N:2 * N].astype(np.float64).sum(0) / N
+want_c = g_part + eps * beta * m1 * (N - 1) / N + eps * beta * m2 / N   # spread: m1 for N-1 steps, m2 once
+want_0 = g_part + eps * beta * m2                                         # c=0: m2 at the end only
+e = max(rel_err(tot_c, want_c), rel_err(tot_0, want_0))
+check("window totals: c=1/N spreads β·m over the N applications, c=0 applies it once", e <= 1e-3, f"rel err {e:.3g}")
+
+# ---- 5. async SGD baseline -----------------------------------------------------------------------
+ours = run(["sgd", LEN, ND, eps], theta0.tobytes() + gs.tobytes(), ND * LEN)
+p = torch.nn.Parameter(torch.from_numpy(theta0.copy()))
+opt = torch.optim.SGD([p], lr=eps, momentum=0)
+worst = 0.0
+for t in range(ND):
+    p.grad = torch.from_numpy(gs[t].copy())
+    opt.step()
+    worst = max(worst, rel_err(ours[t * LEN:(t + 1) * LEN], p.detach().numpy()))
+check("async sgd per delta vs torch SGD(momentum=0)", worst <= 1e-6, f"rel err {worst:.3g}")
 
 sys.exit(1 if failures else 0)

@@ -73,7 +73,8 @@ int main(void) {
       "\"algorithm\":\"dipaco\",\"replicas\":3,\"inner_steps\":10,\"rounds\":7,\"batch\":2,\"seq_len\":16,"
       "\"inner\":{\"lr\":0.001,\"warmup\":5,\"lr_min_frac\":1,\"weight_decay\":0,\"beta1\":0.8,\"beta2\":0.99,"
       "\"eps\":1e-6,\"grad_clip\":0,\"state\":\"checkpoint\"},"
-      "\"outer\":{\"lr\":0.5,\"momentum\":0.8,\"nesterov\":false,\"async\":\"sgd\",\"buffer\":4,\"c\":0.25},"
+      "\"outer\":{\"lr\":0.5,\"momentum\":0.8,\"nesterov\":false,\"rule\":\"sgd\",\"delay_buffer\":4,\"c\":0.25},"
+      "\"max_staleness\":3,\"dylu\":{\"enabled\":true,\"min_steps\":4},"
       "\"levels\":[{\"stem\":true,\"layers\":[0,0],\"modules\":1},{\"layers\":[0,2],\"modules\":2},"
       "{\"layers\":[2,4],\"modules\":3}],"
       "\"quorum\":0.5,\"round_timeout_s\":60,\"weighting\":\"tokens\"}";
@@ -83,6 +84,10 @@ int main(void) {
   CHECK_EQ_INT(js.inner.state, INNER_STATE_CHECKPOINT);
   CHECK_EQ_INT(js.outer.nesterov, 0);
   CHECK_EQ_INT(js.outer.async_rule, OUTER_ASYNC_SGD);
+  CHECK_EQ_INT(js.outer.buffer, 4);
+  CHECK_EQ_INT(js.max_staleness, 3);
+  CHECK_EQ_INT(js.dylu.enabled, 1);
+  CHECK_EQ_INT(js.dylu.min_steps, 4);
   CHECK_EQ_INT(js.weighting, WEIGHTING_TOKENS);
   char *j1 = NULL, *j2 = NULL;
   CHECK_EQ_INT(jobspec_to_json(&js, &j1), 0);
@@ -165,7 +170,22 @@ int main(void) {
   expect_bad("{" BASE ",\"inner\":{\"lr\":0}}", DPC_EINVAL, "field \"inner.lr\" = 0 out of range (0, 10]");
   expect_bad("{" BASE ",\"inner\":{\"warmup\":100}}", DPC_EINVAL, "field \"inner.warmup\" = 100 out of range [0, 15]");
   expect_bad("{" BASE ",\"outer\":{\"momentum\":-0.1}}", DPC_EINVAL, "field \"outer.momentum\"");
-  expect_bad("{" BASE ",\"outer\":{\"buffer\":4,\"c\":0.5}}", DPC_EINVAL, "field \"outer.c\" = 0.5 exceeds 1/outer.buffer");
+  expect_bad("{" BASE ",\"outer\":{\"delay_buffer\":4,\"c\":0.5}}", DPC_EINVAL,
+             "field \"outer.c\" = 0.5 exceeds 1/outer.delay_buffer");
+  expect_bad("{" BASE ",\"outer\":{\"rule\":\"sgd\",\"async\":\"sgd\"}}", DPC_EINVAL, "old name of \"outer.rule\"");
+  expect_bad("{" BASE ",\"outer\":{\"rule\":\"adam\"}}", DPC_EINVAL, "outer.rule");
+  expect_bad("{" BASE ",\"dylu\":{\"enabled\":true,\"min_steps\":0}}", DPC_EINVAL, "dylu.min_steps");
+  expect_bad("{" BASE ",\"dylu\":{\"on\":true}}", DPC_EINVAL, "dylu.on");
+  expect_bad("{" BASE ",\"max_staleness\":-1}", DPC_EINVAL, "max_staleness");
+  {
+    /* The older names "async"/"buffer" are still accepted. */
+    jobspec old;
+    CHECK_EQ_INT(parse("{" BASE ",\"outer\":{\"async\":\"nesterov\",\"buffer\":2}}", &old), 0);
+    CHECK_EQ_INT(old.outer.async_rule, OUTER_ASYNC_NESTEROV);
+    CHECK_EQ_INT(old.outer.buffer, 2);
+    CHECK_EQ_INT(old.dylu.enabled, 0);
+    CHECK_EQ_INT(old.max_staleness, 0);
+  }
   expect_bad("{" BASE ",\"quorum\":0}", DPC_EINVAL, "field \"quorum\" = 0 out of range (0, 1]");
   expect_bad("{" BASE ",\"weighting\":\"loss\"}", DPC_EINVAL, "field \"weighting\" = \"loss\"");
   expect_bad("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[]}," CORE "}", DPC_EINVAL, "field \"data.train\": needs at least one");

@@ -6,6 +6,7 @@
  *     OUT: θ after each round f32[ROUNDS][LEN], then the momentum u f32[LEN]
  *   dn LEN NDELTAS N C LR MU IN OUT        (delayed Nesterov, one delta at a time)
  *   nesterov LEN NDELTAS LR MU IN OUT      (plain async Nesterov, one delta at a time)
+ *   sgd LEN NDELTAS LR IN OUT              (plain async SGD, one delta at a time; no m)
  *     IN:  θ0 f32[LEN], deltas f32[NDELTAS][LEN]
  *     OUT: θ after each delta f32[NDELTAS][LEN], then m (or u) f32[LEN] */
 #include "common/errors.h"
@@ -61,6 +62,24 @@ int main(int argc, char **argv) {
     free(th);
     free(u);
     free(avg);
+    fclose(in);
+    return fclose(out) == 0 ? 0 : 2;
+  }
+  if (strcmp(mode, "sgd") == 0 && argc == 7) {
+    size_t len = strtoull(argv[2], NULL, 10);
+    int nd = atoi(argv[3]);
+    float lr = strtof(argv[4], NULL);
+    FILE *in = fopen(argv[5], "rb"), *out = fopen(argv[6], "wb");
+    if (!in || !out) return 2;
+    float *th = malloc(len * 4), *g = malloc(len * 4);
+    rd(in, th, len * 4);
+    for (int t = 0; t < nd; t++) {
+      rd(in, g, len * 4);
+      outer_sgd_step(th, g, len, lr);
+      wr(out, th, len * 4);
+    }
+    free(th);
+    free(g);
     fclose(in);
     return fclose(out) == 0 ? 0 : 2;
   }
