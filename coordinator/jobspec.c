@@ -545,6 +545,29 @@ int jobspec_resolve_init(jobspec *js, const char *base) {
 
 /* ---- canonical JSON -------------------------------------------------------------------- */
 
+/* A number that parses back bit-identical: cJSON prints 15 significant digits whenever that
+ * is within its relative-epsilon test, which can be 1 ulp off (quorum 0.30000000000000004 came
+ * back 0.3) and drops digits of integers over 10^15 (seed 2^53-1 came back 2^53-2), so a job
+ * re-read from the database after a restart would train with other hyperparameters. Caught by
+ * the round-trip oracle of tests/fuzz/fuzz_jobspec (inputs kept in tests/fuzz/regress/jobspec/). */
+static void add_num(cJSON *o, const char *key, double v) {
+  char buf[40];
+  if (!isfinite(v)) {
+    cJSON_AddNullToObject(o, key);
+    return;
+  }
+  if (v == floor(v) && fabs(v) < 9007199254740992.0) {
+    snprintf(buf, sizeof buf, "%.0f", v);
+  } else {
+    for (int prec = 15; prec <= 17; prec++) {
+      snprintf(buf, sizeof buf, "%.*g", prec, v);
+      double back = strtod(buf, NULL);
+      if (memcmp(&back, &v, sizeof v) == 0) break;
+    }
+  }
+  cJSON_AddRawToObject(o, key, buf);
+}
+
 int jobspec_to_json(const jobspec *js, char **out) {
   *out = NULL;
   cJSON *r = cJSON_CreateObject();
@@ -554,13 +577,13 @@ int jobspec_to_json(const jobspec *js, char **out) {
   if (m) {
     if (js->init_dir[0]) cJSON_AddStringToObject(m, "init", js->init_dir);
     if (js->has_shape) {
-      cJSON_AddNumberToObject(m, "n_layer", js->model.n_layer);
-      cJSON_AddNumberToObject(m, "n_head", js->model.n_head);
-      cJSON_AddNumberToObject(m, "n_embd", js->model.n_embd);
-      cJSON_AddNumberToObject(m, "n_positions", js->model.n_positions);
-      cJSON_AddNumberToObject(m, "vocab_size", js->model.vocab_size);
+      add_num(m, "n_layer", js->model.n_layer);
+      add_num(m, "n_head", js->model.n_head);
+      add_num(m, "n_embd", js->model.n_embd);
+      add_num(m, "n_positions", js->model.n_positions);
+      add_num(m, "vocab_size", js->model.vocab_size);
     }
-    cJSON_AddNumberToObject(m, "seed", (double)js->seed);
+    add_num(m, "seed", (double)js->seed);
   }
   cJSON *d = cJSON_AddObjectToObject(r, "data");
   if (d) {
@@ -570,37 +593,37 @@ int jobspec_to_json(const jobspec *js, char **out) {
     for (int i = 0; v && i < js->n_val; i++) cJSON_AddItemToArray(v, cJSON_CreateString(js->val[i]));
   }
   cJSON_AddStringToObject(r, "algorithm", jobspec_algorithm_name(js->algorithm));
-  cJSON_AddNumberToObject(r, "replicas", js->replicas);
-  cJSON_AddNumberToObject(r, "inner_steps", js->inner_steps);
-  cJSON_AddNumberToObject(r, "rounds", js->rounds);
-  cJSON_AddNumberToObject(r, "batch", js->batch);
-  cJSON_AddNumberToObject(r, "seq_len", js->seq_len);
+  add_num(r, "replicas", js->replicas);
+  add_num(r, "inner_steps", js->inner_steps);
+  add_num(r, "rounds", js->rounds);
+  add_num(r, "batch", js->batch);
+  add_num(r, "seq_len", js->seq_len);
   cJSON *in = cJSON_AddObjectToObject(r, "inner");
   if (in) {
-    cJSON_AddNumberToObject(in, "lr", js->inner.lr);
-    cJSON_AddNumberToObject(in, "warmup", js->inner.warmup);
-    cJSON_AddNumberToObject(in, "lr_min_frac", js->inner.lr_min_frac);
-    cJSON_AddNumberToObject(in, "weight_decay", js->inner.weight_decay);
-    cJSON_AddNumberToObject(in, "beta1", js->inner.beta1);
-    cJSON_AddNumberToObject(in, "beta2", js->inner.beta2);
-    cJSON_AddNumberToObject(in, "eps", js->inner.eps);
-    cJSON_AddNumberToObject(in, "grad_clip", js->inner.grad_clip);
+    add_num(in, "lr", js->inner.lr);
+    add_num(in, "warmup", js->inner.warmup);
+    add_num(in, "lr_min_frac", js->inner.lr_min_frac);
+    add_num(in, "weight_decay", js->inner.weight_decay);
+    add_num(in, "beta1", js->inner.beta1);
+    add_num(in, "beta2", js->inner.beta2);
+    add_num(in, "eps", js->inner.eps);
+    add_num(in, "grad_clip", js->inner.grad_clip);
     cJSON_AddStringToObject(in, "state", jobspec_inner_state_name(js->inner.state));
   }
   cJSON *o = cJSON_AddObjectToObject(r, "outer");
   if (o) {
-    cJSON_AddNumberToObject(o, "lr", js->outer.lr);
-    cJSON_AddNumberToObject(o, "momentum", js->outer.momentum);
+    add_num(o, "lr", js->outer.lr);
+    add_num(o, "momentum", js->outer.momentum);
     cJSON_AddBoolToObject(o, "nesterov", js->outer.nesterov);
     cJSON_AddStringToObject(o, "rule", ASYNC_NAMES[js->outer.async_rule]);
-    cJSON_AddNumberToObject(o, "delay_buffer", js->outer.buffer);
-    cJSON_AddNumberToObject(o, "c", js->outer.c);
+    add_num(o, "delay_buffer", js->outer.buffer);
+    add_num(o, "c", js->outer.c);
   }
-  cJSON_AddNumberToObject(r, "max_staleness", js->max_staleness);
+  add_num(r, "max_staleness", js->max_staleness);
   cJSON *dy = cJSON_AddObjectToObject(r, "dylu");
   if (dy) {
     cJSON_AddBoolToObject(dy, "enabled", js->dylu.enabled);
-    cJSON_AddNumberToObject(dy, "min_steps", js->dylu.min_steps);
+    add_num(dy, "min_steps", js->dylu.min_steps);
   }
   cJSON *lv = cJSON_AddArrayToObject(r, "levels");
   for (int l = 0; lv && l < js->n_levels; l++) {
@@ -611,12 +634,12 @@ int jobspec_to_json(const jobspec *js, char **out) {
     cJSON_AddBoolToObject(e, "stem", L->stem);
     int ly[2] = {L->layer_begin, L->layer_end};
     cJSON_AddItemToObject(e, "layers", cJSON_CreateIntArray(ly, 2));
-    cJSON_AddNumberToObject(e, "modules", L->n_modules);
+    add_num(e, "modules", L->n_modules);
     cJSON_AddItemToArray(lv, e);
   }
   if (lv && cJSON_GetArraySize(lv) == 0) cJSON_DeleteItemFromObject(r, "levels");
-  cJSON_AddNumberToObject(r, "quorum", js->quorum);
-  cJSON_AddNumberToObject(r, "round_timeout_s", js->round_timeout_s);
+  add_num(r, "quorum", js->quorum);
+  add_num(r, "round_timeout_s", js->round_timeout_s);
   cJSON_AddStringToObject(r, "weighting", WEIGHT_NAMES[js->weighting]);
   char *s = cJSON_PrintUnformatted(r);
   cJSON_Delete(r);

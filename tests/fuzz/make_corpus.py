@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""tests/fuzz/make_corpus.py — writes the small seed corpora under tests/fuzz/corpus/<target>/.
+
+Run with /usr/bin/python3 from the repository root; the seeds are committed, so this only needs
+re-running when a format changes. Every seed is a valid (or nearly valid) input, so the fuzzers
+start past the first checks of each parser. Independent of the C code: formats are written
+from their specifications (safetensors, llm.c shards, protobuf wire format by hand)."""
+import json
+import os
+import struct
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+# ---- safetensors -----------------------------------------------------------------------------
+def safetensors(tensors, meta=None, pad=True):
+    hdr, blob = {}, b""
+    for name, dtype, shape, raw in tensors:
+        hdr[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(raw)]}
+        blob += raw
+    if meta is not None:
+        hdr["__metadata__"] = meta
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * (-(8 + len(h)) % 8)
+    return struct.pack("<Q", len(h)) + h + blob
+
+
+f32 = lambda *v: struct.pack("<%df" % len(v), *v)
+put("safetensors", "f32_two", safetensors([("a", "F32", [2, 2], f32(1, 2, 3, 4)), ("b", "F32", [3], f32(-1, 0.5, 7))],
+                                          {"format": "pt"}))
+put("safetensors", "bf16_f16", safetensors([("x", "BF16", [2], b"\x80\x3f\x00\x40"), ("y", "F16", [1, 2], b"\x00\x3c\x00\xc0")]))
+put("safetensors", "scalar_empty", safetensors([("s", "I64", [], struct.pack("<q", 5)), ("e", "F32", [0, 3], b""),
+                                                ("u", "U8", [3], b"\x01\x02\x03")], {"k": "v"}, pad=False))
+put("safetensors", "empty", safetensors([]))
+
+# ---- token shards ----------------------------------------------------------------------------
+def shard(tokens):
+    hdr = [20240520, 1, len(tokens)] + [0] * 253
+    return struct.pack("<256i", *hdr) + struct.pack("<%dH" % len(tokens), *tokens)
+
+
+put("shard", "ten", shard([50256, 15496, 11, 995, 0, 1, 2, 65535, 7, 50256]))
+put("shard", "empty", shard([]))
+
+# ---- model dir config.json -------------------------------------------------------------------
+put("modeldir_config", "tiny", json.dumps({"n_layer": 2, "n_head": 2, "n_embd": 16, "n_positions": 32,
+                                           "vocab_size": 64}))
+put("modeldir_config", "hf", json.dumps({
+    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "layer_norm_epsilon": 1e-05,
+    "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_inner": None, "n_layer": 12,
+    "n_positions": 1024, "scale_attn_weights": True, "tie_word_embeddings": True, "vocab_size": 50257}, indent=2))
+
+# ---- job specs -------------------------------------------------------------------------------
+base = {"name": "t1", "model": {"n_layer": 4, "n_head": 2, "n_embd": 8, "n_positions": 16, "vocab_size": 32},
+        "data": {"train": ["shards/train_*.bin"]}, "algorithm": "diloco", "replicas": 2, "inner_steps": 5,
+        "rounds": 3, "batch": 4, "seq_len": 8}
+put("jobspec", "minimal", json.dumps(base))
+full = dict(base, name="full-run_2", algorithm="dipaco", replicas=3,
+            model=dict(base["model"], seed=1234),
+            data={"train": ["a.bin", "dir/b_*.bin"], "val": ["v.bin"]},
+            inner={"lr": 0.001, "warmup": 5, "lr_min_frac": 1, "weight_decay": 0, "beta1": 0.8, "beta2": 0.99,
+                   "eps": 1e-6, "grad_clip": 0, "state": "reset"},
+            outer={"lr": 0.5, "momentum": 0.8, "nesterov": False, "c": 0},
+            levels=[{"stem": True, "layers": [0, 0], "modules": 1}, {"layers": [0, 2], "modules": 2},
+                    {"layers": [2, 4], "modules": 3}],
+            quorum=0.5, round_timeout_s=60, weighting="tokens")
+put("jobspec", "dipaco_full", json.dumps(full))
+put("jobspec", "init", json.dumps(dict(base, model={"init": "models/m"})))
+
+# ---- GPT-2 tokenizer files (encoder.json, "\n\x01\n", vocab.bpe) ----------------------------
+def byte_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+bu = byte_unicode()
+enc = {bu[b]: i for i, b in enumerate(sorted(bu, key=lambda b: ord(bu[b])))}
+merges = [("\u0120", "t"), ("h", "e"), ("\u0120t", "he"), ("i", "n"), ("in", "g")]
+for a, b in merges:
+    enc[a + b] = len(enc)
+enc["<|endoftext|>"] = len(enc)
+vocab = "#version: 0.2\n" + "".join("%s %s\n" % m for m in merges)
+put("tokenizer_files", "small", json.dumps(enc) + "\n\x01\n" + vocab)
+
+# ---- text for encode/decode ------------------------------------------------------------------
+put("tokenizer_roundtrip", "ascii", "Hello world, it's the quick brown fox. 12345 don't   \n\n  spaces\t")
+put("tokenizer_roundtrip", "utf8", "caf\u00e9 \u65e5\u672c\u8a9e \U0001F600 \u0085\u180e\ufeff <|endoftext|>")
+put("tokenizer_roundtrip", "invalid", b"ab\xff\xfe\xc3(\xe2\x82 \x00\x01 x\xf0\x9f\x98")
+
+# ---- protobuf wire format by hand ------------------------------------------------------------
+def varint(v):
+    out = b""
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def fv(field, v):  # varint field
+    return varint(field << 3) + varint(v)
+
+
+def fl(field, data):  # length-delimited field
+    data = data.encode() if isinstance(data, str) else data
+    return varint(field << 3 | 2) + varint(len(data)) + data
+
+
+def chunk(lease, frag, ver, off, total, data, crc=None, payload=0, codec=0):
+    m = fv(1, lease) + fv(2, frag) + fv(3, ver) + fv(4, off) + fv(5, total)
+    if codec:
+        m += fv(6, codec)
+    if crc is not None:
+        m += varint(7 << 3 | 5) + struct.pack("<I", crc)
+    m += fv(8, total // 4) + fv(10, 5) + fv(11, 4096)
+    if payload:
+        m += fv(12, payload)
+    return m + fl(15, data)
+
+
+# fuzz_chunk: byte 0 = slice mode
+put("chunk", "whole_one_slice", b"\x00" + chunk(7, 1, 3, 0, 16, f32(1, 2, 3, 4), crc=0x12345678))
+put("chunk", "middle_sliced", b"\x05" + chunk(7, 2, 3, 16, 64, f32(5, 6, 7, 8), payload=1))
+put("chunk", "empty_slices", b"\x83" + chunk(1, 1, 1, 0, 8, f32(1, 2), crc=1, codec=1))
+
+# fuzz_proto: byte 0 = message index (order of `message` in proto/dipaco.proto), byte 1 = slicing
+import re
+names = re.findall(r"^message (\w+)", open(os.path.join(ROOT, "..", "..", "..", "proto", "dipaco.proto")).read(), re.M)
+idx = {n: i for i, n in enumerate(names)}
+spec = json.dumps(full)
+protos = {
+    "RegisterRequest": fl(1, "host-1") + fl(2, "cpu") + fl(3, "x86_64") + fv(4, 8),
+    "HeartbeatRequest": fv(1, 3) + fl(2, b"\x08\x01"),
+    "LeaseRequest": fv(1, 1000),
+    "PullFragmentRequest": fv(1, 5) + fv(2, 1) + fv(3, 2),
+    "ReleaseRequest": fv(1, 5) + fv(2, 1),
+    "CreateJobRequest": fl(1, spec) + fl(2, "full-run_2"),
+    "JobRequest": fl(1, "t1"),
+    "ListWorkersRequest": fv(1, 1),
+    "ExportPathRequest": fl(1, "t1") + fv(2, 0),
+    "Chunk": chunk(1, 1, 1, 0, 8, f32(1, 2), crc=7),
+}
+for n, body in protos.items():
+    if n in idx:
+        put("proto", n, bytes([idx[n], 0]) + body)
+        put("proto", n + "_sliced", bytes([idx[n], 0x82]) + body)
+print("seeds written under", ROOT, file=sys.stderr)
