@@ -187,7 +187,8 @@ int main(int argc, char **argv) {
   }
   int use_tls = tls.cert_file || tls.key_file || tls.ca_file;
   if (use_tls && (!tls.cert_file || !tls.key_file)) {
-    fprintf(stderr, "dipaco-coordinator: TLS needs both --tls-cert and --tls-key (--tls-ca adds client certificates)\n");
+    fprintf(stderr, "dipaco-coordinator: TLS needs both --tls-cert and --tls-key "
+                    "(--tls-ca adds client certificates)\n");
     return 2;
   }
   if (no_auth && (join_file || admin_file)) {

@@ -30,7 +30,8 @@ int wc_set_credentials(const struct rpc_tls *tls, const char *join_token) {
   memset(&g_cred, 0, sizeof g_cred);
   if (join_token) {
     size_t n = strlen(join_token);
-    if (n == 0 || n > DPC_TOKEN_MAX) return dpc_err(DPC_ERANGE, "join token: %zu bytes; expected 1..%d", n, DPC_TOKEN_MAX);
+    if (n == 0 || n > DPC_TOKEN_MAX)
+      return dpc_err(DPC_ERANGE, "join token: %zu bytes; expected 1..%d", n, DPC_TOKEN_MAX);
     snprintf(g_cred.bearer, sizeof g_cred.bearer, "Bearer %s", join_token);
   }
   if (tls) {

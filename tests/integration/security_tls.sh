@@ -76,7 +76,11 @@ start_tls_coordinator() {
   done
   echo "coordinator did not come up"; tail -5 "$W/coordinator.log"; return 1
 }
-stop_coordinator() { kill -TERM "$COORD_PID"; wait "$COORD_PID"; }
+stop_coordinator() {
+  kill -TERM "$COORD_PID"; wait "$COORD_PID"
+  local rc=$?
+  [ $rc -eq 0 ] && ok "coordinator exits 0 on SIGTERM" || bad "coordinator exit status $rc"
+}
 
 # ---- TLS (server certificate only)
 start_tls_coordinator "$W/state" --tls-cert "$C/server.pem" --tls-key "$C/server.key" || exit 1
@@ -120,6 +124,8 @@ done
 [ -n "$seen" ] && ok "mTLS: a worker with a client certificate registers" ||
   bad "mTLS worker did not register: $(tail -3 "$W/worker-tlsw.log")"
 kill -TERM "$LAST_WORKER_PID"; wait "$LAST_WORKER_PID"
+rc=$?
+[ $rc -eq 0 ] && ok "the mTLS worker exits 0 on SIGTERM" || bad "the mTLS worker exit status $rc"
 stop_coordinator
 
 # ---- bad files stop the coordinator with a message that names the flag

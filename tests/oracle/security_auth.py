@@ -297,6 +297,19 @@ def body(grpc, pb, coord_bin, ctl, worker_bin, tmp, procs):
     ch.close()
     co.stop()
 
+    # ---- --insecure-no-auth: the explicit opt-out accepts calls without tokens
+    co = Coordinator(coord_bin, os.path.join(tmp, "state4"), log, "--insecure-no-auth")
+    procs.append(co.proc)
+    ch = grpc.insecure_channel(co.addr)
+    grpc.channel_ready_future(ch).result(timeout=30)
+    c, _ = code_of(stub("Coordinator", "Register"), pb.RegisterRequest(hostname="x"), timeout=10)
+    c2, _ = code_of(stub("Admin", "ListJobs"), pb.ListJobsRequest(), timeout=10)
+    check(c == grpc.StatusCode.OK and c2 == grpc.StatusCode.OK and
+          not os.path.exists(os.path.join(tmp, "state4", "admin.token")),
+          f"--insecure-no-auth: Register and Admin without tokens → OK, no token files ({c.name}, {c2.name})")
+    ch.close()
+    check(co.stop() == 0, "coordinator exits 0 on SIGTERM")
+
     # ---- bad token files stop the coordinator with a message
     os.chmod(na, 0o622)
     short = os.path.join(tmp, "short.token")
