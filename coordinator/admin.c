@@ -26,9 +26,13 @@
  *    version, path = the slot's path, fragment_id = the wire fragment id (dipacoctl job
  *    ledger prints them as a table). since_round applies to the produced version.
  *  - JobSummary.round for diloco-async: deltas applied (smallest fragment version) / slots.
- *  - No admin token is configured yet (no flag); every Admin call is allowed. */
+ *  - Authentication: every Admin call needs metadata "authorization: Bearer <admin token>"
+ *    (STATE/admin.token unless --admin-token-file; none with --insecure-no-auth). Missing or
+ *    unknown token → UNAUTHENTICATED; a valid credential without admin rights (the join token,
+ *    or a worker's id + session token) → PERMISSION_DENIED. */
 #include "coordinator/coord.h"
 
+#include "common/auth.h"
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
@@ -39,6 +43,7 @@
 
 #include <dirent.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,12 +52,61 @@
 #define MAX_REQ_BYTES (1u << 20)
 #define MAX_UPLOAD_BYTES ((uint64_t)16 << 30)
 
+static void sha256(const char *s, unsigned char out[DPC_TOKEN_HASH]) {
+  unsigned int n = 0;
+  EVP_Digest(s, strlen(s), out, &n, EVP_sha256(), NULL);
+}
+
+/* 1 if the call carries a valid worker identity (dipaco-worker-id + dipaco-session). */
+static int is_worker_session(struct rpc_call *call) {
+  char idbuf[32], tok[160];
+  if (rpc_call_md(call, RPC_MD_WORKER_ID, idbuf, sizeof idbuf) < 0 ||
+      rpc_call_md(call, RPC_MD_SESSION, tok, sizeof tok) < 0)
+    return 0;
+  char *end;
+  long long id = strtoll(idbuf, &end, 10);
+  store_worker w;
+  if (*end || id <= 0 || store_get_worker(g_coord->st, id, &w) < 0) return 0;
+  unsigned char h[DPC_TOKEN_HASH];
+  sha256(tok, h);
+  return dpc_ct_equal(h, w.token_hash, sizeof h);
+}
+
+/* The admin token check (see the header): 0 = allowed, -1 = the call was finished. */
+static int admin_authorize(struct rpc_call *call) {
+  const dpc_auth_keys *k = &dpc_coord_keys;
+  if (!k->has_admin) return 0;
+  char v[DPC_TOKEN_MAX + 32];
+  const char *tok = rpc_call_md(call, RPC_MD_AUTHORIZATION, v, sizeof v) >= 0 ? dpc_bearer_token(v) : NULL;
+  if (tok) {
+    unsigned char h[DPC_TOKEN_HASH];
+    sha256(tok, h);
+    if (dpc_ct_equal(h, k->admin, sizeof h)) return 0;
+    if (k->has_join && dpc_ct_equal(h, k->join, sizeof h)) {
+      rpc_call_finish(call, RPC_PERMISSION_DENIED, "%s: the join token does not allow Admin calls; use the admin token",
+                      rpc_call_method(call));
+      return -1;
+    }
+  }
+  if (is_worker_session(call)) {
+    rpc_call_finish(call, RPC_PERMISSION_DENIED, "%s: a worker session may not call Admin methods",
+                    rpc_call_method(call));
+    return -1;
+  }
+  rpc_call_finish(call, RPC_UNAUTHENTICATED,
+                  "%s: %s admin token; send \"authorization: Bearer TOKEN\" (dipacoctl --token-file "
+                  "STATE/admin.token or $DIPACO_ADMIN_TOKEN)",
+                  rpc_call_method(call), tok ? "wrong" : "missing");
+  return -1;
+}
+
 static int unpack(struct rpc_call *call, const struct grpc_byte_buffer *req, const ProtobufCMessageDescriptor *d,
                   ProtobufCMessage **out) {
   if (g_coord->stopping) {
     rpc_call_finish(call, RPC_UNAVAILABLE, "coordinator is shutting down; retry with backoff");
     return -1;
   }
+  if (admin_authorize(call)) return -1;
   int rc = rpc_msg_unpack(req, d, MAX_REQ_BYTES, out);
   if (rc < 0) {
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "malformed %s: %s", d->name, dpc_errmsg());
@@ -161,6 +215,7 @@ static void upload_on_call(struct rpc_call *call, const struct grpc_byte_buffer 
     rpc_call_finish(call, RPC_UNAVAILABLE, "coordinator is shutting down; retry with backoff");
     return;
   }
+  if (admin_authorize(call)) return;
   upload *u = calloc(1, sizeof *u);
   if (!u) {
     rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");

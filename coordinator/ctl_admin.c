@@ -5,8 +5,11 @@
  *
  * Exit status: 0 ok, 1 runtime or server error, 2 usage error, 3 `job wait` timed out.
  * The coordinator address comes from --coordinator (before or after the command),
- * $DIPACO_COORDINATOR, or 127.0.0.1:7070; $DIPACO_ADMIN_TOKEN, when set, is sent as
- * "authorization: Bearer TOKEN" on every call. $DIPACO_CTL_TIMEOUT_MS bounds each unary call
+ * $DIPACO_COORDINATOR, or 127.0.0.1:7070. The admin token (--token-file FILE, else
+ * $DIPACO_ADMIN_TOKEN) is sent as "authorization: Bearer TOKEN" on every call. TLS:
+ * --tls-ca FILE verifies the coordinator's certificate; --tls-cert/--tls-key add a client
+ * certificate (mutual TLS). These flags go before or after the command.
+ * $DIPACO_CTL_TIMEOUT_MS bounds each unary call
  * (default 30000).
  *
  * Job specs are validated here with coordinator/jobspec.h before anything is sent. A spec
@@ -14,6 +17,7 @@
  * resolved against DIR/config.json, so the spec sent to CreateJob is the canonical form
  * carrying both "init" (made absolute) and the shape; DIR is loaded with modeldir_load,
  * re-serialised as a canonical F32 safetensors file and uploaded with UploadInitialModel. */
+#include "common/auth.h"
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
@@ -1070,9 +1074,14 @@ int ctl_admin(const char *coordinator, int argc, char **argv) {
   int json = 0, paused = 0, all = 0, path = -1, poll_ms = 500;
   long version = 0, job = 0;
   float timeout_s = 0;
-  const char *coord_opt = NULL, *state = NULL, *out = NULL, *reason = NULL;
+  const char *coord_opt = NULL, *state = NULL, *out = NULL, *reason = NULL, *token_file = NULL;
+  struct rpc_tls tls = {0};
   ctl_opt opts[] = {{"json", CTL_FLAG, &json, 0, 0},
                     {"coordinator", CTL_STR, &coord_opt, 0, 0},
+                    {"token-file", CTL_STR, &token_file, 0, 0},
+                    {"tls-ca", CTL_STR, &tls.ca_file, 0, 0},
+                    {"tls-cert", CTL_STR, &tls.cert_file, 0, 0},
+                    {"tls-key", CTL_STR, &tls.key_file, 0, 0},
                     {"paused", CTL_FLAG, &paused, 0, 0},
                     {"state", CTL_STR, &state, 0, 0},
                     {"reason", CTL_STR, &reason, 0, 0},
@@ -1137,14 +1146,27 @@ int ctl_admin(const char *coordinator, int argc, char **argv) {
   }
   if (is_export) rpc_tune_malloc();
 
-  struct rpc_client_config cc = {.target = a.addr, .max_msg_bytes = 0, .own_connection = 0, .tls = NULL};
+  int use_tls = tls.ca_file || tls.cert_file || tls.key_file;
+  if (use_tls && (!tls.ca_file || !tls.cert_file != !tls.key_file)) {
+    fprintf(stderr, "dipacoctl %s: TLS needs --tls-ca FILE (and --tls-cert with --tls-key for mutual TLS)\n", a.cmd);
+    free(pos);
+    return 2;
+  }
+  char file_tok[DPC_TOKEN_MAX + 1] = "";
+  if (token_file && dpc_token_read_file(token_file, file_tok, sizeof file_tok)) {
+    fprintf(stderr, "dipacoctl %s: --token-file: %s\n", a.cmd, dpc_errmsg());
+    free(pos);
+    return 2;
+  }
+  struct rpc_client_config cc = {.target = a.addr, .max_msg_bytes = 0, .own_connection = 0,
+                                 .tls = use_tls ? &tls : NULL};
   int rc = rpc_client_open(&cc, &a.cli);
   if (rc) {
     int st = fail(&a, NULL, rc);
     free(pos);
     return st;
   }
-  const char *tok = getenv("DIPACO_ADMIN_TOKEN");
+  const char *tok = token_file ? file_tok : getenv("DIPACO_ADMIN_TOKEN");
   if (tok && tok[0]) {
     char bearer[1024];
     size_t tl = strcspn(tok, "\r\n");

@@ -11,7 +11,12 @@
  *    the layout); num_floats its length. Plain DiLoCo: one fragment, offset 0, all params.
  *  - Sessions. The session token is 32 random bytes (getrandom) in hex; the store keeps only
  *    its SHA-256. Register with a valid (previous_worker_id, previous_session) pair keeps the
- *    worker id and token. A worker call with missing metadata, an unknown worker id or a
+ *    worker id and token. Register itself needs the cluster's join token as metadata
+ *    "authorization: Bearer <join token>" (common/auth.h; none with --insecure-no-auth):
+ *    missing or wrong → UNAUTHENTICATED, the admin token → PERMISSION_DENIED (least
+ *    privilege: it is not a join token). A call on another worker's lease (Heartbeat,
+ *    PullFragment, PushDelta, Release) → PERMISSION_DENIED. A worker call with missing
+ *    metadata, an unknown worker id or a
  *    wrong token fails UNAUTHENTICATED — except Heartbeat from a worker id the store does not
  *    know at all, which answers OK with COMMAND_REREGISTER (the coordinator lost its state).
  *  - Lease. A worker that already holds an active lease gets the same lease again. With
@@ -53,6 +58,7 @@
  *  - While shutting down every new call gets UNAVAILABLE. */
 #include "coordinator/coord.h"
 
+#include "common/auth.h"
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/log.h"
@@ -250,6 +256,20 @@ static void on_register(struct rpc_call *call, const struct grpc_byte_buffer *re
     rpc_call_finish(call, RPC_UNAVAILABLE, "coordinator is shutting down; retry with backoff");
     return;
   }
+  if (dpc_coord_keys.has_join) {
+    char v[DPC_TOKEN_MAX + 32];
+    const char *jt = rpc_call_md(call, RPC_MD_AUTHORIZATION, v, sizeof v) >= 0 ? dpc_bearer_token(v) : NULL;
+    unsigned char h[STORE_TOKEN_HASH_BYTES];
+    if (jt) hash_token(jt, h);
+    if (!jt || !ct_equal(h, dpc_coord_keys.join, sizeof h)) {
+      int admin = jt && dpc_coord_keys.has_admin && ct_equal(h, dpc_coord_keys.admin, sizeof h);
+      rpc_call_finish(call, admin ? RPC_PERMISSION_DENIED : RPC_UNAUTHENTICATED,
+                      "Register: %s; send \"authorization: Bearer <join token>\" (dipaco-worker --token-file "
+                      "STATE/join.token)",
+                      admin ? "the admin token is not a join token" : jt ? "wrong join token" : "missing join token");
+      return;
+    }
+  }
   ProtobufCMessage *pm;
   if (unpack(call, req, &dipaco__v1__register_request__descriptor, &pm)) return;
   Dipaco__V1__RegisterRequest *r = (Dipaco__V1__RegisterRequest *)pm;
@@ -345,7 +365,7 @@ static void on_heartbeat(struct rpc_call *call, const struct grpc_byte_buffer *r
       return;
     }
     if (l.worker != worker) {
-      rpc_call_finish(call, RPC_FAILED_PRECONDITION, "lease %lld belongs to another worker", (long long)l.id);
+      rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l.id);
       protobuf_c_message_free_unpacked(pm, NULL);
       return;
     }
@@ -612,7 +632,7 @@ static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, v
   if (r->lease_id == 0 || r->lease_id > INT64_MAX || store_get_lease(c->st, (int64_t)r->lease_id, &l) < 0) {
     rpc_call_finish(call, RPC_NOT_FOUND, "lease_id %llu: no such lease", (unsigned long long)r->lease_id);
   } else if (l.worker != worker) {
-    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "lease %lld belongs to another worker", (long long)l.id);
+    rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l.id);
   } else if (l.state != LEASE_ACTIVE) {
     rpc_call_finish(call, RPC_ABORTED, "lease %lld is no longer active; ask for a new lease", (long long)l.id);
   } else if (r->fragment_id == 0 || r->fragment_id > 1u << 30 ||
@@ -854,7 +874,7 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   }
   p->have_lease = 1;
   if (p->lease.worker != p->worker) {
-    push_fail(p, RPC_FAILED_PRECONDITION, "lease %lld belongs to another worker", (long long)p->lease.id);
+    push_fail(p, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)p->lease.id);
     return -1;
   }
   coord_job *j = coord_job_get(c, p->lease.job);
@@ -1145,7 +1165,7 @@ static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req
   if (r->lease_id == 0 || r->lease_id > INT64_MAX || store_get_lease(c->st, (int64_t)r->lease_id, &l) < 0) {
     rpc_call_finish(call, RPC_NOT_FOUND, "lease_id %llu: no such lease", (unsigned long long)r->lease_id);
   } else if (l.worker != worker) {
-    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "lease %lld belongs to another worker", (long long)l.id);
+    rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l.id);
   } else {
     if (l.state == LEASE_ACTIVE) {
       int rc = store_end_lease(c->st, l.id, LEASE_RELEASED, 0, 0, coord_now_ms());

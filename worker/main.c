@@ -6,9 +6,11 @@
  * pipe; a signal thread reads the pipe. The first signal asks the worker to stop (a lease in
  * progress is released, RELEASE_PREEMPTED) and starts the grace period (--grace-s); a second
  * signal, or the end of the grace period, exits at once with status 1. */
+#include "common/auth.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "worker/client.h"
 #include "worker/worker.h"
 
 #include <errno.h>
@@ -41,6 +43,10 @@ static const char usage[] =
     "  --grace-s N              after SIGTERM, exit within N seconds (default 30)\n"
     "  --slowdown X             X >= 1: each inner step takes X times as long (sleeps (X-1) times\n"
     "                           the measured step time; simulates a slower machine; default 1)\n"
+    "  --token-file FILE        the cluster's join token (the coordinator's STATE/join.token;\n"
+    "                           default $DIPACO_JOIN_TOKEN), presented to Register\n"
+    "  --tls-ca FILE            use TLS; verify the coordinator's certificate against this CA\n"
+    "  --tls-cert FILE --tls-key FILE  client certificate and key (mutual TLS)\n"
     "  --log-level L            debug, info, warn or error (default info)\n"
     "  --log-json               JSON log lines (default: when stderr is not a terminal)\n"
     "  --help                   this text\n";
@@ -98,6 +104,8 @@ int main(int argc, char **argv) {
   memset(&o, 0, sizeof o);
   o.backend = GPT_BACKEND_CPU;
   int log_json = -1, grace_s = 30;
+  const char *token_file = NULL;
+  struct rpc_tls tls = {0};
   enum dpc_log_level level = DPC_LOG_INFO;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -163,6 +171,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dipaco-worker: --log-level: %s\n", dpc_errmsg());
         return 2;
       }
+    } else if (!strcmp(a, "--token-file")) {
+      NEEDS_VALUE;
+      token_file = v;
+    } else if (!strcmp(a, "--tls-ca")) {
+      NEEDS_VALUE;
+      tls.ca_file = v;
+    } else if (!strcmp(a, "--tls-cert")) {
+      NEEDS_VALUE;
+      tls.cert_file = v;
+    } else if (!strcmp(a, "--tls-key")) {
+      NEEDS_VALUE;
+      tls.key_file = v;
     } else if (!strcmp(a, "--log-json")) {
       log_json = 1;
     } else {
@@ -180,6 +200,32 @@ int main(int argc, char **argv) {
     return 2;
   }
   dpc_log_init("worker", log_json, level);
+  int use_tls = tls.ca_file || tls.cert_file || tls.key_file;
+  if (use_tls && (!tls.ca_file || !tls.cert_file != !tls.key_file)) {
+    fprintf(stderr, "dipaco-worker: TLS needs --tls-ca (and --tls-cert with --tls-key for mutual TLS)\n");
+    return 2;
+  }
+  char join[DPC_TOKEN_MAX + 1] = "";
+  const char *env_tok = getenv("DIPACO_JOIN_TOKEN");
+  if (token_file && dpc_token_read_file(token_file, join, sizeof join)) {
+    fprintf(stderr, "dipaco-worker: --token-file: %s\n", dpc_errmsg());
+    return 2;
+  } else if (!token_file && env_tok && *env_tok) {
+    if (strlen(env_tok) > DPC_TOKEN_MAX) {
+      fprintf(stderr, "dipaco-worker: $DIPACO_JOIN_TOKEN is longer than %d bytes\n", DPC_TOKEN_MAX);
+      return 2;
+    }
+    snprintf(join, sizeof join, "%s", env_tok);
+  }
+  if (wc_set_credentials(use_tls ? &tls : NULL, join[0] ? join : NULL)) {
+    fprintf(stderr, "dipaco-worker: %s\n", dpc_errmsg());
+    return 2;
+  }
+  int have_token = join[0] != 0;
+  memset(join, 0, sizeof join);
+  if (!have_token)
+    DPC_WARN("no join token (--token-file or $DIPACO_JOIN_TOKEN): Register is refused unless the coordinator "
+             "runs with --insecure-no-auth");
   o.progress = isatty(STDERR_FILENO) && log_json != 1;
 
   /* Before any thread exists, so that every thread (gRPC's, OpenMP's) inherits the mask. */
