@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# tests/bench/async_heterogeneity.sh — sync DiLoCo vs async Nesterov vs async delayed Nesterov +
+# DyLU (Liu et al. 2024, Table 1 shape) under four levels of worker heterogeneity, at equal
+# total inner steps (rounds × H × R). Each run: a fresh coordinator, one job, 4 real workers
+# (--threads 1) with per-worker --slowdown factors; then the final model's eval loss on the
+# held-out split (dipacoctl eval) and the job's wall-clock time. Prints one table.
+# Not part of CI (minutes on 2 cores). Release build in build-async-rel.
+# Environment: H (default 10), ROUNDS (6), B (8), T (64), C (64), L (2), EVAL_BATCHES (16),
+# FILES (number of demo-corpus files, 12), OUTER_LR (0.7), LEVELS (all four, e.g. "none very").
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+H=${H:-10}; ROUNDS=${ROUNDS:-6}; B=${B:-8}; T=${T:-64}; C=${C:-64}; L=${L:-2}; NH=2; V=256; R=4
+EVAL_BATCHES=${EVAL_BATCHES:-16}; FILES=${FILES:-12}; OUTER_LR=${OUTER_LR:-0.7}
+LEVELS=${LEVELS:-"none slight moderate very"}
+declare -A SLOW=([none]="1 1 1 1" [slight]="1 1.2 1.4 1.6" [moderate]="1 1.5 2 3" [very]="1 1.3 2.6 5.7")
+work=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${KEEP:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+cmake -S . -B build-async-rel -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build-async-rel -j"$(nproc)" --target dipaco-coordinator dipaco-worker dipacoctl >/dev/null
+CO=build-async-rel/coordinator/dipaco-coordinator
+WK=build-async-rel/worker/dipaco-worker
+CTL=build-async-rel/coordinator/dipacoctl
+assets=$(bash deploy/fetch_assets.sh tests/.cache)
+"$CTL" data prepare --tokenizer byte --out "$work/data" --val-fraction 0.1 $(ls "$assets"/sotu/*.txt | head -n "$FILES") 2>/dev/null
+"$CTL" init --n-layer $L --n-head $NH --n-embd $C --n-positions $T --vocab-size $V --seed 1 --out "$work/init" 2>/dev/null
+VAL=$(ls "$work"/data/val_*.bin)
+
+# run ALGO LEVEL -> prints "loss wall_s"
+run() {
+  local algo=$1 level=$2 d="$work/run_$1_$2"
+  mkdir -p "$d"
+  local outer dy="" alg=diloco-async
+  case $algo in
+    sync) alg=diloco; outer="\"lr\": $OUTER_LR, \"momentum\": 0.9, \"nesterov\": true" ;;
+    async-nesterov) outer="\"rule\": \"nesterov\", \"lr\": $OUTER_LR, \"momentum\": 0.9" ;;
+    async-dn-dylu) outer="\"rule\": \"delayed-nesterov\", \"lr\": $OUTER_LR, \"momentum\": 0.9"
+                   dy=", \"dylu\": {\"enabled\": true, \"min_steps\": $(( H / 5 > 0 ? H / 5 : 1 ))}" ;;
+  esac
+  cat > "$d/spec.json" <<JSON
+{"name": "bench", "model": {"init": "$work/init"}, "data": {"train": ["data/train_*.bin"]},
+ "algorithm": "$alg", "replicas": $R, "inner_steps": $H, "rounds": $ROUNDS, "batch": $B, "seq_len": $T,
+ "inner": {"lr": 0.003, "warmup": $H, "lr_min_frac": 0.1, "state": "keep"},
+ "outer": {$outer}$dy}
+JSON
+  local port
+  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$CO" --listen "127.0.0.1:$port" --state-dir "$d/state" --heartbeat-ms 200 --insecure-no-auth \
+    2>"$d/coord.log" >/dev/null &
+  local cpid=$!
+  PIDS+=("$cpid")
+  export DIPACO_COORDINATOR=127.0.0.1:$port
+  for _ in $(seq 1 100); do "$CTL" status >/dev/null 2>&1 && break; sleep 0.1; done
+  local job
+  job=$("$CTL" job create "$d/spec.json" --paused 2>>"$d/ctl.log") || { echo "create failed" >&2; cat "$d/ctl.log" >&2; exit 1; }
+  local i=0 wp=()
+  for x in ${SLOW[$level]}; do
+    i=$((i + 1))
+    "$WK" --coordinator "127.0.0.1:$port" --data-dir "$work" --threads 1 --name "w$i" --slowdown "$x" \
+      --exit-when-done --poll-ms 200 --log-json 2>"$d/worker$i.log" &
+    wp+=($!); PIDS+=($!)
+  done
+  sleep 1 # all workers registered before the clock starts
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$CTL" job resume "$job" >>"$d/ctl.log" 2>&1
+  "$CTL" job wait "$job" --timeout 1800 --poll-ms 50 >>"$d/ctl.log" 2>&1 || { echo "job failed: $d" >&2; tail "$d"/*.log >&2; exit 1; }
+  t1=$(date +%s.%N)
+  "$CTL" job export "$job" --path 0 --out "$d/out" >>"$d/ctl.log" 2>&1
+  for p in "${wp[@]}"; do wait "$p" || true; done
+  kill "$cpid" 2>/dev/null; wait "$cpid" 2>/dev/null || true
+  local loss
+  loss=$("$CTL" eval --model "$d/out" --data $VAL --batch $B --seq-len $T --batches "$EVAL_BATCHES" --threads 2 --json 2>/dev/null |
+         /usr/bin/python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["loss"])')
+  echo "$loss $(/usr/bin/python3 -c "print('%.1f' % ($t1 - $t0))")"
+}
+
+init_loss=$("$CTL" eval --model "$work/init" --data $VAL --batch $B --seq-len $T --batches "$EVAL_BATCHES" --threads 2 --json 2>/dev/null |
+            /usr/bin/python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["loss"])')
+echo "async_heterogeneity: GPT-2 L=$L C=$C T=$T byte vocab, B=$B, R=$R workers, H=$H, rounds=$ROUNDS"
+echo "  ($((ROUNDS * H * R)) inner steps per run), outer lr $OUTER_LR momentum 0.9; initial eval loss $init_loss"
+printf "%-10s %-22s | %-16s | %-16s | %-16s\n" "level" "slowdowns" "sync DiLoCo" "async Nesterov" "async DN+DyLU"
+printf "%-10s %-22s | %-16s | %-16s | %-16s\n" "" "" "loss   wall s" "loss   wall s" "loss   wall s"
+for level in $LEVELS; do
+  row=()
+  for algo in sync async-nesterov async-dn-dylu; do
+    read -r loss wall < <(run $algo "$level")
+    row+=("$(printf "%-6s %6s" "$loss" "$wall")")
+  done
+  printf "%-10s %-22s | %-16s | %-16s | %-16s\n" "$level" "{${SLOW[$level]// /,}}" "${row[0]}" "${row[1]}" "${row[2]}"
+done
