@@ -9,6 +9,9 @@
 #  - replaying the ledger (version 0 + the applied delta blobs, in order) through the
 #    reference rule (tests/oracle/async_replay.py) gives the coordinator's parameters to
 #    1e-5 relative, and the exported model holds exactly those parameters.
+# Then a second job (plain async "nesterov", max_staleness 1, no DyLU) on fresh workers:
+# deltas staler than 1 are dropped (PUSH_STALE, state 'dropped'), every applied one has
+# staleness <= 1, the step budget is still exact, and its ledger replays to 1e-5.
 set -euo pipefail
 CTL=$1; COORDINATOR_BIN=$2; WORKER_BIN=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -71,4 +74,38 @@ assert max(st) > 0, "no delta was stale: the async path was not exercised"
 PY
 $PY "$HERE/../oracle/async_replay.py" --state "$W/state" --job "$JOB" --export "$W/out" --tol 1e-5 || fail "replay differs"
 grep -q '"level":"error"' "$W"/worker-*.log && fail "a worker logged an error"
+
+# ---- second job: plain async Nesterov with max_staleness 1 ----
+start_coordinator "$W/state" --heartbeat-ms 100 --lease-ttl-ms 5000 || fail "coordinator (2)"
+H2=4; R2=3; ROUNDS2=4
+cat > "$W/spec2.json" <<JSON
+{"name": "async-stale", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
+ "algorithm": "diloco-async", "replicas": $R2, "inner_steps": $H2, "rounds": $ROUNDS2, "batch": 4, "seq_len": 32,
+ "inner": {"lr": 0.003, "state": "reset"}, "outer": {"rule": "nesterov", "lr": 0.5, "momentum": 0.9},
+ "max_staleness": 1}
+JSON
+JOB2=$("$CTL" --coordinator "$COORD" job create "$W/spec2.json" 2>>"$W/ctl.log") || fail "job create (2)"
+"$CTL" --coordinator "$COORD" job show "$JOB2" 2>>"$W/ctl.log" | grep -q "max_staleness *1" || fail "job show lacks max_staleness"
+i=0
+for x in 1 2 4; do
+  i=$((i + 1))
+  start_worker "v$i" "$W" --slowdown "$x" --exit-when-done --log-json
+done
+"$CTL" --coordinator "$COORD" job wait "$JOB2" --timeout 120 >>"$W/ctl.log" 2>&1 || fail "job 2 did not finish"
+kill -TERM "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
+$PY - "$W/state/dipaco.db" "$JOB2" "$H2" "$R2" "$ROUNDS2" <<'PY' || fail "max_staleness checks"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1]); job = int(sys.argv[2]); H, R, ROUNDS = map(int, sys.argv[3:6])
+total = db.execute("SELECT SUM(inner_steps) FROM leases WHERE job=? AND state='finished'", (job,)).fetchone()[0]
+assert total == ROUNDS * H * R, f"budget {total} != {ROUNDS * H * R}"
+st = [v - 1 - b for v, b in db.execute("SELECT applied_version, base_version FROM deltas WHERE job=? AND state='applied' "
+                                       "ORDER BY applied_version", (job,))]
+dropped = db.execute("SELECT COUNT(*) FROM deltas WHERE job=? AND state='dropped'", (job,)).fetchone()[0]
+stale_acks = db.execute("SELECT COUNT(*) FROM leases l WHERE job=? AND state='finished' AND NOT EXISTS "
+                        "(SELECT 1 FROM deltas d WHERE d.lease = l.id)", (job,)).fetchone()[0]
+print(f"async_e2e: max_staleness 1: applied staleness {st}, {dropped} dropped at apply, {stale_acks} refused at push")
+assert st and max(st) <= 1, "a delta staler than max_staleness was applied"
+assert dropped + stale_acks > 0, "no delta was refused as stale: the max_staleness path was not exercised"
+PY
+$PY "$HERE/../oracle/async_replay.py" --state "$W/state" --job "$JOB2" --tol 1e-5 || fail "replay (2) differs"
 echo "async_e2e: ok"
