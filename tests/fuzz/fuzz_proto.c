@@ -22,48 +22,8 @@
 #include <string.h>
 
 static const ProtobufCMessageDescriptor *const k_desc[] = {
-    &dipaco__v1__chunk__descriptor,
-    &dipaco__v1__fragment_info__descriptor,
-    &dipaco__v1__slot__descriptor,
-    &dipaco__v1__model_shape__descriptor,
-    &dipaco__v1__hyper__descriptor,
-    &dipaco__v1__data_window__descriptor,
-    &dipaco__v1__register_request__descriptor,
-    &dipaco__v1__register_response__descriptor,
-    &dipaco__v1__heartbeat_request__descriptor,
-    &dipaco__v1__heartbeat_response__descriptor,
-    &dipaco__v1__lease_request__descriptor,
-    &dipaco__v1__lease__descriptor,
-    &dipaco__v1__lease_response__descriptor,
-    &dipaco__v1__pull_fragment_request__descriptor,
-    &dipaco__v1__fragment_ack__descriptor,
-    &dipaco__v1__push_delta_response__descriptor,
-    &dipaco__v1__release_request__descriptor,
-    &dipaco__v1__release_response__descriptor,
-    &dipaco__v1__push_inner_state_response__descriptor,
-    &dipaco__v1__pull_inner_state_request__descriptor,
-    &dipaco__v1__job_summary__descriptor,
-    &dipaco__v1__job__descriptor,
-    &dipaco__v1__upload_initial_model_response__descriptor,
-    &dipaco__v1__create_job_request__descriptor,
-    &dipaco__v1__list_jobs_request__descriptor,
-    &dipaco__v1__list_jobs_response__descriptor,
-    &dipaco__v1__job_request__descriptor,
-    &dipaco__v1__worker_info__descriptor,
-    &dipaco__v1__list_workers_request__descriptor,
-    &dipaco__v1__list_workers_response__descriptor,
-    &dipaco__v1__drain_worker_request__descriptor,
-    &dipaco__v1__list_paths_request__descriptor,
-    &dipaco__v1__slot_info__descriptor,
-    &dipaco__v1__path_info__descriptor,
-    &dipaco__v1__list_paths_response__descriptor,
-    &dipaco__v1__module_info__descriptor,
-    &dipaco__v1__list_modules_request__descriptor,
-    &dipaco__v1__list_modules_response__descriptor,
-    &dipaco__v1__get_metrics_request__descriptor,
-    &dipaco__v1__metric_point__descriptor,
-    &dipaco__v1__get_metrics_response__descriptor,
-    &dipaco__v1__export_path_request__descriptor};
+#include "fuzz_proto_list.h" /* every message of proto/dipaco.proto, in file order */
+};
 #define N_DESC (sizeof k_desc / sizeof k_desc[0])
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

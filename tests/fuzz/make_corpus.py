@@ -42,6 +42,33 @@ put("safetensors", "scalar_empty", safetensors([("s", "I64", [], struct.pack("<q
                                                 ("u", "U8", [3], b"\x01\x02\x03")], {"k": "v"}, pad=False))
 put("safetensors", "empty", safetensors([]))
 
+# ---- model weights for the fixed tiny config of fuzz_modeldir_load (L=1, C=4, V=8, P=4) -----
+def gpt2_tensors(C=4, V=8, P=4, prefix="", dtype="F32"):
+    shapes = [("wte.weight", [V, C]), ("wpe.weight", [P, C])]
+    for n, s in [("ln_1.weight", [C]), ("ln_1.bias", [C]), ("attn.c_attn.weight", [C, 3 * C]),
+                 ("attn.c_attn.bias", [3 * C]), ("attn.c_proj.weight", [C, C]), ("attn.c_proj.bias", [C]),
+                 ("ln_2.weight", [C]), ("ln_2.bias", [C]), ("mlp.c_fc.weight", [C, 4 * C]),
+                 ("mlp.c_fc.bias", [4 * C]), ("mlp.c_proj.weight", [4 * C, C]), ("mlp.c_proj.bias", [C])]:
+        shapes.append(("h.0." + n, s))
+    shapes += [("ln_f.weight", [C]), ("ln_f.bias", [C])]
+    out, k = [], 0
+    for n, s in shapes:
+        numel = 1
+        for d in s:
+            numel *= d
+        vals = [((k + i) % 7 - 3) * 0.125 for i in range(numel)]
+        k += numel
+        raw = f32(*vals) if dtype == "F32" else b"".join(struct.pack("<f", v)[2:] for v in vals)
+        out.append((prefix + n, dtype, s, raw))
+    return out
+
+
+put("modeldir_load", "f32", safetensors(gpt2_tensors()))
+put("modeldir_load", "bf16_prefixed", safetensors(gpt2_tensors(prefix="transformer.", dtype="BF16"), {"format": "pt"}))
+t = gpt2_tensors()
+put("modeldir_load", "tied_head", safetensors(t + [("lm_head.weight", "F32", [8, 4], t[0][3]),
+                                                   ("h.0.attn.bias", "F32", [1, 1, 4, 4], f32(*([1.0] * 16)))]))
+
 # ---- token shards ----------------------------------------------------------------------------
 def shard(tokens):
     hdr = [20240520, 1, len(tokens)] + [0] * 253
@@ -75,6 +102,11 @@ full = dict(base, name="full-run_2", algorithm="dipaco", replicas=3,
             quorum=0.5, round_timeout_s=60, weighting="tokens")
 put("jobspec", "dipaco_full", json.dumps(full))
 put("jobspec", "init", json.dumps(dict(base, model={"init": "models/m"})))
+js = json.dumps(base)
+put("jobspec", "edges", json.dumps(dict(base, rounds=2147483647, inner_steps=2147483647, quorum=0.30000000000000004,
+                                        round_timeout_s=5e-324, model=dict(base["model"], seed=9007199254740991),
+                                        levels=[{"stem": True, "layers": [0, 4], "modules": 256}])))
+put("jobspec", "huge_numbers", js[:-1] + ', "replicas": 1e999, "round_timeout_s": -1e999, "name": "t\\u0000x"}')
 
 # ---- GPT-2 tokenizer files (encoder.json, "\n\x01\n", vocab.bpe) ----------------------------
 def byte_unicode():

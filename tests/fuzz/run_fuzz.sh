@@ -17,7 +17,7 @@ if [ ! -x "$bin" ]; then
   echo "FAIL: $bin is missing; build it with: cmake --build <build dir> --target dipaco_fuzz"
   exit 1
 fi
-export ASAN_OPTIONS=${FUZZ_ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1}
+export ASAN_OPTIONS=${FUZZ_ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1:quarantine_size_mb=32}
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 art=${FUZZ_ARTIFACTS:-$(dirname "$bin")/artifacts}/$name
 mkdir -p "$art"

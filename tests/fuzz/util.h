@@ -14,7 +14,8 @@ void fz_init(void);
  * every call); returns its path "/proc/self/fd/N". */
 const char *fz_memfile(const uint8_t *data, size_t n);
 
-/* A private directory (created once, removed at exit). */
+/* A private directory (created once under $TMPDIR, else /dev/shm, else /tmp; removed at
+ * exit). */
 const char *fz_dir(void);
 
 /* Write data[0..n) to <fz_dir()>/<name> (plain write; not atomic, not synced). */
