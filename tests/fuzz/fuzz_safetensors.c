@@ -1,11 +1,13 @@
 /* fuzz_safetensors.c — libFuzzer target: a safetensors file (common/safetensors.c).
  * The input is the whole file. When st_open accepts it, the invariants its header comment
  * promises are checked (tensors tile the data section, sizes = numel x dtype size, names are
- * found again) and every tensor is read raw and, for float dtypes, as f32. */
+ * found again), every tensor is read raw and, for float dtypes, as f32, and writing the
+ * tensors back with st_write gives a file that opens to the same tensors and bytes. */
 #include "util.h"
 
 #include "common/safetensors.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +16,34 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argv;
   fz_init();
   return 0;
+}
+
+/* st_write the tensors of f (data section at `sec`) and check the copy reads back the same. */
+static void rewrite(const st_file *f, const uint8_t *sec) {
+  int n = st_num_tensors(f);
+  st_write_tensor w[64];
+  for (int i = 0; i < n; i++) {
+    const st_tensor *t = st_get(f, i);
+    w[i] = (st_write_tensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .data = sec + t->begin};
+    memcpy(w[i].shape, t->shape, sizeof w[i].shape);
+  }
+  char path[300];
+  snprintf(path, sizeof path, "%s/copy.safetensors", fz_dir());
+  if (st_write(path, w, n, NULL, 0) != 0) fz_fail("st_write of accepted tensors failed");
+  st_file *g;
+  if (st_open(path, &g) != 0) fz_fail("written copy does not open");
+  if (st_num_tensors(g) != n) fz_fail("copy has %d tensors, not %d", st_num_tensors(g), n);
+  for (int i = 0; i < n; i++) {
+    const st_tensor *a = st_get(f, i), *b = st_get(g, i);
+    if (strcmp(a->name, b->name) != 0 || a->dtype != b->dtype || a->ndim != b->ndim ||
+        memcmp(a->shape, b->shape, sizeof a->shape) != 0 || a->end - a->begin != b->end - b->begin)
+      fz_fail("copy differs at tensor %d", i);
+    size_t nb = (size_t)(b->end - b->begin);
+    unsigned char *raw = malloc(nb ? nb : 1);
+    if (st_read_raw(g, i, raw) != 0 || (nb && memcmp(raw, sec + a->begin, nb) != 0)) fz_fail("copy data %d", i);
+    free(raw);
+  }
+  st_close(g);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -54,6 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       free(v);
     }
   }
+  if (n > 0 && n <= 64) rewrite(f, data + 8 + hlen);
   if (covered != data_bytes) fz_fail("tensors cover %llu of %llu data bytes", (unsigned long long)covered,
                                      (unsigned long long)data_bytes);
   (void)st_metadata(f, "format");
