@@ -5,11 +5,11 @@
 # (--threads 1) with per-worker --slowdown factors; then the final model's eval loss on the
 # held-out split (dipacoctl eval) and the job's wall-clock time. Prints one table.
 # Not part of CI (minutes on 2 cores). Release build in build-async-rel.
-# Environment: H (default 10), ROUNDS (6), B (8), T (64), C (64), L (2), EVAL_BATCHES (16),
+# Environment: H (default 10), ROUNDS (6), B (8), T (64), C (128), L (2), EVAL_BATCHES (16),
 # FILES (number of demo-corpus files, 12), OUTER_LR (0.7), LEVELS (all four, e.g. "none very").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-H=${H:-10}; ROUNDS=${ROUNDS:-6}; B=${B:-8}; T=${T:-64}; C=${C:-64}; L=${L:-2}; NH=2; V=256; R=4
+H=${H:-10}; ROUNDS=${ROUNDS:-6}; B=${B:-8}; T=${T:-64}; C=${C:-128}; L=${L:-2}; NH=2; V=256; R=4
 EVAL_BATCHES=${EVAL_BATCHES:-16}; FILES=${FILES:-12}; OUTER_LR=${OUTER_LR:-0.7}
 LEVELS=${LEVELS:-"none slight moderate very"}
 declare -A SLOW=([none]="1 1 1 1" [slight]="1 1.2 1.4 1.6" [moderate]="1 1.5 2 3" [very]="1 1.3 2.6 5.7")
