@@ -128,6 +128,13 @@ int sched_worker_alive(coord *c, const store_worker *w, int64_t now);
 int sched_path_has_fragment(const coord_job *j, int path, int fragment);
 /* After all fragments of a lease were pushed: end it (finished, slot advances). */
 void sched_lease_pushed(coord *c, int64_t lease_id);
+/* If every fragment of active lease l already has its delta recorded (durable), end it as
+ * finished via sched_lease_pushed and return 1; else 0. Idempotent: pushes, releases, expiry
+ * and restart recovery all go through it, so a lease whose work is in never reopens a round. */
+int sched_lease_maybe_pushed(coord *c, const store_lease *l);
+/* Restart recovery: finish every active lease whose deltas are all durable (a crash between
+ * acknowledging the last delta and ending the lease leaves such leases behind). */
+void sched_recover_leases(coord *c);
 /* Fold one steps/s sample of a worker (a heartbeat's steps_per_sec, or a completed lease's
  * steps / seconds between the end of its pull and the start of its push) into its EWMA (store_worker.steps_per_s): v ← 0.7·v + 0.3·sample,
  * or the sample itself when v is still unknown. DyLU reads it. */

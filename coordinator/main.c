@@ -293,7 +293,9 @@ int main(int argc, char **argv) {
            "heartbeat %d ms, %s, %s", listen, rpc_server_port(c->srv), state_dir, c->n_jobs, running, ttl, hb,
            !use_tls ? "plain text (no TLS)" : tls.ca_file ? "mutual TLS" : "TLS",
            no_auth ? "NO token checks" : "join/admin tokens required");
-  /* Restart recovery: rounds whose deltas are all in get their outer step now. */
+  /* Restart recovery: leases whose deltas are all in are finished, and rounds whose deltas
+   * are all in get their outer step now. */
+  sched_recover_leases(c);
   sched_check_rounds(c);
   sd_notify(0, "READY=1");
 

@@ -460,6 +460,41 @@ void sched_lease_pushed(coord *c, int64_t lease_id) {
   coord_note_drop(c, lease_id);
 }
 
+int sched_lease_maybe_pushed(coord *c, const store_lease *l) {
+  if (l->state != LEASE_ACTIVE) return 0;
+  int *fids;
+  int64_t *bases;
+  int nf;
+  if (store_lease_fragments(c->st, l->id, &fids, &bases, &nf) < 0) return 0;
+  int all = 1;
+  for (int i = 0; i < nf && all; i++) {
+    store_delta *ds;
+    int nd, found = 0;
+    if (store_list_deltas(c->st, l->job, fids[i], l->round, -1, &ds, &nd) < 0) {
+      all = 0;
+      break;
+    }
+    for (int k = 0; k < nd; k++)
+      if (ds[k].lease == l->id) found = 1;
+    free(ds);
+    all = found;
+  }
+  free(fids);
+  free(bases);
+  if (all) sched_lease_pushed(c, l->id);
+  return all;
+}
+
+void sched_recover_leases(coord *c) {
+  store_lease *act;
+  int na;
+  if (store_list_active_leases(c->st, 0, &act, &na) < 0) return;
+  for (int i = 0; i < na; i++)
+    if (sched_lease_maybe_pushed(c, &act[i]))
+      DPC_INFO("recovery: lease %lld had all its deltas in; finished it", (long long)act[i].id);
+  free(act);
+}
+
 /* ---- outer step ----------------------------------------------------------------------------- */
 
 typedef struct {
@@ -960,6 +995,10 @@ void sched_tick(coord *c) {
   int na = 0;
   /* Remember who held what, for the log line. */
   if (store_list_active_leases(c->st, 0, &act, &na) < 0) act = NULL, na = 0;
+  /* A lease past its expiry whose deltas are all durable is finished, not expired: the work
+   * is in, so the slot moves on instead of training the closed round again. */
+  for (int k = 0; k < na; k++)
+    if (act[k].expires_at <= now && sched_lease_maybe_pushed(c, &act[k])) act[k].state = LEASE_FINISHED;
   if (store_expire_leases(c->st, now, &ids, &n) == 0) {
     for (int i = 0; i < n; i++) {
       const store_lease *l = NULL;

@@ -769,30 +769,6 @@ static int push_ack(push *p, int frag, int result, uint64_t version) {
   return 0;
 }
 
-/* Every fragment of the lease has a delta: the lease is done. */
-static void maybe_lease_pushed(coord *c, const store_lease *l) {
-  int *fids;
-  int64_t *bases;
-  int nf;
-  if (store_lease_fragments(c->st, l->id, &fids, &bases, &nf) < 0) return;
-  int all = 1;
-  for (int i = 0; i < nf && all; i++) {
-    store_delta *ds;
-    int nd, found = 0;
-    if (store_list_deltas(c->st, l->job, fids[i], l->round, -1, &ds, &nd) < 0) {
-      all = 0;
-      break;
-    }
-    for (int k = 0; k < nd; k++)
-      if (ds[k].lease == l->id) found = 1;
-    free(ds);
-    all = found;
-  }
-  free(fids);
-  free(bases);
-  if (all) sched_lease_pushed(c, l->id);
-}
-
 static void push_commit_work(uv_work_t *req) {
   push *p = req->data;
   p->work_rc = blob_writer_commit(p->w, &p->work_crc);
@@ -829,7 +805,7 @@ static void push_commit_after(uv_work_t *req, int status) {
                  "crc 0x%08x, loss %.4f", (long long)p->lease.id, (long long)p->lease.job, p->lease.path,
                  p->lease.replica, (long long)p->lease.round, p->frag + 1, (unsigned long long)p->total, p->work_crc, loss);
       }
-      maybe_lease_pushed(c, &p->lease);
+      sched_lease_maybe_pushed(c, &p->lease);
       sched_check_rounds(c);
     } else if (rc == DPC_ESTATE) {
       push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_LATE, (uint64_t)p->lease.round + 1);
@@ -1109,6 +1085,7 @@ static int push_on_message(struct rpc_call *call, const struct grpc_byte_buffer 
       return 0;
     }
     push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE, (uint64_t)p->lease.round + 1);
+    if (sched_lease_maybe_pushed(c, &p->lease)) sched_check_rounds(c);
     return 0;
   }
   if (p->mode == 3) {
@@ -1167,7 +1144,11 @@ static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req
   } else if (l.worker != worker) {
     rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l.id);
   } else {
-    if (l.state == LEASE_ACTIVE) {
+    if (l.state == LEASE_ACTIVE && sched_lease_maybe_pushed(c, &l)) {
+      /* Every delta of the lease is already durable (e.g. acknowledged just before a
+       * coordinator restart): the lease is done, the slot moves on; the Release is a no-op. */
+      sched_check_rounds(c);
+    } else if (l.state == LEASE_ACTIVE) {
       int rc = store_end_lease(c->st, l.id, LEASE_RELEASED, 0, 0, coord_now_ms());
       if (rc < 0) {
         rpc_call_fail(call, rc);
