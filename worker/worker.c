@@ -1066,6 +1066,13 @@ int worker_run(const struct worker_opts *o, worker_ctl *ctl) {
     enum wc_class cl = WC_OK;
     if (!w->registered) {
       rc = do_register(w, &code);
+      if (rc && (code == RPC_UNAUTHENTICATED || code == RPC_PERMISSION_DENIED)) {
+        /* A refused join token will be refused again: retrying would only hide a
+         * configuration error from the operator (or the container runtime). */
+        DPC_ERROR("register with %s refused: %s (check --token-file / $DIPACO_JOIN_TOKEN: it must hold the "
+                  "coordinator's STATE/join.token)", o->coordinator, dpc_errmsg());
+        return rc;
+      }
       if (rc) {
         DPC_WARN("register with %s failed: %s", o->coordinator, dpc_errmsg());
         if (code == RPC_UNAVAILABLE && failures >= 1) wc_reconnect(&w->wc, o->coordinator);

@@ -249,6 +249,11 @@ def body(grpc, pb, coord_bin, ctl, worker_bin, tmp, procs):
     check("member" in names and "intruder" not in names,
           f"dipaco-worker --token-file: the right token registers, a wrong one does not ({sorted(names)})")
     check("wrong join token" in open(wlog).read(), "the refused worker logs 'wrong join token'")
+    try:
+        wb_rc = wb.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        wb_rc = None
+    check(wb_rc == 1, f"the refused worker gives up and exits 1 instead of retrying forever (exit {wb_rc})")
     for p in (wb, wg):
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=30)
