@@ -1,0 +1,10 @@
+# Load: tests/load/dipaco_loadgen (N simulated workers speaking the real protocol against one
+# coordinator). tests/bench/load.sh runs it with N = 1000 in a Release build; ctest runs a
+# small version (load_small: 50 workers, 2 rounds) that asserts no delta is lost or doubled.
+if(TARGET dpc_rpc AND TARGET dipaco-coordinator AND TARGET dipacoctl)
+  add_executable(dipaco_loadgen ${CMAKE_SOURCE_DIR}/tests/load/dipaco_loadgen.c)
+  target_link_libraries(dipaco_loadgen PRIVATE dpc_rpc)
+  add_test(NAME load_small COMMAND bash ${CMAKE_SOURCE_DIR}/tests/load/run_load.sh
+           $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipacoctl> $<TARGET_FILE:dipaco_loadgen> 50 2 4)
+  set_tests_properties(load_small PROPERTIES TIMEOUT 120)
+endif()
