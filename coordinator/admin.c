@@ -396,10 +396,6 @@ static void on_create_job(struct rpc_call *call, const struct grpc_byte_buffer *
                                                 "(UploadInitialModel)");
     goto out;
   }
-  if (js.inner.state == INNER_STATE_CHECKPOINT) {
-    rpc_call_finish(call, RPC_UNIMPLEMENTED, "inner.state: \"checkpoint\" is not served by this coordinator yet");
-    goto out;
-  }
   {
     store_job other;
     if (store_find_job(c->st, js.name, &other) == 0) {

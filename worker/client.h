@@ -1,7 +1,7 @@
 /* client.h — the worker's calls to dipaco.v1.Coordinator (proto/dipaco.proto), on top of the
  * call layer common/rpc.h: Register (and the identity metadata it sets), Lease, Heartbeat,
  * PullFragment into a float buffer with resume, PushDelta of every fragment of a lease in one
- * stream, Release.
+ * stream, Release, PushInnerState / PullInnerState (inner.state checkpoint).
  *
  * Every call returns 0 or a negative DPC_E* code with the detail in dpc_errmsg(), and stores
  * the gRPC status of the call in *code (RPC_OK for purely local failures); wc_classify turns
@@ -78,6 +78,17 @@ int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, fl
 int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
             const float *const *delta, uint64_t inner_steps, uint64_t tokens, int *results,
             int *code);
+
+/* inner.state checkpoint: one PushInnerState stream with, for each of frags[0..n), its AdamW
+ * first moment m[i] (PAYLOAD_ADAM_M) then second moment v[i] (PAYLOAD_ADAM_V), step = the
+ * AdamW step count. Returns once the coordinator has stored them durably. */
+int wc_push_inner(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+                  const float *const *m, const float *const *v, uint64_t step, int *code);
+
+/* PullInnerState of fragment f of lease `lease_id` into m[f->num_floats] and v[...]; *step
+ * receives the AdamW step count. Checks payloads, sizes, contiguity and each stream's CRC. */
+int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *m, float *v,
+                  uint64_t *step, int *code);
 
 int wc_release(wclient *c, uint64_t lease_id, int reason, uint64_t step, const char *msg,
                int *code);

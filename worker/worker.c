@@ -24,8 +24,11 @@
  *  - Inner state: KEEP keeps AdamW moments per (job, slot) in this worker (fresh state, with a
  *    warning, for a slot it never trained; stale state, with a warning, when another worker
  *    trained the slot in between); a lease that is abandoned restores the state it started
- *    with. RESET starts every lease fresh. CHECKPOINT is treated as KEEP (not implemented:
- *    PushInnerState/PullInnerState are never called), with a warning.
+ *    with. RESET starts every lease fresh. CHECKPOINT: after training, the AdamW state of
+ *    every fragment (m, v, step) goes up with PushInnerState BEFORE the delta is pushed (so a
+ *    finished round always has its state durable); a lease with has_inner_checkpoint pulls
+ *    the slot's state of the previous round (PullInnerState) and resumes it exactly, whoever
+ *    trained the slot; without one it behaves as KEEP.
  *  - Push: one PushDelta stream carrying every fragment (Chunk: lease_id, fragment_id,
  *    version = base version, inner_steps, tokens = B·T·steps, payload DELTA, crc32c of the
  *    fp32 bytes). PUSH_ACCEPTED / PUSH_DUPLICATE are success; PUSH_LATE / PUSH_STALE are
@@ -62,6 +65,7 @@
 #include <errno.h>
 #include <glob.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -397,7 +401,6 @@ typedef struct {
   slot_state states[MAX_SLOT_STATES];
   float *theta, *delta; /* (n_params) */
   size_t n_params;
-  int warned_checkpoint;
   int local_failures;
   float sps; /* steps/s EWMA, carried from lease to lease */
 } worker;
@@ -583,6 +586,56 @@ static int validate_lease(worker *w, const Dipaco__V1__Lease *L, lease_plan *p) 
   return rc;
 }
 
+/* inner.state checkpoint: pull the slot's AdamW state (every fragment of the lease) from the
+ * coordinator and load it into the trainer. A few retries on transient failures. */
+static int pull_inner_state(worker *w, const Dipaco__V1__Lease *L, const lease_plan *p) {
+  float *m = calloc(p->n_params, sizeof(float)), *v = calloc(p->n_params, sizeof(float));
+  uint64_t step = 0, step0 = 0;
+  int rc = m && v ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory for the inner state");
+  for (size_t i = 0; i < L->n_fragments && !rc; i++) {
+    const Dipaco__V1__FragmentInfo *f = L->fragments[i];
+    for (int attempt = 0;; attempt++) {
+      int code = RPC_OK;
+      rc = wc_pull_inner(&w->wc, L->lease_id, f, m + p->abs_off[i], v + p->abs_off[i], &step, &code);
+      if (rc == 0 || wc_classify(rc, code) != WC_RETRY || attempt >= 3 || worker_stopping(w->ctl)) break;
+      DPC_WARN("lease %" PRIu64 ": pulling the inner state: %s; retrying", L->lease_id, dpc_errmsg());
+      if (ctl_sleep(w->ctl, backoff_ms(attempt, &w->seed))) break;
+    }
+    if (!rc && i > 0 && step != step0)
+      rc = dpc_err(DPC_EFORMAT, "lease %" PRIu64 ": inner state fragments disagree on the AdamW step (%" PRIu64
+                   " vs %" PRIu64 ")", L->lease_id, step, step0);
+    step0 = step;
+  }
+  if (!rc && step > (uint64_t)LONG_MAX) rc = dpc_err(DPC_EFORMAT, "inner state step %" PRIu64 " out of range", step);
+  if (!rc) rc = trainer_set_state(w->tr, m, v, (long)step);
+  if (!rc)
+    DPC_INFO("lease %" PRIu64 ": resumed the slot's AdamW state from the coordinator (step %" PRIu64 ", lease starts at %"
+             PRIu64 ")", L->lease_id, step, L->first_step);
+  free(m);
+  free(v);
+  return rc;
+}
+
+/* inner.state checkpoint: upload the trainer's AdamW state for every fragment of the lease. */
+static int push_inner_state(worker *w, const Dipaco__V1__Lease *L, const lease_plan *p, int *code) {
+  size_t nf = L->n_fragments;
+  float *m = malloc(w->n_params * sizeof(float)), *v = malloc(w->n_params * sizeof(float));
+  const float **mp = malloc(nf * sizeof *mp), **vp = malloc(nf * sizeof *vp);
+  long step = 0;
+  int rc = m && v && mp && vp ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory for the inner state");
+  if (!rc) rc = trainer_get_state(w->tr, m, v, &step);
+  for (size_t i = 0; i < nf && !rc; i++) {
+    mp[i] = m + p->abs_off[i];
+    vp[i] = v + p->abs_off[i];
+  }
+  if (!rc) rc = wc_push_inner(&w->wc, L->lease_id, L->fragments, nf, mp, vp, (uint64_t)step, code);
+  free(m);
+  free(v);
+  free(mp);
+  free(vp);
+  return rc;
+}
+
 /* Make the trainer fit the lease and hold the right AdamW state. */
 static int prepare_trainer(worker *w, const Dipaco__V1__Lease *L, const lease_plan *p) {
   trainer_key k = {.job = L->job_id, .cfg = p->cfg, .opts = p->opts};
@@ -631,10 +684,17 @@ static int prepare_trainer(worker *w, const Dipaco__V1__Lease *L, const lease_pl
     if (old) drop_state(old);
     return trainer_reset_state(w->tr);
   }
-  if (L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT && !w->warned_checkpoint) {
-    w->warned_checkpoint = 1;
-    DPC_WARN("job %" PRIu64 ": inner_state checkpoint is not implemented by this worker; keeping AdamW state locally",
-             L->job_id);
+  if (L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT && L->has_inner_checkpoint) {
+    /* The slot's AdamW state of the round before this one, whoever trained it. */
+    if ((rc = stash_current(w))) return rc;
+    slot_state *old = find_state(w, L->job_id, path, rep);
+    if (old) drop_state(old);
+    rc = pull_inner_state(w, L, p);
+    if (rc) return rc;
+    w->have_slot = 1;
+    w->cur_path = path;
+    w->cur_replica = rep;
+    return 0;
   }
   if (w->have_slot && w->cur_path == path && w->cur_replica == rep) return 0;
   if ((rc = stash_current(w))) return rc;
@@ -916,6 +976,12 @@ static void run_lease(worker *w, const Dipaco__V1__Lease *L) {
       if (!dp || !res) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
       for (size_t i = 0; i < nf && !rc; i++) dp[i] = w->delta + p.abs_off[i];
       t0 = now_ms();
+      if (!rc && L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT) {
+        /* Inner state first, then the delta: once the delta is durable (the slot's round is
+         * done) the state the next lease of the slot resumes from is durable too. */
+        XFER_RETRY(w, &hb, push_inner_state(w, L, &p, &code_), cls);
+        if (rc) DPC_WARN("lease %" PRIu64 ": pushing the inner state failed: %s", L->lease_id, dpc_errmsg());
+      }
       if (!rc) {
         pthread_mutex_lock(&hb.mu);
         hb.tokens = (uint64_t)st.tokens;
