@@ -538,6 +538,12 @@ static void lease_wait_reply(struct rpc_call *call, coord *c, int outcome) {
   resp.outcome = outcome == SCHED_WAIT ? DIPACO__V1__LEASE_OUTCOME__LEASE_WAIT : DIPACO__V1__LEASE_OUTCOME__LEASE_NO_WORK;
   uint32_t wait = (uint32_t)(c->heartbeat_ms < 500 ? c->heartbeat_ms : 500);
   resp.wait_ms = outcome == SCHED_WAIT ? wait : (uint32_t)c->heartbeat_ms;
+  if (outcome != SCHED_WAIT) {
+    int live = 0;
+    for (int i = 0; i < c->n_jobs; i++)
+      live += c->jobs[i]->state == JOB_CREATED || c->jobs[i]->state == JOB_RUNNING || c->jobs[i]->state == JOB_PAUSED;
+    resp.jobs_ended = c->n_jobs > 0 && live == 0;
+  }
   rpc_call_reply(call, &resp.base);
 }
 
@@ -1227,8 +1233,14 @@ static int inner_lease(struct rpc_call *call, coord *c, int64_t worker, uint64_t
 
 typedef struct ipush {
   coord *c;
+  struct rpc_call *call; /* NULL once the call is over */
   int64_t worker;
-  int finished, have_lease, in_part, frag;
+  int finished, have_lease, in_part, frag, busy;
+  uv_work_t req;
+  int work_rc;
+  blob_kind work_kind;
+  size_t work_n;
+  char work_name[BLOB_NAME_MAX], err[512];
   store_lease lease;
   coord_job *job;
   uint32_t payload, crc;
@@ -1243,7 +1255,7 @@ static void ipush_fail(struct rpc_call *call, ipush *p, int code, const char *fm
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (p->finished) return;
+  if (p->finished || !call) return;
   p->finished = 1;
   DPC_WARN("PushInnerState from worker %lld rejected: %s", (long long)p->worker, msg);
   rpc_call_finish(call, code, "%s", msg);
@@ -1262,33 +1274,67 @@ static void ipush_on_call(struct rpc_call *call, const struct grpc_byte_buffer *
     return;
   }
   p->c = c;
+  p->call = call;
   p->worker = worker;
+  p->req.data = p;
   rpc_call_set_data(call, p);
+}
+
+static void ipush_free(ipush *p) {
+  free(p->buf);
+  free(p);
+}
+
+static void ipush_work(uv_work_t *req) {
+  ipush *p = req->data;
+  p->work_rc = blob_write(p->c->bs, p->work_name, p->work_kind, (const float *)p->buf, p->work_n, NULL);
+  if (p->work_rc < 0) snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());
+}
+
+static void ipush_after(uv_work_t *req, int status) {
+  ipush *p = req->data;
+  coord *c = p->c;
+  p->busy = 0;
+  if (status != 0 || p->work_rc < 0) {
+    ipush_fail(p->call, p, status ? RPC_UNAVAILABLE : rpc_code_from_dpc(p->work_rc),
+               "could not store the inner state durably: %s", status ? "canceled" : p->err);
+  } else {
+    char name[BLOB_NAME_MAX];
+    if (p->lease.round >= 2 &&
+        inner_blob_name(&p->lease, p->job, p->frag, p->lease.round - 2, p->work_kind, name) == 0)
+      blob_delete(c->bs, name); /* best effort: the state of round − 2 is no longer needed */
+    DPC_DEBUG("lease %lld: inner state %s of fragment %d round %lld stored (step %llu)", (long long)p->lease.id,
+              p->work_kind == BLOB_INNER_M ? "m" : "v", p->frag + 1, (long long)p->lease.round,
+              (unsigned long long)p->step);
+  }
+  if (!p->call) ipush_free(p);
+  else if (!p->finished) rpc_call_read(p->call);
+  coord_work_done(c);
 }
 
 /* A whole M or V stream of one fragment arrived: write it durably. */
 static int ipush_commit(struct rpc_call *call, ipush *p) {
   coord *c = p->c;
-  blob_kind kind = p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M ? BLOB_INNER_M : BLOB_INNER_V;
-  size_t n = (size_t)(p->total / 4);
-  if (kind == BLOB_INNER_M) { /* the step rides along as two floats' bit patterns */
+  p->work_kind = p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M ? BLOB_INNER_M : BLOB_INNER_V;
+  p->work_n = (size_t)(p->total / 4);
+  if (p->work_kind == BLOB_INNER_M) { /* the step rides along as two floats' bit patterns */
     uint32_t lo = (uint32_t)p->step, hi = (uint32_t)(p->step >> 32);
     memcpy(p->buf + p->total, &lo, 4);
     memcpy(p->buf + p->total + 4, &hi, 4);
-    n += 2;
+    p->work_n += 2;
   }
-  char name[BLOB_NAME_MAX];
-  int rc = inner_blob_name(&p->lease, p->job, p->frag, p->lease.round, kind, name);
-  if (rc == 0) rc = blob_write(c->bs, name, kind, (const float *)p->buf, n, NULL);
+  int rc = inner_blob_name(&p->lease, p->job, p->frag, p->lease.round, p->work_kind, p->work_name);
   if (rc < 0) {
-    ipush_fail(call, p, rpc_code_from_dpc(rc), "could not store the inner state durably: %s", dpc_errmsg());
-    return -1;
+    ipush_fail(call, p, RPC_INTERNAL, "inner state blob name: %s", dpc_errmsg());
+    return 0;
   }
-  if (p->lease.round >= 2 && inner_blob_name(&p->lease, p->job, p->frag, p->lease.round - 2, kind, name) == 0)
-    blob_delete(c->bs, name); /* best effort: the state of round − 2 is no longer needed */
-  DPC_DEBUG("lease %lld: inner state %s of fragment %d round %lld stored (step %llu)", (long long)p->lease.id,
-            kind == BLOB_INNER_M ? "m" : "v", p->frag + 1, (long long)p->lease.round, (unsigned long long)p->step);
-  return 0;
+  p->busy = 1;
+  if (coord_queue_work(c, &p->req, ipush_work, ipush_after) < 0) {
+    p->busy = 0;
+    ipush_fail(call, p, RPC_INTERNAL, "cannot queue the inner state write");
+    return 0;
+  }
+  return 1; /* paused until the blob is durable */
 }
 
 static int ipush_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, void *ud) {
@@ -1408,8 +1454,7 @@ static int ipush_on_message(struct rpc_call *call, const struct grpc_byte_buffer
       return 0;
     }
   }
-  ipush_commit(call, p);
-  return 0;
+  return ipush_commit(call, p);
 }
 
 static void ipush_on_done(struct rpc_call *call, int cancelled, void *ud) {
@@ -1417,9 +1462,9 @@ static void ipush_on_done(struct rpc_call *call, int cancelled, void *ud) {
   (void)ud;
   ipush *p = rpc_call_data(call);
   if (!p) return;
+  p->call = NULL;
   rpc_call_set_data(call, NULL);
-  free(p->buf);
-  free(p);
+  if (!p->busy) ipush_free(p);
 }
 
 typedef struct ipull {

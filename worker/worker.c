@@ -1179,7 +1179,9 @@ int worker_run(const struct worker_opts *o, worker_ctl *ctl) {
       DPC_DEBUG("lease: wait %u ms", ms);
       ctl_sleep(ctl, ms);
     } else {
-      if (o->exit_when_done && (w->worked || w->saw_job)) {
+      /* A worker that joined late may never have seen the job it was meant for (it may have
+       * ended while the worker reconnected): jobs_ended says so. */
+      if (o->exit_when_done && (w->worked || w->saw_job || resp->jobs_ended)) {
         DPC_INFO("no work left: exiting (--exit-when-done)");
         protobuf_c_message_free_unpacked(&resp->base, NULL);
         break;
