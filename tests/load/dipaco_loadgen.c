@@ -146,7 +146,7 @@ static int sim_step(struct rpc_client *c, struct thr *th, int idx, float *buf, u
   Dipaco__V1__LeaseResponse *lr = NULL;
   {
     Dipaco__V1__LeaseRequest req = DIPACO__V1__LEASE_REQUEST__INIT;
-    req.max_wait_ms = 100;
+    req.max_wait_ms = 0;
     req.job_id = G.job;
     ProtobufCMessage *pm = NULL;
     if ((rc = rpc_unary(c, SVC "Lease", &req.base, &dipaco__v1__lease_response__descriptor, &pm, 30000))) return rc;
@@ -273,12 +273,15 @@ static void *thread_main(void *ud) {
       snprintf(msg, sizeof msg, "%s", dpc_errmsg());
       fail("Register: ", msg, i);
     }
-  /* Round-robin over this thread's workers until every one of them hears LEASE_NO_WORK. */
-  int active = 1;
-  while (active && !atomic_load(&G.failed)) {
-    active = 0;
-    int pushed = 0;
-    for (int i = th->t; i < G.n && !atomic_load(&G.failed); i += G.threads) {
+  /* Round-robin over this thread's workers until every one of them hears LEASE_NO_WORK. A
+   * LEASE_WAIT (the round's slots are all taken; it closes when the last delta is in) ends the
+   * pass: pause briefly and go on with the next worker (never retry the same one: a slot may
+   * be reserved for a worker further on). */
+  int m = (G.n - th->t + G.threads - 1) / G.threads, left = m, cur = 0;
+  while (left > 0 && !atomic_load(&G.failed)) {
+    for (int k = 0; k < m && left > 0 && !atomic_load(&G.failed); k++) {
+      int i = th->t + cur * G.threads;
+      cur = (cur + 1) % m;
       if (G.w[i].done) continue;
       int rc = set_identity(c, &G.w[i]);
       if (!rc) rc = sim_step(c, th, i, buf, &seed);
@@ -287,16 +290,14 @@ static void *thread_main(void *ud) {
         fail("", msg, i);
       } else if (rc == 2) {
         G.w[i].done = 1;
-      } else {
-        active = 1;
-        pushed += rc;
+        left--;
+      } else if (rc == 0) {
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+        break;
       }
     }
     if (now_s() > G.deadline) fail("timed out: the job did not finish within --timeout-s", "", -1);
-    if (active && !pushed) {
-      struct timespec ts = {0, 20000000}; /* the round is closing: do not spin */
-      nanosleep(&ts, NULL);
-    }
   }
 out:
   free(buf);
@@ -347,23 +348,33 @@ static int check_ledger(const char *admin_bearer) {
     return -1;
   }
   Dipaco__V1__GetMetricsRequest mr = DIPACO__V1__GET_METRICS_REQUEST__INIT;
-  char *names[1] = {"tokens"};
+  char *names[2] = {"tokens", "outer_seconds"};
   mr.job_id = G.job;
   mr.names = names;
-  mr.n_names = 1;
+  mr.n_names = 2;
   mr.limit = 100000;
   ProtobufCMessage *pm = NULL;
   if ((rc = rpc_unary(c, ADM "GetMetrics", &mr.base, &dipaco__v1__get_metrics_response__descriptor, &pm, 30000)))
     goto err;
   Dipaco__V1__GetMetricsResponse *m = (Dipaco__V1__GetMetricsResponse *)pm;
-  size_t want = (size_t)G.n * (size_t)G.rounds, got = m->n_points;
-  uint64_t *tags = calloc(got + 1, sizeof *tags);
-  int bad = 0;
-  for (size_t i = 0; i < got && tags; i++) {
+  size_t want = (size_t)G.n * (size_t)G.rounds, got = 0;
+  uint64_t *tags = calloc(m->n_points + 1, sizeof *tags);
+  int bad = 0, nouter = 0;
+  double outer_max = 0, outer_sum = 0;
+  for (size_t i = 0; i < m->n_points && tags; i++) {
     const Dipaco__V1__MetricPoint *p = m->points[i];
-    tags[i] = (uint64_t)llround(p->value);
-    if (tags[i] / TAG_ROUND != p->round || tags[i] % TAG_ROUND == 0 || tags[i] % TAG_ROUND > (uint64_t)G.n) bad = 1;
+    if (p->name && !strcmp(p->name, "outer_seconds")) {
+      nouter++;
+      outer_sum += p->value;
+      if (p->value > outer_max) outer_max = p->value;
+      continue;
+    }
+    if (!p->name || strcmp(p->name, "tokens")) continue;
+    uint64_t t = (uint64_t)llround(p->value);
+    tags[got++] = t;
+    if (t / TAG_ROUND != p->round || t % TAG_ROUND == 0 || t % TAG_ROUND > (uint64_t)G.n) bad = 1;
   }
+  if (nouter) printf("coordinator outer steps: %d, mean %.3f s, max %.3f s\n", nouter, outer_sum / nouter, outer_max);
   protobuf_c_message_free_unpacked(pm, NULL);
   if (!tags) {
     rpc_client_close(c);

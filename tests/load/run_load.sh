@@ -5,6 +5,7 @@
 # (dipaco_loadgen) through ROUNDS rounds, print the figures and stop everything by PID.
 # Exits non-zero if any delta was lost or doubled (loadgen checks its acks and the
 # coordinator's ledger) or the job did not end DONE with version = ROUNDS.
+# (LOADGEN_ROUNDS overrides the rounds the loadgen expects: a manual check that the test fails.)
 set -euo pipefail
 COORDINATOR_BIN=$1; CTL=$2; LOADGEN=$3
 N=${4:-1000}; ROUNDS=${5:-3}; THREADS=${6:-16}
@@ -32,7 +33,7 @@ start_coordinator "$W/state" --lease-ttl-ms 120000 --heartbeat-ms 10000 --log-le
 job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
 echo "coordinator $COORD (pid $COORD_PID), job $job: $N replicas, $ROUNDS rounds, tiny model"
 rc=0
-"$LOADGEN" --coordinator "$COORD" --job "$job" --workers "$N" --rounds "$ROUNDS" --threads "$THREADS" \
+"$LOADGEN" --coordinator "$COORD" --job "$job" --workers "$N" --rounds "${LOADGEN_ROUNDS:-$ROUNDS}" --threads "$THREADS" \
   --token-file "$W/state/join.token" --admin-token-file "$W/state/admin.token" || rc=$?
 "$CTL" --coordinator "$COORD" job show "$job" | head -20 || true
 if [ $rc != 0 ]; then
