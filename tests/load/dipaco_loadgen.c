@@ -48,7 +48,7 @@ static struct {
   const char *target;
   uint64_t job;
   int n, rounds, threads;
-  double deadline;
+  double deadline, t0;
   char bearer[DPC_TOKEN_MAX + 8];
   struct sim *w;
   atomic_int failed;
@@ -60,6 +60,7 @@ static struct {
 struct thr {
   int t;
   double *hb; /* heartbeat latencies, ms */
+  double max_ms, max_at; /* the slowest heartbeat and when it started (s since start) */
   size_t nhb, cap;
 };
 
@@ -121,6 +122,10 @@ static int heartbeat(struct rpc_client *c, struct thr *th, uint64_t lease, uint6
   int rc = rpc_unary(c, SVC "Heartbeat", &req.base, &dipaco__v1__heartbeat_response__descriptor, &pm, 30000);
   double ms = (now_s() - t0) * 1e3;
   if (rc) return rc;
+  if (ms > th->max_ms) {
+    th->max_ms = ms;
+    th->max_at = t0 - G.t0;
+  }
   Dipaco__V1__HeartbeatResponse *r = (Dipaco__V1__HeartbeatResponse *)pm;
   int cmd = r->command;
   protobuf_c_message_free_unpacked(pm, NULL);
@@ -459,6 +464,7 @@ int main(int argc, char **argv) {
   if (!G.w || !th || !tid) return 1;
   double t0 = now_s();
   G.deadline = t0 + timeout_s;
+  G.t0 = t0;
   int started = 0;
   for (int t = 0; t < G.threads; t++) {
     th[t].t = t;
@@ -479,17 +485,22 @@ int main(int argc, char **argv) {
     k += th[t].nhb;
     free(th[t].hb);
   }
-  double p50 = 0, p99 = 0, mx = 0;
+  double p50 = 0, p99 = 0, mx = 0, mx_at = 0;
+  for (int t = 0; t < G.threads; t++)
+    if (th[t].max_ms >= mx) {
+      mx = th[t].max_ms;
+      mx_at = th[t].max_at;
+    }
   if (hb && nhb) {
     qsort(hb, nhb, sizeof *hb, cmp_d);
     p50 = hb[(nhb - 1) / 2];
     p99 = hb[(size_t)((double)(nhb - 1) * 0.99)];
-    mx = hb[nhb - 1];
   }
   free(hb);
   long acc = atomic_load(&G.accepted), dup = atomic_load(&G.duplicate);
   printf("workers %d, threads %d, rounds %d, wall %.2f s\n", G.n, G.threads, G.rounds, wall);
-  printf("heartbeat latency: %zu calls, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", nhb, p50, p99, mx);
+  printf("heartbeat latency: %zu calls, p50 %.2f ms, p99 %.2f ms, max %.2f ms (sent at t = %.2f s)\n", nhb, p50, p99,
+         mx, mx_at);
   printf("deltas: %ld pushed, %ld accepted, %ld duplicate (retries %ld), %.1f deltas/s\n", atomic_load(&G.pushed), acc,
          dup, atomic_load(&G.retries), (double)(acc + dup) / wall);
   int ok = !atomic_load(&G.failed) && acc + dup == (long)G.n * G.rounds;

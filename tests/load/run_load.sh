@@ -29,7 +29,7 @@ cat > "$W/spec.json" <<JSON
 JSON
 # 1000 workers on 2 cores: a long lease TTL so that a worker waiting for its thread's turn is
 # never taken for gone; heartbeat interval as advertised to workers (the loadgen drives its own).
-start_coordinator "$W/state" --lease-ttl-ms 120000 --heartbeat-ms 10000 --log-level warn
+start_coordinator "$W/state" --lease-ttl-ms 120000 --heartbeat-ms 10000 --log-level "${COORD_LOG_LEVEL:-warn}"
 job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
 echo "coordinator $COORD (pid $COORD_PID), job $job: $N replicas, $ROUNDS rounds, tiny model"
 rc=0
