@@ -330,6 +330,29 @@ int blob_read_alloc(blob_store *bs, const char *name, blob_kind kind, float **ou
   return blob_read_impl(bs, name, kind, out, 0, 1, n, crc_out);
 }
 
+int blob_delete_many(blob_store *bs, char *const *names, int n) {
+  int first = 0;
+  char dir[4096] = "", path[4096];
+  for (int i = 0; i < n; i++) {
+    int rc = blob_path(bs, names[i], path, sizeof path);
+    if (!rc && unlink(path) != 0 && errno != ENOENT)
+      rc = dpc_err(dpc_errno_code(errno), "delete blob %s: %s", path, strerror(errno));
+    if (rc) {
+      if (!first) first = rc;
+      continue;
+    }
+    char *slash = strrchr(path, '/');
+    *slash = '\0';
+    /* Names come sorted by job and fragment, so one directory follows another. */
+    if (strcmp(dir, path) != 0) {
+      if (dir[0] && (rc = dpc_fsync_dir(dir)) && !first) first = rc;
+      snprintf(dir, sizeof dir, "%s", path);
+    }
+  }
+  int rc = dir[0] ? dpc_fsync_dir(dir) : 0;
+  return first ? first : rc;
+}
+
 int blob_delete(blob_store *bs, const char *name) {
   char path[4096];
   int rc = blob_path(bs, name, path, sizeof path);

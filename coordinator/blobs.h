@@ -89,6 +89,11 @@ int blob_read_alloc(blob_store *bs, const char *name, blob_kind kind, float **ou
 /* Remove blob `name` (durably: the directory is fsync'd). A missing blob is success. */
 int blob_delete(blob_store *bs, const char *name);
 
+/* Remove blobs names[0..n) with one directory fsync per distinct directory instead of one
+ * per blob (garbage collection of a round's deltas: R unlinks, not R fsyncs, on the loop
+ * thread). Missing blobs are success; the first error is returned after trying them all. */
+int blob_delete_many(blob_store *bs, char *const *names, int n);
+
 /* Full path of blob `name` into buf[cap] (for tests and tools). */
 int blob_path(const blob_store *bs, const char *name, char *buf, size_t cap);
 

@@ -583,11 +583,11 @@ static void gc_fragment(coord *c, int64_t job, int fragment, int64_t round) {
   char **names = NULL;
   int n = 0;
   if (store_gc_versions(c->st, job, fragment, 2, 0, &names, &n) == 0) {
-    for (int i = 0; i < n; i++) blob_delete(c->bs, names[i]);
+    blob_delete_many(c->bs, names, n);
     store_names_free(names, n);
   }
   if (store_gc_deltas(c->st, job, fragment, round, &names, &n) == 0) {
-    for (int i = 0; i < n; i++) blob_delete(c->bs, names[i]);
+    blob_delete_many(c->bs, names, n);
     store_names_free(names, n);
   }
 }
@@ -873,7 +873,7 @@ static void async_after(uv_work_t *req, int status) {
     int keep = j ? 2 * j->n_slots + 2 : 2;
     /* keep_every = 2^30 keeps version 0 (multiples of it), the ledger's starting point. */
     if (store_gc_versions(c->st, w->job, w->fragment, keep, 1 << 30, &names, &n) == 0) {
-      for (int i = 0; i < n; i++) blob_delete(c->bs, names[i]);
+      blob_delete_many(c->bs, names, n);
       store_names_free(names, n);
     }
   }

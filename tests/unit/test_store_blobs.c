@@ -159,6 +159,16 @@ int main(void) {
   CHECK_EQ_INT(blob_read(bs, name, BLOB_PARAMS, b, N, NULL), DPC_ENOENT);
   CHECK_EQ_INT(blob_delete(bs, name), 0);
 
+  /* Batch delete across two directories, with a missing name and a bad one in the batch. */
+  CHECK_EQ_INT(blob_write(bs, "4/f1-v1-a7.delta", BLOB_DELTA, a, N, NULL), 0);
+  CHECK_EQ_INT(blob_write(bs, "4/f1-v1-a8.delta", BLOB_DELTA, a, N, NULL), 0);
+  CHECK_EQ_INT(blob_write(bs, "5/f1-v1-a9.delta", BLOB_DELTA, a, N, NULL), 0);
+  char *batch[] = {"4/f1-v1-a7.delta", "4/f1-v1-a8.delta", "4/f1-v1-a99.delta", "5/f1-v1-a9.delta"};
+  CHECK_EQ_INT(blob_delete_many(bs, batch, 4), 0);
+  for (int i = 0; i < 4; i++) CHECK_EQ_INT(blob_read(bs, batch[i], BLOB_DELTA, b, N, NULL), DPC_ENOENT);
+  char *hostile[] = {"../escape.delta"};
+  CHECK(blob_delete_many(bs, hostile, 1) < 0);
+
   blob_store_close(bs);
   free(a);
   free(b);
