@@ -10,7 +10,7 @@ if(DIPACO_DISTRIBUTED)
   target_link_libraries(dpc_coord PUBLIC dpc_kernels dpc_common PkgConfig::SQLITE3 OpenMP::OpenMP_C m)
 endif()
 
-# The coordinator daemon (coordinator/main.c, service.c, admin.c, sched.c, metrics.c).
+# The coordinator daemon (coordinator/main.c, service.c, innerstate.c, admin.c, sched.c, metrics.c).
 if(DIPACO_DISTRIBUTED AND TARGET dpc_rpc AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/main.c)
   pkg_check_modules(LIBUV REQUIRED IMPORTED_TARGET libuv)
   pkg_check_modules(LIBSYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
@@ -18,6 +18,7 @@ if(DIPACO_DISTRIBUTED AND TARGET dpc_rpc AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/
   add_executable(dipaco-coordinator
     ${CMAKE_CURRENT_SOURCE_DIR}/main.c
     ${CMAKE_CURRENT_SOURCE_DIR}/service.c
+    ${CMAKE_CURRENT_SOURCE_DIR}/innerstate.c
     ${CMAKE_CURRENT_SOURCE_DIR}/admin.c
     ${CMAKE_CURRENT_SOURCE_DIR}/sched.c
     ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c)

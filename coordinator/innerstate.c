@@ -1,0 +1,419 @@
+/* innerstate.c — PushInnerState / PullInnerState, the inner_state = checkpoint part of the
+ * dipaco.v1.Coordinator service: a slot's AdamW state (m, v, step) per fragment as durable
+ * blobs, so that any worker taking the slot resumes it exactly. Semantics are described at
+ * the top of service.c; handlers run on the coordinator's loop thread. */
+#include "coordinator/coord.h"
+#include "coordinator/service_internal.h"
+
+#include "common/auth.h"
+#include "common/checksum.h"
+#include "common/errors.h"
+#include "common/log.h"
+#include "proto/dipaco.pb-c.h"
+
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+/* ---- inner state (inner.state checkpoint) ---------------------------------------------------------- */
+
+static int64_t slot_id(const coord_job *j, int path, int replica) {
+  return (int64_t)path * j->spec.replicas + replica + 1;
+}
+
+static int inner_blob_name(const store_lease *l, const coord_job *j, int frag, int64_t round, blob_kind kind, char *buf) {
+  blob_id id = {.job = l->job, .fragment = frag, .version = round, .aux = slot_id(j, l->path, l->replica), .kind = kind};
+  return blob_name(&id, buf, BLOB_NAME_MAX);
+}
+
+int svc_inner_ckpt_exists(coord *c, const coord_job *j, const store_lease *l, const int *fids, int nf) {
+  for (int i = 0; i < nf; i++)
+    for (int k = 0; k < 2; k++) {
+      char name[BLOB_NAME_MAX], path[4096];
+      if (inner_blob_name(l, j, fids[i], l->round - 1, k ? BLOB_INNER_V : BLOB_INNER_M, name) < 0 ||
+          blob_path(c->bs, name, path, sizeof path) < 0 || access(path, R_OK) != 0)
+        return 0;
+    }
+  return nf > 0;
+}
+
+/* Check an active lease of `worker` for inner-state calls; finishes the call and returns -1 if not. */
+static int inner_lease(struct rpc_call *call, coord *c, int64_t worker, uint64_t lease_id, store_lease *l, coord_job **j) {
+  if (lease_id == 0 || lease_id > INT64_MAX || store_get_lease(c->st, (int64_t)lease_id, l) < 0) {
+    rpc_call_finish(call, RPC_NOT_FOUND, "lease_id %llu: no such lease", (unsigned long long)lease_id);
+  } else if (l->worker != worker) {
+    rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l->id);
+  } else if (l->state != LEASE_ACTIVE) {
+    rpc_call_finish(call, RPC_ABORTED, "lease %lld is no longer active; ask for a new lease", (long long)l->id);
+  } else if (!(*j = coord_job_get(c, l->job))) {
+    rpc_call_finish(call, RPC_NOT_FOUND, "job %lld is not loaded", (long long)l->job);
+  } else if ((*j)->spec.inner.state != INNER_STATE_CHECKPOINT) {
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "job %lld: inner.state is not \"checkpoint\"", (long long)l->job);
+  } else {
+    return 0;
+  }
+  return -1;
+}
+
+typedef struct ipush {
+  coord *c;
+  struct rpc_call *call; /* NULL once the call is over */
+  int64_t worker;
+  int finished, have_lease, in_part, frag, busy;
+  uv_work_t req;
+  int work_rc;
+  blob_kind work_kind;
+  size_t work_n;
+  char work_name[BLOB_NAME_MAX], err[512];
+  store_lease lease;
+  coord_job *job;
+  uint32_t payload, crc;
+  uint64_t total, next, step, bytes;
+  unsigned char *buf; /* total + 8 bytes (the M blob's step) */
+} ipush;
+
+static void ipush_fail(struct rpc_call *call, ipush *p, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void ipush_fail(struct rpc_call *call, ipush *p, int code, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (p->finished || !call) return;
+  p->finished = 1;
+  DPC_WARN("PushInnerState from worker %lld rejected: %s", (long long)p->worker, msg);
+  rpc_call_finish(call, code, "%s", msg);
+}
+
+void ipush_on_call(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
+  (void)req;
+  (void)ud;
+  coord *c = g_coord;
+  int64_t worker;
+  if (svc_authenticate(call, &worker, 0) < 0) return;
+  svc_touch(c, worker, -1);
+  ipush *p = calloc(1, sizeof *p);
+  if (!p) {
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  p->c = c;
+  p->call = call;
+  p->worker = worker;
+  p->req.data = p;
+  rpc_call_set_data(call, p);
+}
+
+static void ipush_free(ipush *p) {
+  free(p->buf);
+  free(p);
+}
+
+static void ipush_work(uv_work_t *req) {
+  ipush *p = req->data;
+  p->work_rc = blob_write(p->c->bs, p->work_name, p->work_kind, (const float *)p->buf, p->work_n, NULL);
+  if (p->work_rc < 0) snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());
+}
+
+static void ipush_after(uv_work_t *req, int status) {
+  ipush *p = req->data;
+  coord *c = p->c;
+  p->busy = 0;
+  if (status != 0 || p->work_rc < 0) {
+    ipush_fail(p->call, p, status ? RPC_UNAVAILABLE : rpc_code_from_dpc(p->work_rc),
+               "could not store the inner state durably: %s", status ? "canceled" : p->err);
+  } else {
+    char name[BLOB_NAME_MAX];
+    if (p->lease.round >= 2 &&
+        inner_blob_name(&p->lease, p->job, p->frag, p->lease.round - 2, p->work_kind, name) == 0)
+      blob_delete(c->bs, name); /* best effort: the state of round − 2 is no longer needed */
+    DPC_DEBUG("lease %lld: inner state %s of fragment %d round %lld stored (step %llu)", (long long)p->lease.id,
+              p->work_kind == BLOB_INNER_M ? "m" : "v", p->frag + 1, (long long)p->lease.round,
+              (unsigned long long)p->step);
+  }
+  if (!p->call) ipush_free(p);
+  else if (!p->finished) rpc_call_read(p->call);
+  coord_work_done(c);
+}
+
+/* A whole M or V stream of one fragment arrived: write it durably. */
+static int ipush_commit(struct rpc_call *call, ipush *p) {
+  coord *c = p->c;
+  p->work_kind = p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M ? BLOB_INNER_M : BLOB_INNER_V;
+  p->work_n = (size_t)(p->total / 4);
+  if (p->work_kind == BLOB_INNER_M) { /* the step rides along as two floats' bit patterns */
+    uint32_t lo = (uint32_t)p->step, hi = (uint32_t)(p->step >> 32);
+    memcpy(p->buf + p->total, &lo, 4);
+    memcpy(p->buf + p->total + 4, &hi, 4);
+    p->work_n += 2;
+  }
+  int rc = inner_blob_name(&p->lease, p->job, p->frag, p->lease.round, p->work_kind, p->work_name);
+  if (rc < 0) {
+    ipush_fail(call, p, RPC_INTERNAL, "inner state blob name: %s", dpc_errmsg());
+    return 0;
+  }
+  p->busy = 1;
+  if (coord_queue_work(c, &p->req, ipush_work, ipush_after) < 0) {
+    p->busy = 0;
+    ipush_fail(call, p, RPC_INTERNAL, "cannot queue the inner state write");
+    return 0;
+  }
+  return 1; /* paused until the blob is durable */
+}
+
+int ipush_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, void *ud) {
+  (void)ud;
+  ipush *p = rpc_call_data(call);
+  if (!p || p->finished) return 0;
+  coord *c = p->c;
+  if (!msg) {
+    if (p->in_part || !p->have_lease) {
+      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "PushInnerState stream ended %s",
+                 p->in_part ? "inside a fragment's stream" : "without any chunk");
+    } else {
+      Dipaco__V1__PushInnerStateResponse resp = DIPACO__V1__PUSH_INNER_STATE_RESPONSE__INIT;
+      resp.bytes = p->bytes;
+      p->finished = 1;
+      rpc_call_reply(call, &resp.base);
+    }
+    return 0;
+  }
+  if (c->stopping) {
+    ipush_fail(call, p, RPC_UNAVAILABLE, "coordinator is shutting down; push again after it is back");
+    return 0;
+  }
+  struct rpc_chunk ch;
+  if (rpc_chunk_parse(msg, &ch) < 0) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "malformed chunk: %s", dpc_errmsg());
+    return 0;
+  }
+  if (!p->in_part) {
+    if (ch.offset != 0) {
+      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "offset: a stream starts at 0, got %llu", (unsigned long long)ch.offset);
+      return 0;
+    }
+    if (p->have_lease && (uint64_t)p->lease.id != ch.lease_id) {
+      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "lease_id: one PushInnerState stream carries one lease");
+      return 0;
+    }
+    if (!p->have_lease) {
+      if (inner_lease(call, c, p->worker, ch.lease_id, &p->lease, &p->job) < 0) {
+        p->finished = 1;
+        return 0;
+      }
+      p->have_lease = 1;
+    }
+    int64_t base;
+    int frag = (int)(ch.fragment_id - 1);
+    if (ch.fragment_id == 0 || ch.fragment_id > (uint64_t)p->job->n_fragments ||
+        store_lease_base_version(c->st, p->lease.id, frag, &base) < 0) {
+      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "fragment_id %llu is not a fragment of lease %lld",
+                 (unsigned long long)ch.fragment_id, (long long)p->lease.id);
+      return 0;
+    }
+    size_t len = p->job->fragments[frag].len;
+    if (ch.payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M && ch.payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V) {
+      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_ADAM_M or PAYLOAD_ADAM_V, got %u", ch.payload);
+      return 0;
+    }
+    if (ch.codec != DIPACO__V1__CODEC__CODEC_FP32 || ch.num_floats != len || ch.total != (uint64_t)len * 4) {
+      ipush_fail(call, p, RPC_INVALID_ARGUMENT,
+                 "codec/num_floats/total: fragment %llu takes %zu fp32 floats (%zu bytes); got codec %u, %llu floats, %llu bytes",
+                 (unsigned long long)ch.fragment_id, len, len * 4, ch.codec, (unsigned long long)ch.num_floats,
+                 (unsigned long long)ch.total);
+      return 0;
+    }
+    if (ch.step > (uint64_t)1 << 40) {
+      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "step %llu is out of range", (unsigned long long)ch.step);
+      return 0;
+    }
+    unsigned char *b = realloc(p->buf, (size_t)ch.total + 8);
+    if (!b) {
+      ipush_fail(call, p, RPC_RESOURCE_EXHAUSTED, "out of memory for %llu bytes", (unsigned long long)ch.total);
+      return 0;
+    }
+    p->buf = b;
+    p->frag = frag;
+    p->payload = ch.payload;
+    p->total = ch.total;
+    p->step = ch.step;
+    p->next = 0;
+    p->crc = 0;
+    p->in_part = 1;
+  } else if (ch.lease_id != (uint64_t)p->lease.id || ch.fragment_id != (uint64_t)p->frag + 1 || ch.total != p->total ||
+             ch.payload != p->payload || ch.step != p->step) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "lease_id/fragment_id/total/payload/step changed inside a stream");
+    return 0;
+  } else if (ch.offset != p->next) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "offset: expected %llu (contiguous chunks), got %llu",
+               (unsigned long long)p->next, (unsigned long long)ch.offset);
+    return 0;
+  }
+  if (ch.len > p->total - p->next || ch.len > MAX_CHUNK_ACCEPT) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "chunk of %llu bytes runs past the stream's end or the chunk limit",
+               (unsigned long long)ch.len);
+    return 0;
+  }
+  if (rpc_chunk_copy(msg, &ch, p->buf + p->next) < 0) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "cannot read a chunk: %s", dpc_errmsg());
+    return 0;
+  }
+  p->crc = dpc_crc32c(p->crc, p->buf + p->next, ch.len);
+  p->next += ch.len;
+  p->bytes += ch.len;
+  c->bytes_in += ch.len;
+  if (p->next < p->total) return 0;
+  p->in_part = 0;
+  if (ch.crc32c != p->crc) {
+    ipush_fail(call, p, RPC_DATA_LOSS, "crc32c: the stream has CRC-32C 0x%08x, the last chunk says 0x%08x; push again",
+               p->crc, ch.crc32c);
+    return 0;
+  }
+  for (uint64_t k = 0; k < p->total / 4; k++) {
+    float f;
+    memcpy(&f, p->buf + 4 * k, 4);
+    if (!isfinite(f) || (p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V && f < 0)) {
+      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "data: inner state of fragment %d has a bad value at float %llu",
+                 p->frag + 1, (unsigned long long)k);
+      return 0;
+    }
+  }
+  return ipush_commit(call, p);
+}
+
+void ipush_on_done(struct rpc_call *call, int cancelled, void *ud) {
+  (void)cancelled;
+  (void)ud;
+  ipush *p = rpc_call_data(call);
+  if (!p) return;
+  p->call = NULL;
+  rpc_call_set_data(call, NULL);
+  if (!p->busy) ipush_free(p);
+}
+
+typedef struct ipull {
+  coord *c;
+  uint64_t lease_id, fragment_id, round, step, next;
+  uint32_t chunk;
+  int cur; /* 0: M, 1: V, 2: done */
+  float *data[2];
+  size_t n;
+  uint32_t crc[2];
+} ipull;
+
+static void ipull_free(ipull *s) {
+  free(s->data[0]);
+  free(s->data[1]);
+  free(s);
+}
+
+static void ipull_send_next(struct rpc_call *call, ipull *s) {
+  if (s->cur >= 2) {
+    rpc_call_finish(call, RPC_OK, "%s", "");
+    return;
+  }
+  uint64_t total = (uint64_t)s->n * 4, len = total - s->next;
+  if (len > s->chunk) len = s->chunk;
+  struct rpc_chunk ch = {.lease_id = s->lease_id, .fragment_id = s->fragment_id, .version = s->round,
+                         .offset = s->next, .total = total, .codec = 0, .num_floats = s->n, .step = s->step,
+                         .payload = s->cur ? DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V : DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M,
+                         .len = len};
+  int last = s->next + len == total;
+  if (last) ch.crc32c = s->crc[s->cur];
+  /* no zero-copy: the buffer may be freed before gRPC is done with it */
+  struct grpc_byte_buffer *m = rpc_chunk_encode(&ch, (const uint8_t *)s->data[s->cur] + s->next, NULL, NULL);
+  if (!m) {
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory encoding a chunk");
+    return;
+  }
+  s->c->bytes_out += len;
+  if (last) {
+    s->cur++;
+    s->next = 0;
+  } else {
+    s->next += len;
+  }
+  if (rpc_call_send(call, m) < 0) rpc_call_finish(call, RPC_INTERNAL, "send failed: %s", dpc_errmsg());
+}
+
+void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
+  (void)ud;
+  coord *c = g_coord;
+  int64_t worker;
+  if (svc_authenticate(call, &worker, 0) < 0) return;
+  ProtobufCMessage *pm;
+  if (svc_unpack(call, req, &dipaco__v1__pull_inner_state_request__descriptor, &pm)) return;
+  Dipaco__V1__PullInnerStateRequest *r = (Dipaco__V1__PullInnerStateRequest *)pm;
+  svc_touch(c, worker, -1);
+  store_lease l;
+  coord_job *j = NULL;
+  int64_t base;
+  int frag = (int)(r->fragment_id - 1);
+  if (inner_lease(call, c, worker, r->lease_id, &l, &j) < 0) {
+  } else if (r->fragment_id == 0 || r->fragment_id > (uint64_t)j->n_fragments ||
+             store_lease_base_version(c->st, l.id, frag, &base) < 0) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "fragment_id %llu is not a fragment of lease %lld (0 is not served: "
+                    "pull each fragment)", (unsigned long long)r->fragment_id, (long long)l.id);
+  } else if (r->offset != 0) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "offset: resume is not served for inner state; pull from 0");
+  } else if (l.round < 1) {
+    rpc_call_finish(call, RPC_NOT_FOUND, "lease %lld trains round 0: there is no earlier inner state", (long long)l.id);
+  } else {
+    ipull *s = calloc(1, sizeof *s);
+    size_t n = j->fragments[frag].len, got[2] = {0, 0};
+    int rc = s ? 0 : DPC_ENOMEM;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+      char name[BLOB_NAME_MAX];
+      blob_kind kind = k ? BLOB_INNER_V : BLOB_INNER_M;
+      rc = inner_blob_name(&l, j, frag, l.round - 1, kind, name);
+      if (rc == 0) rc = blob_read_alloc(c->bs, name, kind, &s->data[k], &got[k], NULL);
+    }
+    if (rc == 0 && (got[0] != n + 2 || got[1] != n))
+      rc = dpc_err(DPC_EFORMAT, "inner state blobs of fragment %d hold %zu/%zu floats, expected %zu+2/%zu", frag + 1,
+                   got[0], got[1], n, n);
+    if (rc < 0) {
+      rpc_call_finish(call, rc == DPC_ENOENT ? RPC_NOT_FOUND : rpc_code_from_dpc(rc),
+                      "no inner state checkpoint of round %lld for lease %lld fragment %d: %s", (long long)l.round - 1,
+                      (long long)l.id, frag + 1, dpc_errmsg());
+      if (s) ipull_free(s);
+    } else {
+      uint32_t lo, hi;
+      memcpy(&lo, &s->data[0][n], 4);
+      memcpy(&hi, &s->data[0][n + 1], 4);
+      s->c = c;
+      s->step = (uint64_t)lo | (uint64_t)hi << 32;
+      s->n = n;
+      s->lease_id = (uint64_t)l.id;
+      s->fragment_id = r->fragment_id;
+      s->round = (uint64_t)l.round - 1;
+      s->chunk = coord_chunk_size(r->max_chunk_bytes);
+      s->crc[0] = dpc_crc32c(0, s->data[0], n * 4);
+      s->crc[1] = dpc_crc32c(0, s->data[1], n * 4);
+      DPC_INFO("lease %lld pulls the inner state of fragment %d from round %lld (step %llu)", (long long)l.id, frag + 1,
+               (long long)l.round - 1, (unsigned long long)s->step);
+      rpc_call_set_data(call, s);
+      ipull_send_next(call, s);
+    }
+  }
+  protobuf_c_message_free_unpacked(pm, NULL);
+}
+
+void ipull_on_sent(struct rpc_call *call, int ok, void *ud) {
+  (void)ud;
+  ipull *s = rpc_call_data(call);
+  if (ok && s) ipull_send_next(call, s);
+}
+
+void ipull_on_done(struct rpc_call *call, int cancelled, void *ud) {
+  (void)cancelled;
+  (void)ud;
+  ipull *s = rpc_call_data(call);
+  if (!s) return;
+  rpc_call_set_data(call, NULL);
+  ipull_free(s);
+}
+
