@@ -1,6 +1,7 @@
 /* store.c — SQLite-backed durable state of the coordinator: schema and migrations, cached
  * prepared statements, and one transaction per multi-row change (see store.h). */
 #include "coordinator/store.h"
+#include "coordinator/store_internal.h"
 #include "common/errors.h"
 
 #include <math.h>
@@ -107,122 +108,7 @@ static const char *const MIGRATIONS[] = {
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION, "STORE_SCHEMA_VERSION must equal the number of migrations");
 
-/* ---- statements -------------------------------------------------------------------------- */
-
-#define FRAG_COLS                                                                                 \
-  "f.job, f.fragment, f.module, f.offset, f.len, v.version, v.round, v.param_blob, v.param_crc, " \
-  "v.momentum_blob, v.momentum_crc, v.dnbuf_blob, v.dnbuf_crc, v.dn_t, v.created_at"
-#define LEASE_COLS "id, job, path, replica, worker, round, inner_steps, step_begin, state, created_at, expires_at, ended_at"
-#define DELTA_COLS                                                                                      \
-  "id, job, round, fragment, path, replica, lease, base_version, checksum, blob, weight, tokens, state, " \
-  "received_at, applied_version"
-#define JOB_COLS "id, name, algorithm, state, created_at, updated_at, spec_json, error"
-#define WORKER_COLS "id, name, token_hash, info, state, registered_at, last_seen, steps_per_s"
-#define ROUND_COLS "job, fragment, round, state, opened_at, deadline_at, closed_at, n_deltas, version"
-#define METRIC_COLS "job, round, path, replica, worker, loss, tokens, bytes_in, bytes_out, outer_seconds, created_at"
-
-#define STMTS(X)                                                                                              \
-  X(BEGIN, "BEGIN IMMEDIATE")                                                                                 \
-  X(COMMIT, "COMMIT")                                                                                         \
-  X(ROLLBACK, "ROLLBACK")                                                                                     \
-  X(NEXT_JOB_ID, "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0) + 1")             \
-  X(INS_JOB, "INSERT INTO jobs (id, name, spec_json, algorithm, state, created_at, updated_at) "              \
-             "VALUES (?1, ?2, ?3, ?4, 'created', ?5, ?5)")                                                   \
-  X(INS_MODULE, "INSERT INTO modules (job, module, level, idx, offset, len) VALUES (?1, ?2, ?3, ?4, ?5, ?6)") \
-  X(INS_FRAGMENT, "INSERT INTO fragments (job, fragment, module, offset, len, version) VALUES (?1, ?2, ?3, ?4, ?5, 0)") \
-  X(INS_VERSION, "INSERT INTO fragment_versions (job, fragment, version, round, param_blob, param_crc, "      \
-                 "momentum_blob, momentum_crc, dnbuf_blob, dnbuf_crc, dn_t, keep, created_at) "              \
-                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)")                          \
-  X(INS_PATH, "INSERT INTO paths (job, path) VALUES (?1, ?2)")                                                \
-  X(INS_PATH_MODULE, "INSERT INTO path_modules (job, path, level, module) VALUES (?1, ?2, ?3, ?4)")           \
-  X(INS_SLOT, "INSERT INTO slots (job, path, replica, state) VALUES (?1, ?2, ?3, 'idle')")                    \
-  X(GET_JOB, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1")                                                   \
-  X(FIND_JOB, "SELECT " JOB_COLS " FROM jobs WHERE name = ?1")                                                \
-  X(LIST_JOBS, "SELECT " JOB_COLS " FROM jobs ORDER BY id")                                                   \
-  X(JOB_STATE, "SELECT state FROM jobs WHERE id = ?1")                                                        \
-  X(SET_JOB_STATE, "UPDATE jobs SET state = ?2, error = ?3, updated_at = ?4 WHERE id = ?1")                   \
-  X(GET_FRAGMENT, "SELECT " FRAG_COLS " FROM fragments f JOIN fragment_versions v "                          \
-                  "ON v.job = f.job AND v.fragment = f.fragment AND v.version = f.version "                  \
-                  "WHERE f.job = ?1 AND f.fragment = ?2")                                                     \
-  X(GET_VERSION, "SELECT " FRAG_COLS " FROM fragments f JOIN fragment_versions v "                           \
-                 "ON v.job = f.job AND v.fragment = f.fragment "                                             \
-                 "WHERE f.job = ?1 AND f.fragment = ?2 AND v.version = ?3")                                  \
-  X(LIST_FRAGMENTS, "SELECT " FRAG_COLS " FROM fragments f JOIN fragment_versions v "                        \
-                    "ON v.job = f.job AND v.fragment = f.fragment AND v.version = f.version "                \
-                    "WHERE f.job = ?1 ORDER BY f.fragment")                                                  \
-  X(FRAG_VERSION, "SELECT version FROM fragments WHERE job = ?1 AND fragment = ?2")                           \
-  X(SET_FRAG_VERSION, "UPDATE fragments SET version = ?3 WHERE job = ?1 AND fragment = ?2")                   \
-  X(INS_WORKER, "INSERT INTO workers (name, token_hash, info, state, registered_at, last_seen) "              \
-                "VALUES (?1, ?2, ?3, 'active', ?4, ?4)")                                                     \
-  X(GET_WORKER, "SELECT " WORKER_COLS " FROM workers WHERE id = ?1")                                          \
-  X(LIST_WORKERS, "SELECT " WORKER_COLS " FROM workers ORDER BY id")                                          \
-  X(TOUCH_WORKER, "UPDATE workers SET last_seen = ?2, steps_per_s = coalesce(?3, steps_per_s) WHERE id = ?1") \
-  X(SET_WORKER_STATE, "UPDATE workers SET state = ?2 WHERE id = ?1")                                          \
-  X(GET_SLOT, "SELECT job, path, replica, state, round, inner_steps, coalesce(last_worker, 0) FROM slots "    \
-              "WHERE job = ?1 AND path = ?2 AND replica = ?3")                                                \
-  X(LIST_SLOTS, "SELECT job, path, replica, state, round, inner_steps, coalesce(last_worker, 0) FROM slots "  \
-                "WHERE job = ?1 ORDER BY path, replica")                                                     \
-  X(SET_SLOT_STATE, "UPDATE slots SET state = ?4 WHERE job = ?1 AND path = ?2 AND replica = ?3")              \
-  X(LEASE_SLOT, "UPDATE slots SET state = 'leased', last_worker = ?4 "                                        \
-                "WHERE job = ?1 AND path = ?2 AND replica = ?3 AND state = 'idle'")                           \
-  X(FREE_SLOT, "UPDATE slots SET state = 'idle', round = round + ?4, inner_steps = inner_steps + ?5 "        \
-               "WHERE job = ?1 AND path = ?2 AND replica = ?3")                                              \
-  X(INS_LEASE, "INSERT INTO leases (job, path, replica, worker, round, inner_steps, step_begin, state, "       \
-               "created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'active', ?8, ?9)")              \
-  X(INS_LEASE_FRAG, "INSERT INTO lease_fragments (lease, fragment, base_version) VALUES (?1, ?2, ?3)")       \
-  X(GET_LEASE, "SELECT " LEASE_COLS " FROM leases WHERE id = ?1")                                             \
-  X(LEASE_BASE, "SELECT base_version FROM lease_fragments WHERE lease = ?1 AND fragment = ?2")                \
-  X(RENEW_LEASE, "UPDATE leases SET expires_at = ?2 WHERE id = ?1")                                           \
-  X(END_LEASE, "UPDATE leases SET state = ?2, ended_at = ?3 WHERE id = ?1 AND state = 'active'")             \
-  X(DUE_LEASES, "SELECT id FROM leases WHERE state = 'active' AND expires_at <= ?1 ORDER BY id")             \
-  X(ACTIVE_LEASES, "SELECT " LEASE_COLS " FROM leases WHERE state = 'active' AND (?1 = 0 OR job = ?1) "     \
-                   "ORDER BY id")                                                                            \
-  X(OPEN_ROUND, "INSERT OR IGNORE INTO rounds (job, fragment, round, state, opened_at, deadline_at) "         \
-                "VALUES (?1, ?2, ?3, 'open', ?4, ?5)")                                                       \
-  X(GET_ROUND, "SELECT " ROUND_COLS " FROM rounds WHERE job = ?1 AND fragment = ?2 AND round = ?3")          \
-  X(OPEN_ROUNDS, "SELECT " ROUND_COLS " FROM rounds WHERE state = 'open' AND (?1 = 0 OR job = ?1) "         \
-                 "ORDER BY job, fragment, round")                                                            \
-  X(CLOSE_ROUND, "INSERT INTO rounds (job, fragment, round, state, opened_at, closed_at, n_deltas, version) " \
-                 "VALUES (?1, ?2, ?3, 'closed', ?4, ?4, ?5, ?6) "                                            \
-                 "ON CONFLICT (job, fragment, round) DO UPDATE SET state = 'closed', closed_at = ?4, "       \
-                 "n_deltas = ?5, version = ?6")                                                              \
-  X(FIND_DELTA, "SELECT id, checksum FROM deltas WHERE lease = ?1 AND fragment = ?2")                         \
-  X(INS_DELTA, "INSERT INTO deltas (job, round, fragment, path, replica, lease, base_version, checksum, blob, " \
-               "weight, tokens, state, received_at) "                                                        \
-               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'received', ?12)")                     \
-  X(GET_DELTA, "SELECT " DELTA_COLS " FROM deltas WHERE id = ?1")                                             \
-  X(LIST_DELTAS, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND round = ?3 "        \
-                 "AND (?4 < 0 OR state = ?5) ORDER BY path, replica, id")                                    \
-  X(PENDING_DELTAS, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND state = 'received' " \
-                    "ORDER BY round, path, replica, id")                                                     \
-  X(LEASE_FRAGS, "SELECT fragment, base_version FROM lease_fragments WHERE lease = ?1 ORDER BY fragment")     \
-  X(APPLY_DELTA, "UPDATE deltas SET state = 'applied', applied_version = ?5 "                                 \
-                 "WHERE id = ?1 AND job = ?2 AND fragment = ?3 AND round = ?4 AND state = 'received'")       \
-  X(DROP_DELTAS, "UPDATE deltas SET state = 'dropped' "                                                       \
-                 "WHERE job = ?1 AND fragment = ?2 AND round = ?3 AND state = 'received'")                   \
-  X(GC_VERSIONS_SEL, "SELECT version, param_blob, momentum_blob, dnbuf_blob FROM fragment_versions "         \
-                     "WHERE job = ?1 AND fragment = ?2 AND version <= ?3 AND keep = 0 "                      \
-                     "AND (?4 <= 0 OR version % ?4 != 0) ORDER BY version")                                  \
-  X(GC_VERSION_DEL, "DELETE FROM fragment_versions WHERE job = ?1 AND fragment = ?2 AND version = ?3")       \
-  X(GC_DELTAS_SEL, "SELECT id, blob FROM deltas WHERE job = ?1 AND fragment = ?2 AND round < ?3 "             \
-                   "AND state != 'received' ORDER BY id")                                                    \
-  X(GC_DELTA_DEL, "DELETE FROM deltas WHERE id = ?1")                                                         \
-  X(INS_METRIC, "INSERT INTO metrics (" METRIC_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)") \
-  X(LIST_METRICS, "SELECT " METRIC_COLS " FROM metrics WHERE job = ?1 AND round >= ?2 ORDER BY round, id") \
-  X(ADVANCE_SLOT, "UPDATE slots SET round = ?4, inner_steps = ?5 "                                           \
-                  "WHERE job = ?1 AND path = ?2 AND replica = ?3 AND state = 'idle' AND round < ?4")      \
-  X(NEXT_PENDING, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND state = 'received' " \
-                  "ORDER BY id LIMIT 1")                                                                   \
-  X(DROP_DELTA, "UPDATE deltas SET state = 'dropped' WHERE id = ?1 AND state = 'received'")                 \
-  X(LEDGER, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND state = 'applied' "      \
-            "ORDER BY applied_version")
-
-enum {
-#define X_ENUM(name, sql) S_##name,
-  STMTS(X_ENUM)
-#undef X_ENUM
-  S_COUNT
-};
+/* ---- statements: the list and its enum are in store_internal.h ---- */
 
 static const char *const STMT_SQL[] = {
 #define X_SQL(name, sql) sql,
@@ -230,12 +116,6 @@ static const char *const STMT_SQL[] = {
 #undef X_SQL
 };
 
-struct store {
-  sqlite3 *db;
-  char *path;
-  sqlite3_stmt *stmts[S_COUNT];
-  int fail_step; /* test hook: steps left until an injected failure; 0 = off */
-};
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
@@ -261,7 +141,7 @@ static int db_err(store *st, int rc, const char *what) {
 }
 
 /* The cached statement `id`, reset and unbound; NULL (detail recorded) on failure. */
-static sqlite3_stmt *stmt(store *st, int id) {
+sqlite3_stmt *sq_stmt(store *st, int id) {
   sqlite3_stmt *s = st->stmts[id];
   if (!s) {
     int rc = sqlite3_prepare_v3(st->db, STMT_SQL[id], -1, SQLITE_PREPARE_PERSISTENT, &s, NULL);
@@ -278,7 +158,7 @@ static sqlite3_stmt *stmt(store *st, int id) {
 }
 
 /* sqlite3_step with the fault hook. Returns SQLITE_ROW, SQLITE_DONE or a negative DPC code. */
-static int step(store *st, sqlite3_stmt *s, const char *what) {
+int sq_step(store *st, sqlite3_stmt *s, const char *what) {
   if (st->fail_step > 0 && --st->fail_step == 0) {
     sqlite3_reset(s);
     return dpc_err(DPC_EIO, "%s: %s: injected failure", st->path, what);
@@ -291,28 +171,28 @@ static int step(store *st, sqlite3_stmt *s, const char *what) {
 }
 
 /* Run a statement that returns no rows; 0 or a negative code. */
-static int exec_done(store *st, sqlite3_stmt *s, const char *what) {
-  int rc = step(st, s, what);
+int sq_exec_done(store *st, sqlite3_stmt *s, const char *what) {
+  int rc = sq_step(st, s, what);
   sqlite3_reset(s);
   return rc < 0 ? rc : 0;
 }
 
-static int begin(store *st) {
-  sqlite3_stmt *s = stmt(st, S_BEGIN);
-  return s ? exec_done(st, s, "begin transaction") : DPC_EINTERNAL;
+int sq_begin(store *st) {
+  sqlite3_stmt *s = sq_stmt(st, S_BEGIN);
+  return s ? sq_exec_done(st, s, "begin transaction") : DPC_EINTERNAL;
 }
 
-static int commit(store *st) {
-  sqlite3_stmt *s = stmt(st, S_COMMIT);
-  return s ? exec_done(st, s, "commit") : DPC_EINTERNAL;
+int sq_commit(store *st) {
+  sqlite3_stmt *s = sq_stmt(st, S_COMMIT);
+  return s ? sq_exec_done(st, s, "commit") : DPC_EINTERNAL;
 }
 
 /* Roll back, keeping the caller's error detail. */
-static int rollback(store *st, int rc) {
+int sq_rollback(store *st, int rc) {
   if (sqlite3_get_autocommit(st->db)) return rc;
   char keep[1024];
   snprintf(keep, sizeof keep, "%s", dpc_errmsg());
-  sqlite3_stmt *s = stmt(st, S_ROLLBACK);
+  sqlite3_stmt *s = sq_stmt(st, S_ROLLBACK);
   if (s) {
     sqlite3_step(s);
     sqlite3_reset(s);
@@ -322,39 +202,20 @@ static int rollback(store *st, int rc) {
   return rc;
 }
 
-#define B64(s, i, v) sqlite3_bind_int64((s), (i), (sqlite3_int64)(v))
-#define BTXT(s, i, v) ((v) ? sqlite3_bind_text((s), (i), (v), -1, SQLITE_STATIC) : sqlite3_bind_null((s), (i)))
-#define BDBL(s, i, v) sqlite3_bind_double((s), (i), (v))
-
-#define TRY(x)                  \
-  do {                          \
-    int _rc = (x);              \
-    if (_rc < 0) return _rc;    \
-  } while (0)
-/* Inside a transaction: on failure roll back and return. */
-#define TX(x)                                \
-  do {                                       \
-    int _rc = (x);                           \
-    if (_rc < 0) return rollback(st, _rc);   \
-  } while (0)
-#define STMT(var, id)                              \
-  sqlite3_stmt *var = stmt(st, (id));              \
-  if (!var) return rollback(st, DPC_EINTERNAL)
-
-static const char *col_text(sqlite3_stmt *s, int i) {
+const char *sq_col_text(sqlite3_stmt *s, int i) {
   const unsigned char *t = sqlite3_column_text(s, i);
   return t ? (const char *)t : "";
 }
 
-static void copy_text(char *dst, size_t cap, sqlite3_stmt *s, int i) { snprintf(dst, cap, "%s", col_text(s, i)); }
+void sq_copy_text(char *dst, size_t cap, sqlite3_stmt *s, int i) { snprintf(dst, cap, "%s", sq_col_text(s, i)); }
 
-static char *dup_text_or_null(sqlite3_stmt *s, int i) {
+char *sq_dup_text_or_null(sqlite3_stmt *s, int i) {
   if (sqlite3_column_type(s, i) == SQLITE_NULL) return NULL;
-  return strdup(col_text(s, i));
+  return strdup(sq_col_text(s, i));
 }
 
 /* Grow-by-doubling array append used by the list functions. */
-static int grow(void **arr, int *cap, int n, size_t elem) {
+int sq_grow(void **arr, int *cap, int n, size_t elem) {
   if (n < *cap) return 0;
   int nc = *cap ? *cap * 2 : 16;
   void *p = realloc(*arr, (size_t)nc * elem);
@@ -493,9 +354,9 @@ void store_debug_fail_step(store *st, int n) { st->fail_step = n > 0 ? n : 0; }
 /* ---- jobs -------------------------------------------------------------------------------- */
 
 int store_next_job_id(store *st, int64_t *id) {
-  sqlite3_stmt *s = stmt(st, S_NEXT_JOB_ID);
+  sqlite3_stmt *s = sq_stmt(st, S_NEXT_JOB_ID);
   if (!s) return DPC_EINTERNAL;
-  int rc = step(st, s, "next job id");
+  int rc = sq_step(st, s, "next job id");
   if (rc < 0) return rc;
   *id = sqlite3_column_int64(s, 0);
   sqlite3_reset(s);
@@ -506,7 +367,7 @@ int store_create_job(store *st, const store_new_job *nj) {
   const jobspec *js = nj->spec;
   if (!js || !js->has_shape || !nj->spec_json || nj->id < 1 || nj->n_fragments < 1 || nj->n_modules < 1)
     return dpc_err(DPC_EINVAL, "store_create_job: incomplete job (id %lld)", (long long)nj->id);
-  TRY(begin(st));
+  TRY(sq_begin(st));
   {
     STMT(s, S_INS_JOB);
     B64(s, 1, nj->id);
@@ -514,7 +375,7 @@ int store_create_job(store *st, const store_new_job *nj) {
     BTXT(s, 3, nj->spec_json);
     B64(s, 4, js->algorithm);
     B64(s, 5, nj->now_ms);
-    int rc = exec_done(st, s, "insert job");
+    int rc = sq_exec_done(st, s, "insert job");
     if (rc == DPC_EEXIST) rc = dpc_err(DPC_EEXIST, "a job named \"%s\" (or id %lld) already exists", js->name, (long long)nj->id);
     TX(rc);
   }
@@ -527,20 +388,20 @@ int store_create_job(store *st, const store_new_job *nj) {
     B64(s, 4, m->index);
     B64(s, 5, m->offset);
     B64(s, 6, m->len);
-    TX(exec_done(st, s, "insert module"));
+    TX(sq_exec_done(st, s, "insert module"));
   }
   for (int i = 0; i < nj->n_fragments; i++) {
     const jobspec_fragment *f = &nj->fragments[i];
     const store_fragment_init *in = &nj->init[i];
     if (in->fragment != f->id || !in->param_blob)
-      return rollback(st, dpc_err(DPC_EINVAL, "store_create_job: init[%d] is for fragment %d, expected %d", i, in->fragment, f->id));
+      return sq_rollback(st, dpc_err(DPC_EINVAL, "store_create_job: init[%d] is for fragment %d, expected %d", i, in->fragment, f->id));
     STMT(s, S_INS_FRAGMENT);
     B64(s, 1, nj->id);
     B64(s, 2, f->id);
     B64(s, 3, f->module);
     B64(s, 4, f->offset);
     B64(s, 5, f->len);
-    TX(exec_done(st, s, "insert fragment"));
+    TX(sq_exec_done(st, s, "insert fragment"));
     STMT(v, S_INS_VERSION);
     B64(v, 1, nj->id);
     B64(v, 2, f->id);
@@ -555,47 +416,47 @@ int store_create_job(store *st, const store_new_job *nj) {
     B64(v, 11, 0);
     B64(v, 12, 1); /* the initial version is always kept */
     B64(v, 13, nj->now_ms);
-    TX(exec_done(st, v, "insert fragment version 0"));
+    TX(sq_exec_done(st, v, "insert fragment version 0"));
   }
   const int P = jobspec_n_paths(js);
   for (int p = 0; p < P; p++) {
     STMT(s, S_INS_PATH);
     B64(s, 1, nj->id);
     B64(s, 2, p);
-    TX(exec_done(st, s, "insert path"));
+    TX(sq_exec_done(st, s, "insert path"));
     int mods[JOBSPEC_MAX_LEVELS];
     int nl = jobspec_path_modules(js, p, mods);
-    if (nl < 0) return rollback(st, nl);
+    if (nl < 0) return sq_rollback(st, nl);
     for (int l = 0; l < nl; l++) {
       STMT(m, S_INS_PATH_MODULE);
       B64(m, 1, nj->id);
       B64(m, 2, p);
       B64(m, 3, l);
       B64(m, 4, mods[l]);
-      TX(exec_done(st, m, "insert path module"));
+      TX(sq_exec_done(st, m, "insert path module"));
     }
     for (int r = 0; r < js->replicas; r++) {
       STMT(s2, S_INS_SLOT);
       B64(s2, 1, nj->id);
       B64(s2, 2, p);
       B64(s2, 3, r);
-      TX(exec_done(st, s2, "insert slot"));
+      TX(sq_exec_done(st, s2, "insert slot"));
     }
   }
-  TX(commit(st));
+  TX(sq_commit(st));
   return 0;
 }
 
 static int read_job(sqlite3_stmt *s, store_job *j) {
   memset(j, 0, sizeof *j);
   j->id = sqlite3_column_int64(s, 0);
-  copy_text(j->name, sizeof j->name, s, 1);
+  sq_copy_text(j->name, sizeof j->name, s, 1);
   j->algorithm = (jobspec_algorithm)sqlite3_column_int(s, 2);
-  j->state = (store_job_state)NIDX(JOB_STATES, col_text(s, 3));
+  j->state = (store_job_state)NIDX(JOB_STATES, sq_col_text(s, 3));
   j->created_at = sqlite3_column_int64(s, 4);
   j->updated_at = sqlite3_column_int64(s, 5);
-  j->spec_json = strdup(col_text(s, 6));
-  j->error = dup_text_or_null(s, 7);
+  j->spec_json = strdup(sq_col_text(s, 6));
+  j->error = sq_dup_text_or_null(s, 7);
   if (!j->spec_json || (sqlite3_column_type(s, 7) != SQLITE_NULL && !j->error)) {
     store_job_clear(j);
     return dpc_err(DPC_ENOMEM, "store: out of memory");
@@ -618,11 +479,11 @@ void store_jobs_free(store_job *jobs, int n) {
 
 static int get_job_by(store *st, int id_stmt, int64_t id, const char *name, store_job *out) {
   memset(out, 0, sizeof *out);
-  sqlite3_stmt *s = stmt(st, id_stmt);
+  sqlite3_stmt *s = sq_stmt(st, id_stmt);
   if (!s) return DPC_EINTERNAL;
   if (name) BTXT(s, 1, name);
   else B64(s, 1, id);
-  int rc = step(st, s, "get job");
+  int rc = sq_step(st, s, "get job");
   if (rc < 0) return rc;
   if (rc != SQLITE_ROW) {
     sqlite3_reset(s);
@@ -639,12 +500,12 @@ int store_find_job(store *st, const char *name, store_job *out) { return get_job
 int store_list_jobs(store *st, store_job **out, int *n) {
   *out = NULL;
   *n = 0;
-  sqlite3_stmt *s = stmt(st, S_LIST_JOBS);
+  sqlite3_stmt *s = sq_stmt(st, S_LIST_JOBS);
   if (!s) return DPC_EINTERNAL;
   store_job *arr = NULL;
   int cap = 0, cnt = 0, rc;
-  while ((rc = step(st, s, "list jobs")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+  while ((rc = sq_step(st, s, "list jobs")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
     if ((rc = read_job(s, &arr[cnt])) < 0) break;
     cnt++;
   }
@@ -660,27 +521,27 @@ int store_list_jobs(store *st, store_job **out, int *n) {
 
 int store_set_job_state(store *st, int64_t id, store_job_state state, const char *error, int64_t now_ms) {
   if ((unsigned)state > JOB_FAILED) return dpc_err(DPC_EINVAL, "unknown job state %d", (int)state);
-  TRY(begin(st));
+  TRY(sq_begin(st));
   STMT(s, S_JOB_STATE);
   B64(s, 1, id);
-  int rc = step(st, s, "read job state");
-  if (rc < 0) return rollback(st, rc);
+  int rc = sq_step(st, s, "read job state");
+  if (rc < 0) return sq_rollback(st, rc);
   if (rc != SQLITE_ROW) {
     sqlite3_reset(s);
-    return rollback(st, dpc_err(DPC_ENOENT, "no job with id %lld", (long long)id));
+    return sq_rollback(st, dpc_err(DPC_ENOENT, "no job with id %lld", (long long)id));
   }
-  store_job_state cur = (store_job_state)NIDX(JOB_STATES, col_text(s, 0));
+  store_job_state cur = (store_job_state)NIDX(JOB_STATES, sq_col_text(s, 0));
   sqlite3_reset(s);
   if (cur >= JOB_FINISHED && cur != state)
-    return rollback(st, dpc_err(DPC_ESTATE, "job %lld is %s; it cannot become %s", (long long)id, JOB_STATES[cur],
+    return sq_rollback(st, dpc_err(DPC_ESTATE, "job %lld is %s; it cannot become %s", (long long)id, JOB_STATES[cur],
                                 JOB_STATES[state]));
   STMT(u, S_SET_JOB_STATE);
   B64(u, 1, id);
   BTXT(u, 2, JOB_STATES[state]);
   BTXT(u, 3, error);
   B64(u, 4, now_ms);
-  TX(exec_done(st, u, "set job state"));
-  TX(commit(st));
+  TX(sq_exec_done(st, u, "set job state"));
+  TX(sq_commit(st));
   return 0;
 }
 
@@ -695,22 +556,22 @@ static void read_fragment(sqlite3_stmt *s, store_fragment *f) {
   f->len = (size_t)sqlite3_column_int64(s, 4);
   f->version = sqlite3_column_int64(s, 5);
   f->round = sqlite3_column_int64(s, 6);
-  copy_text(f->param_blob, sizeof f->param_blob, s, 7);
+  sq_copy_text(f->param_blob, sizeof f->param_blob, s, 7);
   f->param_crc = (uint32_t)sqlite3_column_int64(s, 8);
-  copy_text(f->momentum_blob, sizeof f->momentum_blob, s, 9);
+  sq_copy_text(f->momentum_blob, sizeof f->momentum_blob, s, 9);
   f->momentum_crc = (uint32_t)sqlite3_column_int64(s, 10);
-  copy_text(f->dnbuf_blob, sizeof f->dnbuf_blob, s, 11);
+  sq_copy_text(f->dnbuf_blob, sizeof f->dnbuf_blob, s, 11);
   f->dnbuf_crc = (uint32_t)sqlite3_column_int64(s, 12);
   f->dn_t = sqlite3_column_int64(s, 13);
   f->created_at = sqlite3_column_int64(s, 14);
 }
 
 int store_get_fragment(store *st, int64_t job, int fragment, store_fragment *out) {
-  sqlite3_stmt *s = stmt(st, S_GET_FRAGMENT);
+  sqlite3_stmt *s = sq_stmt(st, S_GET_FRAGMENT);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   B64(s, 2, fragment);
-  int rc = step(st, s, "get fragment");
+  int rc = sq_step(st, s, "get fragment");
   if (rc < 0) return rc;
   if (rc == SQLITE_ROW) read_fragment(s, out);
   sqlite3_reset(s);
@@ -718,12 +579,12 @@ int store_get_fragment(store *st, int64_t job, int fragment, store_fragment *out
 }
 
 int store_get_version(store *st, int64_t job, int fragment, int64_t version, store_fragment *out) {
-  sqlite3_stmt *s = stmt(st, S_GET_VERSION);
+  sqlite3_stmt *s = sq_stmt(st, S_GET_VERSION);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   B64(s, 2, fragment);
   B64(s, 3, version);
-  int rc = step(st, s, "get fragment version");
+  int rc = sq_step(st, s, "get fragment version");
   if (rc < 0) return rc;
   if (rc == SQLITE_ROW) read_fragment(s, out);
   sqlite3_reset(s);
@@ -735,13 +596,13 @@ int store_get_version(store *st, int64_t job, int fragment, int64_t version, sto
 int store_list_fragments(store *st, int64_t job, store_fragment **out, int *n) {
   *out = NULL;
   *n = 0;
-  sqlite3_stmt *s = stmt(st, S_LIST_FRAGMENTS);
+  sqlite3_stmt *s = sq_stmt(st, S_LIST_FRAGMENTS);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   store_fragment *arr = NULL;
   int cap = 0, cnt = 0, rc;
-  while ((rc = step(st, s, "list fragments")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+  while ((rc = sq_step(st, s, "list fragments")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
     read_fragment(s, &arr[cnt++]);
   }
   sqlite3_reset(s);
@@ -762,13 +623,13 @@ int store_register_worker(store *st, const char *name, const unsigned char token
     return dpc_err(DPC_EINVAL, "worker name empty or longer than %zu bytes", sizeof(((store_worker *)0)->name) - 1);
   if (info && strlen(info) >= sizeof(((store_worker *)0)->info))
     return dpc_err(DPC_EINVAL, "worker info longer than %zu bytes", sizeof(((store_worker *)0)->info) - 1);
-  sqlite3_stmt *s = stmt(st, S_INS_WORKER);
+  sqlite3_stmt *s = sq_stmt(st, S_INS_WORKER);
   if (!s) return DPC_EINTERNAL;
   BTXT(s, 1, name);
   sqlite3_bind_blob(s, 2, token_hash, STORE_TOKEN_HASH_BYTES, SQLITE_STATIC);
   BTXT(s, 3, info);
   B64(s, 4, now_ms);
-  TRY(exec_done(st, s, "register worker"));
+  TRY(sq_exec_done(st, s, "register worker"));
   *id = sqlite3_last_insert_rowid(st->db);
   return 0;
 }
@@ -776,21 +637,21 @@ int store_register_worker(store *st, const char *name, const unsigned char token
 static void read_worker(sqlite3_stmt *s, store_worker *w) {
   memset(w, 0, sizeof *w);
   w->id = sqlite3_column_int64(s, 0);
-  copy_text(w->name, sizeof w->name, s, 1);
+  sq_copy_text(w->name, sizeof w->name, s, 1);
   const void *h = sqlite3_column_blob(s, 2);
   if (h && sqlite3_column_bytes(s, 2) == STORE_TOKEN_HASH_BYTES) memcpy(w->token_hash, h, STORE_TOKEN_HASH_BYTES);
-  copy_text(w->info, sizeof w->info, s, 3);
-  w->state = (store_worker_state)NIDX(WORKER_STATES, col_text(s, 4));
+  sq_copy_text(w->info, sizeof w->info, s, 3);
+  w->state = (store_worker_state)NIDX(WORKER_STATES, sq_col_text(s, 4));
   w->registered_at = sqlite3_column_int64(s, 5);
   w->last_seen = sqlite3_column_int64(s, 6);
   w->steps_per_s = sqlite3_column_double(s, 7);
 }
 
 int store_get_worker(store *st, int64_t id, store_worker *out) {
-  sqlite3_stmt *s = stmt(st, S_GET_WORKER);
+  sqlite3_stmt *s = sq_stmt(st, S_GET_WORKER);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, id);
-  int rc = step(st, s, "get worker");
+  int rc = sq_step(st, s, "get worker");
   if (rc < 0) return rc;
   if (rc == SQLITE_ROW) read_worker(s, out);
   sqlite3_reset(s);
@@ -802,35 +663,35 @@ static int changed_or_enoent(store *st, const char *what, int64_t id) {
 }
 
 int store_touch_worker(store *st, int64_t id, int64_t now_ms, double steps_per_s) {
-  sqlite3_stmt *s = stmt(st, S_TOUCH_WORKER);
+  sqlite3_stmt *s = sq_stmt(st, S_TOUCH_WORKER);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, id);
   B64(s, 2, now_ms);
   if (isfinite(steps_per_s) && steps_per_s >= 0) BDBL(s, 3, steps_per_s);
   else sqlite3_bind_null(s, 3);
-  TRY(exec_done(st, s, "touch worker"));
+  TRY(sq_exec_done(st, s, "touch worker"));
   return changed_or_enoent(st, "touch worker", id);
 }
 
 int store_set_worker_state(store *st, int64_t id, store_worker_state state) {
   if ((unsigned)state > WORKER_GONE) return dpc_err(DPC_EINVAL, "unknown worker state %d", (int)state);
-  sqlite3_stmt *s = stmt(st, S_SET_WORKER_STATE);
+  sqlite3_stmt *s = sq_stmt(st, S_SET_WORKER_STATE);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, id);
   BTXT(s, 2, WORKER_STATES[state]);
-  TRY(exec_done(st, s, "set worker state"));
+  TRY(sq_exec_done(st, s, "set worker state"));
   return changed_or_enoent(st, "set worker state", id);
 }
 
 int store_list_workers(store *st, store_worker **out, int *n) {
   *out = NULL;
   *n = 0;
-  sqlite3_stmt *s = stmt(st, S_LIST_WORKERS);
+  sqlite3_stmt *s = sq_stmt(st, S_LIST_WORKERS);
   if (!s) return DPC_EINTERNAL;
   store_worker *arr = NULL;
   int cap = 0, cnt = 0, rc;
-  while ((rc = step(st, s, "list workers")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+  while ((rc = sq_step(st, s, "list workers")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
     read_worker(s, &arr[cnt++]);
   }
   sqlite3_reset(s);
@@ -849,19 +710,19 @@ static void read_slot(sqlite3_stmt *s, store_slot *o) {
   o->job = sqlite3_column_int64(s, 0);
   o->path = sqlite3_column_int(s, 1);
   o->replica = sqlite3_column_int(s, 2);
-  o->state = (store_slot_state)NIDX(SLOT_STATES, col_text(s, 3));
+  o->state = (store_slot_state)NIDX(SLOT_STATES, sq_col_text(s, 3));
   o->round = sqlite3_column_int64(s, 4);
   o->inner_steps = sqlite3_column_int64(s, 5);
   o->last_worker = sqlite3_column_int64(s, 6);
 }
 
 int store_get_slot(store *st, int64_t job, int path, int replica, store_slot *out) {
-  sqlite3_stmt *s = stmt(st, S_GET_SLOT);
+  sqlite3_stmt *s = sq_stmt(st, S_GET_SLOT);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   B64(s, 2, path);
   B64(s, 3, replica);
-  int rc = step(st, s, "get slot");
+  int rc = sq_step(st, s, "get slot");
   if (rc < 0) return rc;
   if (rc == SQLITE_ROW) read_slot(s, out);
   sqlite3_reset(s);
@@ -872,13 +733,13 @@ int store_get_slot(store *st, int64_t job, int path, int replica, store_slot *ou
 int store_list_slots(store *st, int64_t job, store_slot **out, int *n) {
   *out = NULL;
   *n = 0;
-  sqlite3_stmt *s = stmt(st, S_LIST_SLOTS);
+  sqlite3_stmt *s = sq_stmt(st, S_LIST_SLOTS);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   store_slot *arr = NULL;
   int cap = 0, cnt = 0, rc;
-  while ((rc = step(st, s, "list slots")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+  while ((rc = sq_step(st, s, "list slots")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
     read_slot(s, &arr[cnt++]);
   }
   sqlite3_reset(s);
@@ -894,31 +755,31 @@ int store_list_slots(store *st, int64_t job, store_slot **out, int *n) {
 int store_set_slot_state(store *st, int64_t job, int path, int replica, store_slot_state state) {
   if (state != SLOT_IDLE && state != SLOT_DONE) return dpc_err(DPC_EINVAL, "slots become leased only through a lease");
   store_slot cur;
-  TRY(begin(st));
+  TRY(sq_begin(st));
   TX(store_get_slot(st, job, path, replica, &cur));
   if (cur.state == SLOT_LEASED)
-    return rollback(st, dpc_err(DPC_ESTATE, "slot (job %lld, path %d, replica %d) is leased; end the lease first",
+    return sq_rollback(st, dpc_err(DPC_ESTATE, "slot (job %lld, path %d, replica %d) is leased; end the lease first",
                                 (long long)job, path, replica));
   STMT(s, S_SET_SLOT_STATE);
   B64(s, 1, job);
   B64(s, 2, path);
   B64(s, 3, replica);
   BTXT(s, 4, SLOT_STATES[state]);
-  TX(exec_done(st, s, "set slot state"));
-  TX(commit(st));
+  TX(sq_exec_done(st, s, "set slot state"));
+  TX(sq_commit(st));
   return 0;
 }
 
 int store_advance_slot(store *st, int64_t job, int path, int replica, int64_t round, int64_t inner_steps) {
   if (round < 0 || inner_steps < 0) return dpc_err(DPC_EINVAL, "store_advance_slot: negative round or inner steps");
-  sqlite3_stmt *s = stmt(st, S_ADVANCE_SLOT);
+  sqlite3_stmt *s = sq_stmt(st, S_ADVANCE_SLOT);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   B64(s, 2, path);
   B64(s, 3, replica);
   B64(s, 4, round);
   B64(s, 5, inner_steps);
-  TRY(exec_done(st, s, "advance slot"));
+  TRY(sq_exec_done(st, s, "advance slot"));
   if (sqlite3_changes(st->db) != 1)
     return dpc_err(DPC_ESTATE, "slot (job %lld, path %d, replica %d) is not idle below round %lld", (long long)job, path,
                    replica, (long long)round);
@@ -930,7 +791,7 @@ int store_create_lease(store *st, const store_new_lease *nl, int64_t *lease_id) 
     return dpc_err(DPC_EINVAL, "store_create_lease: need inner_steps >= 1 and at least one fragment");
   store_worker w;
   TRY(store_get_worker(st, nl->worker, &w));
-  TRY(begin(st));
+  TRY(sq_begin(st));
   store_slot slot;
   TX(store_get_slot(st, nl->job, nl->path, nl->replica, &slot));
   {
@@ -939,9 +800,9 @@ int store_create_lease(store *st, const store_new_lease *nl, int64_t *lease_id) 
     B64(s, 2, nl->path);
     B64(s, 3, nl->replica);
     B64(s, 4, nl->worker);
-    TX(exec_done(st, s, "lease slot"));
+    TX(sq_exec_done(st, s, "lease slot"));
     if (sqlite3_changes(st->db) != 1)
-      return rollback(st, dpc_err(DPC_ESTATE, "slot (job %lld, path %d, replica %d) is %s, not idle", (long long)nl->job,
+      return sq_rollback(st, dpc_err(DPC_ESTATE, "slot (job %lld, path %d, replica %d) is %s, not idle", (long long)nl->job,
                                   nl->path, nl->replica, SLOT_STATES[slot.state]));
   }
   STMT(s, S_INS_LEASE);
@@ -954,16 +815,16 @@ int store_create_lease(store *st, const store_new_lease *nl, int64_t *lease_id) 
   B64(s, 7, nl->step_begin);
   B64(s, 8, nl->now_ms);
   B64(s, 9, nl->expires_at);
-  TX(exec_done(st, s, "insert lease"));
+  TX(sq_exec_done(st, s, "insert lease"));
   int64_t id = sqlite3_last_insert_rowid(st->db);
   for (int i = 0; i < nl->n_fragments; i++) {
     STMT(f, S_INS_LEASE_FRAG);
     B64(f, 1, id);
     B64(f, 2, nl->fragments[i]);
     B64(f, 3, nl->base_versions[i]);
-    TX(exec_done(st, f, "insert lease fragment"));
+    TX(sq_exec_done(st, f, "insert lease fragment"));
   }
-  TX(commit(st));
+  TX(sq_commit(st));
   *lease_id = id;
   return 0;
 }
@@ -977,17 +838,17 @@ static void read_lease(sqlite3_stmt *s, store_lease *l) {
   l->round = sqlite3_column_int64(s, 5);
   l->inner_steps = sqlite3_column_int(s, 6);
   l->step_begin = sqlite3_column_int64(s, 7);
-  l->state = (store_lease_state)NIDX(LEASE_STATES, col_text(s, 8));
+  l->state = (store_lease_state)NIDX(LEASE_STATES, sq_col_text(s, 8));
   l->created_at = sqlite3_column_int64(s, 9);
   l->expires_at = sqlite3_column_int64(s, 10);
   l->ended_at = sqlite3_column_int64(s, 11);
 }
 
 int store_get_lease(store *st, int64_t id, store_lease *out) {
-  sqlite3_stmt *s = stmt(st, S_GET_LEASE);
+  sqlite3_stmt *s = sq_stmt(st, S_GET_LEASE);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, id);
-  int rc = step(st, s, "get lease");
+  int rc = sq_step(st, s, "get lease");
   if (rc < 0) return rc;
   if (rc == SQLITE_ROW) read_lease(s, out);
   sqlite3_reset(s);
@@ -995,11 +856,11 @@ int store_get_lease(store *st, int64_t id, store_lease *out) {
 }
 
 int store_lease_base_version(store *st, int64_t lease, int fragment, int64_t *version) {
-  sqlite3_stmt *s = stmt(st, S_LEASE_BASE);
+  sqlite3_stmt *s = sq_stmt(st, S_LEASE_BASE);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, lease);
   B64(s, 2, fragment);
-  int rc = step(st, s, "lease base version");
+  int rc = sq_step(st, s, "lease base version");
   if (rc < 0) return rc;
   if (rc == SQLITE_ROW) *version = sqlite3_column_int64(s, 0);
   sqlite3_reset(s);
@@ -1014,56 +875,56 @@ int store_renew_lease(store *st, int64_t lease, int64_t worker, int64_t expires_
   if (l.worker != worker)
     return dpc_err(DPC_EPERM, "lease %lld belongs to worker %lld, not %lld", (long long)lease, (long long)l.worker,
                    (long long)worker);
-  sqlite3_stmt *s = stmt(st, S_RENEW_LEASE);
+  sqlite3_stmt *s = sq_stmt(st, S_RENEW_LEASE);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, lease);
   B64(s, 2, expires_at);
-  return exec_done(st, s, "renew lease");
+  return sq_exec_done(st, s, "renew lease");
 }
 
 /* Inside a transaction: end one active lease and free its slot. */
 static int end_lease_tx(store *st, const store_lease *l, store_lease_state how, int advance, int64_t steps_done,
                         int64_t now_ms) {
-  sqlite3_stmt *s = stmt(st, S_END_LEASE);
+  sqlite3_stmt *s = sq_stmt(st, S_END_LEASE);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, l->id);
   BTXT(s, 2, LEASE_STATES[how]);
   B64(s, 3, now_ms);
-  TRY(exec_done(st, s, "end lease"));
+  TRY(sq_exec_done(st, s, "end lease"));
   if (sqlite3_changes(st->db) != 1) return dpc_err(DPC_ESTATE, "lease %lld is not active", (long long)l->id);
-  sqlite3_stmt *f = stmt(st, S_FREE_SLOT);
+  sqlite3_stmt *f = sq_stmt(st, S_FREE_SLOT);
   if (!f) return DPC_EINTERNAL;
   B64(f, 1, l->job);
   B64(f, 2, l->path);
   B64(f, 3, l->replica);
   B64(f, 4, advance ? 1 : 0);
   B64(f, 5, advance ? steps_done : 0);
-  return exec_done(st, f, "free slot");
+  return sq_exec_done(st, f, "free slot");
 }
 
 int store_end_lease(store *st, int64_t lease, store_lease_state how, int advance, int64_t steps_done, int64_t now_ms) {
   if (how == LEASE_ACTIVE || (unsigned)how > LEASE_EXPIRED) return dpc_err(DPC_EINVAL, "store_end_lease: bad end state %d", (int)how);
   if (steps_done < 0) return dpc_err(DPC_EINVAL, "store_end_lease: negative steps_done");
   store_lease l;
-  TRY(begin(st));
+  TRY(sq_begin(st));
   TX(store_get_lease(st, lease, &l));
   if (l.state != LEASE_ACTIVE)
-    return rollback(st, dpc_err(DPC_ESTATE, "lease %lld is already %s", (long long)lease, LEASE_STATES[l.state]));
+    return sq_rollback(st, dpc_err(DPC_ESTATE, "lease %lld is already %s", (long long)lease, LEASE_STATES[l.state]));
   TX(end_lease_tx(st, &l, how, advance, steps_done, now_ms));
-  TX(commit(st));
+  TX(sq_commit(st));
   return 0;
 }
 
 int store_expire_leases(store *st, int64_t now_ms, int64_t **ids, int *n) {
   if (ids) *ids = NULL;
   *n = 0;
-  TRY(begin(st));
+  TRY(sq_begin(st));
   int64_t *arr = NULL;
   int cap = 0, cnt = 0, rc;
   STMT(s, S_DUE_LEASES);
   B64(s, 1, now_ms);
-  while ((rc = step(st, s, "due leases")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+  while ((rc = sq_step(st, s, "due leases")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
     arr[cnt++] = sqlite3_column_int64(s, 0);
   }
   sqlite3_reset(s);
@@ -1072,10 +933,10 @@ int store_expire_leases(store *st, int64_t now_ms, int64_t **ids, int *n) {
     rc = store_get_lease(st, arr[i], &l);
     if (rc >= 0) rc = end_lease_tx(st, &l, LEASE_EXPIRED, 0, 0, now_ms);
   }
-  if (rc >= 0) rc = commit(st);
+  if (rc >= 0) rc = sq_commit(st);
   if (rc < 0) {
     free(arr);
-    return rollback(st, rc);
+    return sq_rollback(st, rc);
   }
   if (ids) *ids = arr;
   else free(arr);
@@ -1086,13 +947,13 @@ int store_expire_leases(store *st, int64_t now_ms, int64_t **ids, int *n) {
 int store_list_active_leases(store *st, int64_t job, store_lease **out, int *n) {
   *out = NULL;
   *n = 0;
-  sqlite3_stmt *s = stmt(st, S_ACTIVE_LEASES);
+  sqlite3_stmt *s = sq_stmt(st, S_ACTIVE_LEASES);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   store_lease *arr = NULL;
   int cap = 0, cnt = 0, rc;
-  while ((rc = step(st, s, "list leases")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+  while ((rc = sq_step(st, s, "list leases")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
     read_lease(s, &arr[cnt++]);
   }
   sqlite3_reset(s);
@@ -1108,21 +969,21 @@ int store_list_active_leases(store *st, int64_t job, store_lease **out, int *n) 
 /* ---- rounds and deltas --------------------------------------------------------------------- */
 
 int store_open_round(store *st, int64_t job, int fragment, int64_t round, int64_t now_ms, int64_t deadline_at) {
-  sqlite3_stmt *s = stmt(st, S_OPEN_ROUND);
+  sqlite3_stmt *s = sq_stmt(st, S_OPEN_ROUND);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   B64(s, 2, fragment);
   B64(s, 3, round);
   B64(s, 4, now_ms);
   B64(s, 5, deadline_at);
-  return exec_done(st, s, "open round");
+  return sq_exec_done(st, s, "open round");
 }
 
 static void read_round(sqlite3_stmt *s, store_round *r) {
   r->job = sqlite3_column_int64(s, 0);
   r->fragment = sqlite3_column_int(s, 1);
   r->round = sqlite3_column_int64(s, 2);
-  r->state = (store_round_state)NIDX(ROUND_STATES, col_text(s, 3));
+  r->state = (store_round_state)NIDX(ROUND_STATES, sq_col_text(s, 3));
   r->opened_at = sqlite3_column_int64(s, 4);
   r->deadline_at = sqlite3_column_int64(s, 5);
   r->closed_at = sqlite3_column_int64(s, 6);
@@ -1132,12 +993,12 @@ static void read_round(sqlite3_stmt *s, store_round *r) {
 
 /* 1 and *out filled if the round row exists, 0 if not, negative on error. */
 static int find_round(store *st, int64_t job, int fragment, int64_t round, store_round *out) {
-  sqlite3_stmt *s = stmt(st, S_GET_ROUND);
+  sqlite3_stmt *s = sq_stmt(st, S_GET_ROUND);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   B64(s, 2, fragment);
   B64(s, 3, round);
-  int rc = step(st, s, "get round");
+  int rc = sq_step(st, s, "get round");
   if (rc < 0) return rc;
   if (rc == SQLITE_ROW) read_round(s, out);
   sqlite3_reset(s);
@@ -1153,13 +1014,13 @@ int store_get_round(store *st, int64_t job, int fragment, int64_t round, store_r
 int store_list_open_rounds(store *st, int64_t job, store_round **out, int *n) {
   *out = NULL;
   *n = 0;
-  sqlite3_stmt *s = stmt(st, S_OPEN_ROUNDS);
+  sqlite3_stmt *s = sq_stmt(st, S_OPEN_ROUNDS);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   store_round *arr = NULL;
   int cap = 0, cnt = 0, rc;
-  while ((rc = step(st, s, "list open rounds")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+  while ((rc = sq_step(st, s, "list open rounds")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
     read_round(s, &arr[cnt++]);
   }
   sqlite3_reset(s);
@@ -1177,20 +1038,20 @@ int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id) 
     return dpc_err(DPC_EINVAL, "store_record_delta: bad blob name");
   if (!isfinite(nd->weight) || nd->weight < 0 || nd->tokens < 0)
     return dpc_err(DPC_EINVAL, "store_record_delta: weight %g / tokens %lld invalid", nd->weight, (long long)nd->tokens);
-  TRY(begin(st));
+  TRY(sq_begin(st));
   /* Idempotency first: a retry of an acknowledged push must succeed even after the lease
    * ended or the round closed. */
   {
     STMT(s, S_FIND_DELTA);
     B64(s, 1, nd->lease);
     B64(s, 2, nd->fragment);
-    int rc = step(st, s, "find delta");
-    if (rc < 0) return rollback(st, rc);
+    int rc = sq_step(st, s, "find delta");
+    if (rc < 0) return sq_rollback(st, rc);
     if (rc == SQLITE_ROW) {
       int64_t id = sqlite3_column_int64(s, 0);
       uint32_t crc = (uint32_t)sqlite3_column_int64(s, 1);
       sqlite3_reset(s);
-      rollback(st, 0);
+      sq_rollback(st, 0);
       if (crc != nd->checksum)
         return dpc_err(DPC_EEXIST, "lease %lld already pushed a different delta for fragment %d (crc 0x%08x, now 0x%08x)",
                        (long long)nd->lease, nd->fragment, crc, nd->checksum);
@@ -1205,9 +1066,9 @@ int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id) 
   TX(store_lease_base_version(st, nd->lease, nd->fragment, &base));
   store_round r;
   int have = find_round(st, l.job, nd->fragment, l.round, &r);
-  if (have < 0) return rollback(st, have);
+  if (have < 0) return sq_rollback(st, have);
   if (have && r.state == ROUND_CLOSED)
-    return rollback(st, dpc_err(DPC_ESTATE, "round %lld of fragment %d is closed; the delta of lease %lld is too late",
+    return sq_rollback(st, dpc_err(DPC_ESTATE, "round %lld of fragment %d is closed; the delta of lease %lld is too late",
                                 (long long)l.round, nd->fragment, (long long)nd->lease));
   STMT(s, S_INS_DELTA);
   B64(s, 1, l.job);
@@ -1222,14 +1083,14 @@ int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id) 
   BDBL(s, 10, nd->weight);
   B64(s, 11, nd->tokens);
   B64(s, 12, nd->now_ms);
-  TX(exec_done(st, s, "insert delta"));
+  TX(sq_exec_done(st, s, "insert delta"));
   int64_t id = sqlite3_last_insert_rowid(st->db);
-  TX(commit(st));
+  TX(sq_commit(st));
   if (delta_id) *delta_id = id;
   return 0;
 }
 
-static void read_delta(sqlite3_stmt *s, store_delta *d) {
+void sq_read_delta(sqlite3_stmt *s, store_delta *d) {
   d->id = sqlite3_column_int64(s, 0);
   d->job = sqlite3_column_int64(s, 1);
   d->round = sqlite3_column_int64(s, 2);
@@ -1239,21 +1100,21 @@ static void read_delta(sqlite3_stmt *s, store_delta *d) {
   d->lease = sqlite3_column_int64(s, 6);
   d->base_version = sqlite3_column_int64(s, 7);
   d->checksum = (uint32_t)sqlite3_column_int64(s, 8);
-  copy_text(d->blob, sizeof d->blob, s, 9);
+  sq_copy_text(d->blob, sizeof d->blob, s, 9);
   d->weight = sqlite3_column_double(s, 10);
   d->tokens = sqlite3_column_int64(s, 11);
-  d->state = (store_delta_state)NIDX(DELTA_STATES, col_text(s, 12));
+  d->state = (store_delta_state)NIDX(DELTA_STATES, sq_col_text(s, 12));
   d->received_at = sqlite3_column_int64(s, 13);
   d->applied_version = sqlite3_column_int64(s, 14);
 }
 
 int store_get_delta(store *st, int64_t id, store_delta *out) {
-  sqlite3_stmt *s = stmt(st, S_GET_DELTA);
+  sqlite3_stmt *s = sq_stmt(st, S_GET_DELTA);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, id);
-  int rc = step(st, s, "get delta");
+  int rc = sq_step(st, s, "get delta");
   if (rc < 0) return rc;
-  if (rc == SQLITE_ROW) read_delta(s, out);
+  if (rc == SQLITE_ROW) sq_read_delta(s, out);
   sqlite3_reset(s);
   return rc == SQLITE_ROW ? 0 : dpc_err(DPC_ENOENT, "no delta with id %lld", (long long)id);
 }
@@ -1262,7 +1123,7 @@ int store_list_deltas(store *st, int64_t job, int fragment, int64_t round, int s
   *out = NULL;
   *n = 0;
   if (state > DELTA_DROPPED) return dpc_err(DPC_EINVAL, "unknown delta state %d", state);
-  sqlite3_stmt *s = stmt(st, S_LIST_DELTAS);
+  sqlite3_stmt *s = sq_stmt(st, S_LIST_DELTAS);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   B64(s, 2, fragment);
@@ -1271,9 +1132,9 @@ int store_list_deltas(store *st, int64_t job, int fragment, int64_t round, int s
   BTXT(s, 5, state >= 0 ? DELTA_STATES[state] : "");
   store_delta *arr = NULL;
   int cap = 0, cnt = 0, rc;
-  while ((rc = step(st, s, "list deltas")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    read_delta(s, &arr[cnt++]);
+  while ((rc = sq_step(st, s, "list deltas")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+    sq_read_delta(s, &arr[cnt++]);
   }
   sqlite3_reset(s);
   if (rc < 0) {
@@ -1288,15 +1149,15 @@ int store_list_deltas(store *st, int64_t job, int fragment, int64_t round, int s
 int store_list_pending_deltas(store *st, int64_t job, int fragment, store_delta **out, int *n) {
   *out = NULL;
   *n = 0;
-  sqlite3_stmt *s = stmt(st, S_PENDING_DELTAS);
+  sqlite3_stmt *s = sq_stmt(st, S_PENDING_DELTAS);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   B64(s, 2, fragment);
   store_delta *arr = NULL;
   int cap = 0, cnt = 0, rc;
-  while ((rc = step(st, s, "list pending deltas")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    read_delta(s, &arr[cnt++]);
+  while ((rc = sq_step(st, s, "list pending deltas")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+    sq_read_delta(s, &arr[cnt++]);
   }
   sqlite3_reset(s);
   if (rc < 0) {
@@ -1312,15 +1173,15 @@ int store_lease_fragments(store *st, int64_t lease, int **fragments, int64_t **b
   *fragments = NULL;
   *base_versions = NULL;
   *n = 0;
-  sqlite3_stmt *s = stmt(st, S_LEASE_FRAGS);
+  sqlite3_stmt *s = sq_stmt(st, S_LEASE_FRAGS);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, lease);
   int *f = NULL;
   int64_t *v = NULL;
   int fcap = 0, vcap = 0, cnt = 0, rc;
-  while ((rc = step(st, s, "lease fragments")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&f, &fcap, cnt, sizeof *f)) < 0) break;
-    if ((rc = grow((void **)&v, &vcap, cnt, sizeof *v)) < 0) break;
+  while ((rc = sq_step(st, s, "lease fragments")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&f, &fcap, cnt, sizeof *f)) < 0) break;
+    if ((rc = sq_grow((void **)&v, &vcap, cnt, sizeof *v)) < 0) break;
     f[cnt] = sqlite3_column_int(s, 0);
     v[cnt++] = sqlite3_column_int64(s, 1);
   }
@@ -1339,29 +1200,29 @@ int store_lease_fragments(store *st, int64_t lease, int **fragments, int64_t **b
 int store_commit_outer(store *st, const store_outer_commit *c) {
   if (!c->param_blob || (c->n_applied > 0 && !c->applied) || c->n_applied < 0)
     return dpc_err(DPC_EINVAL, "store_commit_outer: missing parameter blob or applied list");
-  TRY(begin(st));
+  TRY(sq_begin(st));
   {
     STMT(s, S_FRAG_VERSION);
     B64(s, 1, c->job);
     B64(s, 2, c->fragment);
-    int rc = step(st, s, "read fragment version");
-    if (rc < 0) return rollback(st, rc);
+    int rc = sq_step(st, s, "read fragment version");
+    if (rc < 0) return sq_rollback(st, rc);
     if (rc != SQLITE_ROW) {
       sqlite3_reset(s);
-      return rollback(st, dpc_err(DPC_ENOENT, "job %lld has no fragment %d", (long long)c->job, c->fragment));
+      return sq_rollback(st, dpc_err(DPC_ENOENT, "job %lld has no fragment %d", (long long)c->job, c->fragment));
     }
     int64_t cur = sqlite3_column_int64(s, 0);
     sqlite3_reset(s);
     if (c->new_version != cur + 1)
-      return rollback(st, dpc_err(DPC_ESTATE, "fragment %d is at version %lld; cannot commit version %lld", c->fragment,
+      return sq_rollback(st, dpc_err(DPC_ESTATE, "fragment %d is at version %lld; cannot commit version %lld", c->fragment,
                                   (long long)cur, (long long)c->new_version));
   }
   if (c->close_round) {
     store_round r;
     int have = find_round(st, c->job, c->fragment, c->round, &r);
-    if (have < 0) return rollback(st, have);
+    if (have < 0) return sq_rollback(st, have);
     if (have && r.state == ROUND_CLOSED)
-      return rollback(st, dpc_err(DPC_ESTATE, "round %lld of fragment %d is already closed", (long long)c->round, c->fragment));
+      return sq_rollback(st, dpc_err(DPC_ESTATE, "round %lld of fragment %d is already closed", (long long)c->round, c->fragment));
   }
   {
     STMT(v, S_INS_VERSION);
@@ -1378,14 +1239,14 @@ int store_commit_outer(store *st, const store_outer_commit *c) {
     B64(v, 11, c->dn_t);
     B64(v, 12, c->keep ? 1 : 0);
     B64(v, 13, c->now_ms);
-    TX(exec_done(st, v, "insert fragment version"));
+    TX(sq_exec_done(st, v, "insert fragment version"));
   }
   {
     STMT(u, S_SET_FRAG_VERSION);
     B64(u, 1, c->job);
     B64(u, 2, c->fragment);
     B64(u, 3, c->new_version);
-    TX(exec_done(st, u, "advance fragment version"));
+    TX(sq_exec_done(st, u, "advance fragment version"));
   }
   for (int i = 0; i < c->n_applied; i++) {
     STMT(a, S_APPLY_DELTA);
@@ -1394,9 +1255,9 @@ int store_commit_outer(store *st, const store_outer_commit *c) {
     B64(a, 3, c->fragment);
     B64(a, 4, c->round);
     B64(a, 5, c->new_version);
-    TX(exec_done(st, a, "mark delta applied"));
+    TX(sq_exec_done(st, a, "mark delta applied"));
     if (sqlite3_changes(st->db) != 1)
-      return rollback(st, dpc_err(DPC_ESTATE, "delta %lld is not a received delta of job %lld fragment %d round %lld",
+      return sq_rollback(st, dpc_err(DPC_ESTATE, "delta %lld is not a received delta of job %lld fragment %d round %lld",
                                   (long long)c->applied[i], (long long)c->job, c->fragment, (long long)c->round));
   }
   if (c->close_round) {
@@ -1404,7 +1265,7 @@ int store_commit_outer(store *st, const store_outer_commit *c) {
     B64(d, 1, c->job);
     B64(d, 2, c->fragment);
     B64(d, 3, c->round);
-    TX(exec_done(st, d, "drop late deltas"));
+    TX(sq_exec_done(st, d, "drop late deltas"));
     STMT(r, S_CLOSE_ROUND);
     B64(r, 1, c->job);
     B64(r, 2, c->fragment);
@@ -1412,215 +1273,9 @@ int store_commit_outer(store *st, const store_outer_commit *c) {
     B64(r, 4, c->now_ms);
     B64(r, 5, c->n_applied);
     B64(r, 6, c->new_version);
-    TX(exec_done(st, r, "close round"));
+    TX(sq_exec_done(st, r, "close round"));
   }
-  TX(commit(st));
+  TX(sq_commit(st));
   return 0;
 }
 
-/* ---- garbage collection ------------------------------------------------------------------- */
-
-void store_names_free(char **names, int n) {
-  if (!names) return;
-  for (int i = 0; i < n; i++) free(names[i]);
-  free(names);
-}
-
-static int push_name(char ***arr, int *cap, int *cnt, const char *name) {
-  if (!name || !name[0]) return 0;
-  TRY(grow((void **)arr, cap, *cnt, sizeof **arr));
-  (*arr)[*cnt] = strdup(name);
-  if (!(*arr)[*cnt]) return dpc_err(DPC_ENOMEM, "store: out of memory");
-  (*cnt)++;
-  return 0;
-}
-
-int store_gc_versions(store *st, int64_t job, int fragment, int keep_last, int keep_every, char ***names, int *n) {
-  *names = NULL;
-  *n = 0;
-  if (keep_last < 1) return dpc_err(DPC_EINVAL, "store_gc_versions: keep_last %d (need >= 1)", keep_last);
-  store_fragment f;
-  TRY(begin(st));
-  TX(store_get_fragment(st, job, fragment, &f));
-  int64_t upto = f.version - keep_last; /* versions <= upto may go */
-  char **arr = NULL;
-  int cap = 0, cnt = 0, rc = 0;
-  int64_t *vers = NULL;
-  int vcap = 0, nv = 0;
-  if (upto >= 0) {
-    sqlite3_stmt *s = stmt(st, S_GC_VERSIONS_SEL);
-    if (!s) rc = DPC_EINTERNAL;
-    else {
-      B64(s, 1, job);
-      B64(s, 2, fragment);
-      B64(s, 3, upto);
-      B64(s, 4, keep_every);
-      while ((rc = step(st, s, "select old versions")) == SQLITE_ROW) {
-        if ((rc = grow((void **)&vers, &vcap, nv, sizeof *vers)) < 0) break;
-        vers[nv++] = sqlite3_column_int64(s, 0);
-        for (int k = 1; k <= 3 && rc >= 0; k++) rc = push_name(&arr, &cap, &cnt, col_text(s, k));
-        if (rc < 0) break;
-      }
-      sqlite3_reset(s);
-    }
-    for (int i = 0; rc >= 0 && i < nv; i++) {
-      sqlite3_stmt *d = stmt(st, S_GC_VERSION_DEL);
-      if (!d) {
-        rc = DPC_EINTERNAL;
-        break;
-      }
-      B64(d, 1, job);
-      B64(d, 2, fragment);
-      B64(d, 3, vers[i]);
-      rc = exec_done(st, d, "delete old version");
-    }
-  }
-  free(vers);
-  if (rc >= 0) rc = commit(st);
-  if (rc < 0) {
-    store_names_free(arr, cnt);
-    return rollback(st, rc);
-  }
-  *names = arr;
-  *n = cnt;
-  return 0;
-}
-
-int store_gc_deltas(store *st, int64_t job, int fragment, int64_t before_round, char ***names, int *n) {
-  *names = NULL;
-  *n = 0;
-  TRY(begin(st));
-  char **arr = NULL;
-  int cap = 0, cnt = 0, rc;
-  int64_t *ids = NULL;
-  int icap = 0, ni = 0;
-  sqlite3_stmt *s = stmt(st, S_GC_DELTAS_SEL);
-  if (!s) return rollback(st, DPC_EINTERNAL);
-  B64(s, 1, job);
-  B64(s, 2, fragment);
-  B64(s, 3, before_round);
-  while ((rc = step(st, s, "select old deltas")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&ids, &icap, ni, sizeof *ids)) < 0) break;
-    ids[ni++] = sqlite3_column_int64(s, 0);
-    if ((rc = push_name(&arr, &cap, &cnt, col_text(s, 1))) < 0) break;
-  }
-  sqlite3_reset(s);
-  for (int i = 0; rc >= 0 && i < ni; i++) {
-    sqlite3_stmt *d = stmt(st, S_GC_DELTA_DEL);
-    if (!d) {
-      rc = DPC_EINTERNAL;
-      break;
-    }
-    B64(d, 1, ids[i]);
-    rc = exec_done(st, d, "delete old delta");
-  }
-  free(ids);
-  if (rc >= 0) rc = commit(st);
-  if (rc < 0) {
-    store_names_free(arr, cnt);
-    return rollback(st, rc);
-  }
-  *names = arr;
-  *n = cnt;
-  return 0;
-}
-
-/* ---- metrics ------------------------------------------------------------------------------ */
-
-int store_add_metric(store *st, const store_metric *m) {
-  sqlite3_stmt *s = stmt(st, S_INS_METRIC);
-  if (!s) return DPC_EINTERNAL;
-  B64(s, 1, m->job);
-  B64(s, 2, m->round);
-  B64(s, 3, m->path);
-  B64(s, 4, m->replica);
-  B64(s, 5, m->worker);
-  if (isfinite(m->loss)) BDBL(s, 6, m->loss);
-  else sqlite3_bind_null(s, 6);
-  B64(s, 7, m->tokens);
-  B64(s, 8, m->bytes_in);
-  B64(s, 9, m->bytes_out);
-  BDBL(s, 10, isfinite(m->outer_seconds) ? m->outer_seconds : 0.0);
-  B64(s, 11, m->created_at);
-  return exec_done(st, s, "insert metric");
-}
-
-int store_list_metrics(store *st, int64_t job, int64_t since_round, store_metric **out, int *n) {
-  *out = NULL;
-  *n = 0;
-  sqlite3_stmt *s = stmt(st, S_LIST_METRICS);
-  if (!s) return DPC_EINTERNAL;
-  B64(s, 1, job);
-  B64(s, 2, since_round);
-  store_metric *arr = NULL;
-  int cap = 0, cnt = 0, rc;
-  while ((rc = step(st, s, "list metrics")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    store_metric *m = &arr[cnt++];
-    m->job = sqlite3_column_int64(s, 0);
-    m->round = sqlite3_column_int64(s, 1);
-    m->path = sqlite3_column_int(s, 2);
-    m->replica = sqlite3_column_int(s, 3);
-    m->worker = sqlite3_column_int64(s, 4);
-    m->loss = sqlite3_column_type(s, 5) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 5);
-    m->tokens = sqlite3_column_int64(s, 6);
-    m->bytes_in = sqlite3_column_int64(s, 7);
-    m->bytes_out = sqlite3_column_int64(s, 8);
-    m->outer_seconds = sqlite3_column_double(s, 9);
-    m->created_at = sqlite3_column_int64(s, 10);
-  }
-  sqlite3_reset(s);
-  if (rc < 0) {
-    free(arr);
-    return rc;
-  }
-  *out = arr;
-  *n = cnt;
-  return 0;
-}
-
-/* ---- async ledger (additive: asynchronous Local-SGD) ---------------------------------------- */
-
-int store_next_pending_delta(store *st, int64_t job, int fragment, store_delta *out) {
-  sqlite3_stmt *s = stmt(st, S_NEXT_PENDING);
-  if (!s) return DPC_EINTERNAL;
-  B64(s, 1, job);
-  B64(s, 2, fragment);
-  int rc = step(st, s, "next pending delta");
-  if (rc < 0) return rc;
-  if (rc == SQLITE_ROW) read_delta(s, out);
-  sqlite3_reset(s);
-  return rc == SQLITE_ROW ? 1 : 0;
-}
-
-int store_drop_delta(store *st, int64_t id) {
-  sqlite3_stmt *s = stmt(st, S_DROP_DELTA);
-  if (!s) return DPC_EINTERNAL;
-  B64(s, 1, id);
-  TRY(exec_done(st, s, "drop delta"));
-  if (sqlite3_changes(st->db) != 1) return dpc_err(DPC_ESTATE, "delta %lld is not a received delta", (long long)id);
-  return 0;
-}
-
-int store_list_ledger(store *st, int64_t job, int fragment, store_delta **out, int *n) {
-  *out = NULL;
-  *n = 0;
-  sqlite3_stmt *s = stmt(st, S_LEDGER);
-  if (!s) return DPC_EINTERNAL;
-  B64(s, 1, job);
-  B64(s, 2, fragment);
-  store_delta *arr = NULL;
-  int cap = 0, cnt = 0, rc;
-  while ((rc = step(st, s, "list ledger")) == SQLITE_ROW) {
-    if ((rc = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    read_delta(s, &arr[cnt++]);
-  }
-  sqlite3_reset(s);
-  if (rc < 0) {
-    free(arr);
-    return rc;
-  }
-  *out = arr;
-  *n = cnt;
-  return 0;
-}

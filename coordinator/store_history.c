@@ -1,0 +1,220 @@
+/* store_history.c — the store's history: garbage collection of old versions and applied
+ * deltas, per-round metrics, and the asynchronous ledger (pending deltas in arrival order,
+ * applied deltas in version order). Same contract as store.h: one thread per handle, one
+ * transaction per multi-row change. */
+#include "coordinator/store.h"
+#include "coordinator/store_internal.h"
+#include "common/errors.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- garbage collection ------------------------------------------------------------------- */
+
+void store_names_free(char **names, int n) {
+  if (!names) return;
+  for (int i = 0; i < n; i++) free(names[i]);
+  free(names);
+}
+
+static int push_name(char ***arr, int *cap, int *cnt, const char *name) {
+  if (!name || !name[0]) return 0;
+  TRY(sq_grow((void **)arr, cap, *cnt, sizeof **arr));
+  (*arr)[*cnt] = strdup(name);
+  if (!(*arr)[*cnt]) return dpc_err(DPC_ENOMEM, "store: out of memory");
+  (*cnt)++;
+  return 0;
+}
+
+int store_gc_versions(store *st, int64_t job, int fragment, int keep_last, int keep_every, char ***names, int *n) {
+  *names = NULL;
+  *n = 0;
+  if (keep_last < 1) return dpc_err(DPC_EINVAL, "store_gc_versions: keep_last %d (need >= 1)", keep_last);
+  store_fragment f;
+  TRY(sq_begin(st));
+  TX(store_get_fragment(st, job, fragment, &f));
+  int64_t upto = f.version - keep_last; /* versions <= upto may go */
+  char **arr = NULL;
+  int cap = 0, cnt = 0, rc = 0;
+  int64_t *vers = NULL;
+  int vcap = 0, nv = 0;
+  if (upto >= 0) {
+    sqlite3_stmt *s = sq_stmt(st, S_GC_VERSIONS_SEL);
+    if (!s) rc = DPC_EINTERNAL;
+    else {
+      B64(s, 1, job);
+      B64(s, 2, fragment);
+      B64(s, 3, upto);
+      B64(s, 4, keep_every);
+      while ((rc = sq_step(st, s, "select old versions")) == SQLITE_ROW) {
+        if ((rc = sq_grow((void **)&vers, &vcap, nv, sizeof *vers)) < 0) break;
+        vers[nv++] = sqlite3_column_int64(s, 0);
+        for (int k = 1; k <= 3 && rc >= 0; k++) rc = push_name(&arr, &cap, &cnt, sq_col_text(s, k));
+        if (rc < 0) break;
+      }
+      sqlite3_reset(s);
+    }
+    for (int i = 0; rc >= 0 && i < nv; i++) {
+      sqlite3_stmt *d = sq_stmt(st, S_GC_VERSION_DEL);
+      if (!d) {
+        rc = DPC_EINTERNAL;
+        break;
+      }
+      B64(d, 1, job);
+      B64(d, 2, fragment);
+      B64(d, 3, vers[i]);
+      rc = sq_exec_done(st, d, "delete old version");
+    }
+  }
+  free(vers);
+  if (rc >= 0) rc = sq_commit(st);
+  if (rc < 0) {
+    store_names_free(arr, cnt);
+    return sq_rollback(st, rc);
+  }
+  *names = arr;
+  *n = cnt;
+  return 0;
+}
+
+int store_gc_deltas(store *st, int64_t job, int fragment, int64_t before_round, char ***names, int *n) {
+  *names = NULL;
+  *n = 0;
+  TRY(sq_begin(st));
+  char **arr = NULL;
+  int cap = 0, cnt = 0, rc;
+  int64_t *ids = NULL;
+  int icap = 0, ni = 0;
+  sqlite3_stmt *s = sq_stmt(st, S_GC_DELTAS_SEL);
+  if (!s) return sq_rollback(st, DPC_EINTERNAL);
+  B64(s, 1, job);
+  B64(s, 2, fragment);
+  B64(s, 3, before_round);
+  while ((rc = sq_step(st, s, "select old deltas")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&ids, &icap, ni, sizeof *ids)) < 0) break;
+    ids[ni++] = sqlite3_column_int64(s, 0);
+    if ((rc = push_name(&arr, &cap, &cnt, sq_col_text(s, 1))) < 0) break;
+  }
+  sqlite3_reset(s);
+  for (int i = 0; rc >= 0 && i < ni; i++) {
+    sqlite3_stmt *d = sq_stmt(st, S_GC_DELTA_DEL);
+    if (!d) {
+      rc = DPC_EINTERNAL;
+      break;
+    }
+    B64(d, 1, ids[i]);
+    rc = sq_exec_done(st, d, "delete old delta");
+  }
+  free(ids);
+  if (rc >= 0) rc = sq_commit(st);
+  if (rc < 0) {
+    store_names_free(arr, cnt);
+    return sq_rollback(st, rc);
+  }
+  *names = arr;
+  *n = cnt;
+  return 0;
+}
+
+/* ---- metrics ------------------------------------------------------------------------------ */
+
+int store_add_metric(store *st, const store_metric *m) {
+  sqlite3_stmt *s = sq_stmt(st, S_INS_METRIC);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, m->job);
+  B64(s, 2, m->round);
+  B64(s, 3, m->path);
+  B64(s, 4, m->replica);
+  B64(s, 5, m->worker);
+  if (isfinite(m->loss)) BDBL(s, 6, m->loss);
+  else sqlite3_bind_null(s, 6);
+  B64(s, 7, m->tokens);
+  B64(s, 8, m->bytes_in);
+  B64(s, 9, m->bytes_out);
+  BDBL(s, 10, isfinite(m->outer_seconds) ? m->outer_seconds : 0.0);
+  B64(s, 11, m->created_at);
+  return sq_exec_done(st, s, "insert metric");
+}
+
+int store_list_metrics(store *st, int64_t job, int64_t since_round, store_metric **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *s = sq_stmt(st, S_LIST_METRICS);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, job);
+  B64(s, 2, since_round);
+  store_metric *arr = NULL;
+  int cap = 0, cnt = 0, rc;
+  while ((rc = sq_step(st, s, "list metrics")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+    store_metric *m = &arr[cnt++];
+    m->job = sqlite3_column_int64(s, 0);
+    m->round = sqlite3_column_int64(s, 1);
+    m->path = sqlite3_column_int(s, 2);
+    m->replica = sqlite3_column_int(s, 3);
+    m->worker = sqlite3_column_int64(s, 4);
+    m->loss = sqlite3_column_type(s, 5) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 5);
+    m->tokens = sqlite3_column_int64(s, 6);
+    m->bytes_in = sqlite3_column_int64(s, 7);
+    m->bytes_out = sqlite3_column_int64(s, 8);
+    m->outer_seconds = sqlite3_column_double(s, 9);
+    m->created_at = sqlite3_column_int64(s, 10);
+  }
+  sqlite3_reset(s);
+  if (rc < 0) {
+    free(arr);
+    return rc;
+  }
+  *out = arr;
+  *n = cnt;
+  return 0;
+}
+
+/* ---- async ledger (additive: asynchronous Local-SGD) ---------------------------------------- */
+
+int store_next_pending_delta(store *st, int64_t job, int fragment, store_delta *out) {
+  sqlite3_stmt *s = sq_stmt(st, S_NEXT_PENDING);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, job);
+  B64(s, 2, fragment);
+  int rc = sq_step(st, s, "next pending delta");
+  if (rc < 0) return rc;
+  if (rc == SQLITE_ROW) sq_read_delta(s, out);
+  sqlite3_reset(s);
+  return rc == SQLITE_ROW ? 1 : 0;
+}
+
+int store_drop_delta(store *st, int64_t id) {
+  sqlite3_stmt *s = sq_stmt(st, S_DROP_DELTA);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, id);
+  TRY(sq_exec_done(st, s, "drop delta"));
+  if (sqlite3_changes(st->db) != 1) return dpc_err(DPC_ESTATE, "delta %lld is not a received delta", (long long)id);
+  return 0;
+}
+
+int store_list_ledger(store *st, int64_t job, int fragment, store_delta **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *s = sq_stmt(st, S_LEDGER);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, job);
+  B64(s, 2, fragment);
+  store_delta *arr = NULL;
+  int cap = 0, cnt = 0, rc;
+  while ((rc = sq_step(st, s, "list ledger")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+    sq_read_delta(s, &arr[cnt++]);
+  }
+  sqlite3_reset(s);
+  if (rc < 0) {
+    free(arr);
+    return rc;
+  }
+  *out = arr;
+  *n = cnt;
+  return 0;
+}
