@@ -225,6 +225,26 @@ int sq_grow(void **arr, int *cap, int n, size_t elem) {
   return 0;
 }
 
+int sq_collect(store *st, sqlite3_stmt *s, const char *what, size_t elem, void (*read)(sqlite3_stmt *, void *),
+               void **out, int *n) {
+  char *arr = NULL;
+  int cap = 0, cnt = 0, rc;
+  *out = NULL;
+  *n = 0;
+  while ((rc = sq_step(st, s, what)) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, elem)) < 0) break;
+    read(s, arr + (size_t)cnt++ * elem);
+  }
+  sqlite3_reset(s);
+  if (rc < 0) {
+    free(arr);
+    return rc;
+  }
+  *out = arr;
+  *n = cnt;
+  return 0;
+}
+
 /* ---- enum names -------------------------------------------------------------------------- */
 
 static const char *const JOB_STATES[] = {"created", "running", "paused", "finished", "canceled", "failed"};
@@ -547,7 +567,8 @@ int store_set_job_state(store *st, int64_t id, store_job_state state, const char
 
 /* ---- fragments --------------------------------------------------------------------------- */
 
-static void read_fragment(sqlite3_stmt *s, store_fragment *f) {
+static void read_fragment(sqlite3_stmt *s, void *out) {
+  store_fragment *f = out;
   memset(f, 0, sizeof *f);
   f->job = sqlite3_column_int64(s, 0);
   f->fragment = sqlite3_column_int(s, 1);
@@ -599,20 +620,7 @@ int store_list_fragments(store *st, int64_t job, store_fragment **out, int *n) {
   sqlite3_stmt *s = sq_stmt(st, S_LIST_FRAGMENTS);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
-  store_fragment *arr = NULL;
-  int cap = 0, cnt = 0, rc;
-  while ((rc = sq_step(st, s, "list fragments")) == SQLITE_ROW) {
-    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    read_fragment(s, &arr[cnt++]);
-  }
-  sqlite3_reset(s);
-  if (rc < 0) {
-    free(arr);
-    return rc;
-  }
-  *out = arr;
-  *n = cnt;
-  return 0;
+  return sq_collect(st, s, "list fragments", sizeof(store_fragment), read_fragment, (void **)out, n);
 }
 
 /* ---- workers ----------------------------------------------------------------------------- */
@@ -634,7 +642,8 @@ int store_register_worker(store *st, const char *name, const unsigned char token
   return 0;
 }
 
-static void read_worker(sqlite3_stmt *s, store_worker *w) {
+static void read_worker(sqlite3_stmt *s, void *out) {
+  store_worker *w = out;
   memset(w, 0, sizeof *w);
   w->id = sqlite3_column_int64(s, 0);
   sq_copy_text(w->name, sizeof w->name, s, 1);
@@ -688,25 +697,13 @@ int store_list_workers(store *st, store_worker **out, int *n) {
   *n = 0;
   sqlite3_stmt *s = sq_stmt(st, S_LIST_WORKERS);
   if (!s) return DPC_EINTERNAL;
-  store_worker *arr = NULL;
-  int cap = 0, cnt = 0, rc;
-  while ((rc = sq_step(st, s, "list workers")) == SQLITE_ROW) {
-    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    read_worker(s, &arr[cnt++]);
-  }
-  sqlite3_reset(s);
-  if (rc < 0) {
-    free(arr);
-    return rc;
-  }
-  *out = arr;
-  *n = cnt;
-  return 0;
+  return sq_collect(st, s, "list workers", sizeof(store_worker), read_worker, (void **)out, n);
 }
 
 /* ---- slots and leases ---------------------------------------------------------------------- */
 
-static void read_slot(sqlite3_stmt *s, store_slot *o) {
+static void read_slot(sqlite3_stmt *s, void *out) {
+  store_slot *o = out;
   o->job = sqlite3_column_int64(s, 0);
   o->path = sqlite3_column_int(s, 1);
   o->replica = sqlite3_column_int(s, 2);
@@ -736,20 +733,7 @@ int store_list_slots(store *st, int64_t job, store_slot **out, int *n) {
   sqlite3_stmt *s = sq_stmt(st, S_LIST_SLOTS);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
-  store_slot *arr = NULL;
-  int cap = 0, cnt = 0, rc;
-  while ((rc = sq_step(st, s, "list slots")) == SQLITE_ROW) {
-    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    read_slot(s, &arr[cnt++]);
-  }
-  sqlite3_reset(s);
-  if (rc < 0) {
-    free(arr);
-    return rc;
-  }
-  *out = arr;
-  *n = cnt;
-  return 0;
+  return sq_collect(st, s, "list slots", sizeof(store_slot), read_slot, (void **)out, n);
 }
 
 int store_set_slot_state(store *st, int64_t job, int path, int replica, store_slot_state state) {
@@ -829,7 +813,8 @@ int store_create_lease(store *st, const store_new_lease *nl, int64_t *lease_id) 
   return 0;
 }
 
-static void read_lease(sqlite3_stmt *s, store_lease *l) {
+static void read_lease(sqlite3_stmt *s, void *out) {
+  store_lease *l = out;
   l->id = sqlite3_column_int64(s, 0);
   l->job = sqlite3_column_int64(s, 1);
   l->path = sqlite3_column_int(s, 2);
@@ -950,20 +935,7 @@ int store_list_active_leases(store *st, int64_t job, store_lease **out, int *n) 
   sqlite3_stmt *s = sq_stmt(st, S_ACTIVE_LEASES);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
-  store_lease *arr = NULL;
-  int cap = 0, cnt = 0, rc;
-  while ((rc = sq_step(st, s, "list leases")) == SQLITE_ROW) {
-    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    read_lease(s, &arr[cnt++]);
-  }
-  sqlite3_reset(s);
-  if (rc < 0) {
-    free(arr);
-    return rc;
-  }
-  *out = arr;
-  *n = cnt;
-  return 0;
+  return sq_collect(st, s, "list leases", sizeof(store_lease), read_lease, (void **)out, n);
 }
 
 /* ---- rounds and deltas --------------------------------------------------------------------- */
@@ -979,7 +951,8 @@ int store_open_round(store *st, int64_t job, int fragment, int64_t round, int64_
   return sq_exec_done(st, s, "open round");
 }
 
-static void read_round(sqlite3_stmt *s, store_round *r) {
+static void read_round(sqlite3_stmt *s, void *out) {
+  store_round *r = out;
   r->job = sqlite3_column_int64(s, 0);
   r->fragment = sqlite3_column_int(s, 1);
   r->round = sqlite3_column_int64(s, 2);
@@ -1017,20 +990,7 @@ int store_list_open_rounds(store *st, int64_t job, store_round **out, int *n) {
   sqlite3_stmt *s = sq_stmt(st, S_OPEN_ROUNDS);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
-  store_round *arr = NULL;
-  int cap = 0, cnt = 0, rc;
-  while ((rc = sq_step(st, s, "list open rounds")) == SQLITE_ROW) {
-    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    read_round(s, &arr[cnt++]);
-  }
-  sqlite3_reset(s);
-  if (rc < 0) {
-    free(arr);
-    return rc;
-  }
-  *out = arr;
-  *n = cnt;
-  return 0;
+  return sq_collect(st, s, "list open rounds", sizeof(store_round), read_round, (void **)out, n);
 }
 
 int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id) {
@@ -1090,7 +1050,8 @@ int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id) 
   return 0;
 }
 
-void sq_read_delta(sqlite3_stmt *s, store_delta *d) {
+void sq_read_delta(sqlite3_stmt *s, void *out) {
+  store_delta *d = out;
   d->id = sqlite3_column_int64(s, 0);
   d->job = sqlite3_column_int64(s, 1);
   d->round = sqlite3_column_int64(s, 2);
@@ -1130,20 +1091,7 @@ int store_list_deltas(store *st, int64_t job, int fragment, int64_t round, int s
   B64(s, 3, round);
   B64(s, 4, state);
   BTXT(s, 5, state >= 0 ? DELTA_STATES[state] : "");
-  store_delta *arr = NULL;
-  int cap = 0, cnt = 0, rc;
-  while ((rc = sq_step(st, s, "list deltas")) == SQLITE_ROW) {
-    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    sq_read_delta(s, &arr[cnt++]);
-  }
-  sqlite3_reset(s);
-  if (rc < 0) {
-    free(arr);
-    return rc;
-  }
-  *out = arr;
-  *n = cnt;
-  return 0;
+  return sq_collect(st, s, "list deltas", sizeof(store_delta), sq_read_delta, (void **)out, n);
 }
 
 int store_list_pending_deltas(store *st, int64_t job, int fragment, store_delta **out, int *n) {
@@ -1153,20 +1101,7 @@ int store_list_pending_deltas(store *st, int64_t job, int fragment, store_delta 
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   B64(s, 2, fragment);
-  store_delta *arr = NULL;
-  int cap = 0, cnt = 0, rc;
-  while ((rc = sq_step(st, s, "list pending deltas")) == SQLITE_ROW) {
-    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    sq_read_delta(s, &arr[cnt++]);
-  }
-  sqlite3_reset(s);
-  if (rc < 0) {
-    free(arr);
-    return rc;
-  }
-  *out = arr;
-  *n = cnt;
-  return 0;
+  return sq_collect(st, s, "list pending deltas", sizeof(store_delta), sq_read_delta, (void **)out, n);
 }
 
 int store_lease_fragments(store *st, int64_t lease, int **fragments, int64_t **base_versions, int *n) {

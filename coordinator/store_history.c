@@ -203,18 +203,5 @@ int store_list_ledger(store *st, int64_t job, int fragment, store_delta **out, i
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
   B64(s, 2, fragment);
-  store_delta *arr = NULL;
-  int cap = 0, cnt = 0, rc;
-  while ((rc = sq_step(st, s, "list ledger")) == SQLITE_ROW) {
-    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    sq_read_delta(s, &arr[cnt++]);
-  }
-  sqlite3_reset(s);
-  if (rc < 0) {
-    free(arr);
-    return rc;
-  }
-  *out = arr;
-  *n = cnt;
-  return 0;
+  return sq_collect(st, s, "list ledger", sizeof(store_delta), sq_read_delta, (void **)out, n);
 }

@@ -147,7 +147,12 @@ void sq_copy_text(char *dst, size_t cap, sqlite3_stmt *s, int i);
 char *sq_dup_text_or_null(sqlite3_stmt *s, int i);
 /* Grow-by-doubling array append used by the list functions. */
 int sq_grow(void **arr, int *cap, int n, size_t elem);
-void sq_read_delta(sqlite3_stmt *s, store_delta *d);
+/* Read one deltas row (DELTA_COLS) into *(store_delta *)out. */
+void sq_read_delta(sqlite3_stmt *s, void *out);
+/* Step a bound statement to the end, reading each row with read() into a malloc'd array of
+ * elem-sized records: *out (caller frees) and *n. On error nothing is returned. */
+int sq_collect(store *st, sqlite3_stmt *s, const char *what, size_t elem, void (*read)(sqlite3_stmt *, void *),
+               void **out, int *n);
 
 #define B64(s, i, v) sqlite3_bind_int64((s), (i), (sqlite3_int64)(v))
 #define BTXT(s, i, v) ((v) ? sqlite3_bind_text((s), (i), (v), -1, SQLITE_STATIC) : sqlite3_bind_null((s), (i)))
