@@ -183,6 +183,7 @@ typedef struct out_part {
   uint64_t total;
   uint32_t crc, payload;
   uint64_t fragment_id, version, num_floats;
+  uint64_t step; /* Chunk.step (inner-state streams: the AdamW step), 0 otherwise */
 } out_part;
 
 typedef struct out_stream {

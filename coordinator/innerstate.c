@@ -5,18 +5,17 @@
 #include "coordinator/coord.h"
 #include "coordinator/service_internal.h"
 
-#include "common/auth.h"
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "proto/dipaco.pb-c.h"
 
 #include <math.h>
-#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 /* ---- inner state (inner.state checkpoint) ---------------------------------------------------------- */
@@ -295,49 +294,21 @@ void ipush_on_done(struct rpc_call *call, int cancelled, void *ud) {
   if (!p->busy) ipush_free(p);
 }
 
-typedef struct ipull {
-  coord *c;
-  uint64_t lease_id, fragment_id, round, step, next;
-  uint32_t chunk;
-  int cur; /* 0: M, 1: V, 2: done */
+/* The two arrays (m, v) a PullInnerState stream serves, shared with gRPC's zero-copy chunks:
+ * freed when the stream and every chunk in flight have let go (unref runs on any thread). */
+typedef struct ipull_bufs {
+  atomic_int refs;
   float *data[2];
-  size_t n;
-  uint32_t crc[2];
-} ipull;
+} ipull_bufs;
 
-static void ipull_free(ipull *s) {
-  free(s->data[0]);
-  free(s->data[1]);
-  free(s);
-}
+static void ipull_ref(void *ud) { atomic_fetch_add(&((ipull_bufs *)ud)->refs, 1); }
 
-static void ipull_send_next(struct rpc_call *call, ipull *s) {
-  if (s->cur >= 2) {
-    rpc_call_finish(call, RPC_OK, "%s", "");
-    return;
-  }
-  uint64_t total = (uint64_t)s->n * 4, len = total - s->next;
-  if (len > s->chunk) len = s->chunk;
-  struct rpc_chunk ch = {.lease_id = s->lease_id, .fragment_id = s->fragment_id, .version = s->round,
-                         .offset = s->next, .total = total, .codec = 0, .num_floats = s->n, .step = s->step,
-                         .payload = s->cur ? DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V : DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M,
-                         .len = len};
-  int last = s->next + len == total;
-  if (last) ch.crc32c = s->crc[s->cur];
-  /* no zero-copy: the buffer may be freed before gRPC is done with it */
-  struct grpc_byte_buffer *m = rpc_chunk_encode(&ch, (const uint8_t *)s->data[s->cur] + s->next, NULL, NULL);
-  if (!m) {
-    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory encoding a chunk");
-    return;
-  }
-  s->c->bytes_out += len;
-  if (last) {
-    s->cur++;
-    s->next = 0;
-  } else {
-    s->next += len;
-  }
-  if (rpc_call_send(call, m) < 0) rpc_call_finish(call, RPC_INTERNAL, "send failed: %s", dpc_errmsg());
+static void ipull_unref(void *ud) {
+  ipull_bufs *b = ud;
+  if (atomic_fetch_sub(&b->refs, 1) != 1) return;
+  free(b->data[0]);
+  free(b->data[1]);
+  free(b);
 }
 
 void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
@@ -363,57 +334,49 @@ void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *u
   } else if (l.round < 1) {
     rpc_call_finish(call, RPC_NOT_FOUND, "lease %lld trains round 0: there is no earlier inner state", (long long)l.id);
   } else {
-    ipull *s = calloc(1, sizeof *s);
+    ipull_bufs *b = calloc(1, sizeof *b);
     size_t n = j->fragments[frag].len, got[2] = {0, 0};
-    int rc = s ? 0 : DPC_ENOMEM;
+    int rc = b ? 0 : DPC_ENOMEM;
+    if (b) atomic_init(&b->refs, 1);
     for (int k = 0; k < 2 && rc == 0; k++) {
       char name[BLOB_NAME_MAX];
       blob_kind kind = k ? BLOB_INNER_V : BLOB_INNER_M;
       rc = inner_blob_name(&l, j, frag, l.round - 1, kind, name);
-      if (rc == 0) rc = blob_read_alloc(c->bs, name, kind, &s->data[k], &got[k], NULL);
+      if (rc == 0) rc = blob_read_alloc(c->bs, name, kind, &b->data[k], &got[k], NULL);
     }
     if (rc == 0 && (got[0] != n + 2 || got[1] != n))
       rc = dpc_err(DPC_EFORMAT, "inner state blobs of fragment %d hold %zu/%zu floats, expected %zu+2/%zu", frag + 1,
                    got[0], got[1], n, n);
+    out_stream *os = rc == 0 ? calloc(1, sizeof *os) : NULL;
+    if (rc == 0 && !os) rc = dpc_err(DPC_ENOMEM, "out of memory for a stream");
     if (rc < 0) {
       rpc_call_finish(call, rc == DPC_ENOENT ? RPC_NOT_FOUND : rpc_code_from_dpc(rc),
                       "no inner state checkpoint of round %lld for lease %lld fragment %d: %s", (long long)l.round - 1,
                       (long long)l.id, frag + 1, dpc_errmsg());
-      if (s) ipull_free(s);
+      if (b) ipull_unref(b);
     } else {
+      /* The M blob carries the AdamW step as two extra floats holding its bit pattern. */
       uint32_t lo, hi;
-      memcpy(&lo, &s->data[0][n], 4);
-      memcpy(&hi, &s->data[0][n + 1], 4);
-      s->c = c;
-      s->step = (uint64_t)lo | (uint64_t)hi << 32;
-      s->n = n;
-      s->lease_id = (uint64_t)l.id;
-      s->fragment_id = r->fragment_id;
-      s->round = (uint64_t)l.round - 1;
-      s->chunk = coord_chunk_size(r->max_chunk_bytes);
-      s->crc[0] = dpc_crc32c(0, s->data[0], n * 4);
-      s->crc[1] = dpc_crc32c(0, s->data[1], n * 4);
+      memcpy(&lo, &b->data[0][n], 4);
+      memcpy(&hi, &b->data[0][n + 1], 4);
+      uint64_t step = (uint64_t)lo | (uint64_t)hi << 32;
+      os->c = c;
+      os->nparts = 2;
+      for (int k = 0; k < 2; k++)
+        os->part[k] = (out_part){.data = (const uint8_t *)b->data[k], .total = (uint64_t)n * 4,
+                                 .crc = dpc_crc32c(0, b->data[k], n * 4),
+                                 .payload = k ? DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V : DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M,
+                                 .fragment_id = r->fragment_id, .version = (uint64_t)l.round - 1, .num_floats = n,
+                                 .step = step};
+      os->lease_id = (uint64_t)l.id;
+      os->chunk = coord_chunk_size(r->max_chunk_bytes);
+      os->ref = ipull_ref;
+      os->unref = ipull_unref;
+      os->ud = b;
       DPC_INFO("lease %lld pulls the inner state of fragment %d from round %lld (step %llu)", (long long)l.id, frag + 1,
-               (long long)l.round - 1, (unsigned long long)s->step);
-      rpc_call_set_data(call, s);
-      ipull_send_next(call, s);
+               (long long)l.round - 1, (unsigned long long)step);
+      coord_stream_start(call, os);
     }
   }
   protobuf_c_message_free_unpacked(pm, NULL);
 }
-
-void ipull_on_sent(struct rpc_call *call, int ok, void *ud) {
-  (void)ud;
-  ipull *s = rpc_call_data(call);
-  if (ok && s) ipull_send_next(call, s);
-}
-
-void ipull_on_done(struct rpc_call *call, int cancelled, void *ud) {
-  (void)cancelled;
-  (void)ud;
-  ipull *s = rpc_call_data(call);
-  if (!s) return;
-  rpc_call_set_data(call, NULL);
-  ipull_free(s);
-}
-

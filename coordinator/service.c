@@ -206,7 +206,7 @@ static void stream_send_next(struct rpc_call *call, out_stream *os) {
   if (len > os->chunk) len = os->chunk;
   struct rpc_chunk ch = {.lease_id = os->lease_id, .fragment_id = p->fragment_id, .version = p->version,
                          .offset = os->next, .total = p->total, .codec = 0, .num_floats = p->num_floats,
-                         .payload = p->payload, .len = len};
+                         .payload = p->payload, .step = p->step, .len = len};
   int last = os->next + len == p->total;
   if (last) ch.crc32c = p->crc;
   if (len > 0) os->ref(os->ud);
@@ -1203,6 +1203,6 @@ const struct rpc_method coord_service_methods[] = {
     {.path = "/dipaco.v1.Coordinator/PushInnerState", .kind = RPC_CLIENT_STREAM, .on_call = ipush_on_call,
      .on_message = ipush_on_message, .on_done = ipush_on_done},
     {.path = "/dipaco.v1.Coordinator/PullInnerState", .kind = RPC_SERVER_STREAM, .on_call = on_ipull,
-     .on_sent = ipull_on_sent, .on_done = ipull_on_done},
+     .on_sent = coord_stream_on_sent, .on_done = coord_stream_on_done},
 };
 const int coord_service_n_methods = (int)(sizeof coord_service_methods / sizeof coord_service_methods[0]);

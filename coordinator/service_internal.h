@@ -26,7 +26,5 @@ void ipush_on_call(struct rpc_call *call, const struct grpc_byte_buffer *req, vo
 int ipush_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, void *ud);
 void ipush_on_done(struct rpc_call *call, int cancelled, void *ud);
 void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud);
-void ipull_on_sent(struct rpc_call *call, int ok, void *ud);
-void ipull_on_done(struct rpc_call *call, int cancelled, void *ud);
 
 #endif
