@@ -22,7 +22,8 @@ if(DIPACO_DISTRIBUTED AND TARGET dpc_rpc AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/
     ${CMAKE_CURRENT_SOURCE_DIR}/innerstate.c
     ${CMAKE_CURRENT_SOURCE_DIR}/admin.c
     ${CMAKE_CURRENT_SOURCE_DIR}/sched.c
-    ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c)
+    ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c
+    ${CMAKE_CURRENT_SOURCE_DIR}/testhook.c)
   target_link_libraries(dipaco-coordinator PRIVATE dpc_coord dpc_rpc dpc_kernels dpc_common
     PkgConfig::LIBUV PkgConfig::LIBSYSTEMD PkgConfig::LIBCRYPTO Threads::Threads m)
   install(TARGETS dipaco-coordinator RUNTIME DESTINATION bin)

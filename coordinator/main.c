@@ -15,6 +15,7 @@
  * join token on Register, admin.c the admin token on every Admin call. --insecure-no-auth
  * turns both checks off (session tokens of workers stay). */
 #include "coordinator/coord.h"
+#include "coordinator/testhook.h"
 
 #include "common/auth.h"
 #include "common/errors.h"
@@ -196,6 +197,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   dpc_log_init("coordinator", json, level);
+  if (testhook_init() < 0) {
+    DPC_ERROR("%s", dpc_errmsg());
+    return 2;
+  }
   rpc_tune_malloc();
 
   static coord C;

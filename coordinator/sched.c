@@ -29,6 +29,7 @@
 #include "common/errors.h"
 #include "common/log.h"
 #include "coordinator/outer.h"
+#include "coordinator/testhook.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -579,14 +580,18 @@ out:
   w->seconds = mono_s() - t0;
 }
 
+/* The rows go first (one transaction each), then the files: a crash in between leaves only
+ * unreferenced blob files behind, never a row naming a missing blob. */
 static void gc_fragment(coord *c, int64_t job, int fragment, int64_t round) {
   char **names = NULL;
   int n = 0;
   if (store_gc_versions(c->st, job, fragment, 2, 0, &names, &n) == 0) {
+    if (n > 0) TESTHOOK("gc");
     blob_delete_many(c->bs, names, n);
     store_names_free(names, n);
   }
   if (store_gc_deltas(c->st, job, fragment, round, &names, &n) == 0) {
+    if (n > 0) TESTHOOK("gc");
     blob_delete_many(c->bs, names, n);
     store_names_free(names, n);
   }
@@ -645,6 +650,7 @@ static void outer_after(uv_work_t *req, int status) {
                            .param_blob = w->new_param, .param_crc = w->param_crc, .momentum_blob = w->new_momentum,
                            .momentum_crc = w->momentum_crc, .applied = w->delta_ids, .n_applied = w->n,
                            .close_round = 1, .now_ms = coord_now_ms()};
+  TESTHOOK("outer");
   int rc = store_commit_outer(c->st, &oc);
   if (rc < 0) {
     DPC_ERROR("job %lld fragment %d round %lld: cannot commit the outer step: %s", (long long)w->job, w->fragment,

@@ -70,6 +70,7 @@
  *  - While shutting down every new call gets UNAVAILABLE. */
 #include "coordinator/coord.h"
 #include "coordinator/service_internal.h"
+#include "coordinator/testhook.h"
 
 #include "common/auth.h"
 #include "common/checksum.h"
@@ -202,6 +203,7 @@ static void stream_send_next(struct rpc_call *call, out_stream *os) {
     return;
   }
   out_part *p = &os->part[os->cur];
+  if (os->lease_id && os->next > 0 && p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS) TESTHOOK("pull");
   uint64_t len = p->total - os->next;
   if (len > os->chunk) len = os->chunk;
   struct rpc_chunk ch = {.lease_id = os->lease_id, .fragment_id = p->fragment_id, .version = p->version,
@@ -806,6 +808,7 @@ static void push_commit_after(uv_work_t *req, int status) {
   if (status != 0 || p->work_rc < 0) {
     push_fail(p, RPC_INTERNAL, "could not store the delta durably: %s", status ? "canceled" : p->err);
   } else {
+    TESTHOOK("push-commit");
     coord_job *j = coord_job_get(c, p->lease.job);
     store_new_delta nd = {.lease = p->lease.id, .fragment = p->frag, .checksum = p->work_crc, .blob = p->blob,
                           .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = coord_now_ms()};
@@ -827,6 +830,7 @@ static void push_commit_after(uv_work_t *req, int status) {
                  "crc 0x%08x, loss %.4f", (long long)p->lease.id, (long long)p->lease.job, p->lease.path,
                  p->lease.replica, (long long)p->lease.round, p->frag + 1, (unsigned long long)p->total, p->work_crc, loss);
       }
+      if (rc == 0) TESTHOOK("push-ack");
       sched_lease_maybe_pushed(c, &p->lease);
       sched_check_rounds(c);
     } else if (rc == DPC_ESTATE) {
@@ -1092,7 +1096,10 @@ static int push_on_message(struct rpc_call *call, const struct grpc_byte_buffer 
   p->next += ch.len;
   c->bytes_in += ch.len;
   p->bytes += ch.len;
-  if (p->next < p->total) return 0;
+  if (p->next < p->total) {
+    if (p->w) TESTHOOK("push");
+    return 0;
+  }
   /* last chunk */
   if (ch.crc32c != p->crc) {
     push_fail(p, RPC_DATA_LOSS, "crc32c: fragment %d's stream has CRC-32C 0x%08x, the last chunk says 0x%08x; push again",

@@ -1,0 +1,41 @@
+/* testhook.h — crash-point test hooks: make the coordinator stop itself at a named point so a
+ * test can SIGKILL it exactly there (issue 4: kill -9 mid-pull, mid-push, mid-outer-step,
+ * mid-GC) and check that a restart on the same state directory loses and doubles nothing.
+ *
+ * Armed by the environment variable DIPACO_TEST_STOP_AT=<point>[:<nth>] (nth ≥ 1, default
+ * 1), read once by testhook_init() at start-up. When the daemon reaches <point> for the nth
+ * time it logs "test hook: stopped at <point> (hit <nth>)" (one write(2), at error level so
+ * every log level shows it) and raises SIGSTOP on itself; the test waits for that line (or
+ * the stopped state) and sends SIGKILL. Later hits never stop again. Unset, the hook is one
+ * load and a not-taken branch (TESTHOOK below); production never sets the variable.
+ *
+ * Points (where each one sits, and what is durable when it fires):
+ *   pull         PullFragment: a parameter stream with at least one chunk handed to gRPC and
+ *                at least one still to send (the stream is half sent).
+ *   push         PushDelta: part of a delta received and spooled to the temp file, not all.
+ *   push-commit  PushDelta: the delta blob is fsync'd and renamed, its row not yet committed.
+ *   push-ack     PushDelta: the delta row is committed, the acknowledgement not yet sent.
+ *   outer        Sync outer step: the new version's parameter and momentum blobs are written,
+ *                the round's transaction (version row, deltas applied, round closed) is not.
+ *   gc           Garbage collection: the old versions' / applied deltas' rows are updated in
+ *                SQLite, their blob files not yet deleted (the code's order: DB first).
+ * An unknown point name makes testhook_init fail, so a typo in a test cannot pass silently.
+ *
+ * Thread-safety: testhook_init runs before any other thread exists; testhook_hit is called
+ * from the loop thread only. */
+#ifndef DPC_TESTHOOK_H
+#define DPC_TESTHOOK_H
+
+extern int testhook_armed; /* set once by testhook_init; read-only afterwards */
+
+/* Read DIPACO_TEST_STOP_AT. 0 when unset or valid, DPC_EINVAL (message set) otherwise. */
+int testhook_init(void);
+/* Count a hit of `point`; on the armed point's nth hit, log and SIGSTOP this process. */
+void testhook_hit(const char *point);
+
+#define TESTHOOK(point)                  \
+  do {                                   \
+    if (testhook_armed) testhook_hit(point); \
+  } while (0)
+
+#endif
