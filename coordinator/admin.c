@@ -19,12 +19,14 @@
  *    common/modeldir.c writes (deterministic: identical params → identical bytes).
  *  - GetMetrics names: "loss" (per slot, path set; path −1 = round mean), "tokens",
  *    "bytes_in" (delta bytes), "bytes_out" (parameter bytes the lease pulled), "outer_seconds"
- *    (path −1). Metric rows carry no step: step = round · H. diloco-async jobs add their
+ *    (path −1). Metric rows carry no step: step = round · H. Every job adds its delta
  *    ledger, one point per applied delta in applied order for each series: "staleness"
  *    (value = staleness), "ledger_lease" (value = lease id), "ledger_replica" (value = the
  *    slot's replica), each with round = the version the delta produced, step = its base
  *    version, path = the slot's path, fragment_id = the wire fragment id (dipacoctl job
- *    ledger prints them as a table). since_round applies to the produced version.
+ *    ledger prints them as a table). since_round applies to the produced version. A sync
+ *    round's deltas all produce version round + 1 with staleness 0, in (path, replica) order
+ *    (the rows outlive garbage collection, which drops only their blobs).
  *  - JobSummary.round for diloco-async: deltas applied (smallest fragment version) / slots.
  *  - Authentication: every Admin call needs metadata "authorization: Bearer <admin token>"
  *    (STATE/admin.token unless --admin-token-file; none with --insecure-no-auth). Missing or
@@ -872,10 +874,10 @@ static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer 
   int rc = store_list_metrics(c->st, j->id, r->since_round > INT64_MAX ? INT64_MAX : (int64_t)r->since_round, &ms, &nm);
   uint32_t limit = r->limit ? r->limit : 10000;
   if (limit > 100000) limit = 100000;
-  /* The async ledger of every fragment. */
+  /* The delta ledger of every fragment. */
   store_delta *led = NULL;
   int nled = 0;
-  if (rc == 0 && j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC) {
+  if (rc == 0) {
     for (int f = 0; f < j->n_fragments && rc == 0; f++) {
       store_delta *d;
       int nd;

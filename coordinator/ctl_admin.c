@@ -550,9 +550,10 @@ static int cmd_job_simple(actx *a, const char *method, char **pos, int npos, con
 
 /* ------------------------------------------------------------------ job ledger ---- */
 
-/* The async ledger (GetMetrics series staleness / ledger_lease / ledger_replica): one line per
+/* The delta ledger (GetMetrics series staleness / ledger_lease / ledger_replica): one line per
  * applied delta in applied order: version produced, lease, path, replica, base version,
- * staleness, fragment. */
+ * staleness, fragment. The server sends each delta's three points one after another (a sync
+ * round's deltas share version and fragment, so the points are paired by position). */
 static int cmd_job_ledger(actx *a, char **pos, int npos) {
   uint64_t id;
   if (npos != 1) return usage(a, "expects one argument, the job id%s", "");
@@ -574,9 +575,9 @@ static int cmd_job_ledger(actx *a, char **pos, int npos) {
     const Dipaco__V1__MetricPoint *p = r->points[i];
     if (strcmp(p->name, "staleness") != 0) continue;
     double lease = -1, rep = -1;
-    for (size_t k = 0; k < r->n_points; k++) {
+    for (size_t k = i + 1; k < r->n_points && k <= i + 2; k++) {
       const Dipaco__V1__MetricPoint *q = r->points[k];
-      if (q->round != p->round || q->fragment_id != p->fragment_id) continue;
+      if (q->round != p->round || q->fragment_id != p->fragment_id || q->path != p->path) break;
       if (strcmp(q->name, "ledger_lease") == 0) lease = q->value;
       if (strcmp(q->name, "ledger_replica") == 0) rep = q->value;
     }

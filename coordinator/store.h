@@ -319,8 +319,9 @@ int store_commit_outer(store *st, const store_outer_commit *c);
  * referenced are returned in *names (store_names_free) for the caller to delete AFTER this
  * call returns (the rows are already gone, so a crash in between leaks files, never rows). */
 int store_gc_versions(store *st, int64_t job, int fragment, int keep_last, int keep_every, char ***names, int *n);
-/* Delete applied or dropped delta rows of (job, fragment) with round < before_round;
- * returns their blob names the same way. */
+/* Collect the blobs of applied or dropped deltas of (job, fragment) with round <
+ * before_round: their rows stay (the job's delta ledger: which lease's delta was applied to
+ * which version, exactly once) with blob = '', and the names are returned the same way. */
 int store_gc_deltas(store *st, int64_t job, int fragment, int64_t before_round, char ***names, int *n);
 void store_names_free(char **names, int n);
 

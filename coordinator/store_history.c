@@ -106,7 +106,7 @@ int store_gc_deltas(store *st, int64_t job, int fragment, int64_t before_round, 
       break;
     }
     B64(d, 1, ids[i]);
-    rc = sq_exec_done(st, d, "delete old delta");
+    rc = sq_exec_done(st, d, "forget an old delta's blob");
   }
   free(ids);
   if (rc >= 0) rc = sq_commit(st);

@@ -106,8 +106,8 @@
                      "AND (?4 <= 0 OR version % ?4 != 0) ORDER BY version")                                  \
   X(GC_VERSION_DEL, "DELETE FROM fragment_versions WHERE job = ?1 AND fragment = ?2 AND version = ?3")       \
   X(GC_DELTAS_SEL, "SELECT id, blob FROM deltas WHERE job = ?1 AND fragment = ?2 AND round < ?3 "             \
-                   "AND state != 'received' ORDER BY id")                                                    \
-  X(GC_DELTA_DEL, "DELETE FROM deltas WHERE id = ?1")                                                         \
+                   "AND state != 'received' AND blob != '' ORDER BY id")                                     \
+  X(GC_DELTA_DEL, "UPDATE deltas SET blob = '' WHERE id = ?1")                                                \
   X(INS_METRIC, "INSERT INTO metrics (" METRIC_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)") \
   X(LIST_METRICS, "SELECT " METRIC_COLS " FROM metrics WHERE job = ?1 AND round >= ?2 ORDER BY round, id") \
   X(ADVANCE_SLOT, "UPDATE slots SET round = ?4, inner_steps = ?5 "                                           \
@@ -116,7 +116,7 @@
                   "ORDER BY id LIMIT 1")                                                                   \
   X(DROP_DELTA, "UPDATE deltas SET state = 'dropped' WHERE id = ?1 AND state = 'received'")                 \
   X(LEDGER, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND state = 'applied' "      \
-            "ORDER BY applied_version")
+            "ORDER BY applied_version, path, replica, id")
 
 enum {
 #define X_ENUM(name, sql) S_##name,
