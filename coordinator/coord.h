@@ -51,6 +51,7 @@ typedef struct coord_job {
   uint64_t async_applied, async_dropped;
   int64_t stale_last, stale_max;
   double stale_sum;
+  struct screen_window_s *screen; /* [n_fragments] delta norm screen windows (service.c); NULL until used */
 } coord_job;
 
 /* Latest heartbeat numbers of an active lease. */

@@ -319,7 +319,8 @@ int jobspec_parse(const char *json, size_t n, jobspec *out) {
     if (rc) goto done;
     if (o) {
       /* "async" and "buffer" are the older names of "rule" and "delay_buffer" (accepted). */
-      static const char *const keys[] = {"lr", "momentum", "nesterov", "rule", "delay_buffer", "c", "async", "buffer", NULL};
+      static const char *const keys[] = {"lr",  "momentum", "nesterov", "rule", "delay_buffer", "c", "async", "buffer",
+                                         "delta_norm_screen", NULL};
       P(check_keys(o, "outer", keys));
       if (get_field(o, "rule") && get_field(o, "async")) {
         rc = dpc_err(DPC_EINVAL, "field \"outer.async\": an old name of \"outer.rule\"; give only one");
@@ -339,6 +340,7 @@ int jobspec_parse(const char *json, size_t n, jobspec *out) {
       P(get_int(o, "outer", "delay_buffer", 0, &js->outer.buffer));
       P(get_int(o, "outer", "buffer", 0, &js->outer.buffer));
       P(get_number(o, "outer", "c", 0, &js->outer.c));
+      P(get_number(o, "outer", "delta_norm_screen", 0, &js->outer.delta_norm_screen));
     }
   }
   P(get_int(root, "", "max_staleness", 0, &js->max_staleness));
@@ -461,6 +463,8 @@ int jobspec_validate(const jobspec *js) {
   TRY(check_range_d("outer.c", o->c, 0, 0, 1, 0));
   if (o->buffer > 0 && o->c > 1.0 / o->buffer)
     return dpc_err(DPC_EINVAL, "field \"outer.c\" = %g exceeds 1/outer.delay_buffer = %g", o->c, 1.0 / o->buffer);
+  if (o->delta_norm_screen != 0) /* a factor below 2 would refuse honest deltas near the median */
+    TRY(check_range_d("outer.delta_norm_screen", o->delta_norm_screen, 2, 0, 1e6, 0));
   TRY(check_range_i("max_staleness", js->max_staleness, 0, 1000000000));
   if (js->dylu.enabled != 0 && js->dylu.enabled != 1) return dpc_err(DPC_EINVAL, "field \"dylu.enabled\": expected a boolean");
   TRY(check_range_i("dylu.min_steps", js->dylu.min_steps, 1, js->inner_steps));
@@ -618,6 +622,7 @@ int jobspec_to_json(const jobspec *js, char **out) {
     cJSON_AddStringToObject(o, "rule", ASYNC_NAMES[js->outer.async_rule]);
     add_num(o, "delay_buffer", js->outer.buffer);
     add_num(o, "c", js->outer.c);
+    add_num(o, "delta_norm_screen", js->outer.delta_norm_screen);
   }
   add_num(r, "max_staleness", js->max_staleness);
   cJSON *dy = cJSON_AddObjectToObject(r, "dylu");

@@ -12,7 +12,8 @@
  *    "inner": {"lr", "warmup", "lr_min_frac", "weight_decay", "beta1", "beta2", "eps",
  *              "grad_clip", "state": "keep"|"reset"|"checkpoint"},
  *    "outer": {"lr", "momentum", "nesterov",                      (diloco-async below)
- *              "rule": "delayed-nesterov"|"nesterov"|"sgd", "delay_buffer": N_buf, "c": c},
+ *              "rule": "delayed-nesterov"|"nesterov"|"sgd", "delay_buffer": N_buf, "c": c,
+ *              "delta_norm_screen": k},      0 = off, else k in [2, 1e6] (coordinator/screen.h)
  *              ("async" / "buffer" are accepted as older names of "rule" / "delay_buffer")
  *    "max_staleness": S,                     diloco-async: drop deltas with staleness > S (0 = off)
  *    "dylu": {"enabled": bool, "min_steps": H_min},   diloco-async dynamic local updates
@@ -21,7 +22,7 @@
  *
  * Defaults (JOBSPEC_DEFAULT_*): inner lr 3e-4, warmup 0, lr_min_frac 0.1, weight_decay 0.1,
  * beta1 0.9, beta2 0.95, eps 1e-8, grad_clip 1.0, state keep; outer lr 0.7, momentum 0.9,
- * nesterov true, rule delayed-nesterov, delay_buffer 0 (= number of slots), c 0;
+ * nesterov true, rule delayed-nesterov, delay_buffer 0 (= number of slots), c 0, delta_norm_screen 0;
  * max_staleness 0 (off); dylu disabled, min_steps 1 (must be <= inner_steps); quorum 1.0;
  * round_timeout_s 3600 (0 = no deadline); weighting uniform; data.val empty; levels: one
  * level {"stem": true, "layers": [0, n_layer], "modules": 1}.
@@ -99,6 +100,7 @@ typedef struct {
   jobspec_async_rule async_rule; /* diloco-async only */
   int buffer;                    /* delayed-Nesterov N; 0 = number of slots */
   double c;                      /* delayed-Nesterov c in [0, 1/N] */
+  double delta_norm_screen;      /* k: refuse deltas with L2 norm > k · median of recent ones (0 = off) */
 } jobspec_outer;
 
 typedef struct {

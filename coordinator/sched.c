@@ -52,6 +52,7 @@ void coord_job_free(coord_job *j) {
   free(j->outer_busy);
   free(j->expected);
   free(j->path_loss);
+  free(j->screen);
   free(j);
 }
 

@@ -42,7 +42,10 @@
  *    chunk crc32c on the last chunk is the CRC-32C of the whole fp32 stream.
  *  - PushDelta: Chunk.version must be the lease's base version; num_floats = fragment length;
  *    total = 4 · num_floats; offsets contiguous from 0; the last chunk's crc32c must match
- *    (DATA_LOSS otherwise); NaN/Inf → INVALID_ARGUMENT. The answer comes only after every
+ *    (DATA_LOSS otherwise); NaN/Inf → INVALID_ARGUMENT. With outer.delta_norm_screen = k > 0 a
+ *    delta whose L2 norm exceeds k × the median norm of the fragment's last accepted deltas
+ *    (screen.h) → FAILED_PRECONDITION naming the norm and the bound; it is not stored. The
+ *    answer comes only after every
  *    fragment of the stream is fsync'd and recorded. A push on an expired/released lease whose
  *    round is still open → ABORTED; whose round closed → ack PUSH_LATE. A repeat of an
  *    accepted (lease, fragment, crc) → PUSH_DUPLICATE; a different delta for the same lease
@@ -69,6 +72,7 @@
  *    round the state is from); NOT_FOUND when no checkpoint of round − 1 exists.
  *  - While shutting down every new call gets UNAVAILABLE. */
 #include "coordinator/coord.h"
+#include "coordinator/screen.h"
 #include "coordinator/service_internal.h"
 #include "coordinator/testhook.h"
 
@@ -726,6 +730,7 @@ typedef struct push {
   int64_t base;
   uint64_t total, next, tokens, inner_steps, version;
   uint32_t crc;
+  double ss, norm; /* sum of squares of the fragment's floats so far; its L2 norm at the end */
   unsigned char carry[4];
   int ncarry;
   blob_writer *w;
@@ -793,6 +798,26 @@ static int push_ack(push *p, int frag, int result, uint64_t version) {
   return 0;
 }
 
+/* The fragment's norm screen window (coordinator/screen.h), loaded from the store on first use
+ * after a start; NULL (logged) when it cannot be had — the screen then lets deltas through
+ * rather than refuse honest work for a local failure. */
+static screen_window *push_screen_window(coord *c, coord_job *j, int frag) {
+  if (frag < 0 || frag >= j->n_fragments) return NULL;
+  if (!j->screen && !(j->screen = calloc((size_t)j->n_fragments, sizeof *j->screen))) return NULL;
+  screen_window *sw = &j->screen[frag];
+  if (!sw->loaded) {
+    double v[SCREEN_WINDOW];
+    int n = 0;
+    if (store_delta_norms(c->st, j->id, frag, SCREEN_WINDOW, v, &n) < 0) {
+      DPC_WARN("job %lld fragment %d: cannot read recent delta norms: %s", (long long)j->id, frag + 1, dpc_errmsg());
+      return NULL;
+    }
+    for (int i = 0; i < n; i++) screen_add(sw, v[i]);
+    sw->loaded = 1;
+  }
+  return sw;
+}
+
 static void push_commit_work(uv_work_t *req) {
   push *p = req->data;
   p->work_rc = blob_writer_commit(p->w, &p->work_crc);
@@ -811,13 +836,15 @@ static void push_commit_after(uv_work_t *req, int status) {
     TESTHOOK("push-commit");
     coord_job *j = coord_job_get(c, p->lease.job);
     store_new_delta nd = {.lease = p->lease.id, .fragment = p->frag, .checksum = p->work_crc, .blob = p->blob,
-                          .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = coord_now_ms()};
+                          .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = coord_now_ms(), .norm = p->norm};
     int64_t did;
     int rc = store_record_delta(c->st, &nd, &did);
     if (rc == 0 || rc == 1) {
       push_ack(p, p->frag, rc == 0 ? DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED : DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE,
                (uint64_t)p->lease.round + 1);
       if (rc == 0) {
+        screen_window *sw = j ? push_screen_window(c, j, p->frag) : NULL;
+        if (sw) screen_add(sw, p->norm);
         lease_note *n = coord_note(c, p->lease.id, 0);
         float loss = n ? n->loss : NAN;
         store_metric m = {.job = p->lease.job, .round = p->lease.round, .path = p->lease.path,
@@ -921,6 +948,8 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   p->total = ch->total;
   p->next = 0;
   p->crc = 0;
+  p->ss = 0;
+  p->norm = NAN;
   p->ncarry = 0;
   p->tokens = ch->tokens;
   p->inner_steps = ch->inner_steps;
@@ -972,7 +1001,8 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   return 0;
 }
 
-/* Check the floats of data[0..n) (with up to 3 carried bytes) for NaN/Inf. */
+/* Check the floats of data[0..n) (with up to 3 carried bytes) for NaN/Inf, adding their
+ * squares to p->ss. */
 static int check_finite(push *p, const unsigned char *data, size_t n, uint64_t *bad_at) {
   size_t i = 0;
   uint64_t base_float = (p->next - (uint64_t)p->ncarry) / 4;
@@ -985,10 +1015,12 @@ static int check_finite(push *p, const unsigned char *data, size_t n, uint64_t *
       *bad_at = base_float;
       return -1;
     }
+    p->ss += (double)f * (double)f;
     p->ncarry = 0;
     base_float++;
   }
   size_t whole = (n - i) / 4;
+  double ss = 0;
   for (size_t k = 0; k < whole; k++) {
     float f;
     memcpy(&f, data + i + 4 * k, 4);
@@ -996,7 +1028,9 @@ static int check_finite(push *p, const unsigned char *data, size_t n, uint64_t *
       *bad_at = base_float + k;
       return -1;
     }
+    ss += (double)f * (double)f;
   }
+  p->ss += ss;
   i += whole * 4;
   while (i < n) p->carry[p->ncarry++] = data[i++];
   return 0;
@@ -1129,6 +1163,21 @@ static int push_on_message(struct rpc_call *call, const struct grpc_byte_buffer 
     sched_lease_pushed(c, p->lease.id);
     sched_check_rounds(c);
     return 0;
+  }
+  if (p->mode == 0) {
+    p->norm = sqrt(p->ss);
+    coord_job *j = coord_job_get(c, p->lease.job);
+    double k = j ? j->spec.outer.delta_norm_screen : 0, bound;
+    screen_window *sw = k > 0 ? push_screen_window(c, j, p->frag) : NULL;
+    if (sw && screen_reject(sw, k, p->norm, &bound)) {
+      /* Never stored, never applied; the lease stays active, so the worker (which releases a
+       * lease whose push was refused) hands the slot back for the same round. */
+      push_fail(p, RPC_FAILED_PRECONDITION,
+                "delta norm screen: fragment %d's delta has L2 norm %.6g, above the bound %.6g (outer.delta_norm_screen "
+                "%g x the median %.6g of the fragment's last %d accepted deltas); refused, not applied",
+                p->frag + 1, p->norm, bound, k, screen_reference(sw), sw->n);
+      return 0;
+    }
   }
   if (p->mode == 2) {
     p->in_frag = 0;

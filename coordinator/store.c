@@ -104,6 +104,9 @@ static const char *const MIGRATIONS[] = {
     "  bytes_in INTEGER NOT NULL DEFAULT 0, bytes_out INTEGER NOT NULL DEFAULT 0,"
     "  outer_seconds REAL NOT NULL DEFAULT 0, created_at INTEGER NOT NULL);"
     "CREATE INDEX metrics_by_job ON metrics(job, round);",
+    /* 1 -> 2: the L2 norm of each received delta (the delta norm screen's reference survives a
+     * restart; NULL for deltas recorded before). */
+    "ALTER TABLE deltas ADD COLUMN norm REAL;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION, "STORE_SCHEMA_VERSION must equal the number of migrations");
@@ -1043,6 +1046,8 @@ int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id) 
   BDBL(s, 10, nd->weight);
   B64(s, 11, nd->tokens);
   B64(s, 12, nd->now_ms);
+  if (isfinite(nd->norm) && nd->norm >= 0) BDBL(s, 13, nd->norm);
+  else sqlite3_bind_null(s, 13);
   TX(sq_exec_done(st, s, "insert delta"));
   int64_t id = sqlite3_last_insert_rowid(st->db);
   TX(sq_commit(st));
@@ -1067,6 +1072,30 @@ void sq_read_delta(sqlite3_stmt *s, void *out) {
   d->state = (store_delta_state)NIDX(DELTA_STATES, sq_col_text(s, 12));
   d->received_at = sqlite3_column_int64(s, 13);
   d->applied_version = sqlite3_column_int64(s, 14);
+}
+
+int store_delta_norms(store *st, int64_t job, int fragment, int max, double *norms, int *n) {
+  *n = 0;
+  sqlite3_stmt *s = sq_stmt(st, S_DELTA_NORMS);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, job);
+  B64(s, 2, fragment);
+  B64(s, 3, max);
+  int rc;
+  while ((rc = sq_step(st, s, "recent delta norms")) == SQLITE_ROW && *n < max)
+    norms[(*n)++] = sqlite3_column_double(s, 0);
+  sqlite3_reset(s);
+  if (rc < 0) {
+    *n = 0;
+    return rc;
+  }
+  /* Oldest first, as they were accepted. */
+  for (int i = 0; i < *n / 2; i++) {
+    double t = norms[i];
+    norms[i] = norms[*n - 1 - i];
+    norms[*n - 1 - i] = t;
+  }
+  return 0;
 }
 
 int store_get_delta(store *st, int64_t id, store_delta *out) {

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 #define STORE_TOKEN_HASH_BYTES 32
 
 typedef struct store store;
@@ -268,6 +268,7 @@ typedef struct {
   double weight;       /* >= 0, finite */
   int64_t tokens;
   int64_t now_ms;
+  double norm;         /* the delta's L2 norm (kept for the norm screen); NaN or < 0 = unknown */
 } store_new_delta;
 
 /* Record a received delta, durably. Returns 0 when newly recorded, 1 when the same delta
@@ -277,6 +278,9 @@ typedef struct {
  * round for the lease is already closed. delta_id may be NULL. */
 int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id);
 int store_get_delta(store *st, int64_t id, store_delta *out);
+/* The L2 norms recorded with the last (up to) max deltas of (job, fragment), oldest first,
+ * into norms[max]; *n = how many. For the delta norm screen (coordinator/screen.h). */
+int store_delta_norms(store *st, int64_t job, int fragment, int max, double *norms, int *n);
 /* Deltas of (job, fragment, round) in the reduction order (path, replica); state < 0 for all
  * states, else only that state. free() the array. */
 int store_list_deltas(store *st, int64_t job, int fragment, int64_t round, int state, store_delta **out, int *n);

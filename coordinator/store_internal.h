@@ -89,8 +89,10 @@
                  "n_deltas = ?5, version = ?6")                                                              \
   X(FIND_DELTA, "SELECT id, checksum FROM deltas WHERE lease = ?1 AND fragment = ?2")                         \
   X(INS_DELTA, "INSERT INTO deltas (job, round, fragment, path, replica, lease, base_version, checksum, blob, " \
-               "weight, tokens, state, received_at) "                                                        \
-               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'received', ?12)")                     \
+               "weight, tokens, state, received_at, norm) "                                                  \
+               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'received', ?12, ?13)")                \
+  X(DELTA_NORMS, "SELECT norm FROM deltas WHERE job = ?1 AND fragment = ?2 AND norm IS NOT NULL "             \
+                 "ORDER BY id DESC LIMIT ?3")                                                                 \
   X(GET_DELTA, "SELECT " DELTA_COLS " FROM deltas WHERE id = ?1")                                             \
   X(LIST_DELTAS, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND round = ?3 "        \
                  "AND (?4 < 0 OR state = ?5) ORDER BY path, replica, id")                                    \

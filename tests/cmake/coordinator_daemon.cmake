@@ -6,3 +6,10 @@ if(TARGET dipaco-coordinator)
                    $<TARGET_FILE:dipaco-coordinator> ${CMAKE_SOURCE_DIR}/proto)
   set_tests_properties(coord_daemon PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
 endif()
+# The delta norm screen (outer.delta_norm_screen): scaled-up deltas refused, never applied.
+if(TARGET dipaco-coordinator)
+  add_test(NAME delta_screen
+           COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/integration/delta_screen.py
+                   $<TARGET_FILE:dipaco-coordinator> ${CMAKE_SOURCE_DIR}/proto)
+  set_tests_properties(delta_screen PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+endif()

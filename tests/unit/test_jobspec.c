@@ -48,7 +48,7 @@ int main(void) {
   CHECK(js.inner.beta1 == 0.9 && js.inner.beta2 == 0.95 && js.inner.eps == 1e-8 && js.inner.grad_clip == 1.0);
   CHECK_EQ_INT(js.inner.warmup, 0);
   CHECK_EQ_INT(js.inner.state, INNER_STATE_KEEP);
-  CHECK(js.outer.lr == 0.7 && js.outer.momentum == 0.9 && js.outer.nesterov == 1);
+  CHECK(js.outer.lr == 0.7 && js.outer.momentum == 0.9 && js.outer.nesterov == 1 && js.outer.delta_norm_screen == 0);
   CHECK(js.quorum == 1.0 && js.round_timeout_s == 3600.0);
   CHECK_EQ_INT(js.weighting, WEIGHTING_UNIFORM);
   CHECK_EQ_INT(jobspec_total_steps(&js), 15);
@@ -73,7 +73,8 @@ int main(void) {
       "\"algorithm\":\"dipaco\",\"replicas\":3,\"inner_steps\":10,\"rounds\":7,\"batch\":2,\"seq_len\":16,"
       "\"inner\":{\"lr\":0.001,\"warmup\":5,\"lr_min_frac\":1,\"weight_decay\":0,\"beta1\":0.8,\"beta2\":0.99,"
       "\"eps\":1e-6,\"grad_clip\":0,\"state\":\"checkpoint\"},"
-      "\"outer\":{\"lr\":0.5,\"momentum\":0.8,\"nesterov\":false,\"rule\":\"sgd\",\"delay_buffer\":4,\"c\":0.25},"
+      "\"outer\":{\"lr\":0.5,\"momentum\":0.8,\"nesterov\":false,\"rule\":\"sgd\",\"delay_buffer\":4,\"c\":0.25,"
+      "\"delta_norm_screen\":8},"
       "\"max_staleness\":3,\"dylu\":{\"enabled\":true,\"min_steps\":4},"
       "\"levels\":[{\"stem\":true,\"layers\":[0,0],\"modules\":1},{\"layers\":[0,2],\"modules\":2},"
       "{\"layers\":[2,4],\"modules\":3}],"
@@ -95,6 +96,7 @@ int main(void) {
   CHECK_EQ_INT(jobspec_to_json(&js2, &j2), 0);
   CHECK(j1 && j2 && strcmp(j1, j2) == 0);
   CHECK(js2.inner.lr == 0.001 && js2.inner.eps == 1e-6 && js2.outer.c == 0.25 && js2.quorum == 0.5);
+  CHECK(js2.outer.delta_norm_screen == 8);
   free(j1);
   free(j2);
 
@@ -177,6 +179,10 @@ int main(void) {
   expect_bad("{" BASE ",\"dylu\":{\"enabled\":true,\"min_steps\":0}}", DPC_EINVAL, "dylu.min_steps");
   expect_bad("{" BASE ",\"dylu\":{\"on\":true}}", DPC_EINVAL, "dylu.on");
   expect_bad("{" BASE ",\"max_staleness\":-1}", DPC_EINVAL, "max_staleness");
+  expect_bad("{" BASE ",\"outer\":{\"delta_norm_screen\":1.5}}", DPC_EINVAL,
+             "field \"outer.delta_norm_screen\" = 1.5 out of range [2, 1e+06]");
+  expect_bad("{" BASE ",\"outer\":{\"delta_norm_screen\":-3}}", DPC_EINVAL, "outer.delta_norm_screen");
+  expect_bad("{" BASE ",\"outer\":{\"delta_norm_screen\":1e9}}", DPC_EINVAL, "outer.delta_norm_screen");
   {
     /* The older names "async"/"buffer" are still accepted. */
     jobspec old;

@@ -219,7 +219,7 @@ int main(void) {
   CHECK_EQ_INT(rd.deadline_at, 60000);
   CHECK_EQ_INT(rd.state, ROUND_OPEN);
   store_new_delta nd = {.lease = l3, .fragment = 2, .checksum = 0xabcdef01u, .blob = "1/f2-v0-a3.delta",
-                        .weight = 1.0, .tokens = 64, .now_ms = 6000};
+                        .weight = 1.0, .tokens = 64, .now_ms = 6000, .norm = 2.5};
   int64_t d3, d1, dd;
   CHECK_EQ_INT(store_record_delta(st, &nd, &d3), 0);
   CHECK_EQ_INT(store_record_delta(st, &nd, &dd), 1); /* retry: already had it */
@@ -231,7 +231,7 @@ int main(void) {
   nd.lease = 12345;
   CHECK_EQ_INT(store_record_delta(st, &nd, &dd), DPC_ENOENT);
   nd = (store_new_delta){.lease = l1, .fragment = 2, .checksum = 7, .blob = "1/f2-v0-a1.delta", .weight = 2.0,
-                         .tokens = 64, .now_ms = 6100};
+                         .tokens = 64, .now_ms = 6100, .norm = NAN};
   /* An injected failure inside record_delta leaves no row; the retry then records it. */
   store_debug_fail_step(st, 4);
   CHECK(store_record_delta(st, &nd, &d1) < 0);
@@ -240,6 +240,15 @@ int main(void) {
   nd.fragment = 0;
   nd.blob = "1/f0-v0-a1.delta";
   CHECK_EQ_INT(store_record_delta(st, &nd, NULL), 0);
+  {
+    /* The norm screen's memory: the recorded norms of (job, fragment), oldest first; a delta
+     * recorded without a norm (NaN) has none. */
+    double norms[4];
+    int nn = -1;
+    CHECK_EQ_INT(store_delta_norms(st, jid, 2, 4, norms, &nn), 0);
+    CHECK_EQ_INT(nn, 1);
+    CHECK(nn == 1 && norms[0] == 2.5);
+  }
   store_delta *ds = NULL;
   int nds = 0;
   CHECK_EQ_INT(store_list_deltas(st, jid, 2, 0, DELTA_RECEIVED, &ds, &nds), 0);

@@ -1,0 +1,263 @@
+#!/usr/bin/python3
+"""delta_screen.py — the delta norm screen (job spec outer.delta_norm_screen) on a real
+dipaco-coordinator, driven by python grpcio playing four workers of a sync DiLoCo job (R=4,
+k = 4):
+
+  * round 0: the first delta of the job has no reference and is accepted; two more normal
+    deltas are accepted; a delta scaled up 100x is refused with FAILED_PRECONDITION naming
+    its norm and the bound, and the refusal is logged; the worker releases the lease (as
+    dipaco-worker does on a refused push), takes the slot again and pushes a normal delta,
+    which is accepted. The round closes and the new parameters equal the outer step
+    (SGD nesterov, numpy) over the four normal deltas only: the refused delta was never
+    applied.
+  * round 1: the first delta of the round is screened against the running reference from
+    round 0 (refused when scaled up); the coordinator is restarted and a scaled-up delta is
+    still refused (the reference is reloaded from the norms recorded in the store), normal
+    deltas are accepted and the job ends DONE with version 2.
+  * a spec with outer.delta_norm_screen = 1 is refused with INVALID_ARGUMENT naming the field.
+
+usage: delta_screen.py COORDINATOR_BIN PROTO_DIR     (exit 77 = skip, with the reason)"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+FAILS = 0
+K = 4.0
+
+
+def check(cond, what):
+    global FAILS
+    if cond:
+        print(f"ok: {what}")
+    else:
+        FAILS += 1
+        print(f"FAIL: {what}")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def crc32c(b):
+    """Bitwise CRC-32C (Castagnoli), table-driven, independent of the C implementation."""
+    if not hasattr(crc32c, "table"):
+        t = []
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            t.append(c)
+        crc32c.table = t
+    t = crc32c.table
+    c = 0xFFFFFFFF
+    for x in b:
+        c = t[(c ^ x) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+class Daemon:
+    def __init__(self, binary, state, log):
+        self.addr = f"127.0.0.1:{free_port()}"
+        self.logf = open(log, "a")
+        self.proc = subprocess.Popen([binary, "--listen", self.addr, "--state-dir", state, "--lease-ttl-ms", "30000",
+                                      "--heartbeat-ms", "200"], stdout=self.logf, stderr=self.logf)
+
+    def stop(self, sig=signal.SIGTERM):
+        self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.logf.close()
+        return rc
+
+
+def main():
+    coord_bin, proto_dir = sys.argv[1], sys.argv[2]
+    try:
+        import grpc
+        import numpy as np
+    except ImportError as e:
+        print(f"SKIP: needs python grpcio and numpy ({e})")
+        return SKIP
+    protoc = shutil.which("protoc")
+    if not protoc:
+        print("SKIP: protoc not found; apt-get install protobuf-compiler")
+        return SKIP
+    tmp = tempfile.mkdtemp(prefix="dpc_screen_")
+    d = None
+    log = os.path.join(tmp, "coordinator.log")
+    try:
+        subprocess.run([protoc, f"--python_out={tmp}", f"-I{proto_dir}", os.path.join(proto_dir, "dipaco.proto")],
+                       check=True)
+        sys.path.insert(0, tmp)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
+        import dipaco_pb2 as pb
+        state = os.path.join(tmp, "state")
+        d = [Daemon(coord_bin, state, log)]
+        try:
+            body(grpc, np, pb, coord_bin, d, state, log)
+        except Exception:
+            import traceback
+            traceback.print_exc()
+            check(False, "the test ran to the end")
+        if FAILS:
+            print("---- coordinator log (tail) ----")
+            with open(log) as f:
+                print("".join(f.readlines()[-30:]))
+        return 1 if FAILS else 0
+    finally:
+        if d and d[0].proc.poll() is None:
+            d[0].proc.kill()
+            d[0].proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def body(grpc, np, pb, coord_bin, d, state, log):
+    from security_md import with_tokens
+    S = pb.DESCRIPTOR.services_by_name
+
+    def connect():
+        ch = grpc.insecure_channel(d[0].addr)
+        grpc.channel_ready_future(ch).result(timeout=20)
+        ch = with_tokens(ch, state)
+        u = {}
+        for svc in ("Coordinator", "Admin"):
+            for m in S[svc].methods:
+                req, resp = getattr(pb, m.input_type.name), getattr(pb, m.output_type.name)
+                mk = {(False, False): ch.unary_unary, (False, True): ch.unary_stream,
+                      (True, False): ch.stream_unary}[(m.client_streaming, m.server_streaming)]
+                u[m.name] = mk(f"/dipaco.v1.{svc}/{m.name}", request_serializer=req.SerializeToString,
+                               response_deserializer=resp.FromString)
+        return u
+
+    def code_of(fn, *a, **kw):
+        try:
+            return grpc.StatusCode.OK, fn(*a, **kw)
+        except grpc.RpcError as e:
+            return e.code(), e.details()
+
+    X = connect()
+    spec = {"name": "screen", "model": {"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 8,
+                                         "vocab_size": 16, "seed": 5},
+            "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco", "replicas": 4,
+            "inner_steps": 2, "rounds": 2, "batch": 1, "seq_len": 8,
+            "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": True, "delta_norm_screen": K}}
+    bad = json.loads(json.dumps(spec))
+    bad["outer"]["delta_norm_screen"] = 1
+    c, msg = code_of(X["CreateJob"], pb.CreateJobRequest(spec_json=json.dumps(bad)), timeout=10)
+    check(c == grpc.StatusCode.INVALID_ARGUMENT and "outer.delta_norm_screen" in msg,
+          f"delta_norm_screen 1 → INVALID_ARGUMENT naming the field ({c}: {msg})")
+    jid = X["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(spec)), timeout=30).summary.job_id
+    mds = []
+    for i in range(4):
+        w = X["Register"](pb.RegisterRequest(hostname=f"w{i}", backend="cpu", threads=1), timeout=10)
+        mds.append([("dipaco-worker-id", str(w.worker_id)), ("dipaco-session", w.session_token)])
+
+    def lease(md):
+        r = X["Lease"](pb.LeaseRequest(), metadata=md, timeout=10)
+        assert r.outcome == pb.LEASE_GRANTED, r
+        return r.lease
+
+    def pull(md, L):
+        cs = list(X["PullFragment"](pb.PullFragmentRequest(lease_id=L.lease_id, fragment_id=1), metadata=md,
+                                    timeout=30))
+        return np.frombuffer(b"".join(c.data for c in cs), dtype="<f4").copy()
+
+    def push(md, L, delta):
+        b = delta.astype("<f4").tobytes()
+        cuts = list(range(0, len(b), 1000)) + [len(b)]
+        chunks = [pb.Chunk(lease_id=L.lease_id, fragment_id=1, version=L.fragments[0].version, offset=a,
+                           total=len(b), codec=pb.CODEC_FP32, crc32c=crc32c(b) if e == len(b) else 0,
+                           num_floats=len(delta), inner_steps=2, tokens=16, payload=pb.PAYLOAD_DELTA,
+                           data=b[a:e]) for a, e in zip(cuts[:-1], cuts[1:])]
+        return code_of(X["PushDelta"], iter(chunks), metadata=md, timeout=30)
+
+    def accepted(res):
+        c, r = res
+        return c == grpc.StatusCode.OK and r.acks[0].result == pb.PUSH_ACCEPTED
+
+    def refused(res):
+        c, msg = res
+        return c == grpc.StatusCode.FAILED_PRECONDITION and "norm" in msg and "bound" in msg, f"{c}: {msg}"
+
+    def wait_version(v, timeout=20):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            ms = X["ListModules"](pb.ListModulesRequest(job_id=jid), timeout=10)
+            if ms.modules[0].fragments[0].version >= v:
+                return True
+            time.sleep(0.05)
+        return False
+
+    rng = np.random.default_rng(1)
+    Ls = [lease(md) for md in mds]
+    n = Ls[0].fragments[0].num_floats
+    theta0 = pull(mds[0], Ls[0])
+    good = {}
+    for i in range(3):
+        delta = (rng.standard_normal(n) * 1e-2).astype(np.float32)
+        good[Ls[i].slot.replica] = delta
+        check(accepted(push(mds[i], Ls[i], delta)), f"round 0: normal delta {i} accepted"
+              + (" (the job's first: no reference yet)" if i == 0 else ""))
+    big = (rng.standard_normal(n) * 1e-2 * 100).astype(np.float32)
+    ok, detail = refused(push(mds[3], Ls[3], big))
+    check(ok, f"round 0: a delta 100x the others → FAILED_PRECONDITION naming norm and bound ({detail})")
+    with open(log) as f:
+        check("delta norm screen" in f.read(), "the refusal is logged")
+    X["Release"](pb.ReleaseRequest(lease_id=Ls[3].lease_id, reason=pb.RELEASE_ERROR, step=0,
+                                   message="push refused"), metadata=mds[3], timeout=10)
+    L3 = lease(mds[3])
+    check(L3.round == 0 and L3.slot.replica == Ls[3].slot.replica and L3.lease_id != Ls[3].lease_id,
+          "after Release the slot is leased again for round 0")
+    delta = (rng.standard_normal(n) * 1e-2).astype(np.float32)
+    good[L3.slot.replica] = delta
+    check(accepted(push(mds[3], L3, delta)), "round 0: the retrained normal delta is accepted")
+    check(wait_version(1), "round 0 closed (version 1)")
+    # Oracle: SGD nesterov (u ← Δ̄ on a fresh buffer; θ ← θ − η(Δ̄ + μu)) over the 4 normal deltas.
+    avg = sum(good[r].astype(np.float64) for r in range(4)) / 4
+    avg32 = avg.astype(np.float32)
+    u = avg32.copy()
+    want = theta0 - np.float32(0.7) * (avg32 + np.float32(0.9) * u)
+    Ls = [lease(md) for md in mds]
+    got = pull(mds[0], Ls[0])
+    check(all(L.round == 1 for L in Ls), "round 1 leases granted")
+    check(np.allclose(got, want, rtol=1e-5, atol=1e-6),
+          f"version 1 = outer step over the normal deltas only (max err {np.max(np.abs(got - want)):.2e})")
+
+    ok, detail = refused(push(mds[0], Ls[0], (rng.standard_normal(n) * 1e-2 * 50).astype(np.float32)))
+    check(ok, f"round 1: the round's first delta is screened against the running reference ({detail})")
+    # Restart: the reference comes back from the store.
+    d[0].stop()
+    d[0] = Daemon(coord_bin, state, log)
+    X = connect()
+    ok, detail = refused(push(mds[1], Ls[1], (rng.standard_normal(n) * 1e-2 * 50).astype(np.float32)))
+    check(ok, f"after a coordinator restart a scaled-up delta is still refused ({detail})")
+    for i in range(4):
+        check(accepted(push(mds[i], Ls[i], (rng.standard_normal(n) * 1.5e-2).astype(np.float32))),
+              f"round 1: normal delta {i} (1.5x) accepted")
+    check(wait_version(2), "round 1 closed (version 2)")
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        j = X["GetJob"](pb.JobRequest(job_id=jid), timeout=10)
+        if j.summary.state == pb.JOB_DONE:
+            break
+        time.sleep(0.05)
+    check(j.summary.state == pb.JOB_DONE, "job DONE after 2 rounds")
+    check(d[0].stop() == 0, "SIGTERM → exit 0")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
