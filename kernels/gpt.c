@@ -7,14 +7,22 @@
 #include <string.h>
 
 extern const gpt_backend_ops gpt_cpu_ops;
-#ifdef DIPACO_HAVE_CUDA
-extern const gpt_backend_ops gpt_cuda_ops;
-#endif
+/* Defined by kernels/cuda when the program links dpc_kernels_cuda (kernels/CMakeLists.txt);
+ * otherwise this weak reference stays NULL and the CUDA backend reports itself missing. */
+extern const gpt_backend_ops gpt_cuda_ops __attribute__((weak));
 
 int gpt_backend_parse(const char *s, gpt_backend_kind *out) {
   if (strcmp(s, "cpu") == 0) *out = GPT_BACKEND_CPU;
   else if (strcmp(s, "cuda") == 0) *out = GPT_BACKEND_CUDA;
   else return dpc_err(DPC_EINVAL, "unknown backend '%s' (use cpu or cuda)", s);
+  return 0;
+}
+
+int gpt_precision_parse(const char *s, int *out) {
+  if (strcmp(s, "fp32") == 0) *out = GPT_PREC_FP32;
+  else if (strcmp(s, "tf32") == 0) *out = GPT_PREC_TF32;
+  else if (strcmp(s, "bf16") == 0) *out = GPT_PREC_BF16;
+  else return dpc_err(DPC_EINVAL, "unknown precision '%s' (use fp32, tf32 or bf16)", s);
   return 0;
 }
 
@@ -34,14 +42,16 @@ int gpt_create(gpt_model **out, const gpt_config *cfg, const gpt_backend_opts *o
   m->maxT = T;
   switch (opts->kind) {
   case GPT_BACKEND_CPU: m->ops = &gpt_cpu_ops; break;
-  case GPT_BACKEND_CUDA:
-#ifdef DIPACO_HAVE_CUDA
-    m->ops = &gpt_cuda_ops;
+  case GPT_BACKEND_CUDA: {
+    const gpt_backend_ops *cuda = &gpt_cuda_ops;
+    if (!cuda) {
+      rc = dpc_err(DPC_EUNSUPPORTED, "this program was built without the CUDA backend (rebuild where nvcc is "
+                   "installed, with -DDIPACO_CUDA=ON)");
+      goto fail;
+    }
+    m->ops = cuda;
     break;
-#else
-    rc = dpc_err(DPC_EUNSUPPORTED, "this build has no CUDA backend (rebuild with -DDIPACO_CUDA=ON)");
-    goto fail;
-#endif
+  }
   default: rc = dpc_err(DPC_EINVAL, "unknown backend %d", (int)opts->kind); goto fail;
   }
   rc = m->ops->create(m);

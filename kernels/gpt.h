@@ -147,4 +147,8 @@ float gpt_lr_at(float lr, int warmup, int total_steps, float lr_min_frac, long s
 /* Parse "cpu" or "cuda"; DPC_EINVAL otherwise. */
 int gpt_backend_parse(const char *s, gpt_backend_kind *out);
 
+enum { GPT_PREC_FP32 = 0, GPT_PREC_TF32 = 1, GPT_PREC_BF16 = 2 };
+/* Parse "fp32", "tf32" or "bf16" into a gpt_backend_opts.precision; DPC_EINVAL otherwise. */
+int gpt_precision_parse(const char *s, int *out);
+
 #endif

@@ -14,6 +14,8 @@ torch.optim.AdamW, torch.nn.utils.clip_grad_norm_) and writes back:
   out_losses.bin   loss of each step (steps float32)
   out_params.bin   parameters after the steps; out_m.bin, out_v.bin the AdamW moments
 Usage: gpt_oracle.py DIR.   Exits non-zero on any error (missing torch included).
+DPC_ORACLE_DEVICE=cuda runs torch on the GPU (TF32 off), =auto on the GPU when torch sees
+one; the default is the CPU.
 """
 import math
 import os
@@ -51,8 +53,8 @@ def gpt_forward(P, idx, L, NH):
     B, T = idx.shape
     V, C = P["wte.weight"].shape
     hs = C // NH
-    x = P["wte.weight"][idx] + P["wpe.weight"][torch.arange(T)]
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    x = P["wte.weight"][idx] + P["wpe.weight"][torch.arange(T, device=idx.device)]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=idx.device))
     for l in range(L):
         p = "h.%d." % l
         h = F.layer_norm(x, (C,), P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps=1e-5)
@@ -86,6 +88,12 @@ def main():
     d = sys.argv[1]
     torch.manual_seed(0)
     torch.set_num_threads(1)
+    want = os.environ.get("DPC_ORACLE_DEVICE", "cpu")
+    dev = torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    print("oracle: torch %s on %s" % (torch.__version__, dev))
     cfg = read_config(os.path.join(d, "config.txt"))
     L, NH, C = int(cfg["n_layer"]), int(cfg["n_head"]), int(cfg["n_embd"])
     maxT, V = int(cfg["n_positions"]), int(cfg["vocab_size"])
@@ -102,22 +110,22 @@ def main():
     P, order, off = {}, [], 0
     for name, shape in lay:
         n = int(np.prod(shape))
-        P[name] = torch.nn.Parameter(torch.from_numpy(flat[off:off + n].copy()).view(shape))
+        P[name] = torch.nn.Parameter(torch.from_numpy(flat[off:off + n].copy()).view(shape).to(dev))
         order.append(P[name])
         off += n
     inputs = torch.from_numpy(np.fromfile(os.path.join(d, "inputs.bin"), dtype=np.int32).astype(np.int64))
     targets = torch.from_numpy(np.fromfile(os.path.join(d, "targets.bin"), dtype=np.int32).astype(np.int64))
-    inputs = inputs.view(steps, B, T)
-    targets = targets.view(steps, B, T)
+    inputs = inputs.view(steps, B, T).to(dev)
+    targets = targets.view(steps, B, T).to(dev)
 
     def flat_of(ts):
-        return torch.cat([t.detach().reshape(-1) for t in ts]).numpy().astype(np.float32)
+        return torch.cat([t.detach().reshape(-1) for t in ts]).cpu().numpy().astype(np.float32)
 
     def write(name, arr):
         np.asarray(arr, dtype=np.float32).tofile(os.path.join(d, name))
 
     with torch.no_grad():
-        write("out_logits0.bin", gpt_forward(P, inputs[0], L, NH).reshape(-1).numpy())
+        write("out_logits0.bin", gpt_forward(P, inputs[0], L, NH).reshape(-1).cpu().numpy())
     logits = gpt_forward(P, inputs[0], L, NH)
     loss = F.cross_entropy(logits.view(-1, V), targets[0].reshape(-1))
     loss.backward()

@@ -2,7 +2,11 @@
  * parameter gradient, logits of a targets-free forward, and the parameters and AdamW moments
  * after 5 steps of clipped AdamW with the warmup + cosine schedule, on a tiny GPT-2. Each
  * tensor must match to max|a - b| / max|b| <= 1e-5. The oracle must run: a missing torch is a
- * failure, not a skip.  Usage: test_cpu_oracle ORACLE.py [PYTHON] */
+ * failure, not a skip.  Usage: test_cpu_oracle ORACLE.py [PYTHON [cpu|cuda]]
+ *
+ * With "cuda" (the cuda_oracle test, built when the CUDA backend is) the same cases run on the
+ * CUDA backend in fp32 against torch on the GPU (DPC_ORACLE_DEVICE=auto) to 1e-4; without a
+ * visible GPU that test prints why and exits 77 (skipped). */
 #include "common/errors.h"
 #include "kernels/gpt.h"
 #include "tests/unit/test.h"
@@ -13,7 +17,8 @@
 #include <unistd.h>
 
 #define STEPS 5
-#define TOL 1e-5
+static double TOL = 1e-5;
+static gpt_backend_kind BACKEND = GPT_BACKEND_CPU;
 
 static const int WARMUP = 2, TOTAL = 5;
 static const float LR_MIN_FRAC = 0.1f;
@@ -129,8 +134,13 @@ static void run_case(const oracle_case *cs, const char *python, const char *scri
   }
 
   gpt_model *m = NULL;
-  gpt_backend_opts opts = {GPT_BACKEND_CPU, cs->threads, 0, 0};
+  gpt_backend_opts opts = {BACKEND, cs->threads, 0, 0};
   int rc = gpt_create(&m, &CFG, &opts, B, T);
+  if (rc == DPC_EUNSUPPORTED && BACKEND == GPT_BACKEND_CUDA) {
+    fprintf(stderr, "SKIP: the CUDA backend cannot run here: %s\n", dpc_errmsg());
+    remove_dir();
+    exit(77);
+  }
   CHECK_EQ_INT(rc, 0);
   if (rc) {
     fprintf(stderr, "gpt_create: %s\n", dpc_errmsg());
@@ -259,6 +269,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *python = argc > 2 ? argv[2] : "/usr/bin/python3";
+  if (argc > 3 && gpt_backend_parse(argv[3], &BACKEND)) {
+    fprintf(stderr, "%s\n", dpc_errmsg());
+    return 2;
+  }
+  if (BACKEND == GPT_BACKEND_CUDA) TOL = 1e-4;
   for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) run_case(&CASES[i], python, argv[1]);
   TEST_DONE();
 }

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# tests/gpu/device_run.sh — build the training core with CUDA on a GPU machine that lacks the
+# Debian -dev packages, then run the CUDA tests and (optionally) the GPU benchmark. Libraries
+# come from .deb files in DEBS (default .gpu-debs, fetched on a Debian machine with
+# `apt-get download libopenblas-dev libopenblas0-pthread libopenblas-pthread-dev libopenblas0
+# libcjson-dev libcjson1 libpcre2-dev libpcre2-8-0 pkgconf pkgconf-bin libpkgconf3`) unpacked
+# into a private sysroot, never into /. Output: logs under OUT (default ./gpu-out).
+# Usage: tests/gpu/device_run.sh [tests|bench|all]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:-all}
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+DEBS=${DEBS:-$PWD/.gpu-debs}
+SYS=${SYSROOT:-$HOME/dpc-sysroot}
+use_sys=0
+if [ -n "${FORCE_SYSROOT:-}" ] || ! [ -e /usr/include/x86_64-linux-gnu/cblas.h -o -e /usr/include/cblas.h ]; then use_sys=1; fi
+if [ $use_sys = 1 ] && ! [ -d "$SYS/usr" ]; then
+  mkdir -p "$SYS"
+  for d in "$DEBS"/*.deb; do
+    if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$d" "$SYS"
+    else (t=$(mktemp -d); cd "$t" && ar x "$d" && tar -xf data.tar.* -C "$SYS"; rm -rf "$t"); fi
+  done
+fi
+extra=()
+if [ $use_sys = 1 ]; then
+  ml=$SYS/usr/lib/x86_64-linux-gnu
+  export PKG_CONFIG_LIBDIR=$ml/pkgconfig:$ml/openblas-pthread/pkgconfig:$SYS/usr/share/pkgconfig
+  export PKG_CONFIG_SYSROOT_DIR=$SYS
+  export LD_LIBRARY_PATH=$ml:$ml/openblas-pthread:${LD_LIBRARY_PATH:-}
+  if ! command -v pkg-config >/dev/null; then extra+=(-DPKG_CONFIG_EXECUTABLE="$SYS/usr/bin/pkgconf"); fi
+fi
+py=$(command -v python3); extra+=(-DDPC_PYTHON="$py")
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+BUILD=${BUILD:-build-gpu}
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ". ")
+arch=${CUDA_ARCH:-${cc:-90}}
+{ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDIPACO_DISTRIBUTED=OFF -DDIPACO_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" "${extra[@]}" && cmake --build "$BUILD" -j"$(nproc)"; } >"$OUT/build.log" 2>&1
+rc=$?
+tail -30 "$OUT/build.log"
+[ $rc = 0 ] || { echo "BUILD FAILED"; exit 1; }
+if [ "$what" != bench ]; then
+  (cd "$BUILD" && ctest --output-on-failure -R "${TESTS:-cuda|cpu_oracle|cpu_determinism|base}" -j4) 2>&1 | tee "$OUT/ctest.log" | tail -80
+  for t in test_cuda_kernels test_cuda_backend; do "$BUILD/tests/$t" >"$OUT/$t.log" 2>&1; done
+  DPC_ORACLE_DEVICE=auto "$BUILD/tests/test_cuda_oracle" tests/oracle/gpt_oracle.py "$py" cuda >"$OUT/cuda_oracle.log" 2>&1
+fi
+if [ "$what" != tests ]; then
+  bash tests/bench/gpu_train.sh "$BUILD" 2>&1 | tee "$OUT/gpu_train.log" | tail -40
+fi

@@ -1,0 +1,201 @@
+/* test_cuda_backend.c — the whole CUDA backend against the CPU backend on the same GPT-2:
+ * loss, logits, every gradient tensor and, after 5 clipped AdamW steps, parameters and both
+ * moments. fp32 must agree to max|a - b| / max|b| <= 1e-4 per tensor; tf32 and bf16 to 1% on
+ * every loss (their products round inputs to 10 and 7 mantissa bits). Also: two fp32 runs are
+ * bit-identical, a smaller (B, T) than the model's works, misuse is refused as on the CPU,
+ * and the state get/set round trip. Without a GPU it prints why and exits 77 (skipped). */
+#include "common/errors.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/gpt.h"
+#include "tests/unit/test.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* L, NH, C, maxT, V: C = 80 is not a multiple of 32, T = 70 spans partial blocks. */
+static const gpt_config CFG = {2, 4, 80, 72, 211};
+/* eps 1e-6: see tests/unit/test_cpu_oracle.c (AdamW amplifies rounding noise of zero grads). */
+static const gpt_adamw_hparams HP = {0.9f, 0.95f, 1e-6f, 0.1f, 1.0f};
+enum { B = 3, T = 70, STEPS = 5 };
+static int in[STEPS][B * T], tg[STEPS][B * T];
+
+typedef struct {
+  float *p, *g, *m, *v, *logits;
+  float losses[STEPS], norms[STEPS], loss0;
+} run_out;
+
+static uint64_t rng = 77;
+static uint32_t next_u32(void) {
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (uint32_t)(rng >> 33);
+}
+
+/* Grad at the init (kept in o->g, with batch 0's logits), then STEPS AdamW steps. */
+static int run(gpt_backend_kind kind, int precision, run_out *o) {
+  gpt_backend_opts opts = {kind, 2, 0, precision};
+  gpt_model *m = NULL;
+  int rc = gpt_create(&m, &CFG, &opts, B, T);
+  if (rc) return rc;
+  const size_t P = m->lay.n_params, NV = (size_t)B * T * CFG.vocab_size;
+  o->p = malloc(P * 4), o->g = malloc(P * 4), o->m = malloc(P * 4), o->v = malloc(P * 4), o->logits = malloc(NV * 4);
+  gpt_init_params(&m->lay, o->p, 3);
+  for (size_t i = 0; i < P; i++) o->p[i] *= 3.0f; /* sharper attention than the 0.02 init */
+  rc = gpt_set_params(m, o->p, 0, P);
+  if (!rc) rc = gpt_zero_grad(m);
+  if (!rc) rc = gpt_forward(m, in[0], tg[0], B, T, &o->loss0);
+  for (int b = 0; b < B && !rc; b++)
+    for (int t = 0; t < T && !rc; t++) rc = gpt_logits(m, b, t, o->logits + ((size_t)b * T + t) * CFG.vocab_size);
+  if (!rc) rc = gpt_backward(m);
+  if (!rc) rc = gpt_get_grads(m, o->g, 0, P);
+  for (int s = 0; s < STEPS && !rc; s++) {
+    rc = gpt_zero_grad(m);
+    if (!rc) rc = gpt_forward(m, in[s], tg[s], B, T, &o->losses[s]);
+    if (!rc) rc = gpt_backward(m);
+    if (!rc) rc = gpt_adamw_step(m, &HP, gpt_lr_at(3e-3f, 2, STEPS, 0.1f, s), s + 1, &o->norms[s]);
+  }
+  if (!rc) rc = gpt_get_params(m, o->p, 0, P);
+  if (!rc) rc = gpt_get_opt_state(m, o->m, o->v);
+  gpt_free(m);
+  return rc;
+}
+
+static void free_out(run_out *o) { free(o->p), free(o->g), free(o->m), free(o->v), free(o->logits); }
+
+static double rel_err(const float *a, const float *b, size_t n) {
+  double md = 0, mb = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - b[i]);
+    if (!(d <= md)) md = d;
+    if (fabs(b[i]) > mb) mb = fabs(b[i]);
+  }
+  return mb > 0 ? md / mb : md;
+}
+
+static void compare(const gpt_layout *lay, const char *what, const float *got, const float *want, double tol) {
+  double worst = 0;
+  int wk = 0;
+  for (int k = 0; k < lay->n_tensors; k++) {
+    const gpt_tensor *t = &lay->tensors[k];
+    double e = rel_err(got + t->offset, want + t->offset, t->numel);
+    test_checks++;
+    if (!(e <= tol)) {
+      test_failures++;
+      fprintf(stderr, "FAIL %s %s: rel err %.3g > %g\n", what, t->name, e, tol);
+    }
+    if (!(e <= worst)) worst = e, wk = k;
+  }
+  fprintf(stderr, "%-10s worst %-26s rel err %.3g\n", what, lay->tensors[wk].name, worst);
+}
+
+static void misuse(void) {
+  gpt_backend_opts opts = {GPT_BACKEND_CUDA, 0, 0, GPT_PREC_FP32};
+  gpt_model *m = NULL;
+  CHECK_EQ_INT(gpt_create(&m, &CFG, &opts, B, T), 0);
+  if (!m) return;
+  float loss, *row = malloc(CFG.vocab_size * 4);
+  CHECK_EQ_INT(gpt_backward(m), DPC_ESTATE);
+  CHECK_EQ_INT(gpt_logits(m, 0, 0, row), DPC_ESTATE);
+  CHECK_EQ_INT(gpt_forward(m, in[0], NULL, B, T, &loss), 0);
+  CHECK_EQ_INT(gpt_backward(m), DPC_ESTATE); /* nothing to differentiate */
+  CHECK_EQ_INT(gpt_logits(m, B, 0, row), DPC_ERANGE);
+  /* A smaller batch and sequence than the model was built for. */
+  CHECK_EQ_INT(gpt_forward(m, in[0], tg[0], 2, 33, &loss), 0);
+  CHECK(isfinite(loss) && loss > 0);
+  CHECK_EQ_INT(gpt_backward(m), 0);
+  CHECK_EQ_INT(gpt_backward(m), DPC_ESTATE);
+  /* Optimizer state round trip and reset. */
+  const size_t P = m->lay.n_params;
+  float *a = malloc(P * 4), *b = malloc(P * 4), *c = malloc(P * 4), *d = malloc(P * 4);
+  for (size_t i = 0; i < P; i++) a[i] = (float)i, b[i] = (float)(P - i);
+  CHECK_EQ_INT(gpt_set_opt_state(m, a, b), 0);
+  CHECK_EQ_INT(gpt_get_opt_state(m, c, d), 0);
+  CHECK(memcmp(a, c, P * 4) == 0 && memcmp(b, d, P * 4) == 0);
+  CHECK_EQ_INT(gpt_reset_opt_state(m), 0);
+  CHECK_EQ_INT(gpt_get_opt_state(m, c, d), 0);
+  int nz = 0;
+  for (size_t i = 0; i < P; i++) nz += c[i] != 0.0f || d[i] != 0.0f;
+  CHECK_EQ_INT(nz, 0);
+  gpt_free(m);
+  free(row), free(a), free(b), free(c), free(d);
+  /* Bad options are refused with a reason. */
+  opts.precision = 7;
+  CHECK_EQ_INT(gpt_create(&m, &CFG, &opts, B, T), DPC_EINVAL);
+  opts.precision = GPT_PREC_FP32;
+  opts.device = 99;
+  CHECK_EQ_INT(gpt_create(&m, &CFG, &opts, B, T), DPC_EINVAL);
+}
+
+int main(void) {
+  if (cudak_device_count() == 0) {
+    fprintf(stderr, "SKIP: no CUDA device visible (the backend compiled; run on a GPU machine to test it)\n");
+    return 77;
+  }
+  const int V = CFG.vocab_size;
+  for (int s = 0; s < STEPS; s++)
+    for (int i = 0; i < B * T; i++) in[s][i] = (int)(next_u32() % V);
+  for (int s = 0; s < STEPS; s++)
+    for (int i = 0; i < B * T; i++) tg[s][i] = (i + 1) % T && next_u32() % 4 ? in[s][i + 1] : (int)(next_u32() % V);
+
+  gpt_layout lay;
+  CHECK_EQ_INT(gpt_layout_build(&CFG, &lay), 0);
+  const size_t NV = (size_t)B * T * V;
+  run_out cpu = {0}, gpu = {0}, gpu2 = {0};
+  CHECK_EQ_INT(run(GPT_BACKEND_CPU, 0, &cpu), 0);
+  int rc = run(GPT_BACKEND_CUDA, GPT_PREC_FP32, &gpu);
+  CHECK_EQ_INT(rc, 0);
+  if (rc) {
+    fprintf(stderr, "cuda run failed: %s\n", dpc_errmsg());
+    TEST_DONE();
+  }
+  fprintf(stderr, "fp32: loss0 %.7f cpu %.7f\n", gpu.loss0, cpu.loss0);
+  CHECK(fabs(gpu.loss0 - cpu.loss0) <= 1e-4 * cpu.loss0);
+  double le = rel_err(gpu.logits, cpu.logits, NV);
+  fprintf(stderr, "logits     rel err %.3g\n", le);
+  CHECK(le <= 1e-4);
+  compare(&lay, "grads", gpu.g, cpu.g, 1e-4);
+  int clipped = 0;
+  for (int s = 0; s < STEPS; s++) {
+    fprintf(stderr, "step %d loss %.6f (cpu %.6f) norm %.5f (cpu %.5f)\n", s, gpu.losses[s], cpu.losses[s],
+            gpu.norms[s], cpu.norms[s]);
+    CHECK(fabs(gpu.losses[s] - cpu.losses[s]) <= 1e-4 * cpu.losses[s]);
+    CHECK(fabs(gpu.norms[s] - cpu.norms[s]) <= 1e-4 * cpu.norms[s]);
+    clipped += cpu.norms[s] > HP.grad_clip;
+  }
+  CHECK(clipped > 0); /* the clipping path ran */
+  compare(&lay, "params@5", gpu.p, cpu.p, 1e-4);
+  compare(&lay, "adam m", gpu.m, cpu.m, 1e-4);
+  compare(&lay, "adam v", gpu.v, cpu.v, 1e-4);
+
+  /* Run to run: bit-identical (no atomics, fixed reduction orders, one stream). */
+  CHECK_EQ_INT(run(GPT_BACKEND_CUDA, GPT_PREC_FP32, &gpu2), 0);
+  const size_t P = lay.n_params;
+  CHECK(memcmp(gpu.p, gpu2.p, P * 4) == 0);
+  CHECK(memcmp(gpu.m, gpu2.m, P * 4) == 0);
+  CHECK(memcmp(gpu.g, gpu2.g, P * 4) == 0);
+  free_out(&gpu2);
+
+  /* Reduced precisions: losses within 1% of the CPU's at every step. */
+  const char *names[] = {"fp32", "tf32", "bf16"};
+  for (int prec = GPT_PREC_TF32; prec <= GPT_PREC_BF16; prec++) {
+    run_out r = {0};
+    rc = run(GPT_BACKEND_CUDA, prec, &r);
+    if (rc == DPC_EUNSUPPORTED) {
+      fprintf(stderr, "SKIP %s: %s\n", names[prec], dpc_errmsg());
+      continue;
+    }
+    CHECK_EQ_INT(rc, 0);
+    double worst = fabs(r.loss0 - cpu.loss0) / cpu.loss0;
+    for (int s = 0; s < STEPS; s++) {
+      double e = fabs(r.losses[s] - cpu.losses[s]) / cpu.losses[s];
+      if (e > worst) worst = e;
+    }
+    fprintf(stderr, "%s: worst loss rel err over %d steps %.3g; grads rel err %.3g\n", names[prec], STEPS + 1, worst,
+            rel_err(r.g, cpu.g, P));
+    CHECK(worst <= 0.01);
+    free_out(&r);
+  }
+  misuse();
+  free_out(&cpu);
+  free_out(&gpu);
+  TEST_DONE();
+}
