@@ -320,11 +320,15 @@ static void session_close(session *s) {
 }
 
 static int session_open(const char *cmd, session *s, const char *model_dir, char **data, int ndata, int B, int T,
-                        const char *backend, int threads) {
+                        const char *backend, int threads, const char *precision, int device) {
   memset(s, 0, sizeof *s);
-  gpt_backend_opts bo = {.threads = threads};
-  if (gpt_backend_parse(backend, &bo.kind)) {
+  gpt_backend_opts bo = {.threads = threads, .device = device};
+  if (gpt_backend_parse(backend, &bo.kind) || gpt_precision_parse(precision, &bo.precision)) {
     DPC_FAIL(cmd);
+    return 2;
+  }
+  if (device < 0) {
+    fprintf(stderr, "dipacoctl %s: --device must be >= 0\n", cmd);
     return 2;
   }
   if (ndata == 0) {
@@ -386,8 +390,8 @@ static void format_eta(double s, char *buf, size_t n) {
 /* ---------- train ---------- */
 
 int ctl_train(int argc, char **argv) {
-  const char *model_dir = NULL, *out = NULL, *data0 = NULL, *backend = "cpu";
-  int steps = 0, B = 0, T = 0, warmup = 0, threads = 0, json = 0;
+  const char *model_dir = NULL, *out = NULL, *data0 = NULL, *backend = "cpu", *precision = "fp32";
+  int steps = 0, B = 0, T = 0, warmup = 0, threads = 0, json = 0, device = 0;
   float lr = 3e-4f, lr_min_frac = 0.1f, wd = 0.1f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, clip = 1.0f;
   ctl_opt opts[] = {{"model", CTL_STR, &model_dir, 1, 0},   {"data", CTL_STR, &data0, 1, 0},
                     {"out", CTL_STR, &out, 1, 0},           {"steps", CTL_INT, &steps, 1, 0},
@@ -397,6 +401,7 @@ int ctl_train(int argc, char **argv) {
                     {"beta1", CTL_FLOAT, &beta1, 0, 0},     {"beta2", CTL_FLOAT, &beta2, 0, 0},
                     {"eps", CTL_FLOAT, &eps, 0, 0},         {"grad-clip", CTL_FLOAT, &clip, 0, 0},
                     {"threads", CTL_INT, &threads, 0, 0},   {"backend", CTL_STR, &backend, 0, 0},
+                    {"precision", CTL_STR, &precision, 0, 0}, {"device", CTL_INT, &device, 0, 0},
                     {"json", CTL_FLAG, &json, 0, 0},        {NULL, 0, NULL, 0, 0}};
   char **pos = NULL;
   int npos = 0, rc = ctl_parse("train", argc, argv, opts, &pos, &npos);
@@ -427,7 +432,7 @@ int ctl_train(int argc, char **argv) {
   }
   data[0] = (char *)data0;
   for (int i = 0; i < npos; i++) data[i + 1] = pos[i];
-  status = session_open("train", &s, model_dir, data, npos + 1, B, T, backend, threads);
+  status = session_open("train", &s, model_dir, data, npos + 1, B, T, backend, threads, precision, device);
   if (status) goto done;
   status = 1;
   const long nb = dataset_num_batches(s.ds, B, T);
@@ -482,13 +487,14 @@ done:
 /* ---------- eval ---------- */
 
 int ctl_eval(int argc, char **argv) {
-  const char *model_dir = NULL, *data0 = NULL, *backend = "cpu";
-  int B = 0, T = 0, threads = 0, json = 0;
+  const char *model_dir = NULL, *data0 = NULL, *backend = "cpu", *precision = "fp32";
+  int B = 0, T = 0, threads = 0, json = 0, device = 0;
   long K = 0;
   ctl_opt opts[] = {{"model", CTL_STR, &model_dir, 1, 0}, {"data", CTL_STR, &data0, 1, 0},
                     {"batch", CTL_INT, &B, 1, 0},         {"seq-len", CTL_INT, &T, 1, 0},
                     {"batches", CTL_LONG, &K, 0, 0},      {"threads", CTL_INT, &threads, 0, 0},
                     {"backend", CTL_STR, &backend, 0, 0}, {"json", CTL_FLAG, &json, 0, 0},
+                    {"precision", CTL_STR, &precision, 0, 0}, {"device", CTL_INT, &device, 0, 0},
                     {NULL, 0, NULL, 0, 0}};
   char **pos = NULL;
   int npos = 0, rc = ctl_parse("eval", argc, argv, opts, &pos, &npos);
@@ -505,7 +511,7 @@ int ctl_eval(int argc, char **argv) {
     status = 2;
     goto done;
   }
-  status = session_open("eval", &s, model_dir, data, npos + 1, B, T, backend, threads);
+  status = session_open("eval", &s, model_dir, data, npos + 1, B, T, backend, threads, precision, device);
   if (status) goto done;
   status = 1;
   long nb = dataset_num_batches(s.ds, B, T);
@@ -579,7 +585,8 @@ static int sample(const float *logits, int V, float temp, int top_k, uint64_t *r
 
 int ctl_generate(int argc, char **argv) {
   const char *model_dir = NULL, *tokname = NULL, *vocab_dir = NULL, *prompt = NULL, *backend = "cpu";
-  int ntok = 0, top_k = 40, threads = 0;
+  const char *precision = "fp32";
+  int ntok = 0, top_k = 40, threads = 0, device = 0;
   float temp = 0.8f;
   long seed = 1337;
   ctl_opt opts[] = {{"model", CTL_STR, &model_dir, 1, 0},   {"tokenizer", CTL_STR, &tokname, 1, 0},
@@ -587,6 +594,7 @@ int ctl_generate(int argc, char **argv) {
                     {"tokens", CTL_INT, &ntok, 1, 0},       {"temperature", CTL_FLOAT, &temp, 0, 0},
                     {"top-k", CTL_INT, &top_k, 0, 0},       {"seed", CTL_LONG, &seed, 0, 0},
                     {"threads", CTL_INT, &threads, 0, 0},   {"backend", CTL_STR, &backend, 0, 0},
+                    {"precision", CTL_STR, &precision, 0, 0}, {"device", CTL_INT, &device, 0, 0},
                     {NULL, 0, NULL, 0, 0}};
   char **pos = NULL;
   int npos = 0, rc = ctl_parse("generate", argc, argv, opts, &pos, &npos);
@@ -596,8 +604,8 @@ int ctl_generate(int argc, char **argv) {
     fprintf(stderr, "dipacoctl generate: unexpected argument (quote the --prompt text)\n");
     return 2;
   }
-  if (ntok < 0 || top_k < 0 || temp < 0 || threads < 0) {
-    fprintf(stderr, "dipacoctl generate: --tokens, --top-k, --temperature and --threads must be >= 0\n");
+  if (ntok < 0 || top_k < 0 || temp < 0 || threads < 0 || device < 0) {
+    fprintf(stderr, "dipacoctl generate: --tokens, --top-k, --temperature, --threads and --device must be >= 0\n");
     return 2;
   }
   int status = 1;
@@ -608,14 +616,15 @@ int ctl_generate(int argc, char **argv) {
   cand *cands = NULL;
   size_t nids = 0;
   gpt_config cfg;
-  gpt_backend_opts bo = {.threads = threads};
+  gpt_backend_opts bo = {.threads = threads, .device = device};
   if (strcmp(tokname, "byte") == 0) rc = tok_open_byte(&tok);
   else if (strcmp(tokname, "gpt2") == 0 && vocab_dir) rc = tok_open_gpt2(vocab_dir, &tok);
   else {
     fprintf(stderr, "dipacoctl generate: --tokenizer must be byte, or gpt2 with --vocab-dir DIR\n");
     return 2;
   }
-  if (rc || gpt_backend_parse(backend, &bo.kind) || modeldir_load(model_dir, &cfg, &params)) {
+  if (rc || gpt_backend_parse(backend, &bo.kind) || gpt_precision_parse(precision, &bo.precision) ||
+      modeldir_load(model_dir, &cfg, &params)) {
     DPC_FAIL("generate");
     goto done;
   }

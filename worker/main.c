@@ -35,6 +35,7 @@ static const char usage[] =
     "  --backend cpu|cuda       compute backend (default cpu)\n"
     "  --threads N              CPU threads, 0 = all cores (default 0)\n"
     "  --device N               CUDA device ordinal (default 0)\n"
+    "  --precision P            CUDA matrix products: fp32 (exact, default), tf32 or bf16\n"
     "  --name NAME              name shown by the coordinator (default: host name)\n"
     "  --labels K=V,...         free-form labels for scheduling and display\n"
     "  --exit-when-done         exit 0 when no work is left once a job was seen running\n"
@@ -139,6 +140,12 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "--device")) {
       NEEDS_VALUE;
       o.device = (int)parse_num(a, v, 0, 1024);
+    } else if (!strcmp(a, "--precision")) {
+      NEEDS_VALUE;
+      if (gpt_precision_parse(v, &o.precision)) {
+        fprintf(stderr, "dipaco-worker: --precision \"%s\": use fp32, tf32 or bf16\n", v);
+        return 2;
+      }
     } else if (!strcmp(a, "--name")) {
       NEEDS_VALUE;
       o.name = v;

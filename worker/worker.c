@@ -652,7 +652,8 @@ static int prepare_trainer(worker *w, const Dipaco__V1__Lease *L, const lease_pl
     }
   }
   if (!w->tr) {
-    gpt_backend_opts bo = {.kind = w->o.backend, .threads = w->o.threads, .device = w->o.device};
+    gpt_backend_opts bo = {.kind = w->o.backend, .threads = w->o.threads, .device = w->o.device,
+                            .precision = w->o.precision};
     rc = trainer_open(&w->tr, &p->cfg, &bo, (const char *const *)k.paths, k.n_paths, &p->opts);
     if (rc) {
       key_free(&k);
@@ -1106,7 +1107,7 @@ static int idle_heartbeat(worker *w, int *code) {
 /* Probe the backend once so that a worker that cannot compute fails at start, not per lease. */
 static int check_backend(const struct worker_opts *o) {
   gpt_config cfg = {.n_layer = 1, .n_head = 1, .n_embd = 8, .n_positions = 4, .vocab_size = 8};
-  gpt_backend_opts bo = {.kind = o->backend, .threads = 1, .device = o->device};
+  gpt_backend_opts bo = {.kind = o->backend, .threads = 1, .device = o->device, .precision = o->precision};
   gpt_model *m = NULL;
   int rc = gpt_create(&m, &cfg, &bo, 1, 4);
   gpt_free(m);

@@ -23,6 +23,7 @@ struct worker_opts {
   gpt_backend_kind backend;
   int threads;              /* CPU threads, 0 = all cores */
   int device;               /* CUDA device ordinal */
+  int precision;            /* CUDA: GPT_PREC_FP32 / TF32 / BF16 */
   int exit_when_done;       /* exit 0 on LEASE_NO_WORK once a job was seen running (a lease
                                granted or LEASE_WAIT), so a worker started first waits */
   uint32_t max_chunk_bytes; /* 0 = RPC_CHUNK_DEFAULT */

@@ -115,6 +115,7 @@ static void cuda_destroy(gpt_model *m) {
   cudaFree(c->store);
   cudaFree(c->acts);
   cudaFree(c->seg_sumsq);
+  cudaFree(c->dsum);
   cudaFree(c->segs);
   cudaFree(c->d_tok);
   cudaFree(c->a16);
@@ -175,8 +176,10 @@ static int cuda_create_impl(gpt_model *m, cuda_impl *c) {
   size_t nseg = 0;
   for (int k = 0; k < m->lay.n_tensors; k++) nseg += (m->lay.tensors[k].numel + CUDAK_SEG - 1) / CUDAK_SEG;
   if (c->precision == PREC_BF16) {
-    /* The largest operand of any product: wte, an (N, 4C) activation or a score block. */
+    /* The largest operand of any product: wte, dlogits (N, V), an (N, 4C) activation or a
+     * score block. */
     double n16 = dC * V;
+    if (dN * V > n16) n16 = dN * V;
     if (4 * dN * dC > n16) n16 = 4 * dN * dC;
     if (dBH * dT * dT > n16) n16 = dBH * dT * dT;
     if (4 * dC * dC > n16) n16 = 4 * dC * dC;
@@ -322,7 +325,8 @@ static int layernorm_bwd(cuda_impl *c, float *dx, float *dw, float *db, const fl
 }
 
 /* Causal self-attention of qkv (N, 3C) into out (N, C); att (B, NH, T, T) keeps the
- * probabilities. Row-major S = q k^T is the column-major product k^T-major below. */
+ * probabilities. Each product is the column-major transpose of the row-major one in its
+ * comment: S^T = K Q^T, Y^T = V^T P^T. */
 static int attention_fwd(cuda_impl *c, float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
   const int hs = C / NH, BH = B * NH;
   const long long sH = (long long)T * hs, sA = (long long)T * T;

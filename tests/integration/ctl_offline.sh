@@ -102,6 +102,17 @@ expect_fail "vocab too small for the data" "vocab_size" "$CTL" eval --model "$W/
 expect_fail "unknown tokenizer" "unknown tokenizer" "$CTL" data prepare --tokenizer wordpiece --out "$W/y" "$W/a.txt"
 expect_fail "bad init config" "divisible" "$CTL" init --n-layer 1 --n-head 3 --n-embd 8 --n-positions 16 --vocab-size 50 --out "$W/z"
 "$CTL" --help | grep -q "data prepare" && ok "--help" || bad "--help"
+expect_fail "unknown precision" "unknown precision 'fp16'" "$CTL" eval --model "$W/m1" --data "$W/data/val_000.bin" --batch 1 --seq-len 8 --precision fp16
+
+# --backend cuda: the same eval as the CPU's on a GPU machine; elsewhere a clear refusal.
+if ec=$("$CTL" eval --model "$W/m1" --data "$W/data/val_000.bin" --batch 2 --seq-len 32 --batches 3 --json --backend cuda 2>"$W/cuda.err"); then
+  python3 -c "import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2]); assert abs(a['loss']-b['loss'])<=1e-4*b['loss'], (a,b)" "$ec" "$e1" \
+    && ok "eval --backend cuda matches the CPU ($ec)" || bad "eval --backend cuda: $ec vs $e1"
+elif grep -Eq "no CUDA device|built without the CUDA backend" "$W/cuda.err"; then
+  ok "eval --backend cuda without a GPU refused: $(head -1 "$W/cuda.err")"
+else
+  bad "eval --backend cuda: unexpected failure: $(cat "$W/cuda.err")"
+fi
 
 echo "$((checks - fail)) passed, $fail failed"
 [ $fail -eq 0 ]
