@@ -82,6 +82,16 @@ typedef struct {
   float grad_clip; /* global L2 norm bound, 0 disables */
 } gpt_adamw_hparams;
 
+/* The per-step AdamW scalars, computed as torch does (Python floats, i.e. double, rounded once
+ * to float); every backend's AdamW takes them from gpt_adamw_scalars_at. */
+typedef struct {
+  float decay_mul;        /* 1 - lr * weight_decay (decayed tensors only) */
+  float one_minus_beta1, one_minus_beta2;
+  float neg_step_size;    /* -lr / (1 - beta1^t) */
+  float bc2_sqrt;         /* sqrt(1 - beta2^t) */
+} gpt_adamw_scalars;
+void gpt_adamw_scalars_at(const gpt_adamw_hparams *hp, float lr, int t, gpt_adamw_scalars *s);
+
 typedef struct gpt_model gpt_model;
 
 /* The backend vtable; kernels/cpu and kernels/cuda each provide one. */

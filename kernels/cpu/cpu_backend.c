@@ -524,18 +524,14 @@ static int cpu_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, i
     float coef = hp->grad_clip / (norm + 1e-6f);
     if (coef < 1.0f) clip = coef;
   }
-  /* torch computes these scalars in double (Python floats) and rounds them once to float. */
-  const double lr_d = lr, b1 = hp->beta1, b2 = hp->beta2;
-  const float decay_mul = (float)(1.0 - lr_d * (double)hp->weight_decay);
-  const float omb1 = (float)(1.0 - b1), omb2 = (float)(1.0 - b2);
-  const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
-  const float neg_step = (float)(-(lr_d / bc1));
-  const float bc2_sqrt = (float)sqrt(bc2);
+  gpt_adamw_scalars k;
+  gpt_adamw_scalars_at(hp, lr, t, &k);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
   for (int s = 0; s < c->nseg; s++) {
     const cpu_seg *g = &c->segs[s];
     cpuk_adamw(c->params + g->off, c->grads + g->off, c->adam_m + g->off, c->adam_v + g->off, g->n, clip,
-               g->decay ? decay_mul : 1.0f, hp->beta1, omb1, hp->beta2, omb2, bc2_sqrt, hp->eps, neg_step);
+               g->decay ? k.decay_mul : 1.0f, hp->beta1, k.one_minus_beta1, hp->beta2, k.one_minus_beta2, k.bc2_sqrt,
+               hp->eps, k.neg_step_size);
   }
   return 0;
 }

@@ -186,9 +186,8 @@ static int cuda_create_impl(gpt_model *m, cuda_impl *c) {
     c->n16 = (size_t)n16;
   }
   size_t free_b = 0, total_b = 0;
-  cudaMemGetInfo(&free_b, &total_b);
   const double bytes = (need + 4.0 * P) * 4.0 + c->n16 * 4.0;
-  if (bytes > (double)free_b)
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && bytes > (double)free_b)
     return dpc_err(DPC_ENOMEM, "cuda backend: B=%zu T=%zu needs %.2f GiB of device memory, %.2f GiB is free on %s; "
                    "lower B or T", B, T, bytes / 1073741824.0, free_b / 1073741824.0, pr.name);
   CUDA_TRY(cudaMalloc((void **)&c->store, 4 * P * sizeof(float)));
@@ -509,15 +508,11 @@ static int cuda_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, 
   TRY(copy(&norm, c->scal, sizeof norm, cudaMemcpyDeviceToHost, c->st));
   if (grad_norm) *grad_norm = norm;
   if (!isfinite(norm)) return dpc_err(DPC_ENUMERIC, "adamw: gradient norm is %f (diverged; lower the learning rate)", norm);
-  /* The scalars exactly as the CPU backend (and torch) compute them. */
-  const double lr_d = lr, b1 = hp->beta1, b2 = hp->beta2;
-  const float decay_mul = (float)(1.0 - lr_d * (double)hp->weight_decay);
-  const float omb1 = (float)(1.0 - b1), omb2 = (float)(1.0 - b2);
-  const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
-  const float neg_step = (float)(-(lr_d / bc1));
-  const float bc2_sqrt = (float)sqrt(bc2);
-  return cudak_adamw(c->params, c->grads, c->adam_m, c->adam_v, c->segs, c->nseg, c->scal + 1, decay_mul, hp->beta1,
-                     omb1, hp->beta2, omb2, bc2_sqrt, hp->eps, neg_step, c->st);
+  gpt_adamw_scalars k;
+  gpt_adamw_scalars_at(hp, lr, t, &k);
+  return cudak_adamw(c->params, c->grads, c->adam_m, c->adam_v, c->segs, c->nseg, c->scal + 1, k.decay_mul,
+                     hp->beta1, k.one_minus_beta1, hp->beta2, k.one_minus_beta2, k.bc2_sqrt, hp->eps,
+                     k.neg_step_size, c->st);
 }
 
 static int cuda_get_opt_state(gpt_model *m, float *m_dst, float *v_dst) {
