@@ -835,8 +835,16 @@ static void push_commit_after(uv_work_t *req, int status) {
   } else {
     TESTHOOK("push-commit");
     coord_job *j = coord_job_get(c, p->lease.job);
+    lease_note *n = coord_note(c, p->lease.id, 0);
+    float loss = n ? n->loss : NAN;
+    /* The slot's metric row goes in with the delta: one commit (fsync) per delta, not two. */
+    store_metric m = {.job = p->lease.job, .round = p->lease.round, .path = p->lease.path,
+                      .replica = p->lease.replica, .worker = p->worker, .loss = loss, .tokens = (int64_t)p->tokens,
+                      .bytes_in = (int64_t)p->total, .bytes_out = n ? (int64_t)n->bytes_out : 0,
+                      .created_at = coord_now_ms()};
     store_new_delta nd = {.lease = p->lease.id, .fragment = p->frag, .checksum = p->work_crc, .blob = p->blob,
-                          .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = coord_now_ms(), .norm = p->norm};
+                          .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = coord_now_ms(), .norm = p->norm,
+                          .metric = &m};
     int64_t did;
     int rc = store_record_delta(c->st, &nd, &did);
     if (rc == 0 || rc == 1) {
@@ -845,13 +853,6 @@ static void push_commit_after(uv_work_t *req, int status) {
       if (rc == 0) {
         screen_window *sw = j ? push_screen_window(c, j, p->frag) : NULL;
         if (sw) screen_add(sw, p->norm);
-        lease_note *n = coord_note(c, p->lease.id, 0);
-        float loss = n ? n->loss : NAN;
-        store_metric m = {.job = p->lease.job, .round = p->lease.round, .path = p->lease.path,
-                          .replica = p->lease.replica, .worker = p->worker, .loss = loss, .tokens = (int64_t)p->tokens,
-                          .bytes_in = (int64_t)p->total, .bytes_out = n ? (int64_t)n->bytes_out : 0,
-                          .created_at = coord_now_ms()};
-        store_add_metric(c->st, &m);
         if (j && isfinite(loss) && p->lease.path < j->n_paths) j->path_loss[p->lease.path] = loss;
         DPC_INFO("delta received: lease %lld job %lld slot (path %d, replica %d) round %lld fragment %d, %llu bytes, "
                  "crc 0x%08x, loss %.4f", (long long)p->lease.id, (long long)p->lease.job, p->lease.path,

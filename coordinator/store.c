@@ -3,6 +3,7 @@
 #include "coordinator/store.h"
 #include "coordinator/store_internal.h"
 #include "common/errors.h"
+#include "common/log.h"
 
 #include <math.h>
 #include <sqlite3.h>
@@ -364,6 +365,9 @@ int store_open(const char *state_dir, store **out) {
 
 void store_close(store *st) {
   if (!st) return;
+  if (st->db && store_flush_liveness(st) < 0) DPC_WARN("store: %s", dpc_errmsg());
+  live_free(&st->live_workers);
+  live_free(&st->live_leases);
   for (int i = 0; i < S_COUNT; i++) sqlite3_finalize(st->stmts[i]);
   if (st->db) sqlite3_close(st->db);
   free(st->path);
@@ -665,24 +669,16 @@ int store_get_worker(store *st, int64_t id, store_worker *out) {
   B64(s, 1, id);
   int rc = sq_step(st, s, "get worker");
   if (rc < 0) return rc;
-  if (rc == SQLITE_ROW) read_worker(s, out);
+  if (rc == SQLITE_ROW) {
+    read_worker(s, out);
+    live_overlay_worker(st, out);
+  }
   sqlite3_reset(s);
   return rc == SQLITE_ROW ? 0 : dpc_err(DPC_ENOENT, "no worker with id %lld", (long long)id);
 }
 
 static int changed_or_enoent(store *st, const char *what, int64_t id) {
   return sqlite3_changes(st->db) > 0 ? 0 : dpc_err(DPC_ENOENT, "%s: no row with id %lld", what, (long long)id);
-}
-
-int store_touch_worker(store *st, int64_t id, int64_t now_ms, double steps_per_s) {
-  sqlite3_stmt *s = sq_stmt(st, S_TOUCH_WORKER);
-  if (!s) return DPC_EINTERNAL;
-  B64(s, 1, id);
-  B64(s, 2, now_ms);
-  if (isfinite(steps_per_s) && steps_per_s >= 0) BDBL(s, 3, steps_per_s);
-  else sqlite3_bind_null(s, 3);
-  TRY(sq_exec_done(st, s, "touch worker"));
-  return changed_or_enoent(st, "touch worker", id);
 }
 
 int store_set_worker_state(store *st, int64_t id, store_worker_state state) {
@@ -700,7 +696,9 @@ int store_list_workers(store *st, store_worker **out, int *n) {
   *n = 0;
   sqlite3_stmt *s = sq_stmt(st, S_LIST_WORKERS);
   if (!s) return DPC_EINTERNAL;
-  return sq_collect(st, s, "list workers", sizeof(store_worker), read_worker, (void **)out, n);
+  int rc = sq_collect(st, s, "list workers", sizeof(store_worker), read_worker, (void **)out, n);
+  for (int i = 0; rc >= 0 && i < *n; i++) live_overlay_worker(st, &(*out)[i]);
+  return rc;
 }
 
 /* ---- slots and leases ---------------------------------------------------------------------- */
@@ -838,7 +836,10 @@ int store_get_lease(store *st, int64_t id, store_lease *out) {
   B64(s, 1, id);
   int rc = sq_step(st, s, "get lease");
   if (rc < 0) return rc;
-  if (rc == SQLITE_ROW) read_lease(s, out);
+  if (rc == SQLITE_ROW) {
+    read_lease(s, out);
+    live_overlay_lease(st, out);
+  }
   sqlite3_reset(s);
   return rc == SQLITE_ROW ? 0 : dpc_err(DPC_ENOENT, "no lease with id %lld", (long long)id);
 }
@@ -863,11 +864,7 @@ int store_renew_lease(store *st, int64_t lease, int64_t worker, int64_t expires_
   if (l.worker != worker)
     return dpc_err(DPC_EPERM, "lease %lld belongs to worker %lld, not %lld", (long long)lease, (long long)l.worker,
                    (long long)worker);
-  sqlite3_stmt *s = sq_stmt(st, S_RENEW_LEASE);
-  if (!s) return DPC_EINTERNAL;
-  B64(s, 1, lease);
-  B64(s, 2, expires_at);
-  return sq_exec_done(st, s, "renew lease");
+  return live_renew_lease(st, lease, expires_at); /* durable at the next flush (store_live.c) */
 }
 
 /* Inside a transaction: end one active lease and free its slot. */
@@ -907,6 +904,9 @@ int store_expire_leases(store *st, int64_t now_ms, int64_t **ids, int *n) {
   if (ids) *ids = NULL;
   *n = 0;
   TRY(sq_begin(st));
+  /* The batched liveness first (store_live.c), in this same transaction: one commit a tick,
+   * and the expiry query below sees every renewal. */
+  TX(live_flush_tx(st));
   int64_t *arr = NULL;
   int cap = 0, cnt = 0, rc;
   STMT(s, S_DUE_LEASES);
@@ -926,6 +926,7 @@ int store_expire_leases(store *st, int64_t now_ms, int64_t **ids, int *n) {
     free(arr);
     return sq_rollback(st, rc);
   }
+  live_flushed(st);
   if (ids) *ids = arr;
   else free(arr);
   *n = cnt;
@@ -938,7 +939,9 @@ int store_list_active_leases(store *st, int64_t job, store_lease **out, int *n) 
   sqlite3_stmt *s = sq_stmt(st, S_ACTIVE_LEASES);
   if (!s) return DPC_EINTERNAL;
   B64(s, 1, job);
-  return sq_collect(st, s, "list leases", sizeof(store_lease), read_lease, (void **)out, n);
+  int rc = sq_collect(st, s, "list leases", sizeof(store_lease), read_lease, (void **)out, n);
+  for (int i = 0; rc >= 0 && i < *n; i++) live_overlay_lease(st, &(*out)[i]);
+  return rc;
 }
 
 /* ---- rounds and deltas --------------------------------------------------------------------- */
@@ -1050,6 +1053,7 @@ int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id) 
   else sqlite3_bind_null(s, 13);
   TX(sq_exec_done(st, s, "insert delta"));
   int64_t id = sqlite3_last_insert_rowid(st->db);
+  if (nd->metric) TX(store_add_metric(st, nd->metric));
   TX(sq_commit(st));
   if (delta_id) *delta_id = id;
   return 0;

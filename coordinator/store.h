@@ -146,8 +146,13 @@ typedef struct {
 int store_register_worker(store *st, const char *name, const unsigned char token_hash[STORE_TOKEN_HASH_BYTES],
                           const char *info, int64_t now_ms, int64_t *id);
 int store_get_worker(store *st, int64_t id, store_worker *out);
-/* Update last_seen, and steps_per_s unless it is negative or NaN. DPC_ENOENT if unknown. */
+/* Update last_seen, and steps_per_s unless it is negative or NaN. DPC_ENOENT if unknown.
+ * Kept in memory (readers see it at once) and made durable in a batch: by the next
+ * store_expire_leases (every coordinator tick), store_flush_liveness or store_close — a crash
+ * loses at most the touches since then (store_live.c). */
 int store_touch_worker(store *st, int64_t id, int64_t now_ms, double steps_per_s);
+/* Commit the pending worker touches and lease renewals now. */
+int store_flush_liveness(store *st);
 int store_set_worker_state(store *st, int64_t id, store_worker_state state);
 /* All workers by id; free() the array. */
 int store_list_workers(store *st, store_worker **out, int *n);
@@ -211,14 +216,15 @@ int store_lease_base_version(store *st, int64_t lease, int fragment, int64_t *ve
 /* The fragments a lease covers with their base versions, by fragment id; free() both. */
 int store_lease_fragments(store *st, int64_t lease, int **fragments, int64_t **base_versions, int *n);
 /* Extend an active lease held by `worker`; DPC_ESTATE if not active, DPC_EPERM if another
- * worker holds it. */
+ * worker holds it. In memory until the next flush, like store_touch_worker. */
 int store_renew_lease(store *st, int64_t lease, int64_t worker, int64_t expires_at);
 /* End an active lease as finished, released or expired; the slot returns to idle. With
  * advance != 0 the slot moves to the next round (round + 1) and its inner-step counter grows
  * by steps_done. DPC_ESTATE if the lease is not active. */
 int store_end_lease(store *st, int64_t lease, store_lease_state how, int advance, int64_t steps_done, int64_t now_ms);
-/* Expire every active lease with expires_at <= now (slots → idle). *ids (may be NULL; free())
- * receives the expired lease ids, *n their number. */
+/* Expire every active lease with expires_at <= now (slots → idle), in one transaction that
+ * first flushes the pending liveness. *ids (may be NULL; free()) receives the expired lease
+ * ids, *n their number. */
 int store_expire_leases(store *st, int64_t now_ms, int64_t **ids, int *n);
 /* Active leases of a job (job 0: all jobs) by id; free() the array. */
 int store_list_active_leases(store *st, int64_t job, store_lease **out, int *n);
@@ -269,6 +275,7 @@ typedef struct {
   int64_t tokens;
   int64_t now_ms;
   double norm;         /* the delta's L2 norm (kept for the norm screen); NaN or < 0 = unknown */
+  const struct store_metric *metric; /* optional: recorded in the same transaction (one commit) */
 } store_new_delta;
 
 /* Record a received delta, durably. Returns 0 when newly recorded, 1 when the same delta
@@ -346,7 +353,7 @@ int store_list_ledger(store *st, int64_t job, int fragment, store_delta **out, i
 
 /* ---- metrics ------------------------------------------------------------------------------ */
 
-typedef struct {
+typedef struct store_metric {
   int64_t job, round;
   int path, replica;   /* -1 when not per slot (e.g. an outer step) */
   int64_t worker;      /* 0 when not from a worker */

@@ -73,7 +73,7 @@
   X(INS_LEASE_FRAG, "INSERT INTO lease_fragments (lease, fragment, base_version) VALUES (?1, ?2, ?3)")       \
   X(GET_LEASE, "SELECT " LEASE_COLS " FROM leases WHERE id = ?1")                                             \
   X(LEASE_BASE, "SELECT base_version FROM lease_fragments WHERE lease = ?1 AND fragment = ?2")                \
-  X(RENEW_LEASE, "UPDATE leases SET expires_at = ?2 WHERE id = ?1")                                           \
+  X(RENEW_LEASE, "UPDATE leases SET expires_at = ?2 WHERE id = ?1 AND state = 'active'")                                           \
   X(END_LEASE, "UPDATE leases SET state = ?2, ended_at = ?3 WHERE id = ?1 AND state = 'active'")             \
   X(DUE_LEASES, "SELECT id FROM leases WHERE state = 'active' AND expires_at <= ?1 ORDER BY id")             \
   X(ACTIVE_LEASES, "SELECT " LEASE_COLS " FROM leases WHERE state = 'active' AND (?1 = 0 OR job = ?1) "     \
@@ -127,12 +127,43 @@ enum {
   S_COUNT
 };
 
+/* In-memory liveness (store_live.c): an open-addressing map from a worker or lease id (≥ 1;
+ * 0 marks an empty slot) to its latest last_seen / expiry t, the worker's steps_per_s. */
+typedef struct {
+  int64_t key;
+  int64_t t;
+  double sps;
+  int has_sps, dirty;
+} live_ent;
+typedef struct {
+  live_ent *e; /* [cap], cap a power of two */
+  size_t cap, n;
+} live_map;
+
 struct store {
   sqlite3 *db;
   char *path;
   sqlite3_stmt *stmts[S_COUNT];
   int fail_step; /* test hook: steps left until an injected failure; 0 = off */
+  live_map live_workers; /* kept (the ids known to exist); dirty until flushed */
+  live_map live_leases;  /* renewals not yet flushed; emptied by each flush */
+  int live_dirty;
 };
+
+live_ent *live_find(live_map *m, int64_t key);
+/* Find or insert key; NULL when out of memory. */
+live_ent *live_put(live_map *m, int64_t key);
+void live_clear(live_map *m);
+void live_free(live_map *m);
+/* Readers: replace last_seen / steps_per_s / an active lease's expiry by the in-memory value. */
+void live_overlay_worker(store *st, store_worker *w);
+void live_overlay_lease(store *st, store_lease *l);
+/* Remember a renewal (validated by the caller). */
+int live_renew_lease(store *st, int64_t lease, int64_t expires_at);
+/* Inside the caller's transaction: write every pending value; after its commit, live_flushed
+ * marks them written (a rolled-back flush keeps them pending). */
+int live_flush_tx(store *st);
+void live_flushed(store *st);
 
 /* The cached statement `id`, reset and unbound; NULL (detail recorded) on failure. */
 sqlite3_stmt *sq_stmt(store *st, int id);

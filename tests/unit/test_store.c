@@ -155,6 +155,20 @@ int main(void) {
   CHECK(wk.steps_per_s == 12.5);
   CHECK(memcmp(wk.token_hash, tok, sizeof tok) == 0);
   CHECK(strcmp(wk.info, "cuda H100") == 0);
+  /* Liveness is batched: the row (another connection's view) keeps the old value until a
+   * flush; readers through the store see the new one at once. */
+  CHECK_EQ_INT(count_rows(dir, "SELECT last_seen FROM workers WHERE id = 1"), 1500);
+  store_worker *wl = NULL;
+  int nwl = 0;
+  CHECK_EQ_INT(store_list_workers(st, &wl, &nwl), 0);
+  CHECK(nwl == 2 && wl[0].id == w1 && wl[0].last_seen == 1700 && wl[0].steps_per_s == 12.5);
+  free(wl);
+  CHECK_EQ_INT(store_flush_liveness(st), 0);
+  CHECK_EQ_INT(count_rows(dir, "SELECT last_seen FROM workers WHERE id = 1"), 1700);
+  CHECK_EQ_INT(count_rows(dir, "SELECT CAST(steps_per_s * 10 AS INTEGER) FROM workers WHERE id = 1"), 125);
+  CHECK_EQ_INT(store_touch_worker(st, w1, 1650, -1), 0); /* never moves back */
+  CHECK_EQ_INT(store_get_worker(st, w1, &wk), 0);
+  CHECK_EQ_INT(wk.last_seen, 1700);
 
   /* Leases on path 1 (modules 0 and 2 → fragments 0 and 2). */
   int frs[2] = {0, 2};
@@ -180,6 +194,13 @@ int main(void) {
   CHECK_EQ_INT(store_set_slot_state(st, jid, 1, 0, SLOT_DONE), DPC_ESTATE);
   CHECK_EQ_INT(store_renew_lease(st, l1, w2, 9000), DPC_EPERM);
   CHECK_EQ_INT(store_renew_lease(st, l1, w1, 9000), 0);
+  {
+    /* A renewal is seen at once through the store, durable after the next expiry pass. */
+    store_lease lr;
+    CHECK_EQ_INT(store_get_lease(st, l1, &lr), 0);
+    CHECK_EQ_INT(lr.expires_at, 9000);
+    CHECK_EQ_INT(count_rows(dir, "SELECT expires_at FROM leases WHERE id = 1"), 5000);
+  }
   int64_t bv = -1;
   CHECK_EQ_INT(store_lease_base_version(st, l1, 2, &bv), 0);
   CHECK_EQ_INT(bv, 0);
@@ -192,6 +213,7 @@ int main(void) {
   CHECK_EQ_INT(nexp, 1);
   CHECK(expired && expired[0] == l2);
   free(expired);
+  CHECK_EQ_INT(count_rows(dir, "SELECT expires_at FROM leases WHERE id = 1"), 9000);
   store_lease le;
   CHECK_EQ_INT(store_get_lease(st, l2, &le), 0);
   CHECK_EQ_INT(le.state, LEASE_EXPIRED);
