@@ -1,16 +1,69 @@
 /* gpt.c — backend dispatch: gpt_create picks the backend's vtable and every gpt_* call checks
- * its arguments once here, so backends may assume valid shapes and ranges. */
+ * its arguments once here, so backends may assume valid shapes and ranges. The CUDA vtable is
+ * either linked in (tests) or loaded on first use from the plugin libdipaco-cuda.so
+ * (kernels/CMakeLists.txt), so programs start without the CUDA libraries. */
 #include "kernels/gpt.h"
 #include "common/errors.h"
 
+#include <dlfcn.h>
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern const gpt_backend_ops gpt_cpu_ops;
-/* Defined by kernels/cuda when the program links dpc_kernels_cuda (kernels/CMakeLists.txt);
- * otherwise this weak reference stays NULL and the CUDA backend reports itself missing. */
+/* Defined by kernels/cuda when the program links dpc_kernels_cuda; otherwise this weak
+ * reference stays NULL and the plugin is loaded instead. */
 extern const gpt_backend_ops gpt_cuda_ops __attribute__((weak));
+
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+static const gpt_backend_ops *cuda_ops;
+static char cuda_why[PATH_MAX + 1024];
+
+/* Load the plugin: $DIPACO_CUDA_PLUGIN, else ../lib/dipaco/libdipaco-cuda.so beside the
+ * executable (the layout of both the build tree and an installed prefix). The handle stays
+ * open for the life of the process. */
+static void cuda_load(void) {
+  if (&gpt_cuda_ops) {
+    cuda_ops = &gpt_cuda_ops;
+    return;
+  }
+  char path[PATH_MAX + 64];
+  const char *env = getenv("DIPACO_CUDA_PLUGIN");
+  if (env && *env) {
+    snprintf(path, sizeof path, "%s", env);
+  } else {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+      snprintf(cuda_why, sizeof cuda_why, "cannot locate the CUDA backend plugin (/proc/self/exe unreadable); "
+               "set DIPACO_CUDA_PLUGIN to libdipaco-cuda.so");
+      return;
+    }
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    snprintf(path, sizeof path, "%s/../lib/dipaco/libdipaco-cuda.so", exe);
+  }
+  if (access(path, F_OK) != 0) {
+    snprintf(cuda_why, sizeof cuda_why, "this build has no CUDA backend (no %s; rebuild where nvcc is installed, "
+             "with -DDIPACO_CUDA=ON, or set DIPACO_CUDA_PLUGIN)", path);
+    return;
+  }
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  const gpt_backend_ops *ops = h ? (const gpt_backend_ops *)dlsym(h, "gpt_cuda_ops") : NULL;
+  if (!ops) {
+    const char *e = dlerror();
+    snprintf(cuda_why, sizeof cuda_why, "cannot load the CUDA backend %s: %s (are the CUDA runtime and cuBLAS "
+             "installed?)", path, e ? e : "no gpt_cuda_ops symbol");
+    if (h) dlclose(h);
+    return;
+  }
+  cuda_ops = ops;
+}
 
 int gpt_backend_parse(const char *s, gpt_backend_kind *out) {
   if (strcmp(s, "cpu") == 0) *out = GPT_BACKEND_CPU;
@@ -43,16 +96,14 @@ int gpt_create(gpt_model **out, const gpt_config *cfg, const gpt_backend_opts *o
   m->maxT = T;
   switch (opts->kind) {
   case GPT_BACKEND_CPU: m->ops = &gpt_cpu_ops; break;
-  case GPT_BACKEND_CUDA: {
-    const gpt_backend_ops *cuda = &gpt_cuda_ops;
-    if (!cuda) {
-      rc = dpc_err(DPC_EUNSUPPORTED, "this program was built without the CUDA backend (rebuild where nvcc is "
-                   "installed, with -DDIPACO_CUDA=ON)");
+  case GPT_BACKEND_CUDA:
+    pthread_once(&cuda_once, cuda_load);
+    if (!cuda_ops) {
+      rc = dpc_err(DPC_EUNSUPPORTED, "%s", cuda_why);
       goto fail;
     }
-    m->ops = cuda;
+    m->ops = cuda_ops;
     break;
-  }
   default: rc = dpc_err(DPC_EINVAL, "unknown backend %d", (int)opts->kind); goto fail;
   }
   rc = m->ops->create(m);

@@ -104,6 +104,14 @@ expect_fail "bad init config" "divisible" "$CTL" init --n-layer 1 --n-head 3 --n
 "$CTL" --help | grep -q "data prepare" && ok "--help" || bad "--help"
 expect_fail "unknown precision" "unknown precision 'fp16'" "$CTL" eval --model "$W/m1" --data "$W/data/val_000.bin" --batch 1 --seq-len 8 --precision fp16
 
+# The CUDA backend is a plugin loaded on demand: the program itself needs no CUDA library, and a
+# missing or broken plugin is reported, not a crash.
+if command -v readelf >/dev/null; then
+  readelf -d "$CTL" | grep -Eq "cublas|cudart" && bad "dipacoctl links CUDA libraries directly" || ok "dipacoctl needs no CUDA library"
+fi
+DIPACO_CUDA_PLUGIN=$W/none.so expect_fail "missing CUDA plugin" "no CUDA backend.*none.so" "$CTL" eval --model "$W/m1" --data "$W/data/val_000.bin" --batch 1 --seq-len 8 --backend cuda
+echo junk > "$W/junk.so"
+DIPACO_CUDA_PLUGIN=$W/junk.so expect_fail "broken CUDA plugin" "cannot load the CUDA backend.*junk.so" "$CTL" eval --model "$W/m1" --data "$W/data/val_000.bin" --batch 1 --seq-len 8 --backend cuda
 # --backend cuda: the same eval as the CPU's on a GPU machine; elsewhere a clear refusal.
 if ec=$("$CTL" eval --model "$W/m1" --data "$W/data/val_000.bin" --batch 2 --seq-len 32 --batches 3 --json --backend cuda 2>"$W/cuda.err"); then
   python3 -c "import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2]); assert abs(a['loss']-b['loss'])<=1e-4*b['loss'], (a,b)" "$ec" "$e1" \

@@ -6,13 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build-vg}
+case $B in /*) ;; *) B=$PWD/$B ;; esac
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$B" -j"$(nproc)" --target dipaco-coordinator dipaco-worker dipacoctl >/dev/null
 V=$(mktemp -d)
 for b in coordinator worker; do
-  bin=$PWD/$B/coordinator/dipaco-coordinator; [ $b = worker ] && bin=$PWD/$B/worker/dipaco-worker
-  printf '#!/bin/sh\nexec valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect --log-file=%s/%s.%%p.log %s "$@"\n' \
-    "$V" "$b" "$bin" > "$V/$b.sh"
+  bin=$B/coordinator/dipaco-coordinator; [ $b = worker ] && bin=$B/worker/dipaco-worker
+  printf '#!/bin/sh\nexec valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect --suppressions=%s --log-file=%s/%s.%%p.log %s "$@"\n' \
+    "$PWD/tests/integration/valgrind.supp" "$V" "$b" "$bin" > "$V/$b.sh"
   chmod +x "$V/$b.sh"
 done
 CLEANUP_WAIT_TENTHS=300 bash tests/integration/diloco_dist.sh "$V/coordinator.sh" "$V/worker.sh" "$B/coordinator/dipacoctl"
