@@ -4,6 +4,7 @@
 #include "common/errors.h"
 #include "common/fsutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -351,6 +352,85 @@ int blob_delete_many(blob_store *bs, char *const *names, int n) {
   }
   int rc = dir[0] ? dpc_fsync_dir(dir) : 0;
   return first ? first : rc;
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* 1 if some name of keep[0..n) (sorted) starts with prefix. */
+static int keep_has_prefix(char *const *keep, int n, const char *prefix) {
+  size_t pl = strlen(prefix);
+  int lo = 0, hi = n;
+  while (lo < hi) { /* first name >= prefix */
+    int mid = lo + (hi - lo) / 2;
+    if (strcmp(keep[mid], prefix) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && strncmp(keep[lo], prefix, pl) == 0;
+}
+
+typedef struct {
+  char *const *keep; /* sorted, or NULL: temp files only */
+  int n_keep;
+  int temps, orphans;
+} sweep_ctx;
+
+/* Sweep one directory: `rel` is its name relative to STATE/blobs ("" for the top). */
+static int sweep_dir(sweep_ctx *sx, const char *dir, const char *rel) {
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? 0 : dpc_err(dpc_errno_code(errno), "blob store: open %s: %s", dir, strerror(errno));
+  /* Orphans are looked for only in a job directory the database still references, so a
+   * missing or foreign database can never make the sweep delete a job's blobs. */
+  char prefix[BLOB_NAME_MAX + 2];
+  snprintf(prefix, sizeof prefix, "%s/", rel);
+  int orphans_ok = rel[0] && sx->keep && keep_has_prefix(sx->keep, sx->n_keep, prefix);
+  int rc = 0, here = 0;
+  struct dirent *e;
+  char path[4096], name[BLOB_NAME_MAX + 300];
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+    struct stat stt;
+    if (lstat(path, &stt) != 0) continue;
+    int drop = 0;
+    if (S_ISDIR(stt.st_mode)) {
+      if (!rel[0] && strlen(e->d_name) < BLOB_NAME_MAX && (rc = sweep_dir(sx, path, e->d_name)) < 0) break;
+    } else if (S_ISREG(stt.st_mode) && strstr(e->d_name, ".tmp.")) {
+      drop = 1;
+      sx->temps++;
+    } else if (S_ISREG(stt.st_mode) && orphans_ok) {
+      blob_kind k;
+      const char *key = name;
+      snprintf(name, sizeof name, "%s/%s", rel, e->d_name);
+      /* Inner AdamW state blobs are found by name, not through the database: never orphans. */
+      if (blob_kind_of_name(e->d_name, &k) == 0 && k != BLOB_INNER_M && k != BLOB_INNER_V &&
+          !bsearch(&key, sx->keep, (size_t)sx->n_keep, sizeof *sx->keep, cmp_name)) {
+        drop = 1;
+        sx->orphans++;
+      }
+    }
+    if (drop) {
+      if (unlink(path) != 0 && errno != ENOENT) {
+        rc = dpc_err(dpc_errno_code(errno), "blob store: remove %s: %s", path, strerror(errno));
+        break;
+      }
+      here++;
+    }
+  }
+  closedir(d);
+  if (here) {
+    int frc = dpc_fsync_dir(dir);
+    if (!rc) rc = frc;
+  }
+  return rc;
+}
+
+int blob_store_sweep(blob_store *bs, char **keep, int n_keep, int *temps, int *orphans) {
+  if (keep) qsort(keep, (size_t)n_keep, sizeof *keep, cmp_name);
+  sweep_ctx sx = {.keep = keep, .n_keep = keep ? n_keep : 0};
+  int rc = sweep_dir(&sx, bs->dir, "");
+  if (temps) *temps = sx.temps;
+  if (orphans) *orphans = sx.orphans;
+  return rc;
 }
 
 int blob_delete(blob_store *bs, const char *name) {

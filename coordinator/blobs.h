@@ -94,6 +94,19 @@ int blob_delete(blob_store *bs, const char *name);
  * thread). Missing blobs are success; the first error is returned after trying them all. */
 int blob_delete_many(blob_store *bs, char *const *names, int n);
 
+/* Start-up recovery, only while no write is in flight (before the daemon serves):
+ *  - temporary files of writes that never finished (a crash between creating a blob's temp
+ *    file and renaming it; common/fsutil names them "<name>.tmp.<pid>.<n>") are removed
+ *    under STATE/blobs/ and its job directories;
+ *  - with keep (the names the database references; sorted here in place), parameter,
+ *    momentum, delta and async-buffer blobs that no row names are removed: a crash between
+ *    a blob's rename and its row's commit, or between garbage collection's commit and its
+ *    unlinks, leaves such files. Only job directories that keep references are looked at
+ *    (so a missing database never empties the store); inner AdamW state blobs, which the
+ *    database does not track, are always left alone.
+ * *temps and *orphans (may be NULL) get the counts removed. */
+int blob_store_sweep(blob_store *bs, char **keep, int n_keep, int *temps, int *orphans);
+
 /* Full path of blob `name` into buf[cap] (for tests and tools). */
 int blob_path(const blob_store *bs, const char *name, char *buf, size_t cap);
 

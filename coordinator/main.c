@@ -234,6 +234,18 @@ int main(int argc, char **argv) {
   }
   if (rc == 0) rc = store_open(state_dir, &c->st);
   if (rc == 0) rc = blob_store_open(state_dir, &c->bs);
+  if (rc == 0) {
+    /* A crash mid-write leaves a blob's temp file behind (never a half blob under its name),
+     * and one between a blob's rename and its row's commit (or garbage collection's commit
+     * and its unlinks) a file no row names: both go now, before anything is served. */
+    char **keep = NULL;
+    int nkeep = 0, temps = 0, orphans = 0;
+    rc = store_blob_names(c->st, &keep, &nkeep);
+    if (rc == 0) rc = blob_store_sweep(c->bs, keep, nkeep, &temps, &orphans);
+    store_names_free(keep, nkeep);
+    if (temps || orphans)
+      DPC_INFO("recovery: removed %d unfinished blob temp file(s) and %d blob(s) no row references", temps, orphans);
+  }
   if (rc == 0) rc = coord_jobs_load(c);
   if (rc < 0) {
     DPC_ERROR("cannot open the state directory %s: %s", state_dir, dpc_errmsg());

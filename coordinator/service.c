@@ -861,8 +861,13 @@ static void push_commit_after(uv_work_t *req, int status) {
       if (rc == 0) TESTHOOK("push-ack");
       sched_lease_maybe_pushed(c, &p->lease);
       sched_check_rounds(c);
-    } else if (rc == DPC_ESTATE) {
-      push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_LATE, (uint64_t)p->lease.round + 1);
+    } else if (rc == DPC_ESTATE || rc == DPC_ECANCELED) {
+      /* Not recorded, and no row names this spool blob (a recorded delta of the lease
+       * would have made this a duplicate): remove it rather than leave it to the restart
+       * sweep. */
+      blob_delete(c->bs, p->blob);
+      if (rc == DPC_ESTATE) push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_LATE, (uint64_t)p->lease.round + 1);
+      else push_fail(p, RPC_ABORTED, "%s; drop the work and ask for a new lease", dpc_errmsg());
     } else if (rc == DPC_EEXIST) {
       push_fail(p, RPC_ALREADY_EXISTS, "%s", dpc_errmsg());
     } else {

@@ -1036,6 +1036,11 @@ int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id) 
   if (have && r.state == ROUND_CLOSED)
     return sq_rollback(st, dpc_err(DPC_ESTATE, "round %lld of fragment %d is closed; the delta of lease %lld is too late",
                                 (long long)l.round, nd->fragment, (long long)nd->lease));
+  /* A lease that expired (or was released) while its delta was on the way no longer owns the
+   * slot: the slot's next lease pushes the round's delta, and this one must not count too. */
+  if (l.state != LEASE_ACTIVE)
+    return sq_rollback(st, dpc_err(DPC_ECANCELED, "lease %lld is no longer active (%s); its delta does not count",
+                                (long long)nd->lease, LEASE_STATES[l.state]));
   STMT(s, S_INS_DELTA);
   B64(s, 1, l.job);
   B64(s, 2, l.round);

@@ -282,7 +282,8 @@ typedef struct {
  * (lease, fragment, checksum) was already recorded (idempotent retry; *delta_id is the old
  * row), DPC_EEXIST when the lease already pushed a different delta for the fragment,
  * DPC_ENOENT for an unknown lease or a fragment outside it, DPC_ESTATE when the fragment's
- * round for the lease is already closed. delta_id may be NULL. */
+ * round for the lease is already closed, DPC_ECANCELED when the lease is no longer active
+ * (expired or released: its slot belongs to another lease now). delta_id may be NULL. */
 int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id);
 int store_get_delta(store *st, int64_t id, store_delta *out);
 /* The L2 norms recorded with the last (up to) max deltas of (job, fragment), oldest first,
@@ -335,6 +336,10 @@ int store_gc_versions(store *st, int64_t job, int fragment, int keep_last, int k
  * which version, exactly once) with blob = '', and the names are returned the same way. */
 int store_gc_deltas(store *st, int64_t job, int fragment, int64_t before_round, char ***names, int *n);
 void store_names_free(char **names, int n);
+/* Every blob name a row references (versions' parameter, momentum and async-buffer blobs,
+ * deltas' spool blobs), unsorted, for the start-up sweep of orphaned blob files
+ * (blob_store_sweep). Free with store_names_free. */
+int store_blob_names(store *st, char ***names, int *n);
 
 /* ---- async ledger (asynchronous Local-SGD, additive) ----------------------------------------- */
 

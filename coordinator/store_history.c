@@ -119,6 +119,25 @@ int store_gc_deltas(store *st, int64_t job, int fragment, int64_t before_round, 
   return 0;
 }
 
+int store_blob_names(store *st, char ***names, int *n) {
+  *names = NULL;
+  *n = 0;
+  sqlite3_stmt *s = sq_stmt(st, S_BLOB_NAMES);
+  if (!s) return DPC_EINTERNAL;
+  char **arr = NULL;
+  int cap = 0, cnt = 0, rc;
+  while ((rc = sq_step(st, s, "list blob names")) == SQLITE_ROW)
+    if ((rc = push_name(&arr, &cap, &cnt, sq_col_text(s, 0))) < 0) break;
+  sqlite3_reset(s);
+  if (rc < 0) {
+    store_names_free(arr, cnt);
+    return rc;
+  }
+  *names = arr;
+  *n = cnt;
+  return 0;
+}
+
 /* ---- metrics ------------------------------------------------------------------------------ */
 
 int store_add_metric(store *st, const store_metric *m) {

@@ -117,6 +117,10 @@
   X(NEXT_PENDING, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND state = 'received' " \
                   "ORDER BY id LIMIT 1")                                                                   \
   X(DROP_DELTA, "UPDATE deltas SET state = 'dropped' WHERE id = ?1 AND state = 'received'")                 \
+  X(BLOB_NAMES, "SELECT param_blob FROM fragment_versions UNION ALL "                                        \
+                "SELECT momentum_blob FROM fragment_versions WHERE momentum_blob != '' UNION ALL "            \
+                "SELECT dnbuf_blob FROM fragment_versions WHERE dnbuf_blob != '' UNION ALL "                  \
+                "SELECT blob FROM deltas WHERE blob != ''")                                                 \
   X(LEDGER, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND state = 'applied' "      \
             "ORDER BY applied_version, path, replica, id")
 

@@ -246,6 +246,11 @@ int main(void) {
   CHECK_EQ_INT(store_record_delta(st, &nd, &d3), 0);
   CHECK_EQ_INT(store_record_delta(st, &nd, &dd), 1); /* retry: already had it */
   CHECK_EQ_INT(dd, d3);
+  /* l2 expired (its slot went to l3): a delta of it does not count, though the round is open. */
+  store_new_delta nd2 = nd;
+  nd2.lease = l2;
+  nd2.blob = "1/f2-v0-a2.delta";
+  CHECK_EQ_INT(store_record_delta(st, &nd2, NULL), DPC_ECANCELED);
   nd.checksum = 0x12345678u;
   CHECK_EQ_INT(store_record_delta(st, &nd, &dd), DPC_EEXIST);
   nd.fragment = 1; /* not on path 1 */

@@ -1,6 +1,7 @@
 /* test_store_blobs.c — the blob store: round trip, names, streaming writer, and corruption
  * detection (flipped payload byte, flipped header byte, truncation, wrong magic, wrong
- * kind/length), plus an injected fsync failure that must leave the old blob intact. */
+ * kind/length), plus an injected fsync failure that must leave the old blob intact, and the
+ * start-up sweep of temp files and orphaned blobs. */
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
@@ -168,6 +169,36 @@ int main(void) {
   for (int i = 0; i < 4; i++) CHECK_EQ_INT(blob_read(bs, batch[i], BLOB_DELTA, b, N, NULL), DPC_ENOENT);
   char *hostile[] = {"../escape.delta"};
   CHECK(blob_delete_many(bs, hostile, 1) < 0);
+
+  /* Start-up sweep: temp files go everywhere; in job 6 (which keep references) the params
+   * and delta blobs nobody names go, inner-state blobs and named ones stay; job 7, which keep
+   * does not mention, is left alone whatever it holds. */
+  CHECK_EQ_INT(blob_write(bs, "6/f0-v1.params", BLOB_PARAMS, a, N, NULL), 0);
+  CHECK_EQ_INT(blob_write(bs, "6/f0-v2.params", BLOB_PARAMS, a, N, NULL), 0);
+  CHECK_EQ_INT(blob_write(bs, "6/f0-v1-a3.delta", BLOB_DELTA, a, N, NULL), 0);
+  CHECK_EQ_INT(blob_write(bs, "6/f0-v1-a1.innerm", BLOB_INNER_M, a, N, NULL), 0);
+  CHECK_EQ_INT(blob_write(bs, "7/f0-v0.params", BLOB_PARAMS, a, N, NULL), 0);
+  char tmp1[600], tmp2[600];
+  snprintf(tmp1, sizeof tmp1, "%s/blobs/6/f0-v3.params.tmp.123.0", dir);
+  snprintf(tmp2, sizeof tmp2, "%s/blobs/7/f0-v1-a4.delta.tmp.9.1", dir);
+  CHECK_EQ_INT(dpc_write_file_atomic(tmp1, "x", 1), 0);
+  CHECK_EQ_INT(dpc_write_file_atomic(tmp2, "x", 1), 0);
+  char *keep[] = {strdup("6/f0-v2.params"), strdup("5/f0-v0.params")};
+  int temps = -1, orphans = -1;
+  CHECK_EQ_INT(blob_store_sweep(bs, keep, 2, &temps, &orphans), 0);
+  CHECK_EQ_INT(temps, 2);
+  CHECK_EQ_INT(orphans, 2);
+  CHECK(access(tmp1, F_OK) != 0 && access(tmp2, F_OK) != 0);
+  CHECK_EQ_INT(blob_read(bs, "6/f0-v1.params", BLOB_PARAMS, b, N, NULL), DPC_ENOENT);
+  CHECK_EQ_INT(blob_read(bs, "6/f0-v1-a3.delta", BLOB_DELTA, b, N, NULL), DPC_ENOENT);
+  CHECK_EQ_INT(blob_read(bs, "6/f0-v2.params", BLOB_PARAMS, b, N, NULL), 0);
+  CHECK_EQ_INT(blob_read(bs, "6/f0-v1-a1.innerm", BLOB_INNER_M, b, N, NULL), 0);
+  CHECK_EQ_INT(blob_read(bs, "7/f0-v0.params", BLOB_PARAMS, b, N, NULL), 0);
+  /* Without a keep list only temp files go. */
+  CHECK_EQ_INT(blob_store_sweep(bs, NULL, 0, &temps, &orphans), 0);
+  CHECK_EQ_INT(temps + orphans, 0);
+  free(keep[0]);
+  free(keep[1]);
 
   blob_store_close(bs);
   free(a);
