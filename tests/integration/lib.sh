@@ -35,9 +35,26 @@ use_tokens() {
 # start_coordinator STATE_DIR [extra flags...] — sets COORD (host:port) and COORD_PID, and
 # exports the coordinator's tokens (use_tokens).
 start_coordinator() {
-  local state=$1; shift
   local port; port=$(free_port)
   COORD=127.0.0.1:$port
+  launch_coordinator "$@"
+}
+
+# restart_coordinator STATE_DIR [extra flags...] — start it again on the same address ($COORD),
+# e.g. after a SIGKILL, so that running workers find it where they left it. The port can stay
+# busy for a moment after the old process died: a start that fails is tried again.
+restart_coordinator() {
+  for _ in $(seq 1 20); do
+    launch_coordinator "$@" 2>/dev/null && return 0
+    kill -0 "$COORD_PID" 2>/dev/null && break
+    sleep 0.25
+  done
+  echo "coordinator did not come back on $COORD"; tail -20 "$W/coordinator.log"; return 1
+}
+
+# launch_coordinator STATE_DIR [extra flags...] — start it on $COORD and wait until it answers.
+launch_coordinator() {
+  local state=$1; shift
   "$COORDINATOR_BIN" --listen "$COORD" --state-dir "$state" "$@" >>"$W/coordinator.log" 2>&1 &
   COORD_PID=$!
   PIDS+=("$COORD_PID")
@@ -47,6 +64,22 @@ start_coordinator() {
     sleep 0.1
   done
   echo "coordinator did not come up on $COORD"; tail -20 "$W/coordinator.log"; return 1
+}
+
+# wait_for_line FILE REGEX SECONDS — wait until FILE has a line matching REGEX (grep -E).
+wait_for_line() {
+  local i
+  for i in $(seq 1 $(( $3 * 20 ))); do
+    grep -Eq "$2" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# kill_wait PID... — SIGKILL and reap (no-op for processes already gone).
+kill_wait() {
+  local p
+  for p in "$@"; do kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
 }
 
 # start_worker NAME DATA_DIR [extra flags...] — appends to PIDS, sets LAST_WORKER_PID.

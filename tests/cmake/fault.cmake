@@ -1,0 +1,14 @@
+# Fault tolerance (issue 4): the coordinator SIGKILLed at each named crash point
+# (coordinator/testhook.h) must lose and double nothing and end byte-identical to a fault-free
+# run; tests/chaos/ is the test of record that kills workers and the coordinator at random.
+if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
+  foreach(point pull:10 push:10 push-commit:3 push-ack:3 outer:2 gc:2)
+    string(REGEX REPLACE ":.*" "" name ${point})
+    add_test(NAME coord_crash_${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/coord_crash.sh
+             $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl> ${point})
+    set_tests_properties(coord_crash_${name} PROPERTIES TIMEOUT 300 LABELS fault)
+  endforeach()
+  add_test(NAME chaos COMMAND bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh
+           $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
+  set_tests_properties(chaos PROPERTIES TIMEOUT 600 LABELS fault)
+endif()

@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""ledger_check.py — after a sync DiLoCo job that lived through crashes, check the
+coordinator's durable record (issue 4: no lost or doubled delta, nothing half written).
+
+usage: ledger_check.py LEDGER_JSON STATE_DIR JOB ROUNDS REPLICAS [WORKER_LOG...]
+
+LEDGER_JSON is `dipacoctl job ledger JOB --json` (one object per applied delta). Checks:
+  - each (version, path 0, replica, fragment 1) for version 1..ROUNDS and replica
+    0..REPLICAS-1 was applied exactly once, with base = version - 1, and nothing else was;
+  - the same from SQLite (STATE/dipaco.db, read-only): per (round, replica) exactly one
+    'applied' delta row, no 'received' row left in a closed round, every round 0..ROUNDS-1
+    closed with version round + 1 and REPLICAS deltas, the fragment at version ROUNDS;
+  - every blob a row names exists with the blob header magic and the size its length needs,
+    no temporary file ("*.tmp.*") is left under STATE/blobs, and no parameter, momentum or
+    delta blob of the job that no row names;
+  - every lease a worker log says was acknowledged ("lease N pushed ... accepted") is in the
+    ledger exactly once (an acknowledged delta is never lost nor applied twice).
+Prints a summary; exits 1 with the reasons on any failure.
+"""
+import collections
+import json
+import os
+import re
+import sqlite3
+import struct
+import sys
+
+
+def main():
+    if len(sys.argv) < 6:
+        print(__doc__)
+        return 2
+    ledger_path, state, job, rounds, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    logs = sys.argv[6:]
+    bad = []
+    ledger = json.load(open(ledger_path))
+    seen = collections.Counter((e["version"], e["path"], e["replica"], e["fragment"]) for e in ledger)
+    want = {(v, 0, r, 1) for v in range(1, rounds + 1) for r in range(reps)}
+    for k in sorted(want):
+        if seen[k] != 1:
+            bad.append(f"ledger: version {k[0]} replica {k[2]} applied {seen[k]} times (want 1)")
+    for k in sorted(set(seen) - want):
+        bad.append(f"ledger: unexpected entry version {k[0]} path {k[1]} replica {k[2]} fragment {k[3]}")
+    for e in ledger:
+        if e["base"] != e["version"] - 1 or e["staleness"] != 0:
+            bad.append(f"ledger: lease {e['lease']} version {e['version']} has base {e['base']}, staleness {e['staleness']}")
+    ledger_leases = collections.Counter(int(e["lease"]) for e in ledger)
+
+    db = sqlite3.connect(f"file:{state}/dipaco.db?mode=ro", uri=True)
+    q = lambda sql, *a: db.execute(sql, a).fetchall()
+    rows = q("SELECT round, path, replica, state, blob FROM deltas WHERE job = ? AND fragment = 0", job)
+    applied = collections.Counter((r, p, rep) for r, p, rep, st, _ in rows if st == "applied")
+    for r in range(rounds):
+        for rep in range(reps):
+            if applied[(r, 0, rep)] != 1:
+                bad.append(f"db: round {r} replica {rep} has {applied[(r, 0, rep)]} applied delta rows (want 1)")
+    rounds_rows = {r: (st, n, v) for r, st, n, v in q("SELECT round, state, n_deltas, version FROM rounds "
+                                                      "WHERE job = ? AND fragment = 0", job)}
+    for r in range(rounds):
+        if rounds_rows.get(r) != ("closed", reps, r + 1):
+            bad.append(f"db: round {r} is {rounds_rows.get(r)}, want ('closed', {reps}, {r + 1})")
+    for r, p, rep, st, _ in rows:
+        if st == "received" and rounds_rows.get(r, ("open",))[0] == "closed":
+            bad.append(f"db: a received (never applied) delta of replica {rep} is left in closed round {r}")
+    (ver,) = q("SELECT version FROM fragments WHERE job = ? AND fragment = 0", job)[0]
+    if ver != rounds:
+        bad.append(f"db: fragment at version {ver}, want {rounds}")
+    (flen,) = q("SELECT len FROM fragments WHERE job = ? AND fragment = 0", job)[0]
+    names = [b for (_, _, _, _, b) in rows if b]
+    for pb, mb in q("SELECT param_blob, momentum_blob FROM fragment_versions WHERE job = ?", job):
+        names += [n for n in (pb, mb) if n]
+    for n in names:
+        path = os.path.join(state, "blobs", n)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(24)
+            size = os.path.getsize(path)
+        except OSError as e:
+            bad.append(f"blobs: {n} named in the database is missing ({e.strerror})")
+            continue
+        magic, _, _, _, count = struct.unpack("<IIIIQ", head)
+        if magic != 0x42435044 or count != flen or size != 24 + 4 * count + 8:
+            bad.append(f"blobs: {n} is not a whole blob of {flen} floats (magic {magic:#x}, n {count}, {size} bytes)")
+    named = set(names)
+    for root, _, files in os.walk(os.path.join(state, "blobs")):
+        for fn in files:
+            rel = os.path.relpath(os.path.join(root, fn), os.path.join(state, "blobs"))
+            if ".tmp." in fn:
+                bad.append(f"blobs: temporary file left behind: {rel}")
+            elif rel.startswith(f"{job}/") and fn.rsplit(".", 1)[-1] in ("params", "momentum", "delta") and rel not in named:
+                bad.append(f"blobs: {rel} is named by no row (orphaned)")
+
+    acked = set()
+    for lg in logs:
+        for line in open(lg, errors="replace"):
+            m = re.search(r"lease (\d+) pushed \d+ bytes in \d+ ms: accepted", line)
+            if m:
+                acked.add(int(m.group(1)))
+    for lease in sorted(acked):
+        if ledger_leases[lease] != 1:
+            bad.append(f"acknowledged delta of lease {lease} is in the ledger {ledger_leases[lease]} times (want 1)")
+
+    print(f"ledger: {len(ledger)} applied deltas for {rounds} rounds x {reps} replicas; {len(acked)} acknowledged "
+          f"leases found in the worker logs, all applied exactly once" if not bad else "ledger check FAILED:")
+    for b in bad[:40]:
+        print("  " + b)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
