@@ -178,3 +178,8 @@ int gpt_set_opt_state(gpt_model *m, const float *m_src, const float *v_src) {
   return m->ops->set_opt_state(m, m_src, v_src);
 }
 int gpt_reset_opt_state(gpt_model *m) { return m->ops->reset_opt_state(m); }
+int gpt_describe(gpt_model *m, char *name, size_t len, uint64_t *mem_bytes) {
+  if (len) name[0] = 0;
+  if (mem_bytes) *mem_bytes = 0;
+  return m->ops->describe ? m->ops->describe(m, name, len, mem_bytes) : 0;
+}

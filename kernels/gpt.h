@@ -110,6 +110,7 @@ typedef struct {
   int (*get_opt_state)(gpt_model *m, float *m_dst, float *v_dst);
   int (*set_opt_state)(gpt_model *m, const float *m_src, const float *v_src);
   int (*reset_opt_state)(gpt_model *m);
+  int (*describe)(gpt_model *m, char *name, size_t len, uint64_t *mem_bytes);
 } gpt_backend_ops;
 
 struct gpt_model {
@@ -149,6 +150,9 @@ int gpt_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, f
 int gpt_get_opt_state(gpt_model *m, float *m_dst, float *v_dst);
 int gpt_set_opt_state(gpt_model *m, const float *m_src, const float *v_src);
 int gpt_reset_opt_state(gpt_model *m);
+/* What the model runs on, for operators: name[len] gets e.g. "NVIDIA H100 80GB HBM3 (sm_90)"
+ * or "AMD EPYC 7B13 (16 threads)", *mem_bytes the device's (or host's) memory (may be NULL). */
+int gpt_describe(gpt_model *m, char *name, size_t len, uint64_t *mem_bytes);
 
 /* Learning rate at global inner step s (0-based) per DESIGN.md §3: linear warmup, then cosine
  * to lr_min_frac·lr at total_steps (lr_min_frac = 1 gives a constant rate). */

@@ -403,6 +403,8 @@ typedef struct {
   size_t n_params;
   int local_failures;
   float sps; /* steps/s EWMA, carried from lease to lease */
+  char device[96];      /* RegisterRequest.device: what the backend runs on */
+  uint64_t device_mem;  /* RegisterRequest.device_memory_bytes */
 } worker;
 
 static void key_free(trainer_key *k) {
@@ -1066,7 +1068,8 @@ static int do_register(worker *w, int *code) {
   Dipaco__V1__Codec codecs[1] = {DIPACO__V1__CODEC__CODEC_FP32};
   req.hostname = host;
   req.backend = w->o.backend == GPT_BACKEND_CUDA ? "cuda" : "cpu";
-  req.device = w->o.backend == GPT_BACKEND_CUDA ? "cuda" : "cpu";
+  req.device = w->device;
+  req.device_memory_bytes = w->device_mem;
   long nc = sysconf(_SC_NPROCESSORS_ONLN);
   req.threads = (uint32_t)(w->o.threads > 0 ? w->o.threads : (nc > 0 ? nc : 1));
   req.version = "dipaco-worker 0.1";
@@ -1104,22 +1107,35 @@ static int idle_heartbeat(worker *w, int *code) {
   return 0;
 }
 
-/* Probe the backend once so that a worker that cannot compute fails at start, not per lease. */
-static int check_backend(const struct worker_opts *o) {
+/* Probe the backend once so that a worker that cannot compute fails at start, not per lease;
+ * keep its description (device name and memory) for Register. */
+static int check_backend(worker *w) {
+  const struct worker_opts *o = &w->o;
   gpt_config cfg = {.n_layer = 1, .n_head = 1, .n_embd = 8, .n_positions = 4, .vocab_size = 8};
-  gpt_backend_opts bo = {.kind = o->backend, .threads = 1, .device = o->device, .precision = o->precision};
+  gpt_backend_opts bo = {.kind = o->backend, .threads = o->threads, .device = o->device, .precision = o->precision};
   gpt_model *m = NULL;
   int rc = gpt_create(&m, &cfg, &bo, 1, 4);
+  if (!rc && gpt_describe(m, w->device, sizeof w->device, &w->device_mem) != 0) {
+    snprintf(w->device, sizeof w->device, "%s", o->backend == GPT_BACKEND_CUDA ? "cuda" : "cpu");
+    w->device_mem = 0;
+  }
+  /* The coordinator accepts printable text only. */
+  for (char *p = w->device; *p; p++)
+    if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) *p = '?';
   gpt_free(m);
+  if (!rc) DPC_INFO("backend %s: %s", o->backend == GPT_BACKEND_CUDA ? "cuda" : "cpu", w->device);
   return rc;
 }
 
 int worker_run(const struct worker_opts *o, worker_ctl *ctl) {
-  int rc = check_backend(o);
-  if (rc) return rc;
   worker *w = calloc(1, sizeof *w);
   if (!w) return dpc_err(DPC_ENOMEM, "worker: out of memory");
   w->o = *o;
+  int rc = check_backend(w);
+  if (rc) {
+    free(w);
+    return rc;
+  }
   if (!w->o.poll_ms) w->o.poll_ms = 5000;
   w->ctl = ctl;
   w->seed = (unsigned)getpid() ^ (unsigned)now_ms();

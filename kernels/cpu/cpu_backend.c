@@ -18,8 +18,10 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The Debian/OpenBLAS cblas.h declares this; other cblas headers may not. */
 void openblas_set_num_threads(int num_threads);
@@ -557,6 +559,30 @@ static int cpu_reset_opt_state(gpt_model *m) {
   return 0;
 }
 
+/* The first "model name" of /proc/cpuinfo and the thread count; physical memory. */
+static int cpu_describe(gpt_model *m, char *name, size_t len, uint64_t *mem_bytes) {
+  cpu_impl *c = m->impl;
+  char model[160] = "CPU";
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+      char *colon = strchr(line, ':');
+      if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+      colon++;
+      while (*colon == ' ' || *colon == '\t') colon++;
+      colon[strcspn(colon, "\n")] = 0;
+      if (*colon) snprintf(model, sizeof model, "%s", colon);
+      break;
+    }
+    fclose(f);
+  }
+  snprintf(name, len, "%s (%d threads)", model, c->nt);
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  if (mem_bytes && pages > 0 && psz > 0) *mem_bytes = (uint64_t)pages * (uint64_t)psz;
+  return 0;
+}
+
 const gpt_backend_ops gpt_cpu_ops = {
     .name = "cpu",
     .create = cpu_create,
@@ -572,4 +598,5 @@ const gpt_backend_ops gpt_cpu_ops = {
     .get_opt_state = cpu_get_opt_state,
     .set_opt_state = cpu_set_opt_state,
     .reset_opt_state = cpu_reset_opt_state,
+    .describe = cpu_describe,
 };

@@ -19,6 +19,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -538,8 +539,17 @@ static int cuda_reset_opt_state(gpt_model *m) {
   return 0;
 }
 
+static int cuda_describe(gpt_model *m, char *name, size_t len, uint64_t *mem_bytes) {
+  cudaDeviceProp pr;
+  CUDA_TRY(cudaGetDeviceProperties(&pr, m->opts.device));
+  static const char *const prec[] = {"fp32", "tf32", "bf16"};
+  snprintf(name, len, "%s (sm_%d%d, %s)", pr.name, pr.major, pr.minor, prec[((cuda_impl *)m->impl)->precision]);
+  if (mem_bytes) *mem_bytes = pr.totalGlobalMem;
+  return 0;
+}
+
 extern "C" const gpt_backend_ops gpt_cuda_ops = {
     "cuda",          cuda_create,    cuda_destroy,  cuda_set_params,   cuda_get_params,
     cuda_get_grads,  cuda_forward,   cuda_logits,   cuda_zero_grad,    cuda_backward,
-    cuda_adamw_step, cuda_get_opt_state, cuda_set_opt_state, cuda_reset_opt_state,
+    cuda_adamw_step, cuda_get_opt_state, cuda_set_opt_state, cuda_reset_opt_state, cuda_describe,
 };
