@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,15 +29,79 @@ void dpc_fsutil_inject_fault(enum dpc_fs_fault op, int err) {
   atomic_store(&fault_op, (int)op);
 }
 
-/* 1 (and errno set) if the one-shot fault is armed for `op`. */
-static int fault_hit(enum dpc_fs_fault op) {
+/* DIPACO_TEST_IO_FAULT (see fsutil.h), parsed once. */
+static struct {
+  char op[16];
+  char sub[64]; /* only paths containing this count ("" = every path) */
+  long nth;
+  int persist, err;
+} env_fault;
+static atomic_long env_calls;
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void env_fault_parse(void) {
+  const char *v = getenv("DIPACO_TEST_IO_FAULT");
+  if (!v || !*v) return;
+  char op[16] = "", err[16] = "EIO", sub[64] = "";
+  long nth = 0;
+  char plus = 0;
+  int k = 0;
+  if (sscanf(v, "%15[a-z-]:%ld%n", op, &nth, &k) == 2) {
+    const char *rest = v + k;
+    if (*rest == '+') plus = *rest++;
+    if (*rest == ':') {
+      int m = 0;
+      if (sscanf(rest + 1, "%15[A-Z]%n", err, &m) != 1) nth = 0;
+      rest += 1 + m;
+    }
+    if (*rest == '@' && strlen(rest + 1) < sizeof sub && rest[1]) snprintf(sub, sizeof sub, "%s", rest + 1);
+    else if (*rest) nth = 0;
+  }
+  static const char *const ops[] = {"write", "fsync", "rename", "dirfsync", "sqlite-write", "sqlite-sync"};
+  int known = 0;
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) known |= strcmp(op, ops[i]) == 0;
+  int e = !strcmp(err, "EIO") ? EIO : !strcmp(err, "ENOSPC") ? ENOSPC : 0;
+  if (!known || nth < 1 || !e) {
+    fprintf(stderr, "DIPACO_TEST_IO_FAULT=\"%s\" ignored: expected OP:N[+][:EIO|ENOSPC][@SUBSTR], OP one of write, "
+            "fsync, rename, dirfsync, sqlite-write, sqlite-sync\n", v);
+    return;
+  }
+  snprintf(env_fault.op, sizeof env_fault.op, "%s", op);
+  snprintf(env_fault.sub, sizeof env_fault.sub, "%s", sub);
+  env_fault.nth = nth;
+  env_fault.persist = plus == '+';
+  env_fault.err = e;
+  fprintf(stderr, "DIPACO_TEST_IO_FAULT: call %ld%s of %s%s%s fails with %s\n", nth, plus ? " and later" : "", op,
+          sub[0] ? " on paths containing " : "", sub, err);
+}
+
+int dpc_test_io_fault(const char *op, const char *path) {
+  pthread_once(&env_once, env_fault_parse);
+  if (!env_fault.nth || strcmp(op, env_fault.op) != 0) return 0;
+  if (env_fault.sub[0] && (!path || !strstr(path, env_fault.sub))) return 0;
+  long n = atomic_fetch_add(&env_calls, 1) + 1;
+  if (n == env_fault.nth || (env_fault.persist && n > env_fault.nth)) {
+    fprintf(stderr, "DIPACO_TEST_IO_FAULT: injecting %s into %s call %ld%s%s\n", strerror(env_fault.err), op, n,
+            path ? " on " : "", path ? path : "");
+    return env_fault.err;
+  }
+  return 0;
+}
+
+static const char *const FAULT_NAMES[] = {"", "write", "fsync", "rename"};
+
+/* 1 (and errno set) if the one-shot fault is armed for `op`, or DIPACO_TEST_IO_FAULT says so
+ * for this call on `path`. */
+static int fault_hit(enum dpc_fs_fault op, const char *path) {
   int expect = (int)op;
   if (atomic_load(&fault_op) == expect &&
       atomic_compare_exchange_strong(&fault_op, &expect, DPC_FS_FAULT_NONE)) {
     errno = atomic_load(&fault_errno);
     return 1;
   }
-  return 0;
+  int e = dpc_test_io_fault(FAULT_NAMES[op], path);
+  if (e) errno = e;
+  return e != 0;
 }
 
 int dpc_errno_code(int err) {
@@ -66,6 +131,8 @@ static char *dir_of(const char *path) {
 }
 
 int dpc_fsync_dir(const char *dir) {
+  int e = dpc_test_io_fault("dirfsync", dir);
+  if (e) return errno_err("fsync directory", dir, e);
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return errno_err("open directory", dir, errno);
   int rc = 0;
@@ -109,7 +176,7 @@ int dpc_afile_write(dpc_afile *f, const void *data, size_t n) {
   const char *p = data;
   while (n > 0) {
     size_t chunk = n > (1u << 30) ? (1u << 30) : n;
-    ssize_t w = fault_hit(DPC_FS_FAULT_WRITE) ? -1 : write(f->fd, p, chunk);
+    ssize_t w = fault_hit(DPC_FS_FAULT_WRITE, f->path) ? -1 : write(f->fd, p, chunk);
     if (w < 0) {
       if (errno == EINTR) continue;
       return errno_err("write", f->path, errno);
@@ -135,14 +202,14 @@ void dpc_afile_abort(dpc_afile *f) {
 
 int dpc_afile_commit(dpc_afile *f) {
   int rc = 0;
-  if (fault_hit(DPC_FS_FAULT_FSYNC) || fsync(f->fd) != 0) {
+  if (fault_hit(DPC_FS_FAULT_FSYNC, f->path) || fsync(f->fd) != 0) {
     rc = errno_err("fsync", f->path, errno);
   } else if (close(f->fd) != 0) {
     f->fd = -1;
     rc = errno_err("close", f->path, errno);
   } else {
     f->fd = -1;
-    if (fault_hit(DPC_FS_FAULT_RENAME) || rename(f->tmp, f->path) != 0) {
+    if (fault_hit(DPC_FS_FAULT_RENAME, f->path) || rename(f->tmp, f->path) != 0) {
       rc = errno_err("rename temporary over", f->path, errno);
     } else {
       char *dir = dir_of(f->path);

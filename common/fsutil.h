@@ -45,4 +45,16 @@ int dpc_errno_code(int err);
 enum dpc_fs_fault { DPC_FS_FAULT_NONE = 0, DPC_FS_FAULT_WRITE, DPC_FS_FAULT_FSYNC, DPC_FS_FAULT_RENAME };
 void dpc_fsutil_inject_fault(enum dpc_fs_fault op, int err);
 
+/* Test hook for whole processes: the environment variable
+ *   DIPACO_TEST_IO_FAULT=OP:N[+][:ERR][@SUBSTR]
+ * makes the N-th call (1-based, counted per process) of OP fail with errno ERR (EIO, the
+ * default, or ENOSPC) — only that call, or with '+' that call and every later one (a full
+ * disk). With @SUBSTR only calls on a path containing SUBSTR count (e.g. rename:1@-v1.params:
+ * the rename of version 1's parameter blob). OP is one of write, fsync, rename, dirfsync
+ * (this file's atomic writes and directory fsyncs), sqlite-write, sqlite-sync (the
+ * coordinator's SQLite file I/O, see coordinator/store_fault.c). dpc_test_io_fault(op, path)
+ * counts one call of `op` on `path` (may be NULL) and returns the errno to fail it with, or
+ * 0; a malformed variable is reported once on stderr and ignored. Thread-safe. */
+int dpc_test_io_fault(const char *op, const char *path);
+
 #endif

@@ -41,6 +41,8 @@ typedef struct coord_job {
   jobspec_module *modules;     /* [n_modules] */
   jobspec_fragment *fragments; /* [n_fragments] */
   int *outer_busy;             /* [n_fragments]: an outer step is in flight */
+  int64_t *outer_retry_at;     /* [n_fragments]: after a failed outer step (e.g. a full disk), no new
+                                  try before this time (coord_now_ms) */
   int *expected;               /* [n_fragments]: deltas per round (slots through the module) */
   float *path_loss;            /* [n_paths]: latest loss reported on the path (NaN unknown) */
   float last_loss;             /* mean loss of the last closed round */

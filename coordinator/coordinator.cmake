@@ -9,6 +9,7 @@ if(DIPACO_DISTRIBUTED)
     ${CMAKE_CURRENT_SOURCE_DIR}/store.c
     ${CMAKE_CURRENT_SOURCE_DIR}/store_history.c
     ${CMAKE_CURRENT_SOURCE_DIR}/store_live.c
+    ${CMAKE_CURRENT_SOURCE_DIR}/store_fault.c
     ${CMAKE_CURRENT_SOURCE_DIR}/outer.c
     ${CMAKE_CURRENT_SOURCE_DIR}/screen.c)
   target_link_libraries(dpc_coord PUBLIC dpc_kernels dpc_common PkgConfig::SQLITE3 OpenMP::OpenMP_C m)

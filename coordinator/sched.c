@@ -50,6 +50,7 @@ void coord_job_free(coord_job *j) {
   free(j->modules);
   free(j->fragments);
   free(j->outer_busy);
+  free(j->outer_retry_at);
   free(j->expected);
   free(j->path_loss);
   free(j->screen);
@@ -78,9 +79,10 @@ int coord_job_from_store(const store_job *sj, coord_job **out) {
   j->modules = calloc((size_t)j->n_modules, sizeof *j->modules);
   j->fragments = calloc((size_t)j->n_fragments, sizeof *j->fragments);
   j->outer_busy = calloc((size_t)j->n_fragments, sizeof *j->outer_busy);
+  j->outer_retry_at = calloc((size_t)j->n_fragments, sizeof *j->outer_retry_at);
   j->expected = calloc((size_t)j->n_fragments, sizeof *j->expected);
   j->path_loss = calloc((size_t)j->n_paths, sizeof *j->path_loss);
-  if (!j->modules || !j->fragments || !j->outer_busy || !j->expected || !j->path_loss) {
+  if (!j->modules || !j->fragments || !j->outer_busy || !j->outer_retry_at || !j->expected || !j->path_loss) {
     rc = dpc_err(DPC_ENOMEM, "out of memory loading job %lld", (long long)sj->id);
     goto fail;
   }
@@ -636,15 +638,20 @@ static void check_job_done(coord *c, coord_job *j) {
   if (done) coord_job_set_state(c, j, JOB_FINISHED, NULL);
 }
 
+/* A failed outer step (its blobs could not be written or its commit failed: an I/O error, a
+ * full disk) is tried again from the durable deltas, but not in a tight loop. */
+#define OUTER_RETRY_MS 1000
+
 static void outer_after(uv_work_t *req, int status) {
   outer_work *w = req->data;
   coord *c = w->c;
   coord_job *j = coord_job_get(c, w->job);
   if (j) j->outer_busy[w->fragment] = 0;
   if (status != 0 || w->rc < 0) {
-    DPC_ERROR("job %lld fragment %d round %lld: outer step failed: %s", (long long)w->job, w->fragment,
-              (long long)w->round, status ? "canceled" : w->err);
+    DPC_ERROR("job %lld fragment %d round %lld: outer step failed: %s; trying again in %d ms", (long long)w->job,
+              w->fragment, (long long)w->round, status ? "canceled" : w->err, OUTER_RETRY_MS);
     if (j && w->rc == DPC_ENUMERIC) coord_job_set_state(c, j, JOB_FAILED, w->err);
+    if (j) j->outer_retry_at[w->fragment] = coord_now_ms() + OUTER_RETRY_MS;
     goto done;
   }
   store_outer_commit oc = {.job = w->job, .fragment = w->fragment, .round = w->round, .new_version = w->new_version,
@@ -654,8 +661,9 @@ static void outer_after(uv_work_t *req, int status) {
   TESTHOOK("outer");
   int rc = store_commit_outer(c->st, &oc);
   if (rc < 0) {
-    DPC_ERROR("job %lld fragment %d round %lld: cannot commit the outer step: %s", (long long)w->job, w->fragment,
-              (long long)w->round, dpc_errmsg());
+    DPC_ERROR("job %lld fragment %d round %lld: cannot commit the outer step: %s; trying again in %d ms",
+              (long long)w->job, w->fragment, (long long)w->round, dpc_errmsg(), OUTER_RETRY_MS);
+    if (j) j->outer_retry_at[w->fragment] = coord_now_ms() + OUTER_RETRY_MS;
     goto done;
   }
   c->rounds_total++;
@@ -696,7 +704,7 @@ done:
 
 /* Start the outer step of (j, f) for its open round if it is complete. */
 static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
-  if (j->outer_busy[f]) return;
+  if (j->outer_busy[f] || now < j->outer_retry_at[f]) return;
   store_fragment fr;
   if (store_get_fragment(c->st, j->id, f, &fr) < 0) return;
   int64_t t = fr.version;
@@ -843,6 +851,7 @@ static void async_after(uv_work_t *req, int status) {
               (long long)w->d.id, status ? "canceled" : w->err);
     if (j && (w->rc == DPC_ENUMERIC || w->rc == DPC_ESHAPE || w->rc == DPC_ECHECKSUM))
       coord_job_set_state(c, j, JOB_FAILED, w->err);
+    if (j) j->outer_retry_at[w->fragment] = coord_now_ms() + OUTER_RETRY_MS;
     goto done;
   }
   int dn = w->rule == OUTER_ASYNC_DN, mom = w->rule != OUTER_ASYNC_SGD;
@@ -855,6 +864,7 @@ static void async_after(uv_work_t *req, int status) {
   if (rc < 0) {
     DPC_ERROR("job %lld fragment %d: cannot commit delta %lld: %s", (long long)w->job, w->fragment + 1,
               (long long)w->d.id, dpc_errmsg());
+    if (j) j->outer_retry_at[w->fragment] = coord_now_ms() + OUTER_RETRY_MS;
     goto done;
   }
   c->outer_steps++;
@@ -893,7 +903,7 @@ done:
 
 /* Start applying the oldest pending delta of (j, f), dropping too-stale ones first. */
 static void async_check_fragment(coord *c, coord_job *j, int f) {
-  if (j->outer_busy[f]) return;
+  if (j->outer_busy[f] || coord_now_ms() < j->outer_retry_at[f]) return;
   store_fragment fr;
   store_delta d;
   for (;;) {

@@ -342,7 +342,8 @@ int store_open(const char *state_dir, store **out) {
     return dpc_err(DPC_ENOMEM, "store: out of memory");
   }
   snprintf(st->path, n, "%s/dipaco.db", state_dir);
-  int rc = sqlite3_open_v2(st->path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+  int rc = sqlite3_open_v2(st->path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           store_fault_vfs());
   if (rc != SQLITE_OK) {
     rc = dpc_err(map_sqlite(rc), "open %s: %s", st->path, st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
     store_close(st);

@@ -169,6 +169,10 @@ int live_renew_lease(store *st, int64_t lease, int64_t expires_at);
 int live_flush_tx(store *st);
 void live_flushed(store *st);
 
+/* store_fault.c: the name of the fault-injecting test VFS when DIPACO_TEST_IO_FAULT asks for
+ * a sqlite-* fault, else NULL (SQLite's default VFS). */
+const char *store_fault_vfs(void);
+
 /* The cached statement `id`, reset and unbound; NULL (detail recorded) on failure. */
 sqlite3_stmt *sq_stmt(store *st, int id);
 /* sqlite3_step with the fault hook: SQLITE_ROW, SQLITE_DONE or a negative DPC code. */
