@@ -116,6 +116,26 @@ DIPACO_CUDA_PLUGIN=$W/junk.so expect_fail "broken CUDA plugin" "cannot load the 
 if ec=$("$CTL" eval --model "$W/m1" --data "$W/data/val_000.bin" --batch 2 --seq-len 32 --batches 3 --json --backend cuda 2>"$W/cuda.err"); then
   python3 -c "import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2]); assert abs(a['loss']-b['loss'])<=1e-4*b['loss'], (a,b)" "$ec" "$e1" \
     && ok "eval --backend cuda matches the CPU ($ec)" || bad "eval --backend cuda: $ec vs $e1"
+  # 40 training steps on the GPU (fp32) against the CPU run m1: every loss within 1e-3, the
+  # trained parameters within 1e-3 of the largest (rounding differences grow over 40 steps).
+  if train --out "$W/mg" --json --backend cuda >"$W/train_gpu.jsonl" 2>"$W/train_gpu.log"; then
+    $PY - "$W/train.jsonl" "$W/train_gpu.jsonl" "$W/m1/model.safetensors" "$W/mg/model.safetensors" <<'PY' \
+      && ok "train --backend cuda tracks the CPU run" || bad "train --backend cuda differs from the CPU run"
+import json, struct, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]; b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 40 and max(abs(x - y) / x for x, y in zip(a, b)) <= 1e-3, (a, b)
+def floats(p):
+    raw = open(p, "rb").read(); (n,) = struct.unpack("<Q", raw[:8]); body = raw[8 + n:]
+    return struct.unpack("<%df" % (len(body) // 4), body)
+pa, pb = floats(sys.argv[3]), floats(sys.argv[4])
+scale = max(abs(x) for x in pa)
+err = max(abs(x - y) for x, y in zip(pa, pb)) / scale
+print("train cuda vs cpu: worst loss rel err %.2e, params rel err %.2e" % (max(abs(x - y) / x for x, y in zip(a, b)), err))
+assert len(pa) == len(pb) and err <= 1e-3, err
+PY
+  else
+    bad "train --backend cuda: $(tail -3 "$W/train_gpu.log")"
+  fi
 elif grep -Eq "no CUDA device|built without the CUDA backend" "$W/cuda.err"; then
   ok "eval --backend cuda without a GPU refused: $(head -1 "$W/cuda.err")"
 else
