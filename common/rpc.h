@@ -273,6 +273,13 @@ int rpc_unary(struct rpc_client *c, const char *method, const ProtobufCMessage *
               const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
               int timeout_ms);
 
+/* rpc_unary that the caller can abandon: stop(ud) is polled every 50 ms while the call waits
+ * (e.g. a long-polled Lease), and once it returns non-zero the call is cancelled
+ * (grpc_call_cancel) and ends with DPC_ECANCELED / RPC_CANCELLED. stop may be NULL. */
+int rpc_unary_stoppable(struct rpc_client *c, const char *method, const ProtobufCMessage *req,
+                        const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int timeout_ms,
+                        int (*stop)(void *ud), void *ud);
+
 /* Open a streaming call. Server-streaming: pass the request (it is sent and the client side
  * closed). Client-streaming: pass req = NULL, then rpc_stream_write and rpc_stream_finish. */
 int rpc_stream_open(struct rpc_client *c, const char *method, const ProtobufCMessage *req,

@@ -180,6 +180,12 @@ static int check_method(const char *method) {
 int rpc_unary(struct rpc_client *c, const char *method, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
               int timeout_ms) {
+  return rpc_unary_stoppable(c, method, req, resp_desc, resp, timeout_ms, NULL, NULL);
+}
+
+int rpc_unary_stoppable(struct rpc_client *c, const char *method, const ProtobufCMessage *req,
+                        const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int timeout_ms,
+                        int (*stop)(void *ud), void *ud) {
   *resp = NULL;
   last_code = RPC_INTERNAL;
   int rc = check_method(method);
@@ -215,8 +221,24 @@ int rpc_unary(struct rpc_client *c, const char *method, const ProtobufCMessage *
   if (grpc_call_start_batch(call, ops, 6, &tag, NULL) != GRPC_CALL_OK) {
     rc = dpc_err(DPC_EINTERNAL, "%s: cannot start the call", method);
   } else {
-    grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    rc = status_result(method, st, details);
+    int cancelled = 0;
+    for (;;) {
+      gpr_timespec until = stop && !cancelled ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                                             gpr_time_from_millis(50, GPR_TIMESPAN))
+                                              : gpr_inf_future(GPR_CLOCK_REALTIME);
+      grpc_event ev = grpc_completion_queue_pluck(cq, &tag, until, NULL);
+      if (ev.type == GRPC_OP_COMPLETE) break;
+      if (stop && !cancelled && stop(ud)) {
+        grpc_call_cancel(call, NULL);
+        cancelled = 1;
+      }
+    }
+    if (cancelled && st == GRPC_STATUS_CANCELLED) {
+      last_code = RPC_CANCELLED;
+      rc = dpc_err(DPC_ECANCELED, "%s: cancelled by the client", method);
+    } else {
+      rc = status_result(method, st, details);
+    }
     if (rc == 0) {
       if (!recv) {
         rc = dpc_err(DPC_EFORMAT, "%s: status OK without a reply message", method);

@@ -45,11 +45,13 @@
  *    (DATA_LOSS otherwise); NaN/Inf → INVALID_ARGUMENT. With outer.delta_norm_screen = k > 0 a
  *    delta whose L2 norm exceeds k × the median norm of the fragment's last accepted deltas
  *    (screen.h) → FAILED_PRECONDITION naming the norm and the bound; it is not stored. The
- *    answer comes only after every
- *    fragment of the stream is fsync'd and recorded. A push on an expired/released lease whose
- *    round is still open → ABORTED; whose round closed → ack PUSH_LATE. A repeat of an
- *    accepted (lease, fragment, crc) → PUSH_DUPLICATE; a different delta for the same lease
- *    and fragment → ALREADY_EXISTS. FragmentAck.version = the round's target version (t + 1).
+ *    answer comes only after every fragment of the stream is fsync'd and recorded.
+ *    Chunk.inner_steps below the lease's (an async worker preempted mid-round) makes the lease
+ *    count as that many steps (the slot's counter advances by them); in sync jobs it is
+ *    ignored. A push on an expired/released lease whose round is still open → ABORTED; whose
+ *    round closed → ack PUSH_LATE. A repeat of an accepted (lease, fragment, crc) →
+ *    PUSH_DUPLICATE; a different delta for the same lease and fragment → ALREADY_EXISTS.
+ *    FragmentAck.version = the round's target version (t + 1).
  *  - Async (diloco-async, see sched.c): leases start from the current versions; a delta is
  *    applied on its own soon after it is durable. FragmentAck.version = the fragment's
  *    version when the delta was taken in + 1, staleness = that version − base. With
@@ -845,6 +847,9 @@ static void push_commit_after(uv_work_t *req, int status) {
     store_new_delta nd = {.lease = p->lease.id, .fragment = p->frag, .checksum = p->work_crc, .blob = p->blob,
                           .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = coord_now_ms(), .norm = p->norm,
                           .metric = &m};
+    /* Async: a delta of fewer steps than leased (a preempted worker's partial work) counts
+     * for the steps it covers; sync rounds always take the lease's steps. */
+    if (j && j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC && p->inner_steps > 0) nd.inner_steps = (int)p->inner_steps;
     int64_t did;
     int rc = store_record_delta(c->st, &nd, &did);
     if (rc == 0 || rc == 1) {

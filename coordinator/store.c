@@ -1060,6 +1060,12 @@ int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id) 
   TX(sq_exec_done(st, s, "insert delta"));
   int64_t id = sqlite3_last_insert_rowid(st->db);
   if (nd->metric) TX(store_add_metric(st, nd->metric));
+  if (nd->inner_steps > 0 && nd->inner_steps < l.inner_steps) {
+    STMT(sh, S_SHORTEN_LEASE);
+    B64(sh, 1, nd->lease);
+    B64(sh, 2, nd->inner_steps);
+    TX(sq_exec_done(st, sh, "shorten lease"));
+  }
   TX(sq_commit(st));
   if (delta_id) *delta_id = id;
   return 0;

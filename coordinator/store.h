@@ -276,6 +276,9 @@ typedef struct {
   int64_t now_ms;
   double norm;         /* the delta's L2 norm (kept for the norm screen); NaN or < 0 = unknown */
   const struct store_metric *metric; /* optional: recorded in the same transaction (one commit) */
+  int inner_steps;     /* steps the delta covers: 0 < n < the lease's inner_steps shortens the lease to
+                          n (async partial work, e.g. a preempted worker: the slot's step counter then
+                          advances by n when the lease ends); 0 = the whole lease */
 } store_new_delta;
 
 /* Record a received delta, durably. Returns 0 when newly recorded, 1 when the same delta

@@ -73,7 +73,8 @@
   X(INS_LEASE_FRAG, "INSERT INTO lease_fragments (lease, fragment, base_version) VALUES (?1, ?2, ?3)")       \
   X(GET_LEASE, "SELECT " LEASE_COLS " FROM leases WHERE id = ?1")                                             \
   X(LEASE_BASE, "SELECT base_version FROM lease_fragments WHERE lease = ?1 AND fragment = ?2")                \
-  X(RENEW_LEASE, "UPDATE leases SET expires_at = ?2 WHERE id = ?1 AND state = 'active'")                                           \
+  X(RENEW_LEASE, "UPDATE leases SET expires_at = ?2 WHERE id = ?1 AND state = 'active'")                    \
+  X(SHORTEN_LEASE, "UPDATE leases SET inner_steps = ?2 WHERE id = ?1 AND state = 'active' AND inner_steps > ?2")                                           \
   X(END_LEASE, "UPDATE leases SET state = ?2, ended_at = ?3 WHERE id = ?1 AND state = 'active'")             \
   X(DUE_LEASES, "SELECT id FROM leases WHERE state = 'active' AND expires_at <= ?1 ORDER BY id")             \
   X(ACTIVE_LEASES, "SELECT " LEASE_COLS " FROM leases WHERE state = 'active' AND (?1 = 0 OR job = ?1) "     \

@@ -137,13 +137,14 @@ int wc_register(wclient *c, Dipaco__V1__RegisterRequest *req, int *code) {
   return 0;
 }
 
-int wc_lease(wclient *c, uint32_t max_wait_ms, Dipaco__V1__LeaseResponse **out, int *code) {
+int wc_lease(wclient *c, uint32_t max_wait_ms, Dipaco__V1__LeaseResponse **out, int *code, int (*stop)(void *ud),
+             void *ud) {
   Dipaco__V1__LeaseRequest req = DIPACO__V1__LEASE_REQUEST__INIT;
   req.max_wait_ms = max_wait_ms;
   ProtobufCMessage *pm = NULL;
   *out = NULL;
-  int rc = rpc_unary(c->rpc, SVC "Lease", &req.base, &dipaco__v1__lease_response__descriptor, &pm,
-                     (int)max_wait_ms + UNARY_TIMEOUT_MS);
+  int rc = rpc_unary_stoppable(c->rpc, SVC "Lease", &req.base, &dipaco__v1__lease_response__descriptor, &pm,
+                               (int)max_wait_ms + UNARY_TIMEOUT_MS, stop, ud);
   *code = rpc_last_code();
   if (rc) return rc;
   Dipaco__V1__LeaseResponse *r = (Dipaco__V1__LeaseResponse *)pm;

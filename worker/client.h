@@ -59,8 +59,11 @@ int wc_reconnect(wclient *c, const char *target);
  * one) and set dipaco-worker-id / dipaco-session for every later call. */
 int wc_register(wclient *c, Dipaco__V1__RegisterRequest *req, int *code);
 
-/* Lease long-poll: *out owned by the caller (protobuf_c_message_free_unpacked). */
-int wc_lease(wclient *c, uint32_t max_wait_ms, Dipaco__V1__LeaseResponse **out, int *code);
+/* Lease long-poll: *out owned by the caller (protobuf_c_message_free_unpacked). stop(ud)
+ * (may be NULL) is polled while the call waits; non-zero cancels it (DPC_ECANCELED), so that
+ * a SIGTERM does not wait out the long-poll. */
+int wc_lease(wclient *c, uint32_t max_wait_ms, Dipaco__V1__LeaseResponse **out, int *code, int (*stop)(void *ud),
+             void *ud);
 
 int wc_heartbeat(wclient *c, const Dipaco__V1__HeartbeatRequest *req,
                  Dipaco__V1__HeartbeatResponse **out, int *code);

@@ -52,9 +52,14 @@
  *    NOT_FOUND on a lease call, any refused heartbeat, or no heartbeat getting through for
  *    lease_ttl_ms drop the lease without Release. Any other failure of a lease (bad lease,
  *    missing data, refused push) releases it with RELEASE_ERROR and the error message.
- *  - SIGTERM (worker_stop): training stops after the current step and the lease is released
- *    with RELEASE_PREEMPTED (no partial delta in sync mode); a round already trained is
- *    still pushed. worker_run then returns 0. */
+ *  - SIGTERM (worker_stop): training stops after the current step. Sync: the lease is
+ *    released with RELEASE_PREEMPTED (no partial delta: a sync round averages whole rounds).
+ *    Async (Lease.algorithm not SYNC): the delta of the inner steps completed so far is pushed
+ *    (Chunk.inner_steps = those steps; the coordinator counts the lease as that many steps), as
+ *    is the inner state first with inner.state checkpoint. A round already trained is pushed
+ *    in both modes; pushes go on being retried on transient errors while stopping (the grace
+ *    period of main.c bounds them). A Lease long-poll in flight is cancelled at once.
+ *    worker_run then returns 0. */
 #include "worker/worker.h"
 #include "common/errors.h"
 #include "common/log.h"
@@ -134,6 +139,15 @@ static void abs_deadline(struct timespec *ts, int64_t ms) {
     ts->tv_nsec -= 1000000000L;
   }
 }
+
+/* Sleep ms, not woken by stop (a retry that must go on while stopping). */
+static void plain_sleep(int64_t ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+static int stop_requested(void *ud) { return worker_stopping(ud); }
 
 /* Sleep ms, waking early on stop; returns 1 if stopping. */
 static int ctl_sleep(worker_ctl *c, int64_t ms) {
@@ -886,18 +900,23 @@ static void lease_reconnect(worker *w, heartbeat *hb) {
   if (hb_start(hb)) DPC_WARN("lease %" PRIu64 ": %s", hb->lease_id, dpc_errmsg());
 }
 
-/* Retry a transfer step while it fails transiently; returns the final rc, with *cls set. */
-#define XFER_RETRY(w, hb, call, cls_out)                                                            \
+/* Retry a transfer step while it fails transiently; returns the final rc, with *cls set. A
+ * stop (SIGTERM) ends the retries unless on_stop is set (pushing work already done). */
+#define XFER_RETRY(w, hb, call, cls_out, on_stop)                                                   \
   do {                                                                                              \
     for (int attempt_ = 0;; attempt_++) {                                                           \
       int code_ = RPC_OK;                                                                           \
       rc = (call);                                                                                  \
       cls_out = wc_classify(rc, code_);                                                             \
       if (cls_out != WC_RETRY || attempt_ + 1 >= TRANSFER_ATTEMPTS) break;                         \
-      if (worker_stopping((w)->ctl) || atomic_load(&(hb)->abort) != AB_NONE) break;                 \
+      if ((!(on_stop) && worker_stopping((w)->ctl)) || atomic_load(&(hb)->abort) != AB_NONE) break; \
       DPC_WARN("lease %" PRIu64 ": %s; retrying", L->lease_id, dpc_errmsg());                       \
       if (code_ == RPC_UNAVAILABLE && attempt_ >= 1) lease_reconnect((w), (hb));                   \
-      if (ctl_sleep((w)->ctl, backoff_ms(attempt_, &(w)->seed))) break;                             \
+      if (!worker_stopping((w)->ctl)) {                                                             \
+        if (ctl_sleep((w)->ctl, backoff_ms(attempt_, &(w)->seed)) && !(on_stop)) break;             \
+      } else {                                                                                      \
+        plain_sleep(backoff_ms(attempt_, &(w)->seed));                                              \
+      }                                                                                             \
     }                                                                                               \
   } while (0)
 
@@ -950,7 +969,7 @@ static void run_lease(worker *w, const Dipaco__V1__Lease *L) {
   for (size_t i = 0; i < L->n_fragments && !rc; i++) {
     const Dipaco__V1__FragmentInfo *f = L->fragments[i];
     size_t got = 0;
-    XFER_RETRY(w, &hb, wc_pull(&w->wc, L->lease_id, f, w->theta + p.abs_off[i], &got, &code_), cls);
+    XFER_RETRY(w, &hb, wc_pull(&w->wc, L->lease_id, f, w->theta + p.abs_off[i], &got, &code_), cls, 0);
     bytes += (size_t)f->num_floats * 4;
     if (worker_stopping(w->ctl) || atomic_load(&hb.abort) != AB_NONE) break;
   }
@@ -968,10 +987,16 @@ static void run_lease(worker *w, const Dipaco__V1__Lease *L) {
     if (!rc) rc = trainer_round(w->tr, w->theta, (long)L->first_step, (int)L->inner_steps, w->delta, &st, on_step, &hb);
     if (w->o.progress) fputc('\n', stderr);
     cls = rc ? WC_FATAL : WC_OK;
-    if (!rc && st.steps_done == (int)L->inner_steps) {
+    /* Async: a SIGTERM mid-round pushes the steps done so far (the coordinator counts them). */
+    int partial = !rc && L->algorithm != DIPACO__V1__ALGORITHM__ALGORITHM_SYNC && worker_stopping(w->ctl) &&
+                  atomic_load(&hb.abort) == AB_NONE && st.steps_done > 0 && st.steps_done < (int)L->inner_steps;
+    if (!rc && (st.steps_done == (int)L->inner_steps || partial)) {
       DPC_INFO("lease %" PRIu64 " trained %d steps in %.2f s: loss %.4f -> %.4f (mean %.4f), %.0f tok/s", L->lease_id,
                st.steps_done, st.seconds, st.first_loss, st.last_loss, st.mean_loss,
                st.seconds > 0 ? (double)st.tokens / st.seconds : 0.0);
+      if (partial)
+        DPC_INFO("lease %" PRIu64 ": stopping: pushing the partial delta of %d of %u inner steps (async)", L->lease_id,
+                 st.steps_done, L->inner_steps);
       /* Push. */
       size_t nf = L->n_fragments;
       const float **dp = malloc(nf * sizeof *dp);
@@ -982,7 +1007,7 @@ static void run_lease(worker *w, const Dipaco__V1__Lease *L) {
       if (!rc && L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT) {
         /* Inner state first, then the delta: once the delta is durable (the slot's round is
          * done) the state the next lease of the slot resumes from is durable too. */
-        XFER_RETRY(w, &hb, push_inner_state(w, L, &p, &code_), cls);
+        XFER_RETRY(w, &hb, push_inner_state(w, L, &p, &code_), cls, 1);
         if (rc) DPC_WARN("lease %" PRIu64 ": pushing the inner state failed: %s", L->lease_id, dpc_errmsg());
       }
       if (!rc) {
@@ -990,7 +1015,7 @@ static void run_lease(worker *w, const Dipaco__V1__Lease *L) {
         hb.tokens = (uint64_t)st.tokens;
         pthread_mutex_unlock(&hb.mu);
         XFER_RETRY(w, &hb, wc_push(&w->wc, L->lease_id, L->fragments, nf, dp, (uint64_t)st.steps_done,
-                                   (uint64_t)st.tokens, res, &code_), cls);
+                                   (uint64_t)st.tokens, res, &code_), cls, 1);
       }
       if (!rc) {
         int64_t ms = now_ms() - t0;
@@ -1172,7 +1197,8 @@ int worker_run(const struct worker_opts *o, worker_ctl *ctl) {
       if (!w->registered || w->draining) continue;
     }
     Dipaco__V1__LeaseResponse *resp = NULL;
-    rc = wc_lease(&w->wc, w->o.poll_ms, &resp, &code);
+    rc = wc_lease(&w->wc, w->o.poll_ms, &resp, &code, stop_requested, ctl);
+    if (rc && worker_stopping(ctl)) break; /* the long-poll was cancelled (or failed) on SIGTERM */
     if (rc) {
       cl = wc_classify(rc, code);
       if (cl == WC_REREGISTER) {

@@ -24,3 +24,12 @@ if(TARGET dipaco-worker AND TARGET dipaco-coordinator AND TARGET dipacoctl AND T
                    $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:diloco_local>)
   set_tests_properties(worker_restart PROPERTIES TIMEOUT 240)
 endif()
+
+# Preemption: SIGTERM mid-round in an async job pushes the partial delta (counted for its
+# steps) and exits 0; SIGTERM during a Lease long-poll exits at once.
+if(TARGET dipaco-worker AND TARGET dipaco-coordinator AND TARGET dipacoctl)
+  add_test(NAME worker_sigterm
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/worker_sigterm.sh $<TARGET_FILE:dipaco-coordinator>
+                   $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
+  set_tests_properties(worker_sigterm PROPERTIES TIMEOUT 180 LABELS fault)
+endif()

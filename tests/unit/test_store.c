@@ -436,6 +436,31 @@ int main(void) {
   free(sls);
   CHECK_EQ_INT(store_get_lease(st, l2, &le), 0);
   CHECK_EQ_INT(le.state, LEASE_EXPIRED);
+  {
+    /* A partial delta (async preemption: 3 of 4 steps) shortens its lease in the same
+     * transaction, so the slot advances by the steps trained; more than leased changes
+     * nothing. */
+    int64_t l4;
+    nl = (store_new_lease){.job = jid, .path = 1, .replica = 0, .worker = w1, .round = 50, .inner_steps = 4,
+                           .step_begin = 4, .n_fragments = 2, .fragments = frs, .base_versions = bases,
+                           .now_ms = 7400, .expires_at = 99000};
+    CHECK_EQ_INT(store_create_lease(st, &nl, &l4), 0);
+    nd = (store_new_delta){.lease = l4, .fragment = 2, .checksum = 11, .blob = "1/f2-v1-a4.delta", .weight = 1.0,
+                           .tokens = 48, .now_ms = 7500, .inner_steps = 3};
+    CHECK_EQ_INT(store_record_delta(st, &nd, NULL), 0);
+    store_lease l4r;
+    CHECK_EQ_INT(store_get_lease(st, l4, &l4r), 0);
+    CHECK_EQ_INT(l4r.inner_steps, 3);
+    nd.fragment = 0;
+    nd.blob = "1/f0-v1-a4.delta";
+    nd.inner_steps = 9;
+    CHECK_EQ_INT(store_record_delta(st, &nd, NULL), 0);
+    CHECK_EQ_INT(store_get_lease(st, l4, &l4r), 0);
+    CHECK_EQ_INT(l4r.inner_steps, 3);
+    CHECK_EQ_INT(store_end_lease(st, l4, LEASE_FINISHED, 1, l4r.inner_steps, 7600), 0);
+    CHECK_EQ_INT(store_get_slot(st, jid, 1, 0, &sl), 0);
+    CHECK_EQ_INT(sl.inner_steps, 7);
+  }
   CHECK_EQ_INT(store_next_job_id(st, &jid), 0);
   CHECK_EQ_INT(jid, 2);
   store_round *ors = NULL;
