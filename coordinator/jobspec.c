@@ -221,6 +221,8 @@ static void set_defaults(jobspec *js) {
   js->max_staleness = 0;
   js->dylu.enabled = 0;
   js->dylu.min_steps = 1;
+  js->versions.keep_last = 2;
+  js->versions.keep_every = 0;
   js->quorum = JOBSPEC_DEFAULT_QUORUM;
   js->round_timeout_s = JOBSPEC_DEFAULT_ROUND_TIMEOUT_S;
   js->weighting = WEIGHTING_UNIFORM;
@@ -269,7 +271,8 @@ int jobspec_parse(const char *json, size_t n, jobspec *out) {
   }
   static const char *const top[] = {"name", "model", "data", "algorithm", "replicas", "inner_steps",
                                     "rounds", "batch", "seq_len", "inner", "outer", "levels",
-                                    "quorum", "round_timeout_s", "weighting", "max_staleness", "dylu", NULL};
+                                    "quorum", "round_timeout_s", "weighting", "max_staleness", "dylu",
+                                    "versions", NULL};
 #define P(x)                  \
   do {                        \
     rc = (x);                 \
@@ -352,6 +355,16 @@ int jobspec_parse(const char *json, size_t n, jobspec *out) {
       P(check_keys(dy, "dylu", keys));
       P(get_bool(dy, "dylu", "enabled", &js->dylu.enabled));
       P(get_int(dy, "dylu", "min_steps", 0, &js->dylu.min_steps));
+    }
+  }
+  {
+    const cJSON *vs = get_object(root, "", "versions", 0, &rc);
+    if (rc) goto done;
+    if (vs) {
+      static const char *const keys[] = {"keep_last", "keep_every", NULL};
+      P(check_keys(vs, "versions", keys));
+      P(get_int(vs, "versions", "keep_last", 0, &js->versions.keep_last));
+      P(get_int(vs, "versions", "keep_every", 0, &js->versions.keep_every));
     }
   }
   P(parse_levels(root, js));
@@ -468,6 +481,9 @@ int jobspec_validate(const jobspec *js) {
   TRY(check_range_i("max_staleness", js->max_staleness, 0, 1000000000));
   if (js->dylu.enabled != 0 && js->dylu.enabled != 1) return dpc_err(DPC_EINVAL, "field \"dylu.enabled\": expected a boolean");
   TRY(check_range_i("dylu.min_steps", js->dylu.min_steps, 1, js->inner_steps));
+  /* keep_last >= 2: the version before the newest may still be streaming to a late worker. */
+  TRY(check_range_i("versions.keep_last", js->versions.keep_last, 2, 10000));
+  TRY(check_range_i("versions.keep_every", js->versions.keep_every, 0, 1000000000));
   TRY(check_range_d("quorum", js->quorum, 0, 1, 1, 0));
   TRY(check_range_d("round_timeout_s", js->round_timeout_s, 0, 0, 30 * 86400.0, 0));
   if ((unsigned)js->weighting > WEIGHTING_TOKENS) return dpc_err(DPC_EINVAL, "field \"weighting\": unknown value");
@@ -643,6 +659,11 @@ int jobspec_to_json(const jobspec *js, char **out) {
     cJSON_AddItemToArray(lv, e);
   }
   if (lv && cJSON_GetArraySize(lv) == 0) cJSON_DeleteItemFromObject(r, "levels");
+  cJSON *vs = cJSON_AddObjectToObject(r, "versions");
+  if (vs) {
+    add_num(vs, "keep_last", js->versions.keep_last);
+    add_num(vs, "keep_every", js->versions.keep_every);
+  }
   add_num(r, "quorum", js->quorum);
   add_num(r, "round_timeout_s", js->round_timeout_s);
   cJSON_AddStringToObject(r, "weighting", WEIGHT_NAMES[js->weighting]);

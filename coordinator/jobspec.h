@@ -129,6 +129,10 @@ typedef struct {
   jobspec_outer outer;
   int n_levels;
   jobspec_level levels[JOBSPEC_MAX_LEVELS];
+  struct {
+    int keep_last;  /* parameter versions kept per fragment: the newest keep_last (>= 2) */
+    int keep_every; /* ... and every version that is a multiple of it (0 = none), for export */
+  } versions;
   double quorum;          /* fraction of expected deltas needed at the deadline, (0, 1] */
   double round_timeout_s; /* 0 = no deadline */
   jobspec_weighting weighting;

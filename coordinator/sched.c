@@ -584,11 +584,14 @@ out:
 }
 
 /* The rows go first (one transaction each), then the files: a crash in between leaves only
- * unreferenced blob files behind, never a row naming a missing blob. */
+ * unreferenced blob files behind, never a row naming a missing blob. The job spec's
+ * "versions" says which parameter versions stay exportable. */
 static void gc_fragment(coord *c, int64_t job, int fragment, int64_t round) {
   char **names = NULL;
   int n = 0;
-  if (store_gc_versions(c->st, job, fragment, 2, 0, &names, &n) == 0) {
+  const coord_job *j = coord_job_get(c, job);
+  const int keep_last = j ? j->spec.versions.keep_last : 2, keep_every = j ? j->spec.versions.keep_every : 0;
+  if (store_gc_versions(c->st, job, fragment, keep_last, keep_every, &names, &n) == 0) {
     if (n > 0) TESTHOOK("gc");
     blob_delete_many(c->bs, names, n);
     store_names_free(names, n);

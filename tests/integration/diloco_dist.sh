@@ -2,7 +2,9 @@
 # diloco_dist.sh COORDINATOR WORKER DIPACOCTL — the distributed test of record: a real
 # coordinator and 2 real CPU workers on loopback run a tiny DiLoCo job (R=2, H=3, 3 rounds);
 # the exported parameters must equal the PyTorch DiLoCo reference (tests/oracle/diloco_ref.py)
-# to 1e-4 relative, and a second export must be byte-identical. (AdamW eps 1e-6: see
+# to 1e-4 relative, and a second export must be byte-identical. "versions" keeps the last two
+# versions and every even one: after 3 rounds version 2 must still export and match the
+# reference stopped after round 2, and version 1 must be gone, with a clear error. (AdamW eps 1e-6: see
 # diloco_local.sh for why a tiny eps would compare rounding noise, not math.)
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
@@ -17,7 +19,7 @@ cat > "$W/spec.json" <<JSON
  "algorithm": "diloco", "replicas": 2, "inner_steps": 3, "rounds": 3, "batch": 2, "seq_len": 16,
  "inner": {"lr": 0.01, "warmup": 2, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
            "eps": 1e-6, "grad_clip": 0.5, "state": "keep"},
- "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
+ "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}, "versions": {"keep_last": 2, "keep_every": 2}}
 JSON
 start_coordinator "$W/state" --lease-ttl-ms 20000
 start_worker w1 "$W/corpus"
@@ -35,3 +37,11 @@ cmp "$W/export/config.json" "$W/export2/config.json"
 echo "export is byte-identical across two exports"
 $PY "$HERE/../oracle/diloco_ref.py" --init "$W/init" --data "$W/corpus/data/train_000.bin" --spec "$W/spec.json" \
   --compare "$W/export" --tol 1e-4
+"$CTL" --coordinator "$COORD" job export "$job" --path 0 --out "$W/export_v2" --version 2
+$PY "$HERE/../oracle/diloco_ref.py" --init "$W/init" --data "$W/corpus/data/train_000.bin" --spec "$W/spec.json" \
+  --compare "$W/export_v2" --tol 1e-4 --rounds-done 2
+if "$CTL" --coordinator "$COORD" job export "$job" --path 0 --out "$W/export_v1" --version 1 2>"$W/v1.err"; then
+  echo "version 1 should have been garbage-collected"; exit 1
+fi
+grep -q "not kept" "$W/v1.err" || { echo "export of a collected version: unclear error: $(cat "$W/v1.err")"; exit 1; }
+echo "versions: 2 kept and exportable (matches the reference after round 2), 1 collected"

@@ -89,7 +89,7 @@ def make_adamw(P, inner):
                              lr=inner["lr"], betas=(inner["beta1"], inner["beta2"]), eps=inner["eps"])
 
 
-def run(init, tokens, spec):
+def run(init, tokens, spec, stop_after=None):
     cfg, G0 = init
     R, H, rounds = spec["replicas"], spec["inner_steps"], spec["rounds"]
     B, T = spec["batch"], spec["seq_len"]
@@ -102,7 +102,7 @@ def run(init, tokens, spec):
     opts = [make_adamw(P, inner) for P in reps]
     nb = (len(tokens) - 1) // (B * T)
     total = rounds * H
-    for t in range(rounds):
+    for t in range(rounds if stop_after is None else stop_after):
         deltas = []
         for r in range(R):
             P = reps[r]
@@ -141,9 +141,11 @@ def main():
     ap.add_argument("--spec", required=True)
     ap.add_argument("--compare", required=True)
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--rounds-done", type=int, default=None,
+                    help="compare with the parameters after this many rounds (an exported older version)")
     a = ap.parse_args()
     spec = json.load(open(a.spec))
-    ref = run(load_model(a.init), load_tokens(a.data), spec)
+    ref = run(load_model(a.init), load_tokens(a.data), spec, a.rounds_done)
     _, got = load_model(a.compare)
     worst = 0.0
     for k, v in ref.items():

@@ -50,6 +50,8 @@ int main(void) {
   CHECK_EQ_INT(js.inner.state, INNER_STATE_KEEP);
   CHECK(js.outer.lr == 0.7 && js.outer.momentum == 0.9 && js.outer.nesterov == 1 && js.outer.delta_norm_screen == 0);
   CHECK(js.quorum == 1.0 && js.round_timeout_s == 3600.0);
+  CHECK_EQ_INT(js.versions.keep_last, 2);
+  CHECK_EQ_INT(js.versions.keep_every, 0);
   CHECK_EQ_INT(js.weighting, WEIGHTING_UNIFORM);
   CHECK_EQ_INT(jobspec_total_steps(&js), 15);
   CHECK_EQ_INT(js.n_levels, 1);
@@ -78,7 +80,8 @@ int main(void) {
       "\"max_staleness\":3,\"dylu\":{\"enabled\":true,\"min_steps\":4},"
       "\"levels\":[{\"stem\":true,\"layers\":[0,0],\"modules\":1},{\"layers\":[0,2],\"modules\":2},"
       "{\"layers\":[2,4],\"modules\":3}],"
-      "\"quorum\":0.5,\"round_timeout_s\":60,\"weighting\":\"tokens\"}";
+      "\"quorum\":0.5,\"round_timeout_s\":60,\"weighting\":\"tokens\","
+      "\"versions\":{\"keep_last\":3,\"keep_every\":10}}";
   CHECK_EQ_INT(parse(full, &js), 0);
   CHECK_EQ_INT(js.seed, 1234);
   CHECK_EQ_INT(js.n_val, 1);
@@ -97,6 +100,7 @@ int main(void) {
   CHECK(j1 && j2 && strcmp(j1, j2) == 0);
   CHECK(js2.inner.lr == 0.001 && js2.inner.eps == 1e-6 && js2.outer.c == 0.25 && js2.quorum == 0.5);
   CHECK(js2.outer.delta_norm_screen == 8);
+  CHECK(js2.versions.keep_last == 3 && js2.versions.keep_every == 10);
   free(j1);
   free(j2);
 
@@ -138,6 +142,9 @@ int main(void) {
   expect_bad("[1,2]", DPC_EINVAL, "JSON object");
   expect_bad("{" BASE ",\"inner\":{\"lrr\":0.1}}", DPC_EINVAL, "unknown field \"inner.lrr\"");
   expect_bad("{" BASE ",\"extra\":1}", DPC_EINVAL, "unknown field \"extra\"");
+  expect_bad("{" BASE ",\"versions\":{\"keep_last\":1}}", DPC_EINVAL, "versions.keep_last");
+  expect_bad("{" BASE ",\"versions\":{\"keep_every\":-1}}", DPC_EINVAL, "versions.keep_every");
+  expect_bad("{" BASE ",\"versions\":{\"every\":5}}", DPC_EINVAL, "unknown field \"versions.every\"");
   expect_bad("{" BASE ",\"outer\":{\"lr\":0.7,\"lr\":0.5}}", DPC_EINVAL, "duplicate field \"outer.lr\"");
   expect_bad("{\"name\":\"t1\",\"model\":{\"n_layer\":4,\"n_head\":2,\"n_embd\":8,\"n_positions\":16,\"vocab_size\":32,"
              "\"dropout\":0.1}," DATA "," CORE "}",
