@@ -12,6 +12,8 @@
  *     lease with RELEASE_PREEMPTED at a step inside the round, pushes nothing, exits 0;
  *  3. COMMAND_DRAIN on heartbeats: the worker finishes the round, pushes, exits 0;
  *  4. a job whose data glob matches nothing: Release(RELEASE_ERROR) naming the pattern;
+ *  5. a push refused by the delta norm screen (FAILED_PRECONDITION): the worker does not push
+ *     it again, releases the lease with RELEASE_ERROR and the refusal, and takes new work;
  * plus the data-path resolution and fragment placement helpers directly, and flag errors.
  *
  * usage: test_worker PATH/TO/dipaco-worker */
@@ -63,7 +65,7 @@ static void sleep_ms(int ms) {
 
 /* ------------------------------------------------------------- fake coordinator state */
 
-enum scenario { SC_HAPPY = 1, SC_SIGTERM, SC_DRAIN, SC_NODATA, SC_KEEP, SC_STOP };
+enum scenario { SC_HAPPY = 1, SC_SIGTERM, SC_DRAIN, SC_NODATA, SC_KEEP, SC_STOP, SC_REFUSED };
 #define NPUSH 5 /* pushed-delta buffers: lease 7/9 → 0, leases 21..24 → 1..4 */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -245,6 +247,11 @@ static void on_lease(struct rpc_call *c, const struct grpc_byte_buffer *req, voi
     if (n == 1) grant(c, 10, 3, 0, "{\"data\":{\"train\":[\"nothing/here_*.bin\"]}}", 1, 0);
     else no_work(c, 50);
     break;
+  case SC_REFUSED: /* lease 30's push is refused by the norm screen; lease 31 is the retry */
+    if (n == 1) grant(c, 30, 2, 0, SPEC_OK, 1, 0);
+    else if (n == 2) grant(c, 31, 2, 0, SPEC_OK, 1, 0);
+    else no_work(c, 50);
+    break;
   case SC_KEEP: /* one worker alternating between the two replicas of a path */
     if (n == 1) grant(c, 21, 2, 0, SPEC_OK, 0, DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_KEEP);
     else if (n == 2) grant(c, 22, 2, 0, SPEC_OK, 1, DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_KEEP);
@@ -387,6 +394,11 @@ static int on_push_msg(struct rpc_call *c, const struct grpc_byte_buffer *msg, v
   if (!msg) {
     if (st->failed || (st->frag >= 0 && st->expect != f_len[st->frag] * 4)) {
       rpc_call_finish(c, RPC_INVALID_ARGUMENT, "bad push stream");
+      return 0;
+    }
+    if (S.sc == SC_REFUSED && S.last_granted == 30) {
+      rpc_call_finish(c, RPC_FAILED_PRECONDITION, "delta norm screen: fragment 1's delta has L2 norm 33.3, above "
+                      "the bound 1.31 (outer.delta_norm_screen 4 x the median 0.327); refused, not applied");
       return 0;
     }
     Dipaco__V1__FragmentAck ack[NFRAG], *ap[NFRAG];
@@ -714,6 +726,26 @@ static void test_nodata(int port) {
   if (test_failures || getenv("TEST_VERBOSE")) dump(log);
 }
 
+static void test_refused(int port) {
+  reset_state(SC_REFUSED);
+  char log[300];
+  snprintf(log, sizeof log, "%s/refused.log", g_tmp);
+  pid_t pid = spawn_worker(port, 1, log);
+  CHECK(pid > 0);
+  CHECK_EQ_INT(wait_exit(pid, 60000), 0);
+  pthread_mutex_lock(&g_mu);
+  CHECK_EQ_INT(S.pushes, 2); /* lease 30 once (not retried), lease 31 once */
+  CHECK_EQ_INT(S.releases, 2);
+  CHECK_EQ_INT(S.release_lease[0], 30);
+  CHECK_EQ_INT(S.release_reason[0], DIPACO__V1__RELEASE_REASON__RELEASE_ERROR);
+  CHECK(strstr(S.release_msg[0], "delta norm screen") != NULL);
+  CHECK_EQ_INT(S.release_lease[1], 31);
+  CHECK_EQ_INT(S.release_reason[1], DIPACO__V1__RELEASE_REASON__RELEASE_DONE);
+  pthread_mutex_unlock(&g_mu);
+  CHECK(file_has(log, "FAILED_PRECONDITION"));
+  if (test_failures || getenv("TEST_VERBOSE")) dump(log);
+}
+
 /* Max |a − b| relative to max |b|; prints both. */
 static double rel_diff(const char *what, const float *a, const float *b, size_t n) {
   double maxd = 0, maxw = 0;
@@ -911,6 +943,7 @@ int main(int argc, char **argv) {
     test_sigterm(port);
     test_drain(port);
     test_nodata(port);
+    test_refused(port);
     test_keep(port);
     rpc_server_stop(srv, 500);
   }
