@@ -583,6 +583,46 @@ out:
   w->seconds = mono_s() - t0;
 }
 
+/* Blob files of collected rows are deleted on the threadpool: unlinking large files (and the
+ * directory fsyncs after) can take tens of milliseconds that the loop thread would otherwise
+ * spend not answering RPCs. Shutdown waits for them (coord_queue_work counts them). */
+typedef struct {
+  uv_work_t req;
+  coord *c;
+  char **names;
+  int n, rc;
+} gc_work;
+
+static void gc_delete_run(uv_work_t *req) {
+  gc_work *g = req->data;
+  g->rc = blob_delete_many(g->c->bs, g->names, g->n);
+  if (g->rc < 0) DPC_WARN("garbage collection: %s (the start-up sweep removes what is left)", dpc_errmsg());
+}
+
+static void gc_delete_after(uv_work_t *req, int status) {
+  (void)status;
+  gc_work *g = req->data;
+  coord *c = g->c;
+  store_names_free(g->names, g->n);
+  free(g);
+  coord_work_done(c);
+}
+
+/* Takes ownership of names. */
+static void gc_delete_files(coord *c, char **names, int n) {
+  gc_work *g = n > 0 ? calloc(1, sizeof *g) : NULL;
+  if (g) {
+    g->req.data = g;
+    g->c = c;
+    g->names = names;
+    g->n = n;
+    if (coord_queue_work(c, &g->req, gc_delete_run, gc_delete_after) == 0) return;
+    free(g);
+  }
+  if (n > 0) blob_delete_many(c->bs, names, n); /* no memory or no threadpool: inline */
+  store_names_free(names, n);
+}
+
 /* The rows go first (one transaction each), then the files: a crash in between leaves only
  * unreferenced blob files behind, never a row naming a missing blob. The job spec's
  * "versions" says which parameter versions stay exportable. */
@@ -593,13 +633,11 @@ static void gc_fragment(coord *c, int64_t job, int fragment, int64_t round) {
   const int keep_last = j ? j->spec.versions.keep_last : 2, keep_every = j ? j->spec.versions.keep_every : 0;
   if (store_gc_versions(c->st, job, fragment, keep_last, keep_every, &names, &n) == 0) {
     if (n > 0) TESTHOOK("gc");
-    blob_delete_many(c->bs, names, n);
-    store_names_free(names, n);
+    gc_delete_files(c, names, n);
   }
   if (store_gc_deltas(c->st, job, fragment, round, &names, &n) == 0) {
     if (n > 0) TESTHOOK("gc");
-    blob_delete_many(c->bs, names, n);
-    store_names_free(names, n);
+    gc_delete_files(c, names, n);
   }
 }
 
