@@ -356,143 +356,243 @@ static int load_upload(coord *c, uint64_t id, const gpt_layout *lay, float *thet
 
 /* ---- CreateJob ------------------------------------------------------------------------------ */
 
+/* Creating a job generates or reads the whole model and writes version 0 of every fragment:
+ * seconds to minutes for a large model. That part runs on the threadpool, so heartbeats and
+ * pushes keep flowing meanwhile. Creations run one at a time, the rest queued in arrival
+ * order, so name checks and job ids behave exactly as if each ran alone. */
+typedef struct create_work {
+  uv_work_t req;
+  struct rpc_call *call;
+  ProtobufCMessage *pm; /* the CreateJobRequest */
+  jobspec js;
+  gpt_layout *lay;
+  float *theta;         /* (n_params) version 0 */
+  char *json;
+  jobspec_module *mods;
+  jobspec_fragment *frags;
+  store_fragment_init *init;
+  char (*names)[BLOB_NAME_MAX];
+  int nm, nf;
+  int64_t id;
+  int code;             /* set by the threadpool part on failure */
+  char err[512];
+  struct create_work *next;
+} create_work;
+
+static create_work *create_head, *create_tail, *create_cur; /* cur: on the threadpool */
+static int create_busy;
+
+/* The call ended before it was answered (client cancel, deadline, shutdown): forget it; the
+ * creation still completes, its answer goes nowhere. */
+static void on_create_done(struct rpc_call *call, int cancelled, void *ud) {
+  (void)cancelled;
+  (void)ud;
+  if (create_cur && create_cur->call == call) create_cur->call = NULL;
+  for (create_work *w = create_head; w; w = w->next)
+    if (w->call == call) w->call = NULL;
+}
+
+static void create_free(create_work *w) {
+  free(w->lay);
+  free(w->theta);
+  free(w->json);
+  free(w->mods);
+  free(w->frags);
+  free(w->init);
+  free(w->names);
+  protobuf_c_message_free_unpacked(w->pm, NULL);
+  free(w);
+}
+
+/* Loop thread: validate the request and size everything; 0, or -1 with the call answered. */
+static int create_prepare(coord *c, create_work *w) {
+  struct rpc_call *call = w->call;
+  if (!call) return -1; /* nobody is waiting for it any more */
+  Dipaco__V1__CreateJobRequest *r = (Dipaco__V1__CreateJobRequest *)w->pm;
+  jobspec *js = &w->js;
+  int rc = jobspec_parse(r->spec_json, strlen(r->spec_json), js);
+  if (rc < 0) return rpc_call_finish(call, RPC_INVALID_ARGUMENT, "spec_json: %s", dpc_errmsg()), -1;
+  if (r->name[0] && strcmp(r->name, js->name) != 0) {
+    if (strlen(r->name) >= sizeof js->name)
+      return rpc_call_finish(call, RPC_INVALID_ARGUMENT, "name: longer than %d characters", JOBSPEC_NAME_MAX - 1), -1;
+    snprintf(js->name, sizeof js->name, "%s", r->name);
+    if (jobspec_validate(js) < 0) return rpc_call_finish(call, RPC_INVALID_ARGUMENT, "name: %s", dpc_errmsg()), -1;
+  }
+  if (!js->has_shape) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT,
+                    "model.init: the coordinator cannot read %s; give the shape fields (n_layer, n_head, n_embd, "
+                    "n_positions, vocab_size) with the init directory and upload its weights (dipacoctl does both)",
+                    js->init_dir);
+    return -1;
+  }
+  if (js->init_dir[0] && r->initial_upload_id == 0) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "initial_upload_id: model.init needs the weights uploaded first "
+                                                "(UploadInitialModel)");
+    return -1;
+  }
+  store_job other;
+  if (store_find_job(c->st, js->name, &other) == 0) {
+    store_job_clear(&other);
+    rpc_call_finish(call, RPC_ALREADY_EXISTS, "name: a job named \"%s\" already exists (job %lld)", js->name,
+                    (long long)other.id);
+    return -1;
+  }
+  w->lay = malloc(sizeof *w->lay);
+  if (!w->lay || (rc = jobspec_layout(js, w->lay)) < 0)
+    return rpc_call_finish(call, RPC_INVALID_ARGUMENT, "model: %s", w->lay ? dpc_errmsg() : "out of memory"), -1;
+  w->theta = malloc(w->lay->n_params * sizeof *w->theta);
+  if (!w->theta) {
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "model: %zu parameters do not fit in memory", w->lay->n_params);
+    return -1;
+  }
+  w->nm = jobspec_modules(js, w->lay, NULL, 0);
+  w->nf = jobspec_fragments(js, w->lay, NULL, 0);
+  if (w->nm < 1 || w->nf < 1) return rpc_call_finish(call, RPC_INVALID_ARGUMENT, "levels: %s", dpc_errmsg()), -1;
+  w->mods = calloc((size_t)w->nm, sizeof *w->mods);
+  w->frags = calloc((size_t)w->nf, sizeof *w->frags);
+  w->init = calloc((size_t)w->nf, sizeof *w->init);
+  w->names = calloc((size_t)w->nf, sizeof *w->names);
+  if (!w->mods || !w->frags || !w->init || !w->names || jobspec_to_json(js, &w->json) < 0)
+    return rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory"), -1;
+  jobspec_modules(js, w->lay, w->mods, w->nm);
+  jobspec_fragments(js, w->lay, w->frags, w->nf);
+  if ((rc = store_next_job_id(c->st, &w->id)) < 0) return rpc_call_fail(call, rc), -1;
+  return 0;
+}
+
+/* Threadpool: version 0's parameters (uploaded or initialised) and their blobs. */
+static void create_run(uv_work_t *req) {
+  create_work *w = req->data;
+  coord *c = g_coord;
+  const Dipaco__V1__CreateJobRequest *r = (const Dipaco__V1__CreateJobRequest *)w->pm;
+  int rc;
+  if (r->initial_upload_id) {
+    if ((rc = load_upload(c, r->initial_upload_id, w->lay, w->theta)) < 0) {
+      w->code = rc == DPC_ENOENT ? RPC_NOT_FOUND : RPC_INVALID_ARGUMENT;
+      snprintf(w->err, sizeof w->err, "%s", dpc_errmsg());
+      return;
+    }
+  } else {
+    gpt_init_params(w->lay, w->theta, w->js.seed);
+  }
+  for (int i = 0; i < w->nf; i++) {
+    blob_id bid = {.job = w->id, .fragment = w->frags[i].id, .version = 0, .kind = BLOB_PARAMS};
+    blob_name(&bid, w->names[i], BLOB_NAME_MAX);
+    rc = blob_write(c->bs, w->names[i], BLOB_PARAMS, w->theta + w->frags[i].offset, w->frags[i].len,
+                    &w->init[i].param_crc);
+    if (rc < 0) {
+      w->code = rpc_code_from_dpc(rc);
+      snprintf(w->err, sizeof w->err, "%s", dpc_errmsg()[0] ? dpc_errmsg() : dpc_strerror(rc));
+      return;
+    }
+    w->init[i].fragment = w->frags[i].id;
+    w->init[i].param_blob = w->names[i];
+  }
+}
+
+/* Loop thread: commit the job (one transaction), load it, answer. */
+static void create_commit(coord *c, create_work *w) {
+  struct rpc_call *call = w->call;
+  const Dipaco__V1__CreateJobRequest *r = (const Dipaco__V1__CreateJobRequest *)w->pm;
+  store_new_job nj = {.id = w->id, .spec = &w->js, .spec_json = w->json, .modules = w->mods, .n_modules = w->nm,
+                      .fragments = w->frags, .n_fragments = w->nf, .init = w->init, .now_ms = coord_now_ms()};
+  int rc = store_create_job(c->st, &nj);
+  if (rc < 0) {
+    DPC_WARN("job \"%s\" not created: %s", w->js.name, dpc_errmsg());
+    if (call) rpc_call_finish(call, rc == DPC_EEXIST ? RPC_ALREADY_EXISTS : rpc_code_from_dpc(rc), "%s", dpc_errmsg());
+    return;
+  }
+  store_job sj;
+  coord_job *j = NULL;
+  if ((rc = store_get_job(c->st, w->id, &sj)) < 0 || (rc = coord_job_from_store(&sj, &j)) < 0 ||
+      (rc = coord_job_add(c, j)) < 0) {
+    if (rc != DPC_ENOENT) store_job_clear(&sj);
+    coord_job_free(j);
+    DPC_ERROR("job %lld created but not loaded: %s", (long long)w->id, dpc_errmsg());
+    if (call) rpc_call_fail(call, rc);
+    return;
+  }
+  store_job_clear(&sj);
+  for (int i = 0; i < w->nf; i++) {
+    float *copy = malloc(w->frags[i].len * sizeof *copy);
+    if (copy) {
+      memcpy(copy, w->theta + w->frags[i].offset, w->frags[i].len * sizeof *copy);
+      pcache_put(c, w->id, w->frags[i].id, 0, copy, w->frags[i].len, w->init[i].param_crc);
+    }
+  }
+  coord_job_set_state(c, j, r->start_paused ? JOB_PAUSED : JOB_RUNNING, NULL);
+  DPC_INFO("job %lld \"%s\" created: %s, %d path(s) x %d replica(s), H=%d, %d rounds, %zu parameters%s",
+           (long long)w->id, w->js.name, jobspec_algorithm_name(w->js.algorithm), j->n_paths, w->js.replicas,
+           w->js.inner_steps, w->js.rounds, w->lay->n_params, r->initial_upload_id ? " (uploaded weights)" : "");
+  if (call) reply_job(call, c, w->id);
+  sched_check_rounds(c); /* long-polled Lease calls may now get work */
+}
+
+static void create_after(uv_work_t *req, int status);
+
+/* Start the next queued creation unless one is running. */
+static void create_next(coord *c) {
+  while (!create_busy && create_head) {
+    create_work *w = create_head;
+    create_head = w->next;
+    if (!create_head) create_tail = NULL;
+    if (c->stopping) {
+      if (w->call) rpc_call_finish(w->call, RPC_UNAVAILABLE, "coordinator is shutting down; retry with backoff");
+      create_free(w);
+      continue;
+    }
+    if (create_prepare(c, w) == 0) {
+      w->req.data = w;
+      int rc = coord_queue_work(c, &w->req, create_run, create_after);
+      if (rc == 0) {
+        create_busy = 1;
+        create_cur = w;
+        return;
+      }
+      rpc_call_fail(w->call, rc);
+    }
+    create_free(w);
+  }
+}
+
+static void create_after(uv_work_t *req, int status) {
+  create_work *w = req->data;
+  coord *c = g_coord;
+  if (status != 0 && w->code == RPC_OK) {
+    w->code = RPC_UNAVAILABLE;
+    snprintf(w->err, sizeof w->err, "job creation was canceled (coordinator shutting down); retry");
+  }
+  create_cur = NULL;
+  if (w->code != RPC_OK) {
+    DPC_WARN("job \"%s\" not created: %s", w->js.name, w->err);
+    if (w->call) rpc_call_finish(w->call, w->code, "%s", w->err);
+  } else {
+    create_commit(c, w);
+  }
+  create_free(w);
+  create_busy = 0;
+  create_next(c);    /* before coord_work_done, which may start the shutdown */
+  coord_work_done(c);
+}
+
 static void on_create_job(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   (void)ud;
   coord *c = g_coord;
   ProtobufCMessage *pm;
   if (unpack(call, req, &dipaco__v1__create_job_request__descriptor, &pm)) return;
-  Dipaco__V1__CreateJobRequest *r = (Dipaco__V1__CreateJobRequest *)pm;
-  jobspec js;
-  gpt_layout *lay = NULL;
-  float *theta = NULL;
-  char *json = NULL;
-  jobspec_module *mods = NULL;
-  jobspec_fragment *frags = NULL;
-  store_fragment_init *init = NULL;
-  char (*names)[BLOB_NAME_MAX] = NULL;
-  int rc = jobspec_parse(r->spec_json, strlen(r->spec_json), &js);
-  if (rc < 0) {
-    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "spec_json: %s", dpc_errmsg());
-    goto out;
-  }
-  if (r->name[0] && strcmp(r->name, js.name) != 0) {
-    if (strlen(r->name) >= sizeof js.name) {
-      rpc_call_finish(call, RPC_INVALID_ARGUMENT, "name: longer than %d characters", JOBSPEC_NAME_MAX - 1);
-      goto out;
-    }
-    snprintf(js.name, sizeof js.name, "%s", r->name);
-    if (jobspec_validate(&js) < 0) {
-      rpc_call_finish(call, RPC_INVALID_ARGUMENT, "name: %s", dpc_errmsg());
-      goto out;
-    }
-  }
-  if (!js.has_shape) {
-    rpc_call_finish(call, RPC_INVALID_ARGUMENT,
-                    "model.init: the coordinator cannot read %s; give the shape fields (n_layer, n_head, n_embd, "
-                    "n_positions, vocab_size) with the init directory and upload its weights (dipacoctl does both)",
-                    js.init_dir);
-    goto out;
-  }
-  if (js.init_dir[0] && r->initial_upload_id == 0) {
-    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "initial_upload_id: model.init needs the weights uploaded first "
-                                                "(UploadInitialModel)");
-    goto out;
-  }
-  {
-    store_job other;
-    if (store_find_job(c->st, js.name, &other) == 0) {
-      store_job_clear(&other);
-      rpc_call_finish(call, RPC_ALREADY_EXISTS, "name: a job named \"%s\" already exists (job %lld)", js.name,
-                      (long long)other.id);
-      goto out;
-    }
-  }
-  lay = malloc(sizeof *lay);
-  if (!lay || (rc = jobspec_layout(&js, lay)) < 0) {
-    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "model: %s", lay ? dpc_errmsg() : "out of memory");
-    goto out;
-  }
-  theta = malloc(lay->n_params * sizeof *theta);
-  if (!theta) {
-    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "model: %zu parameters do not fit in memory", lay->n_params);
-    goto out;
-  }
-  if (r->initial_upload_id) {
-    if ((rc = load_upload(c, r->initial_upload_id, lay, theta)) < 0) {
-      rpc_call_finish(call, rc == DPC_ENOENT ? RPC_NOT_FOUND : RPC_INVALID_ARGUMENT, "%s", dpc_errmsg());
-      goto out;
-    }
-  } else {
-    gpt_init_params(lay, theta, js.seed);
-  }
-  int nm = jobspec_modules(&js, lay, NULL, 0), nf = jobspec_fragments(&js, lay, NULL, 0);
-  if (nm < 1 || nf < 1) {
-    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "levels: %s", dpc_errmsg());
-    goto out;
-  }
-  mods = calloc((size_t)nm, sizeof *mods);
-  frags = calloc((size_t)nf, sizeof *frags);
-  init = calloc((size_t)nf, sizeof *init);
-  names = calloc((size_t)nf, sizeof *names);
-  if (!mods || !frags || !init || !names || jobspec_to_json(&js, &json) < 0) {
+  create_work *w = calloc(1, sizeof *w);
+  if (!w) {
+    protobuf_c_message_free_unpacked(pm, NULL);
     rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-    goto out;
+    return;
   }
-  jobspec_modules(&js, lay, mods, nm);
-  jobspec_fragments(&js, lay, frags, nf);
-  int64_t id;
-  if ((rc = store_next_job_id(c->st, &id)) < 0) {
-    rpc_call_fail(call, rc);
-    goto out;
-  }
-  for (int i = 0; i < nf; i++) {
-    blob_id bid = {.job = id, .fragment = frags[i].id, .version = 0, .kind = BLOB_PARAMS};
-    blob_name(&bid, names[i], BLOB_NAME_MAX);
-    if ((rc = blob_write(c->bs, names[i], BLOB_PARAMS, theta + frags[i].offset, frags[i].len, &init[i].param_crc)) < 0) {
-      rpc_call_fail(call, rc);
-      goto out;
-    }
-    init[i].fragment = frags[i].id;
-    init[i].param_blob = names[i];
-  }
-  store_new_job nj = {.id = id, .spec = &js, .spec_json = json, .modules = mods, .n_modules = nm, .fragments = frags,
-                      .n_fragments = nf, .init = init, .now_ms = coord_now_ms()};
-  if ((rc = store_create_job(c->st, &nj)) < 0) {
-    rpc_call_finish(call, rc == DPC_EEXIST ? RPC_ALREADY_EXISTS : rpc_code_from_dpc(rc), "%s", dpc_errmsg());
-    goto out;
-  }
-  store_job sj;
-  coord_job *j = NULL;
-  if ((rc = store_get_job(c->st, id, &sj)) < 0 || (rc = coord_job_from_store(&sj, &j)) < 0 ||
-      (rc = coord_job_add(c, j)) < 0) {
-    if (rc != DPC_ENOENT) store_job_clear(&sj);
-    coord_job_free(j);
-    rpc_call_fail(call, rc);
-    goto out;
-  }
-  store_job_clear(&sj);
-  for (int i = 0; i < nf; i++) {
-    float *copy = malloc(frags[i].len * sizeof *copy);
-    if (copy) {
-      memcpy(copy, theta + frags[i].offset, frags[i].len * sizeof *copy);
-      pcache_put(c, id, frags[i].id, 0, copy, frags[i].len, init[i].param_crc);
-    }
-  }
-  coord_job_set_state(c, j, r->start_paused ? JOB_PAUSED : JOB_RUNNING, NULL);
-  DPC_INFO("job %lld \"%s\" created: %s, %d path(s) x %d replica(s), H=%d, %d rounds, %zu parameters%s", (long long)id,
-           js.name, jobspec_algorithm_name(js.algorithm), j->n_paths, js.replicas, js.inner_steps, js.rounds,
-           lay->n_params, r->initial_upload_id ? " (uploaded weights)" : "");
-  reply_job(call, c, id);
-  sched_check_rounds(c); /* long-polled Lease calls may now get work */
-out:
-  free(lay);
-  free(theta);
-  free(json);
-  free(mods);
-  free(frags);
-  free(init);
-  free(names);
-  protobuf_c_message_free_unpacked(pm, NULL);
+  w->call = call;
+  w->pm = pm;
+  w->code = RPC_OK;
+  if (create_tail) create_tail->next = w;
+  else create_head = w;
+  create_tail = w;
+  create_next(c);
 }
 
 /* ---- jobs ------------------------------------------------------------------------------------ */
@@ -1074,7 +1174,7 @@ void admin_init_uploads(coord *c) {
 const struct rpc_method coord_admin_methods[] = {
     {.path = "/dipaco.v1.Admin/UploadInitialModel", .kind = RPC_CLIENT_STREAM, .on_call = upload_on_call,
      .on_message = upload_on_message, .on_done = upload_on_done},
-    {.path = "/dipaco.v1.Admin/CreateJob", .kind = RPC_UNARY, .on_call = on_create_job},
+    {.path = "/dipaco.v1.Admin/CreateJob", .kind = RPC_UNARY, .on_call = on_create_job, .on_done = on_create_done},
     {.path = "/dipaco.v1.Admin/ListJobs", .kind = RPC_UNARY, .on_call = on_list_jobs},
     {.path = "/dipaco.v1.Admin/GetJob", .kind = RPC_UNARY, .on_call = on_get_job},
     {.path = "/dipaco.v1.Admin/PauseJob", .kind = RPC_UNARY, .on_call = on_pause_job},

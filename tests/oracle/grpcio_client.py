@@ -201,6 +201,33 @@ def run(grpc, pb, hpb, addr, fresh, proc, state):
         check(e.code() == grpc.StatusCode.INVALID_ARGUMENT,
               f"CreateJob invalid spec → INVALID_ARGUMENT ({e.code()}: {e.details()})")
 
+    # Creations run on the coordinator's threadpool, one at a time in arrival order: six at
+    # once (two share a name) get distinct increasing ids and exactly one ALREADY_EXISTS, and
+    # a caller that gives up at once (1 ms deadline) leaves the coordinator serving.
+    quick = create.future(pb.CreateJobRequest(name="grpcio-quit", spec_json=json.dumps(dict(spec, name="grpcio-quit"))),
+                          timeout=0.001)
+    names = ["grpcio-c1", "grpcio-c2", "grpcio-dup", "grpcio-dup", "grpcio-c3", "grpcio-c4"]
+    futs = [create.future(pb.CreateJobRequest(name=n, spec_json=json.dumps(dict(spec, name=n))), timeout=30)
+            for n in names]
+    got, dups = {}, 0
+    for n, f in zip(names, futs):
+        try:
+            got.setdefault(n, []).append(f.result().summary.job_id)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.ALREADY_EXISTS and n == "grpcio-dup":
+                dups += 1
+            else:
+                check(False, f"concurrent CreateJob {n}: {e.code()}: {e.details()}")
+    cids = [i for v in got.values() for i in v]
+    check(dups == 1 and len(cids) == 5 and len(set(cids)) == 5 and min(cids) > max(ids),
+          f"concurrent CreateJob: distinct ids {sorted(cids)}, one duplicate name refused ({dups})")
+    try:
+        quick.result()
+    except grpc.RpcError:
+        pass
+    r = health(hpb.HealthCheckRequest(service=""), timeout=5)
+    check(r.status == hpb.HealthCheckResponse.SERVING, "serving after an abandoned CreateJob")
+
 
 if __name__ == "__main__":
     sys.exit(main())
