@@ -471,18 +471,7 @@ int sched_lease_maybe_pushed(coord *c, const store_lease *l) {
   int nf;
   if (store_lease_fragments(c->st, l->id, &fids, &bases, &nf) < 0) return 0;
   int all = 1;
-  for (int i = 0; i < nf && all; i++) {
-    store_delta *ds;
-    int nd, found = 0;
-    if (store_list_deltas(c->st, l->job, fids[i], l->round, -1, &ds, &nd) < 0) {
-      all = 0;
-      break;
-    }
-    for (int k = 0; k < nd; k++)
-      if (ds[k].lease == l->id) found = 1;
-    free(ds);
-    all = found;
-  }
+  for (int i = 0; i < nf && all; i++) all = store_find_delta(c->st, l->id, fids[i], NULL) == 1;
   free(fids);
   free(bases);
   if (all) sched_lease_pushed(c, l->id);
@@ -750,6 +739,14 @@ static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
   if (store_get_fragment(c->st, j->id, f, &fr) < 0) return;
   int64_t t = fr.version;
   if (t >= j->spec.rounds) return;
+  /* Called after every push: count first (one index scan), read the rows only when the round
+   * can close. */
+  int have;
+  if (store_count_received_slots(c->st, j->id, f, t, &have) < 0 || have == 0) return;
+  if (have < j->expected[f]) {
+    store_round r;
+    if (store_get_round(c->st, j->id, f, t, &r) < 0 || r.deadline_at == 0 || now < r.deadline_at) return;
+  }
   store_delta *ds;
   int nd;
   if (store_list_deltas(c->st, j->id, f, t, DELTA_RECEIVED, &ds, &nd) < 0) return;

@@ -966,16 +966,7 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   p->inner_steps = ch->inner_steps;
   p->mode = 0;
   /* Already recorded (a retry)? */
-  store_delta *ds;
-  int nd;
-  if (store_list_deltas(c->st, p->lease.job, frag, p->lease.round, -1, &ds, &nd) == 0) {
-    for (int k = 0; k < nd; k++)
-      if (ds[k].lease == p->lease.id) {
-        p->mode = 1;
-        p->dup_crc = ds[k].checksum;
-      }
-    free(ds);
-  }
+  if (store_find_delta(c->st, p->lease.id, frag, &p->dup_crc) == 1) p->mode = 1;
   if (p->mode == 0 && p->lease.state != LEASE_ACTIVE) {
     store_round r;
     if (store_get_round(c->st, p->lease.job, frag, p->lease.round, &r) == 0 && r.state == ROUND_CLOSED) {

@@ -1090,6 +1090,33 @@ void sq_read_delta(sqlite3_stmt *s, void *out) {
   d->applied_version = sqlite3_column_int64(s, 14);
 }
 
+int store_find_delta(store *st, int64_t lease, int fragment, uint32_t *crc) {
+  sqlite3_stmt *s = sq_stmt(st, S_FIND_DELTA);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, lease);
+  B64(s, 2, fragment);
+  int rc = sq_step(st, s, "find delta");
+  if (rc < 0) return rc;
+  int found = rc == SQLITE_ROW;
+  if (found && crc) *crc = (uint32_t)sqlite3_column_int64(s, 1);
+  sqlite3_reset(s);
+  return found;
+}
+
+int store_count_received_slots(store *st, int64_t job, int fragment, int64_t round, int *n) {
+  *n = 0;
+  sqlite3_stmt *s = sq_stmt(st, S_COUNT_RECEIVED_SLOTS);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, job);
+  B64(s, 2, fragment);
+  B64(s, 3, round);
+  int rc = sq_step(st, s, "count received deltas");
+  if (rc < 0) return rc;
+  if (rc == SQLITE_ROW) *n = sqlite3_column_int(s, 0);
+  sqlite3_reset(s);
+  return 0;
+}
+
 int store_delta_norms(store *st, int64_t job, int fragment, int max, double *norms, int *n) {
   *n = 0;
   sqlite3_stmt *s = sq_stmt(st, S_DELTA_NORMS);

@@ -89,6 +89,8 @@
                  "ON CONFLICT (job, fragment, round) DO UPDATE SET state = 'closed', closed_at = ?4, "       \
                  "n_deltas = ?5, version = ?6")                                                              \
   X(FIND_DELTA, "SELECT id, checksum FROM deltas WHERE lease = ?1 AND fragment = ?2")                         \
+  X(COUNT_RECEIVED_SLOTS, "SELECT count(*) FROM (SELECT DISTINCT path, replica FROM deltas WHERE job = ?1 "    \
+                          "AND fragment = ?2 AND round = ?3 AND state = 'received')")                          \
   X(INS_DELTA, "INSERT INTO deltas (job, round, fragment, path, replica, lease, base_version, checksum, blob, " \
                "weight, tokens, state, received_at, norm) "                                                  \
                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'received', ?12, ?13)")                \

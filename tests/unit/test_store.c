@@ -268,6 +268,19 @@ int main(void) {
   nd.blob = "1/f0-v0-a1.delta";
   CHECK_EQ_INT(store_record_delta(st, &nd, NULL), 0);
   {
+    /* Indexed lookups of the push path: a lease's delta of a fragment, and the slots that
+     * have a received delta in a round (l1 and l3 pushed fragment 2 of round 0). */
+    uint32_t crc = 0;
+    CHECK_EQ_INT(store_find_delta(st, l3, 2, &crc), 1);
+    CHECK_EQ_INT(crc, 0xabcdef01u);
+    CHECK_EQ_INT(store_find_delta(st, l3, 1, NULL), 0);
+    int ns_ = -1;
+    CHECK_EQ_INT(store_count_received_slots(st, jid, 2, 0, &ns_), 0);
+    CHECK_EQ_INT(ns_, 2);
+    CHECK_EQ_INT(store_count_received_slots(st, jid, 2, 1, &ns_), 0);
+    CHECK_EQ_INT(ns_, 0);
+  }
+  {
     /* The norm screen's memory: the recorded norms of (job, fragment), oldest first; a delta
      * recorded without a norm (NaN) has none. */
     double norms[4];
