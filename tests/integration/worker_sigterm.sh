@@ -6,7 +6,8 @@
 #     the ledger) and counts K steps for the slot: the slot's next lease starts at step K;
 #  2. SIGTERM while a worker waits in a Lease long-poll (--poll-ms 20000; the only slot is
 #     leased to another worker): it exits 0 at once (under 2 s), not when the poll ends;
-#  3. the job still ends DONE after exactly rounds x H x R = 2000 inner steps in all.
+#  3. a second preempted worker, then a fresh one: the job ends DONE after exactly
+#     rounds x H x R = 2000 inner steps in all.
 # (Sync mode, where a SIGTERM releases the lease and pushes nothing, is checked by
 # tests/unit/test_worker.c against a fake coordinator and by checkpoint_e2e.)
 set -euo pipefail
@@ -50,7 +51,7 @@ done
 "$CTL" --coordinator "$COORD" job ledger "$JOB" | grep -Eq '^1 ' || fail "the partial delta was not applied (no version 1 in the ledger)"
 
 # ---- 2: SIGTERM during a Lease long-poll
-start_worker w2 "$W/corpus" --slowdown 2 --exit-when-done; w2=$LAST_WORKER_PID
+start_worker w2 "$W/corpus" --slowdown 8; w2=$LAST_WORKER_PID # holds the only slot meanwhile
 wait_for_line "$W/worker-w2.log" "lease [0-9]+ granted" 60 || fail "w2 got no lease"
 grep -Eq "lease [0-9]+ granted: job $JOB round 1 slot \(0,0\) steps $K\.\." "$W/worker-w2.log" ||
   fail "the slot's next lease does not start at step $K: $(grep granted "$W/worker-w2.log")"
@@ -67,9 +68,14 @@ dt=$(( $(now_ms) - t0 ))
 [ $dt -lt 2000 ] || fail "w3 took $dt ms to exit from a Lease long-poll"
 echo "ok: 2: SIGTERM during a Lease long-poll: exit 0 after $dt ms"
 
-# ---- 3: the job finishes with the right amount of compute
+# ---- 3: w2 is preempted too; w4 finishes the job with the right amount of compute
+kill -TERM "$w2"
 rc=0; wait "$w2" || rc=$?
-[ $rc = 0 ] || fail "w2 exited $rc"
+[ $rc = 0 ] || fail "w2 exited $rc after SIGTERM"
+grep -q "pushing the partial delta" "$W/worker-w2.log" || fail "w2 did not push its partial delta"
+start_worker w4 "$W/corpus" --exit-when-done; w4=$LAST_WORKER_PID
+rc=0; wait "$w4" || rc=$?
+[ $rc = 0 ] || fail "w4 exited $rc"
 "$CTL" --coordinator "$COORD" job show "$JOB" | grep -Eq '^state +DONE' || fail "job not DONE"
 steps=$("$CTL" --coordinator "$COORD" paths "$JOB" --json | "$PY" -c 'import json,sys; print(sum(s["step"] for p in json.load(sys.stdin)["paths"] for s in p["slots"]))')
 [ "$steps" = 2000 ] || fail "the slot trained $steps inner steps, expected 2000"
