@@ -422,17 +422,22 @@ int sched_lease(coord *c, int64_t worker, int64_t job_filter, store_lease *lease
       steps = dylu_steps(c, j, &me, now);
       if (steps > left) steps = (int)left;
     }
+    /* The worker's own slot first; only without one, the first free slot (which may look up
+     * the last worker of every slot before it: not once per slot for every Lease call). */
     const store_slot *mine = NULL, *free_slot = NULL;
     for (int i = 0; i < ns; i++) {
       const store_slot *s = &slots[i];
       if (!async && s->round < j->spec.rounds) any_work = 1;
       if (s->state != SLOT_IDLE || (!async && s->round >= j->spec.rounds)) continue;
-      if (!async && !path_ready(c, j, s->path, s->round, frags)) continue;
-      if (s->last_worker == worker) {
+      if (s->last_worker == worker && (async || path_ready(c, j, s->path, s->round, frags))) {
         mine = s;
         break;
       }
-      if (free_slot) continue;
+    }
+    for (int i = 0; i < ns && !mine && !free_slot; i++) {
+      const store_slot *s = &slots[i];
+      if (s->state != SLOT_IDLE || (!async && s->round >= j->spec.rounds)) continue;
+      if (!async && !path_ready(c, j, s->path, s->round, frags)) continue;
       store_worker lw;
       /* inner_state keep: a slot whose last worker is alive stays reserved for it (its AdamW
        * state is there), even while that worker trains something else — moving it would
