@@ -398,7 +398,7 @@ static int sweep_dir(sweep_ctx *sx, const char *dir, const char *rel) {
       drop = 1;
       sx->temps++;
     } else if (S_ISREG(stt.st_mode) && orphans_ok) {
-      blob_kind k;
+      blob_kind k = BLOB_PARAMS; /* set by blob_kind_of_name; initialised for -Wmaybe-uninitialized */
       const char *key = name;
       snprintf(name, sizeof name, "%s/%s", rel, e->d_name);
       /* Inner AdamW state blobs are found by name, not through the database: never orphans. */
