@@ -44,11 +44,14 @@
 #include "proto/dipaco.pb-c.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_REQ_BYTES (1u << 20)
@@ -513,6 +516,12 @@ static void create_commit(coord *c, create_work *w) {
     return;
   }
   store_job_clear(&sj);
+  if (r->initial_upload_id) { /* consumed: version 0's blobs hold the weights now */
+    char path[1200];
+    upload_path(c, r->initial_upload_id, path, sizeof path);
+    if (unlink(path) != 0 && errno != ENOENT)
+      DPC_WARN("job %lld: cannot remove upload %s: %s", (long long)w->id, path, strerror(errno));
+  }
   for (int i = 0; i < w->nf; i++) {
     float *copy = malloc(w->frags[i].len * sizeof *copy);
     if (copy) {
@@ -1157,18 +1166,38 @@ out:
 }
 
 /* Uploads count up from the largest id already in STATE/uploads. */
+/* Uploads are consumed by the CreateJob that names them. At start-up the ids continue after
+ * the highest file left, unfinished uploads (temp files of a crash mid-upload) are removed,
+ * and so are uploads no job claimed within UPLOAD_MAX_AGE_S (a client that gave up). */
+#define UPLOAD_MAX_AGE_S (24 * 3600)
 void admin_init_uploads(coord *c) {
-  char dir[1100];
+  char dir[1100], path[1400];
   snprintf(dir, sizeof dir, "%s/uploads", c->state_dir);
   c->next_upload_id = 1;
   DIR *d = opendir(dir);
   if (!d) return;
   struct dirent *e;
+  const time_t now = time(NULL);
+  int removed = 0;
   while ((e = readdir(d))) {
+    if (e->d_name[0] == '.' && (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0))) continue;
     unsigned long long v;
-    if (sscanf(e->d_name, "%llu.safetensors", &v) == 1 && v >= c->next_upload_id) c->next_upload_id = v + 1;
+    int n = 0;
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    int is_upload = sscanf(e->d_name, "%llu.safetensors%n", &v, &n) == 1 && e->d_name[n] == 0;
+    if (is_upload && v >= c->next_upload_id) c->next_upload_id = v + 1;
+    if (!is_upload || now - st.st_mtime > UPLOAD_MAX_AGE_S) {
+      if (unlink(path) == 0) removed++;
+      else DPC_WARN("uploads: cannot remove %s: %s", path, strerror(errno));
+    }
   }
   closedir(d);
+  if (removed) {
+    dpc_fsync_dir(dir);
+    DPC_INFO("recovery: removed %d unfinished or unclaimed upload(s) from %s", removed, dir);
+  }
 }
 
 const struct rpc_method coord_admin_methods[] = {

@@ -30,6 +30,13 @@ expect() { # expect WHAT CMD... : CMD must succeed
 PORT=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export DIPACO_COORDINATOR=127.0.0.1:$PORT
 unset DIPACO_ADMIN_TOKEN
+# Leftovers in the uploads directory: an upload nobody claimed for two days and a temp file
+# of an interrupted upload go at start-up; a recent unclaimed upload stays (its client may
+# still create the job), and upload ids continue after it.
+mkdir -p "$TMP/state/uploads"
+echo old > "$TMP/state/uploads/7.safetensors"; touch -d '2 days ago' "$TMP/state/uploads/7.safetensors"
+echo new > "$TMP/state/uploads/8.safetensors"
+echo tmp > "$TMP/state/uploads/9.safetensors.tmp.1.1"
 "$COORD" --listen "127.0.0.1:$PORT" --state-dir "$TMP/state" >"$TMP/coord.log" 2>&1 &
 CPID=$!
 for _ in $(seq 300); do
@@ -59,6 +66,9 @@ if [ $rc -eq 0 ] && [[ "$ID" =~ ^[0-9]+$ ]]; then ok "job create → id $ID"; el
   bad "job create (rc $rc, out '$ID')"; cat "$TMP/create.err"; tail -30 "$TMP/coord.log"; exit 1
 fi
 
+left=$(cd "$TMP/state/uploads" && ls | tr '\n' ' ')
+expect "uploads: the job consumed its upload, start-up removed the stale and unfinished ones ($left)" \
+  test "$left" = "8.safetensors "
 "$CTL" job list --json >"$TMP/list.json" && "$CTL" job show "$ID" --json >"$TMP/show.json"
 expect "job list / show --json describe the job" $PY - "$TMP/list.json" "$TMP/show.json" "$ID" <<'EOF'
 import json, sys
