@@ -191,14 +191,16 @@ static int cuda_create_impl(gpt_model *m, cuda_impl *c) {
   if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && bytes > (double)free_b)
     return dpc_err(DPC_ENOMEM, "cuda backend: B=%zu T=%zu needs %.2f GiB of device memory, %.2f GiB is free on %s; "
                    "lower B or T", B, T, bytes / 1073741824.0, free_b / 1073741824.0, pr.name);
+  /* Zeroing goes on our stream (non-blocking: it does not order against the legacy default
+   * stream), and create waits for it below, before any copy can land. */
   CUDA_TRY(cudaMalloc((void **)&c->store, 4 * P * sizeof(float)));
-  CUDA_TRY(cudaMemset(c->store, 0, 4 * P * sizeof(float)));
+  CUDA_TRY(cudaMemsetAsync(c->store, 0, 4 * P * sizeof(float), c->st));
   c->params = c->store;
   c->grads = c->store + P;
   c->adam_m = c->store + 2 * P;
   c->adam_v = c->store + 3 * P;
   CUDA_TRY(cudaMalloc((void **)&c->acts, total * sizeof(float)));
-  CUDA_TRY(cudaMemset(c->acts, 0, total * sizeof(float)));
+  CUDA_TRY(cudaMemsetAsync(c->acts, 0, total * sizeof(float), c->st));
   float *p = c->acts;
   for (int i = 0; i < nbuf; i++) {
     *ptrs[i] = p;
@@ -233,6 +235,7 @@ static int cuda_create_impl(gpt_model *m, cuda_impl *c) {
   free(hsegs);
   CUDA_TRY(e1);
   CUDA_TRY(cudaMalloc((void **)&c->seg_sumsq, nseg * sizeof(double)));
+  CUDA_TRY(cudaStreamSynchronize(c->st));
   (void)hs;
   c->state = ST_NONE;
   return 0;
