@@ -400,14 +400,29 @@ int sched_lease(coord *c, int64_t worker, int64_t job_filter, store_lease *lease
       free(act);
       return dpc_err(DPC_EINTERNAL, "job %lld: store has %d fragments, spec %d", (long long)j->id, nf, j->n_fragments);
     }
+    int async = j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC;
     store_slot *slots;
     int ns;
-    if ((rc = store_list_slots(c->st, j->id, &slots, &ns)) < 0) {
+    if (async) {
+      rc = store_list_slots(c->st, j->id, &slots, &ns);
+    } else {
+      /* Sync: only idle slots whose round lies within the fragments' versions can be ready
+       * (path_ready); reading just those keeps a Lease poll off the other slots' rows. */
+      int64_t lo = INT64_MAX, hi = -1;
+      for (int f = 0; f < nf; f++) {
+        if (frags[f].version < lo) lo = frags[f].version;
+        if (frags[f].version > hi) hi = frags[f].version;
+      }
+      if (hi > (int64_t)j->spec.rounds - 1) hi = (int64_t)j->spec.rounds - 1;
+      rc = store_any_slot_below(c->st, j->id, j->spec.rounds);
+      if (rc > 0) any_work = 1;
+      if (rc >= 0) rc = store_list_idle_slots(c->st, j->id, lo, hi, &slots, &ns);
+    }
+    if (rc < 0) {
       free(frags);
       free(act);
       return rc;
     }
-    int async = j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC;
     int steps = j->spec.inner_steps;
     if (async) {
       int64_t left = async_budget_left(c, j, slots, ns, act, na);

@@ -738,6 +738,29 @@ int store_list_slots(store *st, int64_t job, store_slot **out, int *n) {
   return sq_collect(st, s, "list slots", sizeof(store_slot), read_slot, (void **)out, n);
 }
 
+int store_list_idle_slots(store *st, int64_t job, int64_t lo, int64_t hi, store_slot **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *s = sq_stmt(st, S_IDLE_SLOTS);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, job);
+  B64(s, 2, lo);
+  B64(s, 3, hi);
+  return sq_collect(st, s, "list idle slots", sizeof(store_slot), read_slot, (void **)out, n);
+}
+
+int store_any_slot_below(store *st, int64_t job, int64_t round) {
+  sqlite3_stmt *s = sq_stmt(st, S_ANY_SLOT_BELOW);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, job);
+  B64(s, 2, round);
+  int rc = sq_step(st, s, "any slot below");
+  if (rc < 0) return rc;
+  int yes = rc == SQLITE_ROW && sqlite3_column_int(s, 0) != 0;
+  sqlite3_reset(s);
+  return yes;
+}
+
 int store_set_slot_state(store *st, int64_t job, int path, int replica, store_slot_state state) {
   if (state != SLOT_IDLE && state != SLOT_DONE) return dpc_err(DPC_EINVAL, "slots become leased only through a lease");
   store_slot cur;

@@ -173,6 +173,12 @@ typedef struct {
 int store_get_slot(store *st, int64_t job, int path, int replica, store_slot *out);
 /* All slots of a job by (path, replica); free() the array. */
 int store_list_slots(store *st, int64_t job, store_slot **out, int *n);
+/* The idle slots of a job with lo <= round <= hi, in (path, replica) order: the candidates of
+ * a sync Lease (a ready slot's round equals its fragments' version), without reading every
+ * slot row. free() the array. */
+int store_list_idle_slots(store *st, int64_t job, int64_t lo, int64_t hi, store_slot **out, int *n);
+/* 1 if some slot of the job is at a round below `round`, else 0; or a negative code. */
+int store_any_slot_below(store *st, int64_t job, int64_t round);
 /* Mark a slot done (all its rounds trained) or back to idle; DPC_ESTATE if it is leased. */
 int store_set_slot_state(store *st, int64_t job, int path, int replica, store_slot_state state);
 

@@ -63,6 +63,9 @@
               "WHERE job = ?1 AND path = ?2 AND replica = ?3")                                                \
   X(LIST_SLOTS, "SELECT job, path, replica, state, round, inner_steps, coalesce(last_worker, 0) FROM slots "  \
                 "WHERE job = ?1 ORDER BY path, replica")                                                     \
+  X(IDLE_SLOTS, "SELECT job, path, replica, state, round, inner_steps, coalesce(last_worker, 0) FROM slots "  \
+                "WHERE job = ?1 AND state = 'idle' AND round >= ?2 AND round <= ?3 ORDER BY path, replica")   \
+  X(ANY_SLOT_BELOW, "SELECT EXISTS (SELECT 1 FROM slots WHERE job = ?1 AND round < ?2)")                      \
   X(SET_SLOT_STATE, "UPDATE slots SET state = ?4 WHERE job = ?1 AND path = ?2 AND replica = ?3")              \
   X(LEASE_SLOT, "UPDATE slots SET state = 'leased', last_worker = ?4 "                                        \
                 "WHERE job = ?1 AND path = ?2 AND replica = ?3 AND state = 'idle'")                           \

@@ -474,6 +474,29 @@ int main(void) {
     CHECK_EQ_INT(store_get_slot(st, jid, 1, 0, &sl), 0);
     CHECK_EQ_INT(sl.inner_steps, 7);
   }
+  {
+    /* The sync Lease candidates: the idle slots within a round range, in (path, replica)
+     * order, equal to filtering the full slot list. */
+    store_slot *all = NULL, *idle = NULL;
+    int na_ = 0, ni = 0;
+    CHECK_EQ_INT(store_list_slots(st, jid, &all, &na_), 0);
+    for (int64_t lo = 0; lo <= 2; lo++) {
+      int64_t hi = lo + 60;
+      CHECK_EQ_INT(store_list_idle_slots(st, jid, lo, hi, &idle, &ni), 0);
+      int k = 0, ok = 1;
+      for (int i = 0; i < na_; i++)
+        if (all[i].state == SLOT_IDLE && all[i].round >= lo && all[i].round <= hi)
+          ok &= k < ni && idle[k].path == all[i].path && idle[k].replica == all[i].replica && idle[k++].round == all[i].round;
+      CHECK(ok && k == ni);
+      free(idle);
+    }
+    int64_t minr = INT64_MAX;
+    for (int i = 0; i < na_; i++)
+      if (all[i].round < minr) minr = all[i].round;
+    CHECK_EQ_INT(store_any_slot_below(st, jid, minr), 0);
+    CHECK_EQ_INT(store_any_slot_below(st, jid, minr + 1), 1);
+    free(all);
+  }
   CHECK_EQ_INT(store_next_job_id(st, &jid), 0);
   CHECK_EQ_INT(jid, 2);
   store_round *ors = NULL;
