@@ -14,6 +14,8 @@ k = 4):
     round 0 (refused when scaled up); the coordinator is restarted and a scaled-up delta is
     still refused (the reference is reloaded from the norms recorded in the store), normal
     deltas are accepted and the job ends DONE with version 2.
+  * diloco-async: after three applied deltas a scaled-up one is refused against the running
+    median; a smaller one (e.g. a preempted worker's partial work) passes;
   * a spec with outer.delta_norm_screen = 1 is refused with INVALID_ARGUMENT naming the field.
 
 usage: delta_screen.py COORDINATOR_BIN PROTO_DIR     (exit 77 = skip, with the reason)"""
@@ -256,6 +258,20 @@ def body(grpc, np, pb, coord_bin, d, state, log):
             break
         time.sleep(0.05)
     check(j.summary.state == pb.JOB_DONE, "job DONE after 2 rounds")
+
+    # diloco-async: no rounds; the same running reference over the applied deltas.
+    aspec = json.loads(json.dumps(spec))
+    aspec.update(name="screen-async", algorithm="diloco-async", replicas=2, rounds=3)
+    ajid = X["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(aspec)), timeout=30).summary.job_id
+    for i in range(3):
+        L = lease(mds[0])
+        check(L.job_id == ajid and accepted(push(mds[0], L, (rng.standard_normal(n) * 1e-2).astype(np.float32))),
+              f"async: normal delta {i} accepted")
+    L = lease(mds[1])
+    ok, detail = refused(push(mds[1], L, (rng.standard_normal(n) * 1e-2 * 100).astype(np.float32)))
+    check(ok, f"async: a delta 100x the running median → FAILED_PRECONDITION ({detail})")
+    half = (rng.standard_normal(n) * 0.5e-2).astype(np.float32)  # partial work: smaller, never screened
+    check(accepted(push(mds[1], L, half)), "async: a smaller delta on the same lease is accepted")
     check(d[0].stop() == 0, "SIGTERM → exit 0")
 
 
