@@ -191,11 +191,18 @@ static void reply_job(struct rpc_call *call, coord *c, int64_t id) {
 
 /* ---- UploadInitialModel --------------------------------------------------------------------- */
 
+/* The last step, the file's fsync and rename (seconds for a multi-GB model), runs on the
+ * threadpool. Ownership: the call's data until on_done, except while that commit is in
+ * flight, when on_done only marks it orphaned and upload_commit_after frees it. */
 typedef struct {
+  uv_work_t req;
+  struct rpc_call *call;
   dpc_afile *f;
   uint64_t id, next, total;
   uint32_t crc;
   int started, finished;
+  int committing, orphaned, commit_rc;
+  char err[512];
   unsigned char *buf;
   size_t cap;
 } upload;
@@ -229,31 +236,67 @@ static void upload_on_call(struct rpc_call *call, const struct grpc_byte_buffer 
   rpc_call_set_data(call, u);
 }
 
-static int upload_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, void *ud) {
-  (void)ud;
+static void upload_free(upload *u) {
+  if (u->f) dpc_afile_abort(u->f);
+  free(u->buf);
+  free(u);
+}
+
+static void upload_commit_run(uv_work_t *req) {
+  upload *u = req->data;
+  u->commit_rc = dpc_afile_commit(u->f);
+  u->f = NULL;
+  if (u->commit_rc < 0) snprintf(u->err, sizeof u->err, "storing the upload failed: %s", dpc_errmsg());
+}
+
+static void upload_commit_after(uv_work_t *req, int status) {
+  upload *u = req->data;
   coord *c = g_coord;
-  upload *u = rpc_call_data(call);
-  if (!u || u->finished) return 0;
-  char err[600];
-  if (!msg) {
-    if (!u->started || u->next != u->total) {
-      upload_fail(call, u, RPC_INVALID_ARGUMENT, "upload ended before its last chunk");
-      return 0;
+  u->committing = 0;
+  if (status != 0 && u->commit_rc == 0) {
+    u->commit_rc = DPC_ECANCELED;
+    snprintf(u->err, sizeof u->err, "storing the upload was canceled (coordinator shutting down); retry");
+  }
+  if (u->orphaned) { /* the client went away meanwhile: nobody can claim this upload */
+    if (u->commit_rc == 0) {
+      char path[1200];
+      upload_path(c, u->id, path, sizeof path);
+      unlink(path);
     }
-    int rc = dpc_afile_commit(u->f);
-    u->f = NULL;
-    if (rc < 0) {
-      snprintf(err, sizeof err, "storing the upload failed: %s", dpc_errmsg());
-      upload_fail(call, u, RPC_INTERNAL, err);
-      return 0;
-    }
+    upload_free(u);
+  } else if (u->commit_rc < 0) {
+    upload_fail(u->call, u, RPC_INTERNAL, u->err);
+  } else {
     DPC_INFO("upload %llu stored: %llu bytes", (unsigned long long)u->id, (unsigned long long)u->total);
     Dipaco__V1__UploadInitialModelResponse resp = DIPACO__V1__UPLOAD_INITIAL_MODEL_RESPONSE__INIT;
     resp.upload_id = u->id;
     resp.bytes = u->total;
     resp.crc32c = u->crc;
     u->finished = 1;
-    rpc_call_reply(call, &resp.base);
+    rpc_call_reply(u->call, &resp.base);
+  }
+  coord_work_done(c);
+}
+
+static int upload_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, void *ud) {
+  (void)ud;
+  coord *c = g_coord;
+  upload *u = rpc_call_data(call);
+  if (!u || u->finished || u->committing) return 0;
+  char err[600];
+  if (!msg) {
+    if (!u->started || u->next != u->total) {
+      upload_fail(call, u, RPC_INVALID_ARGUMENT, "upload ended before its last chunk");
+      return 0;
+    }
+    u->call = call;
+    u->req.data = u;
+    u->committing = 1;
+    if (coord_queue_work(c, &u->req, upload_commit_run, upload_commit_after) < 0) {
+      u->committing = 0;
+      snprintf(err, sizeof err, "storing the upload failed: %s", dpc_errmsg());
+      upload_fail(call, u, RPC_INTERNAL, err);
+    }
     return 0;
   }
   struct rpc_chunk ch;
@@ -317,10 +360,9 @@ static void upload_on_done(struct rpc_call *call, int cancelled, void *ud) {
   (void)ud;
   upload *u = rpc_call_data(call);
   if (!u) return;
-  if (u->f) dpc_afile_abort(u->f);
-  free(u->buf);
-  free(u);
   rpc_call_set_data(call, NULL);
+  if (u->committing) u->orphaned = 1; /* upload_commit_after frees it */
+  else upload_free(u);
 }
 
 /* Read an uploaded safetensors file into theta (canonical layout of lay). */
