@@ -34,8 +34,18 @@ cat > "$W/spec.json" <<JSON
 JSON
 FLAGS=(--heartbeat-ms 200 --lease-ttl-ms 4000)
 
+WPIDS=()
 workers() { # start two workers that leave when the job is done
-  for n in a b; do start_worker "$1$n" "$W/corpus" --exit-when-done; done
+  for n in a b; do
+    start_worker "$1$n" "$W/corpus" --exit-when-done
+    WPIDS+=("$LAST_WORKER_PID")
+  done
+}
+stop_workers() { # a worker that did not see the job end before its coordinator stopped would
+  # retry forever: SIGTERM (they exit within their grace period) and reap
+  for p in "${WPIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${WPIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  WPIDS=()
 }
 stop_coordinator() { # SIGTERM; it must exit 0
   kill -TERM "$COORD_PID"
@@ -70,6 +80,7 @@ JOB=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
 workers ref
 wait_done "$JOB" 120 reference
 "$CTL" --coordinator "$COORD" job export "$JOB" --path 0 --out "$W/ref" >/dev/null
+stop_workers
 stop_coordinator reference
 
 # ---- 1: full disk for blobs (fsync from the first on), then restart without it
@@ -89,8 +100,8 @@ stop_coordinator "full disk"
 restart_coordinator "$W/s1" "${FLAGS[@]}" || fail "restart without the fault"
 wait_done "$JOB" 120 "after the full disk"
 export_cmp "$JOB" blobs-full
+stop_workers
 stop_coordinator "after the full disk"
-for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
 
 # ---- 2: one failed rename: the one of version 1's parameter blob (an outer step's write)
 DIPACO_TEST_IO_FAULT=rename:1@-v1.params start_coordinator "$W/s2" "${FLAGS[@]}"
@@ -100,6 +111,7 @@ wait_done "$JOB" 120 "rename fault"
 grep -Eq "outer step failed: .*rename" "$W/coordinator.log" || fail "the injected rename did not hit an outer step"
 echo "ok: 2: a failed version write was retried"
 export_cmp "$JOB" version-rename
+stop_workers
 stop_coordinator "rename fault"
 
 # ---- 3: SQLite disk full from the job's first write on, then restart without it
@@ -117,6 +129,7 @@ stop_coordinator "sqlite full"
 restart_coordinator "$W/s3" "${FLAGS[@]}" || fail "restart without the sqlite fault"
 wait_done "$JOB" 120 "after the sqlite fault"
 export_cmp "$JOB" sqlite-full
+stop_workers
 stop_coordinator "after the sqlite fault"
 
 # ---- 4: one failed SQLite fsync in the middle of the job
@@ -126,5 +139,6 @@ workers sync
 wait_done "$JOB" 120 "sqlite fsync fault"
 grep -Eq "DIPACO_TEST_IO_FAULT: injecting" "$W/coordinator.log" || fail "the sqlite fsync fault was not injected"
 export_cmp "$JOB" sqlite-sync
+stop_workers
 stop_coordinator "sqlite fsync fault"
 echo "io_fault: OK"
