@@ -33,6 +33,10 @@
 #include <unistd.h>
 
 #define SHUTDOWN_GRACE_MS 3000
+/* Workers retry a dead coordinator with backoff capped at 5 s (worker/worker.c): after a
+ * restart their leases and liveness get this long, plus one TTL, before anything is taken
+ * from them. */
+#define RESTART_GRACE_MS 10000
 
 static void usage(FILE *f) {
   fprintf(f, "usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]\n"
@@ -311,8 +315,15 @@ int main(int argc, char **argv) {
            !use_tls ? "plain text (no TLS)" : tls.ca_file ? "mutual TLS" : "TLS",
            no_auth ? "NO token checks" : "join/admin tokens required");
   /* Restart recovery: leases whose deltas are all in are finished, and rounds whose deltas
-   * are all in get their outer step now. */
+   * are all in get their outer step now. The others get one TTL from now for their workers
+   * to reconnect (they could not heartbeat while this process was down). */
   sched_recover_leases(c);
+  c->live_floor_ms = coord_now_ms() + RESTART_GRACE_MS;
+  int graced = store_lease_grace(c->st, c->live_floor_ms + c->lease_ttl_ms);
+  if (graced > 0)
+    DPC_INFO("recovery: %d active lease(s) keep their slots for %d ms while workers reconnect", graced,
+             RESTART_GRACE_MS + c->lease_ttl_ms);
+  else if (graced < 0) DPC_WARN("recovery: cannot extend the active leases: %s", dpc_errmsg());
   sched_check_rounds(c);
   sd_notify(0, "READY=1");
 

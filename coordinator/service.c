@@ -582,6 +582,9 @@ void coord_retry_parked(coord *c, int flush) {
       continue;
     }
     unpark(i);
+    /* The worker was there all along, waiting in the long-poll: it counts as seen now, or a
+     * poll longer than the liveness window would mark it gone until its next call. */
+    svc_touch(c, pk.worker, -1);
     if (rc < 0) rpc_call_fail(pk.call, rc);
     else if (rc == SCHED_GRANTED) reply_lease(pk.call, c, &l);
     else lease_wait_reply(pk.call, c, rc);

@@ -924,6 +924,14 @@ int store_end_lease(store *st, int64_t lease, store_lease_state how, int advance
   return 0;
 }
 
+int store_lease_grace(store *st, int64_t until_ms) {
+  sqlite3_stmt *s = sq_stmt(st, S_LEASE_GRACE);
+  if (!s) return DPC_EINTERNAL;
+  B64(s, 1, until_ms);
+  TRY(sq_exec_done(st, s, "lease grace"));
+  return sqlite3_changes(st->db);
+}
+
 int store_expire_leases(store *st, int64_t now_ms, int64_t **ids, int *n) {
   if (ids) *ids = NULL;
   *n = 0;

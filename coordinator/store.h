@@ -213,6 +213,11 @@ typedef struct {
   int64_t now_ms, expires_at;
 } store_new_lease;
 
+/* Restart grace: every active lease expires no earlier than until_ms. Workers cannot renew
+ * while the coordinator is down, so a restart gives them one TTL to reconnect before their
+ * leases (and the work in flight) are taken away. Returns the number of leases extended. */
+int store_lease_grace(store *st, int64_t until_ms);
+
 /* Grant a lease on an idle slot (slot → leased, last_worker set). DPC_ESTATE if the slot is
  * not idle, DPC_ENOENT for an unknown slot or worker. */
 int store_create_lease(store *st, const store_new_lease *nl, int64_t *lease_id);

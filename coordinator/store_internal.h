@@ -77,6 +77,7 @@
   X(GET_LEASE, "SELECT " LEASE_COLS " FROM leases WHERE id = ?1")                                             \
   X(LEASE_BASE, "SELECT base_version FROM lease_fragments WHERE lease = ?1 AND fragment = ?2")                \
   X(RENEW_LEASE, "UPDATE leases SET expires_at = ?2 WHERE id = ?1 AND state = 'active'")                    \
+  X(LEASE_GRACE, "UPDATE leases SET expires_at = ?1 WHERE state = 'active' AND expires_at < ?1")             \
   X(SHORTEN_LEASE, "UPDATE leases SET inner_steps = ?2 WHERE id = ?1 AND state = 'active' AND inner_steps > ?2")                                           \
   X(END_LEASE, "UPDATE leases SET state = ?2, ended_at = ?3 WHERE id = ?1 AND state = 'active'")             \
   X(DUE_LEASES, "SELECT id FROM leases WHERE state = 'active' AND expires_at <= ?1 ORDER BY id")             \

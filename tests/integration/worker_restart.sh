@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # worker_restart.sh DIPACOCTL DIPACO_COORDINATOR DIPACO_WORKER DILOCO_LOCAL — the coordinator
 # is killed with SIGKILL in the middle of a DiLoCo job (R=2, H=40, 8 rounds, inner state keep)
-# and restarted on the same state directory and port; the two workers must ride it out
+# and restarted on the same state directory and port after longer than the lease TTL (3 s down,
+# TTL 2 s: the restarted coordinator must give the leases in flight one TTL for their workers
+# to reconnect, not expire them at once); the two workers must ride it out
 # (retry with backoff on a fresh channel, re-send the delta in flight, keep their slots and
 # AdamW state) so that the exported model is bit-identical to the single-process run.
 set -euo pipefail
@@ -31,7 +33,7 @@ cat > "$W/spec.json" <<JSON
  "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
 JSON
 start_coordinator() { # $1 = listen address, $2 = log
-  "$CO" --listen "$1" --state-dir "$W/state" --heartbeat-ms 200 --lease-ttl-ms 5000 --log-json 2> "$2" &
+  "$CO" --listen "$1" --state-dir "$W/state" --heartbeat-ms 200 --lease-ttl-ms 2000 --log-json 2> "$2" &
   CP=$!
   PIDS+=($CP)
   for _ in $(seq 1 100); do [ -n "$(port_of "$2")" ] && return 0; sleep 0.1; done
@@ -59,9 +61,14 @@ done
 kill -9 $CP
 wait $CP 2>/dev/null || true
 echo "worker_restart: coordinator killed at round $r"
-sleep 1
+sleep 3
 start_coordinator "127.0.0.1:$PORT" "$W/coord2.log"
 "$CTL" job wait "$JOB" --timeout 120 >>"$W/ctl.log" 2>&1 || fail "the job did not finish after the restart"
+grep -h "keep their slots" "$W/coord2.log" | sed 's/.*"msg":"\(.*\)"}/worker_restart: \1/' || true
+if grep -q 'lease [0-9]* expired' "$W/coord2.log"; then
+  grep -E 'expired|recovery|granted|released|pushed' "$W/coord2.log" | cut -c1-300 >&2
+  fail "a lease expired although its worker came back"
+fi
 for p in "${WP[@]}"; do
   wait "$p" || fail "a worker exited with status $?"
 done
