@@ -73,8 +73,9 @@ typedef struct coord {
   struct rpc_server *srv;
   char state_dir[1024];
   int lease_ttl_ms, heartbeat_ms;
-  int64_t live_floor_ms; /* start + RESTART_GRACE_MS: after a restart, workers count as seen then
-                            at the latest (they could not call a dead process) */
+  int64_t started_ms;    /* coord_now_ms() at start */
+  int64_t live_floor_ms; /* started_ms + RESTART_GRACE_MS: a worker not heard from since the start
+                            counts as seen then (it could not call a dead process) */
   int stopping;     /* SIGTERM/SIGINT seen: refuse new work, shut down when idle */
   int work_inflight; /* uv_queue_work requests not yet completed */
   int shut_started;

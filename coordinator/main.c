@@ -318,7 +318,8 @@ int main(int argc, char **argv) {
    * are all in get their outer step now. The others get one TTL from now for their workers
    * to reconnect (they could not heartbeat while this process was down). */
   sched_recover_leases(c);
-  c->live_floor_ms = coord_now_ms() + RESTART_GRACE_MS;
+  c->started_ms = coord_now_ms();
+  c->live_floor_ms = c->started_ms + RESTART_GRACE_MS;
   int graced = store_lease_grace(c->st, c->live_floor_ms + c->lease_ttl_ms);
   if (graced > 0)
     DPC_INFO("recovery: %d active lease(s) keep their slots for %d ms while workers reconnect", graced,

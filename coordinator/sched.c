@@ -276,7 +276,7 @@ void pcache_clear(coord *c) {
 int sched_worker_alive(coord *c, const store_worker *w, int64_t now) {
   if (coord_is_parked(w->id)) return 1;
   /* After a restart, silence counts from the start (see main.c's recovery). */
-  const int64_t seen = w->last_seen > c->live_floor_ms ? w->last_seen : c->live_floor_ms;
+  const int64_t seen = w->last_seen >= c->started_ms ? w->last_seen : c->live_floor_ms;
   return w->state != WORKER_GONE && now - seen <= c->lease_ttl_ms;
 }
 
@@ -1098,7 +1098,7 @@ void sched_tick(coord *c) {
     int64_t gone_after = c->lease_ttl_ms > 3 * c->heartbeat_ms ? c->lease_ttl_ms : 3 * c->heartbeat_ms;
     for (int i = 0; i < nw; i++) {
       /* After a restart, silence counts from the start: workers could not call a dead process. */
-      const int64_t seen = ws[i].last_seen > c->live_floor_ms ? ws[i].last_seen : c->live_floor_ms;
+      const int64_t seen = ws[i].last_seen >= c->started_ms ? ws[i].last_seen : c->live_floor_ms;
       if (ws[i].state == WORKER_ACTIVE && now - seen > gone_after && !coord_is_parked(ws[i].id)) {
         DPC_WARN("worker %lld (%s) is gone: no call for %lld ms", (long long)ws[i].id, ws[i].name,
                  (long long)(now - ws[i].last_seen));
