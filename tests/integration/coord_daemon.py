@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -29,25 +28,11 @@ import time
 import urllib.error
 import urllib.request
 
+from daemon_kit import Daemon, check, crc32c, failures, free_port
+
 SKIP = 77
-FAILS = 0
 
 
-def check(cond, what):
-    global FAILS
-    if cond:
-        print(f"ok: {what}")
-    else:
-        FAILS += 1
-        print(f"FAIL: {what}")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def main():
@@ -76,27 +61,6 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-class Daemon:
-    def __init__(self, binary, state, log):
-        self.port = free_port()
-        self.mport = free_port()
-        self.addr = f"127.0.0.1:{self.port}"
-        self.logf = open(log, "a")
-        self.proc = subprocess.Popen(
-            [binary, "--listen", self.addr, "--state-dir", state, "--metrics-listen",
-             f"127.0.0.1:{self.mport}", "--lease-ttl-ms", "30000", "--heartbeat-ms", "200"],
-            stdout=self.logf, stderr=self.logf)
-
-    def stop(self, sig=signal.SIGTERM, timeout=30):
-        self.proc.send_signal(sig)
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        self.logf.close()
-        return rc
-
 
 def run(grpc, np, torch, pb, health_pb2, coord_bin, tmp):
     state = os.path.join(tmp, "state")
@@ -112,7 +76,7 @@ def run(grpc, np, torch, pb, health_pb2, coord_bin, tmp):
         if d.proc.poll() is None:
             d.proc.kill()
             d.proc.wait()
-    if FAILS or not ok:
+    if failures() or not ok:
         print("---- coordinator log (tail) ----")
         with open(log) as f:
             print("".join(f.readlines()[-40:]))
@@ -617,23 +581,6 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
           "log has lease grants, deltas and round closes")
     return True
 
-
-def crc32c(b):
-    """Bitwise CRC-32C (Castagnoli), independent of the C implementation."""
-    import numpy as np
-    table = crc32c.table if hasattr(crc32c, "table") else None
-    if table is None:
-        t = []
-        for i in range(256):
-            c = i
-            for _ in range(8):
-                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-            t.append(c)
-        crc32c.table = table = t
-    c = 0xFFFFFFFF
-    for x in b:
-        c = table[(c ^ x) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
 
 
 if __name__ == "__main__":

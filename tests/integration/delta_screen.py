@@ -22,68 +22,19 @@ usage: delta_screen.py COORDINATOR_BIN PROTO_DIR     (exit 77 = skip, with the r
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+from daemon_kit import Daemon, check, crc32c, failures
+
 SKIP = 77
-FAILS = 0
 K = 4.0
 
 
-def check(cond, what):
-    global FAILS
-    if cond:
-        print(f"ok: {what}")
-    else:
-        FAILS += 1
-        print(f"FAIL: {what}")
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def crc32c(b):
-    """Bitwise CRC-32C (Castagnoli), table-driven, independent of the C implementation."""
-    if not hasattr(crc32c, "table"):
-        t = []
-        for i in range(256):
-            c = i
-            for _ in range(8):
-                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-            t.append(c)
-        crc32c.table = t
-    t = crc32c.table
-    c = 0xFFFFFFFF
-    for x in b:
-        c = t[(c ^ x) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-class Daemon:
-    def __init__(self, binary, state, log):
-        self.addr = f"127.0.0.1:{free_port()}"
-        self.logf = open(log, "a")
-        self.proc = subprocess.Popen([binary, "--listen", self.addr, "--state-dir", state, "--lease-ttl-ms", "30000",
-                                      "--heartbeat-ms", "200"], stdout=self.logf, stderr=self.logf)
-
-    def stop(self, sig=signal.SIGTERM):
-        self.proc.send_signal(sig)
-        try:
-            rc = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        self.logf.close()
-        return rc
 
 
 def main():
@@ -115,11 +66,11 @@ def main():
             import traceback
             traceback.print_exc()
             check(False, "the test ran to the end")
-        if FAILS:
+        if failures():
             print("---- coordinator log (tail) ----")
             with open(log) as f:
                 print("".join(f.readlines()[-30:]))
-        return 1 if FAILS else 0
+        return 1 if failures() else 0
     finally:
         if d and d[0].proc.poll() is None:
             d[0].proc.kill()
