@@ -3,6 +3,7 @@
 #include "common/errors.h"
 #include "common/fsutil.h"
 #include "tests/unit/test.h"
+#include "tests/unit/test_fs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -11,25 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int count_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
-}
-
-static int file_is(const char *path, const char *want) {
-  void *buf;
-  size_t n;
-  if (dpc_read_file(path, 1 << 20, &buf, &n)) return 0;
-  int ok = n == strlen(want) && memcmp(buf, want, n) == 0;
-  free(buf);
-  return ok;
-}
 
 int main(void) {
   char dir[] = "/tmp/dpc_fsutil_XXXXXX";

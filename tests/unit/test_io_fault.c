@@ -7,6 +7,7 @@
 #include "common/errors.h"
 #include "common/fsutil.h"
 #include "tests/unit/test.h"
+#include "tests/unit/test_fs.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -17,25 +18,6 @@
 
 static char g_dir[64];
 
-static int count_entries(void) {
-  DIR *d = opendir(g_dir);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
-}
-
-static int file_is(const char *path, const char *want) {
-  void *buf;
-  size_t n;
-  if (dpc_read_file(path, 1 << 20, &buf, &n)) return 0;
-  int ok = n == strlen(want) && memcmp(buf, want, n) == 0;
-  free(buf);
-  return ok;
-}
 
 /* Child: with `spec` in the environment, write "target.params" four times and "other.bin"
  * once; exit status = a bit per failed target write (1, 2, 4, 8), 16 if "other" failed, 32 if
@@ -56,7 +38,7 @@ static int child(const char *spec, const char *want_text) {
     if (dpc_write_file_atomic(target, now, strlen(now))) {
       status |= 1 << (i - 1);
       if (!strstr(dpc_errmsg(), want_text)) status |= 32;
-      if ((!file_is(target, prev) && !file_is(target, now)) || count_entries() != 1) status |= 64;
+      if ((!file_is(target, prev) && !file_is(target, now)) || count_entries(g_dir) != 1) status |= 64;
       if (file_is(target, now)) status |= 128;
     } else {
       snprintf(prev, sizeof prev, "%s", now);
