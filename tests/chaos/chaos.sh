@@ -43,11 +43,7 @@ cat > "$W/spec.json" <<JSON
            "eps": 1e-6, "grad_clip": 0.5, "state": "${CHAOS_INNER_STATE:-checkpoint}"},
  "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
 JSON
-fail() {
-  echo "chaos FAIL (seed $SEED): $*"
-  for f in "$W"/*.log; do echo "---- $f"; tail -n 20 "$f"; done
-  exit 1
-}
+fail() { die_with_logs "chaos (seed $SEED)" 20 "$@"; }
 # job_status JOB — "ROUND STATE" from one job show call ("0 ?" while the coordinator is away).
 job_status() {
   local j; j=$("$CTL" --coordinator "$COORD" job show "$1" --json 2>/dev/null || true)

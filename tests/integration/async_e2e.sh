@@ -17,11 +17,7 @@ CTL=$1; COORDINATOR_BIN=$2; WORKER_BIN=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 source "$HERE/lib.sh"
-fail() {
-  echo "async_e2e: $*" >&2
-  for f in "$W"/*.log; do echo "---- $f" >&2; tail -n 25 "$f" >&2; done
-  exit 1
-}
+fail() { die_with_logs async_e2e 25 "$@"; }
 make_corpus "$W"
 "$CTL" init --n-layer 2 --n-head 2 --n-embd 32 --n-positions 32 --vocab-size 256 --seed 5 --out "$W/init" 2>/dev/null
 start_coordinator "$W/state" --heartbeat-ms 100 --lease-ttl-ms 5000 || fail "coordinator"

@@ -31,11 +31,7 @@ cat > "$W/spec.json" <<JSON
            "eps": 1e-6, "grad_clip": 0.5, "state": "checkpoint"},
  "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
 JSON
-fail() {
-  echo "FAIL ($STOP): $*"
-  for f in "$W"/*.log; do echo "---- $f"; tail -n 25 "$f"; done
-  exit 1
-}
+fail() { die_with_logs "coord_crash ($STOP)" 25 "$@"; }
 
 # 1. Fault-free reference.
 start_coordinator "$W/ref" "${COORD_FLAGS[@]}"

@@ -19,11 +19,7 @@ COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 source "$HERE/lib.sh"
-fail() {
-  echo "io_fault: FAIL: $* (in $W)"
-  for f in "$W"/coordinator.log "$W"/worker-*.log; do [ -f "$f" ] && { echo "---- $f"; tail -n 15 "$f"; }; done
-  exit 1
-}
+fail() { die_with_logs io_fault 15 "$@"; }
 
 make_corpus "$W/corpus"
 "$CTL" init --n-layer 1 --n-head 2 --n-embd 16 --n-positions 16 --vocab-size 256 --seed 7 --out "$W/init" 2>/dev/null

@@ -21,6 +21,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# die_with_logs WHAT LINES MSG... — print "WHAT: FAIL: MSG" and the last LINES lines of every
+# log of the test ($W/*.log), then exit 1. Tests define their fail() on top of it.
+die_with_logs() {
+  local what=$1 lines=$2 f
+  shift 2
+  echo "$what: FAIL: $*"
+  for f in "$W"/*.log; do [ -f "$f" ] && { echo "---- $f"; tail -n "$lines" "$f"; }; done
+  exit 1
+}
+
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 # use_tokens STATE_DIR — export the cluster tokens the coordinator created there

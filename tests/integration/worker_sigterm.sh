@@ -15,11 +15,7 @@ COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 source "$HERE/lib.sh"
-fail() {
-  echo "worker_sigterm: FAIL: $*"
-  for f in "$W"/coordinator.log "$W"/worker-*.log; do [ -f "$f" ] && { echo "---- $f"; tail -n 12 "$f"; }; done
-  exit 1
-}
+fail() { die_with_logs worker_sigterm 12 "$@"; }
 now_ms() { date +%s%3N; }
 
 make_corpus "$W/corpus"
