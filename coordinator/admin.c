@@ -39,7 +39,7 @@
 #include "common/errors.h"
 #include "common/fsutil.h"
 #include "common/log.h"
-#include "common/modeldir.h"
+#include "kernels/modeldir.h"
 #include "common/safetensors.h"
 #include "proto/dipaco.pb-c.h"
 

@@ -21,7 +21,7 @@
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
-#include "common/modeldir.h"
+#include "kernels/modeldir.h"
 #include "common/rpc.h"
 #include "coordinator/ctl.h"
 #include "coordinator/jobspec.h"

@@ -3,7 +3,7 @@
  * and one trained by a one-worker job with the same spec see the same batches. */
 #include "common/dataset.h"
 #include "common/errors.h"
-#include "common/modeldir.h"
+#include "kernels/modeldir.h"
 #include "common/shard.h"
 #include "common/tokenizer.h"
 #include "coordinator/ctl.h"

@@ -28,7 +28,7 @@
 
 #include "common/errors.h"
 #include "common/log.h"
-#include "coordinator/outer.h"
+#include "kernels/outer.h"
 #include "coordinator/testhook.h"
 
 #include <math.h>

@@ -5,7 +5,7 @@
  *
  * Prints, per kernel, the best time, "param GB/s" (parameter bytes updated per second) and
  * "traffic GB/s" (bytes the kernel must read + write per second), and the ratios to memcpy. */
-#include "coordinator/outer.h"
+#include "kernels/outer.h"
 
 #include <omp.h>
 #include <stdio.h>

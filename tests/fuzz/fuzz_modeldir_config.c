@@ -3,7 +3,7 @@
  * be a valid GPT config from which the canonical layout builds. */
 #include "util.h"
 
-#include "common/modeldir.h"
+#include "kernels/modeldir.h"
 
 #include <stdlib.h>
 

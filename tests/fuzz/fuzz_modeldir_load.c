@@ -4,7 +4,7 @@
  * An accepted model must give exactly the layout's n_params floats, all finite. */
 #include "util.h"
 
-#include "common/modeldir.h"
+#include "kernels/modeldir.h"
 
 #include <math.h>
 #include <stdlib.h>

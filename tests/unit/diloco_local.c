@@ -5,8 +5,8 @@
  * usage: diloco_local INIT_DIR SHARD OUT_DIR R H ROUNDS B T LR WARMUP LR_MIN_FRAC WD BETA1 BETA2
  *        EPS CLIP OUTER_LR OUTER_MOMENTUM STATE(keep|reset) */
 #include "common/errors.h"
-#include "common/modeldir.h"
-#include "coordinator/outer.h"
+#include "kernels/modeldir.h"
+#include "kernels/outer.h"
 #include "worker/trainer.h"
 
 #include <stdio.h>

@@ -15,7 +15,7 @@
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
-#include "common/modeldir.h"
+#include "kernels/modeldir.h"
 #include "common/rpc.h"
 #include "coordinator/jobspec.h"
 #include "kernels/gpt.h"

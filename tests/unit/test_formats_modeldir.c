@@ -3,7 +3,7 @@
  * can disagree with its config.json. */
 #include "common/errors.h"
 #include "common/fsutil.h"
-#include "common/modeldir.h"
+#include "kernels/modeldir.h"
 #include "common/safetensors.h"
 #include "kernels/gpt.h"
 #include "tests/unit/test.h"

@@ -7,7 +7,7 @@
 #include "common/dataset.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
-#include "common/modeldir.h"
+#include "kernels/modeldir.h"
 #include "kernels/gpt.h"
 
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * thread count or chunking (the determinism DESIGN.md §5 relies on). The PyTorch comparison
  * lives in tests/oracle/outer_oracle.py. */
 #include "common/errors.h"
-#include "coordinator/outer.h"
+#include "kernels/outer.h"
 #include "tests/unit/test.h"
 
 #include <math.h>

@@ -10,7 +10,7 @@
  *     IN:  θ0 f32[LEN], deltas f32[NDELTAS][LEN]
  *     OUT: θ after each delta f32[NDELTAS][LEN], then m (or u) f32[LEN] */
 #include "common/errors.h"
-#include "coordinator/outer.h"
+#include "kernels/outer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* modeldir.c — model directory (safetensors + HF GPT-2 config.json) load and save. */
-#include "common/modeldir.h"
+#include "kernels/modeldir.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
 #include "common/safetensors.h"

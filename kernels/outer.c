@@ -1,6 +1,6 @@
 /* outer.c — outer-optimizer kernels (DESIGN.md §3): deterministic weighted delta average,
  * SGD/Nesterov steps and the async delayed-Nesterov rule, one streaming pass each. */
-#include "coordinator/outer.h"
+#include "kernels/outer.h"
 #include "common/errors.h"
 
 #include <math.h>
