@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""layers.py — checks that the tree keeps its architecture (README "Architecture").
+
+Two checks, each a ctest:
+  layers.py src ROOT
+      Reads every `#include "..."` of the project's C/CUDA sources and fails on
+      (1) an include from a lower room into a higher one (the ROOMS table below), and
+      (2) an include cycle between modules (x.c, x.h and x.cu are one module), which is how two
+          files that call each other show up once every module declares its functions in its
+          own header.
+  layers.py calls NAME=OBJ,OBJ,... [NAME=...]
+      Reads the symbols each object file of a target defines and uses (nm) and fails when two
+      modules of one target call each other, directly or around a longer circle: calls must go
+      one way (a lower module that must reach up takes a callback).
+  layers.py self-test
+      Proves both checks fail on a planted upward include, an include circle and a call circle.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+# Rooms, first match wins: (name, path regex relative to the root).
+ROOMS = [
+    ("proto", r"^proto/"),
+    ("common", r"^common/"),
+    ("kernels", r"^kernels/"),
+    ("worker", r"^worker/"),
+    ("ctl", r"^coordinator/ctl/"),
+    ("coord-core", r"^coordinator/(jobspec|blobs|screen|testhook|store[^/]*)\.[ch]$"),
+    ("coordinator", r"^coordinator/"),
+]
+# What each room may include (itself always). The coordinator daemon and the CLI sit on the
+# coordinator's core library (job specs, SQLite store, blobs); the worker and the coordinator
+# never include each other; common/ depends on nothing above it.
+MAY_INCLUDE = {
+    "proto": set(),
+    "common": {"proto"},
+    "kernels": {"common", "proto"},
+    "worker": {"kernels", "common", "proto"},
+    "coord-core": {"kernels", "common", "proto"},
+    "coordinator": {"coord-core", "kernels", "common", "proto"},
+    "ctl": {"coord-core", "kernels", "common", "proto"},
+}
+SOURCE_DIRS = ["common", "kernels", "worker", "coordinator", "proto"]
+EXTS = (".c", ".h", ".cu", ".cuh")
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def room_of(rel):
+    for name, rx in ROOMS:
+        if re.search(rx, rel):
+            return name
+    return None
+
+
+def module_of(rel):
+    """x.c, x.h and x.cu are one module; x_internal.h is x's private header, part of x too."""
+    base = os.path.splitext(rel)[0]
+    return base[: -len("_internal")] if base.endswith("_internal") else base
+
+
+def sources(root):
+    out = []
+    for d in SOURCE_DIRS:
+        for dirpath, _, files in os.walk(os.path.join(root, d)):
+            for f in files:
+                if f.endswith(EXTS):
+                    out.append(os.path.relpath(os.path.join(dirpath, f), root))
+    return sorted(out)
+
+
+def cycles(graph):
+    """Strongly connected components with more than one node (Tarjan), each as a sorted list."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def witness(graph, comp, why):
+    """One edge per member of a cycle, to show the reader where to cut."""
+    lines = []
+    members = set(comp)
+    for a in comp:
+        for b in sorted(graph.get(a, ())):
+            if b in members:
+                lines.append(f"    {a} -> {b}{why(a, b)}")
+    return "\n".join(lines)
+
+
+def check_src(root):
+    errors = []
+    graph, edges = {}, {}
+    files = sources(root)
+    for rel in files:
+        room = room_of(rel)
+        if room is None:
+            continue
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        for m in INCLUDE_RE.finditer(text):
+            inc = m.group(1)
+            line = text.count("\n", 0, m.start()) + 1
+            if inc.startswith("proto/") and inc.endswith(".pb-c.h"):
+                target_room = "proto"  # generated into the build tree
+            elif os.path.exists(os.path.join(root, inc)):
+                target_room = room_of(inc)
+            else:
+                errors.append(f"{rel}:{line}: includes \"{inc}\", which is not a path from the root")
+                continue
+            if target_room is None:
+                continue
+            if target_room != room and target_room not in MAY_INCLUDE[room]:
+                errors.append(f"{rel}:{line}: upward include: room '{room}' includes \"{inc}\" of room "
+                              f"'{target_room}' (allowed: {', '.join(sorted(MAY_INCLUDE[room])) or 'nothing'})")
+            a, b = module_of(rel), module_of(inc)
+            if a != b:
+                graph.setdefault(a, set()).add(b)
+                edges.setdefault((a, b), f"{rel}:{line}")
+    for comp in cycles(graph):
+        errors.append("include cycle between modules " + ", ".join(comp) + ":\n" +
+                      witness(graph, comp, lambda a, b: f"  ({edges[(a, b)]})"))
+    return errors, len(files)
+
+
+def nm_symbols(obj):
+    if not os.path.exists(obj):
+        raise SystemExit(f"layers: object file {obj} is missing: build every target first")
+    out = subprocess.run(["nm", "-P", obj], check=True, capture_output=True, text=True).stdout
+    defined, used = set(), set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        name, kind = parts[0], parts[1]
+        if kind == "U":
+            used.add(name)
+        elif kind in "TDBRVWGS":  # global definitions (lower case = file-local)
+            defined.add(name)
+    return defined, used
+
+
+def check_calls(targets):
+    errors = []
+    n = 0
+    for name, objs in targets:
+        owner, uses, mod = {}, {}, {}
+        for o in objs:
+            m = re.sub(r"\.(c|cu|cpp)\.o(bj)?$", "", os.path.basename(o))
+            mod[o] = m
+            d, u = nm_symbols(o)
+            uses[m] = uses.get(m, set()) | u
+            for s in d:
+                owner[s] = m
+            n += 1
+        graph, via = {}, {}
+        for m, u in uses.items():
+            for s in sorted(u):
+                t = owner.get(s)
+                if t and t != m:
+                    graph.setdefault(m, set()).add(t)
+                    via.setdefault((m, t), s)
+        for comp in cycles(graph):
+            errors.append(f"{name}: modules call each other in a circle: " + ", ".join(comp) + ":\n" +
+                          witness(graph, comp, lambda a, b: f"  (calls {via[(a, b)]})"))
+    return errors, n
+
+
+def parse_targets(args):
+    out = []
+    for a in args:
+        name, _, objs = a.partition("=")
+        out.append((name, [o for o in re.split(r"[,;]", objs) if o]))
+    return out
+
+
+def self_test():
+    """Plant each kind of violation in a scratch tree and require the checks to find it."""
+    failures = 0
+    with tempfile.TemporaryDirectory() as t:
+        def write(rel, text):
+            p = os.path.join(t, rel)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "w") as f:
+                f.write(text)
+        write("common/a.h", "#pragma once\n")
+        write("kernels/k.h", '#include "common/a.h"\n')
+        write("coordinator/x.h", '#include "kernels/k.h"\n')
+        errs, _ = check_src(t)
+        if errs:
+            print("self-test: a clean tree was refused:", *errs, sep="\n")
+            failures += 1
+        write("common/a.c", '#include "common/a.h"\n#include "kernels/k.h"\n')
+        errs, _ = check_src(t)
+        if not any("upward include" in e and "common/a.c:2" in e for e in errs):
+            print("self-test: common/ including kernels/ was not caught:", errs)
+            failures += 1
+        os.remove(os.path.join(t, "common/a.c"))
+        write("coordinator/y.h", '#include "coordinator/x.h"\n')
+        write("coordinator/x.c", '#include "coordinator/y.h"\n')
+        errs, _ = check_src(t)
+        if not any("include cycle" in e and "coordinator/x" in e and "coordinator/y" in e for e in errs):
+            print("self-test: the include circle x <-> y was not caught:", errs)
+            failures += 1
+        write("coordinator/ctl/c.c", '#include "coordinator/x.h"\n')
+        errs, _ = check_src(t)
+        if not any("room 'ctl'" in e for e in errs):
+            print("self-test: the CLI including the daemon was not caught:", errs)
+            failures += 1
+        # A call circle through object files (only when a C compiler is at hand).
+        cc = os.environ.get("CC", "cc")
+        srcs = {"a": "int b(void); int a(void) { return b(); }\n",
+                "b": "int c(void); int b(void) { return c(); }\n",
+                "c": "int a(void); int c(void) { return 1; } int d(void) { return a(); }\n"}
+        objs = []
+        for m, src in srcs.items():
+            write(f"o/{m}.c", src)
+            objs.append(os.path.join(t, f"o/{m}.c.o"))
+            subprocess.run([cc, "-c", os.path.join(t, f"o/{m}.c"), "-o", objs[-1]], check=True)
+        errs, _ = check_calls([("t", objs)])
+        if not any("circle" in e and "a, b, c" in e for e in errs):
+            print("self-test: the call circle a -> b -> c -> a was not caught:", errs)
+            failures += 1
+        errs, _ = check_calls([("t", objs[:2])])
+        if errs:
+            print("self-test: one-way calls a -> b were refused:", errs)
+            failures += 1
+    print("self-test:", "FAILED" if failures else "ok (upward include, include circle, CLI→daemon, call circle caught)")
+    return 1 if failures else 0
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[1] == "self-test":
+        return self_test()
+    if len(argv) == 3 and argv[1] == "src":
+        errs, n = check_src(argv[2])
+        what = f"{n} source files"
+    elif len(argv) >= 3 and argv[1] == "calls":
+        errs, n = check_calls(parse_targets(argv[2:]))
+        what = f"{n} object files"
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    for e in errs:
+        print(e)
+    print(f"layers: {what}, {len(errs)} problem(s)")
+    return 1 if errs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
