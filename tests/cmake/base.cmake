@@ -9,3 +9,10 @@ add_executable(test_args ${CMAKE_SOURCE_DIR}/tests/unit/test_args.c)
 target_link_libraries(test_args PRIVATE dpc_common)
 add_test(NAME args COMMAND test_args)
 set_tests_properties(args PROPERTIES TIMEOUT 30)
+
+# The wire codecs (common/codec.h), with PyTorch as the oracle for bf16 rounding.
+add_executable(test_codec ${CMAKE_SOURCE_DIR}/tests/unit/test_codec.c)
+target_link_libraries(test_codec PRIVATE dpc_common)
+add_test(NAME codec COMMAND test_codec)
+add_test(NAME codec_oracle COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/oracle/codec_oracle.py $<TARGET_FILE:test_codec>)
+set_tests_properties(codec codec_oracle PROPERTIES TIMEOUT 60)
