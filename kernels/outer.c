@@ -1,5 +1,6 @@
 /* outer.c — outer-optimizer kernels (DESIGN.md §3): deterministic weighted delta average,
- * SGD/Nesterov steps and the async delayed-Nesterov rule, one streaming pass each. */
+ * SGD/Nesterov steps, the async delayed-Nesterov rule and the streaming merge, one streaming
+ * pass each. */
 #include "kernels/outer.h"
 #include "common/errors.h"
 
@@ -155,4 +156,16 @@ int outer_dn_apply(outer_dn_state *s, float *restrict theta, const float *restri
   }
   s->t++;
   return update;
+}
+
+int outer_merge(float *restrict local, const float *restrict global, size_t len, float alpha) {
+  if (!local || !global) return dpc_err(DPC_EINVAL, "outer_merge: NULL array");
+  if (!(alpha >= 0.0f && alpha <= 1.0f)) return dpc_err(DPC_EINVAL, "outer_merge: alpha %g outside [0, 1]", (double)alpha);
+  const float a = alpha, b = (float)(1.0 - (double)alpha);
+#pragma omp parallel for simd schedule(static) if (len >= OUTER_PAR_MIN)
+  for (size_t j = 0; j < len; j++) {
+    const float l = local[j] * a;
+    local[j] = l + b * global[j];
+  }
+  return 0;
 }

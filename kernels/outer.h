@@ -4,7 +4,8 @@
  * (path, then replica) into Δ̄, then outer_nesterov_step applies torch.optim.SGD(momentum=μ,
  * nesterov) with Δ̄ as the gradient. Async: outer_dn_apply is the delayed-Nesterov rule of Liu
  * et al. 2024 (Algorithm 3); the plain-async baselines are outer_nesterov_step or
- * outer_sgd_step applied to every arriving delta.
+ * outer_sgd_step applied to every arriving delta. Streaming DiLoCo (arXiv 2501.18512): a replica
+ * folds a new global fragment into its local copy with outer_merge.
  *
  * Determinism: every output element depends only on the same element of the inputs, computed
  * with a fixed sequence of operations, so results are bit-identical for any thread count and
@@ -66,5 +67,14 @@ int outer_dn_init(outer_dn_state *s, float *buf, float *m, size_t len, int N, do
  * only buffered, DPC_EINVAL for a state that fails outer_dn_init's checks. With N == 1 and
  * c == 0 this is bit-identical to outer_nesterov_step(nesterov=1). */
 int outer_dn_apply(outer_dn_state *s, float *theta, const float *g, float lr, float mu);
+
+/* Streaming merge of a new global fragment into a replica's local copy (DESIGN.md §3,
+ * Streaming): local ← α·local + (1 − α)·global, in place, as the fp32 operations
+ * t = local·α; local = t + b·global with b = fl32(1 − α) (formed in double). This is PyTorch's
+ * local.mul_(α).add_(global, alpha=1 − α) up to one rounding: torch's vectorised add fuses
+ * b·global + t into an FMA where the CPU has one, so the two agree within one rounding, not bit for
+ * bit. α = 0 makes local a bit-exact copy of global (F = 1, τ = 0, α = 0 is plain DiLoCo) and
+ * α = 1 leaves it unchanged. DPC_EINVAL for α outside [0, 1] or NULL arrays. */
+int outer_merge(float *local, const float *global, size_t len, float alpha);
 
 #endif

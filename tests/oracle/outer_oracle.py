@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""outer_oracle.py — checks the outer optimizer (coordinator/outer.c) against PyTorch.
+"""outer_oracle.py — checks the outer optimizer (kernels/outer.c) against PyTorch.
 
 1. Sync DiLoCo: 4 rounds of weighted random deltas from 3 slots; our outer_average +
    outer_nesterov_step vs torch.optim.SGD(momentum=0.9, nesterov=True, lr=0.7) with
@@ -11,6 +11,9 @@
    ε·β·m/N + ε·g/N, with m the momentum after the last update; and over each window of N
    deltas the total momentum step equals c=0's single step at the window's end.
 5. The async "sgd" baseline: θ ← θ − ε·g per delta, vs torch.optim.SGD(momentum=0).
+6. The streaming merge local ← α·local + (1 − α)·global vs torch's
+   local.mul_(α).add_(global, alpha=1 − α) within one rounding of the operands (torch may fuse the add into an FMA);
+   α = 0 copies global and α = 1 keeps local, bit for bit.
 
 Usage: outer_oracle.py PATH/TO/test_outer_oracle   (exit 77 = skipped, with the reason)"""
 import os
@@ -183,5 +186,21 @@ for t in range(ND):
     opt.step()
     worst = max(worst, rel_err(ours[t * LEN:(t + 1) * LEN], p.detach().numpy()))
 check("async sgd per delta vs torch SGD(momentum=0)", worst <= 1e-6, f"rel err {worst:.3g}")
+
+# ---- 6. streaming merge -------------------------------------------------------------------------
+local0 = rng.standard_normal(LEN).astype(np.float32)
+global0 = rng.standard_normal(LEN).astype(np.float32)
+for alpha in (0.0, 0.5, 0.3, 1.0):
+    ours = run(["merge", LEN, alpha], local0.tobytes() + global0.tobytes(), LEN)
+    ref = torch.from_numpy(local0.copy()).mul_(np.float32(alpha).item()).add_(torch.from_numpy(global0),
+                                                                               alpha=1 - np.float32(alpha).item())
+    # One rounding's worth of the operands' size (results near 0 cancel, so not ulps of the result).
+    scale = np.abs(alpha * local0.astype(np.float64)) + np.abs((1 - alpha) * global0.astype(np.float64))
+    worst = float(np.max(np.abs(ours.astype(np.float64) - ref.numpy()) / np.maximum(scale, 1e-30)))
+    check(f"merge alpha={alpha} vs torch mul_/add_ within one rounding", worst <= 2 ** -22, f"{worst:.3g} of the operands")
+check("merge alpha=0 copies global exactly",
+      np.array_equal(run(["merge", LEN, 0.0], local0.tobytes() + global0.tobytes(), LEN), global0))
+check("merge alpha=1 keeps local exactly",
+      np.array_equal(run(["merge", LEN, 1.0], local0.tobytes() + global0.tobytes(), LEN), local0))
 
 sys.exit(1 if failures else 0)

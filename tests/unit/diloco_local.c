@@ -1,5 +1,5 @@
 /* diloco_local.c — synchronous DiLoCo in one process, from the same pieces the daemons use
- * (worker/trainer.c for the inner loop, coordinator/outer.c for the outer step), with no
+ * (worker/trainer.c for the inner loop, kernels/outer.c for the outer step), with no
  * network: the reference point between the PyTorch oracle and the distributed system.
  *
  * usage: diloco_local INIT_DIR SHARD OUT_DIR R H ROUNDS B T LR WARMUP LR_MIN_FRAC WD BETA1 BETA2

@@ -116,6 +116,21 @@ int main(int argc, char **argv) {
     fclose(in);
     return fclose(out) == 0 ? 0 : 2;
   }
+  if (strcmp(mode, "merge") == 0 && argc == 6) {
+    size_t len = strtoull(argv[2], NULL, 10);
+    float alpha = strtof(argv[3], NULL);
+    FILE *in = fopen(argv[4], "rb"), *out = fopen(argv[5], "wb");
+    if (!in || !out) return 2;
+    float *l = malloc(len * 4), *g = malloc(len * 4);
+    rd(in, l, len * 4);
+    rd(in, g, len * 4);
+    if (outer_merge(l, g, len, alpha) < 0) return 1;
+    wr(out, l, len * 4);
+    free(l);
+    free(g);
+    fclose(in);
+    return fclose(out) == 0 ? 0 : 2;
+  }
   fprintf(stderr, "usage: see the header comment\n");
   return 2;
 }
