@@ -1,4 +1,5 @@
-/* main.c — dipaco-worker: flags, logging, signals; the lease loop is worker/worker.c.
+/* main.c — dipaco-worker: flags (a common/args.h table), logging, credentials, signals; the
+ * lease loop is worker/worker.c.
  *
  * Signals: SIGTERM/SIGINT are blocked before gRPC starts any thread (GRPC.md pitfall 7). Some
  * threads exist before main() (OpenBLAS starts its pool in a constructor) and keep them
@@ -6,6 +7,7 @@
  * pipe; a signal thread reads the pipe. The first signal asks the worker to stop (a lease in
  * progress is released, RELEASE_PREEMPTED) and starts the grace period (--grace-s); a second
  * signal, or the end of the grace period, exits at once with status 1. */
+#include "common/args.h"
 #include "common/auth.h"
 #include "common/errors.h"
 #include "common/log.h"
@@ -15,7 +17,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -52,15 +53,59 @@ static const char usage[] =
     "  --log-json               JSON log lines (default: when stderr is not a terminal)\n"
     "  --help                   this text\n";
 
-static long parse_num(const char *flag, const char *s, long lo, long hi) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) {
-    fprintf(stderr, "dipaco-worker: %s \"%s\": expected an integer in [%ld, %ld]\n", flag, s, lo, hi);
-    exit(2);
+static int parse_backend(const char *v, void *dst) { return gpt_backend_parse(v, dst) ? -1 : 0; }
+static int parse_precision(const char *v, void *dst) { return gpt_precision_parse(v, dst) ? -1 : 0; }
+static int parse_level(const char *v, void *dst) { return dpc_log_parse_level(v, dst) ? -1 : 0; }
+
+/* What main() reads from the command line besides the worker's own settings. */
+struct cli {
+  struct worker_opts o;
+  int log_json; /* -1: when stderr is not a terminal */
+  int grace_s;
+  const char *token_file;
+  struct rpc_tls tls;
+  enum dpc_log_level level;
+};
+
+/* Parse argv into *c. 0: go on; otherwise the exit status (0 after --help, 2 on a usage error,
+ * the message printed). */
+static int parse_flags(int argc, char **argv, struct cli *c) {
+  struct worker_opts *o = &c->o;
+  dpc_arg args[] = {
+      {.name = "coordinator", .kind = DPC_ARG_STR, .dst = &o->coordinator, .required = 1},
+      {.name = "data-dir", .kind = DPC_ARG_STR, .dst = &o->data_dir, .required = 1},
+      {.name = "backend", .kind = DPC_ARG_FN, .dst = &o->backend, .fn = parse_backend, .expects = "cpu or cuda"},
+      {.name = "threads", .kind = DPC_ARG_INT, .dst = &o->threads, .lo = 0, .hi = 4096},
+      {.name = "device", .kind = DPC_ARG_INT, .dst = &o->device, .lo = 0, .hi = 1024},
+      {.name = "precision", .kind = DPC_ARG_FN, .dst = &o->precision, .fn = parse_precision,
+       .expects = "fp32, tf32 or bf16"},
+      {.name = "name", .kind = DPC_ARG_STR, .dst = &o->name},
+      {.name = "labels", .kind = DPC_ARG_STR, .dst = &o->labels},
+      {.name = "exit-when-done", .kind = DPC_ARG_FLAG, .dst = &o->exit_when_done},
+      {.name = "max-chunk-bytes", .kind = DPC_ARG_U32, .dst = &o->max_chunk_bytes, .lo = 1024, .hi = 7 << 20},
+      {.name = "poll-ms", .kind = DPC_ARG_U32, .dst = &o->poll_ms, .lo = 1, .hi = 600000},
+      {.name = "slowdown", .kind = DPC_ARG_DOUBLE, .dst = &o->slowdown, .lo = 1, .hi = 1000},
+      {.name = "grace-s", .kind = DPC_ARG_INT, .dst = &c->grace_s, .lo = 1, .hi = 86400},
+      {.name = "log-level", .kind = DPC_ARG_FN, .dst = &c->level, .fn = parse_level,
+       .expects = "debug, info, warn or error"},
+      {.name = "token-file", .kind = DPC_ARG_STR, .dst = &c->token_file},
+      {.name = "tls-ca", .kind = DPC_ARG_STR, .dst = &c->tls.ca_file},
+      {.name = "tls-cert", .kind = DPC_ARG_STR, .dst = &c->tls.cert_file},
+      {.name = "tls-key", .kind = DPC_ARG_STR, .dst = &c->tls.key_file},
+      {.name = "log-json", .kind = DPC_ARG_FLAG, .dst = &c->log_json},
+      DPC_ARGS_END,
+  };
+  int r = dpc_args_parse("dipaco-worker", argc - 1, argv + 1, args, NULL, NULL);
+  if (r == 1) {
+    fputs(usage, stdout);
+    return 0;
   }
-  return v;
+  if (r < 0) return 2;
+  if (access(o->data_dir, R_OK | X_OK) != 0) {
+    fprintf(stderr, "dipaco-worker: --data-dir %s: %s\n", o->data_dir, strerror(errno));
+    return 2;
+  }
+  return -1;
 }
 
 /* Static so that the control block stays reachable (LeakSanitizer) while the signal thread
@@ -100,131 +145,28 @@ static void *signal_main(void *arg) {
   return NULL;
 }
 
-int main(int argc, char **argv) {
-  struct worker_opts o;
-  memset(&o, 0, sizeof o);
-  o.backend = GPT_BACKEND_CPU;
-  int log_json = -1, grace_s = 30;
-  const char *token_file = NULL;
-  struct rpc_tls tls = {0};
-  enum dpc_log_level level = DPC_LOG_INFO;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDS_VALUE                                                                   \
-  do {                                                                                \
-    if (!v) {                                                                         \
-      fprintf(stderr, "dipaco-worker: %s needs a value (see --help)\n", a);           \
-      return 2;                                                                       \
-    }                                                                                 \
-    i++;                                                                              \
-  } while (0)
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      fputs(usage, stdout);
-      return 0;
-    } else if (!strcmp(a, "--coordinator")) {
-      NEEDS_VALUE;
-      o.coordinator = v;
-    } else if (!strcmp(a, "--data-dir")) {
-      NEEDS_VALUE;
-      o.data_dir = v;
-    } else if (!strcmp(a, "--backend")) {
-      NEEDS_VALUE;
-      if (gpt_backend_parse(v, &o.backend)) {
-        fprintf(stderr, "dipaco-worker: --backend \"%s\": use cpu or cuda\n", v);
-        return 2;
-      }
-    } else if (!strcmp(a, "--threads")) {
-      NEEDS_VALUE;
-      o.threads = (int)parse_num(a, v, 0, 4096);
-    } else if (!strcmp(a, "--device")) {
-      NEEDS_VALUE;
-      o.device = (int)parse_num(a, v, 0, 1024);
-    } else if (!strcmp(a, "--precision")) {
-      NEEDS_VALUE;
-      if (gpt_precision_parse(v, &o.precision)) {
-        fprintf(stderr, "dipaco-worker: --precision \"%s\": use fp32, tf32 or bf16\n", v);
-        return 2;
-      }
-    } else if (!strcmp(a, "--name")) {
-      NEEDS_VALUE;
-      o.name = v;
-    } else if (!strcmp(a, "--labels")) {
-      NEEDS_VALUE;
-      o.labels = v;
-    } else if (!strcmp(a, "--exit-when-done")) {
-      o.exit_when_done = 1;
-    } else if (!strcmp(a, "--max-chunk-bytes")) {
-      NEEDS_VALUE;
-      o.max_chunk_bytes = (uint32_t)parse_num(a, v, 1024, 7 << 20);
-    } else if (!strcmp(a, "--poll-ms")) {
-      NEEDS_VALUE;
-      o.poll_ms = (uint32_t)parse_num(a, v, 1, 600000);
-    } else if (!strcmp(a, "--slowdown")) {
-      NEEDS_VALUE;
-      char *end;
-      errno = 0;
-      o.slowdown = strtod(v, &end);
-      if (errno || end == v || *end || !(o.slowdown >= 1.0 && o.slowdown <= 1000.0)) {
-        fprintf(stderr, "dipaco-worker: --slowdown \"%s\": expected a number in [1, 1000]\n", v);
-        return 2;
-      }
-    } else if (!strcmp(a, "--grace-s")) {
-      NEEDS_VALUE;
-      grace_s = (int)parse_num(a, v, 1, 86400);
-    } else if (!strcmp(a, "--log-level")) {
-      NEEDS_VALUE;
-      if (dpc_log_parse_level(v, &level)) {
-        fprintf(stderr, "dipaco-worker: --log-level: %s\n", dpc_errmsg());
-        return 2;
-      }
-    } else if (!strcmp(a, "--token-file")) {
-      NEEDS_VALUE;
-      token_file = v;
-    } else if (!strcmp(a, "--tls-ca")) {
-      NEEDS_VALUE;
-      tls.ca_file = v;
-    } else if (!strcmp(a, "--tls-cert")) {
-      NEEDS_VALUE;
-      tls.cert_file = v;
-    } else if (!strcmp(a, "--tls-key")) {
-      NEEDS_VALUE;
-      tls.key_file = v;
-    } else if (!strcmp(a, "--log-json")) {
-      log_json = 1;
-    } else {
-      fprintf(stderr, "dipaco-worker: unknown flag \"%s\" (see --help)\n", a);
-      return 2;
-    }
-#undef NEEDS_VALUE
-  }
-  if (!o.coordinator || !o.data_dir) {
-    fprintf(stderr, "dipaco-worker: --coordinator and --data-dir are required (see --help)\n");
-    return 2;
-  }
-  if (access(o.data_dir, R_OK | X_OK) != 0) {
-    fprintf(stderr, "dipaco-worker: --data-dir %s: %s\n", o.data_dir, strerror(errno));
-    return 2;
-  }
-  dpc_log_init("worker", log_json, level);
-  int use_tls = tls.ca_file || tls.cert_file || tls.key_file;
-  if (use_tls && (!tls.ca_file || !tls.cert_file != !tls.key_file)) {
+/* TLS settings and the join token (--token-file, else $DIPACO_JOIN_TOKEN) for every later
+ * connection. 0, or 2 with the message printed. */
+static int set_credentials(const struct cli *c) {
+  const struct rpc_tls *tls = &c->tls;
+  int use_tls = tls->ca_file || tls->cert_file || tls->key_file;
+  if (use_tls && (!tls->ca_file || !tls->cert_file != !tls->key_file)) {
     fprintf(stderr, "dipaco-worker: TLS needs --tls-ca (and --tls-cert with --tls-key for mutual TLS)\n");
     return 2;
   }
   char join[DPC_TOKEN_MAX + 1] = "";
   const char *env_tok = getenv("DIPACO_JOIN_TOKEN");
-  if (token_file && dpc_token_read_file(token_file, join, sizeof join)) {
+  if (c->token_file && dpc_token_read_file(c->token_file, join, sizeof join)) {
     fprintf(stderr, "dipaco-worker: --token-file: %s\n", dpc_errmsg());
     return 2;
-  } else if (!token_file && env_tok && *env_tok) {
+  } else if (!c->token_file && env_tok && *env_tok) {
     if (strlen(env_tok) > DPC_TOKEN_MAX) {
       fprintf(stderr, "dipaco-worker: $DIPACO_JOIN_TOKEN is longer than %d bytes\n", DPC_TOKEN_MAX);
       return 2;
     }
     snprintf(join, sizeof join, "%s", env_tok);
   }
-  if (wc_set_credentials(use_tls ? &tls : NULL, join[0] ? join : NULL)) {
+  if (wc_set_credentials(use_tls ? tls : NULL, join[0] ? join : NULL)) {
     fprintf(stderr, "dipaco-worker: %s\n", dpc_errmsg());
     return 2;
   }
@@ -233,9 +175,13 @@ int main(int argc, char **argv) {
   if (!have_token)
     DPC_WARN("no join token (--token-file or $DIPACO_JOIN_TOKEN): Register is refused unless the coordinator "
              "runs with --insecure-no-auth");
-  o.progress = isatty(STDERR_FILENO) && log_json != 1;
+  return 0;
+}
 
-  /* Before any thread exists, so that every thread (gRPC's, OpenMP's) inherits the mask. */
+/* Block SIGTERM/SIGINT, install the pipe-writing handler and start the signal thread (see the
+ * top of this file). Call before any thread exists, so that every thread (gRPC's, OpenMP's)
+ * inherits the mask. 0, or 1 with the message printed. */
+static int start_signal_thread(int grace_s) {
   struct sig_ctx *sc = &g_sig;
   sc->grace_s = grace_s;
   if (pipe2(sc->pipe, O_CLOEXEC) != 0) {
@@ -265,9 +211,21 @@ int main(int argc, char **argv) {
     return 1;
   }
   pthread_detach(sth);
-  DPC_INFO("dipaco-worker starting: coordinator %s, data %s, backend %s, threads %d", o.coordinator, o.data_dir,
-           o.backend == GPT_BACKEND_CUDA ? "cuda" : "cpu", o.threads);
-  int rc = worker_run(&o, sc->ctl);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  struct cli c = {.o = {.backend = GPT_BACKEND_CPU}, .log_json = -1, .grace_s = 30, .level = DPC_LOG_INFO};
+  int st = parse_flags(argc, argv, &c);
+  if (st >= 0) return st;
+  dpc_log_init("worker", c.log_json, c.level);
+  if ((st = set_credentials(&c))) return st;
+  c.o.progress = isatty(STDERR_FILENO) && c.log_json != 1;
+  if ((st = start_signal_thread(c.grace_s))) return st;
+  const struct worker_opts *o = &c.o;
+  DPC_INFO("dipaco-worker starting: coordinator %s, data %s, backend %s, threads %d", o->coordinator, o->data_dir,
+           o->backend == GPT_BACKEND_CUDA ? "cuda" : "cpu", o->threads);
+  int rc = worker_run(o, g_sig.ctl);
   if (rc) {
     DPC_ERROR("%s", dpc_errmsg()[0] ? dpc_errmsg() : dpc_strerror(rc));
     return 1;

@@ -1,8 +1,12 @@
 # worker/worker.cmake — the dipaco-worker daemon (included from worker/CMakeLists.txt with
-# DIPACO_DISTRIBUTED): the lease loop (worker.c), its Coordinator calls (client.c) and main.
-# dpc_worker is a library so that tests can drive the loop's helpers directly.
+# DIPACO_DISTRIBUTED): the register / lease loop (worker.c), one lease (lease.c, plan.c,
+# slot.c, heartbeat.c), data paths and placement (data.c), stop control (stop.c), its
+# Coordinator calls (client.c) and main. dpc_worker is a library so that tests can drive the
+# loop's helpers directly.
 if(TARGET dpc_rpc)
-  add_library(dpc_worker STATIC ${CMAKE_CURRENT_SOURCE_DIR}/worker.c ${CMAKE_CURRENT_SOURCE_DIR}/client.c)
+  set(DPC_WORKER_SOURCES client.c data.c heartbeat.c lease.c plan.c slot.c stop.c worker.c)
+  list(TRANSFORM DPC_WORKER_SOURCES PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/)
+  add_library(dpc_worker STATIC ${DPC_WORKER_SOURCES})
   target_link_libraries(dpc_worker PUBLIC dpc_trainer dpc_rpc dpc_kernels dpc_common)
   add_executable(dipaco-worker ${CMAKE_CURRENT_SOURCE_DIR}/main.c)
   target_link_libraries(dipaco-worker PRIVATE dpc_worker dpc_trainer dpc_rpc dpc_kernels dpc_common)

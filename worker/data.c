@@ -1,0 +1,193 @@
+/* data.c — a lease's training files under --data-dir and its fragments' places in the path
+ * buffer (data.h). */
+#include "worker/data.h"
+#include "common/errors.h"
+
+#include <cjson/cJSON.h>
+#include <glob.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DATA_FILES 4096
+
+/* ------------------------------------------------------------------------ data files */
+
+void worker_free_paths(char **paths, int n) {
+  if (!paths) return;
+  for (int i = 0; i < n; i++) free(paths[i]);
+  free(paths);
+}
+
+static int check_rel(const char *p) {
+  if (!p[0]) return dpc_err(DPC_EINVAL, "job data: empty path");
+  if (strlen(p) > 1024) return dpc_err(DPC_EINVAL, "job data: path longer than 1024 bytes");
+  if (p[0] == '/') return dpc_err(DPC_EINVAL, "job data \"%s\": absolute paths are refused (paths are relative "
+                                  "to --data-dir)", p);
+  for (const char *s = p; *s; s++) {
+    if ((unsigned char)*s < 0x20)
+      return dpc_err(DPC_EINVAL, "job data \"%s\": control character in the path", p);
+    if ((s == p || s[-1] == '/') && s[0] == '.' && s[1] == '.' && (s[2] == '/' || s[2] == 0))
+      return dpc_err(DPC_EINVAL, "job data \"%s\": \"..\" may not leave --data-dir", p);
+  }
+  return 0;
+}
+
+static int add_matches(const char *data_dir, const char *pat, char ***paths, int *n) {
+  int rc = check_rel(pat);
+  if (rc) return rc;
+  size_t L = strlen(data_dir) + strlen(pat) + 2;
+  char *full = malloc(L);
+  if (!full) return dpc_err(DPC_ENOMEM, "job data: out of memory");
+  snprintf(full, L, "%s/%s", data_dir, pat);
+  glob_t g;
+  memset(&g, 0, sizeof g);
+  int grc = glob(full, 0, NULL, &g); /* results come sorted; unreadable dirs match nothing */
+  if (grc == GLOB_NOMATCH || (grc == 0 && g.gl_pathc == 0)) {
+    rc = dpc_err(DPC_ENOENT, "job data \"%s\": matches no file under --data-dir %s (looked for %s)", pat, data_dir,
+                 full);
+  } else if (grc != 0) {
+    rc = dpc_err(DPC_EIO, "job data \"%s\": cannot read %s (glob error %d)", pat, full, grc);
+  } else if (*n + (long)g.gl_pathc > MAX_DATA_FILES) {
+    rc = dpc_err(DPC_ERANGE, "job data: more than %d files", MAX_DATA_FILES);
+  } else {
+    char **np = realloc(*paths, (size_t)(*n + (int)g.gl_pathc) * sizeof *np);
+    if (!np) rc = dpc_err(DPC_ENOMEM, "job data: out of memory");
+    else {
+      *paths = np;
+      for (size_t i = 0; i < g.gl_pathc && !rc; i++) {
+        if (!(np[*n] = strdup(g.gl_pathv[i]))) rc = dpc_err(DPC_ENOMEM, "job data: out of memory");
+        else (*n)++;
+      }
+    }
+  }
+  globfree(&g);
+  free(full);
+  return rc;
+}
+
+int worker_resolve_data(const char *data_dir, const char *spec_json, const char *fallback, char ***paths,
+                        int *n) {
+  *paths = NULL;
+  *n = 0;
+  int rc = 0, found = 0;
+  cJSON *root = spec_json && spec_json[0] ? cJSON_Parse(spec_json) : NULL;
+  if (spec_json && spec_json[0] && !root) return dpc_err(DPC_EFORMAT, "lease spec_json is not valid JSON");
+  const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+  const cJSON *train = cJSON_GetObjectItemCaseSensitive(data, "train");
+  if (train) {
+    if (!cJSON_IsArray(train)) rc = dpc_err(DPC_EFORMAT, "lease spec_json: \"data.train\" is not an array");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, train) {
+      if (rc) break;
+      if (!cJSON_IsString(it)) rc = dpc_err(DPC_EFORMAT, "lease spec_json: \"data.train\" holds a non-string");
+      else {
+        rc = add_matches(data_dir, it->valuestring, paths, n);
+        found = 1;
+      }
+    }
+  }
+  cJSON_Delete(root);
+  if (!rc && !found) {
+    if (fallback && fallback[0]) {
+      /* DataWindow.dataset: the spec's data.train entries joined with ','. */
+      char *copy = strdup(fallback), *save = NULL;
+      if (!copy) rc = dpc_err(DPC_ENOMEM, "job data: out of memory");
+      for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok && !rc; tok = strtok_r(NULL, ",", &save))
+        rc = add_matches(data_dir, tok, paths, n);
+      if (!rc && *n == 0) rc = dpc_err(DPC_EINVAL, "lease: data.dataset \"%s\" names no path", fallback);
+      free(copy);
+    } else
+      rc = dpc_err(DPC_EINVAL, "lease names no training data (spec_json data.train and data.dataset are empty)");
+  }
+  if (rc) {
+    worker_free_paths(*paths, *n);
+    *paths = NULL;
+    *n = 0;
+  }
+  return rc;
+}
+
+/* ------------------------------------------------------------------------- placement */
+
+/* FragmentInfo.offset_floats relative to the fragment's module (the proto's wording). */
+static int place_module_relative(size_t n, const uint32_t *level, const uint64_t *module, const uint64_t *off,
+                                 const uint64_t *len, size_t n_params, const size_t *ord, size_t *abs_off) {
+  uint64_t base = 0, expect = 0; /* module base in the path buffer; next offset in the module */
+  for (size_t q = 0; q < n; q++) {
+    size_t i = ord[q];
+    if (q > 0 && level[i] != level[ord[q - 1]]) {
+      base += expect;
+      expect = 0;
+    } else if (q > 0 && module[i] != module[ord[q - 1]]) {
+      return dpc_err(DPC_EFORMAT, "lease: modules %" PRIu64 " and %" PRIu64 " both at level %u (a path has one "
+                     "module per level)", module[ord[q - 1]], module[i], level[i]);
+    }
+    if (len[i] == 0 || off[i] != expect || len[i] > n_params || base + expect + len[i] > n_params)
+      return dpc_err(DPC_EFORMAT, "lease: fragment %zu (module %" PRIu64 ", level %u) covers [%" PRIu64 ", +%" PRIu64
+                     ") of its module, expected it to start at %" PRIu64 "; the path has %zu parameters", i,
+                     module[i], level[i], off[i], len[i], expect, n_params);
+    abs_off[i] = (size_t)(base + expect);
+    expect += len[i];
+  }
+  if (base + expect != n_params)
+    return dpc_err(DPC_EFORMAT, "lease: fragments cover %" PRIu64 " of the path's %zu parameters", base + expect,
+                   n_params);
+  return 0;
+}
+
+/* offset_floats as an offset in the whole canonical layout (= the path buffer). */
+static int place_absolute(size_t n, const uint32_t *level, const uint64_t *off, const uint64_t *len,
+                          size_t n_params, const size_t *ord, size_t *abs_off) {
+  uint64_t expect = 0;
+  for (size_t q = 0; q < n; q++) {
+    size_t i = ord[q];
+    if (len[i] == 0 || off[i] != expect || len[i] > n_params || expect + len[i] > n_params ||
+        (q > 0 && level[i] < level[ord[q - 1]]))
+      return dpc_err(DPC_EFORMAT, "lease: fragment %zu covers [%" PRIu64 ", +%" PRIu64 ") of the path buffer, "
+                     "expected it to start at %" PRIu64, i, off[i], len[i], expect);
+    abs_off[i] = (size_t)off[i];
+    expect += len[i];
+  }
+  if (expect != n_params)
+    return dpc_err(DPC_EFORMAT, "lease: fragments cover %" PRIu64 " of the path's %zu parameters", expect, n_params);
+  return 0;
+}
+
+int worker_place_fragments(size_t n, const uint32_t *level, const uint64_t *module, const uint64_t *off,
+                           const uint64_t *len, size_t n_params, size_t *abs_off) {
+  if (n == 0) return dpc_err(DPC_EFORMAT, "lease has no fragments");
+  size_t *ord = malloc(n * sizeof *ord);
+  if (!ord) return dpc_err(DPC_ENOMEM, "worker: out of memory");
+  /* Module-relative: insertion sort by (level, offset); n is small. */
+  for (size_t i = 0; i < n; i++) ord[i] = i;
+  for (size_t i = 1; i < n; i++) {
+    size_t k = ord[i], j = i;
+    while (j > 0 && (level[ord[j - 1]] > level[k] || (level[ord[j - 1]] == level[k] && off[ord[j - 1]] > off[k]))) {
+      ord[j] = ord[j - 1];
+      j--;
+    }
+    ord[j] = k;
+  }
+  int rc = place_module_relative(n, level, module, off, len, n_params, ord, abs_off);
+  if (rc == DPC_EFORMAT) {
+    /* Absolute offsets tile [0, n_params) by offset alone. The two readings never both fit
+     * unless they agree: with two or more levels, module-relative offsets repeat 0. */
+    char first[512];
+    snprintf(first, sizeof first, "%s", dpc_errmsg());
+    for (size_t i = 0; i < n; i++) ord[i] = i;
+    for (size_t i = 1; i < n; i++) {
+      size_t k = ord[i], j = i;
+      while (j > 0 && off[ord[j - 1]] > off[k]) {
+        ord[j] = ord[j - 1];
+        j--;
+      }
+      ord[j] = k;
+    }
+    if (place_absolute(n, level, off, len, n_params, ord, abs_off) == 0) rc = 0;
+    else rc = dpc_err(DPC_EFORMAT, "%s (nor do the offsets tile the path as absolute offsets)", first);
+  }
+  free(ord);
+  return rc;
+}

@@ -1,0 +1,302 @@
+/* lease.c — one lease: plan, pull, train, push, finish (lease.h). */
+#include "worker/lease.h"
+#include "common/errors.h"
+#include "common/log.h"
+#include "worker/heartbeat.h"
+#include "worker/plan.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TRANSFER_ATTEMPTS 10
+
+/* The state of the lease in progress, shared by its phases. */
+typedef struct lease_work {
+  lease_runner *r;
+  const Dipaco__V1__Lease *L;
+  lease_plan p;
+  heartbeat hb;
+  int keep;              /* the slot's AdamW state outlives the lease (not RESET) */
+  slot_state *snap;      /* the moments training started from, while the lease can still fail */
+  trainer_stats st;
+  int partial;           /* async stop mid-round: push the steps done so far */
+  enum wc_class cls;     /* how the last call failed */
+  size_t bytes;          /* bytes of the path's fragments */
+  size_t frag, got;      /* pull: the fragment in transfer and its bytes received */
+  const float **dp;      /* push: fragment i's delta */
+  int *res;              /* push: fragment i's PushResult */
+} lease_work;
+
+static const char *push_result_name(int r) {
+  switch (r) {
+  case DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED: return "accepted";
+  case DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE: return "duplicate";
+  case DIPACO__V1__PUSH_RESULT__PUSH_LATE: return "late";
+  case DIPACO__V1__PUSH_RESULT__PUSH_STALE: return "stale";
+  default: return "no ack";
+  }
+}
+
+static void release(lease_runner *r, uint64_t lease_id, int reason, uint64_t step, const char *msg) {
+  int code, rc = wc_release(r->wc, lease_id, reason, step, msg, &code);
+  if (rc && reason != DIPACO__V1__RELEASE_REASON__RELEASE_DONE)
+    DPC_WARN("lease %" PRIu64 ": release failed: %s", lease_id, dpc_errmsg());
+  else if (rc)
+    DPC_DEBUG("lease %" PRIu64 ": release after push: %s", lease_id, dpc_errmsg());
+}
+
+/* The error of rc as text, copied (a release may overwrite dpc_errmsg()). */
+static void error_text(char *msg, size_t n, int rc) {
+  snprintf(msg, n, "%s", dpc_errmsg()[0] ? dpc_errmsg() : dpc_strerror(rc));
+}
+
+/* A lease failed here: pause longer the more leases in a row failed. */
+static void pause_after_failure(lease_runner *r) {
+  r->local_failures++;
+  worker_sleep(r->ctl, worker_backoff_ms(r->local_failures + 3, r->seed));
+}
+
+static int interrupted(lease_work *x) { return worker_stopping(x->r->ctl) || hb_abort(&x->hb) != AB_NONE; }
+
+/* ------------------------------------------------------------------ transfers */
+
+/* A fresh channel in the middle of a lease (see wc_reconnect): the heartbeat thread is the
+ * only other user of the client, so it pauses meanwhile. */
+static void lease_reconnect(lease_work *x) {
+  hb_stop(&x->hb);
+  if (wc_reconnect(x->r->wc, x->r->o->coordinator)) DPC_WARN("reconnect: %s", dpc_errmsg());
+  if (hb_start(&x->hb)) DPC_WARN("lease %" PRIu64 ": %s", x->L->lease_id, dpc_errmsg());
+}
+
+typedef int (*xfer_fn)(lease_work *x, int *code);
+
+/* Retry a transfer step while it fails transiently; returns the final rc, with x->cls set. A
+ * stop (SIGTERM) ends the retries unless on_stop is set (pushing work already done). */
+static int xfer_retry(lease_work *x, xfer_fn call, int on_stop) {
+  lease_runner *r = x->r;
+  int rc;
+  for (int attempt = 0;; attempt++) {
+    int code = RPC_OK;
+    rc = call(x, &code);
+    x->cls = wc_classify(rc, code);
+    if (x->cls != WC_RETRY || attempt + 1 >= TRANSFER_ATTEMPTS) break;
+    if ((!on_stop && worker_stopping(r->ctl)) || hb_abort(&x->hb) != AB_NONE) break;
+    DPC_WARN("lease %" PRIu64 ": %s; retrying", x->L->lease_id, dpc_errmsg());
+    if (code == RPC_UNAVAILABLE && attempt >= 1) lease_reconnect(x);
+    if (!worker_stopping(r->ctl)) {
+      if (worker_sleep(r->ctl, worker_backoff_ms(attempt, r->seed)) && !on_stop) break;
+    } else {
+      worker_sleep_ns(worker_backoff_ms(attempt, r->seed) * 1000000);
+    }
+  }
+  return rc;
+}
+
+static int pull_fragment(lease_work *x, int *code) {
+  return wc_pull(x->r->wc, x->L->lease_id, x->L->fragments[x->frag], x->r->slots.theta + x->p.abs_off[x->frag],
+                 &x->got, code);
+}
+
+static int push_inner_state(lease_work *x, int *code) {
+  return slot_push_inner(&x->r->slots, x->r->wc, x->L, &x->p, code);
+}
+
+static int push_deltas(lease_work *x, int *code) {
+  return wc_push(x->r->wc, x->L->lease_id, x->L->fragments, x->L->n_fragments, x->dp, (uint64_t)x->st.steps_done,
+                 (uint64_t)x->st.tokens, x->res, code);
+}
+
+/* ------------------------------------------------------------------ phases */
+
+/* Check the lease, fit the trainer and its AdamW state, start the heartbeat. */
+static int lease_plan_phase(lease_work *x) {
+  lease_runner *r = x->r;
+  const Dipaco__V1__Lease *L = x->L;
+  int rc = lease_plan_build(L, &x->p);
+  if (!rc) rc = slot_fit_trainer(&r->slots, r->o, L, &x->p);
+  if (!rc) {
+    if (L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT && L->has_inner_checkpoint)
+      rc = slot_resume_checkpoint(&r->slots, r->wc, r->ctl, r->seed, L, &x->p);
+    else rc = slot_select_state(&r->slots, L);
+  }
+  x->hb.tok_per_step = (uint64_t)x->p.opts.B * (uint64_t)x->p.opts.T;
+  if (!rc) rc = hb_start(&x->hb);
+  return rc;
+}
+
+/* The lease cannot be run at all (bad lease, missing data, no trainer): give it back. */
+static void lease_refuse(lease_work *x, int rc) {
+  char msg[512];
+  error_text(msg, sizeof msg, rc);
+  DPC_ERROR("lease %" PRIu64 ": cannot run it: %s", x->L->lease_id, msg);
+  release(x->r, x->L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_ERROR, x->L->first_step, msg);
+  pause_after_failure(x->r);
+}
+
+/* Every fragment at its base version into theta. */
+static int lease_pull(lease_work *x) {
+  const Dipaco__V1__Lease *L = x->L;
+  int64_t t0 = worker_now_ms();
+  int rc = 0;
+  for (size_t i = 0; i < L->n_fragments && !rc; i++) {
+    x->frag = i;
+    x->got = 0;
+    rc = xfer_retry(x, pull_fragment, 0);
+    x->bytes += (size_t)L->fragments[i]->num_floats * 4;
+    if (interrupted(x)) break;
+  }
+  if (!rc && !interrupted(x)) {
+    int64_t ms = worker_now_ms() - t0;
+    DPC_INFO("lease %" PRIu64 " pulled %zu bytes in %" PRId64 " ms (%.1f MB/s)", L->lease_id, x->bytes, ms,
+             ms > 0 ? (double)x->bytes / 1000.0 / (double)ms : 0.0);
+  }
+  return rc;
+}
+
+/* The inner steps, keeping the state they started from in case the lease is abandoned.
+ * Returns 1 when there is a delta to push (the whole round, or an async partial one). */
+static int lease_train(lease_work *x, int *rc_out) {
+  lease_runner *r = x->r;
+  const Dipaco__V1__Lease *L = x->L;
+  int rc = 0;
+  if (x->keep) rc = slot_snapshot(&r->slots, L, &x->snap);
+  hb_mark(&x->hb);
+  if (!rc)
+    rc = trainer_round(r->slots.tr, r->slots.theta, (long)L->first_step, (int)L->inner_steps, r->slots.delta, &x->st,
+                       hb_on_step, &x->hb);
+  if (r->o->progress) fputc('\n', stderr);
+  x->cls = rc ? WC_FATAL : WC_OK;
+  *rc_out = rc;
+  if (rc) return 0;
+  /* Async: a SIGTERM mid-round pushes the steps done so far (the coordinator counts them). */
+  const trainer_stats *st = &x->st;
+  x->partial = L->algorithm != DIPACO__V1__ALGORITHM__ALGORITHM_SYNC && worker_stopping(r->ctl) &&
+               hb_abort(&x->hb) == AB_NONE && st->steps_done > 0 && st->steps_done < (int)L->inner_steps;
+  if (st->steps_done != (int)L->inner_steps && !x->partial) return 0;
+  DPC_INFO("lease %" PRIu64 " trained %d steps in %.2f s: loss %.4f -> %.4f (mean %.4f), %.0f tok/s", L->lease_id,
+           st->steps_done, st->seconds, st->first_loss, st->last_loss, st->mean_loss,
+           st->seconds > 0 ? (double)st->tokens / st->seconds : 0.0);
+  if (x->partial)
+    DPC_INFO("lease %" PRIu64 ": stopping: pushing the partial delta of %d of %u inner steps (async)", L->lease_id,
+             st->steps_done, L->inner_steps);
+  return 1;
+}
+
+/* Log the coordinator's answer per fragment: PUSH_LATE / PUSH_STALE are dropped work. */
+static void log_acks(lease_work *x, int64_t ms) {
+  const Dipaco__V1__Lease *L = x->L;
+  int ok = 1;
+  for (size_t i = 0; i < L->n_fragments; i++) {
+    if (x->res[i] != DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED && x->res[i] != DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE) {
+      ok = 0;
+      DPC_WARN("lease %" PRIu64 ": delta of fragment %" PRIu64 " was %s; dropped", L->lease_id,
+               L->fragments[i]->fragment_id, push_result_name(x->res[i]));
+    }
+  }
+  DPC_INFO("lease %" PRIu64 " pushed %zu bytes in %" PRId64 " ms: %s", L->lease_id, x->bytes, ms,
+           ok ? "accepted" : "not all accepted");
+}
+
+/* The inner state (with inner.state checkpoint), then the deltas; then Release(DONE). */
+static int lease_push(lease_work *x) {
+  lease_runner *r = x->r;
+  const Dipaco__V1__Lease *L = x->L;
+  size_t nf = L->n_fragments;
+  x->dp = malloc(nf * sizeof *x->dp);
+  x->res = malloc(nf * sizeof *x->res);
+  int rc = x->dp && x->res ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
+  for (size_t i = 0; i < nf && !rc; i++) x->dp[i] = r->slots.delta + x->p.abs_off[i];
+  int64_t t0 = worker_now_ms();
+  if (!rc && L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT) {
+    /* Inner state first, then the delta: once the delta is durable (the slot's round is
+     * done) the state the next lease of the slot resumes from is durable too. */
+    rc = xfer_retry(x, push_inner_state, 1);
+    if (rc) DPC_WARN("lease %" PRIu64 ": pushing the inner state failed: %s", L->lease_id, dpc_errmsg());
+  }
+  if (!rc) {
+    hb_set_tokens(&x->hb, (uint64_t)x->st.tokens);
+    rc = xfer_retry(x, push_deltas, 1);
+  }
+  if (!rc) {
+    log_acks(x, worker_now_ms() - t0);
+    r->local_failures = 0;
+    release(r, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_DONE, L->first_step + (uint64_t)x->st.steps_done, "");
+    x->snap = NULL; /* the trainer's moments are now the slot's */
+    if (x->keep) slot_forget(&r->slots, L->job_id, L->slot->path, L->slot->replica);
+  }
+  free(x->dp);
+  free(x->res);
+  x->dp = NULL;
+  x->res = NULL;
+  return rc;
+}
+
+/* The heartbeat's part of the lease's end: LEASE_DRAIN if the coordinator asked for it. */
+static int stop_heartbeat(lease_work *x) {
+  hb_stop(&x->hb);
+  x->r->sps = x->hb.sps;
+  return hb_drain(&x->hb) ? LEASE_DRAIN : 0;
+}
+
+/* The lease was not completed: stopped, lost, or failed. Put the AdamW state back and tell
+ * the coordinator what it needs to know. */
+static int lease_finish_abandoned(lease_work *x, int rc) {
+  lease_runner *r = x->r;
+  const Dipaco__V1__Lease *L = x->L;
+  if (x->snap) slot_restore(&r->slots, x->snap);
+  x->snap = NULL;
+  uint64_t step = L->first_step + (uint64_t)x->st.steps_done;
+  int ab = hb_abort(&x->hb);
+  if (ab == AB_REREG || x->cls == WC_REREGISTER) {
+    DPC_WARN("lease %" PRIu64 ": the coordinator forgot this worker's session; registering again", L->lease_id);
+    return LEASE_REREGISTER;
+  }
+  if (ab == AB_LOST || x->cls == WC_LEASE_GONE) {
+    DPC_WARN("lease %" PRIu64 ": lease expired or revoked%s%s; dropping the work", L->lease_id, rc ? ": " : "",
+             rc ? dpc_errmsg() : "");
+  } else if (worker_stopping(r->ctl)) {
+    DPC_INFO("lease %" PRIu64 ": stopping: releasing it at step %" PRIu64, L->lease_id, step);
+    release(r, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_PREEMPTED, step, "worker shutting down");
+  } else if (ab == AB_STOP) {
+    DPC_INFO("lease %" PRIu64 ": stopped by the coordinator: releasing it at step %" PRIu64, L->lease_id, step);
+    release(r, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_PREEMPTED, step, "stopped by the coordinator");
+  } else {
+    char msg[512];
+    error_text(msg, sizeof msg, rc);
+    DPC_ERROR("lease %" PRIu64 " failed: %s", L->lease_id, msg);
+    int flags = 0;
+    if (x->cls == WC_RETRY) flags = LEASE_REREGISTER; /* the coordinator is unreachable: start over */
+    else release(r, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_ERROR, step, msg);
+    pause_after_failure(r);
+    return flags;
+  }
+  return 0;
+}
+
+int lease_run(lease_runner *r, const Dipaco__V1__Lease *L) {
+  const uint32_t path = L->slot ? L->slot->path : 0, rep = L->slot ? L->slot->replica : 0;
+  DPC_INFO("lease %" PRIu64 " granted: job %" PRIu64 " round %" PRIu64 " slot (%u,%u) steps %" PRIu64 "..%" PRIu64
+           " fragments %zu", L->lease_id, L->job_id, L->round, path, rep, L->first_step,
+           L->first_step + L->inner_steps, L->n_fragments);
+  lease_work x;
+  memset(&x, 0, sizeof x);
+  x.r = r;
+  x.L = L;
+  x.keep = L->inner_state != DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_RESET;
+  hb_init(&x.hb, r->wc, r->ctl, L, r->sps, r->o->progress, r->o->slowdown);
+  int rc = lease_plan_phase(&x);
+  if (rc) {
+    lease_refuse(&x, rc);
+    lease_plan_free(&x.p);
+    return 0;
+  }
+  int pushed = 0;
+  rc = lease_pull(&x);
+  if (!rc && !interrupted(&x) && lease_train(&x, &rc)) pushed = (rc = lease_push(&x)) == 0;
+  int flags = stop_heartbeat(&x);
+  flags |= pushed ? LEASE_PUSHED : lease_finish_abandoned(&x, rc);
+  lease_plan_free(&x.p);
+  return flags;
+}

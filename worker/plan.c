@@ -1,0 +1,147 @@
+/* plan.c — check a granted lease and turn it into a lease_plan (plan.h). */
+#include "worker/plan.h"
+#include "common/errors.h"
+#include "common/log.h"
+#include "worker/data.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FRAGMENTS 4096
+
+static int finite_pos(float x) { return isfinite(x) && x > 0; }
+
+static int check_model(const Dipaco__V1__ModelShape *m, lease_plan *p) {
+  if (m->num_layers > 256 || m->num_heads > 4096 || m->channels > 65536 || m->max_seq_len > 1048576 ||
+      m->vocab_size > 16777216)
+    return dpc_err(DPC_ERANGE, "lease: model shape out of range (L=%u NH=%u C=%u maxT=%u V=%u)", m->num_layers,
+                   m->num_heads, m->channels, m->max_seq_len, m->vocab_size);
+  p->cfg = (gpt_config){.n_layer = (int)m->num_layers, .n_head = (int)m->num_heads, .n_embd = (int)m->channels,
+                        .n_positions = (int)m->max_seq_len, .vocab_size = (int)m->vocab_size};
+  return gpt_config_validate(&p->cfg);
+}
+
+/* hyper.total_steps, or when it is not filled in the job spec's rounds × inner_steps (0 if
+ * neither says). */
+static uint64_t total_steps_of(const Dipaco__V1__Lease *L) {
+  uint64_t total_steps = L->hyper->total_steps;
+  if (total_steps != 0) return total_steps;
+  cJSON *root = L->spec_json ? cJSON_Parse(L->spec_json) : NULL;
+  const cJSON *ro = cJSON_GetObjectItemCaseSensitive(root, "rounds");
+  const cJSON *hs = cJSON_GetObjectItemCaseSensitive(root, "inner_steps");
+  if (cJSON_IsNumber(ro) && cJSON_IsNumber(hs) && ro->valuedouble >= 1 && hs->valuedouble >= 1 &&
+      ro->valuedouble * hs->valuedouble <= INT32_MAX) {
+    total_steps = (uint64_t)ro->valuedouble * (uint64_t)hs->valuedouble;
+    DPC_WARN("lease %" PRIu64 ": hyper.total_steps is 0; using the spec's rounds x inner_steps = %" PRIu64,
+             L->lease_id, total_steps);
+  }
+  cJSON_Delete(root);
+  return total_steps;
+}
+
+/* Batch shape, AdamW and the schedule; *total_steps receives the schedule's length. */
+static int check_hyper(const Dipaco__V1__Lease *L, uint64_t *total_steps) {
+  const Dipaco__V1__ModelShape *m = L->model;
+  const Dipaco__V1__Hyper *h = L->hyper;
+  if (h->batch_size < 1 || h->batch_size > 65536 || h->seq_len < 1 || h->seq_len > m->max_seq_len)
+    return dpc_err(DPC_EINVAL, "lease: batch_size %u / seq_len %u invalid (seq_len ≤ max_seq_len %u)", h->batch_size,
+                   h->seq_len, m->max_seq_len);
+  if (h->grad_accum > 1)
+    return dpc_err(DPC_EUNSUPPORTED, "lease: grad_accum %u is not supported by this worker", h->grad_accum);
+  if (!finite_pos(h->lr) || !isfinite(h->lr_min_frac) || h->lr_min_frac < 0 || h->lr_min_frac > 1 ||
+      !isfinite(h->weight_decay) || h->weight_decay < 0 || !isfinite(h->beta1) || h->beta1 < 0 || h->beta1 >= 1 ||
+      !isfinite(h->beta2) || h->beta2 < 0 || h->beta2 >= 1 || !finite_pos(h->eps) || !isfinite(h->grad_clip) ||
+      h->grad_clip < 0)
+    return dpc_err(DPC_EINVAL, "lease: hyperparameters out of range (lr %g, lr_min_frac %g, wd %g, betas %g %g, "
+                   "eps %g, clip %g)", h->lr, h->lr_min_frac, h->weight_decay, h->beta1, h->beta2, h->eps,
+                   h->grad_clip);
+  *total_steps = total_steps_of(L);
+  if (*total_steps < 1 || *total_steps > INT32_MAX || h->warmup_steps > *total_steps)
+    return dpc_err(DPC_EINVAL, "lease: total_steps %" PRIu64 " / warmup_steps %" PRIu64 " invalid", *total_steps,
+                   h->warmup_steps);
+  return 0;
+}
+
+/* The steps and the data window: what this worker's data order can serve. */
+static int check_window(const Dipaco__V1__Lease *L) {
+  const Dipaco__V1__DataWindow *d = L->data;
+  if (L->inner_steps < 1 || L->inner_steps > 10000000 || L->first_step > INT32_MAX)
+    return dpc_err(DPC_EINVAL, "lease: inner_steps %u / first_step %" PRIu64 " invalid", L->inner_steps,
+                   L->first_step);
+  if (d->replicas < 1 || d->replica >= d->replicas || d->replicas > 1000000)
+    return dpc_err(DPC_EINVAL, "lease: data replica %u of %u invalid", d->replica, d->replicas);
+  if (d->first_batch != L->first_step)
+    return dpc_err(DPC_EUNSUPPORTED, "lease: data.first_batch %" PRIu64 " differs from first_step %" PRIu64
+                   " (not supported: the batch index is the slot's step)", d->first_batch, L->first_step);
+  if (d->shuffle) return dpc_err(DPC_EUNSUPPORTED, "lease: shuffled data order is not supported by this worker");
+  if (d->path_index && d->path_index[0])
+    return dpc_err(DPC_EUNSUPPORTED, "lease: DiPaCo routing index \"%s\" is not supported by this worker",
+                   d->path_index);
+  if (L->delta_codec != DIPACO__V1__CODEC__CODEC_FP32)
+    return dpc_err(DPC_EUNSUPPORTED, "lease: delta codec %d is not supported (fp32 only)", L->delta_codec);
+  if (L->n_fragments < 1 || L->n_fragments > MAX_FRAGMENTS)
+    return dpc_err(DPC_ERANGE, "lease: %zu fragments (need 1..%d)", L->n_fragments, MAX_FRAGMENTS);
+  return 0;
+}
+
+/* The path's parameter count (from the canonical layout) and each fragment's place in it. */
+static int place_fragments(const Dipaco__V1__Lease *L, lease_plan *p) {
+  gpt_layout *lay = malloc(sizeof *lay);
+  if (!lay) return dpc_err(DPC_ENOMEM, "worker: out of memory");
+  int rc = gpt_layout_build(&p->cfg, lay);
+  p->n_params = lay->n_params;
+  free(lay);
+  if (rc) return rc;
+  size_t n = L->n_fragments;
+  uint32_t *lv = malloc(n * sizeof *lv);
+  uint64_t *mo = malloc(n * sizeof *mo), *of = malloc(n * sizeof *of), *ln = malloc(n * sizeof *ln);
+  p->abs_off = malloc(n * sizeof *p->abs_off);
+  if (!lv || !mo || !of || !ln || !p->abs_off) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
+  for (size_t i = 0; i < n && !rc; i++) {
+    const Dipaco__V1__FragmentInfo *f = L->fragments[i];
+    if (f->sync_offset || f->overlap_steps)
+      rc = dpc_err(DPC_EUNSUPPORTED, "lease: fragment %" PRIu64 " is a streaming fragment (not supported)",
+                   f->fragment_id);
+    for (size_t j = 0; j < i && !rc; j++)
+      if (L->fragments[j]->fragment_id == f->fragment_id)
+        rc = dpc_err(DPC_EFORMAT, "lease: fragment id %" PRIu64 " listed twice", f->fragment_id);
+    lv[i] = f->level;
+    mo[i] = f->module_id;
+    of[i] = f->offset_floats;
+    ln[i] = f->num_floats;
+  }
+  if (!rc) rc = worker_place_fragments(n, lv, mo, of, ln, p->n_params, p->abs_off);
+  free(lv);
+  free(mo);
+  free(of);
+  free(ln);
+  return rc;
+}
+
+int lease_plan_build(const Dipaco__V1__Lease *L, lease_plan *p) {
+  memset(p, 0, sizeof *p);
+  if (!L->model || !L->hyper || !L->data || !L->slot)
+    return dpc_err(DPC_EFORMAT, "lease: model, hyper, data or slot missing");
+  uint64_t total_steps = 0;
+  int rc = check_model(L->model, p);
+  if (!rc) rc = check_hyper(L, &total_steps);
+  if (!rc) rc = check_window(L);
+  if (rc) return rc;
+  const Dipaco__V1__Hyper *h = L->hyper;
+  const Dipaco__V1__DataWindow *d = L->data;
+  p->opts = (trainer_opts){.B = (int)h->batch_size, .T = (int)h->seq_len, .total_steps = (long)total_steps,
+                           .lr = h->lr, .lr_min_frac = h->lr_min_frac, .warmup = (int)h->warmup_steps,
+                           .hp = {.beta1 = h->beta1, .beta2 = h->beta2, .eps = h->eps,
+                                  .weight_decay = h->weight_decay, .grad_clip = h->grad_clip},
+                           .replica = (int)d->replica, .n_replicas = (int)d->replicas};
+  return place_fragments(L, p);
+}
+
+void lease_plan_free(lease_plan *p) {
+  free(p->abs_off);
+  p->abs_off = NULL;
+}
