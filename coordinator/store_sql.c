@@ -145,8 +145,10 @@ int sq_name_index(const char *const *names, int n, const char *s) {
 
 /* The name table of a COL_*_STATE kind. */
 static const char *const *state_names(col_kind k, int *n) {
-#define STATE_CASE(kind, tbl)                       \
-  case kind: *n = (int)(sizeof tbl / sizeof tbl[0]); return tbl;
+#define STATE_CASE(kind, tbl)                 \
+  case kind:                                  \
+    *n = (int)(sizeof tbl / sizeof tbl[0]);   \
+    return tbl;
   switch (k) {
     STATE_CASE(COL_JOB_STATE, JOB_STATES)
     STATE_CASE(COL_WORKER_STATE, WORKER_STATES)
@@ -205,9 +207,10 @@ _Static_assert(sizeof(store_job_state) == sizeof(int) && sizeof(jobspec_algorith
 
 /* ---- the row mapper ------------------------------------------------------------------------- */
 
-#define PUT(p, T, v)      \
-  do {                    \
-    T _v = (T)(v);        \
+/* Store v as a T at p (fields are reached by offset, so through memcpy). */
+#define PUT(p, T, v)             \
+  do {                           \
+    T _v = (T)(v);               \
     memcpy((p), &_v, sizeof _v); \
   } while (0)
 
