@@ -139,7 +139,7 @@ const char *jobspec_inner_state_name(jobspec_inner_state s) {
   return (unsigned)s < 3 ? STATE_NAMES[s] : "?";
 }
 
-#define TRY(x)              \
+#define JS_TRY(x)           \
   do {                      \
     int _rc = (x);          \
     if (_rc < 0) return _rc; \
@@ -179,12 +179,12 @@ static int parse_levels(const cJSON *root, jobspec *js) {
     snprintf(p, sizeof p, "levels[%d]", i);
     if (i >= JOBSPEC_MAX_LEVELS) return dpc_err(DPC_EINVAL, "field \"levels\": more than %d levels", JOBSPEC_MAX_LEVELS);
     if (!cJSON_IsObject(e)) return dpc_err(DPC_EINVAL, "field \"%s\": expected an object", p);
-    TRY(check_keys(e, p, keys));
+    JS_TRY(check_keys(e, p, keys));
     jobspec_level *lv = &js->levels[i];
     lv->stem = 0;
     lv->n_modules = 1;
-    TRY(get_bool(e, p, "stem", &lv->stem));
-    TRY(get_int(e, p, "modules", 0, &lv->n_modules));
+    JS_TRY(get_bool(e, p, "stem", &lv->stem));
+    JS_TRY(get_int(e, p, "modules", 0, &lv->n_modules));
     const cJSON *ly = get_field(e, "layers");
     if (!ly) return dpc_err(DPC_EINVAL, "missing field \"%s.layers\"", p);
     if (!cJSON_IsArray(ly) || cJSON_GetArraySize(ly) != 2 || !cJSON_IsNumber(ly->child) ||
@@ -233,8 +233,8 @@ static int parse_model(const cJSON *root, jobspec *js) {
   const cJSON *m = get_object(root, "", "model", 1, &rc);
   if (!m) return rc;
   static const char *const keys[] = {"init", "n_layer", "n_head", "n_embd", "n_positions", "vocab_size", "seed", NULL};
-  TRY(check_keys(m, "model", keys));
-  TRY(get_string(m, "model", "init", 0, js->init_dir, sizeof js->init_dir));
+  JS_TRY(check_keys(m, "model", keys));
+  JS_TRY(get_string(m, "model", "init", 0, js->init_dir, sizeof js->init_dir));
   const char *shape[] = {"n_layer", "n_head", "n_embd", "n_positions", "vocab_size"};
   int *dst[] = {&js->model.n_layer, &js->model.n_head, &js->model.n_embd, &js->model.n_positions, &js->model.vocab_size};
   int present = 0;
@@ -242,11 +242,11 @@ static int parse_model(const cJSON *root, jobspec *js) {
   if (js->init_dir[0] && present == 0) {
     js->has_shape = 0;
   } else {
-    for (int i = 0; i < 5; i++) TRY(get_int(m, "model", shape[i], 1, dst[i]));
+    for (int i = 0; i < 5; i++) JS_TRY(get_int(m, "model", shape[i], 1, dst[i]));
     js->has_shape = 1;
   }
   double seed = 0;
-  TRY(get_number(m, "model", "seed", 0, &seed));
+  JS_TRY(get_number(m, "model", "seed", 0, &seed));
   if (floor(seed) != seed || seed < 0 || seed > MAX_SEED)
     return dpc_err(DPC_EINVAL, "field \"model.seed\" = %g: expected an integer in [0, 2^53]", seed);
   js->seed = (uint64_t)seed;
@@ -431,61 +431,61 @@ static int check_data_path(const char *field, int i, const char *s) {
 }
 
 int jobspec_validate(const jobspec *js) {
-  TRY(check_name(js->name));
+  JS_TRY(check_name(js->name));
   if (js->init_dir[0] && has_ctl(js->init_dir))
     return dpc_err(DPC_EINVAL, "field \"model.init\": contains control characters");
   if (!js->init_dir[0] && !js->has_shape) return dpc_err(DPC_EINVAL, "field \"model\": needs \"init\" or the shape fields");
   if (js->has_shape) {
-    TRY(check_range_i("model.n_layer", js->model.n_layer, 1, 256));
-    TRY(check_range_i("model.n_head", js->model.n_head, 1, 1024));
-    TRY(check_range_i("model.n_embd", js->model.n_embd, 1, 65536));
-    TRY(check_range_i("model.n_positions", js->model.n_positions, 1, 1 << 20));
-    TRY(check_range_i("model.vocab_size", js->model.vocab_size, 2, 1 << 24));
+    JS_TRY(check_range_i("model.n_layer", js->model.n_layer, 1, 256));
+    JS_TRY(check_range_i("model.n_head", js->model.n_head, 1, 1024));
+    JS_TRY(check_range_i("model.n_embd", js->model.n_embd, 1, 65536));
+    JS_TRY(check_range_i("model.n_positions", js->model.n_positions, 1, 1 << 20));
+    JS_TRY(check_range_i("model.vocab_size", js->model.vocab_size, 2, 1 << 24));
     if (gpt_config_validate(&js->model)) return dpc_err(DPC_EINVAL, "field \"model\": %s", dpc_errmsg());
   }
   if ((double)js->seed > MAX_SEED) return dpc_err(DPC_EINVAL, "field \"model.seed\" above 2^53");
   if (js->n_train < 1) return dpc_err(DPC_EINVAL, "field \"data.train\": needs at least one path");
-  for (int i = 0; i < js->n_train; i++) TRY(check_data_path("data.train", i, js->train[i]));
-  for (int i = 0; i < js->n_val; i++) TRY(check_data_path("data.val", i, js->val[i]));
+  for (int i = 0; i < js->n_train; i++) JS_TRY(check_data_path("data.train", i, js->train[i]));
+  for (int i = 0; i < js->n_val; i++) JS_TRY(check_data_path("data.val", i, js->val[i]));
   if ((unsigned)js->algorithm > JOB_ALGO_DIPACO) return dpc_err(DPC_EINVAL, "field \"algorithm\": unknown value");
-  TRY(check_range_i("replicas", js->replicas, 1, JOBSPEC_MAX_REPLICAS));
-  TRY(check_range_i("inner_steps", js->inner_steps, 1, 1000000));
-  TRY(check_range_i("rounds", js->rounds, 1, 10000000));
+  JS_TRY(check_range_i("replicas", js->replicas, 1, JOBSPEC_MAX_REPLICAS));
+  JS_TRY(check_range_i("inner_steps", js->inner_steps, 1, 1000000));
+  JS_TRY(check_range_i("rounds", js->rounds, 1, 10000000));
   if ((long long)js->rounds * js->inner_steps > INT_MAX)
     return dpc_err(DPC_EINVAL, "rounds × inner_steps = %lld exceeds %d", (long long)js->rounds * js->inner_steps, INT_MAX);
-  TRY(check_range_i("batch", js->batch, 1, 65536));
-  TRY(check_range_i("seq_len", js->seq_len, 1, 1 << 20));
+  JS_TRY(check_range_i("batch", js->batch, 1, 65536));
+  JS_TRY(check_range_i("seq_len", js->seq_len, 1, 1 << 20));
   if (js->has_shape && js->seq_len > js->model.n_positions)
     return dpc_err(DPC_EINVAL, "field \"seq_len\" = %d exceeds model.n_positions = %d", js->seq_len, js->model.n_positions);
   const jobspec_inner *in = &js->inner;
-  TRY(check_range_d("inner.lr", in->lr, 0, 1, 10, 0));
-  TRY(check_range_i("inner.warmup", in->warmup, 0, (long)js->rounds * js->inner_steps));
-  TRY(check_range_d("inner.lr_min_frac", in->lr_min_frac, 0, 0, 1, 0));
-  TRY(check_range_d("inner.weight_decay", in->weight_decay, 0, 0, 10, 0));
-  TRY(check_range_d("inner.beta1", in->beta1, 0, 0, 1, 1));
-  TRY(check_range_d("inner.beta2", in->beta2, 0, 0, 1, 1));
-  TRY(check_range_d("inner.eps", in->eps, 0, 1, 1, 0));
-  TRY(check_range_d("inner.grad_clip", in->grad_clip, 0, 0, 1e6, 0));
+  JS_TRY(check_range_d("inner.lr", in->lr, 0, 1, 10, 0));
+  JS_TRY(check_range_i("inner.warmup", in->warmup, 0, (long)js->rounds * js->inner_steps));
+  JS_TRY(check_range_d("inner.lr_min_frac", in->lr_min_frac, 0, 0, 1, 0));
+  JS_TRY(check_range_d("inner.weight_decay", in->weight_decay, 0, 0, 10, 0));
+  JS_TRY(check_range_d("inner.beta1", in->beta1, 0, 0, 1, 1));
+  JS_TRY(check_range_d("inner.beta2", in->beta2, 0, 0, 1, 1));
+  JS_TRY(check_range_d("inner.eps", in->eps, 0, 1, 1, 0));
+  JS_TRY(check_range_d("inner.grad_clip", in->grad_clip, 0, 0, 1e6, 0));
   if ((unsigned)in->state > INNER_STATE_CHECKPOINT) return dpc_err(DPC_EINVAL, "field \"inner.state\": unknown value");
   const jobspec_outer *o = &js->outer;
-  TRY(check_range_d("outer.lr", o->lr, 0, 1, 10, 0));
-  TRY(check_range_d("outer.momentum", o->momentum, 0, 0, 1, 1));
+  JS_TRY(check_range_d("outer.lr", o->lr, 0, 1, 10, 0));
+  JS_TRY(check_range_d("outer.momentum", o->momentum, 0, 0, 1, 1));
   if (o->nesterov != 0 && o->nesterov != 1) return dpc_err(DPC_EINVAL, "field \"outer.nesterov\": expected a boolean");
   if ((unsigned)o->async_rule > OUTER_ASYNC_SGD) return dpc_err(DPC_EINVAL, "field \"outer.rule\": unknown value");
-  TRY(check_range_i("outer.delay_buffer", o->buffer, 0, JOBSPEC_MAX_SLOTS));
-  TRY(check_range_d("outer.c", o->c, 0, 0, 1, 0));
+  JS_TRY(check_range_i("outer.delay_buffer", o->buffer, 0, JOBSPEC_MAX_SLOTS));
+  JS_TRY(check_range_d("outer.c", o->c, 0, 0, 1, 0));
   if (o->buffer > 0 && o->c > 1.0 / o->buffer)
     return dpc_err(DPC_EINVAL, "field \"outer.c\" = %g exceeds 1/outer.delay_buffer = %g", o->c, 1.0 / o->buffer);
   if (o->delta_norm_screen != 0) /* a factor below 2 would refuse honest deltas near the median */
-    TRY(check_range_d("outer.delta_norm_screen", o->delta_norm_screen, 2, 0, 1e6, 0));
-  TRY(check_range_i("max_staleness", js->max_staleness, 0, 1000000000));
+    JS_TRY(check_range_d("outer.delta_norm_screen", o->delta_norm_screen, 2, 0, 1e6, 0));
+  JS_TRY(check_range_i("max_staleness", js->max_staleness, 0, 1000000000));
   if (js->dylu.enabled != 0 && js->dylu.enabled != 1) return dpc_err(DPC_EINVAL, "field \"dylu.enabled\": expected a boolean");
-  TRY(check_range_i("dylu.min_steps", js->dylu.min_steps, 1, js->inner_steps));
+  JS_TRY(check_range_i("dylu.min_steps", js->dylu.min_steps, 1, js->inner_steps));
   /* keep_last >= 2: the version before the newest may still be streaming to a late worker. */
-  TRY(check_range_i("versions.keep_last", js->versions.keep_last, 2, 10000));
-  TRY(check_range_i("versions.keep_every", js->versions.keep_every, 0, 1000000000));
-  TRY(check_range_d("quorum", js->quorum, 0, 1, 1, 0));
-  TRY(check_range_d("round_timeout_s", js->round_timeout_s, 0, 0, 30 * 86400.0, 0));
+  JS_TRY(check_range_i("versions.keep_last", js->versions.keep_last, 2, 10000));
+  JS_TRY(check_range_i("versions.keep_every", js->versions.keep_every, 0, 1000000000));
+  JS_TRY(check_range_d("quorum", js->quorum, 0, 1, 1, 0));
+  JS_TRY(check_range_d("round_timeout_s", js->round_timeout_s, 0, 0, 30 * 86400.0, 0));
   if ((unsigned)js->weighting > WEIGHTING_TOKENS) return dpc_err(DPC_EINVAL, "field \"weighting\": unknown value");
 
   /* Levels: level 0 holds the stem; layer ranges are consecutive and cover [0, n_layer). */
@@ -496,7 +496,7 @@ int jobspec_validate(const jobspec *js) {
     const jobspec_level *lv = &js->levels[l];
     char f[48];
     snprintf(f, sizeof f, "levels[%d].modules", l);
-    TRY(check_range_i(f, lv->n_modules, 1, JOBSPEC_MAX_K));
+    JS_TRY(check_range_i(f, lv->n_modules, 1, JOBSPEC_MAX_K));
     if (lv->stem != (l == 0))
       return dpc_err(DPC_EINVAL, "field \"levels[%d].stem\": %s", l,
                      l == 0 ? "level 0 must hold the stem (\"stem\": true)" : "only level 0 holds the stem");
@@ -734,7 +734,7 @@ static int check_lay(const jobspec *js, const gpt_layout *lay) {
 }
 
 int jobspec_modules(const jobspec *js, const gpt_layout *lay, jobspec_module *out, int cap) {
-  TRY(check_lay(js, lay));
+  JS_TRY(check_lay(js, lay));
   int n = 0;
   for (int l = 0; l < js->n_levels; l++) {
     const jobspec_level *L = &js->levels[l];
@@ -747,7 +747,7 @@ int jobspec_modules(const jobspec *js, const gpt_layout *lay, jobspec_module *ou
 }
 
 int jobspec_fragments(const jobspec *js, const gpt_layout *lay, jobspec_fragment *out, int cap) {
-  TRY(check_lay(js, lay));
+  JS_TRY(check_lay(js, lay));
   /* Without streaming a module is one fragment, with the module's id. */
   int n = 0;
   for (int l = 0; l < js->n_levels; l++) {

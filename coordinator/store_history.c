@@ -1,14 +1,12 @@
 /* store_history.c — the store's history: garbage collection of old versions and applied
- * deltas, per-round metrics, and the asynchronous ledger (pending deltas in arrival order,
- * applied deltas in version order). Same contract as store.h: one thread per handle, one
- * transaction per multi-row change. */
+ * deltas, the blob names rows reference, per-round metrics, and the asynchronous ledger
+ * (pending deltas in arrival order, applied deltas in version order). Same contract as
+ * store.h: one thread per handle, one transaction per multi-row change. */
 #include "coordinator/store.h"
 #include "coordinator/store_internal.h"
 #include "common/errors.h"
 
-#include <math.h>
 #include <sqlite3.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,10 +43,7 @@ int store_gc_versions(store *st, int64_t job, int fragment, int keep_last, int k
     sqlite3_stmt *s = sq_stmt(st, S_GC_VERSIONS_SEL);
     if (!s) rc = DPC_EINTERNAL;
     else {
-      B64(s, 1, job);
-      B64(s, 2, fragment);
-      B64(s, 3, upto);
-      B64(s, 4, keep_every);
+      BIND_I64S(s, job, fragment, upto, keep_every);
       while ((rc = sq_step(st, s, "select old versions")) == SQLITE_ROW) {
         if ((rc = sq_grow((void **)&vers, &vcap, nv, sizeof *vers)) < 0) break;
         vers[nv++] = sqlite3_column_int64(s, 0);
@@ -63,9 +58,7 @@ int store_gc_versions(store *st, int64_t job, int fragment, int keep_last, int k
         rc = DPC_EINTERNAL;
         break;
       }
-      B64(d, 1, job);
-      B64(d, 2, fragment);
-      B64(d, 3, vers[i]);
+      BIND_I64S(d, job, fragment, vers[i]);
       rc = sq_exec_done(st, d, "delete old version");
     }
   }
@@ -90,9 +83,7 @@ int store_gc_deltas(store *st, int64_t job, int fragment, int64_t before_round, 
   int icap = 0, ni = 0;
   sqlite3_stmt *s = sq_stmt(st, S_GC_DELTAS_SEL);
   if (!s) return sq_rollback(st, DPC_EINTERNAL);
-  B64(s, 1, job);
-  B64(s, 2, fragment);
-  B64(s, 3, before_round);
+  BIND_I64S(s, job, fragment, before_round);
   while ((rc = sq_step(st, s, "select old deltas")) == SQLITE_ROW) {
     if ((rc = sq_grow((void **)&ids, &icap, ni, sizeof *ids)) < 0) break;
     ids[ni++] = sqlite3_column_int64(s, 0);
@@ -143,18 +134,7 @@ int store_blob_names(store *st, char ***names, int *n) {
 int store_add_metric(store *st, const store_metric *m) {
   sqlite3_stmt *s = sq_stmt(st, S_INS_METRIC);
   if (!s) return DPC_EINTERNAL;
-  B64(s, 1, m->job);
-  B64(s, 2, m->round);
-  B64(s, 3, m->path);
-  B64(s, 4, m->replica);
-  B64(s, 5, m->worker);
-  if (isfinite(m->loss)) BDBL(s, 6, m->loss);
-  else sqlite3_bind_null(s, 6);
-  B64(s, 7, m->tokens);
-  B64(s, 8, m->bytes_in);
-  B64(s, 9, m->bytes_out);
-  BDBL(s, 10, isfinite(m->outer_seconds) ? m->outer_seconds : 0.0);
-  B64(s, 11, m->created_at);
+  row_bind(s, &METRIC_MAP, m); /* a NaN loss is stored as NULL, a non-finite time as 0 */
   return sq_exec_done(st, s, "insert metric");
 }
 
@@ -163,33 +143,8 @@ int store_list_metrics(store *st, int64_t job, int64_t since_round, store_metric
   *n = 0;
   sqlite3_stmt *s = sq_stmt(st, S_LIST_METRICS);
   if (!s) return DPC_EINTERNAL;
-  B64(s, 1, job);
-  B64(s, 2, since_round);
-  store_metric *arr = NULL;
-  int cap = 0, cnt = 0, rc;
-  while ((rc = sq_step(st, s, "list metrics")) == SQLITE_ROW) {
-    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
-    store_metric *m = &arr[cnt++];
-    m->job = sqlite3_column_int64(s, 0);
-    m->round = sqlite3_column_int64(s, 1);
-    m->path = sqlite3_column_int(s, 2);
-    m->replica = sqlite3_column_int(s, 3);
-    m->worker = sqlite3_column_int64(s, 4);
-    m->loss = sqlite3_column_type(s, 5) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 5);
-    m->tokens = sqlite3_column_int64(s, 6);
-    m->bytes_in = sqlite3_column_int64(s, 7);
-    m->bytes_out = sqlite3_column_int64(s, 8);
-    m->outer_seconds = sqlite3_column_double(s, 9);
-    m->created_at = sqlite3_column_int64(s, 10);
-  }
-  sqlite3_reset(s);
-  if (rc < 0) {
-    free(arr);
-    return rc;
-  }
-  *out = arr;
-  *n = cnt;
-  return 0;
+  BIND_I64S(s, job, since_round);
+  return sq_collect(st, s, "list metrics", &METRIC_MAP, (void **)out, n);
 }
 
 /* ---- async ledger (additive: asynchronous Local-SGD) ---------------------------------------- */
@@ -197,13 +152,8 @@ int store_list_metrics(store *st, int64_t job, int64_t since_round, store_metric
 int store_next_pending_delta(store *st, int64_t job, int fragment, store_delta *out) {
   sqlite3_stmt *s = sq_stmt(st, S_NEXT_PENDING);
   if (!s) return DPC_EINTERNAL;
-  B64(s, 1, job);
-  B64(s, 2, fragment);
-  int rc = sq_step(st, s, "next pending delta");
-  if (rc < 0) return rc;
-  if (rc == SQLITE_ROW) sq_read_delta(s, out);
-  sqlite3_reset(s);
-  return rc == SQLITE_ROW ? 1 : 0;
+  BIND_I64S(s, job, fragment);
+  return sq_get_row(st, s, "next pending delta", &DELTA_MAP, out);
 }
 
 int store_drop_delta(store *st, int64_t id) {
@@ -220,7 +170,6 @@ int store_list_ledger(store *st, int64_t job, int fragment, store_delta **out, i
   *n = 0;
   sqlite3_stmt *s = sq_stmt(st, S_LEDGER);
   if (!s) return DPC_EINTERNAL;
-  B64(s, 1, job);
-  B64(s, 2, fragment);
-  return sq_collect(st, s, "list ledger", sizeof(store_delta), sq_read_delta, (void **)out, n);
+  BIND_I64S(s, job, fragment);
+  return sq_collect(st, s, "list ledger", &DELTA_MAP, (void **)out, n);
 }

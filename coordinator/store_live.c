@@ -9,7 +9,10 @@
  * runs on every coordinator tick anyway (before its expiry query, so expiry sees every
  * renewal), by store_flush_liveness, and at store_close. Readers of workers and leases see
  * the in-memory values (live_overlay_*). Leases themselves, deltas, rounds and versions are
- * still committed transactionally where they change. */
+ * still committed transactionally where they change.
+ *
+ * This file keeps the values and writes them; whether a worker or lease exists is decided by
+ * its caller (store_leases.c), so it calls nothing above store_sql.c. */
 #include "coordinator/store_internal.h"
 
 #include "common/errors.h"
@@ -101,8 +104,7 @@ int live_flush_tx(store *st) {
     if (!e->key) continue;
     sqlite3_stmt *s = sq_stmt(st, S_RENEW_LEASE);
     if (!s) return DPC_EINTERNAL;
-    B64(s, 1, e->key);
-    B64(s, 2, e->t);
+    BIND_I64S(s, e->key, e->t);
     TRY(sq_exec_done(st, s, "flush lease renewals"));
   }
   return 0;
@@ -124,13 +126,11 @@ int store_flush_liveness(store *st) {
   return 0;
 }
 
-int store_touch_worker(store *st, int64_t id, int64_t now_ms, double steps_per_s) {
+int live_touch_worker(store *st, int64_t id, int64_t last_seen, int64_t now_ms, double steps_per_s) {
   live_ent *e = live_find(&st->live_workers, id);
   if (!e) {
-    store_worker w; /* first touch since the store was opened: the worker must exist */
-    TRY(store_get_worker(st, id, &w));
     if (!(e = live_put(&st->live_workers, id))) return dpc_err(DPC_ENOMEM, "touch worker: out of memory");
-    e->t = w.last_seen;
+    e->t = last_seen;
   }
   if (now_ms > e->t) e->t = now_ms;
   if (isfinite(steps_per_s) && steps_per_s >= 0) {
