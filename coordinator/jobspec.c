@@ -253,6 +253,113 @@ static int parse_model(const cJSON *root, jobspec *js) {
   return 0;
 }
 
+static int parse_data(const cJSON *root, jobspec *js) {
+  int rc;
+  const cJSON *d = get_object(root, "", "data", 1, &rc);
+  if (!d) return rc;
+  static const char *const keys[] = {"train", "val", NULL};
+  JS_TRY(check_keys(d, "data", keys));
+  JS_TRY(parse_data_list(d, "train", 1, js->train, &js->n_train));
+  return parse_data_list(d, "val", 0, js->val, &js->n_val);
+}
+
+static int parse_inner(const cJSON *root, jobspec *js) {
+  int rc;
+  const cJSON *in = get_object(root, "", "inner", 0, &rc);
+  if (!in) return rc;
+  static const char *const keys[] = {"lr", "warmup", "lr_min_frac", "weight_decay", "beta1", "beta2",
+                                     "eps", "grad_clip", "state", NULL};
+  JS_TRY(check_keys(in, "inner", keys));
+  JS_TRY(get_number(in, "inner", "lr", 0, &js->inner.lr));
+  JS_TRY(get_int(in, "inner", "warmup", 0, &js->inner.warmup));
+  JS_TRY(get_number(in, "inner", "lr_min_frac", 0, &js->inner.lr_min_frac));
+  JS_TRY(get_number(in, "inner", "weight_decay", 0, &js->inner.weight_decay));
+  JS_TRY(get_number(in, "inner", "beta1", 0, &js->inner.beta1));
+  JS_TRY(get_number(in, "inner", "beta2", 0, &js->inner.beta2));
+  JS_TRY(get_number(in, "inner", "eps", 0, &js->inner.eps));
+  JS_TRY(get_number(in, "inner", "grad_clip", 0, &js->inner.grad_clip));
+  int v = js->inner.state;
+  JS_TRY(get_enum(in, "inner", "state", 0, STATE_NAMES, 3, &v));
+  js->inner.state = (jobspec_inner_state)v;
+  return 0;
+}
+
+static int parse_outer(const cJSON *root, jobspec *js) {
+  int rc;
+  const cJSON *o = get_object(root, "", "outer", 0, &rc);
+  if (!o) return rc;
+  /* "async" and "buffer" are the older names of "rule" and "delay_buffer" (accepted). */
+  static const char *const keys[] = {"lr",  "momentum", "nesterov", "rule", "delay_buffer", "c", "async", "buffer",
+                                     "delta_norm_screen", NULL};
+  JS_TRY(check_keys(o, "outer", keys));
+  if (get_field(o, "rule") && get_field(o, "async"))
+    return dpc_err(DPC_EINVAL, "field \"outer.async\": an old name of \"outer.rule\"; give only one");
+  if (get_field(o, "delay_buffer") && get_field(o, "buffer"))
+    return dpc_err(DPC_EINVAL, "field \"outer.buffer\": an old name of \"outer.delay_buffer\"; give only one");
+  JS_TRY(get_number(o, "outer", "lr", 0, &js->outer.lr));
+  JS_TRY(get_number(o, "outer", "momentum", 0, &js->outer.momentum));
+  JS_TRY(get_bool(o, "outer", "nesterov", &js->outer.nesterov));
+  int v = js->outer.async_rule;
+  JS_TRY(get_enum(o, "outer", "rule", 0, ASYNC_NAMES, 3, &v));
+  JS_TRY(get_enum(o, "outer", "async", 0, ASYNC_NAMES, 3, &v));
+  js->outer.async_rule = (jobspec_async_rule)v;
+  JS_TRY(get_int(o, "outer", "delay_buffer", 0, &js->outer.buffer));
+  JS_TRY(get_int(o, "outer", "buffer", 0, &js->outer.buffer));
+  JS_TRY(get_number(o, "outer", "c", 0, &js->outer.c));
+  return get_number(o, "outer", "delta_norm_screen", 0, &js->outer.delta_norm_screen);
+}
+
+/* "dylu" and "versions": small objects of optional fields. */
+static int parse_dylu_versions(const cJSON *root, jobspec *js) {
+  int rc;
+  const cJSON *dy = get_object(root, "", "dylu", 0, &rc);
+  if (rc) return rc;
+  if (dy) {
+    static const char *const keys[] = {"enabled", "min_steps", NULL};
+    JS_TRY(check_keys(dy, "dylu", keys));
+    JS_TRY(get_bool(dy, "dylu", "enabled", &js->dylu.enabled));
+    JS_TRY(get_int(dy, "dylu", "min_steps", 0, &js->dylu.min_steps));
+  }
+  const cJSON *vs = get_object(root, "", "versions", 0, &rc);
+  if (!vs) return rc;
+  static const char *const keys[] = {"keep_last", "keep_every", NULL};
+  JS_TRY(check_keys(vs, "versions", keys));
+  JS_TRY(get_int(vs, "versions", "keep_last", 0, &js->versions.keep_last));
+  return get_int(vs, "versions", "keep_every", 0, &js->versions.keep_every);
+}
+
+/* The top-level object, section by section, then the cross-field checks. */
+static int parse_root(const cJSON *root, jobspec *js) {
+  if (!cJSON_IsObject(root)) return dpc_err(DPC_EINVAL, "job spec: expected a JSON object at the top level");
+  static const char *const top[] = {"name", "model", "data", "algorithm", "replicas", "inner_steps",
+                                    "rounds", "batch", "seq_len", "inner", "outer", "levels",
+                                    "quorum", "round_timeout_s", "weighting", "max_staleness", "dylu",
+                                    "versions", NULL};
+  JS_TRY(check_keys(root, "", top));
+  JS_TRY(get_string(root, "", "name", 1, js->name, sizeof js->name));
+  JS_TRY(parse_model(root, js));
+  JS_TRY(parse_data(root, js));
+  int v;
+  JS_TRY(get_enum(root, "", "algorithm", 1, ALGO_NAMES, 3, &v));
+  js->algorithm = (jobspec_algorithm)v;
+  JS_TRY(get_int(root, "", "replicas", 1, &js->replicas));
+  JS_TRY(get_int(root, "", "inner_steps", 1, &js->inner_steps));
+  JS_TRY(get_int(root, "", "rounds", 1, &js->rounds));
+  JS_TRY(get_int(root, "", "batch", 1, &js->batch));
+  JS_TRY(get_int(root, "", "seq_len", 1, &js->seq_len));
+  JS_TRY(parse_inner(root, js));
+  JS_TRY(parse_outer(root, js));
+  JS_TRY(get_int(root, "", "max_staleness", 0, &js->max_staleness));
+  JS_TRY(parse_dylu_versions(root, js));
+  JS_TRY(parse_levels(root, js));
+  JS_TRY(get_number(root, "", "quorum", 0, &js->quorum));
+  JS_TRY(get_number(root, "", "round_timeout_s", 0, &js->round_timeout_s));
+  v = js->weighting;
+  JS_TRY(get_enum(root, "", "weighting", 0, WEIGHT_NAMES, 2, &v));
+  js->weighting = (jobspec_weighting)v;
+  return jobspec_validate(js);
+}
+
 int jobspec_parse(const char *json, size_t n, jobspec *out) {
   set_defaults(out);
   if (!json || n == 0) return dpc_err(DPC_EFORMAT, "job spec is empty");
@@ -263,119 +370,7 @@ int jobspec_parse(const char *json, size_t n, jobspec *out) {
     long at = end ? (long)(end - json) : -1;
     return dpc_err(DPC_EFORMAT, "job spec is not valid JSON (near byte %ld)", at);
   }
-  int rc = 0;
-  jobspec *js = out;
-  if (!cJSON_IsObject(root)) {
-    rc = dpc_err(DPC_EINVAL, "job spec: expected a JSON object at the top level");
-    goto done;
-  }
-  static const char *const top[] = {"name", "model", "data", "algorithm", "replicas", "inner_steps",
-                                    "rounds", "batch", "seq_len", "inner", "outer", "levels",
-                                    "quorum", "round_timeout_s", "weighting", "max_staleness", "dylu",
-                                    "versions", NULL};
-#define P(x)                  \
-  do {                        \
-    rc = (x);                 \
-    if (rc < 0) goto done;    \
-  } while (0)
-  P(check_keys(root, "", top));
-  P(get_string(root, "", "name", 1, js->name, sizeof js->name));
-  P(parse_model(root, js));
-  {
-    const cJSON *d = get_object(root, "", "data", 1, &rc);
-    if (!d) goto done;
-    static const char *const keys[] = {"train", "val", NULL};
-    P(check_keys(d, "data", keys));
-    P(parse_data_list(d, "train", 1, js->train, &js->n_train));
-    P(parse_data_list(d, "val", 0, js->val, &js->n_val));
-  }
-  int v;
-  P(get_enum(root, "", "algorithm", 1, ALGO_NAMES, 3, &v));
-  js->algorithm = (jobspec_algorithm)v;
-  P(get_int(root, "", "replicas", 1, &js->replicas));
-  P(get_int(root, "", "inner_steps", 1, &js->inner_steps));
-  P(get_int(root, "", "rounds", 1, &js->rounds));
-  P(get_int(root, "", "batch", 1, &js->batch));
-  P(get_int(root, "", "seq_len", 1, &js->seq_len));
-  {
-    const cJSON *in = get_object(root, "", "inner", 0, &rc);
-    if (rc) goto done;
-    if (in) {
-      static const char *const keys[] = {"lr", "warmup", "lr_min_frac", "weight_decay", "beta1", "beta2",
-                                         "eps", "grad_clip", "state", NULL};
-      P(check_keys(in, "inner", keys));
-      P(get_number(in, "inner", "lr", 0, &js->inner.lr));
-      P(get_int(in, "inner", "warmup", 0, &js->inner.warmup));
-      P(get_number(in, "inner", "lr_min_frac", 0, &js->inner.lr_min_frac));
-      P(get_number(in, "inner", "weight_decay", 0, &js->inner.weight_decay));
-      P(get_number(in, "inner", "beta1", 0, &js->inner.beta1));
-      P(get_number(in, "inner", "beta2", 0, &js->inner.beta2));
-      P(get_number(in, "inner", "eps", 0, &js->inner.eps));
-      P(get_number(in, "inner", "grad_clip", 0, &js->inner.grad_clip));
-      v = js->inner.state;
-      P(get_enum(in, "inner", "state", 0, STATE_NAMES, 3, &v));
-      js->inner.state = (jobspec_inner_state)v;
-    }
-  }
-  {
-    const cJSON *o = get_object(root, "", "outer", 0, &rc);
-    if (rc) goto done;
-    if (o) {
-      /* "async" and "buffer" are the older names of "rule" and "delay_buffer" (accepted). */
-      static const char *const keys[] = {"lr",  "momentum", "nesterov", "rule", "delay_buffer", "c", "async", "buffer",
-                                         "delta_norm_screen", NULL};
-      P(check_keys(o, "outer", keys));
-      if (get_field(o, "rule") && get_field(o, "async")) {
-        rc = dpc_err(DPC_EINVAL, "field \"outer.async\": an old name of \"outer.rule\"; give only one");
-        goto done;
-      }
-      if (get_field(o, "delay_buffer") && get_field(o, "buffer")) {
-        rc = dpc_err(DPC_EINVAL, "field \"outer.buffer\": an old name of \"outer.delay_buffer\"; give only one");
-        goto done;
-      }
-      P(get_number(o, "outer", "lr", 0, &js->outer.lr));
-      P(get_number(o, "outer", "momentum", 0, &js->outer.momentum));
-      P(get_bool(o, "outer", "nesterov", &js->outer.nesterov));
-      v = js->outer.async_rule;
-      P(get_enum(o, "outer", "rule", 0, ASYNC_NAMES, 3, &v));
-      P(get_enum(o, "outer", "async", 0, ASYNC_NAMES, 3, &v));
-      js->outer.async_rule = (jobspec_async_rule)v;
-      P(get_int(o, "outer", "delay_buffer", 0, &js->outer.buffer));
-      P(get_int(o, "outer", "buffer", 0, &js->outer.buffer));
-      P(get_number(o, "outer", "c", 0, &js->outer.c));
-      P(get_number(o, "outer", "delta_norm_screen", 0, &js->outer.delta_norm_screen));
-    }
-  }
-  P(get_int(root, "", "max_staleness", 0, &js->max_staleness));
-  {
-    const cJSON *dy = get_object(root, "", "dylu", 0, &rc);
-    if (rc) goto done;
-    if (dy) {
-      static const char *const keys[] = {"enabled", "min_steps", NULL};
-      P(check_keys(dy, "dylu", keys));
-      P(get_bool(dy, "dylu", "enabled", &js->dylu.enabled));
-      P(get_int(dy, "dylu", "min_steps", 0, &js->dylu.min_steps));
-    }
-  }
-  {
-    const cJSON *vs = get_object(root, "", "versions", 0, &rc);
-    if (rc) goto done;
-    if (vs) {
-      static const char *const keys[] = {"keep_last", "keep_every", NULL};
-      P(check_keys(vs, "versions", keys));
-      P(get_int(vs, "versions", "keep_last", 0, &js->versions.keep_last));
-      P(get_int(vs, "versions", "keep_every", 0, &js->versions.keep_every));
-    }
-  }
-  P(parse_levels(root, js));
-  P(get_number(root, "", "quorum", 0, &js->quorum));
-  P(get_number(root, "", "round_timeout_s", 0, &js->round_timeout_s));
-  v = js->weighting;
-  P(get_enum(root, "", "weighting", 0, WEIGHT_NAMES, 2, &v));
-  js->weighting = (jobspec_weighting)v;
-#undef P
-  rc = jobspec_validate(js);
-done:
+  int rc = parse_root(root, out);
   cJSON_Delete(root);
   return rc < 0 ? rc : 0;
 }
