@@ -23,7 +23,7 @@
 #include "common/fsutil.h"
 #include "kernels/modeldir.h"
 #include "common/rpc.h"
-#include "coordinator/ctl.h"
+#include "coordinator/ctl/ctl.h"
 #include "coordinator/jobspec.h"
 #include "proto/dipaco.pb-c.h"
 #include "proto/health.pb-c.h"

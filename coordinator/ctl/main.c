@@ -1,6 +1,6 @@
 /* ctl.c — dipacoctl's entry point: global flags, subcommand dispatch, usage text, and the
  * strict option parser every subcommand uses. */
-#include "coordinator/ctl.h"
+#include "coordinator/ctl/ctl.h"
 #include "common/errors.h"
 
 #include <errno.h>

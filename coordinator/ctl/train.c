@@ -6,7 +6,7 @@
 #include "kernels/modeldir.h"
 #include "common/shard.h"
 #include "common/tokenizer.h"
-#include "coordinator/ctl.h"
+#include "coordinator/ctl/ctl.h"
 #include "kernels/gpt.h"
 
 #include <dirent.h>
