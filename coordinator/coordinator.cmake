@@ -18,7 +18,6 @@ if(DIPACO_DISTRIBUTED AND TARGET dpc_rpc AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/
   pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
   file(GLOB DPC_COORDD_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.c)
   list(REMOVE_ITEM DPC_COORDD_SRC ${DPC_COORD_CORE} ${DPC_STORE_SRC})
-  list(FILTER DPC_COORDD_SRC EXCLUDE REGEX "/ctl[^/]*\\.c$")
   add_executable(dipaco-coordinator ${DPC_COORDD_SRC})
   target_link_libraries(dipaco-coordinator PRIVATE dpc_coord dpc_rpc dpc_kernels dpc_common
     PkgConfig::LIBUV PkgConfig::LIBSYSTEMD PkgConfig::LIBCRYPTO Threads::Threads m)

@@ -1,4 +1,4 @@
-# dipacoctl's admin commands (coordinator/ctl_admin.c): against a fake Admin server written
+# dipacoctl's admin commands (coordinator/ctl/): against a fake Admin server written
 # with common/rpc.h (always, with the distributed build), and against the real coordinator
 # plus a python grpcio client once dipaco-coordinator exists.
 if(TARGET dipacoctl AND TARGET dpc_rpc AND TARGET dpc_coord)

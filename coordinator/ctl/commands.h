@@ -1,0 +1,52 @@
+/* commands.h — the admin commands of dipacoctl, one entry point each, as admin.c's command
+ * table calls them: jobs.c (job create/list/show/pause/resume/cancel/wait/ledger), export.c
+ * (job export), fleet.c (workers, paths, modules, status).
+ *
+ * Each takes the open connection (conn.h), the flag values and the positional arguments, and
+ * returns the exit status: 0 ok, 1 runtime or server error, 2 usage error, 3 `job wait` timed
+ * out. Output is a human table by default and one JSON document on stdout with --json; errors
+ * go to stderr as "dipacoctl CMD: CODE: server message".
+ * Thread-safety: none (one command, one thread). */
+#ifndef DPC_CTL_COMMANDS_H
+#define DPC_CTL_COMMANDS_H
+
+#include "coordinator/ctl/conn.h"
+
+/* The values of the command-specific flags; admin.c accepts each only where it applies. */
+typedef struct {
+  int paused;            /* --paused: job create */
+  const char *state;     /* --state S: job list */
+  const char *reason;    /* --reason TEXT: job pause|resume|cancel */
+  float timeout_s;       /* --timeout S: job wait (0 = no limit) */
+  int poll_ms;           /* --poll-ms N: job wait */
+  int path;              /* --path P: job export (-1 = not given) */
+  const char *out;       /* --out DIR: job export */
+  long version;          /* --version V: job export (0 = latest) */
+  int all;               /* --all: workers */
+  long job;              /* --job ID: workers */
+} admin_args;
+
+typedef int (*admin_cmd_fn)(actx *a, const admin_args *o, char **pos, int npos);
+
+/* jobs.c */
+int cmd_job_create(actx *a, const admin_args *o, char **pos, int npos);
+int cmd_job_list(actx *a, const admin_args *o, char **pos, int npos);
+int cmd_job_show(actx *a, const admin_args *o, char **pos, int npos);
+int cmd_job_pause(actx *a, const admin_args *o, char **pos, int npos);
+int cmd_job_resume(actx *a, const admin_args *o, char **pos, int npos);
+int cmd_job_cancel(actx *a, const admin_args *o, char **pos, int npos);
+int cmd_job_wait(actx *a, const admin_args *o, char **pos, int npos);
+int cmd_job_ledger(actx *a, const admin_args *o, char **pos, int npos);
+
+/* export.c. cmd_job_export_check runs before connecting: the flags export needs, and the malloc
+ * tuning for a bulk transfer; it returns 0 or 2 (message printed). */
+int cmd_job_export_check(const admin_args *o);
+int cmd_job_export(actx *a, const admin_args *o, char **pos, int npos);
+
+/* fleet.c */
+int cmd_workers(actx *a, const admin_args *o, char **pos, int npos);
+int cmd_paths(actx *a, const admin_args *o, char **pos, int npos);
+int cmd_modules(actx *a, const admin_args *o, char **pos, int npos);
+int cmd_status(actx *a, const admin_args *o, char **pos, int npos);
+
+#endif

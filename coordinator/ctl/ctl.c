@@ -1,0 +1,64 @@
+/* ctl.c — what every dipacoctl command shares, offline and admin alike: the usage text,
+ * the flag parsing step (common/args.h with the command's name, --help printing the usage)
+ * and the monotonic clock. It calls no command, so neither half depends on the other. */
+#include "coordinator/ctl/ctl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static const char usage_text[] =
+    "usage: dipacoctl COMMAND [options]\n"
+    "\n"
+    "Offline tools (no coordinator needed):\n"
+    "  data prepare --tokenizer byte|gpt2 [--vocab-dir DIR] --out DIR [--val-fraction F] FILE|DIR...\n"
+    "  init --n-layer L --n-head NH --n-embd C --n-positions T --vocab-size V [--seed S] --out DIR\n"
+    "  train --model DIR --data SHARD... --out DIR --steps N --batch B --seq-len T\n"
+    "        [--lr X --warmup N --lr-min-frac F --weight-decay X --beta1 X --beta2 X --eps X\n"
+    "         --grad-clip X --threads N --json]\n"
+    "  eval --model DIR --data SHARD... --batch B --seq-len T [--batches K --threads N --json]\n"
+    "  generate --model DIR --tokenizer byte|gpt2 [--vocab-dir DIR] --prompt TEXT --tokens N\n"
+    "        [--temperature X --top-k K --seed S --threads N]\n"
+    "  (train, eval, generate: --backend cpu|cuda [--precision fp32|tf32|bf16 --device N] for\n"
+    "   the GPU; fp32 is the exact default)\n"
+    "\n"
+    "Admin commands (talk to a coordinator: --coordinator ADDR or $DIPACO_COORDINATOR, default\n"
+    "127.0.0.1:7070; the admin token from --token-file FILE or $DIPACO_ADMIN_TOKEN is sent as a\n"
+    "bearer token; --tls-ca FILE [--tls-cert FILE --tls-key FILE] for (mutual) TLS; --json prints\n"
+    "one JSON document):\n"
+    "  job create SPEC.json [--paused]   uploads \"model\": {\"init\": DIR}; prints the job id\n"
+    "  job list [--state S] | job show ID | job pause|resume|cancel ID [--reason TEXT]\n"
+    "  job wait ID [--timeout S --poll-ms N]   exit 0 DONE, 1 FAILED/CANCELLED, 3 timeout\n"
+    "  job export ID --path P --out DIR [--version V]\n"
+    "  job ledger ID                     async jobs: applied deltas in order, with staleness\n"
+    "  workers [--all --job ID] | paths ID | modules ID | status\n"
+    "\n"
+    "Run 'dipacoctl COMMAND --help' for a command's options.\n";
+
+void ctl_usage(FILE *f) { fputs(usage_text, f); }
+
+int ctl_args(const char *cmd, int argc, char **argv, dpc_arg *args, char ***pos, int *npos, int *status) {
+  char prog[64];
+  snprintf(prog, sizeof prog, "dipacoctl %s", cmd);
+  char **p = NULL;
+  if (pos && !(p = calloc((size_t)argc + 1, sizeof *p))) {
+    *status = 1;
+    return 1;
+  }
+  int np = 0, rc = dpc_args_parse(prog, argc, argv, args, p, &np);
+  if (rc == 0) {
+    if (pos) *pos = p;
+    if (npos) *npos = np;
+    return 0;
+  }
+  free(p);
+  if (rc == 1) ctl_usage(stdout);
+  *status = rc == 1 ? 0 : 2;
+  return 1;
+}
+
+double ctl_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

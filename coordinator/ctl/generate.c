@@ -1,0 +1,174 @@
+/* generate.c — `dipacoctl generate`: sample text from a model directory, greedy at
+ * temperature 0, else from the softmax restricted to the top-k logits; the prompt is echoed
+ * and each token is printed as it is produced. */
+#include "common/errors.h"
+#include "common/tokenizer.h"
+#include "coordinator/ctl/ctl.h"
+#include "kernels/gpt.h"
+#include "kernels/modeldir.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+typedef struct {
+  float logit;
+  int id;
+} cand;
+
+static int cmp_cand_desc(const void *a, const void *b) {
+  float x = ((const cand *)a)->logit, y = ((const cand *)b)->logit;
+  if (x != y) return x < y ? 1 : -1;
+  return ((const cand *)a)->id - ((const cand *)b)->id;
+}
+
+/* Samples the next token from logits[V]: greedy at temperature 0, else softmax(logits/temp)
+ * restricted to the top_k largest (top_k 0 = all). */
+static int sample(const float *logits, int V, float temp, int top_k, uint64_t *rng, cand *c) {
+  for (int i = 0; i < V; i++) c[i] = (cand){logits[i], i};
+  qsort(c, (size_t)V, sizeof *c, cmp_cand_desc);
+  if (temp <= 0) return c[0].id;
+  int k = top_k > 0 && top_k < V ? top_k : V;
+  double z = 0;
+  for (int i = 0; i < k; i++) z += exp((c[i].logit - c[0].logit) / temp);
+  double u = (double)(rng_next(rng) >> 11) / 9007199254740992.0 * z, acc = 0;
+  for (int i = 0; i < k; i++) {
+    acc += exp((c[i].logit - c[0].logit) / temp);
+    if (u < acc) return c[i].id;
+  }
+  return c[k - 1].id;
+}
+
+/* The flags of `generate`. */
+typedef struct {
+  const char *model_dir, *tokname, *vocab_dir, *prompt, *backend, *precision;
+  int ntok, top_k, threads, device;
+  float temp;
+  long seed;
+} gen_opts;
+
+/* Extends ctx[0..n) by o->ntok sampled tokens (ctx holds n + ntok), printing each one; the
+ * model sees at most its last n_positions tokens. Returns 0 or a DPC_E* code. */
+static int sample_tokens(const gen_opts *o, gpt_model *model, const gpt_config *cfg, dpc_tokenizer *tok, int *ctx,
+                         size_t n, float *logits, cand *cands) {
+  const int maxT = cfg->n_positions, V = cfg->vocab_size;
+  uint64_t rng = (uint64_t)o->seed;
+  for (int k = 0; k < o->ntok; k++) {
+    size_t start = n > (size_t)maxT ? n - (size_t)maxT : 0;
+    int t = (int)(n - start);
+    int rc = gpt_forward(model, ctx + start, NULL, 1, t, NULL);
+    if (rc || (rc = gpt_logits(model, 0, t - 1, logits))) return rc;
+    int next = sample(logits, V, o->temp, o->top_k, &rng, cands);
+    ctx[n++] = next;
+    char *text = NULL;
+    size_t tlen = 0;
+    if (next < tok_vocab_size(tok) && tok_decode(tok, &next, 1, &text, &tlen) == 0) fwrite(text, 1, tlen, stdout);
+    free(text);
+    fflush(stdout);
+  }
+  return 0;
+}
+
+static int generate(const gen_opts *o) {
+  int status = 1, rc;
+  dpc_tokenizer *tok = NULL;
+  gpt_model *model = NULL;
+  float *params = NULL, *logits = NULL;
+  int *ids = NULL, *ctx = NULL;
+  cand *cands = NULL;
+  size_t nids = 0;
+  gpt_config cfg;
+  gpt_backend_opts bo = {.threads = o->threads, .device = o->device};
+  if (strcmp(o->tokname, "byte") == 0) rc = tok_open_byte(&tok);
+  else if (strcmp(o->tokname, "gpt2") == 0 && o->vocab_dir) rc = tok_open_gpt2(o->vocab_dir, &tok);
+  else {
+    fprintf(stderr, "dipacoctl generate: --tokenizer must be byte, or gpt2 with --vocab-dir DIR\n");
+    return 2;
+  }
+  if (rc || gpt_backend_parse(o->backend, &bo.kind) || gpt_precision_parse(o->precision, &bo.precision) ||
+      modeldir_load(o->model_dir, &cfg, &params)) {
+    CTL_FAIL("generate");
+    goto done;
+  }
+  if (tok_vocab_size(tok) > cfg.vocab_size) {
+    fprintf(stderr, "dipacoctl generate: tokenizer vocab %d exceeds the model's vocab_size %d\n", tok_vocab_size(tok),
+            cfg.vocab_size);
+    goto done;
+  }
+  if (tok_encode(tok, o->prompt, strlen(o->prompt), &ids, &nids)) {
+    CTL_FAIL("generate");
+    goto done;
+  }
+  size_t cap = nids + (size_t)o->ntok + 1;
+  ctx = malloc(cap * sizeof *ctx);
+  logits = malloc((size_t)cfg.vocab_size * sizeof *logits);
+  cands = malloc((size_t)cfg.vocab_size * sizeof *cands);
+  if (!ctx || !logits || !cands) goto done;
+  size_t n = 0;
+  if (nids == 0 && tok_eot(tok) >= 0) ctx[n++] = tok_eot(tok);
+  for (size_t i = 0; i < nids; i++) ctx[n++] = ids[i];
+  if (n == 0) {
+    fprintf(stderr, "dipacoctl generate: empty prompt and the tokenizer has no end-of-text token to start from\n");
+    goto done;
+  }
+  if (gpt_create(&model, &cfg, &bo, 1, cfg.n_positions) || gpt_set_params(model, params, 0, model->lay.n_params)) {
+    CTL_FAIL("generate");
+    goto done;
+  }
+  fwrite(o->prompt, 1, strlen(o->prompt), stdout);
+  fflush(stdout);
+  if (sample_tokens(o, model, &cfg, tok, ctx, n, logits, cands)) {
+    CTL_FAIL("generate");
+    goto done;
+  }
+  fputc('\n', stdout);
+  status = 0;
+done:
+  gpt_free(model);
+  tok_free(tok);
+  free(params);
+  free(ids);
+  free(ctx);
+  free(logits);
+  free(cands);
+  return status;
+}
+
+int ctl_generate(int argc, char **argv) {
+  gen_opts o = {.backend = "cpu", .precision = "fp32", .top_k = 40, .temp = 0.8f, .seed = 1337};
+  dpc_arg args[] = {{.name = "model", .kind = DPC_ARG_STR, .dst = &o.model_dir, .required = 1},
+                    {.name = "tokenizer", .kind = DPC_ARG_STR, .dst = &o.tokname, .required = 1},
+                    {.name = "vocab-dir", .kind = DPC_ARG_STR, .dst = &o.vocab_dir},
+                    {.name = "prompt", .kind = DPC_ARG_STR, .dst = &o.prompt, .required = 1},
+                    {.name = "tokens", .kind = DPC_ARG_INT, .dst = &o.ntok, .required = 1},
+                    {.name = "temperature", .kind = DPC_ARG_FLOAT, .dst = &o.temp},
+                    {.name = "top-k", .kind = DPC_ARG_INT, .dst = &o.top_k},
+                    {.name = "seed", .kind = DPC_ARG_LONG, .dst = &o.seed},
+                    {.name = "threads", .kind = DPC_ARG_INT, .dst = &o.threads},
+                    {.name = "backend", .kind = DPC_ARG_STR, .dst = &o.backend},
+                    {.name = "precision", .kind = DPC_ARG_STR, .dst = &o.precision},
+                    {.name = "device", .kind = DPC_ARG_INT, .dst = &o.device},
+                    DPC_ARGS_END};
+  char **pos = NULL;
+  int npos = 0, status;
+  if (ctl_args("generate", argc, argv, args, &pos, &npos, &status)) return status;
+  free(pos);
+  if (npos) {
+    fprintf(stderr, "dipacoctl generate: unexpected argument (quote the --prompt text)\n");
+    return 2;
+  }
+  if (o.ntok < 0 || o.top_k < 0 || o.temp < 0 || o.threads < 0 || o.device < 0) {
+    fprintf(stderr, "dipacoctl generate: --tokens, --top-k, --temperature, --threads and --device must be >= 0\n");
+    return 2;
+  }
+  return generate(&o);
+}

@@ -1,0 +1,345 @@
+/* train.c — dipacoctl's single-process training tools: init (a fresh model directory),
+ * train (AdamW with the inner schedule) and eval (mean loss over the first K batches). They use
+ * the same kernels, formats and data order as the daemons, so a model trained here and one
+ * trained by a one-worker job with the same spec see the same batches. */
+#include "common/dataset.h"
+#include "common/errors.h"
+#include "coordinator/ctl/ctl.h"
+#include "kernels/gpt.h"
+#include "kernels/modeldir.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---------- init ---------- */
+
+int ctl_init(int argc, char **argv) {
+  gpt_config cfg = {0};
+  long seed = 1337;
+  const char *out = NULL;
+  dpc_arg args[] = {{.name = "n-layer", .kind = DPC_ARG_INT, .dst = &cfg.n_layer, .required = 1},
+                    {.name = "n-head", .kind = DPC_ARG_INT, .dst = &cfg.n_head, .required = 1},
+                    {.name = "n-embd", .kind = DPC_ARG_INT, .dst = &cfg.n_embd, .required = 1},
+                    {.name = "n-positions", .kind = DPC_ARG_INT, .dst = &cfg.n_positions, .required = 1},
+                    {.name = "vocab-size", .kind = DPC_ARG_INT, .dst = &cfg.vocab_size, .required = 1},
+                    {.name = "seed", .kind = DPC_ARG_LONG, .dst = &seed},
+                    {.name = "out", .kind = DPC_ARG_STR, .dst = &out, .required = 1},
+                    DPC_ARGS_END};
+  int rc, status;
+  if (ctl_args("init", argc, argv, args, NULL, NULL, &status)) return status;
+  static gpt_layout lay;
+  if ((rc = gpt_layout_build(&cfg, &lay))) {
+    fprintf(stderr, "dipacoctl init: %s\n", dpc_errmsg());
+    return 2;
+  }
+  float *params = malloc(lay.n_params * sizeof *params);
+  if (!params) {
+    fprintf(stderr, "dipacoctl init: out of memory for %zu parameters\n", lay.n_params);
+    return 1;
+  }
+  gpt_init_params(&lay, params, (uint64_t)seed);
+  rc = modeldir_save(out, &cfg, params);
+  free(params);
+  if (rc) {
+    CTL_FAIL("init");
+    return 1;
+  }
+  fprintf(stderr, "init: wrote %s (%zu parameters)\n", out, lay.n_params);
+  return 0;
+}
+
+/* ---------- shared by train and eval ---------- */
+
+/* The flags train and eval share. --data takes the first shard; further shards (a shell
+ * glob) arrive as positionals and are appended by session_data. */
+typedef struct {
+  const char *model_dir, *data0, *backend, *precision;
+  int B, T, threads, device;
+  char **data; /* data0 then the positionals; owned, freed by session_close */
+  int ndata;
+} session_opts;
+
+typedef struct {
+  gpt_config cfg;
+  float *params;
+  gpt_model *model;
+  dataset *ds;
+  int *inputs, *targets;
+} session;
+
+static void session_close(session *s, session_opts *o) {
+  gpt_free(s->model);
+  dataset_close(s->ds);
+  free(s->params);
+  free(s->inputs);
+  free(s->targets);
+  free(o->data);
+  o->data = NULL;
+}
+
+/* Collects o->data0 and the positional shards into o->data; returns 0 or -1 (out of memory). */
+static int session_data(session_opts *o, char **pos, int npos) {
+  if (!(o->data = calloc((size_t)npos + 1, sizeof *o->data))) return -1;
+  o->data[0] = (char *)o->data0;
+  for (int i = 0; i < npos; i++) o->data[i + 1] = pos[i];
+  o->ndata = npos + 1;
+  return 0;
+}
+
+/* Loads the model and opens the data for batches of B x T; returns an exit status (0 ready). */
+static int session_open(const char *cmd, session *s, const session_opts *o) {
+  const int B = o->B, T = o->T;
+  memset(s, 0, sizeof *s);
+  gpt_backend_opts bo = {.threads = o->threads, .device = o->device};
+  if (gpt_backend_parse(o->backend, &bo.kind) || gpt_precision_parse(o->precision, &bo.precision)) {
+    CTL_FAIL(cmd);
+    return 2;
+  }
+  if (o->device < 0) {
+    fprintf(stderr, "dipacoctl %s: --device must be >= 0\n", cmd);
+    return 2;
+  }
+  if (o->ndata == 0) {
+    fprintf(stderr, "dipacoctl %s: no data shards given (--data SHARD...)\n", cmd);
+    return 2;
+  }
+  if (B < 1 || T < 1) {
+    fprintf(stderr, "dipacoctl %s: --batch and --seq-len must be >= 1\n", cmd);
+    return 2;
+  }
+  if (modeldir_load(o->model_dir, &s->cfg, &s->params)) {
+    CTL_FAIL(cmd);
+    return 1;
+  }
+  if (T > s->cfg.n_positions) {
+    fprintf(stderr, "dipacoctl %s: --seq-len %d exceeds the model's n_positions %d (%s/config.json)\n", cmd, T,
+            s->cfg.n_positions, o->model_dir);
+    return 2;
+  }
+  if (dataset_open((const char **)o->data, o->ndata, &s->ds)) {
+    CTL_FAIL(cmd);
+    return 1;
+  }
+  int maxtok = 0;
+  if (dataset_max_token(s->ds, &maxtok) == 0 && maxtok >= s->cfg.vocab_size) {
+    fprintf(stderr, "dipacoctl %s: the data holds token id %d but the model's vocab_size is %d (wrong tokenizer?)\n",
+            cmd, maxtok, s->cfg.vocab_size);
+    return 1;
+  }
+  if (dataset_num_batches(s->ds, B, T) < 1) {
+    CTL_FAIL(cmd);
+    return 1;
+  }
+  if (gpt_create(&s->model, &s->cfg, &bo, B, T) || gpt_set_params(s->model, s->params, 0, s->model->lay.n_params)) {
+    CTL_FAIL(cmd);
+    return 1;
+  }
+  s->inputs = malloc((size_t)B * T * sizeof *s->inputs);
+  s->targets = malloc((size_t)B * T * sizeof *s->targets);
+  if (!s->inputs || !s->targets) {
+    fprintf(stderr, "dipacoctl %s: out of memory\n", cmd);
+    return 1;
+  }
+  return 0;
+}
+
+/* Writes a remaining time as "42s", "3m07s" or "1h05m" ("--" when unknown). */
+static void format_eta(double s, char *buf, size_t n) {
+  if (!(s >= 0) || s > 1e7) {
+    snprintf(buf, n, "--");
+    return;
+  }
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(buf, n, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else if (t >= 60) snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+  else snprintf(buf, n, "%lds", t);
+}
+
+
+/* ---------- train ---------- */
+
+/* The optimizer flags of train. */
+typedef struct {
+  int steps, warmup, json;
+  float lr, lr_min_frac, wd, beta1, beta2, eps, clip;
+} train_opts;
+
+/* Why the flags are unusable, or NULL. */
+static const char *train_check(const train_opts *t, int threads) {
+  if (t->steps < 1) return "--steps must be >= 1";
+  if (t->warmup < 0) return "--warmup must be >= 0";
+  if (!(t->lr > 0)) return "--lr must be > 0";
+  if (!(t->lr_min_frac >= 0 && t->lr_min_frac <= 1)) return "--lr-min-frac must be in [0, 1]";
+  if (!(t->wd >= 0)) return "--weight-decay must be >= 0";
+  if (!(t->beta1 >= 0 && t->beta1 < 1 && t->beta2 >= 0 && t->beta2 < 1)) return "--beta1 and --beta2 must be in [0, 1)";
+  if (!(t->eps > 0)) return "--eps must be > 0";
+  if (!(t->clip >= 0)) return "--grad-clip must be >= 0 (0 disables)";
+  if (threads < 0) return "--threads must be >= 0";
+  return NULL;
+}
+
+/* Runs t->steps AdamW steps on the session's model, printing progress (a JSON line per step
+ * with --json); returns 0 or 1 (message printed). */
+static int train_steps(session *s, const train_opts *t, int B, int T) {
+  gpt_adamw_hparams hp = {t->beta1, t->beta2, t->eps, t->wd, t->clip};
+  const int steps = t->steps, tty = isatty(STDERR_FILENO);
+  double t0 = ctl_now_s(), tlast = t0, last_print = 0;
+  for (int step = 0; step < steps; step++) {
+    float loss = 0, norm = 0;
+    float lr_s = gpt_lr_at(t->lr, t->warmup, steps, t->lr_min_frac, step);
+    if (dataset_batch(s->ds, B, T, step, 0, 1, s->inputs, s->targets) ||
+        gpt_forward(s->model, s->inputs, s->targets, B, T, &loss) || gpt_zero_grad(s->model) ||
+        gpt_backward(s->model) || gpt_adamw_step(s->model, &hp, lr_s, step + 1, &norm)) {
+      CTL_FAIL("train");
+      return 1;
+    }
+    if (!isfinite(loss)) {
+      fprintf(stderr, "dipacoctl train: loss became %f at step %d (lower --lr?)\n", loss, step);
+      return 1;
+    }
+    double now = ctl_now_s();
+    double tps = (double)B * T / (now - tlast + 1e-12);
+    tlast = now;
+    if (t->json) {
+      printf("{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f}\n", step, loss, lr_s,
+             norm, tps);
+      fflush(stdout);
+    } else if (now - last_print > (tty ? 0.2 : 5.0) || step + 1 == steps || step == 0) {
+      last_print = now;
+      double avg_tps = (double)B * T * (step + 1) / (now - t0 + 1e-12);
+      char eta[32];
+      format_eta((double)(steps - step - 1) * B * T / avg_tps, eta, sizeof eta);
+      fprintf(stderr, "%sstep %*d/%d | loss %.4f | lr %.2e | %.0f tok/s | ETA %s%s", tty ? "\r" : "",
+              (int)snprintf(NULL, 0, "%d", steps), step + 1, steps, loss, lr_s, avg_tps, eta, tty ? "   " : "\n");
+    }
+  }
+  if (tty && !t->json) fputc('\n', stderr);
+  return 0;
+}
+
+int ctl_train(int argc, char **argv) {
+  const char *out = NULL;
+  session_opts o = {.backend = "cpu", .precision = "fp32"};
+  train_opts t = {.lr = 3e-4f, .lr_min_frac = 0.1f, .wd = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                  .clip = 1.0f};
+  dpc_arg args[] = {{.name = "model", .kind = DPC_ARG_STR, .dst = &o.model_dir, .required = 1},
+                    {.name = "data", .kind = DPC_ARG_STR, .dst = &o.data0, .required = 1},
+                    {.name = "out", .kind = DPC_ARG_STR, .dst = &out, .required = 1},
+                    {.name = "steps", .kind = DPC_ARG_INT, .dst = &t.steps, .required = 1},
+                    {.name = "batch", .kind = DPC_ARG_INT, .dst = &o.B, .required = 1},
+                    {.name = "seq-len", .kind = DPC_ARG_INT, .dst = &o.T, .required = 1},
+                    {.name = "lr", .kind = DPC_ARG_FLOAT, .dst = &t.lr},
+                    {.name = "warmup", .kind = DPC_ARG_INT, .dst = &t.warmup},
+                    {.name = "lr-min-frac", .kind = DPC_ARG_FLOAT, .dst = &t.lr_min_frac},
+                    {.name = "weight-decay", .kind = DPC_ARG_FLOAT, .dst = &t.wd},
+                    {.name = "beta1", .kind = DPC_ARG_FLOAT, .dst = &t.beta1},
+                    {.name = "beta2", .kind = DPC_ARG_FLOAT, .dst = &t.beta2},
+                    {.name = "eps", .kind = DPC_ARG_FLOAT, .dst = &t.eps},
+                    {.name = "grad-clip", .kind = DPC_ARG_FLOAT, .dst = &t.clip},
+                    {.name = "threads", .kind = DPC_ARG_INT, .dst = &o.threads},
+                    {.name = "backend", .kind = DPC_ARG_STR, .dst = &o.backend},
+                    {.name = "precision", .kind = DPC_ARG_STR, .dst = &o.precision},
+                    {.name = "device", .kind = DPC_ARG_INT, .dst = &o.device},
+                    {.name = "json", .kind = DPC_ARG_FLAG, .dst = &t.json},
+                    DPC_ARGS_END};
+  char **pos = NULL;
+  int npos = 0, status;
+  if (ctl_args("train", argc, argv, args, &pos, &npos, &status)) return status;
+  const char *why = train_check(&t, o.threads);
+  if (why) {
+    fprintf(stderr, "dipacoctl train: %s\n", why);
+    free(pos);
+    return 2;
+  }
+  session s;
+  memset(&s, 0, sizeof s);
+  status = 1;
+  if (session_data(&o, pos, npos)) goto done;
+  status = session_open("train", &s, &o);
+  if (status) goto done;
+  const int B = o.B, T = o.T;
+  const long nb = dataset_num_batches(s.ds, B, T);
+  double t0 = ctl_now_s();
+  if ((status = train_steps(&s, &t, B, T))) goto done;
+  status = 1;
+  double el = ctl_now_s() - t0;
+  if (gpt_get_params(s.model, s.params, 0, s.model->lay.n_params) || modeldir_save(out, &s.cfg, s.params)) {
+    CTL_FAIL("train");
+    goto done;
+  }
+  fprintf(stderr, "train: %d steps (%ld batches per epoch) in %.1f s, %.0f tokens/s; wrote %s\n", t.steps, nb, el,
+          (double)t.steps * B * T / el, out);
+  status = 0;
+done:
+  session_close(&s, &o);
+  free(pos);
+  return status;
+}
+
+/* ---------- eval ---------- */
+
+int ctl_eval(int argc, char **argv) {
+  session_opts o = {.backend = "cpu", .precision = "fp32"};
+  int json = 0;
+  long K = 0;
+  dpc_arg args[] = {{.name = "model", .kind = DPC_ARG_STR, .dst = &o.model_dir, .required = 1},
+                    {.name = "data", .kind = DPC_ARG_STR, .dst = &o.data0, .required = 1},
+                    {.name = "batch", .kind = DPC_ARG_INT, .dst = &o.B, .required = 1},
+                    {.name = "seq-len", .kind = DPC_ARG_INT, .dst = &o.T, .required = 1},
+                    {.name = "batches", .kind = DPC_ARG_LONG, .dst = &K},
+                    {.name = "threads", .kind = DPC_ARG_INT, .dst = &o.threads},
+                    {.name = "backend", .kind = DPC_ARG_STR, .dst = &o.backend},
+                    {.name = "json", .kind = DPC_ARG_FLAG, .dst = &json},
+                    {.name = "precision", .kind = DPC_ARG_STR, .dst = &o.precision},
+                    {.name = "device", .kind = DPC_ARG_INT, .dst = &o.device},
+                    DPC_ARGS_END};
+  char **pos = NULL;
+  int npos = 0, status;
+  if (ctl_args("eval", argc, argv, args, &pos, &npos, &status)) return status;
+  session s;
+  memset(&s, 0, sizeof s);
+  status = 1;
+  if (session_data(&o, pos, npos)) goto done;
+  if (K < 0 || o.threads < 0) {
+    fprintf(stderr, "dipacoctl eval: --batches and --threads must be >= 0\n");
+    status = 2;
+    goto done;
+  }
+  status = session_open("eval", &s, &o);
+  if (status) goto done;
+  status = 1;
+  const int B = o.B, T = o.T;
+  long nb = dataset_num_batches(s.ds, B, T);
+  if (K == 0) K = nb;
+  if (K > nb) {
+    fprintf(stderr, "dipacoctl eval: --batches %ld but the data holds only %ld batches of %dx%d\n", K, nb, B, T);
+    status = 2;
+    goto done;
+  }
+  double sum = 0;
+  const int tty = isatty(STDERR_FILENO);
+  for (long b = 0; b < K; b++) {
+    float loss = 0;
+    if (dataset_batch(s.ds, B, T, b, 0, 1, s.inputs, s.targets) ||
+        gpt_forward(s.model, s.inputs, s.targets, B, T, &loss)) {
+      CTL_FAIL("eval");
+      goto done;
+    }
+    sum += loss;
+    if (tty && !json) fprintf(stderr, "\reval batch %ld/%ld, mean loss %.4f", b + 1, K, sum / (b + 1));
+  }
+  if (tty && !json) fputc('\n', stderr);
+  if (json)
+    printf("{\"loss\":%.6f,\"batches\":%ld,\"tokens\":%ld}\n", sum / K, K, K * B * T);
+  else
+    printf("eval loss %.4f over %ld batches (%ld tokens)\n", sum / K, K, K * B * T);
+  status = 0;
+done:
+  session_close(&s, &o);
+  free(pos);
+  return status;
+}
