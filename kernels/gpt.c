@@ -7,7 +7,6 @@
 
 #include <dlfcn.h>
 #include <limits.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,15 +157,6 @@ int gpt_forward(gpt_model *m, const int *inputs, const int *targets, int B, int 
 int gpt_logits(gpt_model *m, int b, int t, float *dst) { return m->ops->logits(m, b, t, dst); }
 int gpt_zero_grad(gpt_model *m) { return m->ops->zero_grad(m); }
 int gpt_backward(gpt_model *m) { return m->ops->backward(m); }
-
-void gpt_adamw_scalars_at(const gpt_adamw_hparams *hp, float lr, int t, gpt_adamw_scalars *s) {
-  const double lr_d = lr, b1 = hp->beta1, b2 = hp->beta2;
-  s->decay_mul = (float)(1.0 - lr_d * (double)hp->weight_decay);
-  s->one_minus_beta1 = (float)(1.0 - b1);
-  s->one_minus_beta2 = (float)(1.0 - b2);
-  s->neg_step_size = (float)(-(lr_d / (1.0 - pow(b1, t))));
-  s->bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
-}
 
 int gpt_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, float *grad_norm) {
   if (t < 1) return dpc_err(DPC_EINVAL, "AdamW step count %d must be >= 1", t);

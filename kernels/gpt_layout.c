@@ -1,5 +1,6 @@
-/* gpt_layout.c — the canonical flat parameter layout, GPT-2 initialisation and the learning
- * rate schedule: the backend-independent parts of the model. */
+/* gpt_layout.c — the canonical flat parameter layout, GPT-2 initialisation, the learning
+ * rate schedule and AdamW's per-step scalars: the backend-independent parts of the model,
+ * which gpt.c and every backend call (and which call no backend). */
 #include "kernels/gpt.h"
 #include "common/errors.h"
 
@@ -133,4 +134,13 @@ float gpt_lr_at(float lr, int warmup, int total_steps, float lr_min_frac, long s
   if (p > 1.0) p = 1.0;
   double f = lr_min_frac;
   return (float)(lr * (f + (1.0 - f) * 0.5 * (1.0 + cos(M_PI * p))));
+}
+
+void gpt_adamw_scalars_at(const gpt_adamw_hparams *hp, float lr, int t, gpt_adamw_scalars *s) {
+  const double lr_d = lr, b1 = hp->beta1, b2 = hp->beta2;
+  s->decay_mul = (float)(1.0 - lr_d * (double)hp->weight_decay);
+  s->one_minus_beta1 = (float)(1.0 - b1);
+  s->one_minus_beta2 = (float)(1.0 - b2);
+  s->neg_step_size = (float)(-(lr_d / (1.0 - pow(b1, t))));
+  s->bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
 }
