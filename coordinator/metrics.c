@@ -11,10 +11,12 @@
  * the last applied delta), dipaco_async_staleness_max{job}, dipaco_async_staleness_sum{job},
  * dipaco_async_deltas_applied_total{job}, dipaco_async_deltas_dropped_total{job} (too stale)
  * — counted since the coordinator started; the durable per-delta record is the ledger. */
-#include "coordinator/coord.h"
+#include "coordinator/metrics.h"
 
 #include "common/errors.h"
 #include "common/log.h"
+#include "coordinator/leases.h"
+#include "coordinator/loop.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -85,7 +87,7 @@ static void fmt_metrics(coord *c, sbuf *b) {
   if (store_list_workers(c->st, &ws, &nw) == 0) {
     int cnt[3] = {0, 0, 0};
     for (int i = 0; i < nw; i++) {
-      int s = ws[i].state == WORKER_GONE || !sched_worker_alive(c, &ws[i], now) ? 2 : ws[i].state == WORKER_DRAINING;
+      int s = ws[i].state == WORKER_GONE || !lease_worker_alive(c, &ws[i], now) ? 2 : ws[i].state == WORKER_DRAINING;
       cnt[s]++;
     }
     free(ws);
