@@ -146,6 +146,25 @@ static void on_drain_worker(struct rpc_call *call, const struct grpc_byte_buffer
 /* ---- paths, modules, metrics -------------------------------------------------------------------- */
 
 
+/* A slot's row: its step, its lease and worker if active, its latest loss. */
+static void fill_slot_info(coord *c, const coord_job *j, const store_slot *s, const store_lease *act, int na,
+                           Dipaco__V1__SlotInfo *si, Dipaco__V1__Slot *sl) {
+  dipaco__v1__slot_info__init(si);
+  dipaco__v1__slot__init(sl);
+  sl->path = (uint32_t)s->path;
+  sl->replica = (uint32_t)s->replica;
+  si->slot = sl;
+  si->step = (uint64_t)s->inner_steps;
+  si->last_loss = s->path < j->n_paths ? j->path_loss[s->path] : NAN;
+  for (int k = 0; k < na; k++)
+    if (act[k].path == s->path && act[k].replica == s->replica) {
+      si->worker_id = (uint64_t)act[k].worker;
+      si->lease_id = (uint64_t)act[k].id;
+      lease_note *n = coord_note(c, act[k].id, 0);
+      if (n && isfinite(n->loss)) si->last_loss = n->loss;
+    }
+}
+
 static void on_list_paths(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   coord *c = ud;
   ProtobufCMessage *pm;
@@ -173,20 +192,7 @@ static void on_list_paths(struct rpc_call *call, const struct grpc_byte_buffer *
     goto out;
   }
   for (int i = 0; i < ns; i++) {
-    dipaco__v1__slot_info__init(&si[i]);
-    dipaco__v1__slot__init(&sl[i]);
-    sl[i].path = (uint32_t)slots[i].path;
-    sl[i].replica = (uint32_t)slots[i].replica;
-    si[i].slot = &sl[i];
-    si[i].step = (uint64_t)slots[i].inner_steps;
-    si[i].last_loss = slots[i].path < P ? j->path_loss[slots[i].path] : NAN;
-    for (int k = 0; k < na; k++)
-      if (act[k].path == slots[i].path && act[k].replica == slots[i].replica) {
-        si[i].worker_id = (uint64_t)act[k].worker;
-        si[i].lease_id = (uint64_t)act[k].id;
-        lease_note *n = coord_note(c, act[k].id, 0);
-        if (n && isfinite(n->loss)) si[i].last_loss = n->loss;
-      }
+    fill_slot_info(c, j, &slots[i], act, na, &si[i], &sl[i]);
     sp[i] = &si[i];
   }
   /* slots are ordered by (path, replica) */
@@ -282,6 +288,84 @@ static int want_name(const Dipaco__V1__GetMetricsRequest *r, const char *name) {
   return 0;
 }
 
+/* The delta ledger of every fragment of j, in fragment order (*led: caller frees). */
+static int list_ledger(coord *c, const coord_job *j, store_delta **led, int *nled) {
+  int rc = 0;
+  for (int f = 0; f < j->n_fragments && rc == 0; f++) {
+    store_delta *d;
+    int nd;
+    if ((rc = store_list_ledger(c->st, j->id, f, &d, &nd)) < 0) break;
+    store_delta *a = realloc(*led, (size_t)(*nled + nd + 1) * sizeof *a);
+    if (!a) {
+      free(d);
+      rc = DPC_ENOMEM;
+      break;
+    }
+    *led = a;
+    if (nd) memcpy(*led + *nled, d, (size_t)nd * sizeof *d);
+    *nled += nd;
+    free(d);
+  }
+  return rc;
+}
+
+/* The series of the metric rows ms[0..nm) the request wants, from pt[k] on (up to limit);
+ * returns the new count. */
+static size_t metric_points(const coord_job *j, const Dipaco__V1__GetMetricsRequest *r, const store_metric *ms, int nm,
+                            uint32_t limit, Dipaco__V1__MetricPoint *pt, Dipaco__V1__MetricPoint **pp, size_t k) {
+  for (int i = 0; i < nm && k < limit; i++) {
+    const store_metric *m = &ms[i];
+    struct {
+      const char *name;
+      double v;
+      int ok;
+    } vals[5] = {{"loss", m->loss, isfinite(m->loss)},
+                 {"tokens", (double)m->tokens, m->path >= 0},
+                 {"bytes_in", (double)m->bytes_in, m->path >= 0},
+                 {"bytes_out", (double)m->bytes_out, m->path >= 0},
+                 {"outer_seconds", m->outer_seconds, m->path < 0}};
+    for (int v = 0; v < 5 && k < limit; v++) {
+      if (!vals[v].ok || !want_name(r, vals[v].name)) continue;
+      dipaco__v1__metric_point__init(&pt[k]);
+      pt[k].name = (char *)vals[v].name;
+      pt[k].round = (uint64_t)m->round;
+      pt[k].step = (uint64_t)m->round * (uint64_t)j->spec.inner_steps;
+      pt[k].unix_ms = m->created_at;
+      pt[k].value = vals[v].v;
+      pt[k].path = m->path;
+      pp[k] = &pt[k];
+      k++;
+    }
+  }
+  return k;
+}
+
+/* The ledger series ("staleness", "ledger_lease", "ledger_replica") of led[0..nled), from
+ * pt[k] on (up to limit); returns the new count. */
+static size_t ledger_points(const Dipaco__V1__GetMetricsRequest *r, const store_delta *led, int nled, uint32_t limit,
+                            Dipaco__V1__MetricPoint *pt, Dipaco__V1__MetricPoint **pp, size_t k) {
+  static const char *const lnames[3] = {"staleness", "ledger_lease", "ledger_replica"};
+  for (int i = 0; i < nled && k < limit; i++) {
+    const store_delta *d = &led[i];
+    if ((uint64_t)d->applied_version < r->since_round) continue;
+    double vals[3] = {(double)(d->applied_version - 1 - d->base_version), (double)d->lease, (double)d->replica};
+    for (int v = 0; v < 3 && k < limit; v++) {
+      if (!want_name(r, lnames[v])) continue;
+      dipaco__v1__metric_point__init(&pt[k]);
+      pt[k].name = (char *)lnames[v];
+      pt[k].round = (uint64_t)d->applied_version;
+      pt[k].step = (uint64_t)d->base_version;
+      pt[k].unix_ms = d->received_at;
+      pt[k].value = vals[v];
+      pt[k].path = d->path;
+      pt[k].fragment_id = (uint64_t)d->fragment + 1;
+      pp[k] = &pt[k];
+      k++;
+    }
+  }
+  return k;
+}
+
 static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   coord *c = ud;
   ProtobufCMessage *pm;
@@ -297,76 +381,17 @@ static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer 
   int rc = store_list_metrics(c->st, j->id, r->since_round > INT64_MAX ? INT64_MAX : (int64_t)r->since_round, &ms, &nm);
   uint32_t limit = r->limit ? r->limit : 10000;
   if (limit > 100000) limit = 100000;
-  /* The delta ledger of every fragment. */
   store_delta *led = NULL;
   int nled = 0;
-  if (rc == 0) {
-    for (int f = 0; f < j->n_fragments && rc == 0; f++) {
-      store_delta *d;
-      int nd;
-      if ((rc = store_list_ledger(c->st, j->id, f, &d, &nd)) < 0) break;
-      store_delta *a = realloc(led, (size_t)(nled + nd + 1) * sizeof *a);
-      if (!a) {
-        free(d);
-        rc = DPC_ENOMEM;
-        break;
-      }
-      led = a;
-      if (nd) memcpy(led + nled, d, (size_t)nd * sizeof *d);
-      nled += nd;
-      free(d);
-    }
-  }
+  if (rc == 0) rc = list_ledger(c, j, &led, &nled);
   size_t cap = (size_t)nm * 5 + (size_t)nled * 3 + 1;
   Dipaco__V1__MetricPoint *pt = calloc(cap, sizeof *pt);
   Dipaco__V1__MetricPoint **pp = calloc(cap, sizeof *pp);
   if (rc < 0 || !pt || !pp) {
     rpc_call_fail(call, rc < 0 ? rc : DPC_ENOMEM);
   } else {
-    size_t k = 0;
-    for (int i = 0; i < nm && k < limit; i++) {
-      const store_metric *m = &ms[i];
-      struct {
-        const char *name;
-        double v;
-        int ok;
-      } vals[5] = {{"loss", m->loss, isfinite(m->loss)},
-                   {"tokens", (double)m->tokens, m->path >= 0},
-                   {"bytes_in", (double)m->bytes_in, m->path >= 0},
-                   {"bytes_out", (double)m->bytes_out, m->path >= 0},
-                   {"outer_seconds", m->outer_seconds, m->path < 0}};
-      for (int v = 0; v < 5 && k < limit; v++) {
-        if (!vals[v].ok || !want_name(r, vals[v].name)) continue;
-        dipaco__v1__metric_point__init(&pt[k]);
-        pt[k].name = (char *)vals[v].name;
-        pt[k].round = (uint64_t)m->round;
-        pt[k].step = (uint64_t)m->round * (uint64_t)j->spec.inner_steps;
-        pt[k].unix_ms = m->created_at;
-        pt[k].value = vals[v].v;
-        pt[k].path = m->path;
-        pp[k] = &pt[k];
-        k++;
-      }
-    }
-    static const char *const lnames[3] = {"staleness", "ledger_lease", "ledger_replica"};
-    for (int i = 0; i < nled && k < limit; i++) {
-      const store_delta *d = &led[i];
-      if ((uint64_t)d->applied_version < r->since_round) continue;
-      double vals[3] = {(double)(d->applied_version - 1 - d->base_version), (double)d->lease, (double)d->replica};
-      for (int v = 0; v < 3 && k < limit; v++) {
-        if (!want_name(r, lnames[v])) continue;
-        dipaco__v1__metric_point__init(&pt[k]);
-        pt[k].name = (char *)lnames[v];
-        pt[k].round = (uint64_t)d->applied_version;
-        pt[k].step = (uint64_t)d->base_version;
-        pt[k].unix_ms = d->received_at;
-        pt[k].value = vals[v];
-        pt[k].path = d->path;
-        pt[k].fragment_id = (uint64_t)d->fragment + 1;
-        pp[k] = &pt[k];
-        k++;
-      }
-    }
+    size_t k = metric_points(j, r, ms, nm, limit, pt, pp, 0);
+    k = ledger_points(r, led, nled, limit, pt, pp, k);
     Dipaco__V1__GetMetricsResponse resp = DIPACO__V1__GET_METRICS_RESPONSE__INIT;
     resp.n_points = k;
     resp.points = pp;

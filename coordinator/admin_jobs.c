@@ -50,12 +50,6 @@ static Dipaco__V1__JobState job_state_wire(store_job_state s) {
   return DIPACO__V1__JOB_STATE__JOB_STATE_UNSPECIFIED;
 }
 
-static Dipaco__V1__Algorithm algo_wire(const jobspec *js) {
-  if (js->algorithm != JOB_ALGO_DILOCO_ASYNC) return DIPACO__V1__ALGORITHM__ALGORITHM_SYNC;
-  return js->outer.async_rule == OUTER_ASYNC_DN ? DIPACO__V1__ALGORITHM__ALGORITHM_ASYNC_DELAYED
-                                                : DIPACO__V1__ALGORITHM__ALGORITHM_ASYNC_NESTEROV;
-}
-
 /* Fill a summary; strings point into sj (keep it alive until the reply is sent). */
 static void fill_summary(coord *c, const store_job *sj, Dipaco__V1__JobSummary *s) {
   dipaco__v1__job_summary__init(s);
@@ -66,7 +60,7 @@ static void fill_summary(coord *c, const store_job *sj, Dipaco__V1__JobSummary *
   s->created_unix_ms = sj->created_at;
   s->updated_unix_ms = sj->updated_at;
   if (!j) return;
-  s->algorithm = algo_wire(&j->spec);
+  s->algorithm = svc_algorithm_wire(&j->spec);
   s->rounds_total = (uint64_t)j->spec.rounds;
   s->paths = (uint32_t)j->n_paths;
   s->replicas = (uint32_t)j->spec.replicas;
@@ -463,6 +457,47 @@ static void export_unref(void *ud) {
   }
 }
 
+/* Every fragment of the requested path at the requested version (0 = latest) into theta: 0,
+ * or -1 with the call finished. */
+static int export_gather(coord *c, struct rpc_call *call, const coord_job *j, const Dipaco__V1__ExportPathRequest *r,
+                         float *theta) {
+  for (int f = 0; f < j->n_fragments; f++) {
+    if (!coord_job_path_has_fragment(j, (int)r->path, f)) continue;
+    store_fragment fr;
+    int rc = !r->version ? store_get_fragment(c->st, j->id, f, &fr)
+             : r->version > INT64_MAX ? DPC_ENOENT
+                                      : store_get_version(c->st, j->id, f, (int64_t)r->version, &fr);
+    if (rc < 0) {
+      rpc_call_finish(call, RPC_NOT_FOUND, "fragment %d version %llu is not kept", f + 1, (unsigned long long)r->version);
+      return -1;
+    }
+    pcache_entry *e;
+    if ((rc = pcache_get(c, &fr, &e)) < 0) {
+      rpc_call_fail(call, rc);
+      return -1;
+    }
+    memcpy(theta + j->fragments[f].offset, e->data, e->n * sizeof(float));
+    pcache_unref(e);
+  }
+  return 0;
+}
+
+/* config.json and model.safetensors of theta as common/modeldir.c writes them, read back into
+ * eb (through a temporary directory under STATE/tmp that is removed again). */
+static int export_files(coord *c, const coord_job *j, const float *theta, export_buf *eb, size_t *n1, size_t *n2) {
+  char dir[1200], p1[1300], p2[1300];
+  snprintf(dir, sizeof dir, "%s/tmp/export-%d-%llu", c->state_dir, (int)getpid(), (unsigned long long)++c->export_seq);
+  snprintf(p1, sizeof p1, "%s/%s", dir, MODELDIR_CONFIG);
+  snprintf(p2, sizeof p2, "%s/%s", dir, MODELDIR_WEIGHTS);
+  int rc = modeldir_save(dir, &j->spec.model, theta);
+  if (rc == 0) rc = dpc_read_file(p1, 1u << 20, &eb->cfg, n1);
+  if (rc == 0) rc = dpc_read_file(p2, (size_t)1 << 40, &eb->st, n2);
+  unlink(p1);
+  unlink(p2);
+  rmdir(dir);
+  return rc;
+}
+
 static void on_export_path(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   coord *c = ud;
   ProtobufCMessage *pm;
@@ -472,7 +507,6 @@ static void on_export_path(struct rpc_call *call, const struct grpc_byte_buffer 
   float *theta = NULL;
   gpt_layout *lay = NULL;
   export_buf *eb = NULL;
-  char dir[1200] = "", p1[1300], p2[1300];
   if (!j) goto out;
   if (r->path >= (uint32_t)j->n_paths) {
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "path: job %lld has %d path(s); got %u", (long long)j->id, j->n_paths, r->path);
@@ -483,34 +517,10 @@ static void on_export_path(struct rpc_call *call, const struct grpc_byte_buffer 
     rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory for the export");
     goto out;
   }
-  for (int f = 0; f < j->n_fragments; f++) {
-    if (!coord_job_path_has_fragment(j, (int)r->path, f)) continue;
-    store_fragment fr;
-    int rc = r->version ? (r->version > INT64_MAX ? DPC_ENOENT : store_get_version(c->st, j->id, f, (int64_t)r->version, &fr))
-                        : store_get_fragment(c->st, j->id, f, &fr);
-    if (rc < 0) {
-      rpc_call_finish(call, RPC_NOT_FOUND, "fragment %d version %llu is not kept", f + 1, (unsigned long long)r->version);
-      goto out;
-    }
-    pcache_entry *e;
-    if ((rc = pcache_get(c, &fr, &e)) < 0) {
-      rpc_call_fail(call, rc);
-      goto out;
-    }
-    memcpy(theta + j->fragments[f].offset, e->data, e->n * sizeof(float));
-    pcache_unref(e);
-  }
-  snprintf(dir, sizeof dir, "%s/tmp/export-%d-%llu", c->state_dir, (int)getpid(), (unsigned long long)++c->export_seq);
-  snprintf(p1, sizeof p1, "%s/%s", dir, MODELDIR_CONFIG);
-  snprintf(p2, sizeof p2, "%s/%s", dir, MODELDIR_WEIGHTS);
+  if (export_gather(c, call, j, r, theta) < 0) goto out;
   eb = calloc(1, sizeof *eb);
   size_t n1 = 0, n2 = 0;
-  int rc = eb ? modeldir_save(dir, &j->spec.model, theta) : DPC_ENOMEM;
-  if (rc == 0) rc = dpc_read_file(p1, 1u << 20, &eb->cfg, &n1);
-  if (rc == 0) rc = dpc_read_file(p2, (size_t)1 << 40, &eb->st, &n2);
-  unlink(p1);
-  unlink(p2);
-  rmdir(dir);
+  int rc = eb ? export_files(c, j, theta, eb, &n1, &n2) : DPC_ENOMEM;
   if (rc < 0) {
     rpc_call_fail(call, rc);
     goto out;

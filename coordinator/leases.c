@@ -168,8 +168,8 @@ static const store_slot *pick_slot(coord *c, coord_job *j, const store_slot *slo
 
 /* Try to grant `me` a slot of running job j: SCHED_GRANTED, SCHED_WAIT (nothing here; *any_work
  * says whether the job still has work) or a negative DPC_E* code. */
-static int assign_in_job(coord *c, coord_job *j, int64_t worker, const store_worker *me, const store_lease *act, int na, int64_t now,
-                         int *any_work, store_lease *lease) {
+static int assign_in_job(coord *c, coord_job *j, int64_t worker, const store_worker *me, const store_lease *act,
+                         int na, int64_t now, int *any_work, store_lease *lease) {
   store_fragment *frags;
   int nf;
   int rc = store_list_fragments(c->st, j->id, &frags, &nf);

@@ -319,7 +319,8 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
                                   int n, int by_deadline) {
   outer_work *w = calloc(1, sizeof *w);
   if (!w || !(w->delta_blobs = calloc((size_t)n, sizeof *w->delta_blobs)) ||
-      !(w->weights = calloc((size_t)n, sizeof *w->weights)) || !(w->delta_ids = calloc((size_t)n, sizeof *w->delta_ids))) {
+      !(w->weights = calloc((size_t)n, sizeof *w->weights)) ||
+      !(w->delta_ids = calloc((size_t)n, sizeof *w->delta_ids))) {
     if (w) outer_work_free(w);
     return NULL;
   }

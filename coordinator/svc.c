@@ -123,6 +123,12 @@ void svc_fill_fragment_info(const coord_job *j, const store_fragment *f, int64_t
   fi->updated_unix_ms = (uint64_t)f->created_at;
 }
 
+Dipaco__V1__Algorithm svc_algorithm_wire(const jobspec *js) {
+  if (js->algorithm != JOB_ALGO_DILOCO_ASYNC) return DIPACO__V1__ALGORITHM__ALGORITHM_SYNC;
+  return js->outer.async_rule == OUTER_ASYNC_DN ? DIPACO__V1__ALGORITHM__ALGORITHM_ASYNC_DELAYED
+                                                : DIPACO__V1__ALGORITHM__ALGORITHM_ASYNC_NESTEROV;
+}
+
 /* ---- server-streaming chunk sender -------------------------------------------------------------- */
 
 static void stream_send_next(struct rpc_call *call, out_stream *os) {

@@ -13,6 +13,7 @@
 #include "common/auth.h"
 #include "common/rpc.h"
 #include "coordinator/coord.h"
+#include "proto/dipaco.pb-c.h"
 
 /* Largest request message: Coordinator service, Admin service. */
 #define SVC_MAX_REQ_BYTES (64u << 10)
@@ -44,9 +45,10 @@ int svc_admin_unpack(coord *c, struct rpc_call *call, const struct grpc_byte_buf
 coord_job *svc_job_or_fail(coord *c, struct rpc_call *call, uint64_t id);
 
 /* Fill a FragmentInfo (wire ids are internal ids + 1). */
-struct Dipaco__V1__FragmentInfo;
 void svc_fill_fragment_info(const coord_job *j, const store_fragment *f, int64_t version,
-                            struct Dipaco__V1__FragmentInfo *fi);
+                            Dipaco__V1__FragmentInfo *fi);
+/* The wire Algorithm of a job spec (sync, async delayed-Nesterov or async Nesterov). */
+Dipaco__V1__Algorithm svc_algorithm_wire(const jobspec *js);
 /* Clamp a requested chunk size to [RPC_CHUNK_MIN, RPC_CHUNK_DEFAULT] (0 = default). */
 uint32_t svc_chunk_size(uint32_t requested);
 

@@ -339,6 +339,23 @@ static void ipull_unref(void *ud) {
   free(b);
 }
 
+/* The M and V blobs of fragment frag from the round before l's into b (M carries n + 2 floats,
+ * V n). */
+static int ipull_read(coord *c, const coord_job *j, const store_lease *l, int frag, ipull_bufs *b) {
+  size_t n = j->fragments[frag].len, got[2] = {0, 0};
+  int rc = 0;
+  for (int k = 0; k < 2 && rc == 0; k++) {
+    char name[BLOB_NAME_MAX];
+    blob_kind kind = k ? BLOB_INNER_V : BLOB_INNER_M;
+    rc = inner_blob_name(l, j, frag, l->round - 1, kind, name);
+    if (rc == 0) rc = blob_read_alloc(c->bs, name, kind, &b->data[k], &got[k], NULL);
+  }
+  if (rc == 0 && (got[0] != n + 2 || got[1] != n))
+    rc = dpc_err(DPC_EFORMAT, "inner state blobs of fragment %d hold %zu/%zu floats, expected %zu+2/%zu", frag + 1,
+                 got[0], got[1], n, n);
+  return rc;
+}
+
 static void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   coord *c = ud;
   int64_t worker;
@@ -361,19 +378,13 @@ static void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, 
   } else if (l.round < 1) {
     rpc_call_finish(call, RPC_NOT_FOUND, "lease %lld trains round 0: there is no earlier inner state", (long long)l.id);
   } else {
+    size_t n = j->fragments[frag].len;
     ipull_bufs *b = calloc(1, sizeof *b);
-    size_t n = j->fragments[frag].len, got[2] = {0, 0};
     int rc = b ? 0 : DPC_ENOMEM;
-    if (b) atomic_init(&b->refs, 1);
-    for (int k = 0; k < 2 && rc == 0; k++) {
-      char name[BLOB_NAME_MAX];
-      blob_kind kind = k ? BLOB_INNER_V : BLOB_INNER_M;
-      rc = inner_blob_name(&l, j, frag, l.round - 1, kind, name);
-      if (rc == 0) rc = blob_read_alloc(c->bs, name, kind, &b->data[k], &got[k], NULL);
+    if (b) {
+      atomic_init(&b->refs, 1);
+      rc = ipull_read(c, j, &l, frag, b);
     }
-    if (rc == 0 && (got[0] != n + 2 || got[1] != n))
-      rc = dpc_err(DPC_EFORMAT, "inner state blobs of fragment %d hold %zu/%zu floats, expected %zu+2/%zu", frag + 1,
-                   got[0], got[1], n, n);
     out_stream *os = rc == 0 ? calloc(1, sizeof *os) : NULL;
     if (rc == 0 && !os) rc = dpc_err(DPC_ENOMEM, "out of memory for a stream");
     if (rc < 0) {

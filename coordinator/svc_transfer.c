@@ -292,8 +292,9 @@ static int grow_buf(push *p, size_t n) {
   return 0;
 }
 
-/* First chunk of a fragment: check the lease and the header, pick the mode, open the blob. */
-static int push_begin(push *p, const struct rpc_chunk *ch) {
+/* The first chunk's lease (the caller's, one per stream) and fragment (of the lease, once per
+ * stream): its index, or -1 with the push failed. */
+static int push_lease_fragment(push *p, const struct rpc_chunk *ch) {
   coord *c = p->c;
   if (ch->lease_id == 0 || ch->lease_id > INT64_MAX) {
     push_fail(p, RPC_INVALID_ARGUMENT, "lease_id: required");
@@ -326,6 +327,12 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
       push_fail(p, RPC_INVALID_ARGUMENT, "fragment_id %llu appears twice in one stream", (unsigned long long)ch->fragment_id);
       return -1;
     }
+  return frag;
+}
+
+/* The first chunk's header against fragment frag of the lease's job j: 0, or -1 with the push
+ * failed. */
+static int push_check_header(push *p, const coord_job *j, int frag, const struct rpc_chunk *ch) {
   const jobspec_fragment *jf = &j->fragments[frag];
   if (ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_DELTA) {
     push_fail(p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_DELTA, got %u", ch->payload);
@@ -351,15 +358,14 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
               p->lease.inner_steps);
     return -1;
   }
-  p->frag = frag;
-  p->total = ch->total;
-  p->next = 0;
-  p->crc = 0;
-  p->ss = 0;
-  p->norm = NAN;
-  p->ncarry = 0;
-  p->tokens = ch->tokens;
-  p->inner_steps = ch->inner_steps;
+  return 0;
+}
+
+/* What to do with the fragment's bytes (p->mode): write them (0, the spool is opened), check a
+ * repeat (1), drop a late delta (2) or a too stale one (3). 0, or -1 with the push failed. */
+static int push_pick_mode(push *p, const coord_job *j, int frag) {
+  coord *c = p->c;
+  const jobspec_fragment *jf = &j->fragments[frag];
   p->mode = 0;
   /* Already recorded (a retry)? */
   if (store_find_delta(c->st, p->lease.id, frag, &p->dup_crc) == 1) p->mode = 1;
@@ -397,6 +403,24 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   }
   p->in_frag = 1;
   return 0;
+}
+
+/* First chunk of a fragment: check the lease and the header, pick the mode, open the blob. */
+static int push_begin(push *p, const struct rpc_chunk *ch) {
+  int frag = push_lease_fragment(p, ch);
+  if (frag < 0) return -1;
+  const coord_job *j = coord_job_get(p->c, p->lease.job);
+  if (push_check_header(p, j, frag, ch) < 0) return -1;
+  p->frag = frag;
+  p->total = ch->total;
+  p->next = 0;
+  p->crc = 0;
+  p->ss = 0;
+  p->norm = NAN;
+  p->ncarry = 0;
+  p->tokens = ch->tokens;
+  p->inner_steps = ch->inner_steps;
+  return push_pick_mode(p, j, frag);
 }
 
 /* Check the floats of data[0..n) (with up to 3 carried bytes) for NaN/Inf, adding their

@@ -64,26 +64,45 @@ static int valid_text(const char *s, size_t max) {
   return 1;
 }
 
+/* Register with a valid (previous_worker_id, previous_session) pair: the same id and token
+ * (copied to tok). Returns the worker id, or 0 when the pair is not valid. */
+static int64_t register_resume(coord *c, const Dipaco__V1__RegisterRequest *r, int64_t now, char *tok, size_t cap) {
+  store_worker w;
+  unsigned char h[DPC_TOKEN_HASH];
+  svc_token_hash(r->previous_session, h);
+  if (store_get_worker(c->st, (int64_t)r->previous_worker_id, &w) < 0 || !dpc_ct_equal(h, w.token_hash, sizeof h) ||
+      strlen(r->previous_session) >= cap)
+    return 0;
+  snprintf(tok, cap, "%s", r->previous_session);
+  if (w.state != WORKER_ACTIVE && w.state != WORKER_DRAINING) store_set_worker_state(c->st, w.id, WORKER_ACTIVE);
+  store_touch_worker(c->st, w.id, now, -1);
+  DPC_INFO("worker %lld (%s) re-registered with its previous session", (long long)w.id, w.name);
+  return w.id;
+}
+
+/* The join token check of Register: 0 = allowed, -1 = the call was finished. */
+static int register_join_check(struct rpc_call *call) {
+  if (!dpc_coord_keys.has_join) return 0;
+  char v[DPC_TOKEN_MAX + 32];
+  const char *jt = rpc_call_md(call, RPC_MD_AUTHORIZATION, v, sizeof v) >= 0 ? dpc_bearer_token(v) : NULL;
+  unsigned char h[DPC_TOKEN_HASH];
+  if (jt) svc_token_hash(jt, h);
+  if (jt && dpc_ct_equal(h, dpc_coord_keys.join, sizeof h)) return 0;
+  int admin = jt && dpc_coord_keys.has_admin && dpc_ct_equal(h, dpc_coord_keys.admin, sizeof h);
+  rpc_call_finish(call, admin ? RPC_PERMISSION_DENIED : RPC_UNAUTHENTICATED,
+                  "Register: %s; send \"authorization: Bearer <join token>\" (dipaco-worker --token-file "
+                  "STATE/join.token)",
+                  admin ? "the admin token is not a join token" : jt ? "wrong join token" : "missing join token");
+  return -1;
+}
+
 static void on_register(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   coord *c = ud;
   if (c->stopping) {
     rpc_call_finish(call, RPC_UNAVAILABLE, "coordinator is shutting down; retry with backoff");
     return;
   }
-  if (dpc_coord_keys.has_join) {
-    char v[DPC_TOKEN_MAX + 32];
-    const char *jt = rpc_call_md(call, RPC_MD_AUTHORIZATION, v, sizeof v) >= 0 ? dpc_bearer_token(v) : NULL;
-    unsigned char h[DPC_TOKEN_HASH];
-    if (jt) svc_token_hash(jt, h);
-    if (!jt || !dpc_ct_equal(h, dpc_coord_keys.join, sizeof h)) {
-      int admin = jt && dpc_coord_keys.has_admin && dpc_ct_equal(h, dpc_coord_keys.admin, sizeof h);
-      rpc_call_finish(call, admin ? RPC_PERMISSION_DENIED : RPC_UNAUTHENTICATED,
-                      "Register: %s; send \"authorization: Bearer <join token>\" (dipaco-worker --token-file "
-                      "STATE/join.token)",
-                      admin ? "the admin token is not a join token" : jt ? "wrong join token" : "missing join token");
-      return;
-    }
-  }
+  if (register_join_check(call) < 0) return;
   ProtobufCMessage *pm;
   if (svc_unpack(call, req, &dipaco__v1__register_request__descriptor, &pm)) return;
   Dipaco__V1__RegisterRequest *r = (Dipaco__V1__RegisterRequest *)pm;
@@ -102,19 +121,8 @@ static void on_register(struct rpc_call *call, const struct grpc_byte_buffer *re
   char tok[2 * 32 + 1];
   int64_t id = 0;
   int64_t now = coord_now_ms();
-  if (r->previous_worker_id && r->previous_worker_id <= INT64_MAX && r->previous_session[0]) {
-    store_worker w;
-    unsigned char h[DPC_TOKEN_HASH];
-    svc_token_hash(r->previous_session, h);
-    if (store_get_worker(c->st, (int64_t)r->previous_worker_id, &w) == 0 && dpc_ct_equal(h, w.token_hash, sizeof h) &&
-        strlen(r->previous_session) < sizeof tok) {
-      id = w.id;
-      snprintf(tok, sizeof tok, "%s", r->previous_session);
-      if (w.state != WORKER_ACTIVE && w.state != WORKER_DRAINING) store_set_worker_state(c->st, id, WORKER_ACTIVE);
-      store_touch_worker(c->st, id, now, -1);
-      DPC_INFO("worker %lld (%s) re-registered with its previous session", (long long)id, w.name);
-    }
-  }
+  if (r->previous_worker_id && r->previous_worker_id <= INT64_MAX && r->previous_session[0])
+    id = register_resume(c, r, now, tok, sizeof tok);
   if (!id) {
     unsigned char raw[32];
     if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
@@ -234,6 +242,46 @@ static void fill_hyper(const jobspec *js, Dipaco__V1__Hyper *hy) {
   hy->seed = js->seed;
 }
 
+/* DataWindow.dataset: the spec's data.train entries joined with ','; NULL when out of memory
+ * (the caller frees). */
+static char *lease_dataset(const jobspec *js) {
+  size_t dlen = 1;
+  for (int i = 0; i < js->n_train; i++) dlen += strlen(js->train[i]) + 1;
+  char *dataset = calloc(1, dlen);
+  if (!dataset) return NULL;
+  for (int i = 0; i < js->n_train; i++) {
+    if (i) strcat(dataset, ",");
+    strcat(dataset, js->train[i]);
+  }
+  return dataset;
+}
+
+/* The deadline of the lease's round (sync jobs with round_timeout_s), else 0. */
+static int64_t lease_deadline(coord *c, const coord_job *j, const store_lease *l, const int *fids, int nf) {
+  store_round rd;
+  if (nf > 0 && j->spec.algorithm != JOB_ALGO_DILOCO_ASYNC &&
+      store_get_round(c->st, l->job, fids[0], l->round, &rd) == 0)
+    return rd.deadline_at;
+  return 0;
+}
+
+/* FragmentInfo of the lease's fragments at their base versions (the current row when the base
+ * version is no longer kept). */
+static int lease_fragment_infos(coord *c, const coord_job *j, const store_lease *l, const int *fids,
+                                const int64_t *bases, int nf, Dipaco__V1__FragmentInfo *fi,
+                                Dipaco__V1__FragmentInfo **fp) {
+  for (int i = 0; i < nf; i++) {
+    store_fragment f;
+    int rc;
+    if (store_get_version(c->st, l->job, fids[i], bases[i], &f) < 0 &&
+        (rc = store_get_fragment(c->st, l->job, fids[i], &f)) < 0)
+      return rc;
+    svc_fill_fragment_info(j, &f, bases[i], &fi[i]);
+    fp[i] = &fi[i];
+  }
+  return 0;
+}
+
 static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   coord_job *j = coord_job_get(c, l->job);
   if (!j) {
@@ -253,28 +301,15 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   uint64_t mods[JOBSPEC_MAX_LEVELS];
   int pm[JOBSPEC_MAX_LEVELS];
   int nl = jobspec_path_modules(&j->spec, l->path, pm);
-  char *dataset = NULL;
-  size_t dlen = 1;
-  for (int i = 0; i < j->spec.n_train; i++) dlen += strlen(j->spec.train[i]) + 1;
-  dataset = calloc(1, dlen);
+  char *dataset = lease_dataset(&j->spec);
   if (!fi || !fp || !dataset || nl < 0) {
     rpc_call_finish(call, RPC_INTERNAL, "out of memory building lease %lld", (long long)l->id);
     goto out;
   }
-  for (int i = 0; i < j->spec.n_train; i++) {
-    if (i) strcat(dataset, ",");
-    strcat(dataset, j->spec.train[i]);
-  }
   for (int i = 0; i < nl; i++) mods[i] = (uint64_t)pm[i] + 1;
-  for (int i = 0; i < nf; i++) {
-    store_fragment f;
-    if (store_get_version(c->st, l->job, fids[i], bases[i], &f) < 0 &&
-        (rc = store_get_fragment(c->st, l->job, fids[i], &f)) < 0) {
-      rpc_call_fail(call, rc);
-      goto out;
-    }
-    svc_fill_fragment_info(j, &f, bases[i], &fi[i]);
-    fp[i] = &fi[i];
+  if ((rc = lease_fragment_infos(c, j, l, fids, bases, nf, fi, fp)) < 0) {
+    rpc_call_fail(call, rc);
+    goto out;
   }
   Dipaco__V1__Slot slot = DIPACO__V1__SLOT__INIT;
   slot.path = (uint32_t)l->path;
@@ -289,19 +324,13 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   dw.first_batch = (uint64_t)l->step_begin;
   dw.replica = (uint32_t)l->replica;
   dw.replicas = (uint32_t)j->spec.replicas;
-  store_round rd;
-  int64_t deadline = 0;
-  if (nf > 0 && j->spec.algorithm != JOB_ALGO_DILOCO_ASYNC && store_get_round(c->st, l->job, fids[0], l->round, &rd) == 0)
-    deadline = rd.deadline_at;
   char *spec_json = NULL;
   if (jobspec_to_json(&j->spec, &spec_json) < 0) spec_json = NULL;
   Dipaco__V1__Lease le = DIPACO__V1__LEASE__INIT;
   le.lease_id = (uint64_t)l->id;
   le.job_id = (uint64_t)l->job;
   le.slot = &slot;
-  le.algorithm = j->spec.algorithm != JOB_ALGO_DILOCO_ASYNC ? DIPACO__V1__ALGORITHM__ALGORITHM_SYNC
-                 : j->spec.outer.async_rule == OUTER_ASYNC_DN ? DIPACO__V1__ALGORITHM__ALGORITHM_ASYNC_DELAYED
-                                                              : DIPACO__V1__ALGORITHM__ALGORITHM_ASYNC_NESTEROV;
+  le.algorithm = svc_algorithm_wire(&j->spec);
   le.model = &shape;
   le.n_path_modules = (size_t)nl;
   le.path_modules = mods;
@@ -315,7 +344,7 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   le.inner_state = (Dipaco__V1__InnerStatePolicy)j->spec.inner.state;
   le.has_inner_checkpoint = j->spec.inner.state == INNER_STATE_CHECKPOINT && l->round > 0 &&
                             svc_inner_ckpt_exists(c, j, l, fids, nf);
-  le.deadline_unix_ms = deadline;
+  le.deadline_unix_ms = lease_deadline(c, j, l, fids, nf);
   le.delta_codec = DIPACO__V1__CODEC__CODEC_FP32;
   le.spec_json = spec_json ? spec_json : "";
   Dipaco__V1__LeaseResponse resp = DIPACO__V1__LEASE_RESPONSE__INIT;
