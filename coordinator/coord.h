@@ -1,7 +1,22 @@
-/* coord.h — the coordinator daemon's shared state and the functions its parts call on each
- * other (main.c: loop, flags, signals, timers; service.c: Coordinator RPCs; admin.c: Admin
- * RPCs; sched.c: lease assignment, round closing and the outer step; metrics.c: Prometheus
- * endpoint).
+/* coord.h — the coordinator daemon's shared state: the types every part of dipaco-coordinator
+ * passes around (struct coord, coord_job, pcache_entry, lease_note). Functions live in each
+ * module's own header, so that a file's #include lines show what it calls.
+ *
+ * Map, lowest layer first; a module calls only modules on its own line or below it, and a
+ * lower one reaches a higher one only through a callback stored here (struct coord's *_cb):
+ *   (0) dpc_coord (jobspec, blobs, screen, store*) and testhook: the core library.
+ *   (1) loop.c: the libuv loop glue, clocks, thread-pool work accounting, signals, the tick
+ *       timer and the shutdown once idle.
+ *   (2) jobs.c: loaded jobs (coord_job) and heartbeat notes; pcache.c: parameter buffers.
+ *   (3) leases.c: lease assignment, DyLU, lease ends, recovery, expiry, worker liveness and
+ *       the registry of parked Lease long-polls; rounds.c (calls leases.c): round closing,
+ *       the sync outer step, the async apply, garbage collection, the tick's work.
+ *   (4) svc.c: what every RPC handler shares (authentication, unpacking, streaming out);
+ *       handlers by service: svc_worker.c (Register, Heartbeat, Lease, Release; calls
+ *       svc_inner.c), svc_transfer.c (PullFragment, PushDelta), svc_inner.c (inner state),
+ *       admin_upload.c, admin_jobs.c (calls admin_upload.c), admin_fleet.c; metrics.c
+ *       (Prometheus HTTP).
+ *   (5) main.c: flags, start-up, wiring of the callbacks, shutdown.
  *
  * Threading: one libuv loop thread owns everything here. gRPC completions reach it through
  * uv_async → rpc_server_dispatch; heavy work (delta blob fsync, outer steps) runs in the libuv
@@ -12,7 +27,6 @@
 #ifndef DPC_COORD_H
 #define DPC_COORD_H
 
-#include "common/rpc.h"
 #include "coordinator/blobs.h"
 #include "coordinator/jobspec.h"
 #include "coordinator/store.h"
@@ -53,7 +67,7 @@ typedef struct coord_job {
   uint64_t async_applied, async_dropped;
   int64_t stale_last, stale_max;
   double stale_sum;
-  struct screen_window_s *screen; /* [n_fragments] delta norm screen windows (service.c); NULL until used */
+  struct screen_window_s *screen; /* [n_fragments] delta norm screen windows (svc_transfer.c); NULL until used */
 } coord_job;
 
 /* Latest heartbeat numbers of an active lease. */
@@ -65,6 +79,20 @@ typedef struct lease_note {
   double pull_done_s; /* monotonic time the last parameter chunk of the lease was sent (0 =
                          none): training runs from then until the push starts (DyLU speed) */
 } lease_note;
+
+/* A Lease call held open (long-poll) until work frees or its deadline passes (leases.c keeps
+ * them; the RPC layer answers them through coord.park_answer_cb). */
+typedef struct lease_wait {
+  void *call; /* the held call (a struct rpc_call *; opaque below the RPC layer) */
+  int64_t worker, job, deadline;
+} lease_wait;
+
+/* What lease_assign (leases.h) found for a worker, also handed to coord.park_answer_cb;
+ * SCHED_STOPPING only there: the coordinator is shutting down, answer UNAVAILABLE. */
+enum { SCHED_GRANTED = 0, SCHED_WAIT = 1, SCHED_NO_WORK = 2, SCHED_STOPPING = 3 };
+
+struct rpc_server;
+struct create_work;
 
 typedef struct coord {
   uv_loop_t *loop;
@@ -89,6 +117,14 @@ typedef struct coord {
   lease_note *notes;
   int n_notes, cap_notes;
 
+  lease_wait *parked; /* parked Lease long-polls (leases.c) */
+  int n_parked, cap_parked;
+
+  /* CreateJob queue (admin_jobs.c): creations run one at a time, the rest wait in arrival
+   * order; cur is the one on the thread pool. */
+  struct create_work *create_head, *create_tail, *create_cur;
+  int create_busy;
+
   uint64_t next_upload_id;
   uint64_t export_seq;
 
@@ -96,131 +132,19 @@ typedef struct coord {
   uint64_t rounds_total, bytes_in, bytes_out, outer_steps;
   double outer_seconds_sum, outer_seconds_last;
 
+  /* Callbacks by which a lower layer reaches a higher one (main.c sets them; NULL = none). */
+  void (*tick_cb)(struct coord *c);     /* loop.c, every tick: housekeeping (rounds_tick) */
+  void (*stop_cb)(struct coord *c);     /* loop.c, on SIGTERM/SIGINT: answer parked calls */
+  void (*shutdown_cb)(struct coord *c); /* loop.c, idle after a stop: close other listeners */
+  /* leases.c: answer a parked Lease call taken off the registry; outcome is SCHED_* or a
+   * negative DPC_E* code; l is the lease when SCHED_GRANTED. */
+  void (*park_answer_cb)(struct coord *c, void *call, int64_t worker, int outcome, const store_lease *l);
+
   uv_async_t async;
   uv_timer_t tick;
   uv_signal_t sigterm, sigint;
   uv_tcp_t metrics;
   int metrics_on;
 } coord;
-
-int64_t coord_now_ms(void);
-double coord_mono_s(void); /* CLOCK_MONOTONIC seconds */
-
-/* ---- jobs (sched.c) ---- */
-coord_job *coord_job_get(coord *c, int64_t id);
-/* Load every job from the store into c->jobs (at start-up). */
-int coord_jobs_load(coord *c);
-/* Add a freshly created job (takes ownership of j). */
-int coord_job_add(coord *c, coord_job *j);
-/* Build a coord_job from a store row (parses the spec). Caller frees with coord_job_free. */
-int coord_job_from_store(const store_job *sj, coord_job **out);
-void coord_job_free(coord_job *j);
-/* Change a job's state in the store and the cache. */
-int coord_job_set_state(coord *c, coord_job *j, store_job_state s, const char *why);
-
-/* ---- scheduling (sched.c) ---- */
-enum { SCHED_GRANTED = 0, SCHED_WAIT = 1, SCHED_NO_WORK = 2 };
-/* Find or grant a lease for worker w (job_filter 0 = any). Returns SCHED_* or a negative
- * DPC_E* code; *lease is filled when granted. */
-int sched_lease(coord *c, int64_t worker, int64_t job_filter, store_lease *lease);
-/* Look at every running job's fragments: start outer steps whose round is complete (or past
- * its deadline with quorum). Called after every delta and on every timer tick. */
-void sched_check_rounds(coord *c);
-/* Periodic housekeeping: lease expiry, worker liveness, round deadlines. */
-void sched_tick(coord *c);
-/* Worker liveness: seen within the lease TTL and not gone. */
-int sched_worker_alive(coord *c, const store_worker *w, int64_t now);
-/* Paths through module m: 1 if path p contains fragment f's module. */
-int sched_path_has_fragment(const coord_job *j, int path, int fragment);
-/* After all fragments of a lease were pushed: end it (finished, slot advances). */
-void sched_lease_pushed(coord *c, int64_t lease_id);
-/* If every fragment of active lease l already has its delta recorded (durable), end it as
- * finished via sched_lease_pushed and return 1; else 0. Idempotent: pushes, releases, expiry
- * and restart recovery all go through it, so a lease whose work is in never reopens a round. */
-int sched_lease_maybe_pushed(coord *c, const store_lease *l);
-/* Restart recovery: finish every active lease whose deltas are all durable (a crash between
- * acknowledging the last delta and ending the lease leaves such leases behind). */
-void sched_recover_leases(coord *c);
-/* Fold one steps/s sample of a worker (a heartbeat's steps_per_sec, or a completed lease's
- * steps / seconds between the end of its pull and the start of its push) into its EWMA (store_worker.steps_per_s): v ← 0.7·v + 0.3·sample,
- * or the sample itself when v is still unknown. DyLU reads it. */
-void sched_speed_sample(coord *c, int64_t worker, double sample);
-/* diloco-async: the staleness the coordinator would see for a delta trained from base
- * version `base` of fragment f now (current version − base); -1 if unknown. */
-int64_t sched_async_staleness(coord *c, const coord_job *j, int fragment, int64_t base);
-
-/* ---- parameter cache (sched.c) ---- */
-/* Get a referenced entry for (job, fragment, version), loading the blob if needed. The caller
- * drops its reference with pcache_unref. */
-int pcache_get(coord *c, const store_fragment *f, pcache_entry **out);
-/* Insert a new version's buffer (ownership of data passes to the cache). */
-void pcache_put(coord *c, int64_t job, int fragment, int64_t version, float *data, size_t n, uint32_t crc);
-void pcache_unref(void *entry); /* any thread */
-void pcache_clear(coord *c);
-
-/* ---- lease notes (sched.c) ---- */
-lease_note *coord_note(coord *c, int64_t lease, int create);
-void coord_note_drop(coord *c, int64_t lease);
-
-/* ---- work accounting (main.c) ---- */
-/* Wrap uv_queue_work so that shutdown waits for in-flight work. */
-int coord_queue_work(coord *c, uv_work_t *req, uv_work_cb work, uv_after_work_cb after);
-void coord_work_done(coord *c);
-
-/* ---- RPC method tables ---- */
-extern const struct rpc_method coord_service_methods[];
-extern const int coord_service_n_methods;
-extern const struct rpc_method coord_admin_methods[];
-extern const int coord_admin_n_methods;
-/* The coord pointer the method handlers use (set by main before the server starts). */
-extern coord *g_coord;
-
-/* ---- helpers shared by service.c and admin.c ---- */
-/* Fill a FragmentInfo (wire ids are internal ids + 1). */
-struct Dipaco__V1__FragmentInfo;
-void coord_fill_fragment_info(const coord_job *j, const store_fragment *f, int64_t version,
-                              struct Dipaco__V1__FragmentInfo *fi);
-/* A server-streaming answer made of up to two byte strings sent as Chunk streams one after
- * another (PullFragment: the parameters; ExportPath: config.json then safetensors). The
- * bytes are sent zero-copy: ref(ud) is taken per chunk and unref(ud) runs when gRPC lets go;
- * the stream holds one reference of its own, dropped when the call ends. */
-typedef struct out_part {
-  const uint8_t *data;
-  uint64_t total;
-  uint32_t crc, payload;
-  uint64_t fragment_id, version, num_floats;
-  uint64_t step; /* Chunk.step (inner-state streams: the AdamW step), 0 otherwise */
-} out_part;
-
-typedef struct out_stream {
-  coord *c;
-  int nparts, cur;
-  out_part part[2];
-  uint64_t next, lease_id;
-  uint32_t chunk;
-  void (*ref)(void *ud);
-  void (*unref)(void *ud);
-  void *ud;
-} out_stream;
-
-/* Take ownership of os (one reference on ud included) and start sending on call. */
-void coord_stream_start(struct rpc_call *call, out_stream *os);
-void coord_stream_on_sent(struct rpc_call *call, int ok, void *ud);
-void coord_stream_on_done(struct rpc_call *call, int cancelled, void *ud);
-/* Clamp a requested chunk size to [RPC_CHUNK_MIN, RPC_CHUNK_DEFAULT] (0 = default). */
-uint32_t coord_chunk_size(uint32_t requested);
-
-/* service.c: retry long-polled Lease calls (flush: answer them all UNAVAILABLE). */
-void coord_retry_parked(coord *c, int flush);
-/* 1 if the worker has a long-polled Lease call open (so it is alive). */
-int coord_is_parked(int64_t worker);
-/* admin.c: upload ids continue after the largest stored upload. */
-void admin_init_uploads(coord *c);
-/* service.c: take one reference on a pcache entry (any thread). */
-void coord_pcache_ref(void *entry);
-
-/* ---- metrics (metrics.c) ---- */
-int metrics_start(coord *c, const char *addr);
-void metrics_stop(coord *c);
 
 #endif

@@ -1,8 +1,7 @@
-/* main.c — dipaco-coordinator: flags, start-up (state directory, store, blob store, jobs),
- * the libuv loop that owns all state (gRPC completions via uv_async, housekeeping timer,
- * signals, metrics endpoint), systemd notification, and the graceful shutdown on SIGTERM/
- * SIGINT: stop accepting work, let thread-pool work (delta fsyncs, outer steps) finish, stop
- * the gRPC server with a grace period, close the store, exit 0.
+/* main.c — dipaco-coordinator: flags and start-up. It parses the flags, takes the state
+ * directory (lock, tokens, store, blob store, jobs), wires the layers together (coord.h's
+ * callbacks and the method tables, each entry's ud = the coord), serves, runs the loop
+ * (loop.c) until the graceful shutdown after SIGTERM/SIGINT, and closes everything.
  *
  * usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]
  *          [--lease-ttl-ms N] [--heartbeat-ms N] [--log-level L] [--log-json]
@@ -11,32 +10,50 @@
  *
  * Tokens (common/auth.h): unless given, the join and admin tokens are STATE/join.token and
  * STATE/admin.token, created (0600, 32 random bytes in hex) at the first start and read at
- * every later one. Only their SHA-256 stays in memory (dpc_coord_keys); service.c checks the
- * join token on Register, admin.c the admin token on every Admin call. --insecure-no-auth
+ * every later one. Only their SHA-256 stays in memory (dpc_coord_keys); svc_worker.c checks
+ * the join token on Register, svc.c the admin token on every Admin call. --insecure-no-auth
  * turns both checks off (session tokens of workers stay). */
+#include "coordinator/admin_fleet.h"
+#include "coordinator/admin_jobs.h"
+#include "coordinator/admin_upload.h"
 #include "coordinator/coord.h"
+#include "coordinator/jobs.h"
+#include "coordinator/leases.h"
+#include "coordinator/loop.h"
+#include "coordinator/metrics.h"
+#include "coordinator/pcache.h"
+#include "coordinator/rounds.h"
+#include "coordinator/svc.h"
+#include "coordinator/svc_inner.h"
+#include "coordinator/svc_transfer.h"
+#include "coordinator/svc_worker.h"
 #include "coordinator/testhook.h"
 
+#include "common/args.h"
 #include "common/auth.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/rpc.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#define SHUTDOWN_GRACE_MS 3000
 /* Workers retry a dead coordinator with backoff capped at 5 s (worker/worker.c): after a
  * restart their leases and liveness get this long, plus one TTL, before anything is taken
  * from them. */
 #define RESTART_GRACE_MS 10000
+
+typedef struct opts {
+  const char *listen, *state_dir, *metrics_addr, *join_file, *admin_file;
+  struct rpc_tls tls;
+  int json, ttl, hb, no_auth, use_tls;
+  enum dpc_log_level level;
+} opts;
 
 static void usage(FILE *f) {
   fprintf(f, "usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]\n"
@@ -47,55 +64,45 @@ static void usage(FILE *f) {
              "          STATE/admin.token, created 0600 at first start) [--insecure-no-auth]\n");
 }
 
-static void close_handle(uv_handle_t *h) {
-  if (h->loop && !uv_is_closing(h)) uv_close(h, NULL);
-}
+static int parse_level(const char *v, void *dst) { return dpc_log_parse_level(v, dst) < 0 ? -1 : 0; }
 
-static void maybe_shutdown(coord *c) {
-  if (!c->stopping || c->work_inflight > 0 || c->shut_started) return;
-  c->shut_started = 1;
-  DPC_INFO("in-flight work done; stopping the gRPC server (grace %d ms)", SHUTDOWN_GRACE_MS);
-  rpc_server_stop(c->srv, SHUTDOWN_GRACE_MS);
-  c->srv = NULL;
-  close_handle((uv_handle_t *)&c->async);
-  close_handle((uv_handle_t *)&c->tick);
-  close_handle((uv_handle_t *)&c->sigterm);
-  close_handle((uv_handle_t *)&c->sigint);
-  metrics_stop(c);
-}
-
-int coord_queue_work(coord *c, uv_work_t *req, uv_work_cb work, uv_after_work_cb after) {
-  int rc = uv_queue_work(c->loop, req, work, after);
-  if (rc < 0) return dpc_err(DPC_EINTERNAL, "uv_queue_work: %s", uv_strerror(rc));
-  c->work_inflight++;
+/* Fill o from argv; 0 = go on, else *exit_code is what main returns (0 after --help). */
+static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
+  *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .level = DPC_LOG_INFO};
+  dpc_arg args[] = {
+      {.name = "listen", .kind = DPC_ARG_STR, .dst = &o->listen, .required = 1},
+      {.name = "state-dir", .kind = DPC_ARG_STR, .dst = &o->state_dir, .required = 1},
+      {.name = "metrics-listen", .kind = DPC_ARG_STR, .dst = &o->metrics_addr},
+      {.name = "lease-ttl-ms", .kind = DPC_ARG_INT, .dst = &o->ttl, .lo = 100, .hi = 86400000},
+      {.name = "heartbeat-ms", .kind = DPC_ARG_INT, .dst = &o->hb, .lo = 10, .hi = 3600000},
+      {.name = "log-level", .kind = DPC_ARG_FN, .dst = &o->level, .fn = parse_level,
+       .expects = "debug, info, warn or error"},
+      {.name = "log-json", .kind = DPC_ARG_FLAG, .dst = &o->json},
+      {.name = "tls-cert", .kind = DPC_ARG_STR, .dst = &o->tls.cert_file},
+      {.name = "tls-key", .kind = DPC_ARG_STR, .dst = &o->tls.key_file},
+      {.name = "tls-ca", .kind = DPC_ARG_STR, .dst = &o->tls.ca_file},
+      {.name = "join-token-file", .kind = DPC_ARG_STR, .dst = &o->join_file},
+      {.name = "admin-token-file", .kind = DPC_ARG_STR, .dst = &o->admin_file},
+      {.name = "insecure-no-auth", .kind = DPC_ARG_FLAG, .dst = &o->no_auth},
+      DPC_ARGS_END};
+  int rc = dpc_args_parse("dipaco-coordinator", argc - 1, argv + 1, args, NULL, NULL);
+  *exit_code = rc > 0 ? 0 : 2;
+  if (rc != 0) {
+    usage(rc > 0 ? stdout : stderr);
+    return -1;
+  }
+  const char *bad = NULL;
+  o->use_tls = o->tls.cert_file || o->tls.key_file || o->tls.ca_file;
+  if (strlen(o->state_dir) > 900) bad = "--state-dir is too long";
+  else if (o->use_tls && (!o->tls.cert_file || !o->tls.key_file))
+    bad = "TLS needs both --tls-cert and --tls-key (--tls-ca adds client certificates)";
+  else if (o->no_auth && (o->join_file || o->admin_file))
+    bad = "--insecure-no-auth contradicts --join-token-file/--admin-token-file";
+  if (bad) {
+    fprintf(stderr, "dipaco-coordinator: %s\n", bad);
+    return -1;
+  }
   return 0;
-}
-
-void coord_work_done(coord *c) {
-  c->work_inflight--;
-  maybe_shutdown(c);
-}
-
-static void on_async(uv_async_t *a) {
-  coord *c = a->data;
-  if (c->srv) rpc_server_dispatch(c->srv);
-}
-
-static void notify(void *ud) { uv_async_send(ud); }
-
-static void on_tick(uv_timer_t *t) { sched_tick(t->data); }
-
-static void on_signal(uv_signal_t *s, int signum) {
-  coord *c = s->data;
-  if (c->stopping) return;
-  DPC_INFO("%s received: shutting down (%d work item(s) in flight)", signum == SIGTERM ? "SIGTERM" : "SIGINT",
-           c->work_inflight);
-  c->stopping = 1;
-  sd_notify(0, "STOPPING=1");
-  if (c->srv) rpc_server_set_health(c->srv, "", 0);
-  uv_timer_stop(&c->tick);
-  coord_retry_parked(c, 1);
-  maybe_shutdown(c);
 }
 
 /* The SHA-256 of the token in `given`, or in STATE/<name> (created when missing). */
@@ -113,131 +120,46 @@ static int load_token(const char *state_dir, const char *name, const char *given
                             strcmp(name, "join.token") ? "dipacoctl --token-file" : "dipaco-worker --token-file");
     }
   }
-  if (rc == 0) {
-    unsigned int n = 0;
-    if (!EVP_Digest(tok, strlen(tok), hash, &n, EVP_sha256(), NULL) || n != DPC_TOKEN_HASH)
-      rc = dpc_err(DPC_EINTERNAL, "SHA-256 failed");
-  }
+  if (rc == 0) rc = svc_token_hash(tok, hash);
   memset(tok, 0, sizeof tok);
   return rc;
 }
 
-static int parse_int(const char *flag, const char *v, int lo, int hi, int *out) {
-  char *end;
-  long x = strtol(v, &end, 10);
-  if (*end || end == v || x < lo || x > hi) {
-    fprintf(stderr, "dipaco-coordinator: %s %s: expected an integer in [%d, %d]\n", flag, v, lo, hi);
-    return -1;
+/* The join and admin tokens' hashes into dpc_coord_keys (or a warning with --insecure-no-auth). */
+static int load_tokens(const opts *o) {
+  if (o->no_auth) {
+    DPC_WARN("--insecure-no-auth: any client may register workers and call Admin methods");
+    return 0;
   }
-  *out = (int)x;
+  int rc = load_token(o->state_dir, "join.token", o->join_file, dpc_coord_keys.join);
+  if (rc == 0) rc = load_token(o->state_dir, "admin.token", o->admin_file, dpc_coord_keys.admin);
+  if (rc < 0) {
+    DPC_ERROR("tokens: %s", dpc_errmsg());
+    return rc;
+  }
+  dpc_coord_keys.has_join = dpc_coord_keys.has_admin = 1;
   return 0;
 }
 
-int main(int argc, char **argv) {
-  const char *listen = NULL, *state_dir = NULL, *metrics_addr = NULL, *level_s = "info";
-  const char *join_file = NULL, *admin_file = NULL;
-  struct rpc_tls tls = {0};
-  int json = -1, ttl = 15000, hb = 2000, no_auth = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(a, "--log-json")) {
-      json = 1;
-      continue;
-    } else if (!strcmp(a, "--insecure-no-auth")) {
-      no_auth = 1;
-      continue;
-    }
-    if (!v) {
-      fprintf(stderr, "dipaco-coordinator: %s needs a value (or is unknown)\n", a);
-      usage(stderr);
-      return 2;
-    }
-    if (!strcmp(a, "--listen")) listen = v;
-    else if (!strcmp(a, "--state-dir")) state_dir = v;
-    else if (!strcmp(a, "--metrics-listen")) metrics_addr = v;
-    else if (!strcmp(a, "--log-level")) level_s = v;
-    else if (!strcmp(a, "--tls-cert")) tls.cert_file = v;
-    else if (!strcmp(a, "--tls-key")) tls.key_file = v;
-    else if (!strcmp(a, "--tls-ca")) tls.ca_file = v;
-    else if (!strcmp(a, "--join-token-file")) join_file = v;
-    else if (!strcmp(a, "--admin-token-file")) admin_file = v;
-    else if (!strcmp(a, "--lease-ttl-ms")) {
-      if (parse_int(a, v, 100, 86400000, &ttl)) return 2;
-    } else if (!strcmp(a, "--heartbeat-ms")) {
-      if (parse_int(a, v, 10, 3600000, &hb)) return 2;
-    } else {
-      fprintf(stderr, "dipaco-coordinator: unknown flag %s\n", a);
-      usage(stderr);
-      return 2;
-    }
-    i++;
-  }
-  enum dpc_log_level level;
-  if (dpc_log_parse_level(level_s, &level) < 0) {
-    fprintf(stderr, "dipaco-coordinator: --log-level %s: expected debug, info, warn or error\n", level_s);
-    return 2;
-  }
-  if (!listen || !state_dir) {
-    fprintf(stderr, "dipaco-coordinator: --listen and --state-dir are required\n");
-    usage(stderr);
-    return 2;
-  }
-  if (strlen(state_dir) > 900) {
-    fprintf(stderr, "dipaco-coordinator: --state-dir is too long\n");
-    return 2;
-  }
-  int use_tls = tls.cert_file || tls.key_file || tls.ca_file;
-  if (use_tls && (!tls.cert_file || !tls.key_file)) {
-    fprintf(stderr, "dipaco-coordinator: TLS needs both --tls-cert and --tls-key "
-                    "(--tls-ca adds client certificates)\n");
-    return 2;
-  }
-  if (no_auth && (join_file || admin_file)) {
-    fprintf(stderr, "dipaco-coordinator: --insecure-no-auth contradicts --join-token-file/--admin-token-file\n");
-    return 2;
-  }
-  dpc_log_init("coordinator", json, level);
-  if (testhook_init() < 0) {
-    DPC_ERROR("%s", dpc_errmsg());
-    return 2;
-  }
-  rpc_tune_malloc();
-
-  static coord C;
-  coord *c = &C;
-  g_coord = c;
-  snprintf(c->state_dir, sizeof c->state_dir, "%s", state_dir);
-  c->lease_ttl_ms = ttl;
-  c->heartbeat_ms = hb;
-  int rc = dpc_mkdir_p(state_dir);
-  /* One coordinator per state directory: an exclusive lock held for the process lifetime. */
+/* One coordinator per state directory: an exclusive lock held for the process lifetime.
+ * Returns the lock's descriptor, or -1 (logged) when another process holds it. */
+static int lock_state_dir(const char *state_dir) {
   char lock_path[1100];
   snprintf(lock_path, sizeof lock_path, "%s/coordinator.lock", state_dir);
-  int lock_fd = rc == 0 ? open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
-  if (rc == 0 && (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0)) {
+  int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
     DPC_ERROR("state directory %s is in use by another dipaco-coordinator (lock %s); stop it first", state_dir,
               lock_path);
     if (lock_fd >= 0) close(lock_fd);
-    return 1;
+    return -1;
   }
-  if (rc == 0 && !no_auth) {
-    rc = load_token(state_dir, "join.token", join_file, dpc_coord_keys.join);
-    if (rc == 0) rc = load_token(state_dir, "admin.token", admin_file, dpc_coord_keys.admin);
-    if (rc < 0) {
-      DPC_ERROR("tokens: %s", dpc_errmsg());
-      close(lock_fd);
-      return 1;
-    }
-    dpc_coord_keys.has_join = dpc_coord_keys.has_admin = 1;
-  } else if (rc == 0) {
-    DPC_WARN("--insecure-no-auth: any client may register workers and call Admin methods");
-  }
-  if (rc == 0) rc = store_open(state_dir, &c->st);
-  if (rc == 0) rc = blob_store_open(state_dir, &c->bs);
+  return lock_fd;
+}
+
+/* Store, blob store (after removing what a crash left behind) and the jobs. */
+static int open_state(coord *c) {
+  int rc = store_open(c->state_dir, &c->st);
+  if (rc == 0) rc = blob_store_open(c->state_dir, &c->bs);
   if (rc == 0) {
     /* A crash mid-write leaves a blob's temp file behind (never a half blob under its name),
      * and one between a blob's rename and its row's commit (or garbage collection's commit
@@ -251,73 +173,83 @@ int main(int argc, char **argv) {
       DPC_INFO("recovery: removed %d unfinished blob temp file(s) and %d blob(s) no row references", temps, orphans);
   }
   if (rc == 0) rc = coord_jobs_load(c);
-  if (rc < 0) {
-    DPC_ERROR("cannot open the state directory %s: %s", state_dir, dpc_errmsg());
-    if (c->st) store_close(c->st);
-    if (c->bs) blob_store_close(c->bs);
-    return 1;
-  }
-  admin_init_uploads(c);
+  return rc;
+}
 
+static void close_state(coord *c) {
+  pcache_clear(c);
+  coord_jobs_free(c);
+  coord_notes_free(c);
+  lease_parked_free(c);
+  if (c->st) store_close(c->st);
+  if (c->bs) blob_store_close(c->bs);
+}
+
+/* Lock the state directory, load the tokens, open the state: the lock's descriptor, or -1
+ * (logged; everything opened is closed again). */
+static int take_state(coord *c, const opts *o) {
+  if (dpc_mkdir_p(o->state_dir) < 0) {
+    DPC_ERROR("cannot open the state directory %s: %s", o->state_dir, dpc_errmsg());
+    return -1;
+  }
+  int lock_fd = lock_state_dir(o->state_dir);
+  if (lock_fd < 0) return -1;
+  if (load_tokens(o) < 0) {
+    close(lock_fd);
+    return -1;
+  }
+  if (open_state(c) < 0) {
+    DPC_ERROR("cannot open the state directory %s: %s", o->state_dir, dpc_errmsg());
+    close_state(c);
+    close(lock_fd);
+    return -1;
+  }
+  admin_uploads_init(c);
+  return lock_fd;
+}
+
+/* Start the gRPC server with every method (ud = c), the signal watchers, the metrics
+ * endpoint and the tick. 0, or -1 (logged) after the loop wound down what was started. */
+static int serve(coord *c, const opts *o) {
+  c->tick_cb = rounds_tick;
+  c->stop_cb = lease_flush_parked;
+  c->shutdown_cb = metrics_stop;
   /* gRPC's threads inherit this mask, so signals reach only the loop thread (unblocked
    * below after the server started). */
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
-  signal(SIGPIPE, SIG_IGN);
-
-  c->loop = uv_default_loop();
-  uv_async_init(c->loop, &c->async, on_async);
-  c->async.data = c;
-  int nm = coord_service_n_methods + coord_admin_n_methods;
-  struct rpc_method *methods = calloc((size_t)nm, sizeof *methods);
-  if (!methods) return 1;
-  memcpy(methods, coord_service_methods, (size_t)coord_service_n_methods * sizeof *methods);
-  memcpy(methods + coord_service_n_methods, coord_admin_methods, (size_t)coord_admin_n_methods * sizeof *methods);
-  struct rpc_server_config cfg = {.addr = listen, .notify = notify, .notify_ud = &c->async, .armed = 8,
-                                  .tls = use_tls ? &tls : NULL};
-  rc = rpc_server_start(&cfg, methods, (size_t)nm, &c->srv);
-  free(methods);
-  if (rc < 0) {
-    DPC_ERROR("cannot serve gRPC on %s: %s", listen, dpc_errmsg());
-    uv_close((uv_handle_t *)&c->async, NULL);
-    uv_run(c->loop, UV_RUN_DEFAULT);
-    store_close(c->st);
-    blob_store_close(c->bs);
-    return 1;
+  loop_block_signals();
+  loop_init(c);
+  struct rpc_method methods[SVC_MAX_METHODS];
+  int nm = svc_worker_methods(c, methods);
+  nm += svc_transfer_methods(c, methods + nm);
+  nm += svc_inner_methods(c, methods + nm);
+  nm += admin_upload_methods(c, methods + nm);
+  nm += admin_jobs_methods(c, methods + nm);
+  nm += admin_fleet_methods(c, methods + nm);
+  struct rpc_server_config cfg = {.addr = o->listen, .notify = loop_notify, .notify_ud = c, .armed = 8,
+                                  .tls = o->use_tls ? &o->tls : NULL};
+  if (rpc_server_start(&cfg, methods, (size_t)nm, &c->srv) < 0) {
+    DPC_ERROR("cannot serve gRPC on %s: %s", o->listen, dpc_errmsg());
+    loop_stop_now(c);
+    loop_run(c);
+    return -1;
   }
-  pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-  uv_signal_init(c->loop, &c->sigterm);
-  uv_signal_init(c->loop, &c->sigint);
-  c->sigterm.data = c->sigint.data = c;
-  uv_signal_start(&c->sigterm, on_signal, SIGTERM);
-  uv_signal_start(&c->sigint, on_signal, SIGINT);
-  if (metrics_addr && metrics_start(c, metrics_addr) < 0) {
+  loop_watch_signals(c);
+  if (o->metrics_addr && metrics_start(c, o->metrics_addr) < 0) {
     DPC_ERROR("%s", dpc_errmsg());
-    c->stopping = 1;
-    maybe_shutdown(c);
-    uv_run(c->loop, UV_RUN_DEFAULT);
-    store_close(c->st);
-    blob_store_close(c->bs);
-    return 1;
+    loop_stop_now(c);
+    loop_run(c);
+    return -1;
   }
-  uv_timer_init(c->loop, &c->tick);
-  c->tick.data = c;
-  int tick_ms = hb / 2 < 50 ? 50 : hb / 2 > 500 ? 500 : hb / 2;
-  uv_timer_start(&c->tick, on_tick, (uint64_t)tick_ms, (uint64_t)tick_ms);
+  int tick_ms = o->hb / 2 < 50 ? 50 : o->hb / 2 > 500 ? 500 : o->hb / 2;
+  loop_start_tick(c, tick_ms);
+  return 0;
+}
 
-  int running = 0;
-  for (int i = 0; i < c->n_jobs; i++) running += c->jobs[i]->state == JOB_RUNNING;
-  DPC_INFO("dipaco-coordinator listening on %s (port %d), state %s, %d job(s) (%d running), lease ttl %d ms, "
-           "heartbeat %d ms, %s, %s", listen, rpc_server_port(c->srv), state_dir, c->n_jobs, running, ttl, hb,
-           !use_tls ? "plain text (no TLS)" : tls.ca_file ? "mutual TLS" : "TLS",
-           no_auth ? "NO token checks" : "join/admin tokens required");
-  /* Restart recovery: leases whose deltas are all in are finished, and rounds whose deltas
-   * are all in get their outer step now. The others get one TTL from now for their workers
-   * to reconnect (they could not heartbeat while this process was down). */
-  sched_recover_leases(c);
+/* Restart recovery: leases whose deltas are all in are finished, and rounds whose deltas
+ * are all in get their outer step now. The others get one TTL from now for their workers
+ * to reconnect (they could not heartbeat while this process was down). */
+static void recover(coord *c) {
+  lease_recover(c);
   c->started_ms = coord_now_ms();
   c->live_floor_ms = c->started_ms + RESTART_GRACE_MS;
   int graced = store_lease_grace(c->st, c->live_floor_ms + c->lease_ttl_ms);
@@ -325,18 +257,47 @@ int main(int argc, char **argv) {
     DPC_INFO("recovery: %d active lease(s) keep their slots for %d ms while workers reconnect", graced,
              RESTART_GRACE_MS + c->lease_ttl_ms);
   else if (graced < 0) DPC_WARN("recovery: cannot extend the active leases: %s", dpc_errmsg());
-  sched_check_rounds(c);
+  rounds_check(c);
+}
+
+static void run(coord *c, const opts *o) {
+  int running = 0;
+  for (int i = 0; i < c->n_jobs; i++) running += c->jobs[i]->state == JOB_RUNNING;
+  DPC_INFO("dipaco-coordinator listening on %s (port %d), state %s, %d job(s) (%d running), lease ttl %d ms, "
+           "heartbeat %d ms, %s, %s", o->listen, rpc_server_port(c->srv), o->state_dir, c->n_jobs, running, o->ttl,
+           o->hb, !o->use_tls ? "plain text (no TLS)" : o->tls.ca_file ? "mutual TLS" : "TLS",
+           o->no_auth ? "NO token checks" : "join/admin tokens required");
+  recover(c);
   sd_notify(0, "READY=1");
+  loop_run(c);
+}
 
-  uv_run(c->loop, UV_RUN_DEFAULT);
+int main(int argc, char **argv) {
+  opts o;
+  int code;
+  if (parse_flags(argc, argv, &o, &code) < 0) return code;
+  dpc_log_init("coordinator", o.json, o.level);
+  if (testhook_init() < 0) {
+    DPC_ERROR("%s", dpc_errmsg());
+    return 2;
+  }
+  rpc_tune_malloc();
 
-  pcache_clear(c);
-  for (int i = 0; i < c->n_jobs; i++) coord_job_free(c->jobs[i]);
-  free(c->jobs);
-  free(c->notes);
-  store_close(c->st);
-  blob_store_close(c->bs);
-  uv_loop_close(c->loop);
+  static coord C;
+  coord *c = &C;
+  snprintf(c->state_dir, sizeof c->state_dir, "%s", o.state_dir);
+  c->lease_ttl_ms = o.ttl;
+  c->heartbeat_ms = o.hb;
+  int lock_fd = take_state(c, &o);
+  if (lock_fd < 0) return 1;
+  if (serve(c, &o) < 0) {
+    close_state(c);
+    close(lock_fd);
+    return 1;
+  }
+  run(c, &o);
+  close_state(c);
+  loop_close(c);
   close(lock_fd);
   DPC_INFO("coordinator stopped cleanly");
   return 0;

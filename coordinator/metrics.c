@@ -11,10 +11,12 @@
  * the last applied delta), dipaco_async_staleness_max{job}, dipaco_async_staleness_sum{job},
  * dipaco_async_deltas_applied_total{job}, dipaco_async_deltas_dropped_total{job} (too stale)
  * — counted since the coordinator started; the durable per-delta record is the ledger. */
-#include "coordinator/coord.h"
+#include "coordinator/metrics.h"
 
 #include "common/errors.h"
 #include "common/log.h"
+#include "coordinator/leases.h"
+#include "coordinator/loop.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -63,7 +65,8 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
   }
 }
 
-static void fmt_metrics(coord *c, sbuf *b) {
+/* Process counters: rounds, outer steps, bytes, outer step time. */
+static void fmt_counters(coord *c, sbuf *b) {
   sb_printf(b, "# HELP dipaco_rounds_total Outer rounds closed (sync; one per fragment round).\n"
                "# TYPE dipaco_rounds_total counter\ndipaco_rounds_total %llu\n",
             (unsigned long long)c->rounds_total);
@@ -79,13 +82,17 @@ static void fmt_metrics(coord *c, sbuf *b) {
                "# TYPE dipaco_outer_step_seconds gauge\ndipaco_outer_step_seconds %.6f\n"
                "# TYPE dipaco_outer_step_seconds_sum counter\ndipaco_outer_step_seconds_sum %.6f\n",
             c->outer_seconds_last, c->outer_seconds_sum);
+}
+
+/* Workers by state and the active leases. */
+static void fmt_fleet(coord *c, sbuf *b) {
   store_worker *ws;
   int nw;
   int64_t now = coord_now_ms();
   if (store_list_workers(c->st, &ws, &nw) == 0) {
     int cnt[3] = {0, 0, 0};
     for (int i = 0; i < nw; i++) {
-      int s = ws[i].state == WORKER_GONE || !sched_worker_alive(c, &ws[i], now) ? 2 : ws[i].state == WORKER_DRAINING;
+      int s = ws[i].state == WORKER_GONE || !lease_worker_alive(c, &ws[i], now) ? 2 : ws[i].state == WORKER_DRAINING;
       cnt[s]++;
     }
     free(ws);
@@ -100,6 +107,10 @@ static void fmt_metrics(coord *c, sbuf *b) {
     free(ls);
     sb_printf(b, "# TYPE dipaco_active_leases gauge\ndipaco_active_leases %d\n", nl);
   }
+}
+
+/* Per job: fragment versions, path and job losses. */
+static void fmt_progress(coord *c, sbuf *b) {
   sb_printf(b, "# TYPE dipaco_fragment_version gauge\n");
   for (int i = 0; i < c->n_jobs; i++) {
     store_fragment *fr;
@@ -120,6 +131,10 @@ static void fmt_metrics(coord *c, sbuf *b) {
   for (int i = 0; i < c->n_jobs; i++)
     if (isfinite(c->jobs[i]->last_loss))
       sb_printf(b, "dipaco_job_loss{job=\"%lld\"} %.6g\n", (long long)c->jobs[i]->id, c->jobs[i]->last_loss);
+}
+
+/* Per diloco-async job: staleness and delta counters; then jobs by state. */
+static void fmt_async_and_states(coord *c, sbuf *b) {
   sb_printf(b, "# HELP dipaco_async_staleness Staleness (current - base version) of the last applied async delta.\n"
                "# TYPE dipaco_async_staleness gauge\n# TYPE dipaco_async_staleness_max gauge\n"
                "# TYPE dipaco_async_staleness_sum counter\n# TYPE dipaco_async_deltas_applied_total counter\n"
@@ -141,6 +156,13 @@ static void fmt_metrics(coord *c, sbuf *b) {
     for (int i = 0; i < c->n_jobs; i++) n += (int)c->jobs[i]->state == s;
     sb_printf(b, "dipaco_jobs{state=\"%s\"} %d\n", names[s], n);
   }
+}
+
+static void fmt_metrics(coord *c, sbuf *b) {
+  fmt_counters(c, b);
+  fmt_fleet(c, b);
+  fmt_progress(c, b);
+  fmt_async_and_states(c, b);
 }
 
 static void on_closed(uv_handle_t *h) {

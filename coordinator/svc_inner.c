@@ -1,13 +1,28 @@
-/* innerstate.c — PushInnerState / PullInnerState, the inner_state = checkpoint part of the
+/* svc_inner.c — PushInnerState / PullInnerState, the inner_state = checkpoint part of the
  * dipaco.v1.Coordinator service: a slot's AdamW state (m, v, step) per fragment as durable
- * blobs, so that any worker taking the slot resumes it exactly. Semantics are described at
- * the top of service.c; handlers run on the coordinator's loop thread. */
-#include "coordinator/coord.h"
-#include "coordinator/service_internal.h"
+ * blobs, so that any worker taking the slot resumes it exactly. Handlers run on the
+ * coordinator's loop thread with ud = the coord.
+ *
+ *  - Inner state (inner.state checkpoint). PushInnerState: on an active lease of the caller,
+ *    for each fragment of the lease a PAYLOAD_ADAM_M and a PAYLOAD_ADAM_V stream (CODEC_FP32,
+ *    num_floats = fragment length, Chunk.step = the AdamW step count after the round, crc32c
+ *    on the last chunk, finite values). Each stream is written durably as blob
+ *    BLOB_INNER_M / BLOB_INNER_V (version = the lease's round, aux = slot id = path · R +
+ *    replica + 1; the M blob carries the step as two extra floats' bit patterns) before the
+ *    reply; the checkpoint of round − 2 is then deleted. The worker pushes inner state BEFORE
+ *    the delta, so when a slot's round r is finished (delta durable) its round-r state is
+ *    durable too. Lease.has_inner_checkpoint: the M and V blobs of round − 1 exist for every
+ *    fragment of the lease. PullInnerState: an active lease of the caller; fragment_id
+ *    required (one fragment: its M stream then its V stream, Chunk.step set, version = the
+ *    round the state is from); NOT_FOUND when no checkpoint of round − 1 exists. */
+#include "coordinator/svc_inner.h"
 
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/log.h"
+#include "coordinator/jobs.h"
+#include "coordinator/loop.h"
+#include "coordinator/svc.h"
 #include "proto/dipaco.pb-c.h"
 
 #include <math.h>
@@ -88,12 +103,11 @@ static void ipush_fail(struct rpc_call *call, ipush *p, int code, const char *fm
   rpc_call_finish(call, code, "%s", msg);
 }
 
-void ipush_on_call(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
+static void ipush_on_call(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   (void)req;
-  (void)ud;
-  coord *c = g_coord;
+  coord *c = ud;
   int64_t worker;
-  if (svc_authenticate(call, &worker, 0) < 0) return;
+  if (svc_authenticate(c, call, &worker, 0) < 0) return;
   svc_touch(c, worker, -1);
   ipush *p = calloc(1, sizeof *p);
   if (!p) {
@@ -136,7 +150,7 @@ static void ipush_after(uv_work_t *req, int status) {
   }
   if (!p->call) ipush_free(p);
   else if (!p->finished) rpc_call_read(p->call);
-  coord_work_done(c);
+  loop_work_done(c);
 }
 
 /* A whole M or V stream of one fragment arrived: write it durably. */
@@ -156,7 +170,7 @@ static int ipush_commit(struct rpc_call *call, ipush *p) {
     return 0;
   }
   p->busy = 1;
-  if (coord_queue_work(c, &p->req, ipush_work, ipush_after) < 0) {
+  if (loop_queue_work(c, &p->req, ipush_work, ipush_after) < 0) {
     p->busy = 0;
     ipush_fail(call, p, RPC_INTERNAL, "cannot queue the inner state write");
     return 0;
@@ -164,7 +178,86 @@ static int ipush_commit(struct rpc_call *call, ipush *p) {
   return 1; /* paused until the blob is durable */
 }
 
-int ipush_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, void *ud) {
+/* The first chunk of an M or V stream: the lease (once per call), the fragment and the header;
+ * sizes the buffer. 0, or -1 with the call failed. */
+static int ipush_begin(struct rpc_call *call, ipush *p, const struct rpc_chunk *ch) {
+  coord *c = p->c;
+  if (ch->offset != 0) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "offset: a stream starts at 0, got %llu", (unsigned long long)ch->offset);
+    return -1;
+  }
+  if (p->have_lease && (uint64_t)p->lease.id != ch->lease_id) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "lease_id: one PushInnerState stream carries one lease");
+    return -1;
+  }
+  if (!p->have_lease) {
+    if (inner_lease(call, c, p->worker, ch->lease_id, &p->lease, &p->job) < 0) {
+      p->finished = 1;
+      return -1;
+    }
+    p->have_lease = 1;
+  }
+  int64_t base;
+  int frag = (int)(ch->fragment_id - 1);
+  if (ch->fragment_id == 0 || ch->fragment_id > (uint64_t)p->job->n_fragments ||
+      store_lease_base_version(c->st, p->lease.id, frag, &base) < 0) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "fragment_id %llu is not a fragment of lease %lld",
+               (unsigned long long)ch->fragment_id, (long long)p->lease.id);
+    return -1;
+  }
+  size_t len = p->job->fragments[frag].len;
+  if (ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M && ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_ADAM_M or PAYLOAD_ADAM_V, got %u", ch->payload);
+    return -1;
+  }
+  if (ch->codec != DIPACO__V1__CODEC__CODEC_FP32 || ch->num_floats != len || ch->total != (uint64_t)len * 4) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT,
+               "codec/num_floats/total: fragment %llu takes %zu fp32 floats (%zu bytes); got codec %u, %llu floats, %llu bytes",
+               (unsigned long long)ch->fragment_id, len, len * 4, ch->codec, (unsigned long long)ch->num_floats,
+               (unsigned long long)ch->total);
+    return -1;
+  }
+  if (ch->step > (uint64_t)1 << 40) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "step %llu is out of range", (unsigned long long)ch->step);
+    return -1;
+  }
+  unsigned char *b = realloc(p->buf, (size_t)ch->total + 8);
+  if (!b) {
+    ipush_fail(call, p, RPC_RESOURCE_EXHAUSTED, "out of memory for %llu bytes", (unsigned long long)ch->total);
+    return -1;
+  }
+  p->buf = b;
+  p->frag = frag;
+  p->payload = ch->payload;
+  p->total = ch->total;
+  p->step = ch->step;
+  p->next = 0;
+  p->crc = 0;
+  p->in_part = 1;
+  return 0;
+}
+
+/* A whole M or V stream arrived: its CRC and values, then the durable write (returns
+ * on_message's value). */
+static int ipush_finish(struct rpc_call *call, ipush *p, const struct rpc_chunk *ch) {
+  if (ch->crc32c != p->crc) {
+    ipush_fail(call, p, RPC_DATA_LOSS, "crc32c: the stream has CRC-32C 0x%08x, the last chunk says 0x%08x; push again",
+               p->crc, ch->crc32c);
+    return 0;
+  }
+  for (uint64_t k = 0; k < p->total / 4; k++) {
+    float f;
+    memcpy(&f, p->buf + 4 * k, 4);
+    if (!isfinite(f) || (p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V && f < 0)) {
+      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "data: inner state of fragment %d has a bad value at float %llu",
+                 p->frag + 1, (unsigned long long)k);
+      return 0;
+    }
+  }
+  return ipush_commit(call, p);
+}
+
+static int ipush_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, void *ud) {
   (void)ud;
   ipush *p = rpc_call_data(call);
   if (!p || p->finished) return 0;
@@ -191,58 +284,7 @@ int ipush_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, 
     return 0;
   }
   if (!p->in_part) {
-    if (ch.offset != 0) {
-      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "offset: a stream starts at 0, got %llu", (unsigned long long)ch.offset);
-      return 0;
-    }
-    if (p->have_lease && (uint64_t)p->lease.id != ch.lease_id) {
-      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "lease_id: one PushInnerState stream carries one lease");
-      return 0;
-    }
-    if (!p->have_lease) {
-      if (inner_lease(call, c, p->worker, ch.lease_id, &p->lease, &p->job) < 0) {
-        p->finished = 1;
-        return 0;
-      }
-      p->have_lease = 1;
-    }
-    int64_t base;
-    int frag = (int)(ch.fragment_id - 1);
-    if (ch.fragment_id == 0 || ch.fragment_id > (uint64_t)p->job->n_fragments ||
-        store_lease_base_version(c->st, p->lease.id, frag, &base) < 0) {
-      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "fragment_id %llu is not a fragment of lease %lld",
-                 (unsigned long long)ch.fragment_id, (long long)p->lease.id);
-      return 0;
-    }
-    size_t len = p->job->fragments[frag].len;
-    if (ch.payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M && ch.payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V) {
-      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_ADAM_M or PAYLOAD_ADAM_V, got %u", ch.payload);
-      return 0;
-    }
-    if (ch.codec != DIPACO__V1__CODEC__CODEC_FP32 || ch.num_floats != len || ch.total != (uint64_t)len * 4) {
-      ipush_fail(call, p, RPC_INVALID_ARGUMENT,
-                 "codec/num_floats/total: fragment %llu takes %zu fp32 floats (%zu bytes); got codec %u, %llu floats, %llu bytes",
-                 (unsigned long long)ch.fragment_id, len, len * 4, ch.codec, (unsigned long long)ch.num_floats,
-                 (unsigned long long)ch.total);
-      return 0;
-    }
-    if (ch.step > (uint64_t)1 << 40) {
-      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "step %llu is out of range", (unsigned long long)ch.step);
-      return 0;
-    }
-    unsigned char *b = realloc(p->buf, (size_t)ch.total + 8);
-    if (!b) {
-      ipush_fail(call, p, RPC_RESOURCE_EXHAUSTED, "out of memory for %llu bytes", (unsigned long long)ch.total);
-      return 0;
-    }
-    p->buf = b;
-    p->frag = frag;
-    p->payload = ch.payload;
-    p->total = ch.total;
-    p->step = ch.step;
-    p->next = 0;
-    p->crc = 0;
-    p->in_part = 1;
+    if (ipush_begin(call, p, &ch) < 0) return 0;
   } else if (ch.lease_id != (uint64_t)p->lease.id || ch.fragment_id != (uint64_t)p->frag + 1 || ch.total != p->total ||
              ch.payload != p->payload || ch.step != p->step) {
     ipush_fail(call, p, RPC_INVALID_ARGUMENT, "lease_id/fragment_id/total/payload/step changed inside a stream");
@@ -267,24 +309,10 @@ int ipush_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, 
   c->bytes_in += ch.len;
   if (p->next < p->total) return 0;
   p->in_part = 0;
-  if (ch.crc32c != p->crc) {
-    ipush_fail(call, p, RPC_DATA_LOSS, "crc32c: the stream has CRC-32C 0x%08x, the last chunk says 0x%08x; push again",
-               p->crc, ch.crc32c);
-    return 0;
-  }
-  for (uint64_t k = 0; k < p->total / 4; k++) {
-    float f;
-    memcpy(&f, p->buf + 4 * k, 4);
-    if (!isfinite(f) || (p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V && f < 0)) {
-      ipush_fail(call, p, RPC_INVALID_ARGUMENT, "data: inner state of fragment %d has a bad value at float %llu",
-                 p->frag + 1, (unsigned long long)k);
-      return 0;
-    }
-  }
-  return ipush_commit(call, p);
+  return ipush_finish(call, p, &ch);
 }
 
-void ipush_on_done(struct rpc_call *call, int cancelled, void *ud) {
+static void ipush_on_done(struct rpc_call *call, int cancelled, void *ud) {
   (void)cancelled;
   (void)ud;
   ipush *p = rpc_call_data(call);
@@ -311,11 +339,27 @@ static void ipull_unref(void *ud) {
   free(b);
 }
 
-void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
-  (void)ud;
-  coord *c = g_coord;
+/* The M and V blobs of fragment frag from the round before l's into b (M carries n + 2 floats,
+ * V n). */
+static int ipull_read(coord *c, const coord_job *j, const store_lease *l, int frag, ipull_bufs *b) {
+  size_t n = j->fragments[frag].len, got[2] = {0, 0};
+  int rc = 0;
+  for (int k = 0; k < 2 && rc == 0; k++) {
+    char name[BLOB_NAME_MAX];
+    blob_kind kind = k ? BLOB_INNER_V : BLOB_INNER_M;
+    rc = inner_blob_name(l, j, frag, l->round - 1, kind, name);
+    if (rc == 0) rc = blob_read_alloc(c->bs, name, kind, &b->data[k], &got[k], NULL);
+  }
+  if (rc == 0 && (got[0] != n + 2 || got[1] != n))
+    rc = dpc_err(DPC_EFORMAT, "inner state blobs of fragment %d hold %zu/%zu floats, expected %zu+2/%zu", frag + 1,
+                 got[0], got[1], n, n);
+  return rc;
+}
+
+static void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
+  coord *c = ud;
   int64_t worker;
-  if (svc_authenticate(call, &worker, 0) < 0) return;
+  if (svc_authenticate(c, call, &worker, 0) < 0) return;
   ProtobufCMessage *pm;
   if (svc_unpack(call, req, &dipaco__v1__pull_inner_state_request__descriptor, &pm)) return;
   Dipaco__V1__PullInnerStateRequest *r = (Dipaco__V1__PullInnerStateRequest *)pm;
@@ -334,19 +378,13 @@ void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *u
   } else if (l.round < 1) {
     rpc_call_finish(call, RPC_NOT_FOUND, "lease %lld trains round 0: there is no earlier inner state", (long long)l.id);
   } else {
+    size_t n = j->fragments[frag].len;
     ipull_bufs *b = calloc(1, sizeof *b);
-    size_t n = j->fragments[frag].len, got[2] = {0, 0};
     int rc = b ? 0 : DPC_ENOMEM;
-    if (b) atomic_init(&b->refs, 1);
-    for (int k = 0; k < 2 && rc == 0; k++) {
-      char name[BLOB_NAME_MAX];
-      blob_kind kind = k ? BLOB_INNER_V : BLOB_INNER_M;
-      rc = inner_blob_name(&l, j, frag, l.round - 1, kind, name);
-      if (rc == 0) rc = blob_read_alloc(c->bs, name, kind, &b->data[k], &got[k], NULL);
+    if (b) {
+      atomic_init(&b->refs, 1);
+      rc = ipull_read(c, j, &l, frag, b);
     }
-    if (rc == 0 && (got[0] != n + 2 || got[1] != n))
-      rc = dpc_err(DPC_EFORMAT, "inner state blobs of fragment %d hold %zu/%zu floats, expected %zu+2/%zu", frag + 1,
-                   got[0], got[1], n, n);
     out_stream *os = rc == 0 ? calloc(1, sizeof *os) : NULL;
     if (rc == 0 && !os) rc = dpc_err(DPC_ENOMEM, "out of memory for a stream");
     if (rc < 0) {
@@ -369,14 +407,25 @@ void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *u
                                  .fragment_id = r->fragment_id, .version = (uint64_t)l.round - 1, .num_floats = n,
                                  .step = step};
       os->lease_id = (uint64_t)l.id;
-      os->chunk = coord_chunk_size(r->max_chunk_bytes);
+      os->chunk = svc_chunk_size(r->max_chunk_bytes);
       os->ref = ipull_ref;
       os->unref = ipull_unref;
       os->ud = b;
       DPC_INFO("lease %lld pulls the inner state of fragment %d from round %lld (step %llu)", (long long)l.id, frag + 1,
                (long long)l.round - 1, (unsigned long long)step);
-      coord_stream_start(call, os);
+      svc_stream_start(call, os);
     }
   }
   protobuf_c_message_free_unpacked(pm, NULL);
+}
+
+static const struct rpc_method methods[] = {
+    {.path = "/dipaco.v1.Coordinator/PushInnerState", .kind = RPC_CLIENT_STREAM, .on_call = ipush_on_call,
+     .on_message = ipush_on_message, .on_done = ipush_on_done},
+    {.path = "/dipaco.v1.Coordinator/PullInnerState", .kind = RPC_SERVER_STREAM, .on_call = on_ipull,
+     .on_sent = svc_stream_on_sent, .on_done = svc_stream_on_done},
+};
+
+int svc_inner_methods(coord *c, struct rpc_method *out) {
+  return svc_methods_add(out, methods, (int)(sizeof methods / sizeof methods[0]), c);
 }

@@ -1,0 +1,161 @@
+/* jobs.c — the loop's cache of jobs (coord_job: the parsed spec and its derived structure,
+ * written through to the store on state changes) and the heartbeat notes of active leases. */
+#include "coordinator/jobs.h"
+
+#include "common/errors.h"
+#include "common/log.h"
+#include "coordinator/loop.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- jobs ----------------------------------------------------------------------------------- */
+
+void coord_job_free(coord_job *j) {
+  if (!j) return;
+  free(j->modules);
+  free(j->fragments);
+  free(j->outer_busy);
+  free(j->outer_retry_at);
+  free(j->expected);
+  free(j->path_loss);
+  free(j->screen);
+  free(j);
+}
+
+int coord_job_from_store(const store_job *sj, coord_job **out) {
+  coord_job *j = calloc(1, sizeof *j);
+  gpt_layout *lay = malloc(sizeof *lay);
+  int rc = 0;
+  if (!j || !lay) {
+    rc = dpc_err(DPC_ENOMEM, "out of memory loading job %lld", (long long)sj->id);
+    goto fail;
+  }
+  j->id = sj->id;
+  j->state = sj->state;
+  if ((rc = jobspec_parse(sj->spec_json, strlen(sj->spec_json), &j->spec)) < 0) goto fail;
+  if ((rc = jobspec_layout(&j->spec, lay)) < 0) goto fail;
+  j->n_modules = jobspec_modules(&j->spec, lay, NULL, 0);
+  j->n_fragments = jobspec_fragments(&j->spec, lay, NULL, 0);
+  j->n_paths = jobspec_n_paths(&j->spec);
+  if (j->n_modules < 1 || j->n_fragments < 1 || j->n_paths < 1) {
+    rc = dpc_err(DPC_EINVAL, "job %lld: spec gives no modules or fragments", (long long)sj->id);
+    goto fail;
+  }
+  j->modules = calloc((size_t)j->n_modules, sizeof *j->modules);
+  j->fragments = calloc((size_t)j->n_fragments, sizeof *j->fragments);
+  j->outer_busy = calloc((size_t)j->n_fragments, sizeof *j->outer_busy);
+  j->outer_retry_at = calloc((size_t)j->n_fragments, sizeof *j->outer_retry_at);
+  j->expected = calloc((size_t)j->n_fragments, sizeof *j->expected);
+  j->path_loss = calloc((size_t)j->n_paths, sizeof *j->path_loss);
+  if (!j->modules || !j->fragments || !j->outer_busy || !j->outer_retry_at || !j->expected || !j->path_loss) {
+    rc = dpc_err(DPC_ENOMEM, "out of memory loading job %lld", (long long)sj->id);
+    goto fail;
+  }
+  jobspec_modules(&j->spec, lay, j->modules, j->n_modules);
+  jobspec_fragments(&j->spec, lay, j->fragments, j->n_fragments);
+  for (int p = 0; p < j->n_paths; p++) j->path_loss[p] = NAN;
+  j->last_loss = NAN;
+  j->n_slots = j->n_paths * j->spec.replicas;
+  for (int f = 0; f < j->n_fragments; f++) {
+    int n = 0;
+    for (int p = 0; p < j->n_paths; p++) n += jobspec_path_has_module(&j->spec, p, j->fragments[f].module);
+    j->expected[f] = n * j->spec.replicas;
+  }
+  free(lay);
+  *out = j;
+  return 0;
+fail:
+  free(lay);
+  coord_job_free(j);
+  return rc;
+}
+
+coord_job *coord_job_get(coord *c, int64_t id) {
+  for (int i = 0; i < c->n_jobs; i++)
+    if (c->jobs[i]->id == id) return c->jobs[i];
+  return NULL;
+}
+
+int coord_job_add(coord *c, coord_job *j) {
+  if (c->n_jobs == c->cap_jobs) {
+    int cap = c->cap_jobs ? c->cap_jobs * 2 : 8;
+    coord_job **a = realloc(c->jobs, (size_t)cap * sizeof *a);
+    if (!a) return dpc_err(DPC_ENOMEM, "out of memory");
+    c->jobs = a;
+    c->cap_jobs = cap;
+  }
+  c->jobs[c->n_jobs++] = j;
+  return 0;
+}
+
+int coord_jobs_load(coord *c) {
+  store_job *jobs;
+  int n;
+  int rc = store_list_jobs(c->st, &jobs, &n);
+  if (rc < 0) return rc;
+  for (int i = 0; i < n && rc == 0; i++) {
+    coord_job *j;
+    if ((rc = coord_job_from_store(&jobs[i], &j)) < 0) break;
+    if ((rc = coord_job_add(c, j)) < 0) coord_job_free(j);
+  }
+  store_jobs_free(jobs, n);
+  return rc;
+}
+
+void coord_jobs_free(coord *c) {
+  for (int i = 0; i < c->n_jobs; i++) coord_job_free(c->jobs[i]);
+  free(c->jobs);
+  c->jobs = NULL;
+  c->n_jobs = c->cap_jobs = 0;
+}
+
+int coord_job_set_state(coord *c, coord_job *j, store_job_state s, const char *why) {
+  int rc = store_set_job_state(c->st, j->id, s, why, coord_now_ms());
+  if (rc < 0) return rc;
+  DPC_INFO("job %lld: %s -> %s%s%s", (long long)j->id, store_job_state_name(j->state), store_job_state_name(s),
+           why ? ": " : "", why ? why : "");
+  j->state = s;
+  return 0;
+}
+
+int coord_job_path_has_fragment(const coord_job *j, int path, int fragment) {
+  return jobspec_path_has_module(&j->spec, path, j->fragments[fragment].module);
+}
+
+/* ---- lease notes ---------------------------------------------------------------------------- */
+
+lease_note *coord_note(coord *c, int64_t lease, int create) {
+  for (int i = 0; i < c->n_notes; i++)
+    if (c->notes[i].lease == lease) return &c->notes[i];
+  if (!create) return NULL;
+  if (c->n_notes == c->cap_notes) {
+    int cap = c->cap_notes ? c->cap_notes * 2 : 16;
+    lease_note *a = realloc(c->notes, (size_t)cap * sizeof *a);
+    if (!a) return NULL;
+    c->notes = a;
+    c->cap_notes = cap;
+  }
+  lease_note *n = &c->notes[c->n_notes++];
+  n->lease = lease;
+  n->loss = NAN;
+  n->tokens = 0;
+  n->bytes_out = 0;
+  n->pull_done_s = 0;
+  return n;
+}
+
+void coord_note_drop(coord *c, int64_t lease) {
+  for (int i = 0; i < c->n_notes; i++)
+    if (c->notes[i].lease == lease) {
+      c->notes[i] = c->notes[--c->n_notes];
+      return;
+    }
+}
+
+void coord_notes_free(coord *c) {
+  free(c->notes);
+  c->notes = NULL;
+  c->n_notes = c->cap_notes = 0;
+}

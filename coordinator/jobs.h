@@ -1,0 +1,35 @@
+/* jobs.h — the jobs the coordinator has loaded (layer 2, see coord.h): coord_job built from a
+ * store row (the parsed spec and its derived modules, fragments and per-fragment state), the
+ * list in struct coord, state changes written through to the store, and the heartbeat notes
+ * of active leases (lease_note).
+ *
+ * Contract: loop thread only. c->jobs owns its coord_jobs (freed by coord_jobs_free); a
+ * lease_note pointer is valid until the next coord_note(.., 1) or coord_note_drop. */
+#ifndef DPC_COORD_JOBS_H
+#define DPC_COORD_JOBS_H
+
+#include "coordinator/coord.h"
+
+coord_job *coord_job_get(coord *c, int64_t id);
+/* Load every job from the store into c->jobs (at start-up). */
+int coord_jobs_load(coord *c);
+/* Add a freshly created job (takes ownership of j). */
+int coord_job_add(coord *c, coord_job *j);
+/* Build a coord_job from a store row (parses the spec). Caller frees with coord_job_free. */
+int coord_job_from_store(const store_job *sj, coord_job **out);
+void coord_job_free(coord_job *j);
+/* Free every loaded job (at exit). */
+void coord_jobs_free(coord *c);
+/* Change a job's state in the store and the cache. */
+int coord_job_set_state(coord *c, coord_job *j, store_job_state s, const char *why);
+/* 1 if path `path` of j contains fragment `fragment`'s module. */
+int coord_job_path_has_fragment(const coord_job *j, int path, int fragment);
+
+/* The note of `lease` (created when missing and create is set; NULL when absent or out of
+ * memory). */
+lease_note *coord_note(coord *c, int64_t lease, int create);
+void coord_note_drop(coord *c, int64_t lease);
+/* Free every note (at exit). */
+void coord_notes_free(coord *c);
+
+#endif

@@ -1,0 +1,382 @@
+/* leases.c — which slot a worker gets and when its lease ends: lease assignment (sticky to the
+ * worker that trained a slot last, for inner_state = keep), DyLU lease lengths from the
+ * workers' speed, lease ends once every delta is durable, restart recovery, lease expiry,
+ * worker liveness, and the registry of Lease calls parked until work frees.
+ *
+ * Sync rule: fragment f's version v counts its closed rounds, so round v of f is the open
+ * one. A slot (path p, replica r) trains round t = slot.round; it may be leased when it is
+ * idle, t < rounds, and every fragment on its path is at version t with no outer step in
+ * flight.
+ *
+ * Async rule (algorithm "diloco-async", DESIGN.md §3): any idle slot may be leased at any
+ * time from the CURRENT versions of its fragments; the lease's first step is the slot's own
+ * inner-step counter s (store_slot.inner_steps) and its length is H, or with DyLU
+ * H_w = max(min_steps, floor(H · v_w / v_max)) from the workers' steps/s EWMA (H for a
+ * worker not measured yet), cut to the job's remaining budget rounds × H × slots minus the
+ * steps already trained or leased, so the total is exact. (How deltas are applied: rounds.c.) */
+#include "coordinator/leases.h"
+
+#include "common/errors.h"
+#include "common/log.h"
+#include "coordinator/jobs.h"
+#include "coordinator/loop.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+int lease_worker_alive(coord *c, const store_worker *w, int64_t now) {
+  if (lease_is_parked(c, w->id)) return 1;
+  /* After a restart, silence counts from the start (see main.c's recovery). */
+  const int64_t seen = w->last_seen >= c->started_ms ? w->last_seen : c->live_floor_ms;
+  return w->state != WORKER_GONE && now - seen <= c->lease_ttl_ms;
+}
+
+/* Fragments on path p of job j with their current versions; 1 if all are at version t with
+ * no outer step in flight. */
+static int path_ready(coord *c, coord_job *j, int path, int64_t t, const store_fragment *frags) {
+  (void)c;
+  for (int f = 0; f < j->n_fragments; f++) {
+    if (!coord_job_path_has_fragment(j, path, f)) continue;
+    if (frags[f].version != t || j->outer_busy[f]) return 0;
+  }
+  return 1;
+}
+
+static int grant(coord *c, coord_job *j, const store_slot *s, int64_t worker, const store_fragment *frags, int steps,
+                 store_lease *out) {
+  int async = j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC;
+  int frag_ids[JOBSPEC_MAX_MODULES];
+  int64_t bases[JOBSPEC_MAX_MODULES];
+  int nf = 0;
+  for (int f = 0; f < j->n_fragments && nf < JOBSPEC_MAX_MODULES; f++)
+    if (coord_job_path_has_fragment(j, s->path, f)) {
+      frag_ids[nf] = f;
+      bases[nf++] = frags[f].version;
+    }
+  int64_t now = coord_now_ms();
+  int64_t deadline = j->spec.round_timeout_s > 0 ? now + (int64_t)(j->spec.round_timeout_s * 1000.0) : 0;
+  for (int i = 0; i < nf && !async; i++) {
+    int rc = store_open_round(c->st, j->id, frag_ids[i], s->round, now, deadline);
+    if (rc < 0) return rc;
+  }
+  store_new_lease nl = {.job = j->id, .path = s->path, .replica = s->replica, .worker = worker, .round = s->round,
+                        .inner_steps = steps,
+                        .step_begin = async ? s->inner_steps : s->round * j->spec.inner_steps,
+                        .n_fragments = nf, .fragments = frag_ids, .base_versions = bases, .now_ms = now,
+                        .expires_at = now + c->lease_ttl_ms};
+  int64_t id;
+  int rc = store_create_lease(c->st, &nl, &id);
+  if (rc < 0) return rc;
+  rc = store_get_lease(c->st, id, out);
+  if (rc < 0) return rc;
+  DPC_INFO("lease %lld granted: job %lld slot (path %d, replica %d) round %lld steps [%lld, %lld) to worker %lld",
+           (long long)id, (long long)j->id, s->path, s->replica, (long long)s->round, (long long)nl.step_begin,
+           (long long)(nl.step_begin + nl.inner_steps), (long long)worker);
+  return SCHED_GRANTED;
+}
+
+/* ---- async: budget, DyLU, worker speed ------------------------------------------------------ */
+
+/* rounds × H × slots minus the steps the slots trained and the steps of active leases. */
+int64_t lease_async_budget_left(const coord_job *j, const store_slot *slots, int ns, const store_lease *act, int na) {
+  int64_t left = (int64_t)j->spec.rounds * j->spec.inner_steps * j->n_slots;
+  for (int i = 0; i < ns; i++) left -= slots[i].inner_steps;
+  for (int i = 0; i < na; i++)
+    if (act[i].job == j->id) left -= act[i].inner_steps;
+  return left;
+}
+
+/* H_w for worker `me`: H without DyLU or without a measurement of me, else
+ * max(min_steps, floor(H · v_w / v_max)) over the living workers' EWMAs. */
+static int dylu_steps(coord *c, const coord_job *j, const store_worker *me, int64_t now) {
+  int H = j->spec.inner_steps;
+  if (!j->spec.dylu.enabled || !(me->steps_per_s > 0)) return H;
+  store_worker *ws;
+  int nw;
+  double vmax = me->steps_per_s;
+  if (store_list_workers(c->st, &ws, &nw) == 0) {
+    for (int i = 0; i < nw; i++)
+      if (ws[i].steps_per_s > vmax && ws[i].state != WORKER_GONE && lease_worker_alive(c, &ws[i], now))
+        vmax = ws[i].steps_per_s;
+    free(ws);
+  }
+  int hw = (int)floor((double)H * me->steps_per_s / vmax);
+  if (hw < j->spec.dylu.min_steps) hw = j->spec.dylu.min_steps;
+  return hw > H ? H : hw;
+}
+
+void lease_speed_sample(coord *c, int64_t worker, double sample) {
+  if (!isfinite(sample) || sample <= 0) return;
+  store_worker w;
+  if (store_get_worker(c->st, worker, &w) < 0) return;
+  double v = w.steps_per_s > 0 ? 0.7 * w.steps_per_s + 0.3 * sample : sample;
+  store_touch_worker(c->st, worker, w.last_seen, v);
+}
+
+int64_t lease_async_staleness(coord *c, const coord_job *j, int fragment, int64_t base) {
+  store_fragment f;
+  if (store_get_fragment(c->st, j->id, fragment, &f) < 0) return -1;
+  return f.version - base;
+}
+
+
+/* The slots of j a Lease may look at: every slot (async), or the idle ones whose round lies
+ * within the fragments' versions (sync). Sets *any_work when the job still has work. */
+static int job_slots(coord *c, const coord_job *j, const store_fragment *frags, int nf, store_slot **slots, int *ns,
+                     int *any_work) {
+  if (j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC) return store_list_slots(c->st, j->id, slots, ns);
+  /* Sync: only idle slots whose round lies within the fragments' versions can be ready
+   * (path_ready); reading just those keeps a Lease poll off the other slots' rows. */
+  int64_t lo = INT64_MAX, hi = -1;
+  for (int f = 0; f < nf; f++) {
+    if (frags[f].version < lo) lo = frags[f].version;
+    if (frags[f].version > hi) hi = frags[f].version;
+  }
+  if (hi > (int64_t)j->spec.rounds - 1) hi = (int64_t)j->spec.rounds - 1;
+  int rc = store_any_slot_below(c->st, j->id, j->spec.rounds);
+  if (rc > 0) *any_work = 1;
+  if (rc >= 0) rc = store_list_idle_slots(c->st, j->id, lo, hi, slots, ns);
+  return rc;
+}
+
+/* The worker's own slot first; only without one, the first free slot (which may look up the
+ * last worker of every slot before it: not once per slot for every Lease call). */
+static const store_slot *pick_slot(coord *c, coord_job *j, const store_slot *slots, int ns, int64_t worker,
+                                   const store_fragment *frags, int64_t now, int *any_work) {
+  int async = j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC;
+  for (int i = 0; i < ns; i++) {
+    const store_slot *s = &slots[i];
+    if (!async && s->round < j->spec.rounds) *any_work = 1;
+    if (s->state != SLOT_IDLE || (!async && s->round >= j->spec.rounds)) continue;
+    if (s->last_worker == worker && (async || path_ready(c, j, s->path, s->round, frags))) return s;
+  }
+  for (int i = 0; i < ns; i++) {
+    const store_slot *s = &slots[i];
+    if (s->state != SLOT_IDLE || (!async && s->round >= j->spec.rounds)) continue;
+    if (!async && !path_ready(c, j, s->path, s->round, frags)) continue;
+    store_worker lw;
+    /* inner_state keep: a slot whose last worker is alive stays reserved for it (its AdamW
+     * state is there), even while that worker trains something else — moving it would
+     * silently change the result. Other policies carry no state in the worker. */
+    if (j->spec.inner.state != INNER_STATE_KEEP || s->last_worker == 0 ||
+        store_get_worker(c->st, s->last_worker, &lw) < 0 || !lease_worker_alive(c, &lw, now) ||
+        lw.state == WORKER_DRAINING)
+      return s;
+  }
+  return NULL;
+}
+
+/* Try to grant `me` a slot of running job j: SCHED_GRANTED, SCHED_WAIT (nothing here; *any_work
+ * says whether the job still has work) or a negative DPC_E* code. */
+static int assign_in_job(coord *c, coord_job *j, int64_t worker, const store_worker *me, const store_lease *act,
+                         int na, int64_t now, int *any_work, store_lease *lease) {
+  store_fragment *frags;
+  int nf;
+  int rc = store_list_fragments(c->st, j->id, &frags, &nf);
+  if (rc < 0) return rc;
+  if (nf != j->n_fragments) {
+    free(frags);
+    return dpc_err(DPC_EINTERNAL, "job %lld: store has %d fragments, spec %d", (long long)j->id, nf, j->n_fragments);
+  }
+  int async = j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC;
+  store_slot *slots;
+  int ns;
+  if ((rc = job_slots(c, j, frags, nf, &slots, &ns, any_work)) < 0) {
+    free(frags);
+    return rc;
+  }
+  int steps = j->spec.inner_steps;
+  if (async) {
+    int64_t left = lease_async_budget_left(j, slots, ns, act, na);
+    if (left <= 0) {
+      for (int i = 0; i < na; i++)
+        if (act[i].job == j->id) *any_work = 1; /* an active lease may still expire */
+      free(slots);
+      free(frags);
+      return SCHED_WAIT;
+    }
+    *any_work = 1;
+    steps = dylu_steps(c, j, me, now);
+    if (steps > left) steps = (int)left;
+  }
+  const store_slot *pick = pick_slot(c, j, slots, ns, worker, frags, now, any_work);
+  rc = pick ? grant(c, j, pick, worker, frags, steps, lease) : SCHED_WAIT;
+  free(slots);
+  free(frags);
+  return rc;
+}
+
+int lease_assign(coord *c, int64_t worker, int64_t job_filter, store_lease *lease) {
+  store_lease *act;
+  int na;
+  int rc = store_list_active_leases(c->st, 0, &act, &na);
+  if (rc < 0) return rc;
+  for (int i = 0; i < na; i++)
+    if (act[i].worker == worker) {
+      *lease = act[i]; /* the worker lost our answer: hand the same lease back */
+      free(act);
+      return SCHED_GRANTED;
+    }
+  store_worker me;
+  if ((rc = store_get_worker(c->st, worker, &me)) < 0 || me.state == WORKER_DRAINING) {
+    free(act);
+    return rc < 0 ? rc : SCHED_NO_WORK;
+  }
+  int64_t now = coord_now_ms();
+  int any_work = 0;
+  for (int ji = 0; ji < c->n_jobs; ji++) {
+    coord_job *j = c->jobs[ji];
+    if (j->state != JOB_RUNNING || (job_filter && j->id != job_filter)) continue;
+    rc = assign_in_job(c, j, worker, &me, act, na, now, &any_work, lease);
+    if (rc != SCHED_WAIT) {
+      free(act);
+      return rc;
+    }
+  }
+  free(act);
+  return any_work ? SCHED_WAIT : SCHED_NO_WORK;
+}
+
+void lease_pushed(coord *c, int64_t lease_id) {
+  store_lease l;
+  if (store_get_lease(c->st, lease_id, &l) < 0 || l.state != LEASE_ACTIVE) return;
+  int64_t now = coord_now_ms();
+  int rc = store_end_lease(c->st, lease_id, LEASE_FINISHED, 1, l.inner_steps, now);
+  if (rc < 0) DPC_ERROR("lease %lld: cannot finish: %s", (long long)lease_id, dpc_errmsg());
+  coord_note_drop(c, lease_id);
+}
+
+int lease_maybe_pushed(coord *c, const store_lease *l) {
+  if (l->state != LEASE_ACTIVE) return 0;
+  int *fids;
+  int64_t *bases;
+  int nf;
+  if (store_lease_fragments(c->st, l->id, &fids, &bases, &nf) < 0) return 0;
+  int all = 1;
+  for (int i = 0; i < nf && all; i++) all = store_find_delta(c->st, l->id, fids[i], NULL) == 1;
+  free(fids);
+  free(bases);
+  if (all) lease_pushed(c, l->id);
+  return all;
+}
+
+void lease_recover(coord *c) {
+  store_lease *act;
+  int na;
+  if (store_list_active_leases(c->st, 0, &act, &na) < 0) return;
+  for (int i = 0; i < na; i++)
+    if (lease_maybe_pushed(c, &act[i]))
+      DPC_INFO("recovery: lease %lld had all its deltas in; finished it", (long long)act[i].id);
+  free(act);
+}
+
+/* ---- expiry and liveness (every tick) -------------------------------------------------------- */
+
+/* A worker silent for longer than max(TTL, 3 heartbeats) and not long-polling is gone. */
+static void mark_gone_workers(coord *c, int64_t now) {
+  store_worker *ws;
+  int nw;
+  if (store_list_workers(c->st, &ws, &nw) < 0) return;
+  int64_t gone_after = c->lease_ttl_ms > 3 * c->heartbeat_ms ? c->lease_ttl_ms : 3 * c->heartbeat_ms;
+  for (int i = 0; i < nw; i++) {
+    /* After a restart, silence counts from the start: workers could not call a dead process. */
+    const int64_t seen = ws[i].last_seen >= c->started_ms ? ws[i].last_seen : c->live_floor_ms;
+    if (ws[i].state == WORKER_ACTIVE && now - seen > gone_after && !lease_is_parked(c, ws[i].id)) {
+      DPC_WARN("worker %lld (%s) is gone: no call for %lld ms", (long long)ws[i].id, ws[i].name,
+               (long long)(now - ws[i].last_seen));
+      store_set_worker_state(c->st, ws[i].id, WORKER_GONE);
+    }
+  }
+  free(ws);
+}
+
+void lease_expire(coord *c) {
+  if (c->stopping) return;
+  int64_t now = coord_now_ms();
+  int64_t *ids = NULL;
+  int n = 0;
+  store_lease *act;
+  int na = 0;
+  /* Remember who held what, for the log line. */
+  if (store_list_active_leases(c->st, 0, &act, &na) < 0) act = NULL, na = 0;
+  /* A lease past its expiry whose deltas are all durable is finished, not expired: the work
+   * is in, so the slot moves on instead of training the closed round again. */
+  for (int k = 0; k < na; k++)
+    if (act[k].expires_at <= now && lease_maybe_pushed(c, &act[k])) act[k].state = LEASE_FINISHED;
+  if (store_expire_leases(c->st, now, &ids, &n) == 0) {
+    for (int i = 0; i < n; i++) {
+      const store_lease *l = NULL;
+      for (int k = 0; k < na; k++)
+        if (act[k].id == ids[i]) l = &act[k];
+      if (l)
+        DPC_WARN("lease %lld expired: worker %lld missed its heartbeats; job %lld slot (path %d, replica %d) round %lld "
+                 "is free again", (long long)ids[i], (long long)l->worker, (long long)l->job, l->path, l->replica,
+                 (long long)l->round);
+      else
+        DPC_WARN("lease %lld expired", (long long)ids[i]);
+      coord_note_drop(c, ids[i]);
+    }
+    free(ids);
+  }
+  free(act);
+  mark_gone_workers(c, now);
+}
+
+/* ---- parked Lease long-polls ------------------------------------------------------------------ */
+
+/* Long-poll: Lease calls that got SCHED_WAIT and asked to wait (max_wait_ms) are parked and
+ * retried whenever something may have freed work (a round closed, a lease ended, a job was
+ * created or resumed, the timer), answered at their deadline with LEASE_WAIT. */
+int lease_park(coord *c, void *call, int64_t worker, int64_t job, int64_t deadline) {
+  if (c->n_parked == c->cap_parked) {
+    int cap = c->cap_parked ? 2 * c->cap_parked : 16;
+    lease_wait *a = realloc(c->parked, (size_t)cap * sizeof *a);
+    if (!a) return DPC_ENOMEM;
+    c->parked = a;
+    c->cap_parked = cap;
+  }
+  c->parked[c->n_parked++] = (lease_wait){.call = call, .worker = worker, .job = job, .deadline = deadline};
+  return 0;
+}
+
+int lease_is_parked(coord *c, int64_t worker) {
+  for (int i = 0; i < c->n_parked; i++)
+    if (c->parked[i].worker == worker) return 1;
+  return 0;
+}
+
+int lease_unpark_call(coord *c, void *call) {
+  for (int i = 0; i < c->n_parked; i++)
+    if (c->parked[i].call == call) {
+      c->parked[i] = c->parked[--c->n_parked];
+      return 1;
+    }
+  return 0;
+}
+
+void lease_retry_parked(coord *c, int flush) {
+  int64_t now = coord_now_ms();
+  for (int i = 0; i < c->n_parked;) {
+    lease_wait pk = c->parked[i];
+    store_lease l;
+    int rc = SCHED_STOPPING;
+    if (!flush && !c->stopping) {
+      rc = lease_assign(c, pk.worker, pk.job, &l);
+      if (rc == SCHED_WAIT && now < pk.deadline) {
+        i++;
+        continue;
+      }
+    }
+    /* Off the registry before the answer: answering may end the call. */
+    c->parked[i] = c->parked[--c->n_parked];
+    if (c->park_answer_cb) c->park_answer_cb(c, pk.call, pk.worker, rc, rc == SCHED_GRANTED ? &l : NULL);
+  }
+}
+
+void lease_flush_parked(coord *c) { lease_retry_parked(c, 1); }
+
+void lease_parked_free(coord *c) {
+  free(c->parked);
+  c->parked = NULL;
+  c->n_parked = c->cap_parked = 0;
+}

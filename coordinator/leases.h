@@ -1,0 +1,54 @@
+/* leases.h — lease assignment and lease life (layer 3, see coord.h): which slot a worker
+ * gets (SCHED_* in coord.h), DyLU lengths, the end of a lease once its deltas are durable,
+ * restart recovery, expiry and worker liveness, and the registry of parked Lease long-polls.
+ *
+ * Contract: loop thread only. The registry keeps opaque call pointers; it answers a call it
+ * takes off only through c->park_answer_cb (the RPC layer's), exactly once per parked call,
+ * unless lease_unpark_call took it off first. */
+#ifndef DPC_COORD_LEASES_H
+#define DPC_COORD_LEASES_H
+
+#include "coordinator/coord.h"
+
+/* Find or grant a lease for worker w (job_filter 0 = any). Returns SCHED_* or a negative
+ * DPC_E* code; *lease is filled when granted. */
+int lease_assign(coord *c, int64_t worker, int64_t job_filter, store_lease *lease);
+/* Worker liveness: seen within the lease TTL (or long-polling) and not gone. */
+int lease_worker_alive(coord *c, const store_worker *w, int64_t now);
+/* After all fragments of a lease were pushed: end it (finished, slot advances). */
+void lease_pushed(coord *c, int64_t lease_id);
+/* If every fragment of active lease l already has its delta recorded (durable), end it as
+ * finished via lease_pushed and return 1; else 0. Idempotent: pushes, releases, expiry
+ * and restart recovery all go through it, so a lease whose work is in never reopens a round. */
+int lease_maybe_pushed(coord *c, const store_lease *l);
+/* Restart recovery: finish every active lease whose deltas are all durable (a crash between
+ * acknowledging the last delta and ending the lease leaves such leases behind). */
+void lease_recover(coord *c);
+/* Housekeeping (every tick): expire leases past their expiry, mark silent workers gone. */
+void lease_expire(coord *c);
+/* Fold one steps/s sample of a worker (a heartbeat's steps_per_sec, or a completed lease's
+ * steps / seconds between the end of its pull and the start of its push) into its EWMA
+ * (store_worker.steps_per_s): v ← 0.7·v + 0.3·sample, or the sample itself when v is still
+ * unknown. DyLU reads it. */
+void lease_speed_sample(coord *c, int64_t worker, double sample);
+/* diloco-async: the staleness the coordinator would see for a delta trained from base
+ * version `base` of fragment f now (current version − base); -1 if unknown. */
+int64_t lease_async_staleness(coord *c, const coord_job *j, int fragment, int64_t base);
+/* diloco-async: rounds × H × slots minus the steps the slots trained and the steps of j's
+ * active leases among act[0..na). */
+int64_t lease_async_budget_left(const coord_job *j, const store_slot *slots, int ns, const store_lease *act, int na);
+
+/* Park a Lease call of `worker` (job filter `job`) until `deadline` (coord_now_ms); 0 or
+ * DPC_ENOMEM (then answer it now). */
+int lease_park(coord *c, void *call, int64_t worker, int64_t job, int64_t deadline);
+/* The call ended on its own: forget it (1 if it was parked). */
+int lease_unpark_call(coord *c, void *call);
+/* 1 if the worker has a long-polled Lease call open (so it is alive). */
+int lease_is_parked(coord *c, int64_t worker);
+/* Retry every parked call: the ones that get work, or whose deadline passed, are answered
+ * (flush, or while stopping: all of them, with SCHED_STOPPING). */
+void lease_retry_parked(coord *c, int flush);
+void lease_flush_parked(coord *c); /* lease_retry_parked(c, 1), as a stop callback */
+void lease_parked_free(coord *c);  /* at exit */
+
+#endif

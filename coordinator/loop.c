@@ -1,0 +1,127 @@
+/* loop.c — the coordinator's libuv glue: the loop that owns all state (gRPC completions via
+ * uv_async, the housekeeping timer, signals), the count of thread-pool work in flight and the
+ * graceful shutdown on SIGTERM/SIGINT: stop accepting work, let thread-pool work (delta
+ * fsyncs, outer steps) finish, stop the gRPC server with a grace period. */
+#include "coordinator/loop.h"
+
+#include "common/errors.h"
+#include "common/log.h"
+#include "common/rpc.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+
+#define SHUTDOWN_GRACE_MS 3000
+
+int64_t coord_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+double coord_mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void close_handle(uv_handle_t *h) {
+  if (h->loop && !uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static void maybe_shutdown(coord *c) {
+  if (!c->stopping || c->work_inflight > 0 || c->shut_started) return;
+  c->shut_started = 1;
+  if (c->srv) DPC_INFO("in-flight work done; stopping the gRPC server (grace %d ms)", SHUTDOWN_GRACE_MS);
+  rpc_server_stop(c->srv, SHUTDOWN_GRACE_MS);
+  c->srv = NULL;
+  close_handle((uv_handle_t *)&c->async);
+  close_handle((uv_handle_t *)&c->tick);
+  close_handle((uv_handle_t *)&c->sigterm);
+  close_handle((uv_handle_t *)&c->sigint);
+  if (c->shutdown_cb) c->shutdown_cb(c);
+}
+
+int loop_queue_work(coord *c, uv_work_t *req, uv_work_cb work, uv_after_work_cb after) {
+  int rc = uv_queue_work(c->loop, req, work, after);
+  if (rc < 0) return dpc_err(DPC_EINTERNAL, "uv_queue_work: %s", uv_strerror(rc));
+  c->work_inflight++;
+  return 0;
+}
+
+void loop_work_done(coord *c) {
+  c->work_inflight--;
+  maybe_shutdown(c);
+}
+
+static void on_async(uv_async_t *a) {
+  coord *c = a->data;
+  if (c->srv) rpc_server_dispatch(c->srv);
+}
+
+void loop_notify(void *ud) { uv_async_send(&((coord *)ud)->async); }
+
+static void on_tick(uv_timer_t *t) {
+  coord *c = t->data;
+  if (c->tick_cb) c->tick_cb(c);
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+  coord *c = s->data;
+  if (c->stopping) return;
+  DPC_INFO("%s received: shutting down (%d work item(s) in flight)", signum == SIGTERM ? "SIGTERM" : "SIGINT",
+           c->work_inflight);
+  c->stopping = 1;
+  sd_notify(0, "STOPPING=1");
+  if (c->srv) rpc_server_set_health(c->srv, "", 0);
+  uv_timer_stop(&c->tick);
+  if (c->stop_cb) c->stop_cb(c);
+  maybe_shutdown(c);
+}
+
+static void term_signals(sigset_t *set) {
+  sigemptyset(set);
+  sigaddset(set, SIGTERM);
+  sigaddset(set, SIGINT);
+}
+
+void loop_block_signals(void) {
+  sigset_t set;
+  term_signals(&set);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+void loop_init(coord *c) {
+  c->loop = uv_default_loop();
+  uv_async_init(c->loop, &c->async, on_async);
+  c->async.data = c;
+}
+
+void loop_watch_signals(coord *c) {
+  sigset_t set;
+  term_signals(&set);
+  pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+  uv_signal_init(c->loop, &c->sigterm);
+  uv_signal_init(c->loop, &c->sigint);
+  c->sigterm.data = c->sigint.data = c;
+  uv_signal_start(&c->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&c->sigint, on_signal, SIGINT);
+}
+
+void loop_start_tick(coord *c, int tick_ms) {
+  uv_timer_init(c->loop, &c->tick);
+  c->tick.data = c;
+  uv_timer_start(&c->tick, on_tick, (uint64_t)tick_ms, (uint64_t)tick_ms);
+}
+
+void loop_stop_now(coord *c) {
+  c->stopping = 1;
+  maybe_shutdown(c);
+}
+
+void loop_run(coord *c) { uv_run(c->loop, UV_RUN_DEFAULT); }
+
+void loop_close(coord *c) { uv_loop_close(c->loop); }

@@ -1,0 +1,622 @@
+/* rounds.c — the outer optimizer's side of the loop: when a round of a fragment closes, the
+ * sync outer step (kernels/outer.h, in the libuv thread pool) and its commit, the async
+ * delta-by-delta apply, the garbage collection of old versions and delta blobs, the end of a
+ * job, and the housekeeping tick.
+ *
+ * Sync rule: round t of fragment f closes when every slot whose path contains f's module has
+ * a received delta for it, or — at the round deadline — when at least ceil(quorum · expected)
+ * have (slot rules: leases.c).
+ *
+ * Async rule (algorithm "diloco-async", DESIGN.md §3): every received delta is applied on its
+ * own, in arrival order (delta id), one at a time per fragment, with the job's outer.rule:
+ * delayed-nesterov (outer_dn_apply; N = outer.delay_buffer or the number of slots), nesterov
+ * (outer_nesterov_step per delta) or sgd (outer_sgd_step). Each application makes version + 1;
+ * the delta's row is the ledger entry (lease, slot, base version, version produced; staleness
+ * = produced − 1 − base). A delta whose staleness exceeds max_staleness (> 0) is dropped
+ * instead. Async delta rows and blobs are kept (the ledger), and so is version 0, so that
+ * θ_0 + the ledger reproduce every version; other parameter versions keep the newest
+ * 2·slots + 2 (a lease pulls its base version right after grant). The job finishes when the
+ * budget is trained, no lease is active and no delta is pending. */
+#include "coordinator/rounds.h"
+
+#include "common/errors.h"
+#include "common/log.h"
+#include "coordinator/jobs.h"
+#include "coordinator/leases.h"
+#include "coordinator/loop.h"
+#include "coordinator/pcache.h"
+#include "coordinator/testhook.h"
+#include "kernels/outer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- outer step ----------------------------------------------------------------------------- */
+
+typedef struct {
+  uv_work_t req;
+  coord *c;
+  int64_t job;
+  int fragment;
+  int64_t round, new_version;
+  size_t len;
+  int n;
+  char (*delta_blobs)[BLOB_NAME_MAX]; /* [n] in (path, replica) order */
+  double *weights;                    /* [n] */
+  int64_t *delta_ids;                 /* [n] */
+  char param_blob[BLOB_NAME_MAX], momentum_blob[BLOB_NAME_MAX];
+  char new_param[BLOB_NAME_MAX], new_momentum[BLOB_NAME_MAX];
+  float lr, mu;
+  int nesterov;
+  /* results */
+  int rc;
+  char err[512];
+  float *theta;
+  uint32_t param_crc, momentum_crc;
+  double seconds;
+  int by_deadline;
+} outer_work;
+
+static void outer_work_free(outer_work *w) {
+  free(w->delta_blobs);
+  free(w->weights);
+  free(w->delta_ids);
+  free(w->theta);
+  free(w);
+}
+
+static void outer_run(uv_work_t *req) {
+  outer_work *w = req->data;
+  double t0 = coord_mono_s();
+  float *u = NULL, *avg = NULL, **deltas = NULL;
+  int rc = 0;
+  w->theta = malloc(w->len * sizeof(float));
+  u = calloc(w->len, sizeof(float));
+  avg = malloc(w->len * sizeof(float));
+  deltas = calloc((size_t)w->n, sizeof *deltas);
+  if (!w->theta || !u || !avg || !deltas) {
+    rc = dpc_err(DPC_ENOMEM, "out of memory for the outer step (%zu floats)", w->len);
+    goto out;
+  }
+  if ((rc = blob_read(w->c->bs, w->param_blob, BLOB_PARAMS, w->theta, w->len, NULL)) < 0) goto out;
+  if (w->momentum_blob[0] && (rc = blob_read(w->c->bs, w->momentum_blob, BLOB_MOMENTUM, u, w->len, NULL)) < 0) goto out;
+  for (int i = 0; i < w->n; i++) {
+    if (!(deltas[i] = malloc(w->len * sizeof(float)))) {
+      rc = dpc_err(DPC_ENOMEM, "out of memory for delta %d", i);
+      goto out;
+    }
+    if ((rc = blob_read(w->c->bs, w->delta_blobs[i], BLOB_DELTA, deltas[i], w->len, NULL)) < 0) goto out;
+  }
+  if ((rc = outer_average((const float *const *)deltas, w->weights, w->n, w->len, avg)) < 0) goto out;
+  outer_nesterov_step(w->theta, u, avg, w->len, w->lr, w->mu, w->nesterov);
+  for (size_t i = 0; i < w->len; i++)
+    if (!isfinite(w->theta[i])) {
+      rc = dpc_err(DPC_ENUMERIC, "outer step gave a non-finite parameter at index %zu", i);
+      goto out;
+    }
+  if ((rc = blob_write(w->c->bs, w->new_param, BLOB_PARAMS, w->theta, w->len, &w->param_crc)) < 0) goto out;
+  rc = blob_write(w->c->bs, w->new_momentum, BLOB_MOMENTUM, u, w->len, &w->momentum_crc);
+out:
+  if (rc < 0) snprintf(w->err, sizeof w->err, "%s", dpc_errmsg());
+  w->rc = rc;
+  if (deltas)
+    for (int i = 0; i < w->n; i++) free(deltas[i]);
+  free(deltas);
+  free(u);
+  free(avg);
+  w->seconds = coord_mono_s() - t0;
+}
+
+/* Blob files of collected rows are deleted on the threadpool: unlinking large files (and the
+ * directory fsyncs after) can take tens of milliseconds that the loop thread would otherwise
+ * spend not answering RPCs. Shutdown waits for them (loop_queue_work counts them). */
+typedef struct {
+  uv_work_t req;
+  coord *c;
+  char **names;
+  int n, rc;
+} gc_work;
+
+static void gc_delete_run(uv_work_t *req) {
+  gc_work *g = req->data;
+  g->rc = blob_delete_many(g->c->bs, g->names, g->n);
+  if (g->rc < 0) DPC_WARN("garbage collection: %s (the start-up sweep removes what is left)", dpc_errmsg());
+}
+
+static void gc_delete_after(uv_work_t *req, int status) {
+  (void)status;
+  gc_work *g = req->data;
+  coord *c = g->c;
+  store_names_free(g->names, g->n);
+  free(g);
+  loop_work_done(c);
+}
+
+/* Takes ownership of names. */
+static void gc_delete_files(coord *c, char **names, int n) {
+  gc_work *g = n > 0 ? calloc(1, sizeof *g) : NULL;
+  if (g) {
+    g->req.data = g;
+    g->c = c;
+    g->names = names;
+    g->n = n;
+    if (loop_queue_work(c, &g->req, gc_delete_run, gc_delete_after) == 0) return;
+    free(g);
+  }
+  if (n > 0) blob_delete_many(c->bs, names, n); /* no memory or no threadpool: inline */
+  store_names_free(names, n);
+}
+
+/* The rows go first (one transaction each), then the files: a crash in between leaves only
+ * unreferenced blob files behind, never a row naming a missing blob. The job spec's
+ * "versions" says which parameter versions stay exportable. */
+static void gc_fragment(coord *c, int64_t job, int fragment, int64_t round) {
+  char **names = NULL;
+  int n = 0;
+  const coord_job *j = coord_job_get(c, job);
+  const int keep_last = j ? j->spec.versions.keep_last : 2, keep_every = j ? j->spec.versions.keep_every : 0;
+  if (store_gc_versions(c->st, job, fragment, keep_last, keep_every, &names, &n) == 0) {
+    if (n > 0) TESTHOOK("gc");
+    gc_delete_files(c, names, n);
+  }
+  if (store_gc_deltas(c->st, job, fragment, round, &names, &n) == 0) {
+    if (n > 0) TESTHOOK("gc");
+    gc_delete_files(c, names, n);
+  }
+}
+
+/* The round closed at its deadline without some slots: revoke their leases for the round
+ * and move every slot of the fragment's paths that has not reached the next round. */
+static void skip_missing_slots(coord *c, coord_job *j, int fragment, int64_t round) {
+  store_lease *act;
+  int na;
+  if (store_list_active_leases(c->st, j->id, &act, &na) == 0) {
+    for (int i = 0; i < na; i++)
+      if (act[i].round == round && coord_job_path_has_fragment(j, act[i].path, fragment)) {
+        DPC_WARN("lease %lld revoked: round %lld of job %lld closed at its deadline without it", (long long)act[i].id,
+                 (long long)round, (long long)j->id);
+        store_end_lease(c->st, act[i].id, LEASE_RELEASED, 1, act[i].inner_steps, coord_now_ms());
+        coord_note_drop(c, act[i].id);
+      }
+    free(act);
+  }
+  store_slot *slots;
+  int ns;
+  if (store_list_slots(c->st, j->id, &slots, &ns) == 0) {
+    for (int i = 0; i < ns; i++)
+      if (slots[i].state == SLOT_IDLE && slots[i].round == round && coord_job_path_has_fragment(j, slots[i].path, fragment))
+        store_advance_slot(c->st, j->id, slots[i].path, slots[i].replica, round + 1,
+                           (round + 1) * (int64_t)j->spec.inner_steps);
+    free(slots);
+  }
+}
+
+static void check_job_done(coord *c, coord_job *j) {
+  if (j->state != JOB_RUNNING && j->state != JOB_PAUSED) return;
+  store_fragment *frags;
+  int nf;
+  if (store_list_fragments(c->st, j->id, &frags, &nf) < 0) return;
+  int done = nf > 0;
+  for (int i = 0; i < nf; i++)
+    if (frags[i].version < j->spec.rounds) done = 0;
+  free(frags);
+  if (done) coord_job_set_state(c, j, JOB_FINISHED, NULL);
+}
+
+/* A failed outer step (its blobs could not be written or its commit failed: an I/O error, a
+ * full disk) is tried again from the durable deltas, but not in a tight loop. */
+#define OUTER_RETRY_MS 1000
+
+/* Record the round's mean of the slot losses (and the outer step's time) as its path −1 metric
+ * row; returns the mean (NaN when no slot reported a loss). */
+static double record_round_loss(coord *c, coord_job *j, const outer_work *w) {
+  double sum = 0;
+  int cnt = 0;
+  store_metric *ms;
+  int nm;
+  if (store_list_metrics(c->st, w->job, w->round, &ms, &nm) == 0) {
+    for (int i = 0; i < nm; i++)
+      if (ms[i].round == w->round && ms[i].path >= 0 && isfinite(ms[i].loss)) {
+        sum += ms[i].loss;
+        cnt++;
+      }
+    free(ms);
+  }
+  double mean = cnt ? sum / cnt : NAN;
+  store_metric m = {.job = w->job, .round = w->round, .path = -1, .replica = -1, .loss = mean,
+                    .outer_seconds = w->seconds, .created_at = coord_now_ms()};
+  store_add_metric(c->st, &m);
+  if (j && cnt) j->last_loss = (float)mean;
+  return mean;
+}
+
+static void outer_after(uv_work_t *req, int status) {
+  outer_work *w = req->data;
+  coord *c = w->c;
+  coord_job *j = coord_job_get(c, w->job);
+  if (j) j->outer_busy[w->fragment] = 0;
+  if (status != 0 || w->rc < 0) {
+    DPC_ERROR("job %lld fragment %d round %lld: outer step failed: %s; trying again in %d ms", (long long)w->job,
+              w->fragment, (long long)w->round, status ? "canceled" : w->err, OUTER_RETRY_MS);
+    if (j && w->rc == DPC_ENUMERIC) coord_job_set_state(c, j, JOB_FAILED, w->err);
+    if (j) j->outer_retry_at[w->fragment] = coord_now_ms() + OUTER_RETRY_MS;
+    goto done;
+  }
+  store_outer_commit oc = {.job = w->job, .fragment = w->fragment, .round = w->round, .new_version = w->new_version,
+                           .param_blob = w->new_param, .param_crc = w->param_crc, .momentum_blob = w->new_momentum,
+                           .momentum_crc = w->momentum_crc, .applied = w->delta_ids, .n_applied = w->n,
+                           .close_round = 1, .now_ms = coord_now_ms()};
+  TESTHOOK("outer");
+  int rc = store_commit_outer(c->st, &oc);
+  if (rc < 0) {
+    DPC_ERROR("job %lld fragment %d round %lld: cannot commit the outer step: %s; trying again in %d ms",
+              (long long)w->job, w->fragment, (long long)w->round, dpc_errmsg(), OUTER_RETRY_MS);
+    if (j) j->outer_retry_at[w->fragment] = coord_now_ms() + OUTER_RETRY_MS;
+    goto done;
+  }
+  c->rounds_total++;
+  c->outer_steps++;
+  c->outer_seconds_sum += w->seconds;
+  c->outer_seconds_last = w->seconds;
+  double mean = record_round_loss(c, j, w);
+  DPC_INFO("round %lld closed: job %lld fragment %d -> version %lld, %d deltas%s, mean loss %.4f, outer step %.3f s",
+           (long long)w->round, (long long)w->job, w->fragment + 1, (long long)w->new_version, w->n,
+           w->by_deadline ? " (deadline)" : "", mean, w->seconds);
+  pcache_put(c, w->job, w->fragment, w->new_version, w->theta, w->len, w->param_crc);
+  w->theta = NULL;
+  if (j && w->by_deadline) skip_missing_slots(c, j, w->fragment, w->round);
+  gc_fragment(c, w->job, w->fragment, w->round);
+  if (j) check_job_done(c, j);
+done:
+  outer_work_free(w);
+  loop_work_done(c);
+  if (!c->stopping) rounds_check(c);
+}
+
+/* The deltas that close round t of (j, f) now — one per slot (the newest), in (path, replica)
+ * order: all expected ones, or at the deadline a quorum. 0 with *ds (caller frees) and *n set,
+ * or -1 when the round stays open. */
+static int closing_deltas(coord *c, const coord_job *j, int f, int64_t t, int64_t now, store_delta **ds, int *n,
+                          int *by_deadline) {
+  /* Called after every push: count first (one index scan), read the rows only when the round
+   * can close. */
+  int have;
+  if (store_count_received_slots(c->st, j->id, f, t, &have) < 0 || have == 0) return -1;
+  if (have < j->expected[f]) {
+    store_round r;
+    if (store_get_round(c->st, j->id, f, t, &r) < 0 || r.deadline_at == 0 || now < r.deadline_at) return -1;
+  }
+  int nd;
+  if (store_list_deltas(c->st, j->id, f, t, DELTA_RECEIVED, ds, &nd) < 0) return -1;
+  store_delta *d = *ds;
+  /* Keep one delta per slot (the newest), in (path, replica) order. */
+  int k = 0;
+  for (int i = 0; i < nd; i++) {
+    if (k > 0 && d[k - 1].path == d[i].path && d[k - 1].replica == d[i].replica) d[k - 1] = d[i];
+    else d[k++] = d[i];
+  }
+  *n = k;
+  *by_deadline = 0;
+  if (k < j->expected[f]) {
+    store_round r;
+    int need = (int)ceil(j->spec.quorum * j->expected[f] - 1e-9);
+    if (need < 1) need = 1;
+    if (k == 0 || store_get_round(c->st, j->id, f, t, &r) < 0 || r.deadline_at == 0 || now < r.deadline_at ||
+        k < need) {
+      free(d);
+      *ds = NULL;
+      return -1;
+    }
+    *by_deadline = 1;
+  }
+  return 0;
+}
+
+/* The outer step of round fr->version of (j, f) over ds[0..n); NULL when out of memory. */
+static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const store_fragment *fr, const store_delta *ds,
+                                  int n, int by_deadline) {
+  outer_work *w = calloc(1, sizeof *w);
+  if (!w || !(w->delta_blobs = calloc((size_t)n, sizeof *w->delta_blobs)) ||
+      !(w->weights = calloc((size_t)n, sizeof *w->weights)) ||
+      !(w->delta_ids = calloc((size_t)n, sizeof *w->delta_ids))) {
+    if (w) outer_work_free(w);
+    return NULL;
+  }
+  int64_t t = fr->version;
+  w->c = c;
+  w->job = j->id;
+  w->fragment = f;
+  w->round = t;
+  w->new_version = t + 1;
+  w->len = fr->len;
+  w->n = n;
+  w->by_deadline = by_deadline;
+  for (int i = 0; i < n; i++) {
+    snprintf(w->delta_blobs[i], BLOB_NAME_MAX, "%s", ds[i].blob);
+    w->weights[i] = j->spec.weighting == WEIGHTING_TOKENS ? (double)ds[i].tokens : 1.0;
+    w->delta_ids[i] = ds[i].id;
+  }
+  snprintf(w->param_blob, sizeof w->param_blob, "%s", fr->param_blob);
+  snprintf(w->momentum_blob, sizeof w->momentum_blob, "%s", fr->momentum_blob);
+  blob_id pid = {.job = j->id, .fragment = f, .version = t + 1, .kind = BLOB_PARAMS};
+  blob_id mid = {.job = j->id, .fragment = f, .version = t + 1, .kind = BLOB_MOMENTUM};
+  blob_name(&pid, w->new_param, sizeof w->new_param);
+  blob_name(&mid, w->new_momentum, sizeof w->new_momentum);
+  w->lr = (float)j->spec.outer.lr;
+  w->mu = (float)j->spec.outer.momentum;
+  w->nesterov = j->spec.outer.nesterov;
+  w->req.data = w;
+  return w;
+}
+
+/* Start the outer step of (j, f) for its open round if it is complete. */
+static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
+  if (j->outer_busy[f] || now < j->outer_retry_at[f]) return;
+  store_fragment fr;
+  if (store_get_fragment(c->st, j->id, f, &fr) < 0) return;
+  if (fr.version >= j->spec.rounds) return;
+  store_delta *ds;
+  int n, by_deadline;
+  if (closing_deltas(c, j, f, fr.version, now, &ds, &n, &by_deadline) < 0) return;
+  outer_work *w = outer_work_new(c, j, f, &fr, ds, n, by_deadline);
+  free(ds);
+  if (!w) {
+    DPC_ERROR("out of memory starting an outer step");
+    return;
+  }
+  j->outer_busy[f] = 1;
+  if (loop_queue_work(c, &w->req, outer_run, outer_after) < 0) {
+    j->outer_busy[f] = 0;
+    outer_work_free(w);
+  }
+}
+
+/* ---- async apply ---------------------------------------------------------------------------- */
+
+typedef struct {
+  uv_work_t req;
+  coord *c;
+  int64_t job;
+  int fragment;
+  store_delta d;          /* the delta being applied */
+  int64_t new_version, staleness;
+  size_t len;
+  jobspec_async_rule rule;
+  int N;
+  double cc;
+  float lr, mu;
+  int64_t dn_t;           /* in: before; out: after */
+  char param_blob[BLOB_NAME_MAX], momentum_blob[BLOB_NAME_MAX], dnbuf_blob[BLOB_NAME_MAX];
+  char new_param[BLOB_NAME_MAX], new_momentum[BLOB_NAME_MAX], new_dnbuf[BLOB_NAME_MAX];
+  /* results */
+  int rc;
+  char err[512];
+  float *theta;
+  uint32_t param_crc, momentum_crc, dnbuf_crc;
+  double seconds;
+} async_work;
+
+static void async_run(uv_work_t *req) {
+  async_work *w = req->data;
+  double t0 = coord_mono_s();
+  float *g = NULL, *m = NULL, *buf = NULL;
+  int rc = 0;
+  w->theta = malloc(w->len * sizeof(float));
+  g = malloc(w->len * sizeof(float));
+  m = calloc(w->len, sizeof(float));
+  buf = calloc(w->len, sizeof(float));
+  if (!w->theta || !g || !m || !buf) {
+    rc = dpc_err(DPC_ENOMEM, "out of memory for the async outer step (%zu floats)", w->len);
+    goto out;
+  }
+  if ((rc = blob_read(w->c->bs, w->param_blob, BLOB_PARAMS, w->theta, w->len, NULL)) < 0) goto out;
+  if ((rc = blob_read(w->c->bs, w->d.blob, BLOB_DELTA, g, w->len, NULL)) < 0) goto out;
+  if (w->rule != OUTER_ASYNC_SGD && w->momentum_blob[0] &&
+      (rc = blob_read(w->c->bs, w->momentum_blob, BLOB_MOMENTUM, m, w->len, NULL)) < 0)
+    goto out;
+  if (w->rule == OUTER_ASYNC_DN) {
+    if (w->dnbuf_blob[0] && (rc = blob_read(w->c->bs, w->dnbuf_blob, BLOB_DN_BUF, buf, w->len, NULL)) < 0) goto out;
+    outer_dn_state s;
+    if ((rc = outer_dn_init(&s, buf, m, w->len, w->N, w->cc, w->dn_t, 0)) < 0) goto out;
+    if ((rc = outer_dn_apply(&s, w->theta, g, w->lr, w->mu)) < 0) goto out;
+    w->dn_t = s.t;
+  } else if (w->rule == OUTER_ASYNC_NESTEROV) {
+    outer_nesterov_step(w->theta, m, g, w->len, w->lr, w->mu, 1);
+  } else {
+    outer_sgd_step(w->theta, g, w->len, w->lr);
+  }
+  for (size_t i = 0; i < w->len; i++)
+    if (!isfinite(w->theta[i])) {
+      rc = dpc_err(DPC_ENUMERIC, "async outer step gave a non-finite parameter at index %zu", i);
+      goto out;
+    }
+  if ((rc = blob_write(w->c->bs, w->new_param, BLOB_PARAMS, w->theta, w->len, &w->param_crc)) < 0) goto out;
+  if (w->rule != OUTER_ASYNC_SGD &&
+      (rc = blob_write(w->c->bs, w->new_momentum, BLOB_MOMENTUM, m, w->len, &w->momentum_crc)) < 0)
+    goto out;
+  if (w->rule == OUTER_ASYNC_DN) rc = blob_write(w->c->bs, w->new_dnbuf, BLOB_DN_BUF, buf, w->len, &w->dnbuf_crc);
+out:
+  if (rc < 0) snprintf(w->err, sizeof w->err, "%s", dpc_errmsg());
+  w->rc = rc;
+  free(g);
+  free(m);
+  free(buf);
+  w->seconds = coord_mono_s() - t0;
+}
+
+/* The counters of an applied delta (/metrics and the job's loss). */
+static void async_account(coord *c, coord_job *j, const async_work *w) {
+  c->outer_steps++;
+  c->outer_seconds_sum += w->seconds;
+  c->outer_seconds_last = w->seconds;
+  if (!j) return;
+  if (w->d.path < j->n_paths && isfinite(j->path_loss[w->d.path])) j->last_loss = j->path_loss[w->d.path];
+  j->async_applied++;
+  j->stale_last = w->staleness;
+  if (w->staleness > j->stale_max) j->stale_max = w->staleness;
+  j->stale_sum += (double)w->staleness;
+}
+
+/* Parameter versions past the newest 2·slots + 2 go, except version 0. */
+static void async_gc(coord *c, const coord_job *j, const async_work *w) {
+  char **names = NULL;
+  int n = 0;
+  int keep = j ? 2 * j->n_slots + 2 : 2;
+  /* keep_every = 2^30 keeps version 0 (multiples of it), the ledger's starting point. */
+  if (store_gc_versions(c->st, w->job, w->fragment, keep, 1 << 30, &names, &n) == 0) {
+    blob_delete_many(c->bs, names, n);
+    store_names_free(names, n);
+  }
+}
+
+static void async_after(uv_work_t *req, int status) {
+  async_work *w = req->data;
+  coord *c = w->c;
+  coord_job *j = coord_job_get(c, w->job);
+  if (j) j->outer_busy[w->fragment] = 0;
+  if (status != 0 || w->rc < 0) {
+    DPC_ERROR("job %lld fragment %d: applying delta %lld failed: %s", (long long)w->job, w->fragment + 1,
+              (long long)w->d.id, status ? "canceled" : w->err);
+    if (j && (w->rc == DPC_ENUMERIC || w->rc == DPC_ESHAPE || w->rc == DPC_ECHECKSUM))
+      coord_job_set_state(c, j, JOB_FAILED, w->err);
+    if (j) j->outer_retry_at[w->fragment] = coord_now_ms() + OUTER_RETRY_MS;
+    goto done;
+  }
+  int dn = w->rule == OUTER_ASYNC_DN, mom = w->rule != OUTER_ASYNC_SGD;
+  store_outer_commit oc = {.job = w->job, .fragment = w->fragment, .round = w->d.round, .new_version = w->new_version,
+                           .param_blob = w->new_param, .param_crc = w->param_crc,
+                           .momentum_blob = mom ? w->new_momentum : NULL, .momentum_crc = w->momentum_crc,
+                           .dnbuf_blob = dn ? w->new_dnbuf : NULL, .dnbuf_crc = w->dnbuf_crc, .dn_t = w->dn_t,
+                           .applied = &w->d.id, .n_applied = 1, .close_round = 0, .now_ms = coord_now_ms()};
+  int rc = store_commit_outer(c->st, &oc);
+  if (rc < 0) {
+    DPC_ERROR("job %lld fragment %d: cannot commit delta %lld: %s", (long long)w->job, w->fragment + 1,
+              (long long)w->d.id, dpc_errmsg());
+    if (j) j->outer_retry_at[w->fragment] = coord_now_ms() + OUTER_RETRY_MS;
+    goto done;
+  }
+  async_account(c, j, w);
+  DPC_INFO("delta applied: job %lld fragment %d lease %lld slot (path %d, replica %d) base %lld -> version %lld, "
+           "staleness %lld, %s, %.3f s", (long long)w->job, w->fragment + 1, (long long)w->d.lease, w->d.path,
+           w->d.replica, (long long)w->d.base_version, (long long)w->new_version, (long long)w->staleness,
+           w->rule == OUTER_ASYNC_DN ? "delayed-nesterov" : w->rule == OUTER_ASYNC_NESTEROV ? "nesterov" : "sgd",
+           w->seconds);
+  pcache_put(c, w->job, w->fragment, w->new_version, w->theta, w->len, w->param_crc);
+  w->theta = NULL;
+  async_gc(c, j, w);
+done:
+  free(w->theta);
+  free(w);
+  loop_work_done(c);
+  if (!c->stopping) rounds_check(c);
+}
+
+/* Start applying the oldest pending delta of (j, f), dropping too-stale ones first. */
+static void async_check_fragment(coord *c, coord_job *j, int f) {
+  if (j->outer_busy[f] || coord_now_ms() < j->outer_retry_at[f]) return;
+  store_fragment fr;
+  store_delta d;
+  for (;;) {
+    if (store_get_fragment(c->st, j->id, f, &fr) < 0) return;
+    int have = store_next_pending_delta(c->st, j->id, f, &d);
+    if (have <= 0) return;
+    int64_t stale = fr.version - d.base_version;
+    if (j->spec.max_staleness > 0 && stale > j->spec.max_staleness) {
+      DPC_WARN("delta %lld of lease %lld dropped: staleness %lld exceeds max_staleness %d", (long long)d.id,
+               (long long)d.lease, (long long)stale, j->spec.max_staleness);
+      if (store_drop_delta(c->st, d.id) < 0) return;
+      j->async_dropped++;
+      continue;
+    }
+    break;
+  }
+  async_work *w = calloc(1, sizeof *w);
+  if (!w) {
+    DPC_ERROR("out of memory starting an async outer step");
+    return;
+  }
+  w->c = c;
+  w->job = j->id;
+  w->fragment = f;
+  w->d = d;
+  w->new_version = fr.version + 1;
+  w->staleness = fr.version - d.base_version;
+  w->len = fr.len;
+  w->rule = j->spec.outer.async_rule;
+  w->N = j->spec.outer.buffer > 0 ? j->spec.outer.buffer : j->n_slots;
+  w->cc = j->spec.outer.c;
+  if (w->cc > 1.0 / w->N) w->cc = 1.0 / w->N; /* c ∈ [0, 1/N] with the default N */
+  w->lr = (float)j->spec.outer.lr;
+  w->mu = (float)j->spec.outer.momentum;
+  w->dn_t = fr.dn_t;
+  snprintf(w->param_blob, sizeof w->param_blob, "%s", fr.param_blob);
+  snprintf(w->momentum_blob, sizeof w->momentum_blob, "%s", fr.momentum_blob);
+  snprintf(w->dnbuf_blob, sizeof w->dnbuf_blob, "%s", fr.dnbuf_blob);
+  blob_id pid = {.job = j->id, .fragment = f, .version = w->new_version, .kind = BLOB_PARAMS};
+  blob_id mid = {.job = j->id, .fragment = f, .version = w->new_version, .kind = BLOB_MOMENTUM};
+  blob_id bid = {.job = j->id, .fragment = f, .version = w->new_version, .kind = BLOB_DN_BUF};
+  blob_name(&pid, w->new_param, sizeof w->new_param);
+  blob_name(&mid, w->new_momentum, sizeof w->new_momentum);
+  blob_name(&bid, w->new_dnbuf, sizeof w->new_dnbuf);
+  w->req.data = w;
+  j->outer_busy[f] = 1;
+  if (loop_queue_work(c, &w->req, async_run, async_after) < 0) {
+    j->outer_busy[f] = 0;
+    free(w);
+  }
+}
+
+/* Apply what is pending; finish the job once its budget is trained and nothing is left. */
+static void async_check_job(coord *c, coord_job *j) {
+  int busy = 0;
+  for (int f = 0; f < j->n_fragments; f++) {
+    async_check_fragment(c, j, f);
+    busy |= j->outer_busy[f];
+  }
+  if (busy || j->state != JOB_RUNNING) return;
+  store_slot *slots;
+  int ns;
+  store_lease *act;
+  int na;
+  if (store_list_slots(c->st, j->id, &slots, &ns) < 0) return;
+  if (store_list_active_leases(c->st, j->id, &act, &na) < 0) {
+    free(slots);
+    return;
+  }
+  int64_t left = lease_async_budget_left(j, slots, ns, act, na);
+  free(slots);
+  free(act);
+  if (left > 0 || na > 0) return;
+  for (int f = 0; f < j->n_fragments; f++) {
+    store_delta d;
+    if (store_next_pending_delta(c->st, j->id, f, &d) != 0) return;
+  }
+  coord_job_set_state(c, j, JOB_FINISHED, NULL);
+}
+
+void rounds_check(coord *c) {
+  if (c->stopping) {
+    lease_retry_parked(c, 1);
+    return;
+  }
+  int64_t now = coord_now_ms();
+  for (int ji = 0; ji < c->n_jobs; ji++) {
+    coord_job *j = c->jobs[ji];
+    if (j->state != JOB_RUNNING && j->state != JOB_PAUSED) continue;
+    if (j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC) {
+      async_check_job(c, j);
+      continue;
+    }
+    for (int f = 0; f < j->n_fragments; f++) check_fragment(c, j, f, now);
+    check_job_done(c, j);
+  }
+  lease_retry_parked(c, 0);
+}
+
+void rounds_tick(coord *c) {
+  if (c->stopping) return;
+  lease_expire(c);
+  rounds_check(c);
+}

@@ -1,0 +1,20 @@
+/* rounds.h — round closing and the outer optimizer (layer 3, see coord.h): sync outer steps
+ * when a fragment's round is complete (or at its deadline with quorum), the async apply of
+ * single deltas, garbage collection and job completion.
+ *
+ * Contract: loop thread only. The outer math runs in the libuv thread pool on private copies
+ * (kernels/outer.h); results are committed to the store and the parameter cache back on the
+ * loop thread. Parked Lease calls are retried (leases.h) after every check. */
+#ifndef DPC_COORD_ROUNDS_H
+#define DPC_COORD_ROUNDS_H
+
+#include "coordinator/coord.h"
+
+/* Look at every running job's fragments: start outer steps whose round is complete (or past
+ * its deadline with quorum), apply pending async deltas, finish done jobs, then retry the
+ * parked Lease calls. Called after every delta and on every timer tick. */
+void rounds_check(coord *c);
+/* Periodic housekeeping (coord.tick_cb): lease expiry, worker liveness, round deadlines. */
+void rounds_tick(coord *c);
+
+#endif

@@ -1,0 +1,681 @@
+/* svc_transfer.c — the dipaco.v1.Coordinator tensor transfers: PullFragment (parameters,
+ * zero-copy from the parameter cache) and PushDelta (a lease's deltas, spooled, checked and
+ * recorded durably before the answer). Handlers run on the loop thread; ud is the coord.
+ *
+ * Semantic choices (see also svc_worker.c):
+ *  - PullFragment: requires an active lease of the caller covering the fragment; version =
+ *    the lease's base version unless latest = true or version given; CODEC_FP32 only;
+ *    chunk crc32c on the last chunk is the CRC-32C of the whole fp32 stream.
+ *  - PushDelta: Chunk.version must be the lease's base version; num_floats = fragment length;
+ *    total = 4 · num_floats; offsets contiguous from 0; the last chunk's crc32c must match
+ *    (DATA_LOSS otherwise); NaN/Inf → INVALID_ARGUMENT. With outer.delta_norm_screen = k > 0 a
+ *    delta whose L2 norm exceeds k × the median norm of the fragment's last accepted deltas
+ *    (screen.h) → FAILED_PRECONDITION naming the norm and the bound; it is not stored. The
+ *    answer comes only after every fragment of the stream is fsync'd and recorded.
+ *    Chunk.inner_steps below the lease's (an async worker preempted mid-round) makes the lease
+ *    count as that many steps (the slot's counter advances by them); in sync jobs it is
+ *    ignored. A push on an expired/released lease whose round is still open → ABORTED; whose
+ *    round closed → ack PUSH_LATE. A repeat of an accepted (lease, fragment, crc) →
+ *    PUSH_DUPLICATE; a different delta for the same lease and fragment → ALREADY_EXISTS.
+ *    FragmentAck.version = the round's target version (t + 1).
+ *  - Async (diloco-async, see rounds.c): leases start from the current versions; a delta is
+ *    applied on its own soon after it is durable. FragmentAck.version = the fragment's
+ *    version when the delta was taken in + 1, staleness = that version − base. With
+ *    max_staleness > 0 a delta staler than it is read and dropped (PUSH_STALE; the lease
+ *    ends and the slot's step counter moves on). Heartbeat steps_per_sec feeds the
+ *    coordinator's per-worker speed EWMA (DyLU). */
+#include "coordinator/svc_transfer.h"
+
+#include "common/checksum.h"
+#include "common/errors.h"
+#include "common/log.h"
+#include "coordinator/jobs.h"
+#include "coordinator/leases.h"
+#include "coordinator/loop.h"
+#include "coordinator/pcache.h"
+#include "coordinator/rounds.h"
+#include "coordinator/screen.h"
+#include "coordinator/svc.h"
+#include "coordinator/testhook.h"
+#include "proto/dipaco.pb-c.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- PullFragment ------------------------------------------------------------------------------- */
+
+static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
+  coord *c = ud;
+  int64_t worker;
+  if (svc_authenticate(c, call, &worker, 0) < 0) return;
+  ProtobufCMessage *pm;
+  if (svc_unpack(call, req, &dipaco__v1__pull_fragment_request__descriptor, &pm)) return;
+  Dipaco__V1__PullFragmentRequest *r = (Dipaco__V1__PullFragmentRequest *)pm;
+  svc_touch(c, worker, -1);
+  store_lease l;
+  int64_t base;
+  int frag = (int)(r->fragment_id - 1);
+  if (r->lease_id == 0 || r->lease_id > INT64_MAX || store_get_lease(c->st, (int64_t)r->lease_id, &l) < 0) {
+    rpc_call_finish(call, RPC_NOT_FOUND, "lease_id %llu: no such lease", (unsigned long long)r->lease_id);
+  } else if (l.worker != worker) {
+    rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l.id);
+  } else if (l.state != LEASE_ACTIVE) {
+    rpc_call_finish(call, RPC_ABORTED, "lease %lld is no longer active; ask for a new lease", (long long)l.id);
+  } else if (r->fragment_id == 0 || r->fragment_id > 1u << 30 ||
+             store_lease_base_version(c->st, l.id, frag, &base) < 0) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "fragment_id %llu is not a fragment of lease %lld",
+                    (unsigned long long)r->fragment_id, (long long)l.id);
+  } else if (r->codec != DIPACO__V1__CODEC__CODEC_FP32) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "codec %d: this coordinator serves CODEC_FP32 only", (int)r->codec);
+  } else {
+    store_fragment f;
+    int rc;
+    if (r->latest) rc = store_get_fragment(c->st, l.job, frag, &f);
+    else rc = store_get_version(c->st, l.job, frag, r->version ? (int64_t)r->version : base, &f);
+    if (r->version > INT64_MAX) rc = DPC_ENOENT;
+    pcache_entry *e = NULL;
+    if (rc < 0) {
+      rpc_call_finish(call, RPC_NOT_FOUND, "fragment %llu version %llu is not kept", (unsigned long long)r->fragment_id,
+                      (unsigned long long)(r->version ? r->version : (uint64_t)base));
+    } else if ((rc = pcache_get(c, &f, &e)) < 0) {
+      rpc_call_fail(call, rc);
+    } else if (r->offset > (uint64_t)e->n * 4) {
+      rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)r->offset,
+                      e->n * 4);
+      pcache_unref(e);
+    } else {
+      out_stream *os = calloc(1, sizeof *os);
+      if (!os) {
+        pcache_unref(e);
+        rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+      } else {
+        os->c = c;
+        os->nparts = 1;
+        os->part[0] = (out_part){.data = (const uint8_t *)e->data, .total = (uint64_t)e->n * 4, .crc = e->crc,
+                                 .payload = DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, .fragment_id = r->fragment_id,
+                                 .version = (uint64_t)f.version, .num_floats = e->n};
+        os->next = r->offset;
+        os->lease_id = (uint64_t)l.id;
+        os->chunk = svc_chunk_size(r->max_chunk_bytes);
+        os->ref = pcache_ref;
+        os->unref = pcache_unref;
+        os->ud = e;
+        DPC_DEBUG("lease %lld pulls fragment %d version %lld from byte %llu", (long long)l.id, frag, (long long)f.version,
+                  (unsigned long long)r->offset);
+        svc_stream_start(call, os);
+      }
+    }
+  }
+  protobuf_c_message_free_unpacked(pm, NULL);
+}
+
+/* ---- PushDelta ---------------------------------------------------------------------------------- */
+
+typedef struct push {
+  coord *c;
+  struct rpc_call *call; /* NULL once the call is over */
+  int finished;          /* a status was sent */
+  int busy;              /* a commit is in the thread pool */
+  int64_t worker;
+  int have_lease;
+  store_lease lease;
+  /* the fragment being received */
+  int in_frag, frag, mode; /* mode: 0 write, 1 duplicate check, 2 late, 3 stale (async) */
+  uint32_t dup_crc;
+  int64_t base;
+  uint64_t total, next, tokens, inner_steps, version;
+  uint32_t crc;
+  double ss, norm; /* sum of squares of the fragment's floats so far; its L2 norm at the end */
+  unsigned char carry[4];
+  int ncarry;
+  blob_writer *w;
+  char blob[BLOB_NAME_MAX];
+  unsigned char *buf;
+  size_t cap;
+  uint64_t bytes;
+  Dipaco__V1__FragmentAck *acks;
+  int n_acks, cap_acks;
+  uv_work_t req;
+  int work_rc;
+  uint32_t work_crc;
+  char err[512];
+} push;
+
+static void push_free(push *p) {
+  if (p->w) blob_writer_abort(p->w);
+  free(p->buf);
+  free(p->acks);
+  free(p);
+}
+
+static void push_fail(push *p, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void push_fail(push *p, int code, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (p->w) {
+    blob_writer_abort(p->w);
+    p->w = NULL;
+  }
+  p->in_frag = 0;
+  if (!p->finished && p->call) {
+    p->finished = 1;
+    DPC_WARN("PushDelta from worker %lld rejected: %s", (long long)p->worker, msg);
+    rpc_call_finish(p->call, code, "%s", msg);
+  }
+}
+
+static int push_ack(push *p, int frag, int result, uint64_t version) {
+  if (p->n_acks == p->cap_acks) {
+    int cap = p->cap_acks ? 2 * p->cap_acks : 4;
+    Dipaco__V1__FragmentAck *a = realloc(p->acks, (size_t)cap * sizeof *a);
+    if (!a) return DPC_ENOMEM;
+    p->acks = a;
+    p->cap_acks = cap;
+  }
+  Dipaco__V1__FragmentAck *a = &p->acks[p->n_acks++];
+  dipaco__v1__fragment_ack__init(a);
+  a->fragment_id = (uint64_t)frag + 1;
+  a->result = result;
+  a->version = version;
+  /* Async: the version the fragment is at when the delta was taken in + 1 (the version it
+   * produces unless other deltas are queued before it) and the staleness it had then. */
+  coord_job *j = coord_job_get(p->c, p->lease.job);
+  if (j && j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC) {
+    int64_t st = lease_async_staleness(p->c, j, frag, p->base);
+    if (st >= 0) {
+      a->staleness = (uint64_t)st;
+      a->version = (uint64_t)(p->base + st + 1);
+    }
+  }
+  return 0;
+}
+
+/* The fragment's norm screen window (coordinator/screen.h), loaded from the store on first use
+ * after a start; NULL (logged) when it cannot be had — the screen then lets deltas through
+ * rather than refuse honest work for a local failure. */
+static screen_window *push_screen_window(coord *c, coord_job *j, int frag) {
+  if (frag < 0 || frag >= j->n_fragments) return NULL;
+  if (!j->screen && !(j->screen = calloc((size_t)j->n_fragments, sizeof *j->screen))) return NULL;
+  screen_window *sw = &j->screen[frag];
+  if (!sw->loaded) {
+    double v[SCREEN_WINDOW];
+    int n = 0;
+    if (store_delta_norms(c->st, j->id, frag, SCREEN_WINDOW, v, &n) < 0) {
+      DPC_WARN("job %lld fragment %d: cannot read recent delta norms: %s", (long long)j->id, frag + 1, dpc_errmsg());
+      return NULL;
+    }
+    for (int i = 0; i < n; i++) screen_add(sw, v[i]);
+    sw->loaded = 1;
+  }
+  return sw;
+}
+
+static void push_commit_work(uv_work_t *req) {
+  push *p = req->data;
+  p->work_rc = blob_writer_commit(p->w, &p->work_crc);
+  if (p->work_rc < 0) snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());
+}
+
+static void push_commit_after(uv_work_t *req, int status) {
+  push *p = req->data;
+  coord *c = p->c;
+  p->w = NULL; /* freed by commit */
+  p->busy = 0;
+  p->in_frag = 0;
+  if (status != 0 || p->work_rc < 0) {
+    push_fail(p, RPC_INTERNAL, "could not store the delta durably: %s", status ? "canceled" : p->err);
+  } else {
+    TESTHOOK("push-commit");
+    coord_job *j = coord_job_get(c, p->lease.job);
+    lease_note *n = coord_note(c, p->lease.id, 0);
+    float loss = n ? n->loss : NAN;
+    /* The slot's metric row goes in with the delta: one commit (fsync) per delta, not two. */
+    store_metric m = {.job = p->lease.job, .round = p->lease.round, .path = p->lease.path,
+                      .replica = p->lease.replica, .worker = p->worker, .loss = loss, .tokens = (int64_t)p->tokens,
+                      .bytes_in = (int64_t)p->total, .bytes_out = n ? (int64_t)n->bytes_out : 0,
+                      .created_at = coord_now_ms()};
+    store_new_delta nd = {.lease = p->lease.id, .fragment = p->frag, .checksum = p->work_crc, .blob = p->blob,
+                          .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = coord_now_ms(), .norm = p->norm,
+                          .metric = &m};
+    /* Async: a delta of fewer steps than leased (a preempted worker's partial work) counts
+     * for the steps it covers; sync rounds always take the lease's steps. */
+    if (j && j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC && p->inner_steps > 0) nd.inner_steps = (int)p->inner_steps;
+    int64_t did;
+    int rc = store_record_delta(c->st, &nd, &did);
+    if (rc == 0 || rc == 1) {
+      push_ack(p, p->frag, rc == 0 ? DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED : DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE,
+               (uint64_t)p->lease.round + 1);
+      if (rc == 0) {
+        screen_window *sw = j ? push_screen_window(c, j, p->frag) : NULL;
+        if (sw) screen_add(sw, p->norm);
+        if (j && isfinite(loss) && p->lease.path < j->n_paths) j->path_loss[p->lease.path] = loss;
+        DPC_INFO("delta received: lease %lld job %lld slot (path %d, replica %d) round %lld fragment %d, %llu bytes, "
+                 "crc 0x%08x, loss %.4f", (long long)p->lease.id, (long long)p->lease.job, p->lease.path,
+                 p->lease.replica, (long long)p->lease.round, p->frag + 1, (unsigned long long)p->total, p->work_crc, loss);
+      }
+      if (rc == 0) TESTHOOK("push-ack");
+      lease_maybe_pushed(c, &p->lease);
+      rounds_check(c);
+    } else if (rc == DPC_ESTATE || rc == DPC_ECANCELED) {
+      /* Not recorded, and no row names this spool blob (a recorded delta of the lease
+       * would have made this a duplicate): remove it rather than leave it to the restart
+       * sweep. */
+      blob_delete(c->bs, p->blob);
+      if (rc == DPC_ESTATE) push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_LATE, (uint64_t)p->lease.round + 1);
+      else push_fail(p, RPC_ABORTED, "%s; drop the work and ask for a new lease", dpc_errmsg());
+    } else if (rc == DPC_EEXIST) {
+      push_fail(p, RPC_ALREADY_EXISTS, "%s", dpc_errmsg());
+    } else {
+      push_fail(p, rpc_code_from_dpc(rc), "recording the delta failed: %s", dpc_errmsg());
+    }
+  }
+  if (!p->call) {
+    push_free(p);
+  } else if (!p->finished) {
+    rpc_call_read(p->call);
+  }
+  loop_work_done(c);
+}
+
+static int grow_buf(push *p, size_t n) {
+  if (n <= p->cap) return 0;
+  unsigned char *b = realloc(p->buf, n);
+  if (!b) return DPC_ENOMEM;
+  p->buf = b;
+  p->cap = n;
+  return 0;
+}
+
+/* The first chunk's lease (the caller's, one per stream) and fragment (of the lease, once per
+ * stream): its index, or -1 with the push failed. */
+static int push_lease_fragment(push *p, const struct rpc_chunk *ch) {
+  coord *c = p->c;
+  if (ch->lease_id == 0 || ch->lease_id > INT64_MAX) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "lease_id: required");
+    return -1;
+  }
+  if (p->have_lease && p->lease.id != (int64_t)ch->lease_id) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "lease_id: one PushDelta stream carries one lease (%lld, then %llu)",
+              (long long)p->lease.id, (unsigned long long)ch->lease_id);
+    return -1;
+  }
+  if (store_get_lease(c->st, (int64_t)ch->lease_id, &p->lease) < 0) {
+    push_fail(p, RPC_NOT_FOUND, "lease_id %llu: no such lease", (unsigned long long)ch->lease_id);
+    return -1;
+  }
+  p->have_lease = 1;
+  if (p->lease.worker != p->worker) {
+    push_fail(p, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)p->lease.id);
+    return -1;
+  }
+  coord_job *j = coord_job_get(c, p->lease.job);
+  int frag = (int)(ch->fragment_id - 1);
+  if (!j || ch->fragment_id == 0 || ch->fragment_id > (uint64_t)j->n_fragments ||
+      store_lease_base_version(c->st, p->lease.id, frag, &p->base) < 0) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "fragment_id %llu is not a fragment of lease %lld",
+              (unsigned long long)ch->fragment_id, (long long)p->lease.id);
+    return -1;
+  }
+  for (int i = 0; i < p->n_acks; i++)
+    if (p->acks[i].fragment_id == ch->fragment_id) {
+      push_fail(p, RPC_INVALID_ARGUMENT, "fragment_id %llu appears twice in one stream", (unsigned long long)ch->fragment_id);
+      return -1;
+    }
+  return frag;
+}
+
+/* The first chunk's header against fragment frag of the lease's job j: 0, or -1 with the push
+ * failed. */
+static int push_check_header(push *p, const coord_job *j, int frag, const struct rpc_chunk *ch) {
+  const jobspec_fragment *jf = &j->fragments[frag];
+  if (ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_DELTA) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_DELTA, got %u", ch->payload);
+    return -1;
+  }
+  if (ch->codec != DIPACO__V1__CODEC__CODEC_FP32) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "codec: only CODEC_FP32 deltas are accepted, got %u", ch->codec);
+    return -1;
+  }
+  if (ch->num_floats != jf->len || ch->total != (uint64_t)jf->len * 4) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "num_floats/total: fragment %llu has %zu floats (%zu bytes); got %llu floats, %llu bytes",
+              (unsigned long long)ch->fragment_id, jf->len, jf->len * 4, (unsigned long long)ch->num_floats,
+              (unsigned long long)ch->total);
+    return -1;
+  }
+  if (ch->version != (uint64_t)p->base) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "version: the lease's base version of fragment %llu is %lld, got %llu",
+              (unsigned long long)ch->fragment_id, (long long)p->base, (unsigned long long)ch->version);
+    return -1;
+  }
+  if (ch->inner_steps > (uint64_t)p->lease.inner_steps) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "inner_steps: %llu exceeds the lease's %d", (unsigned long long)ch->inner_steps,
+              p->lease.inner_steps);
+    return -1;
+  }
+  return 0;
+}
+
+/* What to do with the fragment's bytes (p->mode): write them (0, the spool is opened), check a
+ * repeat (1), drop a late delta (2) or a too stale one (3). 0, or -1 with the push failed. */
+static int push_pick_mode(push *p, const coord_job *j, int frag) {
+  coord *c = p->c;
+  const jobspec_fragment *jf = &j->fragments[frag];
+  p->mode = 0;
+  /* Already recorded (a retry)? */
+  if (store_find_delta(c->st, p->lease.id, frag, &p->dup_crc) == 1) p->mode = 1;
+  if (p->mode == 0 && p->lease.state != LEASE_ACTIVE) {
+    store_round r;
+    if (store_get_round(c->st, p->lease.job, frag, p->lease.round, &r) == 0 && r.state == ROUND_CLOSED) {
+      p->mode = 2;
+    } else {
+      push_fail(p, RPC_ABORTED, "lease %lld is no longer active (expired or released); drop the work and ask for a new lease",
+                (long long)p->lease.id);
+      return -1;
+    }
+  }
+  if (p->mode == 0 && p->lease.state == LEASE_ACTIVE) {
+    /* A completed lease's training speed: its steps over the time from the end of its pull
+     * to the start of its push (transfers excluded, so short DyLU leases are not penalised). */
+    lease_note *n = coord_note(c, p->lease.id, 0);
+    double now = coord_mono_s();
+    if (n && n->pull_done_s > 0 && now > n->pull_done_s && p->inner_steps > 0)
+      lease_speed_sample(c, p->worker, (double)p->inner_steps / (now - n->pull_done_s));
+    if (n) n->pull_done_s = 0;
+  }
+  if (p->mode == 0 && j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC && j->spec.max_staleness > 0) {
+    int64_t st = lease_async_staleness(c, j, frag, p->base);
+    if (st > j->spec.max_staleness) p->mode = 3; /* too stale: read the stream, keep nothing */
+  }
+  if (p->mode == 0) {
+    blob_id id = {.job = p->lease.job, .fragment = frag, .version = p->lease.round, .aux = p->lease.id, .kind = BLOB_DELTA};
+    blob_name(&id, p->blob, sizeof p->blob);
+    int rc = blob_writer_open(c->bs, p->blob, BLOB_DELTA, jf->len, &p->w);
+    if (rc < 0) {
+      push_fail(p, rpc_code_from_dpc(rc), "cannot open the delta spool: %s", dpc_errmsg());
+      return -1;
+    }
+  }
+  p->in_frag = 1;
+  return 0;
+}
+
+/* First chunk of a fragment: check the lease and the header, pick the mode, open the blob. */
+static int push_begin(push *p, const struct rpc_chunk *ch) {
+  int frag = push_lease_fragment(p, ch);
+  if (frag < 0) return -1;
+  const coord_job *j = coord_job_get(p->c, p->lease.job);
+  if (push_check_header(p, j, frag, ch) < 0) return -1;
+  p->frag = frag;
+  p->total = ch->total;
+  p->next = 0;
+  p->crc = 0;
+  p->ss = 0;
+  p->norm = NAN;
+  p->ncarry = 0;
+  p->tokens = ch->tokens;
+  p->inner_steps = ch->inner_steps;
+  return push_pick_mode(p, j, frag);
+}
+
+/* Check the floats of data[0..n) (with up to 3 carried bytes) for NaN/Inf, adding their
+ * squares to p->ss. */
+static int check_finite(push *p, const unsigned char *data, size_t n, uint64_t *bad_at) {
+  size_t i = 0;
+  uint64_t base_float = (p->next - (uint64_t)p->ncarry) / 4;
+  if (p->ncarry) {
+    while (p->ncarry < 4 && i < n) p->carry[p->ncarry++] = data[i++];
+    if (p->ncarry < 4) return 0;
+    float f;
+    memcpy(&f, p->carry, 4);
+    if (!isfinite(f)) {
+      *bad_at = base_float;
+      return -1;
+    }
+    p->ss += (double)f * (double)f;
+    p->ncarry = 0;
+    base_float++;
+  }
+  size_t whole = (n - i) / 4;
+  double ss = 0;
+  for (size_t k = 0; k < whole; k++) {
+    float f;
+    memcpy(&f, data + i + 4 * k, 4);
+    if (!isfinite(f)) {
+      *bad_at = base_float + k;
+      return -1;
+    }
+    ss += (double)f * (double)f;
+  }
+  p->ss += ss;
+  i += whole * 4;
+  while (i < n) p->carry[p->ncarry++] = data[i++];
+  return 0;
+}
+
+static void push_on_call(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
+  (void)req;
+  coord *c = ud;
+  int64_t worker;
+  if (svc_authenticate(c, call, &worker, 0) < 0) return;
+  svc_touch(c, worker, -1);
+  push *p = calloc(1, sizeof *p);
+  if (!p) {
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  p->c = c;
+  p->call = call;
+  p->worker = worker;
+  p->req.data = p;
+  rpc_call_set_data(call, p);
+}
+
+/* The client closed its side: answer with every fragment's ack, or refuse an incomplete or
+ * empty stream. */
+static void push_end_of_stream(push *p, struct rpc_call *call) {
+  if (p->in_frag) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "stream ended inside fragment %d at byte %llu of %llu", p->frag + 1,
+              (unsigned long long)p->next, (unsigned long long)p->total);
+    return;
+  }
+  if (p->n_acks == 0) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "empty PushDelta stream: send at least one fragment's chunks");
+    return;
+  }
+  Dipaco__V1__PushDeltaResponse resp = DIPACO__V1__PUSH_DELTA_RESPONSE__INIT;
+  Dipaco__V1__FragmentAck **ap = calloc((size_t)p->n_acks, sizeof *ap);
+  if (!ap) {
+    push_fail(p, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  for (int i = 0; i < p->n_acks; i++) ap[i] = &p->acks[i];
+  resp.n_acks = (size_t)p->n_acks;
+  resp.acks = ap;
+  p->finished = 1;
+  rpc_call_reply(call, &resp.base);
+  free(ap);
+}
+
+/* A chunk's header: the first of a fragment starts it (push_begin), the others must continue
+ * it. 0, or -1 with the push failed. */
+static int push_chunk_header(push *p, const struct rpc_chunk *ch) {
+  if (!p->in_frag) {
+    if (ch->offset != 0) {
+      push_fail(p, RPC_INVALID_ARGUMENT, "offset: a fragment's chunks start at 0, got %llu",
+                (unsigned long long)ch->offset);
+      return -1;
+    }
+    if (push_begin(p, ch) < 0) return -1;
+  } else if (ch->lease_id != (uint64_t)p->lease.id || ch->fragment_id != (uint64_t)p->frag + 1 ||
+             ch->total != p->total) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "lease_id/fragment_id/total changed inside fragment %d's chunks", p->frag + 1);
+    return -1;
+  } else if (ch->offset != p->next) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "offset: expected %llu (contiguous chunks), got %llu", (unsigned long long)p->next,
+              (unsigned long long)ch->offset);
+    return -1;
+  }
+  if (ch->len > MAX_CHUNK_ACCEPT) {
+    push_fail(p, RPC_RESOURCE_EXHAUSTED, "chunk of %llu bytes exceeds %u", (unsigned long long)ch->len,
+              MAX_CHUNK_ACCEPT);
+    return -1;
+  }
+  return 0;
+}
+
+/* A chunk's bytes: finite floats, the running CRC, the spool. 0, or -1 with the push failed. */
+static int push_chunk_data(push *p, const struct grpc_byte_buffer *msg, const struct rpc_chunk *ch) {
+  if (grow_buf(p, ch->len ? ch->len : 1) < 0 || rpc_chunk_copy(msg, ch, p->buf) < 0) {
+    push_fail(p, RPC_RESOURCE_EXHAUSTED, "cannot take a chunk of %llu bytes", (unsigned long long)ch->len);
+    return -1;
+  }
+  uint64_t bad;
+  if (check_finite(p, p->buf, ch->len, &bad) < 0) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "data: delta of fragment %d has a non-finite value (NaN/Inf) at float %llu",
+              p->frag + 1, (unsigned long long)bad);
+    return -1;
+  }
+  p->crc = dpc_crc32c(p->crc, p->buf, ch->len);
+  if (p->w) {
+    int rc = blob_writer_append(p->w, p->buf, ch->len);
+    if (rc < 0) {
+      push_fail(p, rpc_code_from_dpc(rc), "spooling the delta failed: %s", dpc_errmsg());
+      return -1;
+    }
+  }
+  p->next += ch->len;
+  p->c->bytes_in += ch->len;
+  p->bytes += ch->len;
+  return 0;
+}
+
+/* The whole fragment arrived as a repeat of an accepted push (mode 1). */
+static void push_finish_duplicate(push *p) {
+  coord *c = p->c;
+  p->in_frag = 0;
+  if (p->dup_crc != p->crc) {
+    push_fail(p, RPC_ALREADY_EXISTS, "lease %lld already pushed a different delta for fragment %d", (long long)p->lease.id,
+              p->frag + 1);
+    return;
+  }
+  push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE, (uint64_t)p->lease.round + 1);
+  if (lease_maybe_pushed(c, &p->lease)) rounds_check(c);
+}
+
+/* The whole fragment arrived too stale to apply (mode 3, async). */
+static void push_finish_stale(push *p) {
+  coord *c = p->c;
+  p->in_frag = 0;
+  coord_job *j = coord_job_get(c, p->lease.job);
+  DPC_WARN("stale delta dropped: lease %lld fragment %d base version %lld, staleness %lld > max_staleness %d",
+           (long long)p->lease.id, p->frag + 1, (long long)p->base,
+           j ? (long long)lease_async_staleness(c, j, p->frag, p->base) : -1LL, j ? j->spec.max_staleness : 0);
+  if (j) j->async_dropped++;
+  push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_STALE, (uint64_t)p->base);
+  /* The steps were trained (the slot's counter moves on); the delta is not applied. */
+  lease_pushed(c, p->lease.id);
+  rounds_check(c);
+}
+
+/* The delta norm screen (mode 0): 0 = let through, -1 = refused (push failed). */
+static int push_screen(push *p) {
+  coord *c = p->c;
+  p->norm = sqrt(p->ss);
+  coord_job *j = coord_job_get(c, p->lease.job);
+  double k = j ? j->spec.outer.delta_norm_screen : 0, bound;
+  screen_window *sw = k > 0 ? push_screen_window(c, j, p->frag) : NULL;
+  if (!sw || !screen_reject(sw, k, p->norm, &bound)) return 0;
+  /* Never stored, never applied; the lease stays active, so the worker (which releases a
+   * lease whose push was refused) hands the slot back for the same round. */
+  push_fail(p, RPC_FAILED_PRECONDITION,
+            "delta norm screen: fragment %d's delta has L2 norm %.6g, above the bound %.6g (outer.delta_norm_screen "
+            "%g x the median %.6g of the fragment's last %d accepted deltas); refused, not applied",
+            p->frag + 1, p->norm, bound, k, screen_reference(sw), sw->n);
+  return -1;
+}
+
+/* The last chunk of a fragment arrived: check the CRC, then by mode acknowledge a repeat, drop
+ * a stale or late delta, or screen it and queue its durable commit. Returns on_message's
+ * value: 1 while the commit runs (reading pauses), else 0. */
+static int push_finish_fragment(push *p, const struct rpc_chunk *ch) {
+  if (ch->crc32c != p->crc) {
+    push_fail(p, RPC_DATA_LOSS, "crc32c: fragment %d's stream has CRC-32C 0x%08x, the last chunk says 0x%08x; push again",
+              p->frag + 1, p->crc, ch->crc32c);
+    return 0;
+  }
+  if (p->mode == 1) {
+    push_finish_duplicate(p);
+    return 0;
+  }
+  if (p->mode == 3) {
+    push_finish_stale(p);
+    return 0;
+  }
+  if (p->mode == 0 && push_screen(p) < 0) return 0;
+  if (p->mode == 2) {
+    p->in_frag = 0;
+    DPC_INFO("late delta dropped: lease %lld fragment %d round %lld already closed", (long long)p->lease.id, p->frag,
+             (long long)p->lease.round);
+    push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_LATE, (uint64_t)p->lease.round + 1);
+    return 0;
+  }
+  p->busy = 1;
+  if (loop_queue_work(p->c, &p->req, push_commit_work, push_commit_after) < 0) {
+    p->busy = 0;
+    push_fail(p, RPC_INTERNAL, "cannot queue the delta commit");
+    return 0;
+  }
+  return 1; /* paused until the commit is durable */
+}
+
+static int push_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, void *ud) {
+  (void)ud;
+  push *p = rpc_call_data(call);
+  if (!p || p->finished) return 0;
+  if (!msg) {
+    push_end_of_stream(p, call);
+    return 0;
+  }
+  if (p->c->stopping) {
+    push_fail(p, RPC_UNAVAILABLE, "coordinator is shutting down; push again after it is back");
+    return 0;
+  }
+  struct rpc_chunk ch;
+  if (rpc_chunk_parse(msg, &ch) < 0) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "malformed chunk: %s", dpc_errmsg());
+    return 0;
+  }
+  if (push_chunk_header(p, &ch) < 0 || push_chunk_data(p, msg, &ch) < 0) return 0;
+  if (p->next < p->total) {
+    if (p->w) TESTHOOK("push");
+    return 0;
+  }
+  return push_finish_fragment(p, &ch);
+}
+
+static void push_on_done(struct rpc_call *call, int cancelled, void *ud) {
+  (void)ud;
+  push *p = rpc_call_data(call);
+  if (!p) return;
+  if (cancelled && !p->finished) DPC_WARN("PushDelta from worker %lld cancelled by the client", (long long)p->worker);
+  p->call = NULL;
+  rpc_call_set_data(call, NULL);
+  if (!p->busy) push_free(p);
+}
+
+static const struct rpc_method methods[] = {
+    {.path = "/dipaco.v1.Coordinator/PullFragment", .kind = RPC_SERVER_STREAM, .on_call = on_pull,
+     .on_sent = svc_stream_on_sent, .on_done = svc_stream_on_done},
+    {.path = "/dipaco.v1.Coordinator/PushDelta", .kind = RPC_CLIENT_STREAM, .on_call = push_on_call,
+     .on_message = push_on_message, .on_done = push_on_done},
+};
+
+int svc_transfer_methods(coord *c, struct rpc_method *out) {
+  return svc_methods_add(out, methods, (int)(sizeof methods / sizeof methods[0]), c);
+}
