@@ -15,7 +15,7 @@
  *    Cancel: active leases of the job are released at once (heartbeats say STOP).
  *  - ExportPath: version 0 = latest; otherwise every fragment on the path at that version
  *    (NOT_FOUND once garbage-collected). config.json and model.safetensors are those that
- *    common/modeldir.c writes (deterministic: identical params → identical bytes).
+ *    kernels/modeldir.c writes (deterministic: identical params → identical bytes).
  *  - JobSummary.round for diloco-async: deltas applied (smallest fragment version) / slots. */
 #include "coordinator/admin_jobs.h"
 
@@ -482,7 +482,7 @@ static int export_gather(coord *c, struct rpc_call *call, const coord_job *j, co
   return 0;
 }
 
-/* config.json and model.safetensors of theta as common/modeldir.c writes them, read back into
+/* config.json and model.safetensors of theta as kernels/modeldir.c writes them, read back into
  * eb (through a temporary directory under STATE/tmp that is removed again). */
 static int export_files(coord *c, const coord_job *j, const float *theta, export_buf *eb, size_t *n1, size_t *n2) {
   char dir[1200], p1[1300], p2[1300];

@@ -43,7 +43,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-/* Workers retry a dead coordinator with backoff capped at 5 s (worker/worker.c): after a
+/* Workers retry a dead coordinator with backoff capped at 5 s (worker/stop.c): after a
  * restart their leases and liveness get this long, plus one TTL, before anything is taken
  * from them. */
 #define RESTART_GRACE_MS 10000

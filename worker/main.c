@@ -1,5 +1,5 @@
 /* main.c — dipaco-worker: flags (a common/args.h table), logging, credentials, signals; the
- * lease loop is worker/worker.c.
+ * lease loop is worker/worker.c (map in worker.h).
  *
  * Signals: SIGTERM/SIGINT are blocked before gRPC starts any thread (GRPC.md pitfall 7). Some
  * threads exist before main() (OpenBLAS starts its pool in a constructor) and keep them

@@ -2,7 +2,7 @@
  * lease and hand it to lease.c, with retries, re-registration and a clean stop.
  *
  * Protocol assumptions, where proto/dipaco.proto leaves a choice open (to reconcile with
- * coordinator/service.c):
+ * coordinator/svc_worker.c and svc.c):
  *  - Identity: after Register, every call carries dipaco-worker-id / dipaco-session. A
  *    re-registration (UNAUTHENTICATED, or COMMAND_REREGISTER) sends previous_worker_id /
  *    previous_session.
@@ -13,7 +13,7 @@
  *  - Placement: a lease lists every fragment of the path; a path's modules, one per level,
  *    concatenated level 0 first, are the canonical layout. FragmentInfo.offset_floats is read
  *    as relative to its module (the proto's wording) or, when that does not tile the path, as
- *    the offset in the whole canonical layout (coordinator/service.c's reading); the two
+ *    the offset in the whole canonical layout (coordinator/svc.c's reading); the two
  *    readings coincide for plain DiLoCo and cannot both fit otherwise.
  *  - Pull: PullFragment(lease_id, fragment_id, version = the lease's base version,
  *    latest = false, codec fp32); the served version, size and (when non-zero) the lease's

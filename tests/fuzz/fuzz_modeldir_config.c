@@ -1,5 +1,5 @@
 /* fuzz_modeldir_config.c — libFuzzer target: a model directory's config.json
- * (modeldir_read_config, common/modeldir.c). The input is the file; an accepted config must
+ * (modeldir_read_config, kernels/modeldir.c). The input is the file; an accepted config must
  * be a valid GPT config from which the canonical layout builds. */
 #include "util.h"
 

@@ -1,5 +1,5 @@
 /* fuzz_modeldir_load.c — libFuzzer target: importing model weights (modeldir_load,
- * common/modeldir.c, on top of common/safetensors.c). The directory holds a fixed tiny
+ * kernels/modeldir.c, on top of common/safetensors.c). The directory holds a fixed tiny
  * config.json (1 layer, n_embd 4, vocab 8, 4 positions); the input is model.safetensors.
  * An accepted model must give exactly the layout's n_params floats, all finite. */
 #include "util.h"

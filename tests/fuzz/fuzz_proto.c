@@ -3,8 +3,8 @@
  * worker/dipacoctl clients run on each received message — and then the validation that is
  * reachable without a running server: CreateJobRequest.spec_json through jobspec_parse /
  * jobspec_validate (coordinator/jobspec.c). The handlers' other field checks are inline in
- * coordinator/service.c and admin.c and need a live coordinator (store, calls), so they are
- * covered by the daemon tests, not here.
+ * the coordinator's handler files (coordinator/svc_*.c, admin_*.c) and need a live
+ * coordinator (store, calls), so they are covered by the daemon tests, not here.
  * Input byte 0 picks the message type, byte 1 how the bytes are cut into slices, the rest is
  * the message. Oracles: the sliced (gathering) path of rpc_msg_unpack accepts exactly what
  * protobuf-c accepts from one contiguous buffer; an accepted message passes

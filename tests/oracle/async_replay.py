@@ -5,7 +5,7 @@ the async outer rules (DESIGN.md §3) and compares with the coordinator's parame
 The coordinator's ledger is its deltas table (state 'applied', ordered by applied_version:
 lease, slot, base version, version produced, blob). Starting from version 0's parameter blob,
 each applied delta blob g is applied in that order with the job's rule, written here in
-float32 torch ops independently of coordinator/outer.c:
+float32 torch ops independently of kernels/outer.c:
   delayed-nesterov: Δbuf += g; if (t+1) mod N == 0 { m ← β·m + Δbuf/N;
                     θ ← θ − ε·((1 − c·N + c)·β·m + g/N); Δbuf ← 0 } else { θ ← θ − ε·(c·β·m + g/N) }
   nesterov:         torch.optim.SGD(lr=ε, momentum=β, nesterov=True) with p.grad = g

@@ -861,7 +861,7 @@ static void test_place(void) {
   CHECK_EQ_INT(abs[0], 140);
   CHECK_EQ_INT(abs[1], 0);
   CHECK_EQ_INT(abs[2], 100);
-  /* Absolute offsets (coordinator/service.c's reading) give the same placement. */
+  /* Absolute offsets (coordinator/svc.c's reading) give the same placement. */
   uint64_t of2[3] = {140, 0, 100};
   size_t abs2[3] = {0};
   CHECK_EQ_INT(worker_place_fragments(3, lv, mo, of2, ln, 200, abs2), 0);
