@@ -16,8 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-dpc_auth_keys dpc_coord_keys;
-
 int dpc_token_generate(char *out, size_t cap) {
   unsigned char raw[DPC_TOKEN_BYTES];
   if (cap < 2 * DPC_TOKEN_BYTES + 1) return dpc_err(DPC_EINVAL, "token: buffer of %zu bytes is too small", cap);

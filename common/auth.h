@@ -10,7 +10,7 @@
  *
  * dpc_auth_keys holds the hashes a server checks (zeroed = no check configured). It is set
  * once by main() before the server starts and only read afterwards. Thread-safety: all
- * functions are safe from any thread (no shared state besides dpc_coord_keys). */
+ * functions are safe from any thread (no shared state). */
 #ifndef DPC_AUTH_H
 #define DPC_AUTH_H
 
@@ -48,8 +48,5 @@ typedef struct dpc_auth_keys {
   unsigned char join[DPC_TOKEN_HASH];  /* SHA-256 of the join token */
   unsigned char admin[DPC_TOKEN_HASH]; /* SHA-256 of the admin token */
 } dpc_auth_keys;
-
-/* The coordinator's keys (set by its main() before serving; zero = auth off). */
-extern dpc_auth_keys dpc_coord_keys;
 
 #endif

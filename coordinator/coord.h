@@ -27,6 +27,7 @@
 #ifndef DPC_COORD_H
 #define DPC_COORD_H
 
+#include "common/auth.h"
 #include "coordinator/blobs.h"
 #include "coordinator/jobspec.h"
 #include "coordinator/store.h"
@@ -100,6 +101,7 @@ typedef struct coord {
   blob_store *bs;
   struct rpc_server *srv;
   char state_dir[1024];
+  dpc_auth_keys keys; /* token hashes (main.c sets them before serving; zero = auth off) */
   int lease_ttl_ms, heartbeat_ms;
   int64_t started_ms;    /* coord_now_ms() at start */
   int64_t live_floor_ms; /* started_ms + RESTART_GRACE_MS: a worker not heard from since the start

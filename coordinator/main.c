@@ -10,7 +10,7 @@
  *
  * Tokens (common/auth.h): unless given, the join and admin tokens are STATE/join.token and
  * STATE/admin.token, created (0600, 32 random bytes in hex) at the first start and read at
- * every later one. Only their SHA-256 stays in memory (dpc_coord_keys); svc_worker.c checks
+ * every later one. Only their SHA-256 stays in memory (coord.keys); svc_worker.c checks
  * the join token on Register, svc.c the admin token on every Admin call. --insecure-no-auth
  * turns both checks off (session tokens of workers stay). */
 #include "coordinator/admin_fleet.h"
@@ -125,19 +125,19 @@ static int load_token(const char *state_dir, const char *name, const char *given
   return rc;
 }
 
-/* The join and admin tokens' hashes into dpc_coord_keys (or a warning with --insecure-no-auth). */
-static int load_tokens(const opts *o) {
+/* The join and admin tokens' hashes into c->keys (or a warning with --insecure-no-auth). */
+static int load_tokens(coord *c, const opts *o) {
   if (o->no_auth) {
     DPC_WARN("--insecure-no-auth: any client may register workers and call Admin methods");
     return 0;
   }
-  int rc = load_token(o->state_dir, "join.token", o->join_file, dpc_coord_keys.join);
-  if (rc == 0) rc = load_token(o->state_dir, "admin.token", o->admin_file, dpc_coord_keys.admin);
+  int rc = load_token(o->state_dir, "join.token", o->join_file, c->keys.join);
+  if (rc == 0) rc = load_token(o->state_dir, "admin.token", o->admin_file, c->keys.admin);
   if (rc < 0) {
     DPC_ERROR("tokens: %s", dpc_errmsg());
     return rc;
   }
-  dpc_coord_keys.has_join = dpc_coord_keys.has_admin = 1;
+  c->keys.has_join = c->keys.has_admin = 1;
   return 0;
 }
 
@@ -194,7 +194,7 @@ static int take_state(coord *c, const opts *o) {
   }
   int lock_fd = lock_state_dir(o->state_dir);
   if (lock_fd < 0) return -1;
-  if (load_tokens(o) < 0) {
+  if (load_tokens(c, o) < 0) {
     close(lock_fd);
     return -1;
   }

@@ -99,6 +99,14 @@ void svc_touch(coord *c, int64_t worker, double sps) {
   store_touch_worker(c->st, worker, coord_now_ms(), sps);
 }
 
+void *svc_stream_begin(coord *c, struct rpc_call *call, size_t size, int64_t *worker) {
+  if (svc_authenticate(c, call, worker, 0) < 0) return NULL;
+  svc_touch(c, *worker, -1);
+  void *p = calloc(1, size);
+  if (!p) rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+  return p;
+}
+
 uint32_t svc_chunk_size(uint32_t req) {
   if (req == 0) return RPC_CHUNK_DEFAULT;
   if (req < RPC_CHUNK_MIN) return RPC_CHUNK_MIN;
@@ -205,7 +213,7 @@ static int is_worker_session(coord *c, struct rpc_call *call) {
 }
 
 int svc_admin_authorize(coord *c, struct rpc_call *call) {
-  const dpc_auth_keys *k = &dpc_coord_keys;
+  const dpc_auth_keys *k = &c->keys;
   if (!k->has_admin) return 0;
   char v[DPC_TOKEN_MAX + 32];
   const char *tok = rpc_call_md(call, RPC_MD_AUTHORIZATION, v, sizeof v) >= 0 ? dpc_bearer_token(v) : NULL;

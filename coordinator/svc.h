@@ -33,6 +33,11 @@ int svc_unpack(struct rpc_call *call, const struct grpc_byte_buffer *req, const 
                ProtobufCMessage **out);
 /* Any authenticated call counts as a sign of life (sps < 0: no speed sample). */
 void svc_touch(coord *c, int64_t worker, double sps);
+/* The start of a worker's client-streaming call (PushDelta, PushInnerState): authenticate,
+ * touch, and allocate the call's zeroed state of `size` bytes, which the caller owns from then
+ * on (set it with rpc_call_set_data). NULL when the call was finished (not authenticated, or
+ * RESOURCE_EXHAUSTED). */
+void *svc_stream_begin(coord *c, struct rpc_call *call, size_t size, int64_t *worker);
 
 /* The admin token check (svc.c's header describes it): 0 = allowed, -1 = the call was
  * finished. */

@@ -107,13 +107,8 @@ static void ipush_on_call(struct rpc_call *call, const struct grpc_byte_buffer *
   (void)req;
   coord *c = ud;
   int64_t worker;
-  if (svc_authenticate(c, call, &worker, 0) < 0) return;
-  svc_touch(c, worker, -1);
-  ipush *p = calloc(1, sizeof *p);
-  if (!p) {
-    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
+  ipush *p = svc_stream_begin(c, call, sizeof *p, &worker);
+  if (!p) return;
   p->c = c;
   p->call = call;
   p->worker = worker;

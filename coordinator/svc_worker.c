@@ -81,14 +81,14 @@ static int64_t register_resume(coord *c, const Dipaco__V1__RegisterRequest *r, i
 }
 
 /* The join token check of Register: 0 = allowed, -1 = the call was finished. */
-static int register_join_check(struct rpc_call *call) {
-  if (!dpc_coord_keys.has_join) return 0;
+static int register_join_check(const coord *c, struct rpc_call *call) {
+  if (!c->keys.has_join) return 0;
   char v[DPC_TOKEN_MAX + 32];
   const char *jt = rpc_call_md(call, RPC_MD_AUTHORIZATION, v, sizeof v) >= 0 ? dpc_bearer_token(v) : NULL;
   unsigned char h[DPC_TOKEN_HASH];
   if (jt) svc_token_hash(jt, h);
-  if (jt && dpc_ct_equal(h, dpc_coord_keys.join, sizeof h)) return 0;
-  int admin = jt && dpc_coord_keys.has_admin && dpc_ct_equal(h, dpc_coord_keys.admin, sizeof h);
+  if (jt && dpc_ct_equal(h, c->keys.join, sizeof h)) return 0;
+  int admin = jt && c->keys.has_admin && dpc_ct_equal(h, c->keys.admin, sizeof h);
   rpc_call_finish(call, admin ? RPC_PERMISSION_DENIED : RPC_UNAUTHENTICATED,
                   "Register: %s; send \"authorization: Bearer <join token>\" (dipaco-worker --token-file "
                   "STATE/join.token)",
@@ -102,7 +102,7 @@ static void on_register(struct rpc_call *call, const struct grpc_byte_buffer *re
     rpc_call_finish(call, RPC_UNAVAILABLE, "coordinator is shutting down; retry with backoff");
     return;
   }
-  if (register_join_check(call) < 0) return;
+  if (register_join_check(c, call) < 0) return;
   ProtobufCMessage *pm;
   if (svc_unpack(call, req, &dipaco__v1__register_request__descriptor, &pm)) return;
   Dipaco__V1__RegisterRequest *r = (Dipaco__V1__RegisterRequest *)pm;

@@ -43,6 +43,28 @@ MAY_INCLUDE = {
     "coordinator": {"coord-core", "kernels", "common", "proto"},
     "ctl": {"coord-core", "kernels", "common", "proto"},
 }
+# Inside the two daemons, the layers their maps describe (coordinator/coord.h, worker/worker.h):
+# a module may include modules of its own layer or lower ones, never a higher one. A new file
+# in either folder must be given its layer here (the check says so).
+SUBLAYERS = {
+    "coordinator": {
+        "coord": 0,
+        "loop": 1,
+        "jobs": 2, "pcache": 2,
+        "leases": 3, "rounds": 3,
+        "svc": 4, "svc_worker": 4, "svc_transfer": 4, "svc_inner": 4,
+        "admin_upload": 4, "admin_jobs": 4, "admin_fleet": 4, "metrics": 4,
+        "main": 5,
+    },
+    "worker": {
+        "opts": 0, "trainer": 0,
+        "data": 1, "client": 1, "stop": 1,
+        "plan": 2, "slot": 2, "heartbeat": 2,
+        "lease": 3,
+        "worker": 4,
+        "main": 5,
+    },
+}
 SOURCE_DIRS = ["common", "kernels", "worker", "coordinator", "proto"]
 EXTS = (".c", ".h", ".cu", ".cuh")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -116,6 +138,19 @@ def witness(graph, comp, why):
     return "\n".join(lines)
 
 
+def sublayer_problems(room, rel, line, inc):
+    layers = SUBLAYERS[room]
+    a, b = os.path.basename(module_of(rel)), os.path.basename(module_of(inc))
+    for name, path in ((a, rel), (b, inc)):
+        if name not in layers:
+            return [f"{path}: module '{name}' has no layer in tests/arch/layers.py SUBLAYERS['{room}'] "
+                    f"(add it, and to the map in the folder's header)"]
+    if layers[b] > layers[a]:
+        return [f"{rel}:{line}: upward include inside {room}/: '{a}' (layer {layers[a]}) includes "
+                f"\"{inc}\" (layer {layers[b]})"]
+    return []
+
+
 def check_src(root):
     errors = []
     graph, edges = {}, {}
@@ -141,6 +176,8 @@ def check_src(root):
             if target_room != room and target_room not in MAY_INCLUDE[room]:
                 errors.append(f"{rel}:{line}: upward include: room '{room}' includes \"{inc}\" of room "
                               f"'{target_room}' (allowed: {', '.join(sorted(MAY_INCLUDE[room])) or 'nothing'})")
+            elif target_room == room and room in SUBLAYERS:
+                errors.extend(sublayer_problems(room, rel, line, inc))
             a, b = module_of(rel), module_of(inc)
             if a != b:
                 graph.setdefault(a, set()).add(b)
@@ -230,6 +267,13 @@ def self_test():
         if not any("include cycle" in e and "coordinator/x" in e and "coordinator/y" in e for e in errs):
             print("self-test: the include circle x <-> y was not caught:", errs)
             failures += 1
+        write("coordinator/loop.c", '#include "coordinator/rounds.h"\n')
+        write("coordinator/rounds.h", "#pragma once\n")
+        errs, _ = check_src(t)
+        if not any("upward include inside coordinator/" in e and "coordinator/loop.c:1" in e for e in errs):
+            print("self-test: loop.c including rounds.h (a higher layer) was not caught:", errs)
+            failures += 1
+        os.remove(os.path.join(t, "coordinator/loop.c"))
         write("coordinator/ctl/c.c", '#include "coordinator/x.h"\n')
         errs, _ = check_src(t)
         if not any("room 'ctl'" in e for e in errs):
