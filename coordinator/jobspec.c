@@ -342,6 +342,10 @@ static int parse_root(const cJSON *root, jobspec *js) {
   int v;
   JS_TRY(get_enum(root, "", "algorithm", 1, ALGO_NAMES, 3, &v));
   js->algorithm = (jobspec_algorithm)v;
+  if (js->algorithm == JOB_ALGO_DILOCO_ASYNC) { /* the outer defaults differ (parse_outer may override) */
+    js->outer.lr = JOBSPEC_DEFAULT_ASYNC_OUTER_LR;
+    js->outer.momentum = JOBSPEC_DEFAULT_ASYNC_OUTER_MOMENTUM;
+  }
   JS_TRY(get_int(root, "", "replicas", 1, &js->replicas));
   JS_TRY(get_int(root, "", "inner_steps", 1, &js->inner_steps));
   JS_TRY(get_int(root, "", "rounds", 1, &js->rounds));
