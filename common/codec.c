@@ -4,6 +4,7 @@
 #include "common/errors.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const names[DPC_CODEC_COUNT] = {"fp32", "bf16", "int8", "fp8", "e3m0"};
@@ -56,10 +57,16 @@ int dpc_codec_bytes(int codec, uint64_t n, uint32_t block_floats, size_t *bytes)
   return 0;
 }
 
-int dpc_codec_check(int codec, uint64_t num_floats, uint64_t total, uint32_t block_floats, uint64_t want_floats) {
+int dpc_codec_check(int codec, unsigned accept, uint64_t num_floats, uint64_t total, uint32_t block_floats,
+                    uint64_t want_floats) {
   if (codec < 0 || codec >= DPC_CODEC_COUNT) return dpc_err(DPC_EFORMAT, "codec %d is not a dipaco.v1.Codec", codec);
-  if (!dpc_codec_supported(codec))
-    return dpc_err(DPC_EUNSUPPORTED, "codec %s is not supported here (fp32 and bf16 are)", names[codec]);
+  if (!dpc_codec_supported(codec) || !(accept & DPC_CODEC_BIT(codec))) {
+    char list[64] = "";
+    for (int i = 0; i < DPC_CODEC_COUNT; i++)
+      if (dpc_codec_supported(i) && (accept & DPC_CODEC_BIT(i)))
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? ", " : "", names[i]);
+    return dpc_err(DPC_EUNSUPPORTED, "codec %s is not accepted here (accepted: %s)", names[codec], *list ? list : "none");
+  }
   if (num_floats != want_floats)
     return dpc_err(DPC_EFORMAT, "num_floats %llu: expected %llu", (unsigned long long)num_floats,
                    (unsigned long long)want_floats);

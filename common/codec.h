@@ -40,10 +40,15 @@ int dpc_codec_supported(int codec);
  * DPC_ERANGE if the size does not fit in size_t. */
 int dpc_codec_bytes(int codec, uint64_t n, uint32_t block_floats, size_t *bytes);
 
-/* Check a received stream header against what the receiver expects: the codec is one it
- * accepts (supported), num_floats equals want_floats and total equals the encoded size.
- * DPC_EFORMAT / DPC_EUNSUPPORTED with a message naming the field and both values. */
-int dpc_codec_check(int codec, uint64_t num_floats, uint64_t total, uint32_t block_floats, uint64_t want_floats);
+/* The bit of a codec in an `accept` set: DPC_CODEC_BIT(DPC_CODEC_FP32) | ... */
+#define DPC_CODEC_BIT(c) (1u << (c))
+
+/* Check a received stream header against what the receiver expects: the codec is in
+ * `accept` (a set of DPC_CODEC_BIT; codecs this file cannot decode are never accepted),
+ * num_floats equals want_floats and total equals the encoded size. DPC_EFORMAT /
+ * DPC_EUNSUPPORTED with a message naming the field and both values. */
+int dpc_codec_check(int codec, unsigned accept, uint64_t num_floats, uint64_t total, uint32_t block_floats,
+                    uint64_t want_floats);
 
 /* Encode x[n] into out[dpc_codec_bytes(...)] bytes. Non-finite input is refused before
  * anything is written (DPC_ENUMERIC naming the index); bf16 rounding cannot overflow a

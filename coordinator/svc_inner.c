@@ -18,6 +18,7 @@
 #include "coordinator/svc_inner.h"
 
 #include "common/checksum.h"
+#include "common/codec.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "coordinator/jobs.h"
@@ -205,11 +206,9 @@ static int ipush_begin(struct rpc_call *call, ipush *p, const struct rpc_chunk *
     ipush_fail(call, p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_ADAM_M or PAYLOAD_ADAM_V, got %u", ch->payload);
     return -1;
   }
-  if (ch->codec != DIPACO__V1__CODEC__CODEC_FP32 || ch->num_floats != len || ch->total != (uint64_t)len * 4) {
-    ipush_fail(call, p, RPC_INVALID_ARGUMENT,
-               "codec/num_floats/total: fragment %llu takes %zu fp32 floats (%zu bytes); got codec %u, %llu floats, %llu bytes",
-               (unsigned long long)ch->fragment_id, len, len * 4, ch->codec, (unsigned long long)ch->num_floats,
-               (unsigned long long)ch->total);
+  if (dpc_codec_check((int)ch->codec, DPC_CODEC_BIT(DPC_CODEC_FP32), ch->num_floats, ch->total, ch->block_floats,
+                      len) < 0) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "fragment %llu: %s", (unsigned long long)ch->fragment_id, dpc_errmsg());
     return -1;
   }
   if (ch->step > (uint64_t)1 << 40) {

@@ -27,6 +27,7 @@
 #include "coordinator/svc_transfer.h"
 
 #include "common/checksum.h"
+#include "common/codec.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "coordinator/jobs.h"
@@ -338,14 +339,11 @@ static int push_check_header(push *p, const coord_job *j, int frag, const struct
     push_fail(p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_DELTA, got %u", ch->payload);
     return -1;
   }
-  if (ch->codec != DIPACO__V1__CODEC__CODEC_FP32) {
-    push_fail(p, RPC_INVALID_ARGUMENT, "codec: only CODEC_FP32 deltas are accepted, got %u", ch->codec);
-    return -1;
-  }
-  if (ch->num_floats != jf->len || ch->total != (uint64_t)jf->len * 4) {
-    push_fail(p, RPC_INVALID_ARGUMENT, "num_floats/total: fragment %llu has %zu floats (%zu bytes); got %llu floats, %llu bytes",
-              (unsigned long long)ch->fragment_id, jf->len, jf->len * 4, (unsigned long long)ch->num_floats,
-              (unsigned long long)ch->total);
+  /* The delta path decodes fp32 only (the lease's delta_codec); quantized codecs come with
+   * streaming (common/codec.h). */
+  if (dpc_codec_check((int)ch->codec, DPC_CODEC_BIT(DPC_CODEC_FP32), ch->num_floats, ch->total, ch->block_floats,
+                      jf->len) < 0) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "fragment %llu: %s", (unsigned long long)ch->fragment_id, dpc_errmsg());
     return -1;
   }
   if (ch->version != (uint64_t)p->base) {

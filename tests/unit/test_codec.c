@@ -106,14 +106,18 @@ int main(int argc, char **argv) {
   CHECK_EQ_INT(dpc_codec_encode(DPC_CODEC_INT8, x, 8, 4, enc), DPC_EUNSUPPORTED);
 
   /* Header checks name the field. */
-  CHECK_EQ_INT(dpc_codec_check(DPC_CODEC_FP32, 10, 40, 0, 10), 0);
-  CHECK_EQ_INT(dpc_codec_check(DPC_CODEC_FP32, 10, 41, 0, 10), DPC_EFORMAT);
+  const unsigned ALL = ~0u;
+  CHECK_EQ_INT(dpc_codec_check(DPC_CODEC_FP32, ALL, 10, 40, 0, 10), 0);
+  CHECK_EQ_INT(dpc_codec_check(DPC_CODEC_FP32, ALL, 10, 41, 0, 10), DPC_EFORMAT);
   CHECK(strstr(dpc_errmsg(), "total 41") != NULL);
-  CHECK_EQ_INT(dpc_codec_check(DPC_CODEC_FP32, 9, 36, 0, 10), DPC_EFORMAT);
+  CHECK_EQ_INT(dpc_codec_check(DPC_CODEC_FP32, ALL, 9, 36, 0, 10), DPC_EFORMAT);
   CHECK(strstr(dpc_errmsg(), "num_floats 9") != NULL);
-  CHECK_EQ_INT(dpc_codec_check(DPC_CODEC_BF16, 10, 20, 0, 10), 0);
-  CHECK_EQ_INT(dpc_codec_check(DPC_CODEC_E3M0, 10, 13, 4, 10), DPC_EUNSUPPORTED);
-  CHECK_EQ_INT(dpc_codec_check(9, 10, 40, 0, 10), DPC_EFORMAT);
+  CHECK_EQ_INT(dpc_codec_check(DPC_CODEC_BF16, ALL, 10, 20, 0, 10), 0);
+  CHECK_EQ_INT(dpc_codec_check(DPC_CODEC_E3M0, ALL, 10, 13, 4, 10), DPC_EUNSUPPORTED);
+  CHECK_EQ_INT(dpc_codec_check(9, ALL, 10, 40, 0, 10), DPC_EFORMAT);
+  /* A supported codec outside the receiver's set is refused, naming what is accepted. */
+  CHECK_EQ_INT(dpc_codec_check(DPC_CODEC_BF16, DPC_CODEC_BIT(DPC_CODEC_FP32), 10, 20, 0, 10), DPC_EUNSUPPORTED);
+  CHECK(strstr(dpc_errmsg(), "bf16 is not accepted here (accepted: fp32)") != NULL);
 
   /* Names. */
   dpc_codec c;
