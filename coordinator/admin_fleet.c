@@ -90,7 +90,7 @@ static void on_list_workers(struct rpc_call *call, const struct grpc_byte_buffer
   if (rc < 0 || !rows || !wp) {
     rpc_call_fail(call, rc < 0 ? rc : DPC_ENOMEM);
   } else {
-    int64_t now = coord_now_ms();
+    int64_t now = dpc_wall_ms();
     size_t k = 0;
     for (int i = 0; i < nw; i++) {
       fill_worker(c, &ws[i], act, na, now, &rows[k]);
@@ -129,7 +129,7 @@ static void on_drain_worker(struct rpc_call *call, const struct grpc_byte_buffer
   if (r->immediate)
     for (int i = 0; i < na; i++)
       if (act[i].worker == w.id) {
-        store_end_lease(c->st, act[i].id, LEASE_RELEASED, 0, 0, coord_now_ms());
+        store_end_lease(c->st, act[i].id, LEASE_RELEASED, 0, 0, dpc_wall_ms());
         coord_note_drop(c, act[i].id);
       }
   DPC_INFO("worker %lld (%s) draining%s", (long long)w.id, w.name, r->immediate ? " now (lease released)" : "");
@@ -137,7 +137,7 @@ static void on_drain_worker(struct rpc_call *call, const struct grpc_byte_buffer
   store_list_active_leases(c->st, 0, &act, &na);
   store_get_worker(c->st, w.id, &w);
   worker_row row;
-  fill_worker(c, &w, act, na, coord_now_ms(), &row);
+  fill_worker(c, &w, act, na, dpc_wall_ms(), &row);
   rpc_call_reply(call, &row.wi.base);
   free(act);
   protobuf_c_message_free_unpacked(pm, NULL);

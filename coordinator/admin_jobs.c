@@ -240,7 +240,7 @@ static void create_commit(coord *c, create_work *w) {
   struct rpc_call *call = w->call;
   const Dipaco__V1__CreateJobRequest *r = (const Dipaco__V1__CreateJobRequest *)w->pm;
   store_new_job nj = {.id = w->id, .spec = &w->js, .spec_json = w->json, .modules = w->mods, .n_modules = w->nm,
-                      .fragments = w->frags, .n_fragments = w->nf, .init = w->init, .now_ms = coord_now_ms()};
+                      .fragments = w->frags, .n_fragments = w->nf, .init = w->init, .now_ms = dpc_wall_ms()};
   int rc = store_create_job(c->st, &nj);
   if (rc < 0) {
     DPC_WARN("job \"%s\" not created: %s", w->js.name, dpc_errmsg());
@@ -414,7 +414,7 @@ static void job_op(coord *c, struct rpc_call *call, const struct grpc_byte_buffe
       int nl;
       if (rc == 0 && store_list_active_leases(c->st, j->id, &ls, &nl) == 0) {
         for (int i = 0; i < nl; i++) {
-          store_end_lease(c->st, ls[i].id, LEASE_RELEASED, 0, 0, coord_now_ms());
+          store_end_lease(c->st, ls[i].id, LEASE_RELEASED, 0, 0, dpc_wall_ms());
           coord_note_drop(c, ls[i].id);
         }
         free(ls);

@@ -57,7 +57,7 @@ typedef struct coord_job {
   jobspec_fragment *fragments; /* [n_fragments] */
   int *outer_busy;             /* [n_fragments]: an outer step is in flight */
   int64_t *outer_retry_at;     /* [n_fragments]: after a failed outer step (e.g. a full disk), no new
-                                  try before this time (coord_now_ms) */
+                                  try before this time (dpc_wall_ms) */
   int *expected;               /* [n_fragments]: deltas per round (slots through the module) */
   float *path_loss;            /* [n_paths]: latest loss reported on the path (NaN unknown) */
   float last_loss;             /* mean loss of the last closed round */
@@ -103,7 +103,7 @@ typedef struct coord {
   char state_dir[1024];
   dpc_auth_keys keys; /* token hashes (main.c sets them before serving; zero = auth off) */
   int lease_ttl_ms, heartbeat_ms;
-  int64_t started_ms;    /* coord_now_ms() at start */
+  int64_t started_ms;    /* dpc_wall_ms() at start */
   int64_t live_floor_ms; /* started_ms + RESTART_GRACE_MS: a worker not heard from since the start
                             counts as seen then (it could not call a dead process) */
   int stopping;     /* SIGTERM/SIGINT seen: refuse new work, shut down when idle */

@@ -112,7 +112,7 @@ void coord_jobs_free(coord *c) {
 }
 
 int coord_job_set_state(coord *c, coord_job *j, store_job_state s, const char *why) {
-  int rc = store_set_job_state(c->st, j->id, s, why, coord_now_ms());
+  int rc = store_set_job_state(c->st, j->id, s, why, dpc_wall_ms());
   if (rc < 0) return rc;
   DPC_INFO("job %lld: %s -> %s%s%s", (long long)j->id, store_job_state_name(j->state), store_job_state_name(s),
            why ? ": " : "", why ? why : "");

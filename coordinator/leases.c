@@ -53,7 +53,7 @@ static int grant(coord *c, coord_job *j, const store_slot *s, int64_t worker, co
       frag_ids[nf] = f;
       bases[nf++] = frags[f].version;
     }
-  int64_t now = coord_now_ms();
+  int64_t now = dpc_wall_ms();
   int64_t deadline = j->spec.round_timeout_s > 0 ? now + (int64_t)(j->spec.round_timeout_s * 1000.0) : 0;
   for (int i = 0; i < nf && !async; i++) {
     int rc = store_open_round(c->st, j->id, frag_ids[i], s->round, now, deadline);
@@ -222,7 +222,7 @@ int lease_assign(coord *c, int64_t worker, int64_t job_filter, store_lease *leas
     free(act);
     return rc < 0 ? rc : SCHED_NO_WORK;
   }
-  int64_t now = coord_now_ms();
+  int64_t now = dpc_wall_ms();
   int any_work = 0;
   for (int ji = 0; ji < c->n_jobs; ji++) {
     coord_job *j = c->jobs[ji];
@@ -240,7 +240,7 @@ int lease_assign(coord *c, int64_t worker, int64_t job_filter, store_lease *leas
 void lease_pushed(coord *c, int64_t lease_id) {
   store_lease l;
   if (store_get_lease(c->st, lease_id, &l) < 0 || l.state != LEASE_ACTIVE) return;
-  int64_t now = coord_now_ms();
+  int64_t now = dpc_wall_ms();
   int rc = store_end_lease(c->st, lease_id, LEASE_FINISHED, 1, l.inner_steps, now);
   if (rc < 0) DPC_ERROR("lease %lld: cannot finish: %s", (long long)lease_id, dpc_errmsg());
   coord_note_drop(c, lease_id);
@@ -292,7 +292,7 @@ static void mark_gone_workers(coord *c, int64_t now) {
 
 void lease_expire(coord *c) {
   if (c->stopping) return;
-  int64_t now = coord_now_ms();
+  int64_t now = dpc_wall_ms();
   int64_t *ids = NULL;
   int n = 0;
   store_lease *act;
@@ -355,7 +355,7 @@ int lease_unpark_call(coord *c, void *call) {
 }
 
 void lease_retry_parked(coord *c, int flush) {
-  int64_t now = coord_now_ms();
+  int64_t now = dpc_wall_ms();
   for (int i = 0; i < c->n_parked;) {
     lease_wait pk = c->parked[i];
     store_lease l;

@@ -38,7 +38,7 @@ int64_t lease_async_staleness(coord *c, const coord_job *j, int fragment, int64_
  * active leases among act[0..na). */
 int64_t lease_async_budget_left(const coord_job *j, const store_slot *slots, int ns, const store_lease *act, int na);
 
-/* Park a Lease call of `worker` (job filter `job`) until `deadline` (coord_now_ms); 0 or
+/* Park a Lease call of `worker` (job filter `job`) until `deadline` (dpc_wall_ms); 0 or
  * DPC_ENOMEM (then answer it now). */
 int lease_park(coord *c, void *call, int64_t worker, int64_t job, int64_t deadline);
 /* The call ended on its own: forget it (1 if it was parked). */

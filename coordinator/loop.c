@@ -15,18 +15,6 @@
 
 #define SHUTDOWN_GRACE_MS 3000
 
-int64_t coord_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-double coord_mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void close_handle(uv_handle_t *h) {
   if (h->loop && !uv_is_closing(h)) uv_close(h, NULL);
 }

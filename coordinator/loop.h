@@ -9,10 +9,9 @@
 #ifndef DPC_COORD_LOOP_H
 #define DPC_COORD_LOOP_H
 
+#include "common/clock.h"
 #include "coordinator/coord.h"
 
-int64_t coord_now_ms(void); /* CLOCK_REALTIME milliseconds */
-double coord_mono_s(void);  /* CLOCK_MONOTONIC seconds */
 
 /* Block SIGTERM/SIGINT in the calling thread (call before the gRPC server starts: its threads
  * inherit the mask, so signals reach only the loop thread) and ignore SIGPIPE. */

@@ -250,7 +250,7 @@ static int serve(coord *c, const opts *o) {
  * to reconnect (they could not heartbeat while this process was down). */
 static void recover(coord *c) {
   lease_recover(c);
-  c->started_ms = coord_now_ms();
+  c->started_ms = dpc_wall_ms();
   c->live_floor_ms = c->started_ms + RESTART_GRACE_MS;
   int graced = store_lease_grace(c->st, c->live_floor_ms + c->lease_ttl_ms);
   if (graced > 0)

@@ -88,7 +88,7 @@ static void fmt_counters(coord *c, sbuf *b) {
 static void fmt_fleet(coord *c, sbuf *b) {
   store_worker *ws;
   int nw;
-  int64_t now = coord_now_ms();
+  int64_t now = dpc_wall_ms();
   if (store_list_workers(c->st, &ws, &nw) == 0) {
     int cnt[3] = {0, 0, 0};
     for (int i = 0; i < nw; i++) {

@@ -69,7 +69,7 @@ static void outer_work_free(outer_work *w) {
 
 static void outer_run(uv_work_t *req) {
   outer_work *w = req->data;
-  double t0 = coord_mono_s();
+  double t0 = dpc_mono_s();
   float *u = NULL, *avg = NULL, **deltas = NULL;
   int rc = 0;
   w->theta = malloc(w->len * sizeof(float));
@@ -106,7 +106,7 @@ out:
   free(deltas);
   free(u);
   free(avg);
-  w->seconds = coord_mono_s() - t0;
+  w->seconds = dpc_mono_s() - t0;
 }
 
 /* Blob files of collected rows are deleted on the threadpool: unlinking large files (and the
@@ -177,7 +177,7 @@ static void skip_missing_slots(coord *c, coord_job *j, int fragment, int64_t rou
       if (act[i].round == round && coord_job_path_has_fragment(j, act[i].path, fragment)) {
         DPC_WARN("lease %lld revoked: round %lld of job %lld closed at its deadline without it", (long long)act[i].id,
                  (long long)round, (long long)j->id);
-        store_end_lease(c->st, act[i].id, LEASE_RELEASED, 1, act[i].inner_steps, coord_now_ms());
+        store_end_lease(c->st, act[i].id, LEASE_RELEASED, 1, act[i].inner_steps, dpc_wall_ms());
         coord_note_drop(c, act[i].id);
       }
     free(act);
@@ -226,7 +226,7 @@ static double record_round_loss(coord *c, coord_job *j, const outer_work *w) {
   }
   double mean = cnt ? sum / cnt : NAN;
   store_metric m = {.job = w->job, .round = w->round, .path = -1, .replica = -1, .loss = mean,
-                    .outer_seconds = w->seconds, .created_at = coord_now_ms()};
+                    .outer_seconds = w->seconds, .created_at = dpc_wall_ms()};
   store_add_metric(c->st, &m);
   if (j && cnt) j->last_loss = (float)mean;
   return mean;
@@ -241,19 +241,19 @@ static void outer_after(uv_work_t *req, int status) {
     DPC_ERROR("job %lld fragment %d round %lld: outer step failed: %s; trying again in %d ms", (long long)w->job,
               w->fragment, (long long)w->round, status ? "canceled" : w->err, OUTER_RETRY_MS);
     if (j && w->rc == DPC_ENUMERIC) coord_job_set_state(c, j, JOB_FAILED, w->err);
-    if (j) j->outer_retry_at[w->fragment] = coord_now_ms() + OUTER_RETRY_MS;
+    if (j) j->outer_retry_at[w->fragment] = dpc_wall_ms() + OUTER_RETRY_MS;
     goto done;
   }
   store_outer_commit oc = {.job = w->job, .fragment = w->fragment, .round = w->round, .new_version = w->new_version,
                            .param_blob = w->new_param, .param_crc = w->param_crc, .momentum_blob = w->new_momentum,
                            .momentum_crc = w->momentum_crc, .applied = w->delta_ids, .n_applied = w->n,
-                           .close_round = 1, .now_ms = coord_now_ms()};
+                           .close_round = 1, .now_ms = dpc_wall_ms()};
   TESTHOOK("outer");
   int rc = store_commit_outer(c->st, &oc);
   if (rc < 0) {
     DPC_ERROR("job %lld fragment %d round %lld: cannot commit the outer step: %s; trying again in %d ms",
               (long long)w->job, w->fragment, (long long)w->round, dpc_errmsg(), OUTER_RETRY_MS);
-    if (j) j->outer_retry_at[w->fragment] = coord_now_ms() + OUTER_RETRY_MS;
+    if (j) j->outer_retry_at[w->fragment] = dpc_wall_ms() + OUTER_RETRY_MS;
     goto done;
   }
   c->rounds_total++;
@@ -400,7 +400,7 @@ typedef struct {
 
 static void async_run(uv_work_t *req) {
   async_work *w = req->data;
-  double t0 = coord_mono_s();
+  double t0 = dpc_mono_s();
   float *g = NULL, *m = NULL, *buf = NULL;
   int rc = 0;
   w->theta = malloc(w->len * sizeof(float));
@@ -443,7 +443,7 @@ out:
   free(g);
   free(m);
   free(buf);
-  w->seconds = coord_mono_s() - t0;
+  w->seconds = dpc_mono_s() - t0;
 }
 
 /* The counters of an applied delta (/metrics and the job's loss). */
@@ -481,7 +481,7 @@ static void async_after(uv_work_t *req, int status) {
               (long long)w->d.id, status ? "canceled" : w->err);
     if (j && (w->rc == DPC_ENUMERIC || w->rc == DPC_ESHAPE || w->rc == DPC_ECHECKSUM))
       coord_job_set_state(c, j, JOB_FAILED, w->err);
-    if (j) j->outer_retry_at[w->fragment] = coord_now_ms() + OUTER_RETRY_MS;
+    if (j) j->outer_retry_at[w->fragment] = dpc_wall_ms() + OUTER_RETRY_MS;
     goto done;
   }
   int dn = w->rule == OUTER_ASYNC_DN, mom = w->rule != OUTER_ASYNC_SGD;
@@ -489,12 +489,12 @@ static void async_after(uv_work_t *req, int status) {
                            .param_blob = w->new_param, .param_crc = w->param_crc,
                            .momentum_blob = mom ? w->new_momentum : NULL, .momentum_crc = w->momentum_crc,
                            .dnbuf_blob = dn ? w->new_dnbuf : NULL, .dnbuf_crc = w->dnbuf_crc, .dn_t = w->dn_t,
-                           .applied = &w->d.id, .n_applied = 1, .close_round = 0, .now_ms = coord_now_ms()};
+                           .applied = &w->d.id, .n_applied = 1, .close_round = 0, .now_ms = dpc_wall_ms()};
   int rc = store_commit_outer(c->st, &oc);
   if (rc < 0) {
     DPC_ERROR("job %lld fragment %d: cannot commit delta %lld: %s", (long long)w->job, w->fragment + 1,
               (long long)w->d.id, dpc_errmsg());
-    if (j) j->outer_retry_at[w->fragment] = coord_now_ms() + OUTER_RETRY_MS;
+    if (j) j->outer_retry_at[w->fragment] = dpc_wall_ms() + OUTER_RETRY_MS;
     goto done;
   }
   async_account(c, j, w);
@@ -515,7 +515,7 @@ done:
 
 /* Start applying the oldest pending delta of (j, f), dropping too-stale ones first. */
 static void async_check_fragment(coord *c, coord_job *j, int f) {
-  if (j->outer_busy[f] || coord_now_ms() < j->outer_retry_at[f]) return;
+  if (j->outer_busy[f] || dpc_wall_ms() < j->outer_retry_at[f]) return;
   store_fragment fr;
   store_delta d;
   for (;;) {
@@ -601,7 +601,7 @@ void rounds_check(coord *c) {
     lease_retry_parked(c, 1);
     return;
   }
-  int64_t now = coord_now_ms();
+  int64_t now = dpc_wall_ms();
   for (int ji = 0; ji < c->n_jobs; ji++) {
     coord_job *j = c->jobs[ji];
     if (j->state != JOB_RUNNING && j->state != JOB_PAUSED) continue;

@@ -96,7 +96,7 @@ void svc_touch(coord *c, int64_t worker, double sps) {
     store_set_worker_state(c->st, worker, WORKER_ACTIVE);
     DPC_INFO("worker %lld (%s) is back", (long long)worker, w.name);
   }
-  store_touch_worker(c->st, worker, coord_now_ms(), sps);
+  store_touch_worker(c->st, worker, dpc_wall_ms(), sps);
 }
 
 void *svc_stream_begin(coord *c, struct rpc_call *call, size_t size, int64_t *worker) {
@@ -164,7 +164,7 @@ static void stream_send_next(struct rpc_call *call, out_stream *os) {
   if (os->lease_id) {
     lease_note *n = coord_note(os->c, (int64_t)os->lease_id, 1);
     if (n) n->bytes_out += len;
-    if (n && last) n->pull_done_s = coord_mono_s();
+    if (n && last) n->pull_done_s = dpc_mono_s();
   }
   if (last) {
     os->cur++;

@@ -240,9 +240,9 @@ static void push_commit_after(uv_work_t *req, int status) {
     store_metric m = {.job = p->lease.job, .round = p->lease.round, .path = p->lease.path,
                       .replica = p->lease.replica, .worker = p->worker, .loss = loss, .tokens = (int64_t)p->tokens,
                       .bytes_in = (int64_t)p->total, .bytes_out = n ? (int64_t)n->bytes_out : 0,
-                      .created_at = coord_now_ms()};
+                      .created_at = dpc_wall_ms()};
     store_new_delta nd = {.lease = p->lease.id, .fragment = p->frag, .checksum = p->work_crc, .blob = p->blob,
-                          .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = coord_now_ms(), .norm = p->norm,
+                          .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = dpc_wall_ms(), .norm = p->norm,
                           .metric = &m};
     /* Async: a delta of fewer steps than leased (a preempted worker's partial work) counts
      * for the steps it covers; sync rounds always take the lease's steps. */
@@ -381,7 +381,7 @@ static int push_pick_mode(push *p, const coord_job *j, int frag) {
     /* A completed lease's training speed: its steps over the time from the end of its pull
      * to the start of its push (transfers excluded, so short DyLU leases are not penalised). */
     lease_note *n = coord_note(c, p->lease.id, 0);
-    double now = coord_mono_s();
+    double now = dpc_mono_s();
     if (n && n->pull_done_s > 0 && now > n->pull_done_s && p->inner_steps > 0)
       lease_speed_sample(c, p->worker, (double)p->inner_steps / (now - n->pull_done_s));
     if (n) n->pull_done_s = 0;

@@ -120,7 +120,7 @@ static void on_register(struct rpc_call *call, const struct grpc_byte_buffer *re
   snprintf(info, sizeof info, "%s\t%s\t%s", r->backend, r->device, r->labels);
   char tok[2 * 32 + 1];
   int64_t id = 0;
-  int64_t now = coord_now_ms();
+  int64_t now = dpc_wall_ms();
   if (r->previous_worker_id && r->previous_worker_id <= INT64_MAX && r->previous_session[0])
     id = register_resume(c, r, now, tok, sizeof tok);
   if (!id) {
@@ -193,11 +193,11 @@ static void on_heartbeat(struct rpc_call *call, const struct grpc_byte_buffer *r
     coord_job *j = coord_job_get(c, l.job);
     if (l.state == LEASE_ACTIVE) {
       if (j && (j->state == JOB_CANCELED || j->state == JOB_FAILED)) {
-        store_end_lease(c->st, l.id, LEASE_RELEASED, 0, 0, coord_now_ms());
+        store_end_lease(c->st, l.id, LEASE_RELEASED, 0, 0, dpc_wall_ms());
         coord_note_drop(c, l.id);
         resp.command = DIPACO__V1__COMMAND__COMMAND_STOP;
       } else {
-        int64_t exp = coord_now_ms() + c->lease_ttl_ms;
+        int64_t exp = dpc_wall_ms() + c->lease_ttl_ms;
         store_renew_lease(c->st, l.id, worker, exp);
         resp.lease_expires_unix_ms = exp;
         lease_note *n = coord_note(c, l.id, 1);
@@ -404,7 +404,7 @@ static int lease_try_park(coord *c, struct rpc_call *call, int64_t worker, const
   int64_t wait = r->max_wait_ms > 30000 ? 30000 : r->max_wait_ms;
   int64_t dl = rpc_call_deadline_ms(call);
   if (dl < INT64_MAX && wait > dl - 100) wait = dl - 100;
-  if (wait <= 0 || lease_park(c, call, worker, (int64_t)r->job_id, coord_now_ms() + wait) < 0) return 0;
+  if (wait <= 0 || lease_park(c, call, worker, (int64_t)r->job_id, dpc_wall_ms() + wait) < 0) return 0;
   rpc_call_set_data(call, c); /* non-NULL: parked */
   return 1;
 }
@@ -451,7 +451,7 @@ static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req
        * coordinator restart): the lease is done, the slot moves on; the Release is a no-op. */
       rounds_check(c);
     } else if (l.state == LEASE_ACTIVE) {
-      int rc = store_end_lease(c->st, l.id, LEASE_RELEASED, 0, 0, coord_now_ms());
+      int rc = store_end_lease(c->st, l.id, LEASE_RELEASED, 0, 0, dpc_wall_ms());
       if (rc < 0) {
         rpc_call_fail(call, rc);
         protobuf_c_message_free_unpacked(pm, NULL);

@@ -58,7 +58,7 @@ static void handle_failure(heartbeat *hb, int rc, int code, int64_t last_ok) {
   } else if (cl == WC_LEASE_GONE || cl == WC_FATAL) {
     DPC_WARN("lease %" PRIu64 ": heartbeat refused (%s): dropping the lease", hb->lease_id, dpc_errmsg());
     atomic_store(&hb->abort, AB_LOST);
-  } else if (worker_now_ms() - last_ok > (int64_t)ttl && atomic_load(&hb->abort) == AB_NONE) {
+  } else if (dpc_mono_ms() - last_ok > (int64_t)ttl && atomic_load(&hb->abort) == AB_NONE) {
     DPC_WARN("lease %" PRIu64 ": no heartbeat got through for %u ms (%s): the lease has expired", hb->lease_id, ttl,
              dpc_errmsg());
     atomic_store(&hb->abort, AB_LOST);
@@ -69,7 +69,7 @@ static void handle_failure(heartbeat *hb, int rc, int code, int64_t last_ok) {
 
 static void *hb_main(void *arg) {
   heartbeat *hb = arg;
-  int64_t last_ok = worker_now_ms();
+  int64_t last_ok = dpc_mono_ms();
   pthread_mutex_lock(&hb->mu);
   for (;;) {
     struct timespec ts;
@@ -87,7 +87,7 @@ static void *hb_main(void *arg) {
     Dipaco__V1__HeartbeatResponse *r = NULL;
     int code, rc = wc_heartbeat(hb->wc, &req, &r, &code);
     if (rc == 0) {
-      last_ok = worker_now_ms();
+      last_ok = dpc_mono_ms();
       if (interval_ok(r->heartbeat_interval_ms)) atomic_store(&hb->interval_ms, r->heartbeat_interval_ms);
       handle_command(hb, r->command);
       protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -139,18 +139,18 @@ void hb_set_tokens(heartbeat *hb, uint64_t tokens) {
   pthread_mutex_unlock(&hb->mu);
 }
 
-void hb_mark(heartbeat *hb) { hb->mark_ns = worker_now_ns(); }
+void hb_mark(heartbeat *hb) { hb->mark_ns = dpc_mono_ns(); }
 
 int hb_on_step(void *ctx, long step, int h, float loss, float lr) {
   (void)lr;
   heartbeat *hb = ctx;
   if (hb->slowdown > 1.0) {
     /* The step took (now − mark); make it take slowdown times as long. */
-    int64_t extra = (int64_t)((hb->slowdown - 1.0) * (double)(worker_now_ns() - hb->mark_ns));
+    int64_t extra = (int64_t)((hb->slowdown - 1.0) * (double)(dpc_mono_ns() - hb->mark_ns));
     if (extra > 0) worker_sleep_ns(extra);
-    hb->mark_ns = worker_now_ns();
+    hb->mark_ns = dpc_mono_ns();
   }
-  int64_t t = worker_now_ms();
+  int64_t t = dpc_mono_ms();
   pthread_mutex_lock(&hb->mu);
   if (hb->last_step_ms && t > hb->last_step_ms) {
     float rate = 1000.0f / (float)(t - hb->last_step_ms);

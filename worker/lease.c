@@ -138,7 +138,7 @@ static void lease_refuse(lease_work *x, int rc) {
 /* Every fragment at its base version into theta. */
 static int lease_pull(lease_work *x) {
   const Dipaco__V1__Lease *L = x->L;
-  int64_t t0 = worker_now_ms();
+  int64_t t0 = dpc_mono_ms();
   int rc = 0;
   for (size_t i = 0; i < L->n_fragments && !rc; i++) {
     x->frag = i;
@@ -148,7 +148,7 @@ static int lease_pull(lease_work *x) {
     if (interrupted(x)) break;
   }
   if (!rc && !interrupted(x)) {
-    int64_t ms = worker_now_ms() - t0;
+    int64_t ms = dpc_mono_ms() - t0;
     DPC_INFO("lease %" PRIu64 " pulled %zu bytes in %" PRId64 " ms (%.1f MB/s)", L->lease_id, x->bytes, ms,
              ms > 0 ? (double)x->bytes / 1000.0 / (double)ms : 0.0);
   }
@@ -208,7 +208,7 @@ static int lease_push(lease_work *x) {
   x->res = malloc(nf * sizeof *x->res);
   int rc = x->dp && x->res ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
   for (size_t i = 0; i < nf && !rc; i++) x->dp[i] = r->slots.delta + x->p.abs_off[i];
-  int64_t t0 = worker_now_ms();
+  int64_t t0 = dpc_mono_ms();
   if (!rc && L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT) {
     /* Inner state first, then the delta: once the delta is durable (the slot's round is
      * done) the state the next lease of the slot resumes from is durable too. */
@@ -220,7 +220,7 @@ static int lease_push(lease_work *x) {
     rc = xfer_retry(x, push_deltas, 1);
   }
   if (!rc) {
-    log_acks(x, worker_now_ms() - t0);
+    log_acks(x, dpc_mono_ms() - t0);
     r->local_failures = 0;
     release(r, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_DONE, L->first_step + (uint64_t)x->st.steps_done, "");
     x->snap = NULL; /* the trainer's moments are now the slot's */

@@ -84,7 +84,7 @@ slot_state *slot_get(slot_cache *c, uint64_t job, uint32_t path, uint32_t replic
     s->path = path;
     s->replica = replica;
   }
-  s->last_used = worker_now_ms();
+  s->last_used = dpc_mono_ms();
   return s;
 }
 

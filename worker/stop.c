@@ -16,18 +16,6 @@ struct worker_ctl {
   atomic_int stop;
 };
 
-int64_t worker_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t worker_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 int worker_ctl_create(worker_ctl **out) {
   worker_ctl *c = calloc(1, sizeof *c);
   if (!c) return dpc_err(DPC_ENOMEM, "worker: out of memory");

@@ -9,6 +9,8 @@
 #ifndef DPC_WORKER_STOP_H
 #define DPC_WORKER_STOP_H
 
+#include "common/clock.h"
+
 #include <stdint.h>
 #include <time.h>
 
@@ -24,10 +26,6 @@ int worker_stopping(worker_ctl *c);
 
 /* worker_stopping(ud) with a void * argument: the stop poll of wc_lease. */
 int worker_stop_requested(void *ud);
-
-/* CLOCK_MONOTONIC in milliseconds and nanoseconds. */
-int64_t worker_now_ms(void);
-int64_t worker_now_ns(void);
 
 /* *ts = CLOCK_MONOTONIC now + ms, for pthread_cond_timedwait on a CLOCK_MONOTONIC condvar. */
 void worker_deadline(struct timespec *ts, int64_t ms);

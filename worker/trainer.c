@@ -1,6 +1,7 @@
 /* trainer.c — the worker's inner loop: H AdamW steps from the round's global parameters,
  * producing the outer gradient. See trainer.h for the contract. */
 #include "worker/trainer.h"
+#include "common/clock.h"
 #include "common/errors.h"
 
 #include <math.h>
@@ -15,12 +16,6 @@ struct trainer {
   int *inputs, *targets; /* (B, T) */
   long adam_step;        /* AdamW steps taken with the current moments */
 };
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int trainer_open(trainer **out, const gpt_config *cfg, const gpt_backend_opts *bo, const char *const *shards,
                  int n, const trainer_opts *opts) {
@@ -70,7 +65,7 @@ int trainer_round(trainer *t, const float *theta, long first_step, int steps, fl
   memset(st, 0, sizeof *st);
   int rc = gpt_set_params(t->model, theta, 0, n);
   if (rc) return rc;
-  double t0 = now_s(), sum = 0;
+  double t0 = dpc_mono_s(), sum = 0;
   for (int h = 0; h < steps; h++) {
     long s = first_step + h;
     float loss = 0, lr = gpt_lr_at(t->o.lr, t->o.warmup, (int)t->o.total_steps, t->o.lr_min_frac, s);
@@ -89,7 +84,7 @@ int trainer_round(trainer *t, const float *theta, long first_step, int steps, fl
     if (cb && cb(cb_ctx, s, h, loss, lr)) break;
   }
   st->mean_loss = st->steps_done ? (float)(sum / st->steps_done) : 0.0f;
-  st->seconds = now_s() - t0;
+  st->seconds = dpc_mono_s() - t0;
   if ((rc = gpt_get_params(t->model, delta, 0, n))) return rc;
   for (size_t i = 0; i < n; i++) delta[i] = theta[i] - delta[i];
   return 0;

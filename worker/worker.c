@@ -110,7 +110,7 @@ static int do_register(worker *w, int *code) {
   int rc = wc_register(&w->wc, &req, code);
   if (rc) return rc;
   w->registered = 1;
-  w->last_hb_ms = worker_now_ms();
+  w->last_hb_ms = dpc_mono_ms();
   DPC_INFO("registered with %s as worker %" PRIu64 "%s (heartbeat %u ms, lease ttl %u ms, chunk %u bytes)",
            w->o.coordinator, w->wc.worker_id, prev && prev != w->wc.worker_id ? " (new id)" : "", w->wc.heartbeat_ms,
            w->wc.lease_ttl_ms, w->wc.max_chunk_bytes);
@@ -146,10 +146,10 @@ static int ensure_registered(worker *w) {
 /* An idle heartbeat when one is due; only its commands matter (the Lease call that follows
  * tells whether the coordinator is up). */
 static void idle_heartbeat(worker *w) {
-  if (worker_now_ms() - w->last_hb_ms < (int64_t)w->wc.heartbeat_ms) return;
+  if (dpc_mono_ms() - w->last_hb_ms < (int64_t)w->wc.heartbeat_ms) return;
   int code = RPC_OK, cmd = 0;
   int rc = hb_idle(&w->wc, &cmd, &code);
-  w->last_hb_ms = worker_now_ms();
+  w->last_hb_ms = dpc_mono_ms();
   if (rc) {
     if (wc_classify(rc, code) == WC_REREGISTER) w->registered = 0;
     else DPC_DEBUG("idle heartbeat failed: %s", dpc_errmsg());
@@ -226,7 +226,7 @@ static int ask_for_lease(worker *w) {
     return 0;
   }
   w->failures = 0;
-  w->last_hb_ms = worker_now_ms(); /* a Lease call shows the worker is alive, too */
+  w->last_hb_ms = dpc_mono_ms(); /* a Lease call shows the worker is alive, too */
   int done = handle_lease_response(w, resp);
   protobuf_c_message_free_unpacked(&resp->base, NULL);
   return done;
@@ -249,7 +249,7 @@ int worker_run(const struct worker_opts *o, worker_ctl *ctl) {
   }
   if (!w->o.poll_ms) w->o.poll_ms = 5000;
   w->ctl = ctl;
-  w->seed = (unsigned)getpid() ^ (unsigned)worker_now_ms();
+  w->seed = (unsigned)getpid() ^ (unsigned)dpc_mono_ms();
   w->lr = (lease_runner){.o = &w->o, .ctl = ctl, .wc = &w->wc, .seed = &w->seed};
   if ((rc = wc_open(&w->wc, o->coordinator, o->max_chunk_bytes))) {
     free(w);

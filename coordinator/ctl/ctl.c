@@ -56,9 +56,3 @@ int ctl_args(const char *cmd, int argc, char **argv, dpc_arg *args, char ***pos,
   *status = rc == 1 ? 0 : 2;
   return 1;
 }
-
-double ctl_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}

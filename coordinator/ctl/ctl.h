@@ -24,6 +24,7 @@
 #define DPC_CTL_H
 
 #include "common/args.h"
+#include "common/clock.h"
 #include "common/errors.h"
 
 #include <stdio.h>
@@ -41,9 +42,6 @@ void ctl_usage(FILE *f);
  * status the command returns at once: 0 after printing the usage for --help, 2 after a usage
  * error (message printed), 1 when out of memory. */
 int ctl_args(const char *cmd, int argc, char **argv, dpc_arg *args, char ***pos, int *npos, int *status);
-
-/* Seconds on the monotonic clock (progress rates, ETAs, `job wait` timeouts). */
-double ctl_now_s(void);
 
 /* Offline tools. */
 int ctl_data_prepare(int argc, char **argv);

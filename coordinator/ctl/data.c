@@ -162,7 +162,7 @@ static int tokenize_files(dpc_tokenizer *tok, const strlist *files, tokbuf *toks
   }
   const int eot = tok_eot(tok);
   const int progress = isatty(STDERR_FILENO);
-  double t0 = ctl_now_s(), last = 0;
+  double t0 = dpc_mono_s(), last = 0;
   size_t done_bytes = 0;
   for (int i = 0; i < files->n; i++) {
     char *text = NULL;
@@ -179,7 +179,7 @@ static int tokenize_files(dpc_tokenizer *tok, const strlist *files, tokbuf *toks
     free(ids);
     if (rc) return rc;
     done_bytes += len;
-    double t = ctl_now_s();
+    double t = dpc_mono_s();
     if (t - last > 0.5 || i + 1 == files->n) {
       last = t;
       fprintf(stderr, "%stokenized %d/%d files, %.1f/%.1f MB, %zu tokens, %.1f MB/s%s",

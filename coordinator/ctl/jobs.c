@@ -299,11 +299,11 @@ int cmd_job_wait(actx *a, const admin_args *o, char **pos, int npos) {
   if (conn_job_id_arg(a, pos, npos, &id)) return 2;
   if (timeout_s < 0) return conn_usage(a, "--timeout must be >= 0 seconds (0 = no limit)%s", "");
   if (poll_ms < 10 || poll_ms > 60000) return conn_usage(a, "--poll-ms must be in [10, 60000]%s", "");
-  double t0 = ctl_now_s();
+  double t0 = dpc_mono_s();
   int last_state = -1, warned = 0;
   uint64_t last_round = UINT64_MAX;
   for (;;) {
-    double left = timeout_s > 0 ? (double)timeout_s - (ctl_now_s() - t0) : 1e9;
+    double left = timeout_s > 0 ? (double)timeout_s - (dpc_mono_s() - t0) : 1e9;
     int call_ms = left * 1000 < a->timeout_ms ? (int)(left * 1000) + 1 : a->timeout_ms;
     if (call_ms < 1) call_ms = 1; /* 0 would mean "no deadline" to rpc_unary */
     Dipaco__V1__Job *j = NULL;
@@ -342,7 +342,7 @@ int cmd_job_wait(actx *a, const admin_args *o, char **pos, int npos) {
       }
       protobuf_c_message_free_unpacked(&j->base, NULL);
     }
-    left = timeout_s > 0 ? (double)timeout_s - (ctl_now_s() - t0) : 1e9;
+    left = timeout_s > 0 ? (double)timeout_s - (dpc_mono_s() - t0) : 1e9;
     if (left <= 0) {
       fprintf(stderr, "dipacoctl %s: timed out after %g s waiting for job %llu (last state %s)\n",
               a->cmd, (double)timeout_s, (unsigned long long)id,

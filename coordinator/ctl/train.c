@@ -187,7 +187,7 @@ static const char *train_check(const train_opts *t, int threads) {
 static int train_steps(session *s, const train_opts *t, int B, int T) {
   gpt_adamw_hparams hp = {t->beta1, t->beta2, t->eps, t->wd, t->clip};
   const int steps = t->steps, tty = isatty(STDERR_FILENO);
-  double t0 = ctl_now_s(), tlast = t0, last_print = 0;
+  double t0 = dpc_mono_s(), tlast = t0, last_print = 0;
   for (int step = 0; step < steps; step++) {
     float loss = 0, norm = 0;
     float lr_s = gpt_lr_at(t->lr, t->warmup, steps, t->lr_min_frac, step);
@@ -201,7 +201,7 @@ static int train_steps(session *s, const train_opts *t, int B, int T) {
       fprintf(stderr, "dipacoctl train: loss became %f at step %d (lower --lr?)\n", loss, step);
       return 1;
     }
-    double now = ctl_now_s();
+    double now = dpc_mono_s();
     double tps = (double)B * T / (now - tlast + 1e-12);
     tlast = now;
     if (t->json) {
@@ -263,10 +263,10 @@ int ctl_train(int argc, char **argv) {
   if (status) goto done;
   const int B = o.B, T = o.T;
   const long nb = dataset_num_batches(s.ds, B, T);
-  double t0 = ctl_now_s();
+  double t0 = dpc_mono_s();
   if ((status = train_steps(&s, &t, B, T))) goto done;
   status = 1;
-  double el = ctl_now_s() - t0;
+  double el = dpc_mono_s() - t0;
   if (gpt_get_params(s.model, s.params, 0, s.model->lay.n_params) || modeldir_save(out, &s.cfg, s.params)) {
     CTL_FAIL("train");
     goto done;
