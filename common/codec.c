@@ -35,6 +35,13 @@ static unsigned code_bits(int codec) {
   }
 }
 
+/* int8, fp8 and e3m0 are sized and checked here, but encoded and decoded only once Streaming
+ * DiLoCo (issue #14) brings them. */
+static int not_built(int codec) {
+  return dpc_err(DPC_EUNSUPPORTED, "codec %s: its encoder is not built yet (int8, fp8 and e3m0 arrive with "
+                 "Streaming DiLoCo, issue #14)", names[codec]);
+}
+
 static int is_block_codec(int codec) { return codec >= DPC_CODEC_INT8 && codec < DPC_CODEC_COUNT; }
 
 int dpc_codec_bytes(int codec, uint64_t n, uint32_t block_floats, size_t *bytes) {
@@ -110,7 +117,7 @@ int dpc_codec_encode(int codec, const float *x, size_t n, uint32_t block_floats,
   size_t bytes;
   int rc = dpc_codec_bytes(codec, n, block_floats, &bytes);
   if (rc < 0) return rc;
-  if (!dpc_codec_supported(codec)) return dpc_err(DPC_EUNSUPPORTED, "codec %s: its encoder is not built yet (int8, fp8 and e3m0 arrive with Streaming DiLoCo, issue #14)", names[codec]);
+  if (!dpc_codec_supported(codec)) return not_built(codec);
   for (size_t i = 0; i < n; i++)
     if (!isfinite(x[i])) return dpc_err(DPC_ENUMERIC, "value %zu is %g: refused before encoding", i, (double)x[i]);
   if (codec == DPC_CODEC_FP32) {
@@ -129,7 +136,7 @@ int dpc_codec_decode(int codec, const unsigned char *in, size_t bytes, size_t n,
   size_t want;
   int rc = dpc_codec_bytes(codec, n, block_floats, &want);
   if (rc < 0) return rc;
-  if (!dpc_codec_supported(codec)) return dpc_err(DPC_EUNSUPPORTED, "codec %s: its encoder is not built yet (int8, fp8 and e3m0 arrive with Streaming DiLoCo, issue #14)", names[codec]);
+  if (!dpc_codec_supported(codec)) return not_built(codec);
   if (bytes != want)
     return dpc_err(DPC_EFORMAT, "%zu bytes of %s: %zu floats take %zu", bytes, names[codec], n, want);
   for (size_t i = 0; i < n; i++) {
