@@ -12,7 +12,9 @@
  *    version, path = the slot's path, fragment_id = the wire fragment id (dipacoctl job
  *    ledger prints them as a table). since_round applies to the produced version. A sync
  *    round's deltas all produce version round + 1 with staleness 0, in (path, replica) order
- *    (the rows outlive garbage collection, which drops only their blobs). */
+ *    (the rows outlive garbage collection, which drops only their blobs). One more point,
+ *    "ledger_dropped" (value = deltas trained but never applied: dropped as too stale at
+ *    apply or refused at push; round = step = 0), closes the ledger. */
 #include "coordinator/admin_fleet.h"
 
 #include "common/errors.h"
@@ -384,7 +386,9 @@ static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer 
   store_delta *led = NULL;
   int nled = 0;
   if (rc == 0) rc = list_ledger(c, j, &led, &nled);
-  size_t cap = (size_t)nm * 5 + (size_t)nled * 3 + 1;
+  int64_t dropped = 0;
+  if (rc == 0 && want_name(r, "ledger_dropped")) rc = store_count_dropped(c->st, j->id, &dropped);
+  size_t cap = (size_t)nm * 5 + (size_t)nled * 3 + 2;
   Dipaco__V1__MetricPoint *pt = calloc(cap, sizeof *pt);
   Dipaco__V1__MetricPoint **pp = calloc(cap, sizeof *pp);
   if (rc < 0 || !pt || !pp) {
@@ -392,6 +396,14 @@ static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer 
   } else {
     size_t k = metric_points(j, r, ms, nm, limit, pt, pp, 0);
     k = ledger_points(r, led, nled, limit, pt, pp, k);
+    if (want_name(r, "ledger_dropped") && k < cap) {
+      dipaco__v1__metric_point__init(&pt[k]);
+      pt[k].name = "ledger_dropped";
+      pt[k].value = (double)dropped;
+      pt[k].path = -1;
+      pp[k] = &pt[k];
+      k++;
+    }
     Dipaco__V1__GetMetricsResponse resp = DIPACO__V1__GET_METRICS_RESPONSE__INIT;
     resp.n_points = k;
     resp.points = pp;

@@ -8,8 +8,10 @@
  * idle, t < rounds, and every fragment on its path is at version t with no outer step in
  * flight.
  *
- * Async rule (algorithm "diloco-async", DESIGN.md §3): any idle slot may be leased at any
- * time from the CURRENT versions of its fragments; the lease's first step is the slot's own
+ * Async rule (algorithm "diloco-async", DESIGN.md §3): any idle slot may be leased from the
+ * CURRENT versions of its fragments once those include every acknowledged delta (while a
+ * delta is queued or being applied the Lease waits: staleness counts only other workers'
+ * deltas); the lease's first step is the slot's own
  * inner-step counter s (store_slot.inner_steps) and its length is H, or with DyLU
  * H_w = max(min_steps, floor(H · v_w / v_max)) from the workers' steps/s EWMA (H for a
  * worker not measured yet), cut to the job's remaining budget rounds × H × slots minus the
@@ -38,6 +40,20 @@ static int path_ready(coord *c, coord_job *j, int path, int64_t t, const store_f
   for (int f = 0; f < j->n_fragments; f++) {
     if (!coord_job_path_has_fragment(j, path, f)) continue;
     if (frags[f].version != t || j->outer_busy[f]) return 0;
+  }
+  return 1;
+}
+
+/* Async: 1 if no fragment on path p has an outer step in flight or a delta acknowledged but
+ * not yet applied (or dropped), so that a lease granted now includes every acknowledged
+ * delta; 0 while one is queued (the Lease waits for it); a negative DPC_E* code. */
+static int async_path_settled(coord *c, coord_job *j, int path) {
+  for (int f = 0; f < j->n_fragments; f++) {
+    if (!coord_job_path_has_fragment(j, path, f)) continue;
+    if (j->outer_busy[f]) return 0;
+    store_delta d;
+    int rc = store_next_pending_delta(c->st, j->id, f, &d);
+    if (rc != 0) return rc < 0 ? rc : 0;
   }
   return 1;
 }
@@ -200,7 +216,10 @@ static int assign_in_job(coord *c, coord_job *j, int64_t worker, const store_wor
     if (steps > left) steps = (int)left;
   }
   const store_slot *pick = pick_slot(c, j, slots, ns, worker, frags, now, any_work);
-  rc = pick ? grant(c, j, pick, worker, frags, steps, lease) : SCHED_WAIT;
+  /* Async: never hand out a version older than an acknowledged delta would make it. */
+  int settled = pick && async ? async_path_settled(c, j, pick->path) : 1;
+  if (settled < 0) rc = settled;
+  else rc = pick && settled ? grant(c, j, pick, worker, frags, steps, lease) : SCHED_WAIT;
   free(slots);
   free(frags);
   return rc;

@@ -466,6 +466,7 @@ static void async_gc(coord *c, const coord_job *j, const async_work *w) {
   int keep = j ? 2 * j->n_slots + 2 : 2;
   /* keep_every = 2^30 keeps version 0 (multiples of it), the ledger's starting point. */
   if (store_gc_versions(c->st, w->job, w->fragment, keep, 1 << 30, &names, &n) == 0) {
+    if (n > 0) TESTHOOK("gc");
     blob_delete_many(c->bs, names, n);
     store_names_free(names, n);
   }
@@ -490,6 +491,7 @@ static void async_after(uv_work_t *req, int status) {
                            .momentum_blob = mom ? w->new_momentum : NULL, .momentum_crc = w->momentum_crc,
                            .dnbuf_blob = dn ? w->new_dnbuf : NULL, .dnbuf_crc = w->dnbuf_crc, .dn_t = w->dn_t,
                            .applied = &w->d.id, .n_applied = 1, .close_round = 0, .now_ms = dpc_wall_ms()};
+  TESTHOOK("outer");
   int rc = store_commit_outer(c->st, &oc);
   if (rc < 0) {
     DPC_ERROR("job %lld fragment %d: cannot commit delta %lld: %s", (long long)w->job, w->fragment + 1,

@@ -375,6 +375,9 @@ int store_next_pending_delta(store *st, int64_t job, int fragment, store_delta *
 int store_drop_delta(store *st, int64_t id);
 /* Applied deltas of (job, fragment) in applied order (by applied_version); free() the array. */
 int store_list_ledger(store *st, int64_t job, int fragment, store_delta **out, int *n);
+/* Deltas of job that were trained but never applied: dropped at apply (too stale) plus the
+ * fragments of finished leases with no delta row (refused at push as too stale or late). */
+int store_count_dropped(store *st, int64_t job, int64_t *n);
 
 /* ---- metrics ------------------------------------------------------------------------------ */
 

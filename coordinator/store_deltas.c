@@ -91,6 +91,14 @@ int store_count_received_slots(store *st, int64_t job, int fragment, int64_t rou
   return 0;
 }
 
+int store_count_dropped(store *st, int64_t job, int64_t *n) {
+  *n = 0;
+  sqlite3_stmt *s = sq_stmt(st, S_COUNT_DROPPED);
+  if (!s) return DPC_EINTERNAL;
+  BIND_I64S(s, job);
+  return sq_get_i64(st, s, "count dropped deltas", n);
+}
+
 int store_delta_norms(store *st, int64_t job, int fragment, int max, double *norms, int *n) {
   *n = 0;
   sqlite3_stmt *s = sq_stmt(st, S_DELTA_NORMS);

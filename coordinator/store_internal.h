@@ -234,6 +234,10 @@ typedef struct {
   X(FIND_DELTA, "SELECT " DELTA_REF_COLS " FROM deltas WHERE lease = ?1 AND fragment = ?2")                         \
   X(COUNT_RECEIVED_SLOTS, "SELECT count(*) FROM (SELECT DISTINCT path, replica FROM deltas WHERE job = ?1 "    \
                           "AND fragment = ?2 AND round = ?3 AND state = 'received')")                          \
+  X(COUNT_DROPPED, "SELECT (SELECT count(*) FROM deltas WHERE job = ?1 AND state = 'dropped') + "                \
+                   "(SELECT count(*) FROM leases l JOIN lease_fragments lf ON lf.lease = l.id WHERE l.job = ?1 "  \
+                   "AND l.state = 'finished' AND NOT EXISTS (SELECT 1 FROM deltas d WHERE d.lease = l.id "       \
+                   "AND d.fragment = lf.fragment))")                                                             \
   X(INS_DELTA, "INSERT INTO deltas (job, round, fragment, path, replica, lease, base_version, checksum, blob, " \
                "weight, tokens, state, received_at, norm) "                                                  \
                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'received', ?12, ?13)")                \

@@ -30,7 +30,7 @@ static const char usage_text[] =
     "  job list [--state S] | job show ID | job pause|resume|cancel ID [--reason TEXT]\n"
     "  job wait ID [--timeout S --poll-ms N]   exit 0 DONE, 1 FAILED/CANCELLED, 3 timeout\n"
     "  job export ID --path P --out DIR [--version V]\n"
-    "  job ledger ID                     async jobs: applied deltas in order, with staleness\n"
+    "  job ledger ID [--json]            applied deltas in order with staleness, and a summary\n"
     "  workers [--all --job ID] | paths ID | modules ID | status\n"
     "\n"
     "Run 'dipacoctl COMMAND --help' for a command's options.\n";

@@ -245,18 +245,20 @@ int cmd_job_cancel(actx *a, const admin_args *o, char **pos, int npos) {
 
 /* ------------------------------------------------------------------ job ledger ---- */
 
-/* The delta ledger (GetMetrics series staleness / ledger_lease / ledger_replica): one line per
- * applied delta in applied order: version produced, lease, path, replica, base version,
- * staleness, fragment. The server sends each delta's three points one after another (a sync
- * round's deltas share version and fragment, so the points are paired by position). */
+/* The delta ledger (GetMetrics series staleness / ledger_lease / ledger_replica /
+ * ledger_dropped): one line per applied delta in applied order: version produced, lease, path,
+ * replica, base version, staleness, fragment; then a summary line ("summary: N deltas,
+ * staleness mean M max X, D dropped"). --json: {"deltas": [...], "summary": {...}}. The server
+ * sends each delta's three points one after another (a sync round's deltas share version and
+ * fragment, so the points are paired by position). */
 int cmd_job_ledger(actx *a, const admin_args *o, char **pos, int npos) {
   (void)o;
   uint64_t id;
   if (conn_job_id_arg(a, pos, npos, &id)) return 2;
   Dipaco__V1__GetMetricsRequest req = DIPACO__V1__GET_METRICS_REQUEST__INIT;
-  char *names[3] = {"staleness", "ledger_lease", "ledger_replica"};
+  char *names[4] = {"staleness", "ledger_lease", "ledger_replica", "ledger_dropped"};
   req.job_id = id;
-  req.n_names = 3;
+  req.n_names = 4;
   req.names = names;
   req.limit = 100000;
   Dipaco__V1__GetMetricsResponse *r = NULL;
@@ -264,10 +266,12 @@ int cmd_job_ledger(actx *a, const admin_args *o, char **pos, int npos) {
                  (ProtobufCMessage **)&r, 0);
   if (rc) return conn_fail(a, ADMIN "GetMetrics", rc);
   if (!a->json) printf("version lease path replica base staleness fragment\n");
-  else printf("[");
-  int first = 1;
+  else printf("{\"deltas\":[");
+  long long n = 0;
+  double st_sum = 0, st_max = 0, dropped = 0;
   for (size_t i = 0; i < r->n_points; i++) {
     const Dipaco__V1__MetricPoint *p = r->points[i];
+    if (strcmp(p->name, "ledger_dropped") == 0) dropped += p->value;
     if (strcmp(p->name, "staleness") != 0) continue;
     double lease = -1, rep = -1;
     for (size_t k = i + 1; k < r->n_points && k <= i + 2; k++) {
@@ -278,14 +282,21 @@ int cmd_job_ledger(actx *a, const admin_args *o, char **pos, int npos) {
     }
     if (a->json)
       printf("%s{\"version\":%llu,\"lease\":%.0f,\"path\":%d,\"replica\":%.0f,\"base\":%llu,\"staleness\":%.0f,"
-             "\"fragment\":%llu}", first ? "" : ",", (unsigned long long)p->round, lease, p->path, rep,
+             "\"fragment\":%llu}", n ? "," : "", (unsigned long long)p->round, lease, p->path, rep,
              (unsigned long long)p->step, p->value, (unsigned long long)p->fragment_id);
     else
       printf("%llu %.0f %d %.0f %llu %.0f %llu\n", (unsigned long long)p->round, lease, p->path, rep,
              (unsigned long long)p->step, p->value, (unsigned long long)p->fragment_id);
-    first = 0;
+    n++;
+    st_sum += p->value;
+    if (p->value > st_max) st_max = p->value;
   }
-  if (a->json) printf("]\n");
+  double mean = n ? st_sum / (double)n : 0;
+  if (a->json)
+    printf("],\"summary\":{\"deltas\":%lld,\"staleness_mean\":%.17g,\"staleness_max\":%.0f,\"dropped\":%.0f}}\n", n,
+           mean, st_max, dropped);
+  else
+    printf("summary: %lld deltas, staleness mean %.3f max %.0f, %.0f dropped\n", n, mean, st_max, dropped);
   protobuf_c_message_free_unpacked(&r->base, NULL);
   return 0;
 }

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# tests/bench/async_heterogeneity.sh — sync DiLoCo vs async Nesterov vs async delayed Nesterov +
-# DyLU (Liu et al. 2024, Table 1 shape) under four levels of worker heterogeneity, at equal
-# total inner steps (rounds × H × R). Each run: a fresh coordinator, one job, 4 real workers
-# (--threads 1) with per-worker --slowdown factors; then the final model's eval loss on the
-# held-out split (dipacoctl eval) and the job's wall-clock time. Prints one table.
+# tests/bench/async_heterogeneity.sh — sync DiLoCo vs async Nesterov vs async delayed Nesterov
+# (DN) vs DN + DyLU (Liu et al. 2024, Table 1 shape) under four levels of worker heterogeneity,
+# at equal total inner steps (rounds × H × R). Each run: a fresh coordinator, one job, 4 real
+# workers (--threads 1) with per-worker --slowdown factors; then the final model's eval loss
+# on the held-out split (dipacoctl eval), the job's wall-clock time and, for async runs, the
+# ledger's staleness mean/max. Every cell is repeated for SEEDS (model init seeds) and shown
+# as mean ± half the range; the table is printed at the end (also as Markdown with MD=1).
 # Not part of CI (minutes on 2 cores). Release build in build-async-rel.
 # Environment: H (default 10), ROUNDS (6), B (8), T (64), C (128), L (2), EVAL_BATCHES (16),
-# FILES (number of demo-corpus files, 12), OUTER_LR (0.7), LEVELS (all four, e.g. "none very").
+# FILES (number of demo-corpus files, 12), OUTER_LR (sync: 0.7), OUTER_MU (sync: 0.9),
+# ASYNC_LR / ASYNC_MU (the async rules' outer lr and momentum: OUTER_LR / OUTER_MU),
+# DN_N (delay buffer, default the number of slots), DN_C (0), H_MIN (DyLU min_steps, H/5),
+# SEEDS ("1 2 3"), LEVELS (all four, e.g. "none very"), ALGOS (all four), RESULTS (a file that
+# gets one line per run: level algo seed loss wall staleness_mean staleness_max).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 H=${H:-10}; ROUNDS=${ROUNDS:-6}; B=${B:-8}; T=${T:-64}; C=${C:-128}; L=${L:-2}; NH=2; V=256; R=4
-EVAL_BATCHES=${EVAL_BATCHES:-16}; FILES=${FILES:-12}; OUTER_LR=${OUTER_LR:-0.7}
-LEVELS=${LEVELS:-"none slight moderate very"}
+EVAL_BATCHES=${EVAL_BATCHES:-16}; FILES=${FILES:-12}; OUTER_LR=${OUTER_LR:-0.7}; OUTER_MU=${OUTER_MU:-0.9}
+ASYNC_LR=${ASYNC_LR:-$OUTER_LR}; ASYNC_MU=${ASYNC_MU:-$OUTER_MU}; DN_N=${DN_N:-0}; DN_C=${DN_C:-0}
+H_MIN=${H_MIN:-$(( H / 5 > 0 ? H / 5 : 1 ))}; SEEDS=${SEEDS:-"1 2 3"}
+LEVELS=${LEVELS:-"none slight moderate very"}; ALGOS=${ALGOS:-"sync async-nesterov async-dn async-dn-dylu"}
+RESULTS=${RESULTS:-}
 declare -A SLOW=([none]="1 1 1 1" [slight]="1 1.2 1.4 1.6" [moderate]="1 1.5 2 3" [very]="1 1.3 2.6 5.7")
 work=$(mktemp -d)
 PIDS=()
@@ -29,22 +38,22 @@ WK=build-async-rel/worker/dipaco-worker
 CTL=build-async-rel/coordinator/dipacoctl
 assets=$(bash deploy/fetch_assets.sh tests/.cache)
 "$CTL" data prepare --tokenizer byte --out "$work/data" --val-fraction 0.1 $(ls "$assets"/sotu/*.txt | head -n "$FILES") 2>/dev/null
-"$CTL" init --n-layer $L --n-head $NH --n-embd $C --n-positions $T --vocab-size $V --seed 1 --out "$work/init" 2>/dev/null
 VAL=$(ls "$work"/data/val_*.bin)
 
-# run ALGO LEVEL -> prints "loss wall_s"
+# run ALGO LEVEL SEED -> prints "loss wall_s staleness_mean staleness_max"
 run() {
-  local algo=$1 level=$2 d="$work/run_$1_$2"
+  local algo=$1 level=$2 seed=$3 d="$work/run_$1_$2_$3"
   mkdir -p "$d"
   local outer dy="" alg=diloco-async
+  local dn="\"rule\": \"delayed-nesterov\", \"lr\": $ASYNC_LR, \"momentum\": $ASYNC_MU, \"delay_buffer\": $DN_N, \"c\": $DN_C"
   case $algo in
-    sync) alg=diloco; outer="\"lr\": $OUTER_LR, \"momentum\": 0.9, \"nesterov\": true" ;;
-    async-nesterov) outer="\"rule\": \"nesterov\", \"lr\": $OUTER_LR, \"momentum\": 0.9" ;;
-    async-dn-dylu) outer="\"rule\": \"delayed-nesterov\", \"lr\": $OUTER_LR, \"momentum\": 0.9"
-                   dy=", \"dylu\": {\"enabled\": true, \"min_steps\": $(( H / 5 > 0 ? H / 5 : 1 ))}" ;;
+    sync) alg=diloco; outer="\"lr\": $OUTER_LR, \"momentum\": $OUTER_MU, \"nesterov\": true" ;;
+    async-nesterov) outer="\"rule\": \"nesterov\", \"lr\": $ASYNC_LR, \"momentum\": $ASYNC_MU" ;;
+    async-dn) outer=$dn ;;
+    async-dn-dylu) outer=$dn; dy=", \"dylu\": {\"enabled\": true, \"min_steps\": $H_MIN}" ;;
   esac
   cat > "$d/spec.json" <<JSON
-{"name": "bench", "model": {"init": "$work/init"}, "data": {"train": ["data/train_*.bin"]},
+{"name": "bench", "model": {"init": "$work/init_$seed"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "$alg", "replicas": $R, "inner_steps": $H, "rounds": $ROUNDS, "batch": $B, "seq_len": $T,
  "inner": {"lr": 0.003, "warmup": $H, "lr_min_frac": 0.1, "state": "keep"},
  "outer": {$outer}$dy}
@@ -73,25 +82,38 @@ JSON
   "$CTL" job wait "$job" --timeout 1800 --poll-ms 50 >>"$d/ctl.log" 2>&1 || { echo "job failed: $d" >&2; tail "$d"/*.log >&2; exit 1; }
   t1=$(date +%s.%N)
   "$CTL" job export "$job" --path 0 --out "$d/out" >>"$d/ctl.log" 2>&1
+  local stale="- -"
+  if [ "$algo" != sync ]; then
+    stale=$("$CTL" job ledger "$job" --json 2>/dev/null |
+            /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin)["summary"]; print("%.2f %d" % (s["staleness_mean"], s["staleness_max"]))')
+  fi
   for p in "${wp[@]}"; do wait "$p" || true; done
   kill "$cpid" 2>/dev/null; wait "$cpid" 2>/dev/null || true
   local loss
   loss=$("$CTL" eval --model "$d/out" --data $VAL --batch $B --seq-len $T --batches "$EVAL_BATCHES" --threads 2 --json 2>/dev/null |
          /usr/bin/python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["loss"])')
-  echo "$loss $(/usr/bin/python3 -c "print('%.1f' % ($t1 - $t0))")"
+  echo "$loss $(/usr/bin/python3 -c "print('%.1f' % ($t1 - $t0))") $stale"
 }
 
-init_loss=$("$CTL" eval --model "$work/init" --data $VAL --batch $B --seq-len $T --batches "$EVAL_BATCHES" --threads 2 --json 2>/dev/null |
-            /usr/bin/python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["loss"])')
-echo "async_heterogeneity: GPT-2 L=$L C=$C T=$T byte vocab, B=$B, R=$R workers, H=$H, rounds=$ROUNDS"
-echo "  ($((ROUNDS * H * R)) inner steps per run), outer lr $OUTER_LR momentum 0.9; initial eval loss $init_loss"
-printf "%-10s %-22s | %-16s | %-16s | %-16s\n" "level" "slowdowns" "sync DiLoCo" "async Nesterov" "async DN+DyLU"
-printf "%-10s %-22s | %-16s | %-16s | %-16s\n" "" "" "loss   wall s" "loss   wall s" "loss   wall s"
-for level in $LEVELS; do
-  row=()
-  for algo in sync async-nesterov async-dn-dylu; do
-    read -r loss wall < <(run $algo "$level")
-    row+=("$(printf "%-6s %6s" "$loss" "$wall")")
-  done
-  printf "%-10s %-22s | %-16s | %-16s | %-16s\n" "$level" "{${SLOW[$level]// /,}}" "${row[0]}" "${row[1]}" "${row[2]}"
+for seed in $SEEDS; do
+  "$CTL" init --n-layer $L --n-head $NH --n-embd $C --n-positions $T --vocab-size $V --seed "$seed" \
+    --out "$work/init_$seed" 2>/dev/null
 done
+echo "async_heterogeneity: GPT-2 L=$L C=$C T=$T byte vocab, B=$B, R=$R workers, H=$H, rounds=$ROUNDS" \
+     "($((ROUNDS * H * R)) inner steps per run); sync outer lr $OUTER_LR momentum $OUTER_MU;" \
+     "async outer lr $ASYNC_LR momentum $ASYNC_MU, DN N=$DN_N (0 = slots) c=$DN_C, DyLU min_steps $H_MIN;" \
+     "seeds $SEEDS" >&2
+all="$work/results.txt"
+: > "$all"
+for level in $LEVELS; do
+  for seed in $SEEDS; do
+    for algo in $ALGOS; do
+      read -r loss wall smean smax < <(run "$algo" "$level" "$seed")
+      line="$level $algo $seed $loss $wall $smean $smax"
+      echo "  $line" >&2
+      echo "$line" >> "$all"
+      [ -z "$RESULTS" ] || echo "$line" >> "$RESULTS"
+    done
+  done
+done
+/usr/bin/python3 "$(dirname "$0")/async_table.py" "$all" --algos "$ALGOS" ${MD:+--markdown}

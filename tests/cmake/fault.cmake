@@ -8,6 +8,13 @@ if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
              $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl> ${point})
     set_tests_properties(coord_crash_${name} PROPERTIES TIMEOUT 300 LABELS fault)
   endforeach()
+  # The same for a one-slot diloco-async job (deterministic: no self-inflicted staleness).
+  foreach(point push-ack:3 outer:3 gc:2)
+    string(REGEX REPLACE ":.*" "" name ${point})
+    add_test(NAME coord_crash_async_${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/coord_crash.sh
+             $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl> ${point} async)
+    set_tests_properties(coord_crash_async_${name} PROPERTIES TIMEOUT 300 LABELS fault)
+  endforeach()
   add_test(NAME chaos COMMAND bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh
            $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
   set_tests_properties(chaos PROPERTIES TIMEOUT 600 LABELS fault)

@@ -60,7 +60,9 @@ slow = per.get("w3", [])
 assert len(slow) >= 2 and min(slow[1:]) < H, "DyLU did not shorten the slowest worker's leases"
 rows = db.execute("SELECT applied_version, lease, path, replica, base_version FROM deltas WHERE job=? "
                   "AND state='applied' ORDER BY applied_version", (job,)).fetchall()
-ctl = [l.split() for l in open(sys.argv[6]) if l.strip() and not l.startswith("version")]
+lines = [l for l in open(sys.argv[6]) if l.strip()]
+assert lines[-1].startswith(f"summary: {len(rows)} deltas,"), f"ledger summary: {lines[-1]}"
+ctl = [l.split() for l in lines[:-1] if not l.startswith("version")]
 want = [[str(v), str(le), str(p), str(r), str(b), str(v - 1 - b)] for v, le, p, r, b in rows]
 got = [c[:6] for c in ctl]
 assert got == want, f"dipacoctl job ledger differs from the store:\n{got[:5]}\n{want[:5]}"

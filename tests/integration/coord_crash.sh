@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# coord_crash.sh COORDINATOR WORKER DIPACOCTL POINT[:NTH] — kill -9 of the coordinator at a
-# named point (issue 4 item 2). A tiny sync DiLoCo job (R=2, H=3, 5 rounds, inner.state
+# coord_crash.sh COORDINATOR WORKER DIPACOCTL POINT[:NTH] [async] — kill -9 of the coordinator
+# at a named point (issue 4 item 2). A tiny sync DiLoCo job (R=2, H=3, 5 rounds, inner.state
 # checkpoint, CPU, one thread per worker) runs once fault-free; then again with the
 # coordinator's test hook armed (DIPACO_TEST_STOP_AT=POINT[:NTH], coordinator/testhook.h):
 # when the daemon reaches the point it logs "test hook: stopped at" and SIGSTOPs itself, the
@@ -10,14 +10,21 @@
 #   - tests/integration/ledger_check.py: every (round, replica) delta applied exactly once,
 #     every delta a worker saw acknowledged is in the ledger once, every round closed with
 #     its version, every blob the database names whole, no temporary blob file left.
+# With "async": a diloco-async job (delayed Nesterov) with one slot (R=1, 8 leases of H=3) and
+# the same two workers; with no one to be stale against it is deterministic (a lease includes
+# every acknowledged delta), so it too must end byte-identical, with staleness 0 throughout
+# (ledger_check.py --async).
 # Parameters are ~67k floats and workers ask for 64 KiB chunks, so pulls and pushes take
 # several chunks and "mid-pull" / "mid-push" really are mid-stream.
 set -euo pipefail
-COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3; STOP=$4
+COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3; STOP=$4; ALGO=${5:-sync}
 HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 source "$HERE/lib.sh"
-ROUNDS=5; R=2
+ROUNDS=5; R=2; ALG=diloco; OUTER='"lr": 0.7, "momentum": 0.9, "nesterov": true'; CHECK=()
+if [ "$ALGO" = async ]; then
+  ROUNDS=8; R=1; ALG=diloco-async; OUTER='"rule": "delayed-nesterov", "lr": 0.7, "momentum": 0.9, "c": 0'; CHECK=(--async)
+fi
 COORD_FLAGS=(--lease-ttl-ms 4000 --heartbeat-ms 200)
 WORKER_FLAGS=(--max-chunk-bytes 65536 --exit-when-done)
 
@@ -25,13 +32,13 @@ make_corpus "$W/corpus"
 "$CTL" init --n-layer 1 --n-head 2 --n-embd 64 --n-positions 16 --vocab-size 256 --seed 11 --out "$W/init" 2>/dev/null
 cat > "$W/spec.json" <<JSON
 {"name": "crash", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
- "algorithm": "diloco", "replicas": $R, "inner_steps": 3, "rounds": $ROUNDS, "batch": 2, "seq_len": 16,
+ "algorithm": "$ALG", "replicas": $R, "inner_steps": 3, "rounds": $ROUNDS, "batch": 2, "seq_len": 16,
  "round_timeout_s": 0,
  "inner": {"lr": 0.01, "warmup": 2, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
            "eps": 1e-6, "grad_clip": 0.5, "state": "checkpoint"},
- "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
+ "outer": {$OUTER}}
 JSON
-fail() { die_with_logs "coord_crash ($STOP)" 25 "$@"; }
+fail() { die_with_logs "coord_crash ($STOP $ALGO)" 25 "$@"; }
 
 # 1. Fault-free reference.
 start_coordinator "$W/ref" "${COORD_FLAGS[@]}"
@@ -79,6 +86,6 @@ grep -Eq "UNAVAILABLE|retrying|reconnect" "$W"/worker-w*.log || fail "the worker
 cmp "$W/export-ref/model.safetensors" "$W/export-crash/model.safetensors" \
   || fail "the parameters after the crash differ from the fault-free run"
 echo "exported parameters byte-identical to the fault-free run"
-/usr/bin/python3 "$HERE/ledger_check.py" "$W/ledger.json" "$W/state" "$job" $ROUNDS $R "$W"/worker-w*.log \
+/usr/bin/python3 "$HERE/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$W/state" "$job" $ROUNDS $R "$W"/worker-w*.log \
   || fail "ledger check"
-echo "coord_crash $STOP: OK"
+echo "coord_crash $STOP $ALGO: OK"

@@ -63,7 +63,7 @@ export_cmp() { # export and compare with the reference; the ledger: each slot on
   "$CTL" --coordinator "$COORD" job ledger "$1" --json > "$W/ledger-$2.json" 2>/dev/null || fail "job ledger ($2)"
   "$PY" -c '
 import json, sys
-rows = json.load(open(sys.argv[1]))
+rows = json.load(open(sys.argv[1]))["deltas"]
 got = sorted((r["version"], r["replica"]) for r in rows)
 sys.exit(0 if got == [(v, r) for v in (1, 2, 3) for r in (0, 1)] else 1)' "$W/ledger-$2.json" ||
     fail "delta ledger ($2): $(cat "$W/ledger-$2.json")"

@@ -2,9 +2,10 @@
 """ledger_check.py — after a sync DiLoCo job that lived through crashes, check the
 coordinator's durable record (issue 4: no lost or doubled delta, nothing half written).
 
-usage: ledger_check.py LEDGER_JSON STATE_DIR JOB ROUNDS REPLICAS [WORKER_LOG...]
+usage: ledger_check.py [--async] LEDGER_JSON STATE_DIR JOB ROUNDS REPLICAS [WORKER_LOG...]
 
-LEDGER_JSON is `dipacoctl job ledger JOB --json` (one object per applied delta). Checks:
+LEDGER_JSON is `dipacoctl job ledger JOB --json` ({"deltas": one object per applied delta,
+"summary": ...}). Checks:
   - each (version, path 0, replica, fragment 1) for version 1..ROUNDS and replica
     0..REPLICAS-1 was applied exactly once, with base = version - 1, and nothing else was;
   - the same from SQLite (STATE/dipaco.db, read-only): per (round, replica) exactly one
@@ -15,6 +16,11 @@ LEDGER_JSON is `dipacoctl job ledger JOB --json` (one object per applied delta).
     delta blob of the job that no row names;
   - every lease a worker log says was acknowledged ("lease N pushed ... accepted") is in the
     ledger exactly once (an acknowledged delta is never lost nor applied twice).
+With --async (a diloco-async job with one slot, REPLICAS = 1, no DyLU: one delta per lease of
+H steps), the round checks become: versions 1..ROUNDS each applied exactly once with base =
+version - 1 (staleness 0: a lease includes every acknowledged delta), ROUNDS 'applied' rows
+and no 'received' one left, the fragment at version ROUNDS; the blob and acknowledgement
+checks are the same.
 Prints a summary; exits 1 with the reasons on any failure.
 """
 import collections
@@ -27,13 +33,23 @@ import sys
 
 
 def main():
-    if len(sys.argv) < 6:
+    argv = sys.argv[1:]
+    is_async = bool(argv) and argv[0] == "--async"
+    if is_async:
+        argv = argv[1:]
+    if len(argv) < 5:
         print(__doc__)
         return 2
-    ledger_path, state, job, rounds, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    logs = sys.argv[6:]
+    ledger_path, state, job, rounds, reps = argv[0], argv[1], int(argv[2]), int(argv[3]), int(argv[4])
+    logs = argv[5:]
+    if is_async and reps != 1:
+        print("ledger_check.py --async: only one slot (REPLICAS = 1) has a fixed ledger")
+        return 2
     bad = []
-    ledger = json.load(open(ledger_path))
+    doc = json.load(open(ledger_path))
+    ledger = doc["deltas"]
+    if doc["summary"]["deltas"] != len(ledger) or doc["summary"]["staleness_max"] != 0:
+        bad.append(f"ledger summary {doc['summary']} does not match {len(ledger)} deltas of staleness 0")
     seen = collections.Counter((e["version"], e["path"], e["replica"], e["fragment"]) for e in ledger)
     want = {(v, 0, r, 1) for v in range(1, rounds + 1) for r in range(reps)}
     for k in sorted(want):
@@ -50,13 +66,20 @@ def main():
     q = lambda sql, *a: db.execute(sql, a).fetchall()
     rows = q("SELECT round, path, replica, state, blob FROM deltas WHERE job = ? AND fragment = 0", job)
     applied = collections.Counter((r, p, rep) for r, p, rep, st, _ in rows if st == "applied")
-    for r in range(rounds):
+    if is_async:
+        states = collections.Counter(st for _, _, _, st, _ in rows)
+        if states["applied"] != rounds or states["received"] or states["dropped"]:
+            bad.append(f"db: delta rows by state {dict(states)}, want {rounds} applied and nothing else")
+        versions = sorted(v for (v,) in q("SELECT applied_version FROM deltas WHERE job = ? AND state = 'applied'", job))
+        if versions != list(range(1, rounds + 1)):
+            bad.append(f"db: applied versions {versions}, want 1..{rounds}")
+    for r in range(0 if is_async else rounds):
         for rep in range(reps):
             if applied[(r, 0, rep)] != 1:
                 bad.append(f"db: round {r} replica {rep} has {applied[(r, 0, rep)]} applied delta rows (want 1)")
     rounds_rows = {r: (st, n, v) for r, st, n, v in q("SELECT round, state, n_deltas, version FROM rounds "
                                                       "WHERE job = ? AND fragment = 0", job)}
-    for r in range(rounds):
+    for r in range(0 if is_async else rounds):
         if rounds_rows.get(r) != ("closed", reps, r + 1):
             bad.append(f"db: round {r} is {rounds_rows.get(r)}, want ('closed', {reps}, {r + 1})")
     for r, p, rep, st, _ in rows:
