@@ -15,7 +15,8 @@
  * inner-step counter s (store_slot.inner_steps) and its length is H, or with DyLU
  * H_w = max(min_steps, floor(H · v_w / v_max)) from the workers' steps/s EWMA (H for a
  * worker not measured yet), cut to the job's remaining budget rounds × H × slots minus the
- * steps already trained or leased, so the total is exact. (How deltas are applied: rounds.c.) */
+ * steps already trained or leased, so the total is exact. Its inner LR schedule starts at the job's
+ * progress (lease_async_progress), not at s. (How deltas are applied: rounds.c.) */
 #include "coordinator/leases.h"
 
 #include "common/errors.h"
@@ -58,8 +59,10 @@ static int async_path_settled(coord *c, coord_job *j, int path) {
   return 1;
 }
 
+/* Grant slot s of j to worker for `steps` inner steps. sched: where the lease starts on the
+ * inner LR schedule (async: the job's progress; sync: −1, the slot's own step). */
 static int grant(coord *c, coord_job *j, const store_slot *s, int64_t worker, const store_fragment *frags, int steps,
-                 store_lease *out) {
+                 int64_t sched, store_lease *out) {
   int async = j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC;
   int frag_ids[JOBSPEC_MAX_MODULES];
   int64_t bases[JOBSPEC_MAX_MODULES];
@@ -78,6 +81,7 @@ static int grant(coord *c, coord_job *j, const store_slot *s, int64_t worker, co
   store_new_lease nl = {.job = j->id, .path = s->path, .replica = s->replica, .worker = worker, .round = s->round,
                         .inner_steps = steps,
                         .step_begin = async ? s->inner_steps : s->round * j->spec.inner_steps,
+                        .sched_shift = sched >= 0 ? sched - (async ? s->inner_steps : s->round * j->spec.inner_steps) : 0,
                         .n_fragments = nf, .fragments = frag_ids, .base_versions = bases, .now_ms = now,
                         .expires_at = now + c->lease_ttl_ms};
   int64_t id;
@@ -100,6 +104,18 @@ int64_t lease_async_budget_left(const coord_job *j, const store_slot *slots, int
   for (int i = 0; i < na; i++)
     if (act[i].job == j->id) left -= act[i].inner_steps;
   return left;
+}
+
+/* The job's progress on the inner LR schedule, in steps per slot: the steps trained or leased
+ * by all slots over the number of slots, ⌊(rounds·H·slots − left) / slots⌋ ∈ [0, rounds·H).
+ * Every async lease starts its schedule there, so that a fast slot does not run past the
+ * schedule's end while a slow one still trains at the peak rate: the schedule follows the
+ * job's compute, as a sync job's does. */
+int64_t lease_async_progress(const coord_job *j, int64_t left) {
+  int64_t total = (int64_t)j->spec.rounds * j->spec.inner_steps * j->n_slots;
+  int64_t used = total - left;
+  if (used < 0) used = 0;
+  return used / (j->n_slots > 0 ? j->n_slots : 1);
 }
 
 /* H_w for worker `me`: H without DyLU or without a measurement of me, else
@@ -202,6 +218,7 @@ static int assign_in_job(coord *c, coord_job *j, int64_t worker, const store_wor
     return rc;
   }
   int steps = j->spec.inner_steps;
+  int64_t sched = -1;
   if (async) {
     int64_t left = lease_async_budget_left(j, slots, ns, act, na);
     if (left <= 0) {
@@ -214,12 +231,13 @@ static int assign_in_job(coord *c, coord_job *j, int64_t worker, const store_wor
     *any_work = 1;
     steps = dylu_steps(c, j, me, now);
     if (steps > left) steps = (int)left;
+    sched = lease_async_progress(j, left);
   }
   const store_slot *pick = pick_slot(c, j, slots, ns, worker, frags, now, any_work);
   /* Async: never hand out a version older than an acknowledged delta would make it. */
   int settled = pick && async ? async_path_settled(c, j, pick->path) : 1;
   if (settled < 0) rc = settled;
-  else rc = pick && settled ? grant(c, j, pick, worker, frags, steps, lease) : SCHED_WAIT;
+  else rc = pick && settled ? grant(c, j, pick, worker, frags, steps, sched, lease) : SCHED_WAIT;
   free(slots);
   free(frags);
   return rc;

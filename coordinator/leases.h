@@ -37,6 +37,9 @@ int64_t lease_async_staleness(coord *c, const coord_job *j, int fragment, int64_
 /* diloco-async: rounds × H × slots minus the steps the slots trained and the steps of j's
  * active leases among act[0..na). */
 int64_t lease_async_budget_left(const coord_job *j, const store_slot *slots, int ns, const store_lease *act, int na);
+/* The job's progress in inner steps per slot, given the budget left: where an async lease
+ * starts on the inner LR schedule. */
+int64_t lease_async_progress(const coord_job *j, int64_t left);
 
 /* Park a Lease call of `worker` (job filter `job`) until `deadline` (dpc_wall_ms); 0 or
  * DPC_ENOMEM (then answer it now). */

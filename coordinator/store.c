@@ -108,6 +108,9 @@ static const char *const MIGRATIONS[] = {
     /* 1 -> 2: the L2 norm of each received delta (the delta norm screen's reference survives a
      * restart; NULL for deltas recorded before). */
     "ALTER TABLE deltas ADD COLUMN norm REAL;",
+    /* 2 -> 3: where a lease starts on the inner LR schedule, as a shift from step_begin (async
+     * jobs: the job's progress, not the slot's own step; 0 = step_begin, as every lease before). */
+    "ALTER TABLE leases ADD COLUMN sched_shift INTEGER NOT NULL DEFAULT 0;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION, "STORE_SCHEMA_VERSION must equal the number of migrations");

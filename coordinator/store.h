@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 #define STORE_TOKEN_HASH_BYTES 32
 
 typedef struct store store;
@@ -198,6 +198,7 @@ typedef struct {
   int64_t step_begin;  /* slot's global inner step at lease start */
   store_lease_state state;
   int64_t created_at, expires_at, ended_at;
+  int64_t sched_shift; /* the inner LR schedule runs at step_begin + sched_shift (async: the job's progress) */
 } store_lease;
 
 typedef struct {
@@ -207,6 +208,7 @@ typedef struct {
   int64_t round;
   int inner_steps;
   int64_t step_begin;
+  int64_t sched_shift; /* LR schedule position − step_begin (0: the slot's own step) */
   int n_fragments;
   const int *fragments;          /* [n_fragments] fragments on the path */
   const int64_t *base_versions;  /* [n_fragments] versions handed out */

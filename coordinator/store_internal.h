@@ -95,7 +95,8 @@
   COL(state, LEASE_STATE, ", state")     \
   COL(created_at, I64, ", created_at")   \
   COL(expires_at, I64, ", expires_at")   \
-  COL(ended_at, I64, ", ended_at")
+  COL(ended_at, I64, ", ended_at")       \
+  COL(sched_shift, I64, ", sched_shift")
 
 #define DELTA_COLUMNS(COL)                       \
   COL(id, I64, "id")                             \
@@ -211,7 +212,7 @@ typedef struct {
   X(FREE_SLOT, "UPDATE slots SET state = 'idle', round = round + ?4, inner_steps = inner_steps + ?5 "        \
                "WHERE job = ?1 AND path = ?2 AND replica = ?3")                                              \
   X(INS_LEASE, "INSERT INTO leases (job, path, replica, worker, round, inner_steps, step_begin, state, "       \
-               "created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'active', ?8, ?9)")              \
+               "created_at, expires_at, sched_shift) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'active', ?8, ?9, ?10)") \
   X(INS_LEASE_FRAG, "INSERT INTO lease_fragments (lease, fragment, base_version) VALUES (?1, ?2, ?3)")       \
   X(GET_LEASE, "SELECT " LEASE_COLS " FROM leases WHERE id = ?1")                                             \
   X(LEASE_BASE, "SELECT base_version FROM lease_fragments WHERE lease = ?1 AND fragment = ?2")                \

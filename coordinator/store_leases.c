@@ -162,7 +162,7 @@ int store_create_lease(store *st, const store_new_lease *nl, int64_t *lease_id) 
   }
   STMT(s, S_INS_LEASE);
   BIND_I64S(s, nl->job, nl->path, nl->replica, nl->worker, nl->round, nl->inner_steps, nl->step_begin, nl->now_ms,
-            nl->expires_at);
+            nl->expires_at, nl->sched_shift);
   TX(sq_exec_done(st, s, "insert lease"));
   int64_t id = sqlite3_last_insert_rowid(st->db);
   for (int i = 0; i < nl->n_fragments; i++) {

@@ -338,6 +338,7 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   le.fragments = fp;
   le.inner_steps = (uint32_t)l->inner_steps;
   le.first_step = (uint64_t)l->step_begin;
+  le.schedule_shift = l->sched_shift;
   le.round = (uint64_t)l->round;
   le.hyper = &hy;
   le.data = &dw;

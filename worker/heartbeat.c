@@ -13,7 +13,7 @@
 static int interval_ok(uint32_t ms) { return ms >= 50 && ms <= 60000; }
 
 void hb_init(heartbeat *hb, wclient *wc, worker_ctl *ctl, const Dipaco__V1__Lease *L, float sps, int progress,
-             double slowdown) {
+             double slowdown, double min_step_ms) {
   memset(hb, 0, sizeof *hb);
   hb->wc = wc;
   hb->ctl = ctl;
@@ -29,6 +29,7 @@ void hb_init(heartbeat *hb, wclient *wc, worker_ctl *ctl, const Dipaco__V1__Leas
   hb->end_step = (long)(L->first_step + L->inner_steps);
   hb->sps = sps;
   hb->slowdown = slowdown;
+  hb->min_step_ms = min_step_ms;
   atomic_store(&hb->interval_ms, wc->heartbeat_ms);
 }
 
@@ -144,10 +145,14 @@ void hb_mark(heartbeat *hb) { hb->mark_ns = dpc_mono_ns(); }
 int hb_on_step(void *ctx, long step, int h, float loss, float lr) {
   (void)lr;
   heartbeat *hb = ctx;
-  if (hb->slowdown > 1.0) {
-    /* The step took (now − mark); make it take slowdown times as long. */
-    int64_t extra = (int64_t)((hb->slowdown - 1.0) * (double)(dpc_mono_ns() - hb->mark_ns));
-    if (extra > 0) worker_sleep_ns(extra);
+  if (hb->slowdown > 1.0 || hb->min_step_ms > 0) {
+    /* The step took (now − mark): --slowdown makes it take slowdown times as long,
+     * --min-step-ms at least min_step_ms. */
+    const int64_t start = hb->mark_ns;
+    int64_t extra = (int64_t)((hb->slowdown - 1.0) * (double)(dpc_mono_ns() - start));
+    if (hb->slowdown > 1.0 && extra > 0) worker_sleep_ns(extra);
+    int64_t rest = (int64_t)(hb->min_step_ms * 1e6) - (dpc_mono_ns() - start);
+    if (hb->min_step_ms > 0 && rest > 0) worker_sleep_ns(rest);
     hb->mark_ns = dpc_mono_ns();
   }
   int64_t t = dpc_mono_ms();

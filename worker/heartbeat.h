@@ -48,15 +48,15 @@ typedef struct {
   uint64_t job, round;
   uint32_t path, replica;
   long first_step, end_step;
-  /* --slowdown: end of the previous step's sleep (CLOCK_MONOTONIC ns) */
-  double slowdown;
+  /* --slowdown / --min-step-ms: end of the previous step's sleep (CLOCK_MONOTONIC ns) */
+  double slowdown, min_step_ms;
   int64_t mark_ns;
 } heartbeat;
 
 /* Fill hb for lease L (not started): step = L's first step, steps/s carried over from the
  * previous lease, progress line and --slowdown as given. */
 void hb_init(heartbeat *hb, wclient *wc, worker_ctl *ctl, const Dipaco__V1__Lease *L, float sps, int progress,
-             double slowdown);
+             double slowdown, double min_step_ms);
 int hb_start(heartbeat *hb);
 /* Stop and join the thread (no-op when it is not running). */
 void hb_stop(heartbeat *hb);

@@ -163,6 +163,7 @@ static int lease_train(lease_work *x, int *rc_out) {
   int rc = 0;
   if (x->keep) rc = slot_snapshot(&r->slots, L, &x->snap);
   hb_mark(&x->hb);
+  if (!rc) trainer_set_sched_shift(r->slots.tr, (long)L->schedule_shift);
   if (!rc)
     rc = trainer_round(r->slots.tr, r->slots.theta, (long)L->first_step, (int)L->inner_steps, r->slots.delta, &x->st,
                        hb_on_step, &x->hb);
@@ -175,9 +176,9 @@ static int lease_train(lease_work *x, int *rc_out) {
   x->partial = L->algorithm != DIPACO__V1__ALGORITHM__ALGORITHM_SYNC && worker_stopping(r->ctl) &&
                hb_abort(&x->hb) == AB_NONE && st->steps_done > 0 && st->steps_done < (int)L->inner_steps;
   if (st->steps_done != (int)L->inner_steps && !x->partial) return 0;
-  DPC_INFO("lease %" PRIu64 " trained %d steps in %.2f s: loss %.4f -> %.4f (mean %.4f), %.0f tok/s", L->lease_id,
-           st->steps_done, st->seconds, st->first_loss, st->last_loss, st->mean_loss,
-           st->seconds > 0 ? (double)st->tokens / st->seconds : 0.0);
+  DPC_INFO("lease %" PRIu64 " trained %d steps in %.2f s: loss %.4f -> %.4f (mean %.4f), %.0f tok/s, lr %.6g -> %.6g",
+           L->lease_id, st->steps_done, st->seconds, st->first_loss, st->last_loss, st->mean_loss,
+           st->seconds > 0 ? (double)st->tokens / st->seconds : 0.0, st->first_lr, st->last_lr);
   if (x->partial)
     DPC_INFO("lease %" PRIu64 ": stopping: pushing the partial delta of %d of %u inner steps (async)", L->lease_id,
              st->steps_done, L->inner_steps);
@@ -285,7 +286,7 @@ int lease_run(lease_runner *r, const Dipaco__V1__Lease *L) {
   x.r = r;
   x.L = L;
   x.keep = L->inner_state != DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_RESET;
-  hb_init(&x.hb, r->wc, r->ctl, L, r->sps, r->o->progress, r->o->slowdown);
+  hb_init(&x.hb, r->wc, r->ctl, L, r->sps, r->o->progress, r->o->slowdown, r->o->min_step_ms);
   int rc = lease_plan_phase(&x);
   if (rc) {
     lease_refuse(&x, rc);

@@ -45,6 +45,8 @@ static const char usage[] =
     "  --grace-s N              after SIGTERM, exit within N seconds (default 30)\n"
     "  --slowdown X             X >= 1: each inner step takes X times as long (sleeps (X-1) times\n"
     "                           the measured step time; simulates a slower machine; default 1)\n"
+    "  --min-step-ms N          each inner step takes at least N ms (sleeps the rest; a device of\n"
+    "                           a fixed speed, independent of the load on this machine; default 0)\n"
     "  --token-file FILE        the cluster's join token (the coordinator's STATE/join.token;\n"
     "                           default $DIPACO_JOIN_TOKEN), presented to Register\n"
     "  --tls-ca FILE            use TLS; verify the coordinator's certificate against this CA\n"
@@ -85,6 +87,7 @@ static int parse_flags(int argc, char **argv, struct cli *c) {
       {.name = "max-chunk-bytes", .kind = DPC_ARG_U32, .dst = &o->max_chunk_bytes, .lo = 1024, .hi = 7 << 20},
       {.name = "poll-ms", .kind = DPC_ARG_U32, .dst = &o->poll_ms, .lo = 1, .hi = 600000},
       {.name = "slowdown", .kind = DPC_ARG_DOUBLE, .dst = &o->slowdown, .lo = 1, .hi = 1000},
+      {.name = "min-step-ms", .kind = DPC_ARG_DOUBLE, .dst = &o->min_step_ms, .lo = 0, .hi = 3600000},
       {.name = "grace-s", .kind = DPC_ARG_INT, .dst = &c->grace_s, .lo = 1, .hi = 86400},
       {.name = "log-level", .kind = DPC_ARG_FN, .dst = &c->level, .fn = parse_level,
        .expects = "debug, info, warn or error"},

@@ -27,6 +27,8 @@ struct worker_opts {
   int progress;             /* 1: single updating progress line on stderr (a terminal) */
   double slowdown;          /* >= 1 (0 = 1): after each inner step sleep (slowdown − 1) × the
                                step's measured time (simulated heterogeneity) */
+  double min_step_ms;       /* > 0: each inner step takes at least this long (a device of a fixed
+                               speed, whatever else runs on this machine) */
 };
 
 #endif

@@ -63,6 +63,12 @@ static int check_hyper(const Dipaco__V1__Lease *L, uint64_t *total_steps) {
   if (*total_steps < 1 || *total_steps > INT32_MAX || h->warmup_steps > *total_steps)
     return dpc_err(DPC_EINVAL, "lease: total_steps %" PRIu64 " / warmup_steps %" PRIu64 " invalid", *total_steps,
                    h->warmup_steps);
+  /* The schedule position of the first step lies on the schedule (first_step is bounded by
+   * check_window). */
+  if (L->first_step <= INT32_MAX &&
+      (L->schedule_shift < -(int64_t)L->first_step || L->schedule_shift > (int64_t)*total_steps - (int64_t)L->first_step))
+    return dpc_err(DPC_EINVAL, "lease: schedule_shift %" PRId64 " puts step %" PRIu64 " outside the LR schedule [0, %" PRIu64 "]",
+                   L->schedule_shift, L->first_step, *total_steps);
   return 0;
 }
 

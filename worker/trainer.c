@@ -15,7 +15,10 @@ struct trainer {
   dataset *ds;
   int *inputs, *targets; /* (B, T) */
   long adam_step;        /* AdamW steps taken with the current moments */
+  long sched_shift;      /* LR schedule position − step counter (trainer_set_sched_shift) */
 };
+
+void trainer_set_sched_shift(trainer *t, long shift) { t->sched_shift = shift; }
 
 int trainer_open(trainer **out, const gpt_config *cfg, const gpt_backend_opts *bo, const char *const *shards,
                  int n, const trainer_opts *opts) {
@@ -68,7 +71,7 @@ int trainer_round(trainer *t, const float *theta, long first_step, int steps, fl
   double t0 = dpc_mono_s(), sum = 0;
   for (int h = 0; h < steps; h++) {
     long s = first_step + h;
-    float loss = 0, lr = gpt_lr_at(t->o.lr, t->o.warmup, (int)t->o.total_steps, t->o.lr_min_frac, s);
+    float loss = 0, lr = gpt_lr_at(t->o.lr, t->o.warmup, (int)t->o.total_steps, t->o.lr_min_frac, s + t->sched_shift);
     if ((rc = dataset_batch(t->ds, B, T, s, t->o.replica, t->o.n_replicas, t->inputs, t->targets)) ||
         (rc = gpt_forward(t->model, t->inputs, t->targets, B, T, &loss)) || (rc = gpt_zero_grad(t->model)) ||
         (rc = gpt_backward(t->model)) ||
@@ -76,8 +79,9 @@ int trainer_round(trainer *t, const float *theta, long first_step, int steps, fl
       return rc;
     if (!isfinite(loss)) return dpc_err(DPC_ENUMERIC, "inner step %ld: loss is %f", s, loss);
     t->adam_step++;
-    if (h == 0) st->first_loss = loss;
+    if (h == 0) st->first_loss = loss, st->first_lr = lr;
     st->last_loss = loss;
+    st->last_lr = lr;
     sum += loss;
     st->steps_done = h + 1;
     st->tokens += (long)B * T;

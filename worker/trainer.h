@@ -24,6 +24,7 @@ typedef struct {
 typedef struct {
   int steps_done;   /* inner steps completed in this round */
   float first_loss, last_loss, mean_loss;
+  float first_lr, last_lr; /* the inner learning rate of the first and the last step */
   double seconds;
   long tokens;
 } trainer_stats;
@@ -40,6 +41,11 @@ int trainer_open(trainer **out, const gpt_config *cfg, const gpt_backend_opts *b
 void trainer_free(trainer *t);
 
 size_t trainer_num_params(const trainer *t);
+
+/* Where the LR schedule runs relative to the step counter: inner step s uses the rate of
+ * schedule position s + shift (0, the default: s itself; async leases start at the job's
+ * progress, Lease.schedule_shift). The data batch is always s's. */
+void trainer_set_sched_shift(trainer *t, long shift);
 
 /* Run inner steps first_step .. first_step+steps-1 starting from theta[n_params] and write
  * delta[n_params] = theta − θ_end (for the steps actually done: fewer if cb stopped it).

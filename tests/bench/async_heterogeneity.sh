@@ -20,7 +20,7 @@ EVAL_BATCHES=${EVAL_BATCHES:-16}; FILES=${FILES:-12}; OUTER_LR=${OUTER_LR:-0.7};
 ASYNC_LR=${ASYNC_LR:-$OUTER_LR}; ASYNC_MU=${ASYNC_MU:-$OUTER_MU}; DN_N=${DN_N:-0}; DN_C=${DN_C:-0}
 H_MIN=${H_MIN:-$(( H / 5 > 0 ? H / 5 : 1 ))}; SEEDS=${SEEDS:-"1 2 3"}
 LEVELS=${LEVELS:-"none slight moderate very"}; ALGOS=${ALGOS:-"sync async-nesterov async-dn async-dn-dylu"}
-RESULTS=${RESULTS:-}
+RESULTS=${RESULTS:-}; LR_MIN_FRAC=${LR_MIN_FRAC:-0.1}
 declare -A SLOW=([none]="1 1 1 1" [slight]="1 1.2 1.4 1.6" [moderate]="1 1.5 2 3" [very]="1 1.3 2.6 5.7")
 work=$(mktemp -d)
 PIDS=()
@@ -55,7 +55,7 @@ run() {
   cat > "$d/spec.json" <<JSON
 {"name": "bench", "model": {"init": "$work/init_$seed"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "$alg", "replicas": $R, "inner_steps": $H, "rounds": $ROUNDS, "batch": $B, "seq_len": $T,
- "inner": {"lr": 0.003, "warmup": $H, "lr_min_frac": 0.1, "state": "keep"},
+ "inner": {"lr": 0.003, "warmup": $H, "lr_min_frac": $LR_MIN_FRAC, "state": "keep"},
  "outer": {$outer}$dy}
 JSON
   local port

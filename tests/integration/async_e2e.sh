@@ -4,6 +4,8 @@
 # Nesterov, DyLU on) against a real coordinator. Checks:
 #  - the job ends with exactly rounds × H × R inner steps trained (finished leases, slots);
 #  - DyLU: the slowest worker got shorter leases than H once it was measured;
+#  - the inner LR schedule follows the job's progress (every lease starts at the steps trained
+#    or leased by all slots / slots; the workers' logged rates match that schedule);
 #  - the ledger (applied order, base version, staleness) seen through dipacoctl job ledger
 #    equals the store's, and some delta was applied stale (staleness > 0);
 #  - replaying the ledger (version 0 + the applied delta blobs, in order) through the
@@ -69,6 +71,37 @@ assert got == want, f"dipacoctl job ledger differs from the store:\n{got[:5]}\n{
 st = [int(x[5]) for x in want]
 print(f"async_e2e: {len(rows)} deltas applied, staleness {st}")
 assert max(st) > 0, "no delta was stale: the async path was not exercised"
+PY
+$PY - "$W/state/dipaco.db" "$JOB" "$H" "$ROUNDS" "$W"/worker-w*.log <<'PY' || fail "inner LR schedule checks"
+# The inner LR schedule follows the job's progress: lease l starts at position step_begin +
+# sched_shift = (steps trained or leased by all slots at grant) / slots, which never decreases
+# and stays within [0, rounds·H); the workers trained at exactly that schedule's rates.
+import json, math, re, sqlite3, sys
+db = sqlite3.connect(sys.argv[1]); job = int(sys.argv[2]); H, ROUNDS = int(sys.argv[3]), int(sys.argv[4])
+inner = json.loads(db.execute("SELECT spec_json FROM jobs WHERE id=?", (job,)).fetchone()[0])["inner"]
+lr, warm, fmin, total = inner["lr"], inner["warmup"], inner["lr_min_frac"], ROUNDS * H
+def lr_at(s):
+    if s < warm:
+        return lr * (s + 1) / warm
+    p = min(1.0, (s - warm) / (total - warm)) if total > warm else 1.0
+    return lr * (fmin + (1 - fmin) * 0.5 * (1 + math.cos(math.pi * p)))
+rows = db.execute("SELECT id, step_begin, sched_shift FROM leases WHERE job=? AND state='finished' ORDER BY id", (job,)).fetchall()
+pos = {i: b + sh for i, b, sh in rows}
+seq = [pos[i] for i, _, _ in rows]
+assert seq == sorted(seq) and 0 <= seq[0] and seq[-1] < total, f"schedule positions {seq}"
+assert any(sh != 0 for _, _, sh in rows), "no lease started off its slot's own step: the schedule shift was not exercised"
+seen = 0
+for log in sys.argv[5:]:
+    for line in open(log):
+        m = re.search(r"lease (\d+) trained (\d+) steps .* lr ([0-9.e+-]+) -> ([0-9.e+-]+)", line)
+        if not m or int(m.group(1)) not in pos:
+            continue
+        l, k, a, b = int(m.group(1)), int(m.group(2)), float(m.group(3)), float(m.group(4))
+        want = (lr_at(pos[l]), lr_at(pos[l] + k - 1))
+        assert abs(a - want[0]) <= 1e-5 * lr and abs(b - want[1]) <= 1e-5 * lr, f"lease {l}: lr {a} -> {b}, want {want}"
+        seen += 1
+assert seen >= len(rows) // 2, f"only {seen} of {len(rows)} leases logged their learning rates"
+print(f"async_e2e: inner LR schedule positions {seq}; {seen} leases trained at the job-progress rates")
 PY
 $PY "$HERE/../oracle/async_replay.py" --state "$W/state" --job "$JOB" --export "$W/out" --tol 1e-5 || fail "replay differs"
 grep -q '"level":"error"' "$W"/worker-*.log && fail "a worker logged an error"

@@ -4,8 +4,8 @@
 #  1. one worker, diloco-async with delayed Nesterov N = 1, c = 0, equals the sync Nesterov
 #     DiLoCo job with the same spec (R = 1): exported parameters within 1e-6 (max |a − b| over
 #     max |b|, per tensor), and the async ledger shows staleness 0 for every delta;
-#  2. two workers at equal speed (--slowdown 10 each: a lease is mostly its steps' sleep, so
-#     that neither RPC overhead nor the shared CPU decides the order): every applied delta has staleness <= 1, and some has 1 (both trained at once);
+#  2. two workers at equal speed (--min-step-ms 80 each: every inner step takes 80 ms whatever
+#     else the shared CPU runs, so that the load of the test machine does not decide the order): every applied delta has staleness <= 1, and some has 1 (both trained at once);
 #  3. the ledger summary of dipacoctl job ledger (text and --json) agrees with the entries.
 set -euo pipefail
 CTL=$1; COORDINATOR_BIN=$2; WORKER_BIN=$3
@@ -29,19 +29,27 @@ spec sync diloco '"lr": 0.7, "momentum": 0.9, "nesterov": true' 1 > "$W/sync.jso
 spec async diloco-async '"rule": "delayed-nesterov", "delay_buffer": 1, "c": 0, "lr": 0.7, "momentum": 0.9' 1 > "$W/async.json"
 spec async2 diloco-async '"rule": "delayed-nesterov", "lr": 0.7, "momentum": 0.9' 2 > "$W/async2.json"
 
-run_job() { # run_job SPEC NWORKERS SLOWDOWN -> prints the job id
-  local job i
-  job=$("$CTL" --coordinator "$COORD" job create "$1" 2>>"$W/ctl.log") || fail "job create $1"
-  for i in $(seq 1 "$2"); do start_worker "$(basename "$1" .json)-$i" "$W" --slowdown "$3" --exit-when-done --log-json; done
-  "$CTL" --coordinator "$COORD" job wait "$job" --timeout 120 >>"$W/ctl.log" 2>&1 || fail "job $job ($1) did not finish"
+run_job() { # run_job SPEC NWORKERS [WORKER FLAGS...] -> prints the job id
+  local spec=$1 nw=$2 job i n
+  shift 2
+  # Paused until every worker is registered, so that they start together.
+  job=$("$CTL" --coordinator "$COORD" job create "$spec" --paused 2>>"$W/ctl.log") || fail "job create $spec"
+  for i in $(seq 1 "$nw"); do start_worker "$(basename "$spec" .json)-$i" "$W" "$@" --exit-when-done --log-json; done
+  for _ in $(seq 1 100); do
+    n=$("$CTL" --coordinator "$COORD" workers 2>/dev/null | grep -c "$(basename "$spec" .json)-" || true)
+    [ "$n" -ge "$nw" ] && break
+    sleep 0.1
+  done
+  "$CTL" --coordinator "$COORD" job resume "$job" >>"$W/ctl.log" 2>&1 || fail "job resume $job"
+  "$CTL" --coordinator "$COORD" job wait "$job" --timeout 120 >>"$W/ctl.log" 2>&1 || fail "job $job ($spec) did not finish"
   echo "$job"
 }
-JS=$(run_job "$W/sync.json" 1 1)
+JS=$(run_job "$W/sync.json" 1)
 "$CTL" --coordinator "$COORD" job export "$JS" --path 0 --out "$W/out_sync" >>"$W/ctl.log" 2>&1 || fail "export sync"
-JA=$(run_job "$W/async.json" 1 1)
+JA=$(run_job "$W/async.json" 1)
 "$CTL" --coordinator "$COORD" job export "$JA" --path 0 --out "$W/out_async" >>"$W/ctl.log" 2>&1 || fail "export async"
 "$CTL" --coordinator "$COORD" job ledger "$JA" --json > "$W/ledger1.json" 2>>"$W/ctl.log" || fail "ledger 1"
-JB=$(run_job "$W/async2.json" 2 10)
+JB=$(run_job "$W/async2.json" 2 --min-step-ms 80)
 "$CTL" --coordinator "$COORD" job ledger "$JB" --json > "$W/ledger2.json" 2>>"$W/ctl.log" || fail "ledger 2"
 "$CTL" --coordinator "$COORD" job ledger "$JB" > "$W/ledger2.txt" 2>>"$W/ctl.log" || fail "ledger 2 (text)"
 
