@@ -2,25 +2,28 @@
 # tests/bench/async_heterogeneity.sh — sync DiLoCo vs async Nesterov vs async delayed Nesterov
 # (DN) vs DN + DyLU (Liu et al. 2024, Table 1 shape) under four levels of worker heterogeneity,
 # at equal total inner steps (rounds × H × R). Each run: a fresh coordinator, one job, 4 real
-# workers (--threads 1) with per-worker --slowdown factors; then the final model's eval loss
-# on the held-out split (dipacoctl eval), the job's wall-clock time and, for async runs, the
-# ledger's staleness mean/max. Every cell is repeated for SEEDS (model init seeds) and shown
-# as mean ± half the range; the table is printed at the end (also as Markdown with MD=1).
-# Not part of CI (minutes on 2 cores). Release build in build-async-rel.
-# Environment: H (default 10), ROUNDS (6), B (8), T (64), C (128), L (2), EVAL_BATCHES (16),
-# FILES (number of demo-corpus files, 12), OUTER_LR (sync: 0.7), OUTER_MU (sync: 0.9),
-# ASYNC_LR / ASYNC_MU (the async rules' outer lr and momentum: OUTER_LR / OUTER_MU),
-# DN_N (delay buffer, default the number of slots), DN_C (0), H_MIN (DyLU min_steps, H/5),
+# workers (--threads 1), each a device of fixed speed (--min-step-ms STEP_MS × its slowdown
+# factor, so that the load of the 2-core machine does not decide who is fast); then the final
+# model's eval loss on the held-out split (dipacoctl eval), the job's wall-clock time and, for
+# async runs, the ledger's staleness mean. Every cell is repeated for SEEDS (model init seeds)
+# and shown as mean ± half the range, with the loss as a ratio to sync's (tests/bench/
+# async_table.py; Markdown with MD=1). Not part of CI (~15 minutes on 2 cores). Release build
+# in build-async-rel.
+# Environment: H (default 10), ROUNDS (20), B (8), T (64), C (128), L (2), EVAL_BATCHES (16),
+# FILES (number of demo-corpus files, 12), OUTER_LR / OUTER_MU (sync: 0.4 / 0.7), ASYNC_LR /
+# ASYNC_MU (the async rules': OUTER_LR / OUTER_MU), DN_N (delay buffer, 0 = the number of
+# slots), DN_C (0), H_MIN (DyLU min_steps, H/5), STEP_MS (50: the fastest worker's step time;
+# SPEED=slowdown: --slowdown factors of the measured step time instead), LR_MIN_FRAC (0.1),
 # SEEDS ("1 2 3"), LEVELS (all four, e.g. "none very"), ALGOS (all four), RESULTS (a file that
 # gets one line per run: level algo seed loss wall staleness_mean staleness_max).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-H=${H:-10}; ROUNDS=${ROUNDS:-6}; B=${B:-8}; T=${T:-64}; C=${C:-128}; L=${L:-2}; NH=2; V=256; R=4
-EVAL_BATCHES=${EVAL_BATCHES:-16}; FILES=${FILES:-12}; OUTER_LR=${OUTER_LR:-0.7}; OUTER_MU=${OUTER_MU:-0.9}
+H=${H:-10}; ROUNDS=${ROUNDS:-20}; B=${B:-8}; T=${T:-64}; C=${C:-128}; L=${L:-2}; NH=2; V=256; R=4
+EVAL_BATCHES=${EVAL_BATCHES:-16}; FILES=${FILES:-12}; OUTER_LR=${OUTER_LR:-0.4}; OUTER_MU=${OUTER_MU:-0.7}
 ASYNC_LR=${ASYNC_LR:-$OUTER_LR}; ASYNC_MU=${ASYNC_MU:-$OUTER_MU}; DN_N=${DN_N:-0}; DN_C=${DN_C:-0}
 H_MIN=${H_MIN:-$(( H / 5 > 0 ? H / 5 : 1 ))}; SEEDS=${SEEDS:-"1 2 3"}
 LEVELS=${LEVELS:-"none slight moderate very"}; ALGOS=${ALGOS:-"sync async-nesterov async-dn async-dn-dylu"}
-RESULTS=${RESULTS:-}; LR_MIN_FRAC=${LR_MIN_FRAC:-0.1}
+RESULTS=${RESULTS:-}; LR_MIN_FRAC=${LR_MIN_FRAC:-0.1}; STEP_MS=${STEP_MS:-50}
 declare -A SLOW=([none]="1 1 1 1" [slight]="1 1.2 1.4 1.6" [moderate]="1 1.5 2 3" [very]="1 1.3 2.6 5.7")
 work=$(mktemp -d)
 PIDS=()
@@ -71,7 +74,12 @@ JSON
   local i=0 wp=()
   for x in ${SLOW[$level]}; do
     i=$((i + 1))
-    "$WK" --coordinator "127.0.0.1:$port" --data-dir "$work" --threads 1 --name "w$i" --slowdown "$x" \
+    # A device of fixed speed: every inner step takes STEP_MS × the worker's slowdown factor
+    # (sleeping what the computation leaves), whatever else the machine runs.
+    # (SPEED=slowdown: --slowdown factor × the measured step time instead.)
+    local speed=(--min-step-ms "$(/usr/bin/python3 -c "print($STEP_MS * $x)")")
+    [ "${SPEED:-}" != slowdown ] || speed=(--slowdown "$x")
+    "$WK" --coordinator "127.0.0.1:$port" --data-dir "$work" --threads 1 --name "w$i" "${speed[@]}" \
       --exit-when-done --poll-ms 200 --log-json 2>"$d/worker$i.log" &
     wp+=($!); PIDS+=($!)
   done

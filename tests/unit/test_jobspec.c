@@ -49,13 +49,13 @@ int main(void) {
   CHECK_EQ_INT(js.inner.warmup, 0);
   CHECK_EQ_INT(js.inner.state, INNER_STATE_KEEP);
   CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7 && js.outer.nesterov == 1 && js.outer.delta_norm_screen == 0);
-  /* diloco-async keeps delayed Nesterov's outer defaults; given values win over either. */
+  /* diloco-async has its own outer defaults (lr 0.4, momentum 0.7); given values win over either. */
   CHECK_EQ_INT(parse("{\"name\":\"a\"," MODEL "," DATA ",\"algorithm\":\"diloco-async\",\"replicas\":2,"
                      "\"inner_steps\":5,\"rounds\":3,\"batch\":4,\"seq_len\":8}", &js2), 0);
-  CHECK(js2.outer.lr == 0.7 && js2.outer.momentum == 0.9);
+  CHECK(js2.outer.lr == 0.4 && js2.outer.momentum == 0.7);
   CHECK_EQ_INT(parse("{\"name\":\"a\"," MODEL "," DATA ",\"algorithm\":\"diloco-async\",\"replicas\":2,"
                      "\"inner_steps\":5,\"rounds\":3,\"batch\":4,\"seq_len\":8,\"outer\":{\"lr\":0.5}}", &js2), 0);
-  CHECK(js2.outer.lr == 0.5 && js2.outer.momentum == 0.9);
+  CHECK(js2.outer.lr == 0.5 && js2.outer.momentum == 0.7);
   CHECK(js.quorum == 1.0 && js.round_timeout_s == 3600.0);
   CHECK_EQ_INT(js.versions.keep_last, 2);
   CHECK_EQ_INT(js.versions.keep_every, 0);
