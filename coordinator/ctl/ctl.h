@@ -9,6 +9,7 @@
  *     data.c      data prepare
  *     train.c     init, train, eval
  *     generate.c  generate
+ *     route.c     route fit, route assign (DiPaCo routers and per-path shards)
  *   admin commands (gRPC client of dipaco.v1.Admin; built with DIPACO_DISTRIBUTED):
  *     admin.c     ctl_admin: the command table, the admin flags, dispatch
  *     commands.h  the admin commands' entry points (jobs.c, export.c, fleet.c)
@@ -49,6 +50,7 @@ int ctl_init(int argc, char **argv);
 int ctl_train(int argc, char **argv);
 int ctl_eval(int argc, char **argv);
 int ctl_generate(int argc, char **argv);
+int ctl_route(int argc, char **argv); /* argv[0] is "fit" or "assign" */
 
 /* Admin commands over gRPC (argv[0] is the command word: "job", "workers", ...). A build
  * without gRPC supplies a ctl_admin that explains what is missing (admin_stub.c). */

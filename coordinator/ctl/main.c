@@ -74,6 +74,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "dipacoctl data: unknown subcommand (use 'data prepare')\n");
     return 2;
   }
+  if (strcmp(cmd, "route") == 0) return ctl_route(rest, rargv);
   static const struct {
     const char *name;
     int (*fn)(int, char **);
