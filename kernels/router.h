@@ -10,7 +10,8 @@
  * the second half; path = c1·K2 + c2, the job's path numbering for levels of K1 then K2
  * modules).
  *
- * Router directory: router.safetensors (F32 "centroids" [K, C], or "centroids.0" [K1, C/2]
+ * Router directory: base/ (a copy of the feature model, written by `dipacoctl route fit`),
+ * router.safetensors (F32 "centroids" [K, C], or "centroids.0" [K1, C/2]
  * and "centroids.1" [K2, C - C/2]) plus router.json:
  *   {"format": "dipaco-router", "version": 1, "kind": "kmeans"|"product-kmeans",
  *    "k": K | "grid": [K1, K2], "paths": P, "dim": C, "prefix": n, "seed": S,
@@ -28,7 +29,12 @@
 
 #define ROUTER_JSON "router.json"
 #define ROUTER_WEIGHTS "router.safetensors"
+#define ROUTER_BASE_DIR "base" /* the copy of the feature model `route fit` keeps beside the router */
 #define ROUTER_DEFAULT_PREFIX 32
+/* A DiPaCo model directory (`dipacoctl job export --all-paths`): DIPACO_MODEL_JSON
+ * {"format": "dipaco-model", "version": 1, "job_id", "paths": P, "router": "router" | null},
+ * path_<p>/ (a model directory per path) and router/ (a router directory). */
+#define DIPACO_MODEL_JSON "dipaco.json"
 
 typedef enum { ROUTER_KMEANS = 0, ROUTER_PRODUCT = 1 } router_kind;
 

@@ -25,7 +25,7 @@ static const admin_cmd commands[] = {
     {"job", "resume", "reason", NULL, cmd_job_resume},
     {"job", "cancel", "reason", NULL, cmd_job_cancel},
     {"job", "wait", "timeout poll-ms", NULL, cmd_job_wait},
-    {"job", "export", "path out version", cmd_job_export_check, cmd_job_export},
+    {"job", "export", "path out version all-paths router", cmd_job_export_check, cmd_job_export},
     {"job", "ledger", "", NULL, cmd_job_ledger},
     {"workers", NULL, "all job", NULL, cmd_workers},
     {"paths", NULL, "", NULL, cmd_paths},
@@ -128,6 +128,8 @@ int ctl_admin(const char *coordinator, int argc, char **argv) {
                     {.name = "out", .kind = DPC_ARG_STR, .dst = &o.out},
                     {.name = "version", .kind = DPC_ARG_LONG, .dst = &o.version},
                     {.name = "all", .kind = DPC_ARG_FLAG, .dst = &o.all},
+                    {.name = "all-paths", .kind = DPC_ARG_FLAG, .dst = &o.all_paths},
+                    {.name = "router", .kind = DPC_ARG_STR, .dst = &o.router},
                     {.name = "job", .kind = DPC_ARG_LONG, .dst = &o.job},
                     DPC_ARGS_END};
   char **pos = NULL;

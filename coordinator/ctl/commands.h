@@ -22,6 +22,8 @@ typedef struct {
   int path;              /* --path P: job export (-1 = not given) */
   const char *out;       /* --out DIR: job export */
   long version;          /* --version V: job export (0 = latest) */
+  int all_paths;         /* --all-paths: job export (a DiPaCo model directory) */
+  const char *router;    /* --router DIR: job export --all-paths copies it in */
   int all;               /* --all: workers */
   long job;              /* --job ID: workers */
 } admin_args;

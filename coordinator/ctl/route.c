@@ -21,7 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define ROUTE_BASE_DIR "base" /* the router's copy of its feature model */
 #define ROUTE_FEATURE_BATCH 16
 
 /* The flags fit and assign share. */
@@ -238,7 +237,7 @@ static int route_fit(int argc, char **argv) {
   }
   print_counts(cmd, assign, in.n_seq, r.n_paths);
   char base[4096];
-  snprintf(base, sizeof base, "%s/%s", out, ROUTE_BASE_DIR);
+  snprintf(base, sizeof base, "%s/%s", out, ROUTER_BASE_DIR);
   if (router_save(out, &r) || modeldir_save(base, &in.cfg, in.params)) {
     CTL_FAIL(cmd);
     goto done;
@@ -324,7 +323,7 @@ static int route_assign(int argc, char **argv) {
     goto done;
   }
   if (!model_dir) {
-    snprintf(base, sizeof base, "%s/%s", router_dir, ROUTE_BASE_DIR);
+    snprintf(base, sizeof base, "%s/%s", router_dir, ROUTER_BASE_DIR);
     model_dir = base;
   }
   if ((status = route_read(cmd, &o, model_dir, r.prefix, &in))) goto done;

@@ -5,7 +5,8 @@
 # and every exported path must equal the PyTorch DiPaCo reference (tests/oracle/dipaco_ref.py:
 # per-module Nesterov on the mean delta of the slots whose path holds the module, each slot on
 # its own path's stream) to 1e-4 relative. Also: a data.paths list of the wrong length is
-# refused by `job create` with a clear message and creates nothing.
+# refused by `job create` with a clear message and creates nothing; `job export --all-paths`
+# writes the DiPaCo model directory and `eval --dipaco` on it equals a PyTorch routed eval.
 set -euo pipefail
 COORDINATOR_BIN=$(realpath "$1"); WORKER_BIN=$(realpath "$2"); CTL=$(realpath "$3")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -20,7 +21,7 @@ for i in $(seq 1 150); do echo "#include <stdio.h> static int f$i(void) { return
 cat corpus/a.txt corpus/b.txt > corpus/mix.txt
 "$CTL" data prepare --tokenizer byte --out data --val-fraction 0.1 corpus/mix.txt 2>/dev/null
 "$CTL" init --n-layer 2 --n-head 2 --n-embd 16 --n-positions 16 --vocab-size 256 --seed 5 --out init 2>/dev/null
-"$CTL" route fit --model init --data data/train_000.bin --seq-len 16 --prefix 8 --k 4 --seed 3 --out router
+"$CTL" route fit --model init --data data/train_000.bin --seq-len 16 --prefix 4 --k 4 --seed 3 --out router
 paths=$("$CTL" route assign --router router --data data/train_000.bin --seq-len 16 --out routed)
 echo "data.paths = $paths"
 cat > spec.json <<JSON
@@ -50,4 +51,22 @@ echo "created job $job"
 for p in 0 1 2 3; do "$CTL" --coordinator "$COORD" job export "$job" --path $p --out "export_$p" 2>/dev/null; done
 $PY "$HERE/../oracle/dipaco_ref.py" --init init --spec spec.json --data-dir "$W" --compare "export_" --tol 1e-4 \
   || fail "exported paths differ from the PyTorch DiPaCo reference"
+# The DiPaCo model directory: every path plus the router; its paths equal the single exports.
+"$CTL" --coordinator "$COORD" job export "$job" --all-paths --router router --out model
+for p in 0 1 2 3; do cmp "export_$p/model.safetensors" "model/path_$p/model.safetensors" || fail "--all-paths path $p differs"; done
+# Routed eval equals scoring each sequence with its chosen path by hand (a torch oracle that
+# reads the directory itself), without and with re-routing every 5 tokens.
+for w in 0 5; do
+  "$CTL" eval --dipaco model --data data/val_000.bin --seq-len 16 --reroute-every $w --json > "eval_$w.json"
+  $PY "$HERE/../oracle/dipaco_eval_ref.py" --dipaco model --data data/val_000.bin --seq-len 16 --reroute-every $w \
+    --got "eval_$w.json" || fail "eval --dipaco --reroute-every $w differs from the oracle"
+done
+"$CTL" eval --dipaco model --data data/val_000.bin --seq-len 16
+# A router fitted on another base model is refused by assign, with both named.
+"$CTL" init --n-layer 2 --n-head 2 --n-embd 16 --n-positions 16 --vocab-size 256 --seed 6 --out other 2>/dev/null
+if "$CTL" route assign --router router --model other --data data/train_000.bin --seq-len 16 --out r2 2>r2.err; then
+  fail "route assign accepted a model the router was not fitted on"
+fi
+grep -q "other weights" r2.err || fail "unclear error for a mismatched feature model: $(cat r2.err)"
+[ ! -e r2 ] || fail "a refused route assign wrote $W/r2"
 echo "dipaco_dist: OK"
