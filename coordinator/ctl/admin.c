@@ -18,7 +18,7 @@ typedef struct {
 } admin_cmd;
 
 static const admin_cmd commands[] = {
-    {"job", "create", "paused", NULL, cmd_job_create},
+    {"job", "create", "paused data-dir", NULL, cmd_job_create},
     {"job", "list", "state", NULL, cmd_job_list},
     {"job", "show", "", NULL, cmd_job_show},
     {"job", "pause", "reason", NULL, cmd_job_pause},
@@ -120,6 +120,7 @@ int ctl_admin(const char *coordinator, int argc, char **argv) {
                     {.name = "tls-cert", .kind = DPC_ARG_STR, .dst = &cf.tls.cert_file},
                     {.name = "tls-key", .kind = DPC_ARG_STR, .dst = &cf.tls.key_file},
                     {.name = "paused", .kind = DPC_ARG_FLAG, .dst = &o.paused},
+                    {.name = "data-dir", .kind = DPC_ARG_STR, .dst = &o.data_dir},
                     {.name = "state", .kind = DPC_ARG_STR, .dst = &o.state},
                     {.name = "reason", .kind = DPC_ARG_STR, .dst = &o.reason},
                     {.name = "timeout", .kind = DPC_ARG_FLOAT, .dst = &o.timeout_s},

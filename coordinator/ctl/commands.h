@@ -15,6 +15,7 @@
 /* The values of the command-specific flags; admin.c accepts each only where it applies. */
 typedef struct {
   int paused;            /* --paused: job create */
+  const char *data_dir;  /* --data-dir DIR: job create checks the data as a worker would see it */
   const char *state;     /* --state S: job list */
   const char *reason;    /* --reason TEXT: job pause|resume|cancel */
   float timeout_s;       /* --timeout S: job wait (0 = no limit) */

@@ -33,6 +33,7 @@ static const char usage_text[] =
     "bearer token; --tls-ca FILE [--tls-cert FILE --tls-key FILE] for (mutual) TLS; --json prints\n"
     "one JSON document):\n"
     "  job create SPEC.json [--paused]   uploads \"model\": {\"init\": DIR}; prints the job id\n"
+    "        [--data-dir DIR]             check every path's data under DIR first (as a worker)\n"
     "  job list [--state S] | job show ID | job pause|resume|cancel ID [--reason TEXT]\n"
     "  job wait ID [--timeout S --poll-ms N]   exit 0 DONE, 1 FAILED/CANCELLED, 3 timeout\n"
     "  job export ID --path P --out DIR [--version V]\n"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # dipaco_dist.sh COORDINATOR WORKER DIPACOCTL — DiPaCo end to end through the real daemons: a
-# mixed corpus is routed by `dipacoctl route fit --k 4` / `route assign` into per-path shards,
+# mixed corpus is routed by `dipacoctl route fit --k 4` / `route assign` into per-path shards
+# (checked against a torch router, tests/oracle/route_ref.py, top 1 and top 2),
 # a 2 x 2 DiPaCo job (levels of 2 modules each, R = 2) trains with data.paths on 2 CPU workers,
 # and every exported path must equal the PyTorch DiPaCo reference (tests/oracle/dipaco_ref.py:
 # per-module Nesterov on the mean delta of the slots whose path holds the module, each slot on
@@ -24,6 +25,13 @@ cat corpus/a.txt corpus/b.txt > corpus/mix.txt
 "$CTL" route fit --model init --data data/train_000.bin --seq-len 16 --prefix 4 --k 4 --seed 3 --out router
 paths=$("$CTL" route assign --router router --data data/train_000.bin --seq-len 16 --out routed)
 echo "data.paths = $paths"
+# The sharding round trip, against a torch router: each path's shard is exactly its sequences in
+# the original order (top 1: every sequence once; top 2: also in its runner-up path).
+$PY "$HERE/../oracle/route_ref.py" --router router --data data/train_000.bin --seq-len 16 --routed routed \
+  || fail "route assign shards differ from the oracle"
+"$CTL" route assign --router router --data data/train_000.bin --seq-len 16 --top 2 --out routed2 >/dev/null
+$PY "$HERE/../oracle/route_ref.py" --router router --data data/train_000.bin --seq-len 16 --routed routed2 --top 2 \
+  || fail "route assign --top 2 shards differ from the oracle"
 cat > spec.json <<JSON
 {"name": "dipaco-test", "model": {"init": "$W/init"}, "data": {"paths": $paths},
  "algorithm": "dipaco", "replicas": 2, "inner_steps": 3, "rounds": 3, "batch": 2, "seq_len": 16,
@@ -43,9 +51,23 @@ if "$CTL" --coordinator "$COORD" job create bad3.json 2>bad3.err; then fail "a s
 grep -q '3 lists for 4 paths' bad3.err || fail "unclear error for a short data.paths: $(cat bad3.err)"
 [ "$("$CTL" --coordinator "$COORD" job list --json | $PY -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))')" = 0 ] \
   || fail "a refused spec created a job"
+# --data-dir checks every path's data as a worker would: a shard too small for one batch is
+# refused, naming the path.
+$PY - spec.json small.json <<'PY'
+import json, struct, sys
+s = json.load(open(sys.argv[1])); s["data"]["paths"][3] = ["tiny/train_000.bin"]; s["name"] = "small"
+json.dump(s, open(sys.argv[2], "w"))
+import os; os.makedirs("tiny", exist_ok=True)
+with open("tiny/train_000.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, 20, *([0] * 253))); f.write(struct.pack("<20H", *range(20)))
+PY
+if "$CTL" --coordinator "$COORD" job create small.json --data-dir "$W" 2>small.err; then fail "a path with 20 tokens was accepted"; fi
+grep -q 'data.paths\[3\]: path 3.s data holds 20 tokens, less than one batch' small.err || fail "unclear error for a small path: $(cat small.err)"
+[ "$("$CTL" --coordinator "$COORD" job list --json | $PY -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))')" = 0 ] \
+  || fail "a refused spec created a job"
 start_worker w1 "$W"
 start_worker w2 "$W"
-job=$("$CTL" --coordinator "$COORD" job create spec.json)
+job=$("$CTL" --coordinator "$COORD" job create spec.json --data-dir "$W")
 echo "created job $job"
 "$CTL" --coordinator "$COORD" job wait "$job" --timeout 240 || fail "job did not finish"
 for p in 0 1 2 3; do "$CTL" --coordinator "$COORD" job export "$job" --path $p --out "export_$p" 2>/dev/null; done
