@@ -153,7 +153,7 @@ int kmeans_product_fit(const float *x, size_t n, int d, int k1, int k2, uint64_t
                        float *c2, int *assign, kmeans_result *res1, kmeans_result *res2) {
   if (d < 2) return dpc_err(DPC_EINVAL, "product k-means: the feature has %d dimension(s); it needs at least 2", d);
   const int d1 = d / 2, d2 = d - d1;
-  float *h1 = malloc(n * (size_t)d1 * sizeof *h1), *h2 = malloc(n * (size_t)d2 * sizeof *h2);
+  float *h1 = calloc(n * (size_t)d1, sizeof *h1), *h2 = calloc(n * (size_t)d2, sizeof *h2);
   int *a1 = malloc(n * sizeof *a1), *a2 = malloc(n * sizeof *a2);
   int rc = 0;
   if (!h1 || !h2 || !a1 || !a2) rc = dpc_err(DPC_ENOMEM, "product k-means: out of memory for %zu points", n);

@@ -49,7 +49,88 @@ int router_features(gpt_model *m, const int *seqs, size_t n, int seq_stride, int
   return rc;
 }
 
+/* Linear router scores: best and runner-up of W·z + b (ties to the lower index). */
+static int linear_route(const router *r, const float *z, int *second) {
+  int best = -1, sec = -1;
+  double bs = -INFINITY, ss = -INFINITY;
+  for (int p = 0; p < r->n_paths; p++) {
+    const float *w = r->c + (size_t)p * r->dim;
+    double s = r->c2[p];
+    for (int j = 0; j < r->dim; j++) s += (double)w[j] * z[j];
+    if (s > bs) {
+      sec = best;
+      ss = bs;
+      best = p;
+      bs = s;
+    } else if (s > ss) {
+      sec = p;
+      ss = s;
+    }
+  }
+  if (second) *second = sec;
+  return best;
+}
+
+int router_fit_linear(const float *x, const int *label, size_t n, int dim, int paths, int iters, double lr,
+                      double l2, float *w, float *b, double *accuracy) {
+  if (n < 1 || dim < 1 || paths < 2 || iters < 1)
+    return dpc_err(DPC_EINVAL, "linear router: need sequences (%zu), a feature (%d), 2+ paths (%d), iterations (%d)", n,
+                   dim, paths, iters);
+  const size_t np = (size_t)paths * (dim + 1);
+  double *th = calloc(np, sizeof *th), *g = malloc(np * sizeof *g), *m = calloc(np, sizeof *m);
+  double *v = calloc(np, sizeof *v), *pr = malloc((size_t)paths * sizeof *pr);
+  int rc = th && g && m && v && pr ? 0 : dpc_err(DPC_ENOMEM, "linear router: out of memory");
+  for (size_t i = 0; !rc && i < n; i++)
+    if (label[i] < 0 || label[i] >= paths) rc = dpc_err(DPC_EINVAL, "linear router: label %d of sequence %zu", label[i], i);
+  /* th: row p holds W[p][0..dim) then b[p]. */
+  for (int it = 0; !rc && it < iters; it++) {
+    memset(g, 0, np * sizeof *g);
+    for (size_t i = 0; i < n; i++) {
+      const float *z = x + i * dim;
+      double mx = -INFINITY, sum = 0;
+      for (int p = 0; p < paths; p++) {
+        const double *t = th + (size_t)p * (dim + 1);
+        double s = t[dim];
+        for (int j = 0; j < dim; j++) s += t[j] * z[j];
+        pr[p] = s;
+        if (s > mx) mx = s;
+      }
+      for (int p = 0; p < paths; p++) sum += (pr[p] = exp(pr[p] - mx));
+      for (int p = 0; p < paths; p++) {
+        double d = (pr[p] / sum - (p == label[i])) / (double)n;
+        double *gp = g + (size_t)p * (dim + 1);
+        for (int j = 0; j < dim; j++) gp[j] += d * z[j];
+        gp[dim] += d;
+      }
+    }
+    const double b1 = 0.9, b2 = 0.999, c1 = 1 - pow(b1, it + 1), c2 = 1 - pow(b2, it + 1);
+    for (size_t k = 0; k < np; k++) {
+      double gk = g[k] + ((k % (size_t)(dim + 1)) != (size_t)dim ? l2 * th[k] : 0);
+      m[k] = b1 * m[k] + (1 - b1) * gk;
+      v[k] = b2 * v[k] + (1 - b2) * gk * gk;
+      th[k] -= lr * (m[k] / c1) / (sqrt(v[k] / c2) + 1e-8);
+    }
+  }
+  for (int p = 0; !rc && p < paths; p++) {
+    for (int j = 0; j < dim; j++) w[(size_t)p * dim + j] = (float)th[(size_t)p * (dim + 1) + j];
+    b[p] = (float)th[(size_t)p * (dim + 1) + dim];
+  }
+  if (!rc && accuracy) {
+    router r = {.kind = ROUTER_LINEAR, .n_paths = paths, .dim = dim, .c = w, .c2 = b};
+    size_t ok = 0;
+    for (size_t i = 0; i < n; i++) ok += linear_route(&r, x + i * dim, NULL) == label[i];
+    *accuracy = (double)ok / (double)n;
+  }
+  free(th);
+  free(g);
+  free(m);
+  free(v);
+  free(pr);
+  return rc;
+}
+
 int router_route(const router *r, const float *z, int *second) {
+  if (r->kind == ROUTER_LINEAR) return linear_route(r, z, second);
   if (r->kind == ROUTER_KMEANS) {
     int sec = -1, best = kmeans_nearest(r->c, r->k, r->dim, z, &sec);
     if (second) *second = sec;
@@ -83,12 +164,19 @@ static void join(char *buf, size_t cap, const char *dir, const char *file) { snp
 int router_save(const char *dir, const router *r) {
   int rc = dpc_mkdir_p(dir);
   if (rc) return rc;
-  const int d1 = r->kind == ROUTER_KMEANS ? r->dim : r->dim / 2, d2 = r->dim - r->dim / 2;
+  const int d1 = r->kind == ROUTER_PRODUCT ? r->dim / 2 : r->dim, d2 = r->dim - r->dim / 2;
   st_write_tensor t[2];
   memset(t, 0, sizeof t);
   int nt = 1;
-  t[0] = (st_write_tensor){.name = r->kind == ROUTER_KMEANS ? "centroids" : "centroids.0", .dtype = ST_F32, .ndim = 2,
-                           .shape = {r->kind == ROUTER_KMEANS ? r->k : r->k1, d1}, .data = r->c};
+  if (r->kind == ROUTER_LINEAR) {
+    t[0] = (st_write_tensor){.name = "linear.weight", .dtype = ST_F32, .ndim = 2, .shape = {r->n_paths, r->dim},
+                             .data = r->c};
+    t[1] = (st_write_tensor){.name = "linear.bias", .dtype = ST_F32, .ndim = 1, .shape = {r->n_paths}, .data = r->c2};
+    nt = 2;
+  } else {
+    t[0] = (st_write_tensor){.name = r->kind == ROUTER_KMEANS ? "centroids" : "centroids.0", .dtype = ST_F32,
+                             .ndim = 2, .shape = {r->kind == ROUTER_KMEANS ? r->k : r->k1, d1}, .data = r->c};
+  }
   if (r->kind == ROUTER_PRODUCT) {
     t[1] = (st_write_tensor){.name = "centroids.1", .dtype = ST_F32, .ndim = 2, .shape = {r->k2, d2}, .data = r->c2};
     nt = 2;
@@ -103,9 +191,11 @@ int router_save(const char *dir, const router *r) {
   if (root) {
     cJSON_AddStringToObject(root, "format", "dipaco-router");
     cJSON_AddNumberToObject(root, "version", 1);
-    cJSON_AddStringToObject(root, "kind", r->kind == ROUTER_KMEANS ? "kmeans" : "product-kmeans");
+    cJSON_AddStringToObject(root, "kind", r->kind == ROUTER_KMEANS    ? "kmeans"
+                                          : r->kind == ROUTER_PRODUCT ? "product-kmeans"
+                                                                      : "linear");
     if (r->kind == ROUTER_KMEANS) cJSON_AddNumberToObject(root, "k", r->k);
-    else {
+    else if (r->kind == ROUTER_PRODUCT) {
       int g[2] = {r->k1, r->k2};
       cJSON_AddItemToObject(root, "grid", cJSON_CreateIntArray(g, 2));
     }
@@ -141,12 +231,17 @@ static int json_int(const char *file, const cJSON *o, const char *key, long lo, 
   return 0;
 }
 
-/* Read tensor `name` [rows][cols] of the router file into a new array *out. */
+/* Read tensor `name` [rows][cols] (cols 0: a vector [rows]) of the router file into a new
+ * array *out. */
 static int read_centroids(const st_file *f, const char *name, int rows, int cols, float **out) {
   int i = st_find(f, name);
   if (i < 0) return dpc_err(DPC_EFORMAT, "%s: no tensor \"%s\"", st_path(f), name);
   const st_tensor *t = st_get(f, i);
-  if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
+  if (cols == 0) {
+    if (t->ndim != 1 || t->shape[0] != rows)
+      return dpc_err(DPC_ESHAPE, "%s: tensor \"%s\" is not [%d] as router.json says", st_path(f), name, rows);
+    cols = 1;
+  } else if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
     return dpc_err(DPC_ESHAPE, "%s: tensor \"%s\" is not [%d, %d] as router.json says", st_path(f), name, rows, cols);
   if (!(*out = malloc((size_t)rows * cols * sizeof **out))) return dpc_err(DPC_ENOMEM, "router: out of memory");
   int rc = st_read_f32(f, i, 0, (uint64_t)rows * cols, *out);
@@ -176,8 +271,11 @@ static int parse_json(const char *file, const cJSON *root, router *r) {
     if (r->k1 < 1 || r->k2 < 1 || (long)r->k1 * r->k2 > ROUTER_MAX_PATHS)
       return dpc_err(DPC_EFORMAT, "%s: field \"grid\" = [%d, %d] out of range", file, r->k1, r->k2);
     r->n_paths = r->k1 * r->k2;
+  } else if (cJSON_IsString(kind) && strcmp(kind->valuestring, "linear") == 0) {
+    r->kind = ROUTER_LINEAR;
+    if ((rc = json_int(file, root, "paths", 2, ROUTER_MAX_PATHS, &r->n_paths))) return rc;
   } else {
-    return dpc_err(DPC_EFORMAT, "%s: field \"kind\" must be \"kmeans\" or \"product-kmeans\"", file);
+    return dpc_err(DPC_EFORMAT, "%s: field \"kind\" must be \"kmeans\", \"product-kmeans\" or \"linear\"", file);
   }
   int paths = 0;
   if ((rc = json_int(file, root, "paths", 1, ROUTER_MAX_PATHS, &paths))) return rc;
@@ -223,7 +321,10 @@ int router_load(const char *dir, router *r) {
   st_file *f = NULL;
   if ((rc = st_open(path, &f))) return rc;
   if (r->kind == ROUTER_KMEANS) rc = read_centroids(f, "centroids", r->k, r->dim, &r->c);
-  else {
+  else if (r->kind == ROUTER_LINEAR) {
+    rc = read_centroids(f, "linear.weight", r->n_paths, r->dim, &r->c);
+    if (!rc) rc = read_centroids(f, "linear.bias", r->n_paths, 0, &r->c2);
+  } else {
     rc = read_centroids(f, "centroids.0", r->k1, r->dim / 2, &r->c);
     if (!rc) rc = read_centroids(f, "centroids.1", r->k2, r->dim - r->dim / 2, &r->c2);
   }

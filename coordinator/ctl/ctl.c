@@ -21,6 +21,8 @@ static const char usage_text[] =
     "        [--temperature X --top-k K --seed S --threads N]\n"
     "  route fit --model BASE --data SHARD... --seq-len T (--k K | --grid K1xK2) [--prefix 32]\n"
     "        [--seed S --max-iters N] --out ROUTER_DIR     DiPaCo router: k-means on prefix features\n"
+    "  route fit --discriminative --dipaco DIR --data SHARD... --seq-len T [--sequences K --iters N\n"
+    "        --lr X --l2 X] --out ROUTER_DIR   linear router on each sequence's lowest-loss path\n"
     "  route assign --router DIR --data SHARD... --seq-len T [--top 1|2] --out DIR\n"
     "        per-path shards DIR/path_<p>/train_000.bin; prints the job spec's data.paths\n"
     "  eval --dipaco DIR --data SHARD... --seq-len T [--batch B --reroute-every W --sequences K --json]\n"

@@ -10,7 +10,8 @@
  *     train.c     init, train, eval
  *     generate.c  generate
  *     route.c     route fit, route assign (DiPaCo routers and per-path shards)
- *     dipaco_eval.c  eval --dipaco (routed evaluation of a DiPaCo model directory)
+ *     dipaco_eval.c  eval --dipaco (routed evaluation of a DiPaCo model directory) and
+ *                 route fit --discriminative (re-routing by each path's loss)
  *   admin commands (gRPC client of dipaco.v1.Admin; built with DIPACO_DISTRIBUTED):
  *     admin.c     ctl_admin: the command table, the admin flags, dispatch
  *     commands.h  the admin commands' entry points (jobs.c, export.c, fleet.c)
@@ -53,6 +54,7 @@ int ctl_eval(int argc, char **argv);
 int ctl_generate(int argc, char **argv);
 int ctl_route(int argc, char **argv); /* argv[0] is "fit" or "assign" */
 int ctl_eval_dipaco(int argc, char **argv); /* `eval` with --dipaco DIR */
+int ctl_route_discriminative(int argc, char **argv); /* `route fit` with --discriminative */
 
 /* Admin commands over gRPC (argv[0] is the command word: "job", "workers", ...). A build
  * without gRPC supplies a ctl_admin that explains what is missing (admin_stub.c). */

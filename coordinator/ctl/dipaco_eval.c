@@ -1,5 +1,8 @@
-/* dipaco_eval.c — `dipacoctl eval --dipaco DIR`: routed evaluation of a DiPaCo model
- * directory (kernels/router.h; written by `dipacoctl job export --all-paths --router R`).
+/* dipaco_eval.c — what reads a DiPaCo model directory (kernels/router.h; written by
+ * `dipacoctl job export --all-paths --router R`): `eval --dipaco DIR`, routed evaluation, and
+ * `route fit --discriminative --dipaco DIR`, the paper's discriminative re-routing (each
+ * training sequence goes to the path with the lowest loss on it; a linear softmax router on
+ * the same prefix features learns to predict that path; route.c hands the command over).
  *
  * Sequence i of the data is inputs tokens[i·T, i·T + T), targets one token later (the
  * dataset order with B = 1: floor((N − 1) / T) sequences). Each sequence goes to the path its
@@ -242,7 +245,7 @@ int ctl_eval_dipaco(int argc, char **argv) {
         if (gpt_forward(pm[p], in + (size_t)i * T, NULL, 1, T, NULL)) goto fail;
         for (int t = 0; t < T; t++) {
           if (seg_path[t] != p) continue;
-          double ce;
+          double ce = 0;
           if (token_ce(pm[p], 0, t, tg[(size_t)i * T + t], row, V, &ce)) goto fail;
           sum[p] += ce;
           tok[p]++;
@@ -296,6 +299,175 @@ done:
   free(row);
   free(sum);
   free(tok);
+  free(data);
+  free(pos);
+  return status;
+}
+
+/* Per-sequence loss of path model m on sequences in[n][T] / tg[n][T], B at a time; loss[i]
+ * is the mean cross-entropy over the sequence's T tokens. */
+static int sequence_losses(gpt_model *m, int B, const int *in, const int *tg, long n, int T, int V, float *row,
+                           double *loss) {
+  for (long s0 = 0; s0 < n; s0 += B) {
+    int nb = (int)(n - s0 < B ? n - s0 : B);
+    int rc = gpt_forward(m, in + (size_t)s0 * T, NULL, nb, T, NULL);
+    for (int b = 0; !rc && b < nb; b++) {
+      double sum = 0, ce = 0;
+      for (int t = 0; !rc && t < T; t++) {
+        rc = token_ce(m, b, t, tg[(size_t)(s0 + b) * T + t], row, V, &ce);
+        sum += ce;
+      }
+      loss[s0 + b] = sum / T;
+    }
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int ctl_route_discriminative(int argc, char **argv) {
+  const char *dir = NULL, *data0 = NULL, *backend = "cpu", *out = NULL;
+  int T = 0, B = 8, threads = 0, iters = 300, flag = 0;
+  long max_seq = 0;
+  double lr = 0.05, l2 = 1e-4;
+  dpc_arg args[] = {{.name = "discriminative", .kind = DPC_ARG_FLAG, .dst = &flag},
+                    {.name = "dipaco", .kind = DPC_ARG_STR, .dst = &dir, .required = 1},
+                    {.name = "data", .kind = DPC_ARG_STR, .dst = &data0, .required = 1},
+                    {.name = "seq-len", .kind = DPC_ARG_INT, .dst = &T, .required = 1},
+                    {.name = "out", .kind = DPC_ARG_STR, .dst = &out, .required = 1},
+                    {.name = "batch", .kind = DPC_ARG_INT, .dst = &B},
+                    {.name = "sequences", .kind = DPC_ARG_LONG, .dst = &max_seq},
+                    {.name = "iters", .kind = DPC_ARG_INT, .dst = &iters},
+                    {.name = "lr", .kind = DPC_ARG_DOUBLE, .dst = &lr},
+                    {.name = "l2", .kind = DPC_ARG_DOUBLE, .dst = &l2},
+                    {.name = "threads", .kind = DPC_ARG_INT, .dst = &threads},
+                    {.name = "backend", .kind = DPC_ARG_STR, .dst = &backend},
+                    DPC_ARGS_END};
+  const char *cmd = "route fit --discriminative";
+  char **pos = NULL;
+  int npos = 0, status;
+  if (ctl_args("route fit", argc, argv, args, &pos, &npos, &status)) return status;
+  dipaco_dir d;
+  memset(&d, 0, sizeof d);
+  dataset *ds = NULL;
+  gpt_model *m = NULL;
+  int *in = NULL, *tg = NULL, *label = NULL, *seq = NULL;
+  float *feat = NULL, *row = NULL;
+  double *loss = NULL, *best = NULL;
+  long *cnt = NULL;
+  router nr;
+  memset(&nr, 0, sizeof nr);
+  char **data = calloc((size_t)npos + 1, sizeof *data);
+  status = 2;
+  if (!data) goto fail;
+  data[0] = (char *)data0;
+  for (int i = 0; i < npos; i++) data[i + 1] = pos[i];
+  gpt_backend_opts bo = {.threads = threads};
+  if (gpt_backend_parse(backend, &bo.kind)) {
+    CTL_FAIL(cmd);
+    goto done;
+  }
+  if (T < 1 || B < 1 || threads < 0 || max_seq < 0 || iters < 1 || !(lr > 0) || l2 < 0) {
+    fprintf(stderr, "dipacoctl %s: need --seq-len, --batch, --iters >= 1, --lr > 0, --l2, --sequences, --threads >= 0\n",
+            cmd);
+    goto done;
+  }
+  status = 1;
+  if (dir_load(dir, &d)) goto fail;
+  const int prefix = d.r.prefix, V = d.cfg.vocab_size, C = d.base_cfg.n_embd, P = d.n_paths;
+  if (P < 2 || T > d.cfg.n_positions || prefix > T) {
+    fprintf(stderr, "dipacoctl %s: need 2+ paths (%d) and router prefix %d <= --seq-len %d <= n_positions %d\n", cmd, P,
+            prefix, T, d.cfg.n_positions);
+    status = 2;
+    goto done;
+  }
+  if (dataset_open((const char *const *)data, npos + 1, &ds) || dataset_check_vocab(ds, V) ||
+      dataset_check_vocab(ds, d.base_cfg.vocab_size))
+    goto fail;
+  long all = dataset_num_batches(ds, 1, T), n = all;
+  if (n < P) {
+    fprintf(stderr, "dipacoctl %s: %ld sequences of %d + 1 tokens, fewer than the %d paths\n", cmd, n, T, P);
+    goto done;
+  }
+  if (max_seq > 0 && max_seq < n) n = max_seq; /* spread evenly over the data */
+  in = malloc((size_t)n * T * sizeof *in);
+  tg = malloc((size_t)n * T * sizeof *tg);
+  seq = malloc((size_t)n * prefix * sizeof *seq);
+  feat = malloc((size_t)n * C * sizeof *feat);
+  row = malloc((size_t)V * sizeof *row);
+  loss = malloc((size_t)n * sizeof *loss);
+  best = malloc((size_t)n * sizeof *best);
+  label = malloc((size_t)n * sizeof *label);
+  cnt = calloc((size_t)P, sizeof *cnt);
+  nr = (router){.kind = ROUTER_LINEAR, .n_paths = P, .dim = C, .prefix = prefix, .seed = d.r.seed,
+                .model = d.r.model, .model_crc = d.r.model_crc,
+                .c = malloc((size_t)P * C * sizeof(float)), .c2 = malloc((size_t)P * sizeof(float))};
+  if (!in || !tg || !seq || !feat || !row || !loss || !best || !label || !cnt || !nr.c || !nr.c2) {
+    dpc_err(DPC_ENOMEM, "out of memory for %ld sequences", n);
+    goto fail;
+  }
+  for (long i = 0; i < n; i++) {
+    long src = n == all ? i : (long)((double)i * (double)all / (double)n);
+    if (dataset_batch(ds, 1, T, src, 0, 1, in + (size_t)i * T, tg + (size_t)i * T)) goto fail;
+    memcpy(seq + (size_t)i * prefix, in + (size_t)i * T, (size_t)prefix * sizeof *seq);
+  }
+  static gpt_layout blay, lay;
+  if (gpt_layout_build(&d.base_cfg, &blay) || gpt_layout_build(&d.cfg, &lay) ||
+      gpt_create(&m, &d.base_cfg, &bo, 16, prefix) || gpt_set_params(m, d.base, 0, blay.n_params) ||
+      router_features(m, seq, (size_t)n, prefix, prefix, feat, NULL, NULL))
+    goto fail;
+  gpt_free(m);
+  m = NULL;
+  /* The label of a sequence: the path with the lowest loss on it (ties to the lower path). */
+  for (long i = 0; i < n; i++) best[i] = INFINITY;
+  const int tty = isatty(STDERR_FILENO);
+  for (int p = 0; p < P; p++) {
+    if (gpt_create(&m, &d.cfg, &bo, B, T) || gpt_set_params(m, d.path[p], 0, lay.n_params) ||
+        sequence_losses(m, B, in, tg, n, T, V, row, loss))
+      goto fail;
+    gpt_free(m);
+    m = NULL;
+    for (long i = 0; i < n; i++)
+      if (loss[i] < best[i]) {
+        best[i] = loss[i];
+        label[i] = p;
+      }
+    if (tty) fprintf(stderr, "\r%s: losses under path %d/%d", cmd, p + 1, P);
+  }
+  if (tty) fputc('\n', stderr);
+  for (long i = 0; i < n; i++) cnt[label[i]]++;
+  int agree = 0;
+  for (long i = 0; i < n; i++) agree += router_route(&d.r, feat + (size_t)i * C, NULL) == label[i];
+  fprintf(stderr, "%s: %ld sequences; lowest-loss path:", cmd, n);
+  for (int p = 0; p < P; p++) fprintf(stderr, " %d:%ld", p, cnt[p]);
+  fprintf(stderr, "; the old router agrees on %.1f%%\n", 100.0 * agree / n);
+  double acc = 0;
+  if (router_fit_linear(feat, label, (size_t)n, C, P, iters, lr, l2, nr.c, nr.c2, &acc)) goto fail;
+  fprintf(stderr, "%s: linear router (%d iterations): %.1f%% of the sequences routed to their lowest-loss path\n",
+          cmd, iters, 100.0 * acc);
+  char base[4096];
+  snprintf(base, sizeof base, "%s/%s", out, ROUTER_BASE_DIR);
+  if (router_save(out, &nr) || modeldir_save(base, &d.base_cfg, d.base)) goto fail;
+  fprintf(stderr, "%s: wrote %s (linear, %d paths, prefix %d)\n", cmd, out, P, prefix);
+  status = 0;
+  goto done;
+fail:
+  CTL_FAIL(cmd);
+  status = 1;
+done:
+  (void)flag;
+  gpt_free(m);
+  router_free(&nr);
+  dataset_close(ds);
+  dir_free(&d);
+  free(in);
+  free(tg);
+  free(seq);
+  free(feat);
+  free(row);
+  free(loss);
+  free(best);
+  free(label);
+  free(cnt);
   free(data);
   free(pos);
   return status;

@@ -190,7 +190,7 @@ static int copy_router(actx *a, const char *from, const char *to, int n_paths) {
     router_free(&r);
     return 1;
   }
-  char fb[PATH_MAX + 16], tb[PATH_MAX + 16];
+  char fb[PATH_MAX * 2 + 16], tb[PATH_MAX * 2 + 16];
   snprintf(fb, sizeof fb, "%s/%s", from, ROUTER_BASE_DIR);
   snprintf(tb, sizeof tb, "%s/%s", to, ROUTER_BASE_DIR);
   gpt_config cfg;

@@ -1,6 +1,7 @@
 /* route.c — dipacoctl's DiPaCo routing tools (DESIGN.md §3 "DiPaCo routing"):
  *   route fit    features of every sequence under a base model, k-means or product k-means,
  *                a router directory (kernels/router.h) holding a copy of the base model;
+ *                (--discriminative: dipaco_eval.c);
  *   route assign every sequence to its path (or two paths with --top 2), written as llm.c
  *                shards OUT/path_<p>/train_000.bin in the original order, a manifest, and
  *                the job spec's data.paths value on stdout.
@@ -395,7 +396,11 @@ done:
 }
 
 int ctl_route(int argc, char **argv) {
-  if (argc >= 1 && strcmp(argv[0], "fit") == 0) return route_fit(argc - 1, argv + 1);
+  if (argc >= 1 && strcmp(argv[0], "fit") == 0) {
+    for (int k = 1; k < argc; k++)
+      if (strcmp(argv[k], "--discriminative") == 0) return ctl_route_discriminative(argc - 1, argv + 1);
+    return route_fit(argc - 1, argv + 1);
+  }
   if (argc >= 1 && strcmp(argv[0], "assign") == 0) return route_assign(argc - 1, argv + 1);
   fprintf(stderr, "dipacoctl route: unknown subcommand (use 'route fit' or 'route assign')\n");
   return 2;

@@ -84,6 +84,12 @@ for w in 0 5; do
     --got "eval_$w.json" || fail "eval --dipaco --reroute-every $w differs from the oracle"
 done
 "$CTL" eval --dipaco model --data data/val_000.bin --seq-len 16
+# Discriminative re-routing: a linear router on each sequence's lowest-loss path; its shards
+# round-trip against the torch oracle like the k-means router's.
+"$CTL" route fit --discriminative --dipaco model --data data/train_000.bin --seq-len 16 --sequences 400 --out router_d
+"$CTL" route assign --router router_d --data data/train_000.bin --seq-len 16 --out routed_d >/dev/null
+$PY "$HERE/../oracle/route_ref.py" --router router_d --data data/train_000.bin --seq-len 16 --routed routed_d \
+  || fail "route assign with the discriminative router differs from the oracle"
 # A router fitted on another base model is refused by assign, with both named.
 "$CTL" init --n-layer 2 --n-head 2 --n-embd 16 --n-positions 16 --vocab-size 256 --seed 6 --out other 2>/dev/null
 if "$CTL" route assign --router router --model other --data data/train_000.bin --seq-len 16 --out r2 2>r2.err; then

@@ -4,7 +4,7 @@
 Reads the DiPaCo model directory by hand (dipaco.json, router/router.json, the centroids in
 router/router.safetensors, router/base, path_<p>/), computes every sequence's routing feature
 with a torch GPT-2 (mean of the ln_f output over the first `prefix` tokens), routes it to the
-nearest centroid (product k-means: nearest per half, path c1·K2 + c2), scores each sequence's
+nearest centroid (product k-means: nearest per half, path c1·K2 + c2; linear: argmax of W·z + b), scores each sequence's
 tokens with its chosen path's model, and compares the overall and per-path losses and token
 counts with what `eval --dipaco --json` printed.
 
@@ -48,6 +48,9 @@ def route(rj, cents, z):
         return int(((c.double() - v.double()) ** 2).sum(1).argmin())
     if rj["kind"] == "kmeans":
         return nearest(cents["centroids"], z)
+    if rj["kind"] == "linear":
+        s = cents["linear.weight"].double() @ z.double() + cents["linear.bias"].double()
+        return int(s.argmax())
     d1 = z.numel() // 2
     return nearest(cents["centroids.0"], z[:d1]) * rj["grid"][1] + nearest(cents["centroids.1"], z[d1:])
 

@@ -41,7 +41,7 @@ def main():
             p = route(rj, cents, z)
             want[p].append(seq)
             if a.top == 2:
-                assert rj["kind"] == "kmeans", "the top-2 oracle covers k-means routers"
+                assert rj["kind"] == "kmeans", "the top-2 oracle covers k-means routers"  # noqa: E501
                 d = ((cents["centroids"].double() - z.double()) ** 2).sum(1)
                 d[p] = float("inf")
                 want[int(d.argmin())].append(seq)
