@@ -148,6 +148,12 @@ static void print_counts(const char *cmd, const int *assign, size_t n, int paths
   fprintf(stderr, "%s: sequences per path:", cmd);
   for (int p = 0; p < paths; p++) fprintf(stderr, " %d:%ld", p, cnt[p]);
   fputc('\n', stderr);
+  /* k-means never leaves a cluster empty; a product grid can leave a cell (a path) empty. */
+  for (int p = 0; p < paths; p++)
+    if (cnt[p] == 0)
+      fprintf(stderr, "%s: warning: no sequence of this data falls in path %d (an empty grid cell); a job needs data "
+              "for every path: route assign --top 2 gives it its runner-up sequences, or choose another grid\n", cmd,
+              p);
   free(cnt);
 }
 
