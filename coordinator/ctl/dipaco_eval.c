@@ -92,6 +92,61 @@ static int dir_load(const char *dir, dipaco_dir *d) {
   return 0;
 }
 
+/* ------------------------------------------------ a DiPaCo directory for generate.c */
+
+struct ctl_dipaco {
+  dipaco_dir d;
+  gpt_model *base;  /* feature model, B = 1, T = prefix */
+  gpt_model **path; /* path models, B = 1, T = n_positions */
+  float *feat;
+};
+
+void ctl_dipaco_close(ctl_dipaco *g) {
+  if (!g) return;
+  for (int p = 0; g->path && p < g->d.n_paths; p++) gpt_free(g->path[p]);
+  free(g->path);
+  gpt_free(g->base);
+  free(g->feat);
+  dir_free(&g->d);
+  free(g);
+}
+
+int ctl_dipaco_open(const char *dir, const gpt_backend_opts *bo, ctl_dipaco **out) {
+  *out = NULL;
+  ctl_dipaco *g = calloc(1, sizeof *g);
+  if (!g) return dpc_err(DPC_ENOMEM, "out of memory");
+  int rc = dir_load(dir, &g->d);
+  static gpt_layout blay, lay;
+  if (!rc) rc = gpt_layout_build(&g->d.base_cfg, &blay);
+  if (!rc) rc = gpt_layout_build(&g->d.cfg, &lay);
+  if (!rc) rc = gpt_create(&g->base, &g->d.base_cfg, bo, 1, g->d.r.prefix);
+  if (!rc) rc = gpt_set_params(g->base, g->d.base, 0, blay.n_params);
+  if (!rc && !(g->path = calloc((size_t)g->d.n_paths, sizeof *g->path))) rc = dpc_err(DPC_ENOMEM, "out of memory");
+  if (!rc && !(g->feat = malloc((size_t)g->d.base_cfg.n_embd * sizeof *g->feat)))
+    rc = dpc_err(DPC_ENOMEM, "out of memory");
+  for (int p = 0; !rc && p < g->d.n_paths; p++) {
+    rc = gpt_create(&g->path[p], &g->d.cfg, bo, 1, g->d.cfg.n_positions);
+    if (!rc) rc = gpt_set_params(g->path[p], g->d.path[p], 0, lay.n_params);
+  }
+  if (rc) {
+    ctl_dipaco_close(g);
+    return rc;
+  }
+  *out = g;
+  return 0;
+}
+
+const gpt_config *ctl_dipaco_config(const ctl_dipaco *g) { return &g->d.cfg; }
+int ctl_dipaco_prefix(const ctl_dipaco *g) { return g->d.r.prefix; }
+gpt_model *ctl_dipaco_model(ctl_dipaco *g, int path) { return g->path[path]; }
+
+int ctl_dipaco_route(ctl_dipaco *g, const int *tokens, int n) {
+  if (n < 1) return dpc_err(DPC_EINVAL, "routing needs at least one token");
+  if (n > g->d.r.prefix) n = g->d.r.prefix;
+  int rc = router_features(g->base, tokens, 1, n, n, g->feat, NULL, NULL);
+  return rc ? rc : router_route(&g->d.r, g->feat, NULL);
+}
+
 /* Cross-entropy of the logits row at (b, t) against `target`, in double. */
 static int token_ce(gpt_model *m, int b, int t, int target, float *row, int V, double *ce) {
   int rc = gpt_logits(m, b, t, row);

@@ -84,6 +84,15 @@ for w in 0 5; do
     --got "eval_$w.json" || fail "eval --dipaco --reroute-every $w differs from the oracle"
 done
 "$CTL" eval --dipaco model --data data/val_000.bin --seq-len 16
+# Routed generation: greedy text from the DiPaCo directory equals greedy text from the path the
+# prompt routes to.
+"$CTL" generate --dipaco model --tokenizer byte --prompt "#include <stdio.h> static" --tokens 24 --temperature 0 \
+  >gen.out 2>gen.err || fail "generate --dipaco failed: $(cat gen.err)"
+gp=$(sed -n 's/.*routed to path \([0-9]*\).*/\1/p' gen.err | head -1)
+[ -n "$gp" ] || fail "generate --dipaco did not say which path: $(cat gen.err)"
+"$CTL" generate --model "model/path_$gp" --tokenizer byte --prompt "#include <stdio.h> static" --tokens 24 \
+  --temperature 0 >gen_path.out 2>/dev/null
+cmp gen.out gen_path.out || fail "generate --dipaco differs from generating with its path $gp"
 # Discriminative re-routing: a linear router on each sequence's lowest-loss path; its shards
 # round-trip against the torch oracle like the k-means router's.
 "$CTL" route fit --discriminative --dipaco model --data data/train_000.bin --seq-len 16 --sequences 400 --out router_d
