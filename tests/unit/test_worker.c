@@ -613,6 +613,13 @@ static void test_happy(int port) {
     CHECK_EQ_INT(trainer_round(tr, g_theta, 3, 3, want, &ts, NULL, NULL), 0);
     trainer_free(tr);
   }
+  /* Data too small for one batch: a clear error naming the sizes. */
+  trainer_opts big = o;
+  big.B = 100000;
+  trainer *tb = NULL;
+  CHECK_EQ_INT(trainer_open(&tb, &g_cfg, &bo, shards, 2, &big), DPC_ERANGE);
+  CHECK(strstr(dpc_errmsg(), "less than one batch of B=100000") != NULL);
+  CHECK(tb == NULL);
   pthread_mutex_lock(&g_mu);
   double maxd = 0, maxw = 0;
   for (size_t i = 0; i < n; i++) {
