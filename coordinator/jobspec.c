@@ -164,6 +164,35 @@ static int parse_data_list(const cJSON *data, const char *key, int required, cha
   return 0;
 }
 
+/* data.paths: [[glob, ...], ...], one list per path; the count is checked against the levels
+ * in jobspec_validate. */
+static int parse_data_paths(const cJSON *v, jobspec *js) {
+  if (!cJSON_IsArray(v)) return dpc_err(DPC_EINVAL, "field \"data.paths\": expected an array of lists of paths");
+  int p = 0, g = 0;
+  for (const cJSON *l = v->child; l; l = l->next, p++) {
+    if (p >= JOBSPEC_MAX_DATA_PATHS)
+      return dpc_err(DPC_EINVAL, "field \"data.paths\": more than %d paths", JOBSPEC_MAX_DATA_PATHS);
+    if (!cJSON_IsArray(l))
+      return dpc_err(DPC_EINVAL, "field \"data.paths[%d]\": expected a list of paths (one list per path)", p);
+    js->path_first[p] = g;
+    int i = 0;
+    for (const cJSON *e = l->child; e; e = e->next, i++, g++) {
+      if (g >= JOBSPEC_MAX_PATH_GLOBS)
+        return dpc_err(DPC_EINVAL, "field \"data.paths\": more than %d entries in all", JOBSPEC_MAX_PATH_GLOBS);
+      if (!cJSON_IsString(e) || !e->valuestring)
+        return dpc_err(DPC_EINVAL, "field \"data.paths[%d][%d]\": expected a string", p, i);
+      if (strlen(e->valuestring) >= JOBSPEC_PATH_MAX)
+        return dpc_err(DPC_EINVAL, "field \"data.paths[%d][%d]\": longer than %d characters", p, i,
+                       JOBSPEC_PATH_MAX - 1);
+      strcpy(js->path_glob[g], e->valuestring);
+    }
+  }
+  js->path_first[p] = g;
+  js->n_data_paths = p;
+  if (p == 0) return dpc_err(DPC_EINVAL, "field \"data.paths\": needs one list per path, got none");
+  return 0;
+}
+
 static int parse_levels(const cJSON *root, jobspec *js) {
   const cJSON *v = get_field(root, "levels");
   if (!v) {
@@ -257,9 +286,14 @@ static int parse_data(const cJSON *root, jobspec *js) {
   int rc;
   const cJSON *d = get_object(root, "", "data", 1, &rc);
   if (!d) return rc;
-  static const char *const keys[] = {"train", "val", NULL};
+  static const char *const keys[] = {"train", "paths", "val", NULL};
   JS_TRY(check_keys(d, "data", keys));
-  JS_TRY(parse_data_list(d, "train", 1, js->train, &js->n_train));
+  const cJSON *paths = get_field(d, "paths");
+  if (paths && get_field(d, "train"))
+    return dpc_err(DPC_EINVAL, "fields \"data.train\" and \"data.paths\": give one of them (data.paths gives "
+                   "each path its own data)");
+  if (paths) JS_TRY(parse_data_paths(paths, js));
+  else JS_TRY(parse_data_list(d, "train", 1, js->train, &js->n_train));
   return parse_data_list(d, "val", 0, js->val, &js->n_val);
 }
 
@@ -443,8 +477,25 @@ int jobspec_validate(const jobspec *js) {
     if (gpt_config_validate(&js->model)) return dpc_err(DPC_EINVAL, "field \"model\": %s", dpc_errmsg());
   }
   if ((double)js->seed > MAX_SEED) return dpc_err(DPC_EINVAL, "field \"model.seed\" above 2^53");
-  if (js->n_train < 1) return dpc_err(DPC_EINVAL, "field \"data.train\": needs at least one path");
+  if (js->n_data_paths < 0 || js->n_data_paths > JOBSPEC_MAX_DATA_PATHS)
+    return dpc_err(DPC_EINVAL, "field \"data.paths\": %d lists (at most %d)", js->n_data_paths, JOBSPEC_MAX_DATA_PATHS);
+  if (js->n_data_paths > 0 && js->n_train > 0)
+    return dpc_err(DPC_EINVAL, "fields \"data.train\" and \"data.paths\": give one of them");
+  if (js->n_data_paths == 0 && js->n_train < 1) return dpc_err(DPC_EINVAL, "field \"data.train\": needs at least one path");
   for (int i = 0; i < js->n_train; i++) JS_TRY(check_data_path("data.train", i, js->train[i]));
+  if (js->n_data_paths > 0 && js->path_first[0] != 0)
+    return dpc_err(DPC_EINVAL, "field \"data.paths\": entries must start at 0");
+  for (int p = 0; p < js->n_data_paths; p++) {
+    int b = js->path_first[p], e = js->path_first[p + 1];
+    if (e < b || e > JOBSPEC_MAX_PATH_GLOBS)
+      return dpc_err(DPC_EINVAL, "field \"data.paths[%d]\": bad entry range [%d, %d)", p, b, e);
+    if (e == b)
+      return dpc_err(DPC_EINVAL, "field \"data.paths[%d]\": path %d has no data (an empty list; every path needs "
+                     "at least one shard)", p, p);
+    char f[48];
+    snprintf(f, sizeof f, "data.paths[%d]", p);
+    for (int i = b; i < e; i++) JS_TRY(check_data_path(f, i - b, js->path_glob[i]));
+  }
   for (int i = 0; i < js->n_val; i++) JS_TRY(check_data_path("data.val", i, js->val[i]));
   if ((unsigned)js->algorithm > JOB_ALGO_DIPACO) return dpc_err(DPC_EINVAL, "field \"algorithm\": unknown value");
   JS_TRY(check_range_i("replicas", js->replicas, 1, JOBSPEC_MAX_REPLICAS));
@@ -517,6 +568,14 @@ int jobspec_validate(const jobspec *js) {
   if (js->algorithm != JOB_ALGO_DIPACO && paths != 1)
     return dpc_err(DPC_EINVAL, "field \"levels\": algorithm \"%s\" trains one path (every level needs \"modules\": 1)",
                    jobspec_algorithm_name(js->algorithm));
+  if (js->n_data_paths > 0) {
+    long np = 1;
+    for (int l = 0; l < js->n_levels; l++) np *= js->levels[l].n_modules;
+    if (np != js->n_data_paths)
+      return dpc_err(DPC_EINVAL, "field \"data.paths\": %d list%s for %ld path%s (the levels give %ld paths; "
+                     "give one list per path, in path numbering)", js->n_data_paths,
+                     js->n_data_paths == 1 ? "" : "s", np, np == 1 ? "" : "s", np);
+  }
   if (paths * js->replicas > JOBSPEC_MAX_SLOTS)
     return dpc_err(DPC_EINVAL, "paths × replicas = %ld exceeds %d", paths * js->replicas, JOBSPEC_MAX_SLOTS);
   return 0;
@@ -606,8 +665,18 @@ int jobspec_to_json(const jobspec *js, char **out) {
   }
   cJSON *d = cJSON_AddObjectToObject(r, "data");
   if (d) {
-    cJSON *t = cJSON_AddArrayToObject(d, "train");
-    for (int i = 0; t && i < js->n_train; i++) cJSON_AddItemToArray(t, cJSON_CreateString(js->train[i]));
+    if (js->n_data_paths > 0) {
+      cJSON *ps = cJSON_AddArrayToObject(d, "paths");
+      for (int p = 0; ps && p < js->n_data_paths; p++) {
+        cJSON *l = cJSON_CreateArray();
+        for (int i = js->path_first[p]; l && i < js->path_first[p + 1]; i++)
+          cJSON_AddItemToArray(l, cJSON_CreateString(js->path_glob[i]));
+        if (l) cJSON_AddItemToArray(ps, l);
+      }
+    } else {
+      cJSON *t = cJSON_AddArrayToObject(d, "train");
+      for (int i = 0; t && i < js->n_train; i++) cJSON_AddItemToArray(t, cJSON_CreateString(js->train[i]));
+    }
     cJSON *v = cJSON_AddArrayToObject(d, "val");
     for (int i = 0; v && i < js->n_val; i++) cJSON_AddItemToArray(v, cJSON_CreateString(js->val[i]));
   }
@@ -676,6 +745,16 @@ int jobspec_to_json(const jobspec *js, char **out) {
 }
 
 /* ---- structure ------------------------------------------------------------------------- */
+
+int jobspec_path_data(const jobspec *js, int path, const char (**first)[JOBSPEC_PATH_MAX]) {
+  if (js->n_data_paths == 0) {
+    *first = js->train;
+    return js->n_train;
+  }
+  if (path < 0 || path >= js->n_data_paths) return dpc_err(DPC_ERANGE, "path %d: the spec has %d data.paths lists", path, js->n_data_paths);
+  *first = &js->path_glob[js->path_first[path]];
+  return js->path_first[path + 1] - js->path_first[path];
+}
 
 long jobspec_total_steps(const jobspec *js) { return (long)js->rounds * js->inner_steps; }
 

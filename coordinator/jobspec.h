@@ -7,6 +7,8 @@
  *    "model": {"init": DIR}                 weights + config.json from a directory, or
  *           | {"n_layer","n_head","n_embd","n_positions","vocab_size","seed"} (seed default 0)
  *    "data": {"train": [paths|globs], "val": [...]}   relative to each worker's --data-dir
+ *          | {"paths": [[paths|globs], ...], "val": [...]}  DiPaCo per-path data: one list per
+ *            path in path numbering (below); slot (p, r) reads only list p's stream
  *    "algorithm": "diloco" | "diloco-async" | "dipaco",
  *    "replicas": R, "inner_steps": H, "rounds": N, "batch": B, "seq_len": T,   all required
  *    "inner": {"lr", "warmup", "lr_min_frac", "weight_decay", "beta1", "beta2", "eps",
@@ -56,6 +58,8 @@
 #define JOBSPEC_NAME_MAX 64
 #define JOBSPEC_PATH_MAX 256
 #define JOBSPEC_MAX_DATA 32
+#define JOBSPEC_MAX_DATA_PATHS 64  /* paths with their own data (data.paths lists) */
+#define JOBSPEC_MAX_PATH_GLOBS 128 /* entries over all data.paths lists */
 #define JOBSPEC_MAX_LEVELS 16
 #define JOBSPEC_MAX_K 256        /* modules per level */
 #define JOBSPEC_MAX_MODULES 1024 /* over all levels */
@@ -121,6 +125,12 @@ typedef struct {
   int n_train, n_val;
   char train[JOBSPEC_MAX_DATA][JOBSPEC_PATH_MAX];
   char val[JOBSPEC_MAX_DATA][JOBSPEC_PATH_MAX];
+  /* data.paths (DiPaCo routed data): 0, or the number of paths, which then read only their
+   * own list and data.train is empty. Path p's entries are
+   * path_glob[path_first[p] .. path_first[p + 1]). */
+  int n_data_paths;
+  int path_first[JOBSPEC_MAX_DATA_PATHS + 1];
+  char path_glob[JOBSPEC_MAX_PATH_GLOBS][JOBSPEC_PATH_MAX];
   jobspec_algorithm algorithm;
   int replicas;    /* R */
   int inner_steps; /* H */
@@ -176,6 +186,10 @@ int jobspec_resolve_init(jobspec *js, const char *base);
 /* Canonical JSON (compact, fixed key order, every default written out). *out is malloc'd and
  * owned by the caller (free()). Parsing the output gives back an identical struct. */
 int jobspec_to_json(const jobspec *js, char **out);
+
+/* The training data of path `path`: a pointer to its first entry and the count (data.paths
+ * list `path`, or data.train for every path when the spec has no data.paths). */
+int jobspec_path_data(const jobspec *js, int path, const char (**first)[JOBSPEC_PATH_MAX]);
 
 /* Schedule length for gpt_lr_at: rounds × inner_steps. */
 long jobspec_total_steps(const jobspec *js);

@@ -22,7 +22,7 @@
  *    the call is held up to max_wait_ms (≤ 30 s, within the client deadline) and answered
  *    as soon as a slot frees, else LEASE_WAIT with wait_ms (≤ min(heartbeat, 500 ms)); no
  *    running job needing work → LEASE_NO_WORK.
- *    DataWindow.dataset is the job spec's data.train entries joined with ','; first_batch =
+ *    DataWindow.dataset is the lease path's data entries (data.paths[p] or data.train) joined with ','; first_batch =
  *    first_step = round · H. Hyper.total_steps = rounds · H, grad_accum = 1, seed = model seed.
  *  - Lease end. A lease ends (finished; the slot advances one round) as soon as deltas of all
  *    its fragments are durable; Release after that is an OK no-op. Release of an active lease
@@ -242,16 +242,19 @@ static void fill_hyper(const jobspec *js, Dipaco__V1__Hyper *hy) {
   hy->seed = js->seed;
 }
 
-/* DataWindow.dataset: the spec's data.train entries joined with ','; NULL when out of memory
- * (the caller frees). */
-static char *lease_dataset(const jobspec *js) {
+/* DataWindow.dataset: the data entries of the lease's path (data.paths[path], or data.train)
+ * joined with ','; NULL when out of memory or the path has no list (the caller frees). */
+static char *lease_dataset(const jobspec *js, int path) {
+  const char(*d)[JOBSPEC_PATH_MAX] = NULL;
+  int n = jobspec_path_data(js, path, &d);
+  if (n < 0) return NULL;
   size_t dlen = 1;
-  for (int i = 0; i < js->n_train; i++) dlen += strlen(js->train[i]) + 1;
+  for (int i = 0; i < n; i++) dlen += strlen(d[i]) + 1;
   char *dataset = calloc(1, dlen);
   if (!dataset) return NULL;
-  for (int i = 0; i < js->n_train; i++) {
+  for (int i = 0; i < n; i++) {
     if (i) strcat(dataset, ",");
-    strcat(dataset, js->train[i]);
+    strcat(dataset, d[i]);
   }
   return dataset;
 }
@@ -301,7 +304,7 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   uint64_t mods[JOBSPEC_MAX_LEVELS];
   int pm[JOBSPEC_MAX_LEVELS];
   int nl = jobspec_path_modules(&j->spec, l->path, pm);
-  char *dataset = lease_dataset(&j->spec);
+  char *dataset = lease_dataset(&j->spec, l->path);
   if (!fi || !fp || !dataset || nl < 0) {
     rpc_call_finish(call, RPC_INTERNAL, "out of memory building lease %lld", (long long)l->id);
     goto out;

@@ -155,6 +155,10 @@ int gpt_forward(gpt_model *m, const int *inputs, const int *targets, int B, int 
 }
 
 int gpt_logits(gpt_model *m, int b, int t, float *dst) { return m->ops->logits(m, b, t, dst); }
+int gpt_hidden(gpt_model *m, int b, int t, float *dst) {
+  if (!m->ops->hidden) return dpc_err(DPC_EUNSUPPORTED, "backend %s has no hidden-state read-out", m->ops->name);
+  return m->ops->hidden(m, b, t, dst);
+}
 int gpt_zero_grad(gpt_model *m) { return m->ops->zero_grad(m); }
 int gpt_backward(gpt_model *m) { return m->ops->backward(m); }
 

@@ -111,6 +111,7 @@ typedef struct {
   int (*set_opt_state)(gpt_model *m, const float *m_src, const float *v_src);
   int (*reset_opt_state)(gpt_model *m);
   int (*describe)(gpt_model *m, char *name, size_t len, uint64_t *mem_bytes);
+  int (*hidden)(gpt_model *m, int b, int t, float *dst);
 } gpt_backend_ops;
 
 struct gpt_model {
@@ -139,6 +140,9 @@ int gpt_get_grads(gpt_model *m, float *dst, size_t off, size_t n);
 int gpt_forward(gpt_model *m, const int *inputs, const int *targets, int B, int T, float *loss);
 /* Copy the V logits at position (b, t) of the last forward into dst[V]. */
 int gpt_logits(gpt_model *m, int b, int t, float *dst);
+/* Copy the C floats of the final hidden state (after ln_f) at position (b, t) of the last
+ * forward into dst[C] (DiPaCo routing features); DPC_EUNSUPPORTED if the backend lacks it. */
+int gpt_hidden(gpt_model *m, int b, int t, float *dst);
 int gpt_zero_grad(gpt_model *m);
 /* Backward of the last forward (which must have had targets); accumulates into gradients. */
 int gpt_backward(gpt_model *m);

@@ -67,7 +67,20 @@ static int add_matches(const char *data_dir, const char *pat, char ***paths, int
   return rc;
 }
 
-int worker_resolve_data(const char *data_dir, const char *spec_json, const char *fallback, char ***paths,
+/* Add every string of JSON array `list` (field name `what`) under data_dir. */
+static int add_list(const char *data_dir, const cJSON *list, const char *what, char ***paths, int *n) {
+  if (!cJSON_IsArray(list)) return dpc_err(DPC_EFORMAT, "lease spec_json: \"%s\" is not an array", what);
+  if (!list->child) return dpc_err(DPC_EINVAL, "lease spec_json: \"%s\" is empty", what);
+  const cJSON *it;
+  cJSON_ArrayForEach(it, list) {
+    if (!cJSON_IsString(it)) return dpc_err(DPC_EFORMAT, "lease spec_json: \"%s\" holds a non-string", what);
+    int rc = add_matches(data_dir, it->valuestring, paths, n);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int worker_resolve_data(const char *data_dir, const char *spec_json, int path, const char *fallback, char ***paths,
                         int *n) {
   *paths = NULL;
   *n = 0;
@@ -76,18 +89,22 @@ int worker_resolve_data(const char *data_dir, const char *spec_json, const char 
   if (spec_json && spec_json[0] && !root) return dpc_err(DPC_EFORMAT, "lease spec_json is not valid JSON");
   const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
   const cJSON *train = cJSON_GetObjectItemCaseSensitive(data, "train");
-  if (train) {
-    if (!cJSON_IsArray(train)) rc = dpc_err(DPC_EFORMAT, "lease spec_json: \"data.train\" is not an array");
-    const cJSON *it;
-    cJSON_ArrayForEach(it, train) {
-      if (rc) break;
-      if (!cJSON_IsString(it)) rc = dpc_err(DPC_EFORMAT, "lease spec_json: \"data.train\" holds a non-string");
-      else {
-        rc = add_matches(data_dir, it->valuestring, paths, n);
-        found = 1;
-      }
-    }
-  }
+  const cJSON *per_path = cJSON_GetObjectItemCaseSensitive(data, "paths");
+  if (per_path) {
+    /* DiPaCo routed data: this slot's path reads only its own list. */
+    char what[48];
+    snprintf(what, sizeof what, "data.paths[%d]", path);
+    if (!cJSON_IsArray(per_path)) rc = dpc_err(DPC_EFORMAT, "lease spec_json: \"data.paths\" is not an array");
+    else if (path < 0 || path >= cJSON_GetArraySize(per_path))
+      rc = dpc_err(DPC_EINVAL, "lease for path %d: the spec's data.paths has %d lists", path,
+                   cJSON_GetArraySize(per_path));
+    else rc = add_list(data_dir, cJSON_GetArrayItem(per_path, path), what, paths, n);
+    found = 1;
+  } else if (train && cJSON_IsArray(train) && train->child) {
+    rc = add_list(data_dir, train, "data.train", paths, n);
+    found = 1;
+  } else if (train && !cJSON_IsArray(train))
+    rc = dpc_err(DPC_EFORMAT, "lease spec_json: \"data.train\" is not an array");
   cJSON_Delete(root);
   if (!rc && !found) {
     if (fallback && fallback[0]) {

@@ -11,12 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Resolve a job's training data: every entry of spec_json's "data.train" (or of `fallback`,
+/* Resolve a job's training data for path `path`: every entry of spec_json's "data.paths[path]"
+ * (DiPaCo routed data) or "data.train" (or of `fallback`,
  * DataWindow.dataset split at ',', when the spec has none) is a path or glob(3) pattern relative to
  * data_dir (absolute paths and ".." components are refused); each pattern's matches are
  * sorted, patterns keep their order; a pattern that matches nothing is an error naming it.
  * *paths (n entries) is malloc'd: free with worker_free_paths. */
-int worker_resolve_data(const char *data_dir, const char *spec_json, const char *fallback, char ***paths,
+int worker_resolve_data(const char *data_dir, const char *spec_json, int path, const char *fallback, char ***paths,
                         int *n);
 void worker_free_paths(char **paths, int n);
 

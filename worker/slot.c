@@ -139,7 +139,7 @@ static int open_trainer(slot_cache *c, const struct worker_opts *o, trainer_key 
 
 int slot_fit_trainer(slot_cache *c, const struct worker_opts *o, const Dipaco__V1__Lease *L, const lease_plan *p) {
   trainer_key k = {.job = L->job_id, .cfg = p->cfg, .opts = p->opts};
-  int rc = worker_resolve_data(o->data_dir, L->spec_json, L->data->dataset, &k.paths, &k.n_paths);
+  int rc = worker_resolve_data(o->data_dir, L->spec_json, (int)L->slot->path, L->data->dataset, &k.paths, &k.n_paths);
   if (!rc) rc = open_trainer(c, o, &k, p);
   if (rc) return rc;
   if (trainer_num_params(c->tr) != p->n_params)

@@ -30,7 +30,9 @@ int trainer_open(trainer **out, const gpt_config *cfg, const gpt_backend_opts *b
   if (!t) return dpc_err(DPC_ENOMEM, "trainer: out of memory");
   t->o = *opts;
   int rc = dataset_open((const char **)shards, n, &t->ds);
-  if (!rc && dataset_num_batches(t->ds, opts->B, opts->T) < 1) rc = DPC_ERANGE; /* detail set by dataset */
+  if (!rc && dataset_num_batches(t->ds, opts->B, opts->T) < 1)
+    rc = dpc_err(DPC_ERANGE, "training data (%d file%s from %s): %llu tokens, less than one batch of B=%d x T=%d + 1",
+                 n, n == 1 ? "" : "s", shards[0], (unsigned long long)dataset_num_tokens(t->ds), opts->B, opts->T);
   if (!rc) {
     int maxtok = 0;
     if (dataset_max_token(t->ds, &maxtok) == 0 && maxtok >= cfg->vocab_size)

@@ -18,14 +18,14 @@ typedef struct {
 } admin_cmd;
 
 static const admin_cmd commands[] = {
-    {"job", "create", "paused", NULL, cmd_job_create},
+    {"job", "create", "paused data-dir", NULL, cmd_job_create},
     {"job", "list", "state", NULL, cmd_job_list},
     {"job", "show", "", NULL, cmd_job_show},
     {"job", "pause", "reason", NULL, cmd_job_pause},
     {"job", "resume", "reason", NULL, cmd_job_resume},
     {"job", "cancel", "reason", NULL, cmd_job_cancel},
     {"job", "wait", "timeout poll-ms", NULL, cmd_job_wait},
-    {"job", "export", "path out version", cmd_job_export_check, cmd_job_export},
+    {"job", "export", "path out version all-paths router", cmd_job_export_check, cmd_job_export},
     {"job", "ledger", "", NULL, cmd_job_ledger},
     {"workers", NULL, "all job", NULL, cmd_workers},
     {"paths", NULL, "", NULL, cmd_paths},
@@ -120,6 +120,7 @@ int ctl_admin(const char *coordinator, int argc, char **argv) {
                     {.name = "tls-cert", .kind = DPC_ARG_STR, .dst = &cf.tls.cert_file},
                     {.name = "tls-key", .kind = DPC_ARG_STR, .dst = &cf.tls.key_file},
                     {.name = "paused", .kind = DPC_ARG_FLAG, .dst = &o.paused},
+                    {.name = "data-dir", .kind = DPC_ARG_STR, .dst = &o.data_dir},
                     {.name = "state", .kind = DPC_ARG_STR, .dst = &o.state},
                     {.name = "reason", .kind = DPC_ARG_STR, .dst = &o.reason},
                     {.name = "timeout", .kind = DPC_ARG_FLOAT, .dst = &o.timeout_s},
@@ -128,6 +129,8 @@ int ctl_admin(const char *coordinator, int argc, char **argv) {
                     {.name = "out", .kind = DPC_ARG_STR, .dst = &o.out},
                     {.name = "version", .kind = DPC_ARG_LONG, .dst = &o.version},
                     {.name = "all", .kind = DPC_ARG_FLAG, .dst = &o.all},
+                    {.name = "all-paths", .kind = DPC_ARG_FLAG, .dst = &o.all_paths},
+                    {.name = "router", .kind = DPC_ARG_STR, .dst = &o.router},
                     {.name = "job", .kind = DPC_ARG_LONG, .dst = &o.job},
                     DPC_ARGS_END};
   char **pos = NULL;

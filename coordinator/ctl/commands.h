@@ -15,6 +15,7 @@
 /* The values of the command-specific flags; admin.c accepts each only where it applies. */
 typedef struct {
   int paused;            /* --paused: job create */
+  const char *data_dir;  /* --data-dir DIR: job create checks the data as a worker would see it */
   const char *state;     /* --state S: job list */
   const char *reason;    /* --reason TEXT: job pause|resume|cancel */
   float timeout_s;       /* --timeout S: job wait (0 = no limit) */
@@ -22,6 +23,8 @@ typedef struct {
   int path;              /* --path P: job export (-1 = not given) */
   const char *out;       /* --out DIR: job export */
   long version;          /* --version V: job export (0 = latest) */
+  int all_paths;         /* --all-paths: job export (a DiPaCo model directory) */
+  const char *router;    /* --router DIR: job export --all-paths copies it in */
   int all;               /* --all: workers */
   long job;              /* --job ID: workers */
 } admin_args;

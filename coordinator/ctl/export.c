@@ -1,6 +1,8 @@
 /* export.c — `dipacoctl job export`: receive a path's model (ExportPath: config.json, then
  * model.safetensors, each a chunked sub-stream with a CRC-32C) into --out DIR, written
- * atomically and checked to load as a model directory before it is reported. */
+ * atomically and checked to load as a model directory before it is reported. With
+ * --all-paths, a DiPaCo model directory (kernels/router.h): OUT/path_<p>/ per path, the router
+ * given by --router copied to OUT/router/, and OUT/dipaco.json. */
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
@@ -8,6 +10,7 @@
 #include "coordinator/ctl/view.h"
 #include "kernels/gpt.h"
 #include "kernels/modeldir.h"
+#include "kernels/router.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -16,8 +19,12 @@
 #include <unistd.h>
 
 int cmd_job_export_check(const admin_args *o) {
-  if (o->path < 0 || !o->out) {
-    fprintf(stderr, "dipacoctl job export: needs --path P and --out DIR\n");
+  if (!o->out || (o->path < 0) == !o->all_paths) {
+    fprintf(stderr, "dipacoctl job export: needs --out DIR and one of --path P or --all-paths\n");
+    return 2;
+  }
+  if (o->router && !o->all_paths) {
+    fprintf(stderr, "dipacoctl job export: --router goes with --all-paths (a DiPaCo model directory)\n");
     return 2;
   }
   rpc_tune_malloc();
@@ -117,15 +124,8 @@ static int export_stream(actx *a, const Dipaco__V1__ExportPathRequest *req, cons
   return 0;
 }
 
-int cmd_job_export(actx *a, const admin_args *o, char **pos, int npos) {
-  const int path = o->path;
-  const long version = o->version;
-  const char *out = o->out;
-  uint64_t id;
-  if (conn_job_id_arg(a, pos, npos, &id)) return 2;
-  if (path < 0) return conn_usage(a, "--path must be >= 0%s", "");
-  if (version < 0) return conn_usage(a, "--version must be >= 0 (0 = latest)%s", "");
-  if (!out[0]) return conn_usage(a, "--out must name a directory%s", "");
+/* Export path `path` of job `id` into `out`; prints the report unless quiet. Exit status. */
+static int export_one(actx *a, uint64_t id, int path, long version, const char *out, int quiet) {
   int rc = dpc_mkdir_p(out);
   if (rc) return conn_fail(a, NULL, rc);
   Dipaco__V1__ExportPathRequest req = DIPACO__V1__EXPORT_PATH_REQUEST__INIT;
@@ -158,6 +158,7 @@ int cmd_job_export(actx *a, const admin_args *o, char **pos, int npos) {
   size_t n_params = lay && gpt_layout_build(&mc, lay) == 0 ? lay->n_params : 0;
   free(lay);
   free(params);
+  if (quiet) return 0;
   /* The version served: the chunks' when the coordinator sets it, else the one asked for
    * (0 = latest, unknown here). */
   if (got_version == 0) got_version = (uint64_t)version;
@@ -178,3 +179,79 @@ int cmd_job_export(actx *a, const admin_args *o, char **pos, int npos) {
   return 0;
 }
 
+/* The router, re-read and re-written (so a bad one is refused, not copied), with its base. */
+static int copy_router(actx *a, const char *from, const char *to, int n_paths) {
+  router r;
+  int rc = router_load(from, &r);
+  if (rc) return conn_fail(a, NULL, rc);
+  if (r.n_paths != n_paths) {
+    fprintf(stderr, "dipacoctl %s: router %s routes to %d paths but the job has %d\n", a->cmd, from, r.n_paths,
+            n_paths);
+    router_free(&r);
+    return 1;
+  }
+  char fb[PATH_MAX * 2 + 16], tb[PATH_MAX * 2 + 16];
+  snprintf(fb, sizeof fb, "%s/%s", from, ROUTER_BASE_DIR);
+  snprintf(tb, sizeof tb, "%s/%s", to, ROUTER_BASE_DIR);
+  gpt_config cfg;
+  float *params = NULL;
+  rc = router_save(to, &r);
+  if (!rc) rc = modeldir_load(fb, &cfg, &params);
+  if (!rc) rc = modeldir_save(tb, &cfg, params);
+  free(params);
+  router_free(&r);
+  return rc ? conn_fail(a, NULL, rc) : 0;
+}
+
+/* --all-paths: OUT/path_<p>/ for every path, OUT/router/ (with --router) and OUT/dipaco.json. */
+static int export_all(actx *a, uint64_t id, long version, const char *out, const char *router_dir) {
+  Dipaco__V1__JobRequest req = DIPACO__V1__JOB_REQUEST__INIT;
+  req.job_id = id;
+  req.reason = "";
+  Dipaco__V1__Job *j = NULL;
+  int rc = conn_call(a, ADMIN "GetJob", &req.base, &dipaco__v1__job__descriptor, (ProtobufCMessage **)&j, 0);
+  if (rc) return conn_fail(a, ADMIN "GetJob", rc);
+  int n_paths = (int)view_job_summary(j)->paths;
+  protobuf_c_message_free_unpacked(&j->base, NULL);
+  if (n_paths < 1) {
+    fprintf(stderr, "dipacoctl %s: job %llu reports no paths\n", a->cmd, (unsigned long long)id);
+    return 1;
+  }
+  if ((rc = dpc_mkdir_p(out))) return conn_fail(a, NULL, rc);
+  char dir[PATH_MAX + 32];
+  for (int p = 0; p < n_paths; p++) {
+    snprintf(dir, sizeof dir, "%s/path_%d", out, p);
+    int st = export_one(a, id, p, version, dir, 1);
+    if (st) return st;
+  }
+  if (router_dir) {
+    snprintf(dir, sizeof dir, "%s/router", out);
+    int st = copy_router(a, router_dir, dir, n_paths);
+    if (st) return st;
+  }
+  char meta[512], mpath[PATH_MAX + 32];
+  int n = snprintf(meta, sizeof meta, "{\"format\": \"dipaco-model\", \"version\": 1, \"job_id\": %llu, \"paths\": %d, "
+                   "\"router\": %s}\n", (unsigned long long)id, n_paths, router_dir ? "\"router\"" : "null");
+  snprintf(mpath, sizeof mpath, "%s/%s", out, DIPACO_MODEL_JSON);
+  if ((rc = dpc_write_file_atomic(mpath, meta, (size_t)n))) return conn_fail(a, NULL, rc);
+  if (a->json) {
+    printf("{\"job_id\":%llu,\"paths\":%d,\"router\":%s,\"out\":", (unsigned long long)id, n_paths,
+           router_dir ? "true" : "false");
+    view_jstr(stdout, out);
+    printf("}\n");
+  } else {
+    printf("exported job %llu: %d paths to %s/path_<p>%s\n", (unsigned long long)id, n_paths, out,
+           router_dir ? ", router to router/" : " (no router: add --router DIR for dipacoctl eval --dipaco)");
+  }
+  return 0;
+}
+
+int cmd_job_export(actx *a, const admin_args *o, char **pos, int npos) {
+  uint64_t id;
+  if (conn_job_id_arg(a, pos, npos, &id)) return 2;
+  if (!o->all_paths && o->path < 0) return conn_usage(a, "--path must be >= 0%s", "");
+  if (o->version < 0) return conn_usage(a, "--version must be >= 0 (0 = latest)%s", "");
+  if (!o->out[0]) return conn_usage(a, "--out must name a directory%s", "");
+  if (o->all_paths) return export_all(a, id, o->version, o->out, o->router);
+  return export_one(a, id, o->path, o->version, o->out, 0);
+}

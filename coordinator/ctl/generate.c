@@ -1,6 +1,9 @@
 /* generate.c — `dipacoctl generate`: sample text from a model directory, greedy at
  * temperature 0, else from the softmax restricted to the top-k logits; the prompt is echoed
- * and each token is printed as it is produced. */
+ * and each token is printed as it is produced. With --dipaco DIR (a DiPaCo model directory)
+ * the path is chosen by routing the first `prefix` tokens of the prompt, and with
+ * --reroute-every W again from the last `prefix` tokens after every W generated tokens; the
+ * choices are reported on stderr. */
 #include "common/errors.h"
 #include "common/tokenizer.h"
 #include "coordinator/ctl/ctl.h"
@@ -50,19 +53,30 @@ static int sample(const float *logits, int V, float temp, int top_k, uint64_t *r
 
 /* The flags of `generate`. */
 typedef struct {
-  const char *model_dir, *tokname, *vocab_dir, *prompt, *backend, *precision;
-  int ntok, top_k, threads, device;
+  const char *model_dir, *dipaco_dir, *tokname, *vocab_dir, *prompt, *backend, *precision;
+  int ntok, top_k, threads, device, reroute;
   float temp;
   long seed;
 } gen_opts;
 
 /* Extends ctx[0..n) by o->ntok sampled tokens (ctx holds n + ntok), printing each one; the
  * model sees at most its last n_positions tokens. Returns 0 or a DPC_E* code. */
-static int sample_tokens(const gen_opts *o, gpt_model *model, const gpt_config *cfg, dpc_tokenizer *tok, int *ctx,
-                         size_t n, float *logits, cand *cands) {
+static int sample_tokens(const gen_opts *o, gpt_model *model, ctl_dipaco *dp, const gpt_config *cfg,
+                         dpc_tokenizer *tok, int *ctx, size_t n, float *logits, cand *cands) {
   const int maxT = cfg->n_positions, V = cfg->vocab_size;
   uint64_t rng = (uint64_t)o->seed;
+  int path = -1;
   for (int k = 0; k < o->ntok; k++) {
+    if (dp && (k == 0 || (o->reroute > 0 && k % o->reroute == 0))) {
+      /* The prompt's first prefix tokens, then the last prefix tokens of the context. */
+      int m = ctl_dipaco_prefix(dp);
+      size_t from = k == 0 ? 0 : (n > (size_t)m ? n - (size_t)m : 0);
+      int p = ctl_dipaco_route(dp, ctx + from, (int)(n - from < (size_t)m ? n - from : (size_t)m));
+      if (p < 0) return p;
+      if (p != path) fprintf(stderr, "%sgenerate --dipaco: %s path %d\n", k ? "\n" : "", k ? "re-routed to" : "routed to", p);
+      path = p;
+      model = ctl_dipaco_model(dp, path);
+    }
     size_t start = n > (size_t)maxT ? n - (size_t)maxT : 0;
     int t = (int)(n - start);
     int rc = gpt_forward(model, ctx + start, NULL, 1, t, NULL);
@@ -82,6 +96,7 @@ static int generate(const gen_opts *o) {
   int status = 1, rc;
   dpc_tokenizer *tok = NULL;
   gpt_model *model = NULL;
+  ctl_dipaco *dp = NULL;
   float *params = NULL, *logits = NULL;
   int *ids = NULL, *ctx = NULL;
   cand *cands = NULL;
@@ -95,10 +110,12 @@ static int generate(const gen_opts *o) {
     return 2;
   }
   if (rc || gpt_backend_parse(o->backend, &bo.kind) || gpt_precision_parse(o->precision, &bo.precision) ||
-      modeldir_load(o->model_dir, &cfg, &params)) {
+      (o->model_dir && modeldir_load(o->model_dir, &cfg, &params)) ||
+      (o->dipaco_dir && ctl_dipaco_open(o->dipaco_dir, &bo, &dp))) {
     CTL_FAIL("generate");
     goto done;
   }
+  if (dp) cfg = *ctl_dipaco_config(dp);
   if (tok_vocab_size(tok) > cfg.vocab_size) {
     fprintf(stderr, "dipacoctl generate: tokenizer vocab %d exceeds the model's vocab_size %d\n", tok_vocab_size(tok),
             cfg.vocab_size);
@@ -120,13 +137,14 @@ static int generate(const gen_opts *o) {
     fprintf(stderr, "dipacoctl generate: empty prompt and the tokenizer has no end-of-text token to start from\n");
     goto done;
   }
-  if (gpt_create(&model, &cfg, &bo, 1, cfg.n_positions) || gpt_set_params(model, params, 0, model->lay.n_params)) {
+  if (!dp && (gpt_create(&model, &cfg, &bo, 1, cfg.n_positions) ||
+              gpt_set_params(model, params, 0, model->lay.n_params))) {
     CTL_FAIL("generate");
     goto done;
   }
   fwrite(o->prompt, 1, strlen(o->prompt), stdout);
   fflush(stdout);
-  if (sample_tokens(o, model, &cfg, tok, ctx, n, logits, cands)) {
+  if (sample_tokens(o, model, dp, &cfg, tok, ctx, n, logits, cands)) {
     CTL_FAIL("generate");
     goto done;
   }
@@ -134,6 +152,7 @@ static int generate(const gen_opts *o) {
   status = 0;
 done:
   gpt_free(model);
+  ctl_dipaco_close(dp);
   tok_free(tok);
   free(params);
   free(ids);
@@ -145,7 +164,9 @@ done:
 
 int ctl_generate(int argc, char **argv) {
   gen_opts o = {.backend = "cpu", .precision = "fp32", .top_k = 40, .temp = 0.8f, .seed = 1337};
-  dpc_arg args[] = {{.name = "model", .kind = DPC_ARG_STR, .dst = &o.model_dir, .required = 1},
+  dpc_arg args[] = {{.name = "model", .kind = DPC_ARG_STR, .dst = &o.model_dir},
+                    {.name = "dipaco", .kind = DPC_ARG_STR, .dst = &o.dipaco_dir},
+                    {.name = "reroute-every", .kind = DPC_ARG_INT, .dst = &o.reroute},
                     {.name = "tokenizer", .kind = DPC_ARG_STR, .dst = &o.tokname, .required = 1},
                     {.name = "vocab-dir", .kind = DPC_ARG_STR, .dst = &o.vocab_dir},
                     {.name = "prompt", .kind = DPC_ARG_STR, .dst = &o.prompt, .required = 1},
@@ -164,6 +185,14 @@ int ctl_generate(int argc, char **argv) {
   free(pos);
   if (npos) {
     fprintf(stderr, "dipacoctl generate: unexpected argument (quote the --prompt text)\n");
+    return 2;
+  }
+  if (!o.model_dir == !o.dipaco_dir) {
+    fprintf(stderr, "dipacoctl generate: give one of --model DIR and --dipaco DIR\n");
+    return 2;
+  }
+  if (o.reroute < 0 || (o.reroute && !o.dipaco_dir)) {
+    fprintf(stderr, "dipacoctl generate: --reroute-every W (>= 0) goes with --dipaco\n");
     return 2;
   }
   if (o.ntok < 0 || o.top_k < 0 || o.temp < 0 || o.threads < 0 || o.device < 0) {

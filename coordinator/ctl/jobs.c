@@ -5,7 +5,10 @@
  * with "model": {"init": DIR} (DIR relative to the spec file's directory, or absolute) is
  * resolved against DIR/config.json, so the spec sent to CreateJob is the canonical form
  * carrying both "init" (made absolute) and the shape; DIR is loaded with modeldir_load,
- * re-serialised as a canonical F32 safetensors file and uploaded with UploadInitialModel. */
+ * re-serialised as a canonical F32 safetensors file and uploaded with UploadInitialModel.
+ * With --data-dir DIR, every path's training data (data.paths[p], or data.train) is resolved
+ * under DIR as a worker with that --data-dir would, and must match files that hold at least
+ * one batch (B·T + 1 tokens) and no token outside the vocabulary. */
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
@@ -13,9 +16,11 @@
 #include "coordinator/ctl/ctl.h"
 #include "coordinator/ctl/view.h"
 #include "coordinator/jobspec.h"
+#include "common/dataset.h"
 #include "kernels/modeldir.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -118,6 +123,52 @@ static int resolve_and_upload(actx *a, const char *spec_path, jobspec *js, uint6
   return upload_model(a, dir, &js->model, upload_id);
 }
 
+/* Path `path`'s data under data_dir: files exist, one batch fits, tokens in the vocabulary. */
+static int check_path_data(const jobspec *js, int path, const char *data_dir) {
+  const char(*d)[JOBSPEC_PATH_MAX] = NULL;
+  int n = jobspec_path_data(js, path, &d), rc = n < 0 ? n : 0;
+  char field[48];
+  if (js->n_data_paths) snprintf(field, sizeof field, "data.paths[%d]", path);
+  else snprintf(field, sizeof field, "data.train");
+  char **files = NULL;
+  int nf = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    char pat[PATH_MAX + JOBSPEC_PATH_MAX + 2];
+    snprintf(pat, sizeof pat, "%s/%s", data_dir, d[i]);
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    if (glob(pat, 0, NULL, &g) != 0 || g.gl_pathc == 0)
+      rc = dpc_err(DPC_ENOENT, "%s: \"%s\" matches no file under --data-dir %s", field, d[i], data_dir);
+    char **grown = rc ? NULL : realloc(files, (size_t)(nf + (int)g.gl_pathc) * sizeof *files);
+    if (!rc && !grown) rc = dpc_err(DPC_ENOMEM, "out of memory");
+    if (!rc) files = grown;
+    for (size_t k = 0; !rc && k < g.gl_pathc; k++)
+      if (!(files[nf++] = strdup(g.gl_pathv[k]))) rc = dpc_err(DPC_ENOMEM, "out of memory");
+    globfree(&g);
+  }
+  dataset *ds = NULL;
+  if (!rc) rc = dataset_open((const char *const *)files, nf, &ds);
+  if (!rc && js->has_shape) rc = dataset_check_vocab(ds, js->model.vocab_size);
+  if (!rc && dataset_num_batches(ds, js->batch, js->seq_len) < 1)
+    rc = dpc_err(DPC_ERANGE, "%s: path %d's data holds %llu tokens, less than one batch of batch x seq_len + 1 = %lld; "
+                 "give the path more data (or a smaller batch or seq_len)", field, path,
+                 (unsigned long long)dataset_num_tokens(ds), (long long)js->batch * js->seq_len + 1);
+  dataset_close(ds);
+  for (int i = 0; i < nf; i++) free(files[i]);
+  free(files);
+  return rc;
+}
+
+static int check_data(actx *a, const char *spec_path, const jobspec *js, const char *data_dir) {
+  int paths = js->n_data_paths ? js->n_data_paths : 1;
+  for (int p = 0; p < paths; p++)
+    if (check_path_data(js, p, data_dir)) {
+      fprintf(stderr, "dipacoctl %s: %s: %s\n", a->cmd, spec_path, dpc_errmsg());
+      return 1;
+    }
+  return 0;
+}
+
 int cmd_job_create(actx *a, const admin_args *o, char **pos, int npos) {
   if (npos != 1) return conn_usage(a, "expects one argument, the job spec file%s", "");
   const char *spec_path = pos[0];
@@ -134,6 +185,20 @@ int cmd_job_create(actx *a, const admin_args *o, char **pos, int npos) {
   if (rc) {
     fprintf(stderr, "dipacoctl %s: %s: %s\n", a->cmd, spec_path, dpc_errmsg());
     goto out;
+  }
+  if (o->data_dir) {
+    /* On a copy resolved for its shape (the vocabulary check); nothing is uploaded yet. */
+    jobspec *cp = malloc(sizeof *cp);
+    int bad = 1;
+    if (cp) {
+      *cp = *js;
+      char base[PATH_MAX];
+      dir_of(spec_path, base, sizeof base);
+      if (cp->init_dir[0] && jobspec_resolve_init(cp, base)) cp->has_shape = 0;
+      bad = check_data(a, spec_path, cp, o->data_dir);
+      free(cp);
+    }
+    if (bad) goto out;
   }
   if (js->init_dir[0] && (status = resolve_and_upload(a, spec_path, js, &upload_id))) goto out;
   status = 1;

@@ -74,6 +74,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "dipacoctl data: unknown subcommand (use 'data prepare')\n");
     return 2;
   }
+  if (strcmp(cmd, "route") == 0) return ctl_route(rest, rargv);
+  if (strcmp(cmd, "eval") == 0)
+    for (int k = 0; k < rest; k++)
+      if (strcmp(rargv[k], "--dipaco") == 0 || strncmp(rargv[k], "--dipaco=", 9) == 0) return ctl_eval_dipaco(rest, rargv);
   static const struct {
     const char *name;
     int (*fn)(int, char **);

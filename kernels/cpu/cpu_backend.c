@@ -435,6 +435,17 @@ static int cpu_logits(gpt_model *m, int b, int t, float *dst) {
   return 0;
 }
 
+static int cpu_hidden(gpt_model *m, int b, int t, float *dst) {
+  cpu_impl *c = m->impl;
+  if (c->state != ST_LOGITS && c->state != ST_LOSS)
+    return dpc_err(DPC_ESTATE, "hidden: no forward since the last backward (run gpt_forward first)");
+  if (b < 0 || b >= c->B || t < 0 || t >= c->T)
+    return dpc_err(DPC_ERANGE, "hidden: position (b=%d, t=%d) outside the last forward's B=%d T=%d", b, t, c->B, c->T);
+  const int C = m->lay.cfg.n_embd;
+  memcpy(dst, c->lnf + ((size_t)b * c->T + t) * C, (size_t)C * sizeof(float));
+  return 0;
+}
+
 static int cpu_zero_grad(gpt_model *m) {
   cpu_impl *c = m->impl;
 #pragma omp parallel for num_threads(c->nt) schedule(static)
@@ -599,4 +610,5 @@ const gpt_backend_ops gpt_cpu_ops = {
     .set_opt_state = cpu_set_opt_state,
     .reset_opt_state = cpu_reset_opt_state,
     .describe = cpu_describe,
+    .hidden = cpu_hidden,
 };

@@ -451,6 +451,16 @@ static int cuda_logits(gpt_model *m, int b, int t, float *dst) {
   return copy(dst, c->logits + ((size_t)b * c->T + t) * V, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, c->st);
 }
 
+static int cuda_hidden(gpt_model *m, int b, int t, float *dst) {
+  cuda_impl *c = (cuda_impl *)m->impl;
+  if (c->state != ST_LOGITS && c->state != ST_LOSS)
+    return dpc_err(DPC_ESTATE, "hidden: no forward since the last backward (run gpt_forward first)");
+  if (b < 0 || b >= c->B || t < 0 || t >= c->T)
+    return dpc_err(DPC_ERANGE, "hidden: position (b=%d, t=%d) outside the last forward's B=%d T=%d", b, t, c->B, c->T);
+  const int C = m->lay.cfg.n_embd;
+  return copy(dst, c->lnf + ((size_t)b * c->T + t) * C, (size_t)C * sizeof(float), cudaMemcpyDeviceToHost, c->st);
+}
+
 static int cuda_zero_grad(gpt_model *m) {
   cuda_impl *c = (cuda_impl *)m->impl;
   CUDA_TRY(cudaMemsetAsync(c->grads, 0, m->lay.n_params * sizeof(float), c->st));
@@ -555,4 +565,5 @@ extern "C" const gpt_backend_ops gpt_cuda_ops = {
     "cuda",          cuda_create,    cuda_destroy,  cuda_set_params,   cuda_get_params,
     cuda_get_grads,  cuda_forward,   cuda_logits,   cuda_zero_grad,    cuda_backward,
     cuda_adamw_step, cuda_get_opt_state, cuda_set_opt_state, cuda_reset_opt_state, cuda_describe,
+    cuda_hidden,
 };

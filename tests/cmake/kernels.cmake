@@ -18,3 +18,10 @@ set_tests_properties(cpu_determinism PROPERTIES TIMEOUT 60)
 # Micro-benchmark of one train step (not a test): tests/bench/cpu_kernels.c, twin cpu_kernels_torch.py.
 add_executable(bench_cpu_kernels EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/cpu_kernels.c)
 target_link_libraries(bench_cpu_kernels PRIVATE dpc_kernels dpc_common)
+
+# DiPaCo routing: k-means / product k-means on planted clusters, routing features, router
+# directories (kernels/kmeans.h, kernels/router.h).
+add_executable(test_kmeans ${CMAKE_SOURCE_DIR}/tests/unit/test_kmeans.c)
+target_link_libraries(test_kmeans PRIVATE dpc_kernels dpc_common)
+add_test(NAME kmeans COMMAND test_kmeans)
+set_tests_properties(kmeans PROPERTIES TIMEOUT 60)

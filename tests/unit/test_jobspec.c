@@ -233,6 +233,44 @@ int main(void) {
   expect_bad("{" BASE ",\"levels\":[]}", DPC_EINVAL, "needs at least one level");
   expect_bad("{\"name\":\"t1\",\"model\":[]," DATA "," CORE "}", DPC_EINVAL, "field \"model\": expected an object");
 
+  /* data.paths: one list per path, in path numbering; round trip; bad lists. */
+#define DP_CORE "\"algorithm\":\"dipaco\",\"replicas\":2,\"inner_steps\":5,\"rounds\":3,\"batch\":4,\"seq_len\":8"
+#define DP_LEVELS ",\"levels\":[{\"stem\":true,\"layers\":[0,2],\"modules\":2},{\"layers\":[2,4],\"modules\":2}]"
+  {
+    const char *ok = "{\"name\":\"dp\"," MODEL ",\"data\":{\"paths\":[[\"r/path_0/*.bin\"],[\"r/path_1/*.bin\",\"x.bin\"],"
+                     "[\"r/path_2/*.bin\"],[\"r/path_3/*.bin\"]]}," DP_CORE DP_LEVELS "}";
+    CHECK_EQ_INT(parse(ok, &js), 0);
+    CHECK_EQ_INT(js.n_data_paths, 4);
+    CHECK_EQ_INT(js.n_train, 0);
+    const char(*d)[JOBSPEC_PATH_MAX] = NULL;
+    CHECK_EQ_INT(jobspec_path_data(&js, 1, &d), 2);
+    CHECK(d && strcmp(d[0], "r/path_1/*.bin") == 0 && strcmp(d[1], "x.bin") == 0);
+    CHECK_EQ_INT(jobspec_path_data(&js, 3, &d), 1);
+    CHECK(d && strcmp(d[0], "r/path_3/*.bin") == 0);
+    CHECK_EQ_INT(jobspec_path_data(&js, 4, &d), DPC_ERANGE);
+    char *jp = NULL;
+    CHECK_EQ_INT(jobspec_to_json(&js, &jp), 0);
+    CHECK(jp && strstr(jp, "\"paths\":[[\"r/path_0/*.bin\"],[\"r/path_1/*.bin\",\"x.bin\"]") && !strstr(jp, "\"train\""));
+    CHECK_EQ_INT(parse(jp, &js2), 0);
+    CHECK(memcmp(&js, &js2, sizeof js) == 0);
+    free(jp);
+    /* data.train: every path reads it. */
+    CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
+    CHECK_EQ_INT(jobspec_path_data(&js, 0, &d), 1);
+  }
+  expect_bad("{\"name\":\"dp\"," MODEL ",\"data\":{\"paths\":[[\"a\"],[\"b\"],[\"c\"]]}," DP_CORE DP_LEVELS "}",
+             DPC_EINVAL, "field \"data.paths\": 3 lists for 4 paths");
+  expect_bad("{\"name\":\"dp\"," MODEL ",\"data\":{\"paths\":[[\"a\"],[],[\"c\"],[\"d\"]]}," DP_CORE DP_LEVELS "}",
+             DPC_EINVAL, "field \"data.paths[1]\": path 1 has no data");
+  expect_bad("{\"name\":\"dp\"," MODEL ",\"data\":{\"paths\":[[\"a\"],[\"b\"],[\"/c\"],[\"d\"]]}," DP_CORE DP_LEVELS "}",
+             DPC_EINVAL, "field \"data.paths[2][0]\" = \"/c\": must be relative");
+  expect_bad("{\"name\":\"dp\"," MODEL ",\"data\":{\"paths\":[\"a\",\"b\",\"c\",\"d\"]}," DP_CORE DP_LEVELS "}",
+             DPC_EINVAL, "field \"data.paths[0]\": expected a list of paths");
+  expect_bad("{\"name\":\"dp\"," MODEL ",\"data\":{\"paths\":[]}," DP_CORE DP_LEVELS "}", DPC_EINVAL,
+             "field \"data.paths\": needs one list per path");
+  expect_bad("{\"name\":\"dp\"," MODEL ",\"data\":{\"train\":[\"a\"],\"paths\":[[\"a\"]]}," CORE "}", DPC_EINVAL,
+             "give one of them");
+
   /* "init": shape unknown until resolved; then checks run against config.json. */
   char dir[] = "/tmp/dpc_jobspec_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);

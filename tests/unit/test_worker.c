@@ -613,6 +613,13 @@ static void test_happy(int port) {
     CHECK_EQ_INT(trainer_round(tr, g_theta, 3, 3, want, &ts, NULL, NULL), 0);
     trainer_free(tr);
   }
+  /* Data too small for one batch: a clear error naming the sizes. */
+  trainer_opts big = o;
+  big.B = 100000;
+  trainer *tb = NULL;
+  CHECK_EQ_INT(trainer_open(&tb, &g_cfg, &bo, shards, 2, &big), DPC_ERANGE);
+  CHECK(strstr(dpc_errmsg(), "less than one batch of B=100000") != NULL);
+  CHECK(tb == NULL);
   pthread_mutex_lock(&g_mu);
   double maxd = 0, maxw = 0;
   for (size_t i = 0; i < n; i++) {
@@ -829,7 +836,7 @@ static void test_resolve_data(void) {
   char **p = NULL;
   int n = 0;
   CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"train\":[\"data/train_*.bin\", \"data/train_000.bin\"]}}",
-                                   NULL, &p, &n), 0);
+                                   0, NULL, &p, &n), 0);
   CHECK_EQ_INT(n, 3);
   if (n == 3) {
     CHECK(strstr(p[0], "/data/train_000.bin") != NULL);
@@ -837,19 +844,28 @@ static void test_resolve_data(void) {
     CHECK(strstr(p[2], "/data/train_000.bin") != NULL);
   }
   worker_free_paths(p, n);
-  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"train\":[\"data/none_*.bin\"]}}", NULL, &p, &n), DPC_ENOENT);
+  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"train\":[\"data/none_*.bin\"]}}", 0, NULL, &p, &n), DPC_ENOENT);
   CHECK(strstr(dpc_errmsg(), "data/none_*.bin") != NULL);
   CHECK(p == NULL && n == 0);
-  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"train\":[\"/etc/passwd\"]}}", NULL, &p, &n), DPC_EINVAL);
-  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"train\":[\"data/../../x\"]}}", NULL, &p, &n), DPC_EINVAL);
-  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"train\":[3]}}", NULL, &p, &n), DPC_EFORMAT);
-  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{not json", NULL, &p, &n), DPC_EFORMAT);
+  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"train\":[\"/etc/passwd\"]}}", 0, NULL, &p, &n), DPC_EINVAL);
+  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"train\":[\"data/../../x\"]}}", 0, NULL, &p, &n), DPC_EINVAL);
+  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"train\":[3]}}", 0, NULL, &p, &n), DPC_EFORMAT);
+  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{not json", 0, NULL, &p, &n), DPC_EFORMAT);
   /* No data.train in the spec: DataWindow.dataset is the fallback. */
-  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{}", "data/train_001.bin,data/train_000.bin", &p, &n), 0);
+  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{}", 0, "data/train_001.bin,data/train_000.bin", &p, &n), 0);
   CHECK_EQ_INT(n, 2);
   if (n == 2) CHECK(strstr(p[0], "train_001") && strstr(p[1], "train_000"));
   worker_free_paths(p, n);
-  CHECK_EQ_INT(worker_resolve_data(g_tmp, "", "", &p, &n), DPC_EINVAL);
+  CHECK_EQ_INT(worker_resolve_data(g_tmp, "", 0, "", &p, &n), DPC_EINVAL);
+  /* data.paths: path 1 reads only its own list. */
+  const char *pp = "{\"data\":{\"paths\":[[\"data/train_000.bin\"],[\"data/train_001.bin\"]]}}";
+  CHECK_EQ_INT(worker_resolve_data(g_tmp, pp, 1, "ignored", &p, &n), 0);
+  CHECK_EQ_INT(n, 1);
+  if (n == 1) CHECK(strstr(p[0], "train_001") != NULL);
+  worker_free_paths(p, n);
+  CHECK_EQ_INT(worker_resolve_data(g_tmp, pp, 2, NULL, &p, &n), DPC_EINVAL);
+  CHECK(strstr(dpc_errmsg(), "2 lists") != NULL);
+  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"paths\":[[]]}}", 0, NULL, &p, &n), DPC_EINVAL);
 }
 
 static void test_place(void) {

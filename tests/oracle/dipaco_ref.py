@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""dipaco_ref.py — PyTorch reference of synchronous DiPaCo with per-path data (DESIGN.md §3),
+the oracle for the distributed DiPaCo test (tests/integration/dipaco_dist.sh).
+
+Levels cut the model into modules (level 0: the stem wte/wpe/ln_f plus layers [0, e0); level l:
+layers [b_l, e_l)); path p picks module (p // prod(K_{l'>l})) % K_l at level l. Slot (p, r) is a
+torch GPT-2 with its own torch.optim.AdamW kept across rounds; each round it starts from its
+path's global modules and trains H steps on path p's own token stream (data.paths[p], resolved
+under --data-dir like a worker does), batch index round·H + h of replica r of R. A module's
+outer gradient is the uniform mean of the deltas of every slot whose path holds it, summed by
+path then replica; one torch.optim.SGD(nesterov=True) per module.
+
+  dipaco_ref.py --init MODEL_DIR --spec SPEC.json --data-dir DIR --compare PREFIX [--tol 1e-4]
+compares the export of path p at PREFIX<p> (a model directory) for every path and exits 1 when
+any tensor's max relative error (max|a−b| / max|b|) is above --tol."""
+import argparse, glob, json, os, sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from diloco_ref import forward, load_model, load_tokens, lr_at, make_adamw  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def layer_of(name):
+    return int(name.split(".")[1]) if name.startswith("h.") else -1
+
+
+def structure(spec, n_layer):
+    levels = spec.get("levels") or [{"stem": True, "layers": [0, n_layer], "modules": 1}]
+    Ks = [lv["modules"] for lv in levels]
+    n_paths = 1
+    for k in Ks:
+        n_paths *= k
+    first = [sum(Ks[:l]) for l in range(len(Ks))]
+
+    def level_of(name):
+        li = layer_of(name)
+        if li < 0:
+            return 0
+        for l, lv in enumerate(levels):
+            if lv["layers"][0] <= li < lv["layers"][1]:
+                return l
+        raise ValueError(name)
+
+    def path_modules(p):
+        mods = []
+        for l in range(len(Ks)):
+            below = 1
+            for k in Ks[l + 1:]:
+                below *= k
+            mods.append(first[l] + (p // below) % Ks[l])
+        return mods
+
+    return n_paths, level_of, path_modules, sum(Ks)
+
+
+def run(init, spec, data_dir):
+    cfg, G0 = init
+    R, H, rounds = spec["replicas"], spec["inner_steps"], spec["rounds"]
+    B, T = spec["batch"], spec["seq_len"]
+    inner, outer = spec["inner"], spec["outer"]
+    names = list(G0.keys())
+    n_paths, level_of, path_modules, n_modules = structure(spec, cfg["n_layer"])
+    lists = spec["data"]["paths"]
+    assert len(lists) == n_paths, "data.paths: one list per path"
+    tokens = []
+    for lst in lists:
+        files = []
+        for pat in lst:
+            files += sorted(glob.glob(os.path.join(data_dir, pat)))
+        tokens.append(load_tokens(files))
+    # Global parameters: one copy of each tensor per module of its level.
+    G = {m: {} for m in range(n_modules)}
+    for p in range(n_paths):
+        mods = path_modules(p)
+        for k in names:
+            m = mods[level_of(k)]
+            if k not in G[m]:
+                G[m][k] = G0[k].clone().requires_grad_(True)
+    outer_opts = {m: torch.optim.SGD(list(G[m].values()), lr=outer["lr"], momentum=outer["momentum"],
+                                     nesterov=outer.get("nesterov", True)) for m in G}
+    slots = [(p, r) for p in range(n_paths) for r in range(R)]
+    reps = {s: {k: v.detach().clone().requires_grad_(True) for k, v in G0.items()} for s in slots}
+    opts = {s: make_adamw(reps[s], inner) for s in slots}
+    total = rounds * H
+    for t in range(rounds):
+        deltas = []  # (path, {name: delta}) in path, replica order
+        for (p, r) in slots:
+            P = reps[(p, r)]
+            mods = path_modules(p)
+            with torch.no_grad():
+                for k in names:
+                    P[k].copy_(G[mods[level_of(k)]][k])
+            tok = tokens[p]
+            nb = (len(tok) - 1) // (B * T)
+            assert nb > 0, f"path {p}: too little data"
+            for h in range(H):
+                s = t * H + h
+                o = ((s * R + r) % nb) * B * T
+                x = tok[o:o + B * T].view(B, T)
+                y = tok[o + 1:o + B * T + 1].view(B, T)
+                for grp in opts[(p, r)].param_groups:
+                    grp["lr"] = lr_at(inner["lr"], inner["warmup"], total, inner["lr_min_frac"], s)
+                opts[(p, r)].zero_grad(set_to_none=True)
+                forward(P, cfg, x, y).backward()
+                if inner["grad_clip"] > 0:
+                    torch.nn.utils.clip_grad_norm_(list(P.values()), inner["grad_clip"])
+                opts[(p, r)].step()
+            deltas.append((p, {k: G[mods[level_of(k)]][k].detach() - P[k].detach() for k in names}))
+        with torch.no_grad():
+            for m in G:
+                for k in G[m]:
+                    acc = torch.zeros_like(G[m][k])
+                    n = 0
+                    for (p, d) in deltas:
+                        if path_modules(p)[level_of(k)] == m:
+                            acc += d[k]
+                            n += 1
+                    G[m][k].grad = acc / n
+        for m in G:
+            outer_opts[m].step()
+    out = []
+    for p in range(n_paths):
+        mods = path_modules(p)
+        out.append({k: G[mods[level_of(k)]][k].detach() for k in names})
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--init", required=True)
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--compare", required=True, help="path p's export is PREFIX<p>")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args()
+    spec = json.load(open(a.spec))
+    init = load_model(a.init)
+    ref = run(init, spec, a.data_dir)
+    worst, bad = 0.0, 0
+    for p, rp in enumerate(ref):
+        _, got = load_model(f"{a.compare}{p}")
+        pw = 0.0
+        for k, v in rp.items():
+            g = got[k]
+            err = float((g - v).abs().max() / max(float(v.abs().max()), 1e-30))
+            pw = max(pw, err)
+            if err > a.tol:
+                print(f"path {p}: {k}: max relative error {err:.3e} > {a.tol}")
+                bad += 1
+        moved = max(float((rp[k] - init[1][k]).abs().max()) for k in rp)
+        print(f"dipaco_ref: path {p}: worst max relative error {pw:.3e} (tol {a.tol}); largest change from init {moved:.3e}")
+        if moved == 0.0:
+            print("dipaco_ref: parameters did not move: the comparison would be vacuous")
+            return 1
+        worst = max(worst, pw)
+    print(f"dipaco_ref: {len(ref)} paths, worst max relative error {worst:.3e}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
