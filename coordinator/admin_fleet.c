@@ -184,12 +184,19 @@ static void on_list_paths(struct rpc_call *call, const struct grpc_byte_buffer *
   Dipaco__V1__PathInfo *pi = calloc((size_t)P, sizeof *pi);
   Dipaco__V1__PathInfo **pp = calloc((size_t)P, sizeof *pp);
   uint64_t *mods = calloc((size_t)P * (size_t)L, sizeof *mods);
+  size_t ndata = 0, nd_at = 0;
+  for (int p = 0; p < P; p++) {
+    const char(*d)[JOBSPEC_PATH_MAX] = NULL;
+    int nd = jobspec_path_data(&j->spec, p, &d);
+    ndata += nd > 0 ? (size_t)nd : 0;
+  }
+  char **datap = calloc(ndata + 1, sizeof *datap);
   int rc = store_list_slots(c->st, j->id, &slots, &ns);
   if (rc == 0) rc = store_list_active_leases(c->st, j->id, &act, &na);
   Dipaco__V1__SlotInfo *si = calloc((size_t)ns + 1, sizeof *si);
   Dipaco__V1__SlotInfo **sp = calloc((size_t)ns + 1, sizeof *sp);
   Dipaco__V1__Slot *sl = calloc((size_t)ns + 1, sizeof *sl);
-  if (rc < 0 || !pi || !pp || !mods || !si || !sp || !sl) {
+  if (rc < 0 || !pi || !pp || !mods || !si || !sp || !sl || !datap) {
     rpc_call_fail(call, rc < 0 ? rc : DPC_ENOMEM);
     goto out;
   }
@@ -207,6 +214,13 @@ static void on_list_paths(struct rpc_call *call, const struct grpc_byte_buffer *
     for (int l = 0; l < nl && l < L; l++) mods[(size_t)p * L + l] = (uint64_t)m[l] + 1;
     pi[p].n_modules = (size_t)(nl > 0 ? nl : 0);
     pi[p].modules = &mods[(size_t)p * L];
+    /* The spec's strings outlive the reply (j stays while the loop runs this handler). */
+    const char(*d)[JOBSPEC_PATH_MAX] = NULL;
+    int nd = jobspec_path_data(&j->spec, p, &d);
+    for (int k = 0; k < nd; k++) datap[nd_at + (size_t)k] = (char *)d[k];
+    pi[p].n_data = (size_t)(nd > 0 ? nd : 0);
+    pi[p].data = &datap[nd_at];
+    nd_at += pi[p].n_data;
     int first = at;
     while (at < ns && slots[at].path == p) at++;
     pi[p].n_slots = (size_t)(at - first);
@@ -221,6 +235,7 @@ out:
   free(pi);
   free(pp);
   free(mods);
+  free(datap);
   free(si);
   free(sp);
   free(sl);
@@ -246,7 +261,18 @@ static void on_list_modules(struct rpc_call *call, const struct grpc_byte_buffer
   Dipaco__V1__ModuleInfo **mp = calloc((size_t)j->n_modules, sizeof *mp);
   Dipaco__V1__FragmentInfo *fi = calloc((size_t)nf + 1, sizeof *fi);
   Dipaco__V1__FragmentInfo **fp = calloc((size_t)nf + 1, sizeof *fp);
-  if (rc < 0 || !mi || !mp || !fi || !fp) {
+  /* mpaths[m·P + k]: the k-th path holding module m (npaths[m] of them), in path order. */
+  const int P = j->n_paths;
+  uint32_t *mpaths = calloc((size_t)j->n_modules * (size_t)(P > 0 ? P : 1), sizeof *mpaths);
+  size_t *npaths = calloc((size_t)j->n_modules + 1, sizeof *npaths);
+  if (mpaths && npaths)
+    for (int p = 0; p < P; p++) {
+      int pm_[JOBSPEC_MAX_LEVELS];
+      int nl = jobspec_path_modules(&j->spec, p, pm_);
+      for (int l = 0; l < nl; l++)
+        if (pm_[l] >= 0 && pm_[l] < j->n_modules) mpaths[(size_t)pm_[l] * (size_t)P + npaths[pm_[l]]++] = (uint32_t)p;
+    }
+  if (rc < 0 || !mi || !mp || !fi || !fp || !mpaths || !npaths) {
     rpc_call_fail(call, rc < 0 ? rc : DPC_ENOMEM);
   } else {
     for (int i = 0; i < nf; i++) {
@@ -268,6 +294,8 @@ static void on_list_modules(struct rpc_call *call, const struct grpc_byte_buffer
         }
       mi[m].n_fragments = (size_t)cnt;
       mi[m].fragments = first >= 0 ? &fp[first] : NULL;
+      mi[m].n_paths = npaths[m];
+      mi[m].paths = &mpaths[(size_t)m * (size_t)P];
       mp[m] = &mi[m];
     }
     Dipaco__V1__ListModulesResponse resp = DIPACO__V1__LIST_MODULES_RESPONSE__INIT;
@@ -280,6 +308,8 @@ static void on_list_modules(struct rpc_call *call, const struct grpc_byte_buffer
   free(fi);
   free(fp);
   free(fr);
+  free(mpaths);
+  free(npaths);
   protobuf_c_message_free_unpacked(pm, NULL);
 }
 

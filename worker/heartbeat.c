@@ -75,9 +75,10 @@ static void *hb_main(void *arg) {
   for (;;) {
     struct timespec ts;
     worker_deadline(&ts, atomic_load(&hb->interval_ms));
-    while (!hb->quit)
+    while (!hb->quit && !hb->poke)
       if (pthread_cond_timedwait(&hb->cv, &hb->mu, &ts) != 0) break;
     if (hb->quit) break;
+    hb->poke = 0;
     Dipaco__V1__HeartbeatRequest req = DIPACO__V1__HEARTBEAT_REQUEST__INIT;
     req.lease_id = hb->lease_id;
     req.step = hb->step;
@@ -109,6 +110,7 @@ int hb_start(heartbeat *hb) {
   pthread_cond_init(&hb->cv, &ca);
   pthread_condattr_destroy(&ca);
   hb->quit = 0;
+  hb->poke = 0;
   if (pthread_create(&hb->th, NULL, hb_main, hb) != 0) {
     pthread_mutex_destroy(&hb->mu);
     pthread_cond_destroy(&hb->cv);
@@ -116,6 +118,14 @@ int hb_start(heartbeat *hb) {
   }
   hb->running = 1;
   return 0;
+}
+
+void hb_poke(heartbeat *hb) {
+  if (!hb->running) return;
+  pthread_mutex_lock(&hb->mu);
+  hb->poke = 1;
+  pthread_cond_signal(&hb->cv);
+  pthread_mutex_unlock(&hb->mu);
 }
 
 void hb_stop(heartbeat *hb) {

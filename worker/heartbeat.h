@@ -32,7 +32,7 @@ typedef struct {
   int running;
   pthread_mutex_t mu;
   pthread_cond_t cv; /* CLOCK_MONOTONIC */
-  int quit;
+  int quit, poke; /* poke: send one heartbeat now (hb_poke) */
   /* Progress, under mu: shared between the owner thread (trainer callback) and the heartbeat
    * thread. */
   uint64_t lease_id;
@@ -58,6 +58,9 @@ typedef struct {
 void hb_init(heartbeat *hb, wclient *wc, worker_ctl *ctl, const Dipaco__V1__Lease *L, float sps, int progress,
              double slowdown, double min_step_ms);
 int hb_start(heartbeat *hb);
+/* Send a heartbeat now (the lease's last step and loss, before its push) instead of at the
+ * next interval; no-op when the thread is not running. */
+void hb_poke(heartbeat *hb);
 /* Stop and join the thread (no-op when it is not running). */
 void hb_stop(heartbeat *hb);
 

@@ -168,6 +168,7 @@ static int lease_train(lease_work *x, int *rc_out) {
     rc = trainer_round(r->slots.tr, r->slots.theta, (long)L->first_step, (int)L->inner_steps, r->slots.delta, &x->st,
                        hb_on_step, &x->hb);
   if (r->o->progress) fputc('\n', stderr);
+  hb_poke(&x->hb); /* the last step's loss reaches the coordinator with the lease, not an interval later */
   x->cls = rc ? WC_FATAL : WC_OK;
   *rc_out = rc;
   if (rc) return 0;

@@ -28,7 +28,7 @@ static const admin_cmd commands[] = {
     {"job", "export", "path out version all-paths router", cmd_job_export_check, cmd_job_export},
     {"job", "ledger", "", NULL, cmd_job_ledger},
     {"workers", NULL, "all job", NULL, cmd_workers},
-    {"paths", NULL, "", NULL, cmd_paths},
+    {"paths", NULL, "data-dir", NULL, cmd_paths},
     {"modules", NULL, "", NULL, cmd_modules},
     {"status", NULL, "", NULL, cmd_status},
 };

@@ -10,12 +10,14 @@
 #ifndef DPC_CTL_COMMANDS_H
 #define DPC_CTL_COMMANDS_H
 
+#include "common/dataset.h"
 #include "coordinator/ctl/conn.h"
 
 /* The values of the command-specific flags; admin.c accepts each only where it applies. */
 typedef struct {
   int paused;            /* --paused: job create */
-  const char *data_dir;  /* --data-dir DIR: job create checks the data as a worker would see it */
+  const char *data_dir;  /* --data-dir DIR: job create checks the data as a worker would see it;
+                            paths counts each path's tokens */
   const char *state;     /* --state S: job list */
   const char *reason;    /* --reason TEXT: job pause|resume|cancel */
   float timeout_s;       /* --timeout S: job wait (0 = no limit) */
@@ -32,6 +34,9 @@ typedef struct {
 typedef int (*admin_cmd_fn)(actx *a, const admin_args *o, char **pos, int npos);
 
 /* jobs.c */
+/* Open the token stream of globs[0..n) resolved under data_dir as a worker with that
+ * --data-dir would (every glob must match a file; `field` names them in errors). */
+int ctl_open_data(const char *data_dir, const char *const *globs, int n, const char *field, dataset **out);
 int cmd_job_create(actx *a, const admin_args *o, char **pos, int npos);
 int cmd_job_list(actx *a, const admin_args *o, char **pos, int npos);
 int cmd_job_show(actx *a, const admin_args *o, char **pos, int npos);

@@ -42,7 +42,7 @@ static const char usage_text[] =
     "  job export ID --path P --out DIR [--version V]\n"
     "  job export ID --all-paths --out DIR [--router ROUTER_DIR --version V]   DiPaCo model directory\n"
     "  job ledger ID [--json]            applied deltas in order with staleness, and a summary\n"
-    "  workers [--all --job ID] | paths ID | modules ID | status\n"
+    "  workers [--all --job ID] | paths ID [--data-dir DIR] | modules ID | status\n"
     "\n"
     "Run 'dipacoctl COMMAND --help' for a command's options.\n";
 

@@ -1,12 +1,16 @@
 /* fleet.c — the admin commands that show the fleet and a job's layout: workers (every
- * worker and what it trains), paths (each path's modules and replica slots), modules (each
- * module's fragments and versions) and status (health plus job and worker counts). */
+ * worker and what it trains), paths (each path's modules, replica slots, data — with its size
+ * under --data-dir — and recent loss), modules (each module's fragments and versions and the
+ * paths that share it) and status (health plus job and worker counts). */
 #include "coordinator/ctl/commands.h"
 #include "coordinator/ctl/view.h"
 #include "proto/health.pb-c.h"
 
+#include "common/errors.h"
+
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define HEALTH_CHECK "/grpc.health.v1.Health/Check"
@@ -71,12 +75,32 @@ int cmd_workers(actx *a, const admin_args *o, char **pos, int npos) {
   return 0;
 }
 
-/* A job's paths, their modules and replica slots: one JSON document. */
-static void paths_json(uint64_t id, const Dipaco__V1__ListPathsResponse *r) {
+/* The mean of path p's slots' last losses (NAN when none has one). */
+static double path_loss(const Dipaco__V1__PathInfo *p) {
+  double sum = 0;
+  int n = 0;
+  for (size_t k = 0; k < p->n_slots; k++)
+    if (isfinite(p->slots[k]->last_loss)) sum += p->slots[k]->last_loss, n++;
+  return n ? sum / n : NAN;
+}
+
+/* A job's paths, their modules, data (tokens[i] ≥ 0: counted under --data-dir) and replica
+ * slots: one JSON document. */
+static void paths_json(uint64_t id, const Dipaco__V1__ListPathsResponse *r, const long long *tokens) {
   printf("{\"job_id\":%llu,\"paths\":[", (unsigned long long)id);
   for (size_t i = 0; i < r->n_paths; i++) {
     const Dipaco__V1__PathInfo *p = r->paths[i];
-    printf("%s{\"path\":%u,\"modules\":[", i ? "," : "", p->path);
+    printf("%s{\"path\":%u,\"data\":[", i ? "," : "", p->path);
+    for (size_t k = 0; k < p->n_data; k++) {
+      if (k) fputc(',', stdout);
+      view_jstr(stdout, p->data[k]);
+    }
+    fputs("],\"tokens\":", stdout);
+    if (tokens && tokens[i] >= 0) printf("%lld", tokens[i]);
+    else fputs("null", stdout);
+    fputs(",\"loss\":", stdout);
+    view_jnum(stdout, path_loss(p));
+    fputs(",\"modules\":[", stdout);
     for (size_t k = 0; k < p->n_modules; k++) printf("%s%llu", k ? "," : "", (unsigned long long)p->modules[k]);
     fputs("],\"slots\":[", stdout);
     for (size_t k = 0; k < p->n_slots; k++) {
@@ -93,8 +117,9 @@ static void paths_json(uint64_t id, const Dipaco__V1__ListPathsResponse *r) {
   fputs("]}\n", stdout);
 }
 
-/* A job's paths, their modules and replica slots: a text table. */
-static void paths_text(const Dipaco__V1__ListPathsResponse *r) {
+/* A job's paths, their modules and replica slots: a text table; then each path's data, its
+ * size (with --data-dir) and the mean of its slots' last losses. */
+static void paths_text(const Dipaco__V1__ListPathsResponse *r, const long long *tokens) {
   printf("%-5s %-16s %-8s %-7s %-7s %-10s %s\n", "PATH", "MODULES", "REPLICA", "WORKER", "LEASE",
          "STEP", "LOSS");
   for (size_t i = 0; i < r->n_paths; i++) {
@@ -114,10 +139,42 @@ static void paths_text(const Dipaco__V1__ListPathsResponse *r) {
              w, l, (unsigned long long)s->step, view_fmt_loss(s->last_loss, loss, sizeof loss));
     }
   }
+  printf("\n%-5s %-12s %-9s %s\n", "PATH", "TOKENS", "LOSS", "DATA");
+  for (size_t i = 0; i < r->n_paths; i++) {
+    const Dipaco__V1__PathInfo *p = r->paths[i];
+    char tok[24] = "-", loss[32];
+    if (tokens && tokens[i] >= 0) snprintf(tok, sizeof tok, "%lld", tokens[i]);
+    printf("%-5u %-12s %-9s ", p->path, tok, view_fmt_loss(path_loss(p), loss, sizeof loss));
+    for (size_t k = 0; k < p->n_data; k++) printf("%s%s", k ? " " : "", p->data[k]);
+    printf("%s\n", p->n_data ? "" : "-");
+  }
+}
+
+/* Each path's tokens under --data-dir (the data a worker with that directory would read);
+ * NULL without it. 0, or 1 with the error reported. */
+static int count_tokens(actx *a, const char *dir, const Dipaco__V1__ListPathsResponse *r, long long **out) {
+  *out = NULL;
+  if (!dir) return 0;
+  long long *t = calloc(r->n_paths + 1, sizeof *t);
+  if (!t) return conn_fail(a, NULL, DPC_ENOMEM);
+  for (size_t i = 0; i < r->n_paths; i++) {
+    const Dipaco__V1__PathInfo *p = r->paths[i];
+    char field[40];
+    snprintf(field, sizeof field, "path %u", p->path);
+    dataset *ds = NULL;
+    int rc = ctl_open_data(dir, (const char *const *)p->data, (int)p->n_data, field, &ds);
+    if (rc) {
+      free(t);
+      return conn_fail(a, NULL, rc);
+    }
+    t[i] = (long long)dataset_num_tokens(ds);
+    dataset_close(ds);
+  }
+  *out = t;
+  return 0;
 }
 
 int cmd_paths(actx *a, const admin_args *o, char **pos, int npos) {
-  (void)o;
   uint64_t id;
   if (conn_job_id_arg(a, pos, npos, &id)) return 2;
   Dipaco__V1__ListPathsRequest req = DIPACO__V1__LIST_PATHS_REQUEST__INIT;
@@ -126,8 +183,14 @@ int cmd_paths(actx *a, const admin_args *o, char **pos, int npos) {
   int rc = conn_call(a, ADMIN "ListPaths", &req.base, &dipaco__v1__list_paths_response__descriptor, &pm, 0);
   if (rc) return conn_fail(a, ADMIN "ListPaths", rc);
   Dipaco__V1__ListPathsResponse *r = (Dipaco__V1__ListPathsResponse *)pm;
-  if (a->json) paths_json(id, r);
-  else paths_text(r);
+  long long *tokens = NULL;
+  if (count_tokens(a, o->data_dir, r, &tokens)) {
+    protobuf_c_message_free_unpacked(pm, NULL);
+    return 1;
+  }
+  if (a->json) paths_json(id, r, tokens);
+  else paths_text(r, tokens);
+  free(tokens);
   protobuf_c_message_free_unpacked(pm, NULL);
   return 0;
 }
@@ -137,9 +200,11 @@ static void modules_json(uint64_t id, const Dipaco__V1__ListModulesResponse *r) 
   printf("{\"job_id\":%llu,\"modules\":[", (unsigned long long)id);
   for (size_t i = 0; i < r->n_modules; i++) {
     const Dipaco__V1__ModuleInfo *m = r->modules[i];
-    printf("%s{\"module_id\":%llu,\"level\":%u,\"index\":%u,\"num_floats\":%llu,\"fragments\":[",
+    printf("%s{\"module_id\":%llu,\"level\":%u,\"index\":%u,\"num_floats\":%llu,\"paths\":[",
            i ? "," : "", (unsigned long long)m->module_id, m->level, m->index,
            (unsigned long long)m->num_floats);
+    for (size_t k = 0; k < m->n_paths; k++) printf("%s%u", k ? "," : "", m->paths[k]);
+    fputs("],\"fragments\":[", stdout);
     for (size_t k = 0; k < m->n_fragments; k++) {
       const Dipaco__V1__FragmentInfo *g = m->fragments[k];
       printf("%s{\"fragment_id\":%llu,\"module_id\":%llu,\"level\":%u,\"index\":%u,\"version\":%llu,"
@@ -174,6 +239,13 @@ static void modules_text(const Dipaco__V1__ListModulesResponse *r) {
              (unsigned long long)g->offset_floats, (unsigned long long)g->num_floats, g->crc32c,
              view_fmt_time((int64_t)g->updated_unix_ms, t, sizeof t));
     }
+  }
+  printf("\n%-7s %-6s %-6s %s\n", "MODULE", "LEVEL", "INDEX", "PATHS (sharing it: its deltas are averaged over them)");
+  for (size_t i = 0; i < r->n_modules; i++) {
+    const Dipaco__V1__ModuleInfo *m = r->modules[i];
+    printf("%-7llu %-6u %-6u ", (unsigned long long)m->module_id, m->level, m->index);
+    for (size_t k = 0; k < m->n_paths; k++) printf("%s%u", k ? "," : "", m->paths[k]);
+    printf("%s\n", m->n_paths ? "" : "-");
   }
 }
 

@@ -123,22 +123,18 @@ static int resolve_and_upload(actx *a, const char *spec_path, jobspec *js, uint6
   return upload_model(a, dir, &js->model, upload_id);
 }
 
-/* Path `path`'s data under data_dir: files exist, one batch fits, tokens in the vocabulary. */
-static int check_path_data(const jobspec *js, int path, const char *data_dir) {
-  const char(*d)[JOBSPEC_PATH_MAX] = NULL;
-  int n = jobspec_path_data(js, path, &d), rc = n < 0 ? n : 0;
-  char field[48];
-  if (js->n_data_paths) snprintf(field, sizeof field, "data.paths[%d]", path);
-  else snprintf(field, sizeof field, "data.train");
+int ctl_open_data(const char *data_dir, const char *const *globs, int n, const char *field, dataset **out) {
+  *out = NULL;
+  int rc = 0;
   char **files = NULL;
   int nf = 0;
   for (int i = 0; i < n && !rc; i++) {
     char pat[PATH_MAX + JOBSPEC_PATH_MAX + 2];
-    snprintf(pat, sizeof pat, "%s/%s", data_dir, d[i]);
+    snprintf(pat, sizeof pat, "%s/%s", data_dir, globs[i]);
     glob_t g;
     memset(&g, 0, sizeof g);
     if (glob(pat, 0, NULL, &g) != 0 || g.gl_pathc == 0)
-      rc = dpc_err(DPC_ENOENT, "%s: \"%s\" matches no file under --data-dir %s", field, d[i], data_dir);
+      rc = dpc_err(DPC_ENOENT, "%s: \"%s\" matches no file under --data-dir %s", field, globs[i], data_dir);
     char **grown = rc ? NULL : realloc(files, (size_t)(nf + (int)g.gl_pathc) * sizeof *files);
     if (!rc && !grown) rc = dpc_err(DPC_ENOMEM, "out of memory");
     if (!rc) files = grown;
@@ -146,16 +142,30 @@ static int check_path_data(const jobspec *js, int path, const char *data_dir) {
       if (!(files[nf++] = strdup(g.gl_pathv[k]))) rc = dpc_err(DPC_ENOMEM, "out of memory");
     globfree(&g);
   }
+  if (!rc) rc = dataset_open((const char *const *)files, nf, out);
+  for (int i = 0; i < nf; i++) free(files[i]);
+  free(files);
+  return rc;
+}
+
+/* Path `path`'s data under data_dir: files exist, one batch fits, tokens in the vocabulary. */
+static int check_path_data(const jobspec *js, int path, const char *data_dir) {
+  const char(*d)[JOBSPEC_PATH_MAX] = NULL;
+  int n = jobspec_path_data(js, path, &d), rc = n < 0 ? n : 0;
+  char field[48];
+  if (js->n_data_paths) snprintf(field, sizeof field, "data.paths[%d]", path);
+  else snprintf(field, sizeof field, "data.train");
+  const char *globs[JOBSPEC_MAX_PATH_GLOBS + JOBSPEC_MAX_DATA];
+  if (n > (int)(sizeof globs / sizeof globs[0])) n = (int)(sizeof globs / sizeof globs[0]);
+  for (int i = 0; i < n; i++) globs[i] = d[i];
   dataset *ds = NULL;
-  if (!rc) rc = dataset_open((const char *const *)files, nf, &ds);
+  if (!rc) rc = ctl_open_data(data_dir, globs, n, field, &ds);
   if (!rc && js->has_shape) rc = dataset_check_vocab(ds, js->model.vocab_size);
   if (!rc && dataset_num_batches(ds, js->batch, js->seq_len) < 1)
     rc = dpc_err(DPC_ERANGE, "%s: path %d's data holds %llu tokens, less than one batch of batch x seq_len + 1 = %lld; "
                  "give the path more data (or a smaller batch or seq_len)", field, path,
                  (unsigned long long)dataset_num_tokens(ds), (long long)js->batch * js->seq_len + 1);
   dataset_close(ds);
-  for (int i = 0; i < nf; i++) free(files[i]);
-  free(files);
   return rc;
 }
 

@@ -16,7 +16,10 @@
 # manual runs. CHAOS_ROUNDS / CHAOS_WORKER_KILLS / CHAOS_COORD_KILLS override the numbers;
 # CHAOS_INNER_STATE=keep runs both jobs with inner.state "keep", a manual check that the test
 # fails when killed workers lose their AdamW state (keep reserves slots, so the idle spare
-# worker's kills cost nothing: give it CHAOS_ROUNDS=80).
+# worker's kills cost nothing: give it CHAOS_ROUNDS=80). CHAOS_ALGO=async runs a diloco-async
+# job (delayed Nesterov) with one slot and two workers instead: with no one to be stale against
+# it is deterministic, so it too must end byte-identical, staleness 0 throughout
+# (ledger_check.py --async).
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 LONG=${CHAOS_LONG:-0}
@@ -27,7 +30,13 @@ source "$HERE/../integration/lib.sh"
 
 if [ "$LONG" = 1 ]; then ROUNDS=150; WK=100; CK=25; else ROUNDS=40; WK=20; CK=5; fi
 ROUNDS=${CHAOS_ROUNDS:-$ROUNDS}; WK=${CHAOS_WORKER_KILLS:-$WK}; CK=${CHAOS_COORD_KILLS:-$CK}
-R=3; NW=4
+R=3; NW=4; ALG=diloco; OUTER='"lr": 0.7, "momentum": 0.9, "nesterov": true'; CHECK=()
+if [ "${CHAOS_ALGO:-sync}" = async ]; then
+  R=1; NW=2; ALG=diloco-async; OUTER='"rule": "delayed-nesterov", "lr": 0.7, "momentum": 0.9, "c": 0'; CHECK=(--async)
+  # One slot trains a third of the sync job's steps per round: more rounds, so that the kills
+  # land before the job ends.
+  ROUNDS=${CHAOS_ROUNDS:-$(( ROUNDS * 3 ))}
+fi
 SEED=${CHAOS_SEED:-$(( $(od -An -N2 -tu2 /dev/urandom) ))}
 RANDOM=$SEED
 echo "chaos: seed $SEED (rerun with CHAOS_SEED=$SEED), $ROUNDS rounds, >= $WK worker and >= $CK coordinator kills"
@@ -37,11 +46,11 @@ make_corpus "$W/corpus"
 "$CTL" init --n-layer 1 --n-head 2 --n-embd 32 --n-positions 16 --vocab-size 256 --seed 13 --out "$W/init" 2>/dev/null
 cat > "$W/spec.json" <<JSON
 {"name": "chaos", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
- "algorithm": "diloco", "replicas": $R, "inner_steps": 4, "rounds": $ROUNDS, "batch": 2, "seq_len": 16,
+ "algorithm": "$ALG", "replicas": $R, "inner_steps": 4, "rounds": $ROUNDS, "batch": 2, "seq_len": 16,
  "round_timeout_s": 0,
  "inner": {"lr": 0.01, "warmup": 3, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
            "eps": 1e-6, "grad_clip": 0.5, "state": "${CHAOS_INNER_STATE:-checkpoint}"},
- "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
+ "outer": {$OUTER}}
 JSON
 fail() { die_with_logs "chaos (seed $SEED)" 20 "$@"; }
 # job_status JOB — "ROUND STATE" from one job show call ("0 ?" while the coordinator is away).
@@ -105,6 +114,6 @@ echo "workers resumed a slot's AdamW state from the coordinator $resumed times"
 cmp "$W/export-ref/model.safetensors" "$W/export-chaos/model.safetensors" \
   || fail "the parameters after the chaos run differ from the fault-free run"
 echo "exported parameters byte-identical to the fault-free run"
-/usr/bin/python3 "$HERE/../integration/ledger_check.py" "$W/ledger.json" "$W/state" "$job" "$ROUNDS" $R "$W"/worker-w*.log \
+/usr/bin/python3 "$HERE/../integration/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$W/state" "$job" "$ROUNDS" $R "$W"/worker-w*.log \
   || fail "ledger check"
 echo "chaos: OK (seed $SEED)"

@@ -120,7 +120,8 @@ def body(grpc, np, pb, coord_bin, d, state, log):
         mds.append([("dipaco-worker-id", str(w.worker_id)), ("dipaco-session", w.session_token)])
 
     def lease(md):
-        r = X["Lease"](pb.LeaseRequest(), metadata=md, timeout=10)
+        # Long-poll as a worker does: an async lease waits until the acknowledged deltas are applied.
+        r = X["Lease"](pb.LeaseRequest(max_wait_ms=5000), metadata=md, timeout=10)
         assert r.outcome == pb.LEASE_GRANTED, r
         return r.lease
 

@@ -71,6 +71,32 @@ job=$("$CTL" --coordinator "$COORD" job create spec.json --data-dir "$W")
 echo "created job $job"
 "$CTL" --coordinator "$COORD" job wait "$job" --timeout 240 || fail "job did not finish"
 for p in 0 1 2 3; do "$CTL" --coordinator "$COORD" job export "$job" --path $p --out "export_$p" 2>/dev/null; done
+# The admin views: each path's data as the spec gives it, its size under --data-dir (the
+# tokens of its routed shards) and recent loss; each module with the paths that share it.
+"$CTL" --coordinator "$COORD" paths "$job" --data-dir "$W" --json > paths.json || fail "paths --json"
+"$CTL" --coordinator "$COORD" modules "$job" --json > modules.json || fail "modules --json"
+"$CTL" --coordinator "$COORD" paths "$job" --data-dir "$W" > paths.txt || fail "paths"
+"$CTL" --coordinator "$COORD" modules "$job" > modules.txt || fail "modules"
+$PY - spec.json paths.json modules.json paths.txt modules.txt <<'PY' || fail "paths / modules views"
+import glob, json, math, sys
+import numpy as np
+spec, P, M = (json.load(open(f)) for f in sys.argv[1:4])
+paths, mods = P["paths"], M["modules"]
+assert [p["data"] for p in paths] == spec["data"]["paths"], "paths: data differs from the spec"
+for p in paths:
+    want = sum(int(np.fromfile(f, dtype=np.int32, count=3)[2]) for g in p["data"] for f in sorted(glob.glob(g)))
+    assert p["tokens"] == want, f"path {p['path']}: {p['tokens']} tokens, the shards hold {want}"
+    assert p["loss"] is not None and math.isfinite(p["loss"]), f"path {p['path']}: no recent loss"
+for m in mods:
+    holders = [p["path"] for p in paths if m["module_id"] in p["modules"]]
+    assert m["paths"] == holders and len(holders) == 2, f"module {m['module_id']}: paths {m['paths']}, want {holders}"
+txt = open(sys.argv[4]).read() + open(sys.argv[5]).read()
+assert "TOKENS" in txt and "PATHS" in txt and str(paths[3]["tokens"]) in txt, txt
+print("dipaco_dist: paths:", [(p["path"], p["tokens"], round(p["loss"], 3)) for p in paths],
+      "modules:", [(m["module_id"], m["paths"]) for m in mods])
+PY
+if "$CTL" --coordinator "$COORD" paths "$job" --data-dir "$W/nowhere" 2>nowhere.err; then fail "paths --data-dir of a missing directory succeeded"; fi
+grep -q "matches no file under --data-dir" nowhere.err || fail "unclear paths --data-dir error: $(cat nowhere.err)"
 $PY "$HERE/../oracle/dipaco_ref.py" --init init --spec spec.json --data-dir "$W" --compare "export_" --tol 1e-4 \
   || fail "exported paths differ from the PyTorch DiPaCo reference"
 # The DiPaCo model directory: every path plus the router; its paths equal the single exports.
