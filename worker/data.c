@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <glob.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +35,25 @@ static int check_rel(const char *p) {
   return 0;
 }
 
+/* A glob match must lie under --data-dir once resolved: glob's wildcards match ".." (".?" and
+ * ".*" do) and a symlink may point anywhere, so the textual check of the pattern is not
+ * enough. 0, or DPC_EINVAL naming the file and where it leads. */
+static int check_inside(const char *root, const char *pat, const char *match) {
+  char real[PATH_MAX];
+  if (!realpath(match, real))
+    return dpc_err(DPC_EIO, "job data \"%s\": cannot resolve %s", pat, match);
+  size_t L = strlen(root);
+  if (L > 1 && (strncmp(real, root, L) != 0 || (real[L] != '/' && real[L] != 0))) /* root "/" holds all */
+    return dpc_err(DPC_EINVAL, "job data \"%s\": %s resolves to %s, outside --data-dir %s (refused)", pat, match,
+                   real, root);
+  return 0;
+}
+
 static int add_matches(const char *data_dir, const char *pat, char ***paths, int *n) {
   int rc = check_rel(pat);
   if (rc) return rc;
+  char root[PATH_MAX];
+  if (!realpath(data_dir, root)) return dpc_err(DPC_ENOENT, "job data: --data-dir %s does not exist", data_dir);
   size_t L = strlen(data_dir) + strlen(pat) + 2;
   char *full = malloc(L);
   if (!full) return dpc_err(DPC_ENOMEM, "job data: out of memory");
@@ -57,6 +74,7 @@ static int add_matches(const char *data_dir, const char *pat, char ***paths, int
     else {
       *paths = np;
       for (size_t i = 0; i < g.gl_pathc && !rc; i++) {
+        if ((rc = check_inside(root, pat, g.gl_pathv[i]))) break;
         if (!(np[*n] = strdup(g.gl_pathv[i]))) rc = dpc_err(DPC_ENOMEM, "job data: out of memory");
         else (*n)++;
       }

@@ -866,6 +866,24 @@ static void test_resolve_data(void) {
   CHECK_EQ_INT(worker_resolve_data(g_tmp, pp, 2, NULL, &p, &n), DPC_EINVAL);
   CHECK(strstr(dpc_errmsg(), "2 lists") != NULL);
   CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"paths\":[[]]}}", 0, NULL, &p, &n), DPC_EINVAL);
+  /* Containment by resolved path (issue 13): glob's ".?" matches "..", and a symlink may lead
+   * anywhere; both are refused once resolved, naming where they lead. */
+  char inner[300], link[320], out[300];
+  snprintf(inner, sizeof inner, "%s/inner", g_tmp);
+  CHECK(mkdir(inner, 0755) == 0 || errno == EEXIST);
+  snprintf(out, sizeof out, "%s/outside.bin", g_tmp);
+  FILE *f = fopen(out, "wb");
+  CHECK(f != NULL);
+  if (f) fclose(f);
+  CHECK_EQ_INT(worker_resolve_data(inner, "{\"data\":{\"train\":[\".?/outside.bin\"]}}", 0, NULL, &p, &n), DPC_EINVAL);
+  CHECK(strstr(dpc_errmsg(), "outside --data-dir") != NULL && p == NULL && n == 0);
+  snprintf(link, sizeof link, "%s/inner/link.bin", g_tmp);
+  CHECK(symlink(out, link) == 0 || errno == EEXIST);
+  CHECK_EQ_INT(worker_resolve_data(inner, "{\"data\":{\"train\":[\"link.bin\"]}}", 0, NULL, &p, &n), DPC_EINVAL);
+  CHECK(strstr(dpc_errmsg(), "outside.bin") != NULL);
+  /* The same file reached from a --data-dir that holds it is fine. */
+  CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"train\":[\"inner/link.bin\"]}}", 0, NULL, &p, &n), 0);
+  worker_free_paths(p, n);
 }
 
 static void test_place(void) {
