@@ -67,12 +67,15 @@ void blob_store_close(blob_store *bs) {
 const char *blob_store_dir(const blob_store *bs) { return bs->dir; }
 
 int blob_name(const blob_id *id, char *buf, size_t cap) {
-  if (id->job < 0 || id->fragment < 0 || id->version < 0 || id->aux < 0)
+  if (id->job < 0 || id->fragment < 0 || id->version < 0 || id->aux < 0 || id->attempt < 0)
     return dpc_err(DPC_EINVAL, "blob id: negative field (job %" PRId64 ", fragment %d, version %" PRId64 ", aux %" PRId64 ")",
                    id->job, (int)id->fragment, id->version, id->aux);
   if (!kind_ok(id->kind)) return dpc_err(DPC_EINVAL, "blob id: unknown kind %d", (int)id->kind);
   int n;
-  if (id->aux)
+  if (id->aux && id->attempt)
+    n = snprintf(buf, cap, "%" PRId64 "/f%d-v%" PRId64 "-a%" PRId64 "-t%" PRId64 ".%s", id->job, (int)id->fragment,
+                 id->version, id->aux, id->attempt, KIND_EXT[id->kind]);
+  else if (id->aux)
     n = snprintf(buf, cap, "%" PRId64 "/f%d-v%" PRId64 "-a%" PRId64 ".%s", id->job, (int)id->fragment, id->version,
                  id->aux, KIND_EXT[id->kind]);
   else

@@ -50,6 +50,7 @@ typedef struct {
   int32_t fragment;
   int64_t version; /* fragment version; for deltas the round */
   int64_t aux;     /* 0, a lease id (deltas) or a slot id (inner state) */
+  int64_t attempt; /* 0, or a push attempt (deltas): two pushes of one lease never share a file */
   blob_kind kind;
 } blob_id;
 

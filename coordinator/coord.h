@@ -104,6 +104,7 @@ typedef struct coord {
   dpc_auth_keys keys; /* token hashes (main.c sets them before serving; zero = auth off) */
   int lease_ttl_ms, heartbeat_ms;
   int64_t started_ms;    /* dpc_wall_ms() at start */
+  int64_t push_seq;      /* the last push attempt number (delta spool names; starts at start-ms·1000) */
   int64_t live_floor_ms; /* started_ms + RESTART_GRACE_MS: a worker not heard from since the start
                             counts as seen then (it could not call a dead process) */
   int stopping;     /* SIGTERM/SIGINT seen: refuse new work, shut down when idle */

@@ -251,6 +251,7 @@ static int serve(coord *c, const opts *o) {
 static void recover(coord *c) {
   lease_recover(c);
   c->started_ms = dpc_wall_ms();
+  c->push_seq = c->started_ms * 1000; /* above every earlier run's attempts (≤ 1000 pushes per ms) */
   c->live_floor_ms = c->started_ms + RESTART_GRACE_MS;
   int graced = store_lease_grace(c->st, c->live_floor_ms + c->lease_ttl_ms);
   if (graced > 0)

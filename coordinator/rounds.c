@@ -35,6 +35,14 @@
 
 /* ---- outer step ----------------------------------------------------------------------------- */
 
+/* The delta applied is the one acknowledged: blob `name`'s payload crc must equal the crc its
+ * row recorded at the commit point. DPC_ECHECKSUM otherwise. */
+static int delta_matches_row(const char *name, uint32_t crc, uint32_t want) {
+  if (crc == want) return 0;
+  return dpc_err(DPC_ECHECKSUM, "delta blob %s holds crc 0x%08x, but its row recorded 0x%08x: not the acknowledged "
+                 "delta; refusing to apply it", name, crc, want);
+}
+
 typedef struct {
   uv_work_t req;
   coord *c;
@@ -46,6 +54,7 @@ typedef struct {
   char (*delta_blobs)[BLOB_NAME_MAX]; /* [n] in (path, replica) order */
   double *weights;                    /* [n] */
   int64_t *delta_ids;                 /* [n] */
+  uint32_t *delta_crcs;               /* [n] the checksums the rows recorded (what was acknowledged) */
   char param_blob[BLOB_NAME_MAX], momentum_blob[BLOB_NAME_MAX];
   char new_param[BLOB_NAME_MAX], new_momentum[BLOB_NAME_MAX];
   float lr, mu;
@@ -61,6 +70,7 @@ typedef struct {
 
 static void outer_work_free(outer_work *w) {
   free(w->delta_blobs);
+  free(w->delta_crcs);
   free(w->weights);
   free(w->delta_ids);
   free(w->theta);
@@ -87,7 +97,9 @@ static void outer_run(uv_work_t *req) {
       rc = dpc_err(DPC_ENOMEM, "out of memory for delta %d", i);
       goto out;
     }
-    if ((rc = blob_read(w->c->bs, w->delta_blobs[i], BLOB_DELTA, deltas[i], w->len, NULL)) < 0) goto out;
+    uint32_t crc = 0;
+    if ((rc = blob_read(w->c->bs, w->delta_blobs[i], BLOB_DELTA, deltas[i], w->len, &crc)) < 0) goto out;
+    if ((rc = delta_matches_row(w->delta_blobs[i], crc, w->delta_crcs[i])) < 0) goto out;
   }
   if ((rc = outer_average((const float *const *)deltas, w->weights, w->n, w->len, avg)) < 0) goto out;
   outer_nesterov_step(w->theta, u, avg, w->len, w->lr, w->mu, w->nesterov);
@@ -320,7 +332,8 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
   outer_work *w = calloc(1, sizeof *w);
   if (!w || !(w->delta_blobs = calloc((size_t)n, sizeof *w->delta_blobs)) ||
       !(w->weights = calloc((size_t)n, sizeof *w->weights)) ||
-      !(w->delta_ids = calloc((size_t)n, sizeof *w->delta_ids))) {
+      !(w->delta_ids = calloc((size_t)n, sizeof *w->delta_ids)) ||
+      !(w->delta_crcs = calloc((size_t)n, sizeof *w->delta_crcs))) {
     if (w) outer_work_free(w);
     return NULL;
   }
@@ -337,6 +350,7 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
     snprintf(w->delta_blobs[i], BLOB_NAME_MAX, "%s", ds[i].blob);
     w->weights[i] = j->spec.weighting == WEIGHTING_TOKENS ? (double)ds[i].tokens : 1.0;
     w->delta_ids[i] = ds[i].id;
+    w->delta_crcs[i] = ds[i].checksum;
   }
   snprintf(w->param_blob, sizeof w->param_blob, "%s", fr->param_blob);
   snprintf(w->momentum_blob, sizeof w->momentum_blob, "%s", fr->momentum_blob);
@@ -412,7 +426,9 @@ static void async_run(uv_work_t *req) {
     goto out;
   }
   if ((rc = blob_read(w->c->bs, w->param_blob, BLOB_PARAMS, w->theta, w->len, NULL)) < 0) goto out;
-  if ((rc = blob_read(w->c->bs, w->d.blob, BLOB_DELTA, g, w->len, NULL)) < 0) goto out;
+  uint32_t crc = 0;
+  if ((rc = blob_read(w->c->bs, w->d.blob, BLOB_DELTA, g, w->len, &crc)) < 0) goto out;
+  if ((rc = delta_matches_row(w->d.blob, crc, w->d.checksum)) < 0) goto out;
   if (w->rule != OUTER_ASYNC_SGD && w->momentum_blob[0] &&
       (rc = blob_read(w->c->bs, w->momentum_blob, BLOB_MOMENTUM, m, w->len, NULL)) < 0)
     goto out;

@@ -260,6 +260,8 @@ static void push_commit_after(uv_work_t *req, int status) {
                  "crc 0x%08x, loss %.4f", (long long)p->lease.id, (long long)p->lease.job, p->lease.path,
                  p->lease.replica, (long long)p->lease.round, p->frag + 1, (unsigned long long)p->total, p->work_crc, loss);
       }
+      /* A duplicate's row names the file of the push that was recorded: this one's goes. */
+      if (rc == 1) blob_delete(c->bs, p->blob);
       if (rc == 0) TESTHOOK("push-ack");
       lease_maybe_pushed(c, &p->lease);
       rounds_check(c);
@@ -271,9 +273,16 @@ static void push_commit_after(uv_work_t *req, int status) {
       if (rc == DPC_ESTATE) push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_LATE, (uint64_t)p->lease.round + 1);
       else push_fail(p, RPC_ABORTED, "%s; drop the work and ask for a new lease", dpc_errmsg());
     } else if (rc == DPC_EEXIST) {
-      push_fail(p, RPC_ALREADY_EXISTS, "%s", dpc_errmsg());
+      /* The lease recorded a different delta: that one stays, this push's file goes. */
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", dpc_errmsg());
+      blob_delete(c->bs, p->blob);
+      push_fail(p, RPC_ALREADY_EXISTS, "%s", msg);
     } else {
-      push_fail(p, rpc_code_from_dpc(rc), "recording the delta failed: %s", dpc_errmsg());
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", dpc_errmsg());
+      blob_delete(c->bs, p->blob);
+      push_fail(p, rpc_code_from_dpc(rc), "recording the delta failed: %s", msg);
     }
   }
   if (!p->call) {
@@ -391,7 +400,10 @@ static int push_pick_mode(push *p, const coord_job *j, int frag) {
     if (st > j->spec.max_staleness) p->mode = 3; /* too stale: read the stream, keep nothing */
   }
   if (p->mode == 0) {
-    blob_id id = {.job = p->lease.job, .fragment = frag, .version = p->lease.round, .aux = p->lease.id, .kind = BLOB_DELTA};
+    /* Each push writes its own file: a second stream for the same lease and fragment must
+     * never replace the delta the first one recorded (the row names the file it applies). */
+    blob_id id = {.job = p->lease.job, .fragment = frag, .version = p->lease.round, .aux = p->lease.id,
+                  .attempt = ++c->push_seq, .kind = BLOB_DELTA};
     blob_name(&id, p->blob, sizeof p->blob);
     int rc = blob_writer_open(c->bs, p->blob, BLOB_DELTA, jf->len, &p->w);
     if (rc < 0) {

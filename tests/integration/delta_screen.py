@@ -16,7 +16,10 @@ k = 4):
     deltas are accepted and the job ends DONE with version 2.
   * diloco-async: after three applied deltas a scaled-up one is refused against the running
     median; a smaller one (e.g. a preempted worker's partial work) passes;
-  * a spec with outer.delta_norm_screen = 1 is refused with INVALID_ARGUMENT naming the field.
+  * a spec with outer.delta_norm_screen = 1 is refused with INVALID_ARGUMENT naming the field;
+  * two PushDelta streams of one lease at once with different data (issue 13): the first to
+    commit is acknowledged, the second gets ALREADY_EXISTS, and the outer step applies the
+    acknowledged delta (the second stream's file never replaces it and is removed).
 
 usage: delta_screen.py COORDINATOR_BIN PROTO_DIR     (exit 77 = skip, with the reason)"""
 import json
@@ -130,14 +133,16 @@ def body(grpc, np, pb, coord_bin, d, state, log):
                                     timeout=30))
         return np.frombuffer(b"".join(c.data for c in cs), dtype="<f4").copy()
 
-    def push(md, L, delta):
+    def chunks_of(L, delta):
         b = delta.astype("<f4").tobytes()
         cuts = list(range(0, len(b), 1000)) + [len(b)]
-        chunks = [pb.Chunk(lease_id=L.lease_id, fragment_id=1, version=L.fragments[0].version, offset=a,
-                           total=len(b), codec=pb.CODEC_FP32, crc32c=crc32c(b) if e == len(b) else 0,
-                           num_floats=len(delta), inner_steps=2, tokens=16, payload=pb.PAYLOAD_DELTA,
-                           data=b[a:e]) for a, e in zip(cuts[:-1], cuts[1:])]
-        return code_of(X["PushDelta"], iter(chunks), metadata=md, timeout=30)
+        return [pb.Chunk(lease_id=L.lease_id, fragment_id=1, version=L.fragments[0].version, offset=a,
+                         total=len(b), codec=pb.CODEC_FP32, crc32c=crc32c(b) if e == len(b) else 0,
+                         num_floats=len(delta), inner_steps=2, tokens=16, payload=pb.PAYLOAD_DELTA,
+                         data=b[a:e]) for a, e in zip(cuts[:-1], cuts[1:])]
+
+    def push(md, L, delta):
+        return code_of(X["PushDelta"], iter(chunks_of(L, delta)), metadata=md, timeout=30)
 
     def accepted(res):
         c, r = res
@@ -147,10 +152,10 @@ def body(grpc, np, pb, coord_bin, d, state, log):
         c, msg = res
         return c == grpc.StatusCode.FAILED_PRECONDITION and "norm" in msg and "bound" in msg, f"{c}: {msg}"
 
-    def wait_version(v, timeout=20):
+    def wait_version(v, timeout=20, job=None):
         t0 = time.time()
         while time.time() - t0 < timeout:
-            ms = X["ListModules"](pb.ListModulesRequest(job_id=jid), timeout=10)
+            ms = X["ListModules"](pb.ListModulesRequest(job_id=job or jid), timeout=10)
             if ms.modules[0].fragments[0].version >= v:
                 return True
             time.sleep(0.05)
@@ -224,6 +229,54 @@ def body(grpc, np, pb, coord_bin, d, state, log):
     check(ok, f"async: a delta 100x the running median → FAILED_PRECONDITION ({detail})")
     half = (rng.standard_normal(n) * 0.5e-2).astype(np.float32)  # partial work: smaller, never screened
     check(accepted(push(mds[1], L, half)), "async: a smaller delta on the same lease is accepted")
+
+    # Two PushDelta streams of one lease at once, with different data: both are past their
+    # first chunk (both writing) before either commits; A commits first, then B.
+    import threading
+    rspec = json.loads(json.dumps(spec))
+    rspec.update(name="race", replicas=2, rounds=2)
+    del rspec["outer"]["delta_norm_screen"]
+    rjid = X["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(rspec)), timeout=30).summary.job_id
+
+    def lease_in(md, job):
+        r = X["Lease"](pb.LeaseRequest(max_wait_ms=5000, job_id=job), metadata=md, timeout=10)
+        assert r.outcome == pb.LEASE_GRANTED, r
+        return r.lease
+
+    def gated(chunks, gate):
+        for c in chunks[:-1]:
+            yield c
+        gate.wait(20)
+        yield chunks[-1]
+
+    La, Lc = lease_in(mds[2], rjid), lease_in(mds[3], rjid)
+    theta_r = pull(mds[2], La)
+    A = (rng.standard_normal(n) * 1e-2).astype(np.float32)
+    B = (rng.standard_normal(n) * 1e-2).astype(np.float32)
+    C = (rng.standard_normal(n) * 1e-2).astype(np.float32)
+    ga, gb = threading.Event(), threading.Event()
+    fa = X["PushDelta"].future(gated(chunks_of(La, A), ga), metadata=mds[2], timeout=30)
+    fb = X["PushDelta"].future(gated(chunks_of(La, B), gb), metadata=mds[2], timeout=30)
+    time.sleep(0.5)
+    ga.set()
+    ra = fa.result()
+    gb.set()
+    try:
+        fb.result()
+        cb, mb = grpc.StatusCode.OK, ""
+    except grpc.RpcError as e:
+        cb, mb = e.code(), e.details()
+    check(ra.acks[0].result == pb.PUSH_ACCEPTED, "race: the first stream to commit is acknowledged")
+    check(cb == grpc.StatusCode.ALREADY_EXISTS, f"race: the second stream, other data → ALREADY_EXISTS ({cb}: {mb})")
+    check(accepted(push(mds[3], Lc, C)), "race: the other slot's delta accepted")
+    check(wait_version(1, job=rjid), "race: round 0 closed")
+    avg32 = ((A.astype(np.float64) + C.astype(np.float64)) / 2).astype(np.float32)
+    want = theta_r - np.float32(0.7) * (avg32 + np.float32(0.9) * avg32)
+    got = pull(mds[2], lease_in(mds[2], rjid))
+    check(np.allclose(got, want, rtol=1e-5, atol=1e-6),
+          f"race: the outer step applied the acknowledged delta (max err {np.max(np.abs(got - want)):.2e})")
+    files = [f for _, _, fs in os.walk(os.path.join(state, "blobs")) for f in fs if f"-a{La.lease_id}-" in f]
+    check(len(files) == 1, f"race: one delta file for the lease, the refused stream's removed ({files})")
     check(d[0].stop() == 0, "SIGTERM → exit 0")
 
 
