@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char err_detail[1024];
 
@@ -16,11 +17,16 @@ const char *dpc_strerror(int code) {
   }
 }
 
+/* Formats into a local buffer first: a caller that wraps the previous detail
+ * (dpc_err(c, "...: %s", dpc_errmsg())) passes a pointer into err_detail itself, and
+ * vsnprintf into the buffer it reads from is undefined (it garbled such messages). */
 int dpc_err(int code, const char *fmt, ...) {
+  char buf[sizeof err_detail];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(err_detail, sizeof err_detail, fmt, ap);
+  vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  memcpy(err_detail, buf, sizeof buf);
   return code;
 }
 
