@@ -398,16 +398,47 @@ static int parse_root(const cJSON *root, jobspec *js) {
   return jobspec_validate(js);
 }
 
+/* The bytes a spec may hold: UTF-8 without NUL, raw or escaped (a NUL would cut a string
+ * short silently; other bytes would reach clients that require UTF-8, e.g. in GetJob). */
+static int check_spec_bytes(const unsigned char *s, size_t n) {
+  for (size_t i = 0; i < n;) {
+    unsigned c = s[i];
+    if (c == 0) return dpc_err(DPC_EFORMAT, "job spec holds a NUL byte at byte %zu", i);
+    if (c == '\\') {
+      if (i + 5 < n && s[i + 1] == 'u' && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' && s[i + 5] == '0')
+        return dpc_err(DPC_EFORMAT, "job spec holds an escaped NUL (\\u0000) at byte %zu", i);
+      i += 2; /* an escape: the next byte is not a backslash of its own */
+      continue;
+    }
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    int ok = len > 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; k++) ok = (s[i + k] & 0xC0) == 0x80;
+    if (ok && len == 2) ok = c >= 0xC2;                                        /* overlong */
+    if (ok && len == 3) ok = !(c == 0xE0 && s[i + 1] < 0xA0) && !(c == 0xED && s[i + 1] >= 0xA0); /* overlong, surrogate */
+    if (ok && len == 4) ok = !(c == 0xF0 && s[i + 1] < 0x90) && c <= 0xF4 && !(c == 0xF4 && s[i + 1] >= 0x90);
+    if (!ok) return dpc_err(DPC_EFORMAT, "job spec is not valid UTF-8 at byte %zu", i);
+    i += len;
+  }
+  return 0;
+}
+
 int jobspec_parse(const char *json, size_t n, jobspec *out) {
   set_defaults(out);
   if (!json || n == 0) return dpc_err(DPC_EFORMAT, "job spec is empty");
   if (n > MAX_SPEC_BYTES) return dpc_err(DPC_EINVAL, "job spec is %zu bytes (limit %d)", n, MAX_SPEC_BYTES);
+  int brc = check_spec_bytes((const unsigned char *)json, n);
+  if (brc) return brc;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
   if (!root) {
     long at = end ? (long)(end - json) : -1;
     return dpc_err(DPC_EFORMAT, "job spec is not valid JSON (near byte %ld)", at);
   }
+  for (const char *p = end; p && p < json + n; p++)
+    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+      cJSON_Delete(root);
+      return dpc_err(DPC_EFORMAT, "job spec: text after the JSON object at byte %ld", (long)(p - json));
+    }
   int rc = parse_root(root, out);
   cJSON_Delete(root);
   return rc < 0 ? rc : 0;

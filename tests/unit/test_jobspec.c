@@ -34,6 +34,22 @@ int main(void) {
   static jobspec js, js2;
   static gpt_layout lay;
 
+  /* Loose bytes are refused (issue 13): text after the object, NUL raw or escaped, bad UTF-8. */
+  expect_bad("{" BASE "} x", DPC_EFORMAT, "text after the JSON object");
+  expect_bad("{" BASE ",\"name\":\"a\\u0000b\"}", DPC_EFORMAT, "escaped NUL");
+  {
+    static const char raw[] = "{\"name\":\"a\0b\"}";
+    CHECK_EQ_INT(jobspec_parse(raw, sizeof raw - 1, &js), DPC_EFORMAT);
+    CHECK(strstr(dpc_errmsg(), "NUL byte") != NULL);
+  }
+  expect_bad("{\"name\":\"caf\xe9\"}", DPC_EFORMAT, "not valid UTF-8");
+  expect_bad("{\"name\":\"\xc0\xaf\"}", DPC_EFORMAT, "not valid UTF-8");
+  /* Valid UTF-8 and an escaped backslash before "u0000" pass the byte check (the name's own
+   * rule refuses them next), and trailing whitespace is fine. */
+  expect_bad("{\"name\":\"caf\xc3\xa9 \\\\u0000\"," MODEL "," DATA "," CORE "}  \n", DPC_EINVAL,
+             "use only letters");
+  CHECK_EQ_INT(parse("{" BASE "}  \n", &js), 0);
+
   /* A minimal valid spec gets the documented defaults. */
   CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
   CHECK(strcmp(js.name, "t1") == 0);
