@@ -66,6 +66,22 @@ static void usage(FILE *f) {
 
 static int parse_level(const char *v, void *dst) { return dpc_log_parse_level(v, dst) < 0 ? -1 : 0; }
 
+/* A listen address: "unix:PATH", or HOST:PORT with PORT a number in [0, 65535] (0: any free
+ * port). gRPC would take "127.0.0.1:99999" and bind a random port; nobody could reach it. */
+static const char *bad_listen(const char *flag, const char *addr, char *msg, size_t cap) {
+  if (strncmp(addr, "unix:", 5) == 0) return NULL;
+  const char *colon = strrchr(addr, ':');
+  const char *p = colon ? colon + 1 : "";
+  long port = 0;
+  int digits = 0;
+  for (; *p >= '0' && *p <= '9' && port <= 65535; p++, digits++) port = port * 10 + (*p - '0');
+  if (!colon || colon == addr || digits == 0 || *p || port > 65535) {
+    snprintf(msg, cap, "%s %s: give HOST:PORT with PORT in 0..65535 (0 = any free port), or unix:PATH", flag, addr);
+    return msg;
+  }
+  return NULL;
+}
+
 /* Fill o from argv; 0 = go on, else *exit_code is what main returns (0 after --help). */
 static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
   *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .level = DPC_LOG_INFO};
@@ -92,8 +108,16 @@ static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
     return -1;
   }
   const char *bad = NULL;
+  char msg[512];
   o->use_tls = o->tls.cert_file || o->tls.key_file || o->tls.ca_file;
   if (strlen(o->state_dir) > 900) bad = "--state-dir is too long";
+  else if ((bad = bad_listen("--listen", o->listen, msg, sizeof msg))) {
+  } else if (o->metrics_addr && (bad = bad_listen("--metrics-listen", o->metrics_addr, msg, sizeof msg))) {
+  } else if (o->hb >= o->ttl) {
+    snprintf(msg, sizeof msg, "--heartbeat-ms %d must be below --lease-ttl-ms %d (every lease would expire between "
+             "two heartbeats)", o->hb, o->ttl);
+    bad = msg;
+  }
   else if (o->use_tls && (!o->tls.cert_file || !o->tls.key_file))
     bad = "TLS needs both --tls-cert and --tls-key (--tls-ca adds client certificates)";
   else if (o->no_auth && (o->join_file || o->admin_file))

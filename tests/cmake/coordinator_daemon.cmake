@@ -13,3 +13,9 @@ if(TARGET dipaco-coordinator)
                    $<TARGET_FILE:dipaco-coordinator> ${CMAKE_SOURCE_DIR}/proto)
   set_tests_properties(delta_screen PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
 endif()
+# Flags refused before anything is served (listen ports, heartbeat vs lease TTL, TLS, auth).
+if(TARGET dipaco-coordinator)
+  add_test(NAME coord_flags COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/coord_flags.sh
+                                    $<TARGET_FILE:dipaco-coordinator>)
+  set_tests_properties(coord_flags PROPERTIES TIMEOUT 60)
+endif()
