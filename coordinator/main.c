@@ -36,6 +36,7 @@
 #include "common/log.h"
 #include "common/rpc.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -165,16 +166,28 @@ static int load_tokens(coord *c, const opts *o) {
   return 0;
 }
 
-/* One coordinator per state directory: an exclusive lock held for the process lifetime.
- * Returns the lock's descriptor, or -1 (logged) when another process holds it. */
+/* One coordinator per state directory: an exclusive lock held for the process lifetime, on
+ * the directory itself — a lock file could be deleted from under a running coordinator and
+ * let a second one in (whose start-up sweep would delete the first one's files in flight).
+ * Returns the lock's descriptor, or -1, logged: held by another process, or the directory
+ * cannot be opened or written (each said as such). */
 static int lock_state_dir(const char *state_dir) {
-  char lock_path[1100];
-  snprintf(lock_path, sizeof lock_path, "%s/coordinator.lock", state_dir);
-  int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
-    DPC_ERROR("state directory %s is in use by another dipaco-coordinator (lock %s); stop it first", state_dir,
-              lock_path);
-    if (lock_fd >= 0) close(lock_fd);
+  int lock_fd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock_fd < 0) {
+    DPC_ERROR("cannot open the state directory %s: %s", state_dir, strerror(errno));
+    return -1;
+  }
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
+    if (errno == EWOULDBLOCK)
+      DPC_ERROR("state directory %s is in use by another dipaco-coordinator; stop it first", state_dir);
+    else
+      DPC_ERROR("cannot lock the state directory %s: %s", state_dir, strerror(errno));
+    close(lock_fd);
+    return -1;
+  }
+  if (access(state_dir, W_OK) != 0) {
+    DPC_ERROR("the state directory %s is not writable: %s", state_dir, strerror(errno));
+    close(lock_fd);
     return -1;
   }
   return lock_fd;
