@@ -477,7 +477,10 @@ static int has_ctl(const char *s) {
   return 0;
 }
 
-/* A data path is resolved under the worker's --data-dir: relative, no "..", no control chars. */
+/* A data path is resolved under the worker's --data-dir: relative, no "..", no control chars,
+ * and no component a glob could expand to "..": a leading "." followed by "?", "*", "[" or
+ * another "." (wildcards match a leading "." only after a literal one). The worker also checks
+ * every match by its resolved path (symlinks). */
 static int check_data_path(const char *field, int i, const char *s) {
   if (!s[0]) return dpc_err(DPC_EINVAL, "field \"%s[%d]\" is empty", field, i);
   if (s[0] == '/') return dpc_err(DPC_EINVAL, "field \"%s[%d]\" = \"%s\": must be relative to the worker's --data-dir", field, i, s);
@@ -488,6 +491,9 @@ static int check_data_path(const char *field, int i, const char *s) {
     size_t len = q ? (size_t)(q - p) : strlen(p);
     if (len == 2 && p[0] == '.' && p[1] == '.')
       return dpc_err(DPC_EINVAL, "field \"%s[%d]\" = \"%s\": \"..\" may not leave the data directory", field, i, s);
+    if (len >= 2 && p[0] == '.' && strchr(".?*[", p[1]))
+      return dpc_err(DPC_EINVAL, "field \"%s[%d]\" = \"%s\": the component \"%.*s\" could match \"..\" and leave the data "
+                     "directory", field, i, s, (int)len, p);
     p += len;
     if (*p == '/') p++;
   }

@@ -34,6 +34,13 @@ int main(void) {
   static jobspec js, js2;
   static gpt_layout lay;
 
+  /* Data globs that could expand to ".." are refused at job create (issue 13); a hidden
+   * directory is fine. */
+  expect_bad("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[\"a/.?/x.bin\"]}," CORE "}", DPC_EINVAL,
+             "could match \"..\"");
+  expect_bad("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[\".*/etc/passwd\"]}," CORE "}", DPC_EINVAL,
+             "the component \".*\"");
+  CHECK_EQ_INT(parse("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[\".cache/x*.bin\"]}," CORE "}", &js), 0);
   /* Loose bytes are refused (issue 13): text after the object, NUL raw or escaped, bad UTF-8. */
   expect_bad("{" BASE "} x", DPC_EFORMAT, "text after the JSON object");
   expect_bad("{" BASE ",\"name\":\"a\\u0000b\"}", DPC_EFORMAT, "escaped NUL");
