@@ -78,10 +78,10 @@ static int grant(coord *c, coord_job *j, const store_slot *s, int64_t worker, co
     int rc = store_open_round(c->st, j->id, frag_ids[i], s->round, now, deadline);
     if (rc < 0) return rc;
   }
+  const int64_t step_begin = async ? s->inner_steps : s->round * j->spec.inner_steps;
   store_new_lease nl = {.job = j->id, .path = s->path, .replica = s->replica, .worker = worker, .round = s->round,
-                        .inner_steps = steps,
-                        .step_begin = async ? s->inner_steps : s->round * j->spec.inner_steps,
-                        .sched_shift = sched >= 0 ? sched - (async ? s->inner_steps : s->round * j->spec.inner_steps) : 0,
+                        .inner_steps = steps, .step_begin = step_begin,
+                        .sched_shift = sched >= 0 ? sched - step_begin : 0,
                         .n_fragments = nf, .fragments = frag_ids, .base_versions = bases, .now_ms = now,
                         .expires_at = now + c->lease_ttl_ms};
   int64_t id;

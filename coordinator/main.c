@@ -83,6 +83,24 @@ static const char *bad_listen(const char *flag, const char *addr, char *msg, siz
   return NULL;
 }
 
+/* The first contradiction or bad value among the parsed flags (msg[cap] may hold it), or NULL. */
+static const char *flags_problem(const opts *o, char *msg, size_t cap) {
+  if (strlen(o->state_dir) > 900) return "--state-dir is too long";
+  const char *bad = bad_listen("--listen", o->listen, msg, cap);
+  if (!bad && o->metrics_addr) bad = bad_listen("--metrics-listen", o->metrics_addr, msg, cap);
+  if (bad) return bad;
+  if (o->hb >= o->ttl) {
+    snprintf(msg, cap, "--heartbeat-ms %d must be below --lease-ttl-ms %d (every lease would expire between two "
+             "heartbeats)", o->hb, o->ttl);
+    return msg;
+  }
+  if (o->use_tls && (!o->tls.cert_file || !o->tls.key_file))
+    return "TLS needs both --tls-cert and --tls-key (--tls-ca adds client certificates)";
+  if (o->no_auth && (o->join_file || o->admin_file))
+    return "--insecure-no-auth contradicts --join-token-file/--admin-token-file";
+  return NULL;
+}
+
 /* Fill o from argv; 0 = go on, else *exit_code is what main returns (0 after --help). */
 static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
   *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .level = DPC_LOG_INFO};
@@ -108,21 +126,9 @@ static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
     usage(rc > 0 ? stdout : stderr);
     return -1;
   }
-  const char *bad = NULL;
-  char msg[512];
   o->use_tls = o->tls.cert_file || o->tls.key_file || o->tls.ca_file;
-  if (strlen(o->state_dir) > 900) bad = "--state-dir is too long";
-  else if ((bad = bad_listen("--listen", o->listen, msg, sizeof msg))) {
-  } else if (o->metrics_addr && (bad = bad_listen("--metrics-listen", o->metrics_addr, msg, sizeof msg))) {
-  } else if (o->hb >= o->ttl) {
-    snprintf(msg, sizeof msg, "--heartbeat-ms %d must be below --lease-ttl-ms %d (every lease would expire between "
-             "two heartbeats)", o->hb, o->ttl);
-    bad = msg;
-  }
-  else if (o->use_tls && (!o->tls.cert_file || !o->tls.key_file))
-    bad = "TLS needs both --tls-cert and --tls-key (--tls-ca adds client certificates)";
-  else if (o->no_auth && (o->join_file || o->admin_file))
-    bad = "--insecure-no-auth contradicts --join-token-file/--admin-token-file";
+  char msg[512];
+  const char *bad = flags_problem(o, msg, sizeof msg);
   if (bad) {
     fprintf(stderr, "dipaco-coordinator: %s\n", bad);
     return -1;

@@ -249,6 +249,12 @@ static void push_commit_after(uv_work_t *req, int status) {
     if (j && j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC && p->inner_steps > 0) nd.inner_steps = (int)p->inner_steps;
     int64_t did;
     int rc = store_record_delta(c->st, &nd, &did);
+    /* Only a recorded push (rc 0) leaves its spool file named by a row: a duplicate's row
+     * names the file of the push recorded first, and a refused or failed one is named by
+     * none; each removes its own file now rather than leave it to the restart sweep. */
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", rc < 0 ? dpc_errmsg() : "");
+    if (rc != 0) blob_delete(c->bs, p->blob);
     if (rc == 0 || rc == 1) {
       push_ack(p, p->frag, rc == 0 ? DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED : DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE,
                (uint64_t)p->lease.round + 1);
@@ -259,29 +265,17 @@ static void push_commit_after(uv_work_t *req, int status) {
         DPC_INFO("delta received: lease %lld job %lld slot (path %d, replica %d) round %lld fragment %d, %llu bytes, "
                  "crc 0x%08x, loss %.4f", (long long)p->lease.id, (long long)p->lease.job, p->lease.path,
                  p->lease.replica, (long long)p->lease.round, p->frag + 1, (unsigned long long)p->total, p->work_crc, loss);
+        TESTHOOK("push-ack");
       }
-      /* A duplicate's row names the file of the push that was recorded: this one's goes. */
-      if (rc == 1) blob_delete(c->bs, p->blob);
-      if (rc == 0) TESTHOOK("push-ack");
       lease_maybe_pushed(c, &p->lease);
       rounds_check(c);
-    } else if (rc == DPC_ESTATE || rc == DPC_ECANCELED) {
-      /* Not recorded, and no row names this spool blob (a recorded delta of the lease
-       * would have made this a duplicate): remove it rather than leave it to the restart
-       * sweep. */
-      blob_delete(c->bs, p->blob);
-      if (rc == DPC_ESTATE) push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_LATE, (uint64_t)p->lease.round + 1);
-      else push_fail(p, RPC_ABORTED, "%s; drop the work and ask for a new lease", dpc_errmsg());
-    } else if (rc == DPC_EEXIST) {
-      /* The lease recorded a different delta: that one stays, this push's file goes. */
-      char msg[512];
-      snprintf(msg, sizeof msg, "%s", dpc_errmsg());
-      blob_delete(c->bs, p->blob);
+    } else if (rc == DPC_ESTATE) {
+      push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_LATE, (uint64_t)p->lease.round + 1);
+    } else if (rc == DPC_ECANCELED) {
+      push_fail(p, RPC_ABORTED, "%s; drop the work and ask for a new lease", msg);
+    } else if (rc == DPC_EEXIST) { /* the lease recorded a different delta: that one stays */
       push_fail(p, RPC_ALREADY_EXISTS, "%s", msg);
     } else {
-      char msg[512];
-      snprintf(msg, sizeof msg, "%s", dpc_errmsg());
-      blob_delete(c->bs, p->blob);
       push_fail(p, rpc_code_from_dpc(rc), "recording the delta failed: %s", msg);
     }
   }

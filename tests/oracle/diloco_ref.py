@@ -50,7 +50,8 @@ def load_tokens(paths):
     return torch.from_numpy(np.concatenate(parts).astype(np.int64))
 
 
-def forward(P, cfg, idx, tgt):
+def hidden(P, cfg, idx):
+    """ln_f output (B, T, C) of the GPT-2 of DESIGN.md §3 (also the DiPaCo routing feature)."""
     B, T = idx.shape
     C, NH, L = cfg["n_embd"], cfg["n_head"], cfg["n_layer"]
     x = P["wte.weight"][idx] + P["wpe.weight"][:T]
@@ -69,8 +70,11 @@ def forward(P, cfg, idx, tgt):
         h = F.layer_norm(x, (C,), g("ln_2.weight"), g("ln_2.bias"), 1e-5)
         h = F.gelu(h @ g("mlp.c_fc.weight") + g("mlp.c_fc.bias"), approximate="tanh")
         x = x + h @ g("mlp.c_proj.weight") + g("mlp.c_proj.bias")
-    x = F.layer_norm(x, (C,), P["ln_f.weight"], P["ln_f.bias"], 1e-5)
-    logits = x @ P["wte.weight"].t()
+    return F.layer_norm(x, (C,), P["ln_f.weight"], P["ln_f.bias"], 1e-5)
+
+
+def forward(P, cfg, idx, tgt):
+    logits = hidden(P, cfg, idx) @ P["wte.weight"].t()
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt.reshape(-1))
 
 

@@ -9,38 +9,15 @@ tokens with its chosen path's model, and compares the overall and per-path losse
 counts with what `eval --dipaco --json` printed.
 
   dipaco_eval_ref.py --dipaco DIR --data SHARD... --seq-len T [--reroute-every W] --got OUT.json [--tol 1e-4]"""
-import argparse, json, math, os, sys
+import argparse, json, os, sys
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from diloco_ref import load_model, load_tokens, read_safetensors  # noqa: E402
+from diloco_ref import hidden, load_model, load_tokens, read_safetensors  # noqa: E402
 
 torch.set_num_threads(1)
-
-
-def hidden(P, cfg, idx):
-    """ln_f output (B, T, C) of the GPT-2 of DESIGN.md §3."""
-    B, T = idx.shape
-    C, NH, L = cfg["n_embd"], cfg["n_head"], cfg["n_layer"]
-    x = P["wte.weight"][idx] + P["wpe.weight"][:T]
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    for l in range(L):
-        g = lambda k: P[f"h.{l}.{k}"]
-        h = F.layer_norm(x, (C,), g("ln_1.weight"), g("ln_1.bias"), 1e-5)
-        q, k, v = (h @ g("attn.c_attn.weight") + g("attn.c_attn.bias")).split(C, dim=2)
-        q = q.view(B, T, NH, C // NH).transpose(1, 2)
-        k = k.view(B, T, NH, C // NH).transpose(1, 2)
-        v = v.view(B, T, NH, C // NH).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
-        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ g("attn.c_proj.weight") + g("attn.c_proj.bias")
-        h = F.layer_norm(x, (C,), g("ln_2.weight"), g("ln_2.bias"), 1e-5)
-        h = F.gelu(h @ g("mlp.c_fc.weight") + g("mlp.c_fc.bias"), approximate="tanh")
-        x = x + h @ g("mlp.c_proj.weight") + g("mlp.c_proj.bias")
-    return F.layer_norm(x, (C,), P["ln_f.weight"], P["ln_f.bias"], 1e-5)
 
 
 def route(rj, cents, z):
