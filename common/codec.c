@@ -42,7 +42,8 @@ static int not_built(int codec) {
                  "Streaming DiLoCo, issue #14)", names[codec]);
 }
 
-static int is_block_codec(int codec) { return codec >= DPC_CODEC_INT8 && codec < DPC_CODEC_COUNT; }
+int dpc_codec_is_block(int codec) { return codec >= DPC_CODEC_INT8 && codec < DPC_CODEC_COUNT; }
+#define is_block_codec dpc_codec_is_block
 
 int dpc_codec_bytes(int codec, uint64_t n, uint32_t block_floats, size_t *bytes) {
   unsigned bits = code_bits(codec);

@@ -40,6 +40,12 @@ int dpc_codec_supported(int codec);
  * DPC_ERANGE if the size does not fit in size_t. */
 int dpc_codec_bytes(int codec, uint64_t n, uint32_t block_floats, size_t *bytes);
 
+/* Floats per scale block of the block codecs unless a job says otherwise. */
+#define DPC_CODEC_BLOCK_DEFAULT 256
+
+/* 1 for the block codecs (int8, fp8, e3m0: a per-block fp32 scale), else 0. */
+int dpc_codec_is_block(int codec);
+
 /* The bit of a codec in an `accept` set: DPC_CODEC_BIT(DPC_CODEC_FP32) | ... */
 #define DPC_CODEC_BIT(c) (1u << (c))
 

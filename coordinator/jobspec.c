@@ -1,6 +1,7 @@
 /* jobspec.c — job spec JSON parsing, validation, canonical output and the module / path /
  * fragment structure (see jobspec.h for the format and the defaults). */
 #include "coordinator/jobspec.h"
+#include "common/codec.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
 
@@ -252,6 +253,13 @@ static void set_defaults(jobspec *js) {
   js->dylu.min_steps = 1;
   js->versions.keep_last = 2;
   js->versions.keep_every = 0;
+  js->streaming.fragments = 1;
+  js->streaming.overlap_steps = 0;
+  js->streaming.alpha = 0.0;
+  js->streaming.eager = 0;
+  js->streaming.codec = DPC_CODEC_FP32;
+  js->streaming.block_floats = DPC_CODEC_BLOCK_DEFAULT;
+  js->streaming.pull_codec = DPC_CODEC_FP32;
   js->quorum = JOBSPEC_DEFAULT_QUORUM;
   js->round_timeout_s = JOBSPEC_DEFAULT_ROUND_TIMEOUT_S;
   js->weighting = WEIGHTING_UNIFORM;
@@ -362,13 +370,41 @@ static int parse_dylu_versions(const cJSON *root, jobspec *js) {
   return get_int(vs, "versions", "keep_every", 0, &js->versions.keep_every);
 }
 
+/* A codec name field of "streaming" into *out (a dpc_codec). */
+static int get_codec(const cJSON *obj, const char *key, int *out) {
+  const cJSON *f = get_field(obj, key);
+  if (!f) return 0;
+  if (!cJSON_IsString(f)) return dpc_err(DPC_EINVAL, "field \"streaming.%s\": expected a string", key);
+  dpc_codec c;
+  if (dpc_codec_parse(f->valuestring, &c) < 0) return dpc_err(DPC_EINVAL, "field \"streaming.%s\": %s", key, dpc_errmsg());
+  *out = (int)c;
+  return 0;
+}
+
+/* "streaming": Streaming DiLoCo and the delta codec. */
+static int parse_streaming(const cJSON *root, jobspec *js) {
+  int rc;
+  const cJSON *st = get_object(root, "", "streaming", 0, &rc);
+  if (!st) return rc;
+  static const char *const keys[] = {"fragments", "overlap_steps", "alpha", "eager", "codec", "block_floats",
+                                     "pull_codec", NULL};
+  JS_TRY(check_keys(st, "streaming", keys));
+  JS_TRY(get_int(st, "streaming", "fragments", 0, &js->streaming.fragments));
+  JS_TRY(get_int(st, "streaming", "overlap_steps", 0, &js->streaming.overlap_steps));
+  JS_TRY(get_number(st, "streaming", "alpha", 0, &js->streaming.alpha));
+  JS_TRY(get_bool(st, "streaming", "eager", &js->streaming.eager));
+  JS_TRY(get_codec(st, "codec", &js->streaming.codec));
+  JS_TRY(get_int(st, "streaming", "block_floats", 0, &js->streaming.block_floats));
+  return get_codec(st, "pull_codec", &js->streaming.pull_codec);
+}
+
 /* The top-level object, section by section, then the cross-field checks. */
 static int parse_root(const cJSON *root, jobspec *js) {
   if (!cJSON_IsObject(root)) return dpc_err(DPC_EINVAL, "job spec: expected a JSON object at the top level");
   static const char *const top[] = {"name", "model", "data", "algorithm", "replicas", "inner_steps",
                                     "rounds", "batch", "seq_len", "inner", "outer", "levels",
                                     "quorum", "round_timeout_s", "weighting", "max_staleness", "dylu",
-                                    "versions", NULL};
+                                    "versions", "streaming", NULL};
   JS_TRY(check_keys(root, "", top));
   JS_TRY(get_string(root, "", "name", 1, js->name, sizeof js->name));
   JS_TRY(parse_model(root, js));
@@ -389,6 +425,7 @@ static int parse_root(const cJSON *root, jobspec *js) {
   JS_TRY(parse_outer(root, js));
   JS_TRY(get_int(root, "", "max_staleness", 0, &js->max_staleness));
   JS_TRY(parse_dylu_versions(root, js));
+  JS_TRY(parse_streaming(root, js));
   JS_TRY(parse_levels(root, js));
   JS_TRY(get_number(root, "", "quorum", 0, &js->quorum));
   JS_TRY(get_number(root, "", "round_timeout_s", 0, &js->round_timeout_s));
@@ -445,6 +482,8 @@ int jobspec_parse(const char *json, size_t n, jobspec *out) {
 }
 
 /* ---- validation ------------------------------------------------------------------------ */
+
+static int validate_streaming(const jobspec *js);
 
 static int check_range_i(const char *field, long v, long lo, long hi) {
   if (v < lo || v > hi) return dpc_err(DPC_EINVAL, "field \"%s\" = %ld out of range [%ld, %ld]", field, v, lo, hi);
@@ -615,6 +654,40 @@ int jobspec_validate(const jobspec *js) {
   }
   if (paths * js->replicas > JOBSPEC_MAX_SLOTS)
     return dpc_err(DPC_EINVAL, "paths × replicas = %ld exceeds %d", paths * js->replicas, JOBSPEC_MAX_SLOTS);
+  return validate_streaming(js);
+}
+
+/* ---- streaming ------------------------------------------------------------------------- */
+
+int jobspec_streaming(const jobspec *js) {
+  return js->streaming.fragments > 1 || js->streaming.overlap_steps > 0 || js->streaming.alpha != 0 ||
+         js->streaming.eager;
+}
+
+int jobspec_streaming_offset(const jobspec *js, int group) {
+  return (int)((long)group * js->inner_steps / (js->streaming.fragments > 0 ? js->streaming.fragments : 1));
+}
+
+static int validate_streaming(const jobspec *js) {
+  if (js->streaming.codec < 0 || js->streaming.codec >= DPC_CODEC_COUNT)
+    return dpc_err(DPC_EINVAL, "field \"streaming.codec\": unknown value");
+  if (js->streaming.pull_codec != DPC_CODEC_FP32 && js->streaming.pull_codec != DPC_CODEC_BF16)
+    return dpc_err(DPC_EINVAL, "field \"streaming.pull_codec\": parameters travel as fp32 or bf16, not %s",
+                   dpc_codec_name(js->streaming.pull_codec));
+  JS_TRY(check_range_i("streaming.block_floats", js->streaming.block_floats, 16, 1 << 20));
+  JS_TRY(check_range_i("streaming.fragments", js->streaming.fragments, 1, js->inner_steps));
+  if (js->has_shape && js->streaming.fragments > js->model.n_layer)
+    return dpc_err(DPC_EINVAL, "field \"streaming.fragments\" = %d exceeds model.n_layer = %d (each group needs a layer)",
+                   js->streaming.fragments, js->model.n_layer);
+  JS_TRY(check_range_i("streaming.overlap_steps", js->streaming.overlap_steps, 0, js->inner_steps - 1));
+  JS_TRY(check_range_d("streaming.alpha", js->streaming.alpha, 0, 0, 1, 1));
+  if (js->streaming.eager != 0 && js->streaming.eager != 1)
+    return dpc_err(DPC_EINVAL, "field \"streaming.eager\": expected a boolean");
+  if (js->streaming.eager && js->streaming.overlap_steps < 1)
+    return dpc_err(DPC_EINVAL, "field \"streaming.eager\": eager updates need streaming.overlap_steps >= 1");
+  if (jobspec_streaming(js) && js->algorithm == JOB_ALGO_DILOCO_ASYNC)
+    return dpc_err(DPC_EINVAL, "field \"streaming\": algorithm \"diloco-async\" takes a delta codec only "
+                   "(fragments 1, overlap_steps 0, alpha 0, eager false)");
   return 0;
 }
 
@@ -769,6 +842,16 @@ int jobspec_to_json(const jobspec *js, char **out) {
     add_num(vs, "keep_last", js->versions.keep_last);
     add_num(vs, "keep_every", js->versions.keep_every);
   }
+  cJSON *st = cJSON_AddObjectToObject(r, "streaming");
+  if (st) {
+    add_num(st, "fragments", js->streaming.fragments);
+    add_num(st, "overlap_steps", js->streaming.overlap_steps);
+    add_num(st, "alpha", js->streaming.alpha);
+    cJSON_AddBoolToObject(st, "eager", js->streaming.eager);
+    cJSON_AddStringToObject(st, "codec", dpc_codec_name(js->streaming.codec));
+    add_num(st, "block_floats", js->streaming.block_floats);
+    cJSON_AddStringToObject(st, "pull_codec", dpc_codec_name(js->streaming.pull_codec));
+  }
   add_num(r, "quorum", js->quorum);
   add_num(r, "round_timeout_s", js->round_timeout_s);
   cJSON_AddStringToObject(r, "weighting", WEIGHT_NAMES[js->weighting]);
@@ -863,14 +946,29 @@ int jobspec_modules(const jobspec *js, const gpt_layout *lay, jobspec_module *ou
 
 int jobspec_fragments(const jobspec *js, const gpt_layout *lay, jobspec_fragment *out, int cap) {
   JS_TRY(check_lay(js, lay));
-  /* Without streaming a module is one fragment, with the module's id. */
-  int n = 0;
+  /* Without streaming a module is one fragment, with the module's id. With streaming, module
+   * by module: its stem (level 0: group 0), then each of its layers l (group l mod F). */
+  const int streaming = jobspec_streaming(js), F = js->streaming.fragments;
+  int n = 0, m = 0;
   for (int l = 0; l < js->n_levels; l++) {
     const jobspec_level *L = &js->levels[l];
     size_t lo = L->stem ? 0 : lay->layer_off[L->layer_begin];
     size_t hi = lay->layer_off[L->layer_end];
-    for (int k = 0; k < L->n_modules; k++, n++)
-      if (n < cap) out[n] = (jobspec_fragment){.id = n, .module = n, .offset = lo, .len = hi - lo};
+    for (int k = 0; k < L->n_modules; k++, m++) {
+      if (!streaming) {
+        if (n < cap) out[n] = (jobspec_fragment){.id = n, .module = m, .offset = lo, .len = hi - lo};
+        n++;
+        continue;
+      }
+      if (L->stem) {
+        if (n < cap) out[n] = (jobspec_fragment){.id = n, .module = m, .offset = 0, .len = lay->stem_end};
+        n++;
+      }
+      for (int y = L->layer_begin; y < L->layer_end; y++, n++)
+        if (n < cap)
+          out[n] = (jobspec_fragment){.id = n, .module = m, .offset = lay->layer_off[y],
+                                      .len = lay->layer_off[y + 1] - lay->layer_off[y], .group = y % F};
+    }
   }
   return n;
 }

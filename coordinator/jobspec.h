@@ -150,6 +150,21 @@ typedef struct {
     int keep_last;  /* parameter versions kept per fragment: the newest keep_last (>= 2) */
     int keep_every; /* ... and every version that is a multiple of it (0 = none), for export */
   } versions;
+  /* "streaming" (DESIGN.md §3, Streaming DiLoCo; README "Streaming DiLoCo"): F sync groups
+   * (layer l syncs with group l mod F, the stem with group 0), the overlap τ in steps, the
+   * merge weight α, eager updates, and the wire codec of deltas (also for plain sync and
+   * async jobs) with its scale block. Streaming mode — per-layer fragments and continuous
+   * training — is on when F > 1, τ > 0, α != 0 or eager; F = 1, τ = 0, α = 0 is plain
+   * DiLoCo (one fragment per module), whatever the codec. */
+  struct {
+    int fragments;      /* F >= 1 */
+    int overlap_steps;  /* τ in [0, H) */
+    double alpha;       /* α in [0, 1) */
+    int eager;          /* eager outer updates (needs τ >= 1) */
+    int codec;          /* dpc_codec of PushDelta */
+    int block_floats;   /* floats per scale block of the block codecs */
+    int pull_codec;     /* dpc_codec of PullFragment parameters: fp32 or bf16 */
+  } streaming;
   double quorum;          /* fraction of expected deltas needed at the deadline, (0, 1] */
   double round_timeout_s; /* 0 = no deadline */
   jobspec_weighting weighting;
@@ -163,11 +178,15 @@ typedef struct {
   size_t offset, len;
 } jobspec_module;
 
-/* One fragment: the synchronised unit, a contiguous tensor-aligned part of one module. */
+/* One fragment: the synchronised unit, a contiguous tensor-aligned part of one module. With
+ * streaming, a module's stem and each of its layers is a fragment of its own and `group`
+ * says when it syncs (jobspec_streaming_offset); without, the module is one fragment of
+ * group 0. */
 typedef struct {
   int id;
   int module;
   size_t offset, len; /* floats, canonical layout */
+  int group;          /* streaming sync group g in [0, F): the stem 0, layer l → l mod F */
 } jobspec_fragment;
 
 /* Parse and validate json[0..n) into *out (fully overwritten; defaults filled in). On error
@@ -213,6 +232,12 @@ int jobspec_layout(const jobspec *js, gpt_layout *lay);
  * negative DPC_E* code. */
 int jobspec_modules(const jobspec *js, const gpt_layout *lay, jobspec_module *out, int cap);
 int jobspec_fragments(const jobspec *js, const gpt_layout *lay, jobspec_fragment *out, int cap);
+
+/* 1 if the spec runs Streaming DiLoCo (per-layer fragments, continuous training). */
+int jobspec_streaming(const jobspec *js);
+/* Sync offset o_g = floor(g·H/F) of group g: the group syncs after inner steps s (counted
+ * from 1) with s >= max(1, o_g) and (s − o_g) mod H = 0. */
+int jobspec_streaming_offset(const jobspec *js, int group);
 
 const char *jobspec_algorithm_name(jobspec_algorithm a);
 const char *jobspec_inner_state_name(jobspec_inner_state s);

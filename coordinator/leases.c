@@ -6,7 +6,9 @@
  * Sync rule: fragment f's version v counts its closed rounds, so round v of f is the open
  * one. A slot (path p, replica r) trains round t = slot.round; it may be leased when it is
  * idle, t < rounds, and every fragment on its path is at version t with no outer step in
- * flight.
+ * flight. Streaming (jobspec_streaming): at version t − 1 or later — the slot trains round t
+ * (inner steps (t·H, (t+1)·H], one sync of every fragment, each against version t) while
+ * round t − 1 may still be closing, and pulls version t when its merge step comes.
  *
  * Async rule (algorithm "diloco-async", DESIGN.md §3): any idle slot may be leased from the
  * CURRENT versions of its fragments once those include every acknowledged delta (while a
@@ -35,12 +37,14 @@ int lease_worker_alive(coord *c, const store_worker *w, int64_t now) {
 }
 
 /* Fragments on path p of job j with their current versions; 1 if all are at version t with
- * no outer step in flight. */
+ * no outer step in flight. Streaming: round t may start while round t − 1 is still open (the
+ * slot trains on and merges version t when it arrives), never earlier. */
 static int path_ready(coord *c, coord_job *j, int path, int64_t t, const store_fragment *frags) {
   (void)c;
+  const int streaming = jobspec_streaming(&j->spec);
   for (int f = 0; f < j->n_fragments; f++) {
     if (!coord_job_path_has_fragment(j, path, f)) continue;
-    if (frags[f].version != t || j->outer_busy[f]) return 0;
+    if (streaming ? frags[f].version < t - 1 : frags[f].version != t || j->outer_busy[f]) return 0;
   }
   return 1;
 }
@@ -70,7 +74,7 @@ static int grant(coord *c, coord_job *j, const store_slot *s, int64_t worker, co
   for (int f = 0; f < j->n_fragments && nf < JOBSPEC_MAX_MODULES; f++)
     if (coord_job_path_has_fragment(j, s->path, f)) {
       frag_ids[nf] = f;
-      bases[nf++] = frags[f].version;
+      bases[nf++] = async ? frags[f].version : s->round; /* streaming: t, perhaps not made yet */
     }
   int64_t now = dpc_wall_ms();
   int64_t deadline = j->spec.round_timeout_s > 0 ? now + (int64_t)(j->spec.round_timeout_s * 1000.0) : 0;
@@ -164,6 +168,7 @@ static int job_slots(coord *c, const coord_job *j, const store_fragment *frags, 
     if (frags[f].version < lo) lo = frags[f].version;
     if (frags[f].version > hi) hi = frags[f].version;
   }
+  if (jobspec_streaming(&j->spec)) hi++; /* path_ready: a streaming slot may run one round ahead */
   if (hi > (int64_t)j->spec.rounds - 1) hi = (int64_t)j->spec.rounds - 1;
   int rc = store_any_slot_below(c->st, j->id, j->spec.rounds);
   if (rc > 0) *any_work = 1;

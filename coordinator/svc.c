@@ -122,12 +122,18 @@ void svc_fill_fragment_info(const coord_job *j, const store_fragment *f, int64_t
   fi->fragment_id = (uint64_t)f->fragment + 1;
   fi->module_id = (uint64_t)jf->module + 1;
   fi->level = (uint32_t)m->level;
-  fi->index = 0;
+  fi->index = (uint32_t)jf->group;
   fi->version = (uint64_t)version;
   fi->offset_floats = jf->offset;
   fi->num_floats = jf->len;
-  fi->crc32c = f->param_crc;
-  fi->merge_alpha = 0;
+  /* A lease's base version may not exist yet (streaming: the round before is still open) or
+   * be gone: then there is no checksum to name. */
+  fi->crc32c = f->version == version ? f->param_crc : 0;
+  if (jobspec_streaming(&j->spec)) {
+    fi->sync_offset = (uint32_t)jobspec_streaming_offset(&j->spec, jf->group);
+    fi->overlap_steps = (uint32_t)j->spec.streaming.overlap_steps;
+    fi->merge_alpha = (float)j->spec.streaming.alpha;
+  }
   fi->updated_unix_ms = (uint64_t)f->created_at;
 }
 

@@ -7,8 +7,12 @@
  *    the lease's base version unless latest = true or version given; CODEC_FP32 only;
  *    chunk crc32c on the last chunk is the CRC-32C of the whole fp32 stream.
  *  - PushDelta: Chunk.version must be the lease's base version; num_floats = fragment length;
- *    total = 4 · num_floats; offsets contiguous from 0; the last chunk's crc32c must match
- *    (DATA_LOSS otherwise); NaN/Inf → INVALID_ARGUMENT. With outer.delta_norm_screen = k > 0 a
+ *    codec fp32 (total = 4 · num_floats) or the job's streaming.codec (total = its encoded
+ *    size, block_floats = the job's); offsets contiguous from 0; the last chunk's crc32c (of
+ *    the bytes as sent) must match (DATA_LOSS otherwise); NaN/Inf → INVALID_ARGUMENT. A
+ *    quantized delta is kept whole in memory, decoded on the thread pool (a bad scale or code
+ *    or a non-finite value → INVALID_ARGUMENT naming it, nothing stored) and spooled as fp32;
+ *    its row's checksum is the CRC-32C of the decoded fp32 payload. With outer.delta_norm_screen = k > 0 a
  *    delta whose L2 norm exceeds k × the median norm of the fragment's last accepted deltas
  *    (screen.h) → FAILED_PRECONDITION naming the norm and the bound; it is not stored. The
  *    answer comes only after every fragment of the stream is fsync'd and recorded.
@@ -78,9 +82,15 @@ static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, v
     else rc = store_get_version(c->st, l.job, frag, r->version ? (int64_t)r->version : base, &f);
     if (r->version > INT64_MAX) rc = DPC_ENOENT;
     pcache_entry *e = NULL;
-    if (rc < 0) {
+    store_fragment cur;
+    const uint64_t want = r->version ? r->version : (uint64_t)base;
+    if (rc < 0 && !r->latest && store_get_fragment(c->st, l.job, frag, &cur) == 0 && want > (uint64_t)cur.version) {
+      /* Streaming: the worker asks for the version its merge needs before the round closed. */
+      rpc_call_finish(call, RPC_FAILED_PRECONDITION, "fragment %llu version %llu is not made yet (current %lld); ask again",
+                      (unsigned long long)r->fragment_id, (unsigned long long)want, (long long)cur.version);
+    } else if (rc < 0) {
       rpc_call_finish(call, RPC_NOT_FOUND, "fragment %llu version %llu is not kept", (unsigned long long)r->fragment_id,
-                      (unsigned long long)(r->version ? r->version : (uint64_t)base));
+                      (unsigned long long)want);
     } else if ((rc = pcache_get(c, &f, &e)) < 0) {
       rpc_call_fail(call, rc);
     } else if (r->offset > (uint64_t)e->n * 4) {
@@ -128,6 +138,7 @@ typedef struct push {
   uint32_t dup_crc;
   int64_t base;
   uint64_t total, next, tokens, inner_steps, version;
+  size_t total_floats;
   uint32_t crc;
   double ss, norm; /* sum of squares of the fragment's floats so far; its L2 norm at the end */
   unsigned char carry[4];
@@ -137,6 +148,11 @@ typedef struct push {
   unsigned char *buf;
   size_t cap;
   uint64_t bytes;
+  /* a quantized fragment (codec != fp32): its wire bytes, decoded on the thread pool */
+  int codec;
+  uint32_t block;
+  unsigned char *enc;
+  float *dec;
   Dipaco__V1__FragmentAck *acks;
   int n_acks, cap_acks;
   uv_work_t req;
@@ -147,6 +163,8 @@ typedef struct push {
 
 static void push_free(push *p) {
   if (p->w) blob_writer_abort(p->w);
+  free(p->enc);
+  free(p->dec);
   free(p->buf);
   free(p->acks);
   free(p);
@@ -219,7 +237,14 @@ static screen_window *push_screen_window(coord *c, coord_job *j, int frag) {
 
 static void push_commit_work(uv_work_t *req) {
   push *p = req->data;
-  p->work_rc = blob_writer_commit(p->w, &p->work_crc);
+  p->work_rc = 0;
+  if (p->dec) { /* a quantized delta goes to the spool decoded: the outer step reads fp32 */
+    p->work_rc = blob_writer_append(p->w, p->dec, p->total_floats * sizeof(float));
+    free(p->dec);
+    p->dec = NULL;
+  }
+  if (p->work_rc == 0) p->work_rc = blob_writer_commit(p->w, &p->work_crc);
+  else blob_writer_abort(p->w);
   if (p->work_rc < 0) snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());
 }
 
@@ -342,11 +367,15 @@ static int push_check_header(push *p, const coord_job *j, int frag, const struct
     push_fail(p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_DELTA, got %u", ch->payload);
     return -1;
   }
-  /* The delta path decodes fp32 only (the lease's delta_codec); quantized codecs come with
-   * streaming (common/codec.h). */
-  if (dpc_codec_check((int)ch->codec, DPC_CODEC_BIT(DPC_CODEC_FP32), ch->num_floats, ch->total, ch->block_floats,
-                      jf->len) < 0) {
+  /* fp32, or the job's codec (the lease's delta_codec) with the job's block size. */
+  if (dpc_codec_check((int)ch->codec, DPC_CODEC_BIT(DPC_CODEC_FP32) | DPC_CODEC_BIT(j->spec.streaming.codec),
+                      ch->num_floats, ch->total, ch->block_floats, jf->len) < 0) {
     push_fail(p, RPC_INVALID_ARGUMENT, "fragment %llu: %s", (unsigned long long)ch->fragment_id, dpc_errmsg());
+    return -1;
+  }
+  if (dpc_codec_is_block((int)ch->codec) && ch->block_floats != (uint32_t)j->spec.streaming.block_floats) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "fragment %llu: block_floats %u, the job's streaming.block_floats is %d",
+              (unsigned long long)ch->fragment_id, ch->block_floats, j->spec.streaming.block_floats);
     return -1;
   }
   if (ch->version != (uint64_t)p->base) {
@@ -424,6 +453,17 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   p->ncarry = 0;
   p->tokens = ch->tokens;
   p->inner_steps = ch->inner_steps;
+  p->codec = (int)ch->codec;
+  p->block = ch->block_floats;
+  p->total_floats = (size_t)ch->num_floats;
+  free(p->enc);
+  free(p->dec);
+  p->enc = NULL;
+  p->dec = NULL;
+  if (p->codec != DPC_CODEC_FP32 && !(p->enc = malloc(p->total ? p->total : 1))) {
+    push_fail(p, RPC_RESOURCE_EXHAUSTED, "out of memory for a %llu-byte delta", (unsigned long long)p->total);
+    return -1;
+  }
   return push_pick_mode(p, j, frag);
 }
 
@@ -535,13 +575,15 @@ static int push_chunk_data(push *p, const struct grpc_byte_buffer *msg, const st
     return -1;
   }
   uint64_t bad;
-  if (check_finite(p, p->buf, ch->len, &bad) < 0) {
+  if (p->enc) { /* quantized: kept as sent, decoded and checked once whole */
+    memcpy(p->enc + p->next, p->buf, ch->len);
+  } else if (check_finite(p, p->buf, ch->len, &bad) < 0) {
     push_fail(p, RPC_INVALID_ARGUMENT, "data: delta of fragment %d has a non-finite value (NaN/Inf) at float %llu",
               p->frag + 1, (unsigned long long)bad);
     return -1;
   }
   p->crc = dpc_crc32c(p->crc, p->buf, ch->len);
-  if (p->w) {
+  if (p->w && !p->enc) {
     int rc = blob_writer_append(p->w, p->buf, ch->len);
     if (rc < 0) {
       push_fail(p, rpc_code_from_dpc(rc), "spooling the delta failed: %s", dpc_errmsg());
@@ -554,11 +596,44 @@ static int push_chunk_data(push *p, const struct grpc_byte_buffer *msg, const st
   return 0;
 }
 
+/* Decode a quantized fragment's bytes into p->dec (malloc'd) with its L2 norm in p->norm: 0,
+ * or a DPC_E* code with the message in err[512]. Runs on the thread pool for new deltas. */
+static int push_decode(push *p, char *err) {
+  int rc = (p->dec = malloc((p->total_floats ? p->total_floats : 1) * sizeof(float))) ? 0 : DPC_ENOMEM;
+  if (rc == 0) rc = dpc_codec_decode(p->codec, p->enc, (size_t)p->total, p->total_floats, p->block, p->dec);
+  if (rc < 0) {
+    snprintf(err, 512, "%s", rc == DPC_ENOMEM ? "out of memory" : dpc_errmsg());
+    return rc;
+  }
+  double ss = 0;
+  for (size_t i = 0; i < p->total_floats; i++) ss += (double)p->dec[i] * (double)p->dec[i];
+  p->norm = sqrt(ss);
+  return 0;
+}
+
+/* The checksum a quantized delta's row records: CRC-32C of the decoded fp32 payload (what the
+ * spool holds). For an fp32 delta it is the stream's own CRC. */
+static int push_payload_crc(push *p, uint32_t *crc) {
+  if (!p->enc) {
+    *crc = p->crc;
+    return 0;
+  }
+  char err[512];
+  int rc = push_decode(p, err);
+  if (rc == 0) *crc = dpc_crc32c(0, (const unsigned char *)p->dec, p->total_floats * sizeof(float));
+  else push_fail(p, RPC_INVALID_ARGUMENT, "fragment %d's %s delta: %s", p->frag + 1, dpc_codec_name(p->codec), err);
+  free(p->dec);
+  p->dec = NULL;
+  return rc;
+}
+
 /* The whole fragment arrived as a repeat of an accepted push (mode 1). */
 static void push_finish_duplicate(push *p) {
   coord *c = p->c;
   p->in_frag = 0;
-  if (p->dup_crc != p->crc) {
+  uint32_t crc;
+  if (push_payload_crc(p, &crc) < 0) return;
+  if (p->dup_crc != crc) {
     push_fail(p, RPC_ALREADY_EXISTS, "lease %lld already pushed a different delta for fragment %d", (long long)p->lease.id,
               p->frag + 1);
     return;
@@ -585,7 +660,7 @@ static void push_finish_stale(push *p) {
 /* The delta norm screen (mode 0): 0 = let through, -1 = refused (push failed). */
 static int push_screen(push *p) {
   coord *c = p->c;
-  p->norm = sqrt(p->ss);
+  if (!p->dec) p->norm = sqrt(p->ss); /* a decoded quantized delta has its norm already */
   coord_job *j = coord_job_get(c, p->lease.job);
   double k = j ? j->spec.outer.delta_norm_screen : 0, bound;
   screen_window *sw = k > 0 ? push_screen_window(c, j, p->frag) : NULL;
@@ -597,6 +672,50 @@ static int push_screen(push *p) {
             "%g x the median %.6g of the fragment's last %d accepted deltas); refused, not applied",
             p->frag + 1, p->norm, bound, k, screen_reference(sw), sw->n);
   return -1;
+}
+
+/* Queue the durable commit of the spooled (or decoded) delta: 1 while it runs, else 0. */
+static int push_queue_commit(push *p) {
+  p->busy = 1;
+  if (loop_queue_work(p->c, &p->req, push_commit_work, push_commit_after) < 0) {
+    p->busy = 0;
+    push_fail(p, RPC_INTERNAL, "cannot queue the delta commit");
+    return 0;
+  }
+  return 1;
+}
+
+static void push_decode_work(uv_work_t *req) {
+  push *p = req->data;
+  p->work_rc = push_decode(p, p->err);
+}
+
+/* A quantized delta decoded (or refused): screen it and queue its commit. */
+static void push_decode_after(uv_work_t *req, int status) {
+  push *p = req->data;
+  coord *c = p->c;
+  p->busy = 0;
+  free(p->enc);
+  p->enc = NULL;
+  int queued = 0;
+  if (status != 0 || p->work_rc < 0) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "fragment %d's %s delta: %s", p->frag + 1, dpc_codec_name(p->codec),
+              status ? "canceled" : p->err);
+  } else if (p->call && !p->finished && push_screen(p) == 0) {
+    queued = push_queue_commit(p);
+  }
+  if (!queued) {
+    free(p->dec);
+    p->dec = NULL;
+    if (p->w) {
+      blob_writer_abort(p->w);
+      p->w = NULL;
+    }
+    p->in_frag = 0;
+    if (!p->call) push_free(p);
+    else if (!p->finished) rpc_call_read(p->call);
+  }
+  loop_work_done(c);
 }
 
 /* The last chunk of a fragment arrived: check the CRC, then by mode acknowledge a repeat, drop
@@ -616,6 +735,15 @@ static int push_finish_fragment(push *p, const struct rpc_chunk *ch) {
     push_finish_stale(p);
     return 0;
   }
+  if (p->mode == 0 && p->enc) { /* decode on the thread pool, then screen and commit */
+    p->busy = 1;
+    if (loop_queue_work(p->c, &p->req, push_decode_work, push_decode_after) < 0) {
+      p->busy = 0;
+      push_fail(p, RPC_INTERNAL, "cannot queue the delta decode");
+      return 0;
+    }
+    return 1;
+  }
   if (p->mode == 0 && push_screen(p) < 0) return 0;
   if (p->mode == 2) {
     p->in_frag = 0;
@@ -624,13 +752,7 @@ static int push_finish_fragment(push *p, const struct rpc_chunk *ch) {
     push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_LATE, (uint64_t)p->lease.round + 1);
     return 0;
   }
-  p->busy = 1;
-  if (loop_queue_work(p->c, &p->req, push_commit_work, push_commit_after) < 0) {
-    p->busy = 0;
-    push_fail(p, RPC_INTERNAL, "cannot queue the delta commit");
-    return 0;
-  }
-  return 1; /* paused until the commit is durable */
+  return push_queue_commit(p); /* paused until the commit is durable */
 }
 
 static int push_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, void *ud) {

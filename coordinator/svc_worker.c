@@ -38,6 +38,7 @@
 #include "coordinator/svc_worker.h"
 
 #include "common/auth.h"
+#include "common/codec.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "coordinator/jobs.h"
@@ -349,7 +350,13 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   le.has_inner_checkpoint = j->spec.inner.state == INNER_STATE_CHECKPOINT && l->round > 0 &&
                             svc_inner_ckpt_exists(c, j, l, fids, nf);
   le.deadline_unix_ms = lease_deadline(c, j, l, fids, nf);
-  le.delta_codec = DIPACO__V1__CODEC__CODEC_FP32;
+  le.delta_codec = (Dipaco__V1__Codec)j->spec.streaming.codec;
+  le.delta_block_floats = dpc_codec_is_block(j->spec.streaming.codec) ? (uint32_t)j->spec.streaming.block_floats : 0;
+  le.streaming = jobspec_streaming(&j->spec);
+  le.eager = j->spec.streaming.eager;
+  le.pull_codec = (Dipaco__V1__Codec)j->spec.streaming.pull_codec;
+  le.outer_lr = (float)j->spec.outer.lr;
+  le.outer_momentum = (float)j->spec.outer.momentum;
   le.spec_json = spec_json ? spec_json : "";
   Dipaco__V1__LeaseResponse resp = DIPACO__V1__LEASE_RESPONSE__INIT;
   resp.outcome = DIPACO__V1__LEASE_OUTCOME__LEASE_GRANTED;

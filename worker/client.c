@@ -1,6 +1,7 @@
 /* client.c — the worker's Coordinator calls (see client.h): one function per RPC, reply
  * validation, and the error classification the lease loop acts on. */
 #include "worker/client.h"
+#include "common/codec.h"
 #include "common/auth.h"
 #include "common/checksum.h"
 #include "common/errors.h"
@@ -208,29 +209,47 @@ int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, fl
 }
 
 int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-            const float *const *delta, uint64_t inner_steps, uint64_t tokens, int *results, int *code) {
+            const float *const *delta, uint64_t inner_steps, uint64_t tokens, int codec, uint32_t block,
+            int *results, int *code, uint64_t *sent) {
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
-    total += (size_t)frags[i]->num_floats * sizeof(float);
+    size_t b = 0;
+    *code = RPC_OK;
+    if (dpc_codec_bytes(codec, frags[i]->num_floats, block, &b) < 0) return DPC_EINVAL;
+    total += b;
     results[i] = -1;
   }
   struct rpc_stream *s = NULL;
   int rc = rpc_stream_open(c->rpc, SVC "PushDelta", NULL, transfer_timeout_ms(total), &s);
   *code = rpc_last_code();
   if (rc) return rc;
+  unsigned char *enc = NULL;
   for (size_t i = 0; i < n && !rc; i++) {
     struct rpc_chunk h;
     memset(&h, 0, sizeof h);
     h.lease_id = lease_id;
     h.fragment_id = frags[i]->fragment_id;
     h.version = frags[i]->version;
-    h.codec = DIPACO__V1__CODEC__CODEC_FP32;
+    h.codec = (uint32_t)codec;
+    h.block_floats = dpc_codec_is_block(codec) ? block : 0;
     h.num_floats = frags[i]->num_floats;
     h.inner_steps = inner_steps;
     h.tokens = tokens;
     h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA;
-    rc = rpc_stream_write_chunks(s, &h, delta[i], (size_t)frags[i]->num_floats * sizeof(float), c->max_chunk_bytes);
+    size_t bytes = 0;
+    const void *data = delta[i];
+    dpc_codec_bytes(codec, frags[i]->num_floats, block, &bytes);
+    if (codec != DPC_CODEC_FP32) { /* quantized on the way out; the CRC covers the bytes sent */
+      free(enc);
+      enc = malloc(bytes ? bytes : 1);
+      rc = enc ? dpc_codec_encode(codec, delta[i], (size_t)frags[i]->num_floats, block, enc)
+               : dpc_err(DPC_ENOMEM, "worker: out of memory encoding a delta");
+      data = enc;
+    }
+    if (!rc) rc = rpc_stream_write_chunks(s, &h, data, bytes, c->max_chunk_bytes);
+    if (!rc && sent) *sent += bytes;
   }
+  free(enc);
   /* Finish also after a failed write: the status says why the server hung up. */
   ProtobufCMessage *pm = NULL;
   int frc = rpc_stream_finish(s, &dipaco__v1__push_delta_response__descriptor, &pm);

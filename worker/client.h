@@ -76,11 +76,14 @@ int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, fl
             size_t *got, int *code);
 
 /* One PushDelta stream with the deltas of frags[0..n) (delta[i] holds n floats of fragment
- * i, at its base version) and the acks: results[i] receives the PushResult of fragment i, or
- * -1 if the reply did not name it. */
+ * i, at its base version frags[i]->version), encoded with `codec` (common/codec.h; block:
+ * floats per scale block of the block codecs), and the acks: results[i] receives the
+ * PushResult of fragment i, or -1 if the reply did not name it. *sent (may be NULL) is
+ * increased by the payload bytes written. A local encoding failure (a non-finite delta) is
+ * returned with *code RPC_OK. */
 int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-            const float *const *delta, uint64_t inner_steps, uint64_t tokens, int *results,
-            int *code);
+            const float *const *delta, uint64_t inner_steps, uint64_t tokens, int codec, uint32_t block,
+            int *results, int *code, uint64_t *sent);
 
 /* inner.state checkpoint: one PushInnerState stream with, for each of frags[0..n), its AdamW
  * first moment m[i] (PAYLOAD_ADAM_M) then second moment v[i] (PAYLOAD_ADAM_V), step = the

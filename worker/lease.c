@@ -105,7 +105,7 @@ static int push_inner_state(lease_work *x, int *code) {
 
 static int push_deltas(lease_work *x, int *code) {
   return wc_push(x->r->wc, x->L->lease_id, x->L->fragments, x->L->n_fragments, x->dp, (uint64_t)x->st.steps_done,
-                 (uint64_t)x->st.tokens, x->res, code);
+                 (uint64_t)x->st.tokens, (int)x->L->delta_codec, x->L->delta_block_floats, x->res, code, NULL);
 }
 
 /* ------------------------------------------------------------------ phases */
@@ -183,6 +183,24 @@ static int lease_train(lease_work *x, int *rc_out) {
   if (x->partial)
     DPC_INFO("lease %" PRIu64 ": stopping: pushing the partial delta of %d of %u inner steps (async)", L->lease_id,
              st->steps_done, L->inner_steps);
+  return 1;
+}
+
+/* A streaming lease (stream.h) in place of pull, train and push. Returns 1 when it completed
+ * (every delta acknowledged, released), else 0 with *rc_out. */
+static int lease_stream(lease_work *x, int *rc_out) {
+  lease_runner *r = x->r;
+  const Dipaco__V1__Lease *L = x->L;
+  stream_env e = {.wc = r->wc, .ctl = r->ctl, .seed = r->seed, .slots = &r->slots, .keep = &r->stream, .hb = &x->hb};
+  int rc = x->keep ? slot_snapshot(&r->slots, L, &x->snap) : 0;
+  if (!rc) rc = stream_run(&e, L, &x->p, &x->st, &x->cls);
+  if (r->o->progress) fputc('\n', stderr);
+  *rc_out = rc;
+  if (rc || x->st.steps_done != (int)L->inner_steps) return 0;
+  r->local_failures = 0;
+  release(r, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_DONE, L->first_step + (uint64_t)x->st.steps_done, "");
+  x->snap = NULL; /* the trainer's moments are now the slot's */
+  if (x->keep) slot_forget(&r->slots, L->job_id, L->slot->path, L->slot->replica);
   return 1;
 }
 
@@ -295,8 +313,12 @@ int lease_run(lease_runner *r, const Dipaco__V1__Lease *L) {
     return 0;
   }
   int pushed = 0;
-  rc = lease_pull(&x);
-  if (!rc && !interrupted(&x) && lease_train(&x, &rc)) pushed = (rc = lease_push(&x)) == 0;
+  if (L->streaming) {
+    pushed = lease_stream(&x, &rc);
+  } else {
+    rc = lease_pull(&x);
+    if (!rc && !interrupted(&x) && lease_train(&x, &rc)) pushed = (rc = lease_push(&x)) == 0;
+  }
   int flags = stop_heartbeat(&x);
   flags |= pushed ? LEASE_PUSHED : lease_finish_abandoned(&x, rc);
   lease_plan_free(&x.p);

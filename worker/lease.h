@@ -15,6 +15,7 @@
 #include "worker/opts.h"
 #include "worker/slot.h"
 #include "worker/stop.h"
+#include "worker/stream.h"
 
 /* What one lease needs from the loop, and what it carries to the next lease. */
 typedef struct {
@@ -23,6 +24,7 @@ typedef struct {
   wclient *wc;
   unsigned *seed;      /* backoff jitter */
   slot_cache slots;    /* trainer and AdamW states kept between leases */
+  stream_keep stream;  /* Streaming DiLoCo: the local parameters of the last streaming slot */
   float sps;           /* steps/s EWMA, carried from lease to lease */
   int local_failures;  /* leases in a row that failed here: lengthens the pause after one */
 } lease_runner;

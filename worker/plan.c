@@ -1,5 +1,6 @@
 /* plan.c — check a granted lease and turn it into a lease_plan (plan.h). */
 #include "worker/plan.h"
+#include "common/codec.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "worker/data.h"
@@ -87,8 +88,13 @@ static int check_window(const Dipaco__V1__Lease *L) {
   if (d->path_index && d->path_index[0])
     return dpc_err(DPC_EUNSUPPORTED, "lease: DiPaCo routing index \"%s\" is not supported by this worker",
                    d->path_index);
-  if (L->delta_codec != DIPACO__V1__CODEC__CODEC_FP32)
-    return dpc_err(DPC_EUNSUPPORTED, "lease: delta codec %d is not supported (fp32 only)", L->delta_codec);
+  if (!dpc_codec_supported((int)L->delta_codec))
+    return dpc_err(DPC_EUNSUPPORTED, "lease: delta codec %d is not supported by this worker", L->delta_codec);
+  size_t bytes;
+  if (dpc_codec_bytes((int)L->delta_codec, 1, L->delta_block_floats, &bytes) < 0 ||
+      (dpc_codec_is_block((int)L->delta_codec) && L->delta_block_floats > (1u << 20)))
+    return dpc_err(DPC_EINVAL, "lease: delta codec %s with block_floats %u", dpc_codec_name((int)L->delta_codec),
+                   L->delta_block_floats);
   if (L->n_fragments < 1 || L->n_fragments > MAX_FRAGMENTS)
     return dpc_err(DPC_ERANGE, "lease: %zu fragments (need 1..%d)", L->n_fragments, MAX_FRAGMENTS);
   return 0;
@@ -109,9 +115,13 @@ static int place_fragments(const Dipaco__V1__Lease *L, lease_plan *p) {
   if (!lv || !mo || !of || !ln || !p->abs_off) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
   for (size_t i = 0; i < n && !rc; i++) {
     const Dipaco__V1__FragmentInfo *f = L->fragments[i];
-    if (f->sync_offset || f->overlap_steps)
-      rc = dpc_err(DPC_EUNSUPPORTED, "lease: fragment %" PRIu64 " is a streaming fragment (not supported)",
+    if ((f->sync_offset || f->overlap_steps || f->merge_alpha != 0) && !L->streaming)
+      rc = dpc_err(DPC_EFORMAT, "lease: fragment %" PRIu64 " has streaming settings in a lease that is not streaming",
                    f->fragment_id);
+    if (L->streaming && (f->sync_offset >= L->inner_steps || f->overlap_steps >= L->inner_steps ||
+                         !isfinite(f->merge_alpha) || f->merge_alpha < 0 || f->merge_alpha >= 1))
+      rc = dpc_err(DPC_EINVAL, "lease: fragment %" PRIu64 ": sync_offset %u / overlap_steps %u / merge_alpha %g out of "
+                   "range for H = %u", f->fragment_id, f->sync_offset, f->overlap_steps, f->merge_alpha, L->inner_steps);
     for (size_t j = 0; j < i && !rc; j++)
       if (L->fragments[j]->fragment_id == f->fragment_id)
         rc = dpc_err(DPC_EFORMAT, "lease: fragment id %" PRIu64 " listed twice", f->fragment_id);

@@ -63,13 +63,14 @@ void trainer_free(trainer *t) {
 
 size_t trainer_num_params(const trainer *t) { return t->model->lay.n_params; }
 
-int trainer_round(trainer *t, const float *theta, long first_step, int steps, float *delta, trainer_stats *st,
-                  trainer_step_cb cb, void *cb_ctx) {
-  const size_t n = t->model->lay.n_params;
+int trainer_get_params(trainer *t, float *dst, size_t off, size_t n) { return gpt_get_params(t->model, dst, off, n); }
+
+int trainer_set_params(trainer *t, const float *src, size_t off, size_t n) { return gpt_set_params(t->model, src, off, n); }
+
+int trainer_train(trainer *t, long first_step, int steps, trainer_stats *st, trainer_step_cb cb, void *cb_ctx) {
   const int B = t->o.B, T = t->o.T;
   memset(st, 0, sizeof *st);
-  int rc = gpt_set_params(t->model, theta, 0, n);
-  if (rc) return rc;
+  int rc = 0;
   double t0 = dpc_mono_s(), sum = 0;
   for (int h = 0; h < steps; h++) {
     long s = first_step + h;
@@ -91,6 +92,15 @@ int trainer_round(trainer *t, const float *theta, long first_step, int steps, fl
   }
   st->mean_loss = st->steps_done ? (float)(sum / st->steps_done) : 0.0f;
   st->seconds = dpc_mono_s() - t0;
+  return 0;
+}
+
+int trainer_round(trainer *t, const float *theta, long first_step, int steps, float *delta, trainer_stats *st,
+                  trainer_step_cb cb, void *cb_ctx) {
+  const size_t n = t->model->lay.n_params;
+  int rc = gpt_set_params(t->model, theta, 0, n);
+  if (!rc) rc = trainer_train(t, first_step, steps, st, cb, cb_ctx);
+  if (rc) return rc;
   if ((rc = gpt_get_params(t->model, delta, 0, n))) return rc;
   for (size_t i = 0; i < n; i++) delta[i] = theta[i] - delta[i];
   return 0;

@@ -53,6 +53,13 @@ void trainer_set_sched_shift(trainer *t, long shift);
 int trainer_round(trainer *t, const float *theta, long first_step, int steps, float *delta, trainer_stats *st,
                   trainer_step_cb cb, void *cb_ctx);
 
+/* Streaming DiLoCo: the model's live parameters are the slot's local parameters, changed
+ * between steps. Run inner steps first_step .. first_step+steps-1 from the parameters the
+ * model holds (cb may read and write them between steps with trainer_get/set_params). */
+int trainer_train(trainer *t, long first_step, int steps, trainer_stats *st, trainer_step_cb cb, void *cb_ctx);
+/* Copy the flat range [off, off+n) of the model's parameters out / in (canonical layout). */
+int trainer_get_params(trainer *t, float *dst, size_t off, size_t n);
+int trainer_set_params(trainer *t, const float *src, size_t off, size_t n);
 /* Inner optimizer state (inner_state keep/reset/checkpoint). adam_step is the number of AdamW
  * steps taken so far (torch's state['step']). */
 int trainer_reset_state(trainer *t);

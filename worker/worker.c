@@ -62,6 +62,7 @@
  *    period of main.c bounds them). A Lease long-poll in flight is cancelled at once.
  *    worker_run then returns 0. */
 #include "worker/worker.h"
+#include "common/codec.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "worker/client.h"
@@ -95,7 +96,10 @@ static int do_register(worker *w, int *code) {
   if (w->o.name) snprintf(host, sizeof host, "%s", w->o.name);
   else if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "unknown");
   Dipaco__V1__RegisterRequest req = DIPACO__V1__REGISTER_REQUEST__INIT;
-  Dipaco__V1__Codec codecs[1] = {DIPACO__V1__CODEC__CODEC_FP32};
+  Dipaco__V1__Codec codecs[DPC_CODEC_COUNT];
+  size_t n_codecs = 0;
+  for (int k = 0; k < DPC_CODEC_COUNT; k++)
+    if (dpc_codec_supported(k)) codecs[n_codecs++] = (Dipaco__V1__Codec)k;
   req.hostname = host;
   req.backend = w->o.backend == GPT_BACKEND_CUDA ? "cuda" : "cpu";
   req.device = w->device;
@@ -103,7 +107,7 @@ static int do_register(worker *w, int *code) {
   long nc = sysconf(_SC_NPROCESSORS_ONLN);
   req.threads = (uint32_t)(w->o.threads > 0 ? w->o.threads : (nc > 0 ? nc : 1));
   req.version = "dipaco-worker 0.1";
-  req.n_codecs = 1;
+  req.n_codecs = n_codecs;
   req.codecs = codecs;
   req.labels = (char *)(w->o.labels ? w->o.labels : "");
   uint64_t prev = w->wc.worker_id;
@@ -234,6 +238,7 @@ static int ask_for_lease(worker *w) {
 
 static void worker_free(worker *w) {
   slot_cache_free(&w->lr.slots);
+  stream_keep_free(&w->lr.stream);
   wc_close(&w->wc);
   free(w);
 }

@@ -4,7 +4,7 @@
 # Coordinator calls (client.c) and main. dpc_worker is a library so that tests can drive the
 # loop's helpers directly.
 if(TARGET dpc_rpc)
-  set(DPC_WORKER_SOURCES client.c data.c heartbeat.c lease.c plan.c slot.c stop.c worker.c)
+  set(DPC_WORKER_SOURCES client.c data.c heartbeat.c lease.c plan.c slot.c stop.c stream.c worker.c)
   list(TRANSFORM DPC_WORKER_SOURCES PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/)
   add_library(dpc_worker STATIC ${DPC_WORKER_SOURCES})
   target_link_libraries(dpc_worker PUBLIC dpc_trainer dpc_rpc dpc_kernels dpc_common)

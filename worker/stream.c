@@ -1,0 +1,398 @@
+/* stream.c — a Streaming DiLoCo lease (stream.h): continuous training, fragment deltas pushed
+ * from a background thread at their sync steps, new global fragments pulled and merged τ
+ * steps later. */
+#include "worker/stream.h"
+#include "common/clock.h"
+#include "common/codec.h"
+#include "common/errors.h"
+#include "common/log.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TRANSFER_ATTEMPTS 10
+#define WAIT_MIN_MS 5    /* first pause while a global version is not made yet */
+#define WAIT_MAX_MS 100  /* longest pause between asks */
+
+void stream_keep_free(stream_keep *k) {
+  free(k->frag_ids);
+  free(k->local);
+  free(k->global);
+  free(k->eager_prev);
+  free(k->have_ver);
+  memset(k, 0, sizeof *k);
+}
+
+int stream_sync_due(uint64_t n, uint32_t o, uint32_t H) {
+  return n >= 1 && n >= o && (n - o) % H == 0;
+}
+
+int64_t stream_version_after(uint64_t n, uint32_t o, uint32_t H) {
+  return (int64_t)((n - o) / H) + (o > 0 ? 1 : 0);
+}
+
+/* ------------------------------------------------------------------ the push thread */
+
+typedef struct {
+  stream_env *e;
+  const Dipaco__V1__Lease *L;
+  const lease_plan *p;
+  pthread_t th;
+  int running;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int *queue;            /* (nf) fragment indexes to push, in order */
+  size_t head, tail;     /* queue[head..tail) waiting */
+  int busy;              /* a push is on the wire */
+  int quit;
+  int rc;                /* first failure (0 = none) */
+  enum wc_class cls;
+  uint64_t sent;         /* payload bytes pushed */
+  int *res;              /* (nf) PushResult per fragment, −1 until acknowledged */
+} pusher;
+
+/* One fragment's delta (slots->delta at its offset, base = the lease's base version), with
+ * retries on transient failures. */
+static int push_one(pusher *q, size_t i) {
+  stream_env *e = q->e;
+  const Dipaco__V1__Lease *L = q->L;
+  const float *d = e->slots->delta + q->p->abs_off[i];
+  Dipaco__V1__FragmentInfo *fi = L->fragments[i];
+  uint64_t tok = (uint64_t)q->p->opts.B * (uint64_t)q->p->opts.T * L->inner_steps;
+  int rc = 0;
+  for (int attempt = 0;; attempt++) {
+    int code = RPC_OK, r = -1;
+    uint64_t sent = 0;
+    rc = wc_push(e->wc, L->lease_id, &fi, 1, &d, L->inner_steps, tok, (int)L->delta_codec, L->delta_block_floats, &r,
+                 &code, &sent);
+    enum wc_class cls = wc_classify(rc, code);
+    if (rc == 0) {
+      pthread_mutex_lock(&q->mu);
+      q->sent += sent;
+      q->res[i] = r;
+      pthread_mutex_unlock(&q->mu);
+      if (r != DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED && r != DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE)
+        DPC_WARN("lease %" PRIu64 ": delta of fragment %" PRIu64 " was not accepted (result %d); dropped", L->lease_id,
+                 fi->fragment_id, r);
+      return 0;
+    }
+    if (cls != WC_RETRY || attempt + 1 >= TRANSFER_ATTEMPTS || hb_abort(e->hb) != AB_NONE) {
+      pthread_mutex_lock(&q->mu);
+      q->cls = cls;
+      pthread_mutex_unlock(&q->mu);
+      return rc;
+    }
+    DPC_WARN("lease %" PRIu64 ": pushing fragment %" PRIu64 ": %s; retrying", L->lease_id, fi->fragment_id, dpc_errmsg());
+    worker_sleep_ns(worker_backoff_ms(attempt, e->seed) * 1000000);
+  }
+}
+
+static void *push_main(void *arg) {
+  pusher *q = arg;
+  pthread_mutex_lock(&q->mu);
+  for (;;) {
+    while (!q->quit && q->head == q->tail) pthread_cond_wait(&q->cv, &q->mu);
+    if (q->head == q->tail) break; /* quit with nothing queued */
+    size_t i = (size_t)q->queue[q->head++];
+    q->busy = 1;
+    int failed = q->rc != 0;
+    pthread_mutex_unlock(&q->mu);
+    int rc = failed ? 0 : push_one(q, i);
+    pthread_mutex_lock(&q->mu);
+    if (rc && !q->rc) q->rc = rc;
+    q->busy = 0;
+    pthread_cond_broadcast(&q->cv);
+  }
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
+static void push_enqueue(pusher *q, size_t i) {
+  pthread_mutex_lock(&q->mu);
+  q->queue[q->tail++] = (int)i;
+  pthread_cond_broadcast(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+}
+
+/* Wait until every queued push is acknowledged (or one failed); its rc. */
+static int push_drain(pusher *q) {
+  pthread_mutex_lock(&q->mu);
+  while (!q->rc && (q->head != q->tail || q->busy)) pthread_cond_wait(&q->cv, &q->mu);
+  int rc = q->rc;
+  pthread_mutex_unlock(&q->mu);
+  return rc;
+}
+
+static int push_failed(pusher *q) {
+  pthread_mutex_lock(&q->mu);
+  int rc = q->rc;
+  pthread_mutex_unlock(&q->mu);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ the lease */
+
+typedef struct {
+  stream_env *e;
+  const Dipaco__V1__Lease *L;
+  const lease_plan *p;
+  pusher q;
+  uint64_t end;          /* the lease's last step n = first_step + H */
+  int defer_last;        /* push the last step's deltas after the inner state (checkpoint) */
+  int rc;                /* first failure inside the step callback */
+  enum wc_class cls;
+  int64_t wait_ms;       /* time spent waiting for global versions */
+} stream_lease;
+
+static int stopped(stream_lease *x) { return worker_stopping(x->e->ctl) || hb_abort(x->e->hb) != AB_NONE; }
+
+/* Global version v of fragment i into keep->global, pulled unless held; waits (polling with
+ * a growing pause) while the coordinator has not made it yet. */
+static int ensure_global(stream_lease *x, size_t i, int64_t v) {
+  stream_env *e = x->e;
+  stream_keep *k = e->keep;
+  if (k->have_ver[i] == v) return 0;
+  Dipaco__V1__FragmentInfo fi = *x->L->fragments[i];
+  fi.version = (uint64_t)v;
+  fi.crc32c = 0; /* the lease names the base version's checksum only; the stream carries its own */
+  float *dst = k->global + x->p->abs_off[i];
+  int64_t t0 = dpc_mono_ms(), pause = WAIT_MIN_MS;
+  int attempt = 0;
+  for (;;) {
+    size_t got = 0;
+    int code = RPC_OK;
+    int rc = wc_pull(e->wc, x->L->lease_id, &fi, dst, &got, &code);
+    if (rc == 0) break;
+    k->have_ver[i] = -1; /* the buffer may be half written */
+    if (stopped(x)) {
+      x->cls = WC_RETRY;
+      return rc;
+    }
+    if (code == RPC_FAILED_PRECONDITION) { /* not made yet: the round is still closing */
+      worker_sleep_ns(pause * 1000000);
+      if (pause < WAIT_MAX_MS) pause = pause * 2 > WAIT_MAX_MS ? WAIT_MAX_MS : pause * 2;
+      continue;
+    }
+    x->cls = wc_classify(rc, code);
+    if (x->cls != WC_RETRY || ++attempt >= TRANSFER_ATTEMPTS) return rc;
+    DPC_WARN("lease %" PRIu64 ": pulling fragment %" PRIu64 " version %" PRId64 ": %s; retrying", x->L->lease_id,
+             fi.fragment_id, v, dpc_errmsg());
+    worker_sleep_ns(worker_backoff_ms(attempt, e->seed) * 1000000);
+  }
+  x->wait_ms += dpc_mono_ms() - t0;
+  k->have_ver[i] = v;
+  return 0;
+}
+
+/* Step n syncs fragment i: delta = global − local into slots->delta, queued for the pusher. */
+static int do_sync(stream_lease *x, size_t i, uint64_t n, int enqueue) {
+  const Dipaco__V1__Lease *L = x->L;
+  const Dipaco__V1__FragmentInfo *f = L->fragments[i];
+  int64_t base = stream_version_after(n, f->sync_offset, L->inner_steps) - 1;
+  if (base != (int64_t)f->version)
+    return dpc_err(DPC_EFORMAT, "lease %" PRIu64 ": fragment %" PRIu64 " syncs at step %" PRIu64 " against version %" PRId64
+                   ", but the lease names base version %" PRIu64, L->lease_id, f->fragment_id, n, base, f->version);
+  int rc = ensure_global(x, i, base);
+  if (rc) return rc;
+  size_t off = x->p->abs_off[i], len = (size_t)f->num_floats;
+  float *d = x->e->slots->delta + off;
+  const float *g = x->e->keep->global + off;
+  if ((rc = trainer_get_params(x->e->slots->tr, d, off, len))) return rc;
+  for (size_t k = 0; k < len; k++) d[k] = g[k] - d[k];
+  if (enqueue) push_enqueue(&x->q, i);
+  return 0;
+}
+
+/* Step n merges fragment i's global version made by its sync at step m = n − τ. */
+static int do_merge(stream_lease *x, size_t i, uint64_t m) {
+  const Dipaco__V1__FragmentInfo *f = x->L->fragments[i];
+  int64_t v = stream_version_after(m, f->sync_offset, x->L->inner_steps);
+  int rc = ensure_global(x, i, v);
+  if (rc) return rc;
+  size_t off = x->p->abs_off[i], len = (size_t)f->num_floats;
+  float *l = x->e->slots->theta + off; /* scratch: streaming keeps its globals in keep->global */
+  const float *g = x->e->keep->global + off;
+  const float a = f->merge_alpha, b = 1.0f - a;
+  if (a == 0.0f) return trainer_set_params(x->e->slots->tr, g, off, len);
+  if ((rc = trainer_get_params(x->e->slots->tr, l, off, len))) return rc;
+  for (size_t k = 0; k < len; k++) l[k] = a * l[k] + b * g[k];
+  return trainer_set_params(x->e->slots->tr, l, off, len);
+}
+
+/* The merges due after step n (their sync was at m = n − τ ≥ 1). */
+static int merges_at(stream_lease *x, uint64_t n) {
+  const Dipaco__V1__Lease *L = x->L;
+  for (size_t i = 0; i < L->n_fragments; i++) {
+    const Dipaco__V1__FragmentInfo *f = L->fragments[i];
+    if (n < (uint64_t)f->overlap_steps + 1) continue;
+    uint64_t m = n - f->overlap_steps;
+    if (!stream_sync_due(m, f->sync_offset, L->inner_steps)) continue;
+    int rc = do_merge(x, i, m);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static int on_step(void *ctx, long s, int h, float loss, float lr) {
+  stream_lease *x = ctx;
+  const Dipaco__V1__Lease *L = x->L;
+  int stop = hb_on_step(x->e->hb, s, h, loss, lr);
+  const uint64_t n = (uint64_t)s + 1;
+  int rc = push_failed(&x->q);
+  for (size_t i = 0; i < L->n_fragments && !rc; i++)
+    if (stream_sync_due(n, L->fragments[i]->sync_offset, L->inner_steps))
+      rc = do_sync(x, i, n, !(x->defer_last && n == x->end));
+  /* The last step's merges belong to the next lease (stream.h). */
+  if (!rc && n < x->end) rc = merges_at(x, n);
+  if (rc) {
+    x->rc = rc;
+    if (x->cls == WC_OK) x->cls = WC_FATAL;
+    return 1;
+  }
+  return stop;
+}
+
+/* Size keep for L's slot; 1 if it holds the slot's state at L's first step (a continuation). */
+static int keep_fit(stream_keep *k, const Dipaco__V1__Lease *L, size_t n_params, int *cont) {
+  int same = k->valid && k->job == L->job_id && k->path == L->slot->path && k->replica == L->slot->replica &&
+             k->step == L->first_step && k->n_params == n_params && k->nf == L->n_fragments;
+  for (size_t i = 0; same && i < k->nf; i++) same = k->frag_ids[i] == L->fragments[i]->fragment_id;
+  *cont = same;
+  if (same) return 0;
+  stream_keep_free(k);
+  k->n_params = n_params;
+  k->nf = L->n_fragments;
+  k->frag_ids = malloc(k->nf * sizeof *k->frag_ids);
+  k->local = malloc(n_params * sizeof *k->local);
+  k->global = malloc(n_params * sizeof *k->global);
+  k->have_ver = malloc(k->nf * sizeof *k->have_ver);
+  if (!k->frag_ids || !k->local || !k->global || !k->have_ver) {
+    stream_keep_free(k);
+    return dpc_err(DPC_ENOMEM, "worker: out of memory for the streaming state");
+  }
+  for (size_t i = 0; i < k->nf; i++) {
+    k->frag_ids[i] = L->fragments[i]->fragment_id;
+    k->have_ver[i] = -1;
+  }
+  k->job = L->job_id;
+  k->path = L->slot->path;
+  k->replica = L->slot->replica;
+  return 0;
+}
+
+/* A slot this worker does not hold: its local parameters start as the global ones at the
+ * lease's base versions (waiting for any not made yet). */
+static int fresh_start(stream_lease *x) {
+  const Dipaco__V1__Lease *L = x->L;
+  stream_keep *k = x->e->keep;
+  DPC_INFO("lease %" PRIu64 ": streaming slot (%u,%u) starts at step %" PRIu64 " from the global parameters", L->lease_id,
+           L->slot->path, L->slot->replica, L->first_step);
+  for (size_t i = 0; i < L->n_fragments; i++) {
+    int rc = ensure_global(x, i, (int64_t)L->fragments[i]->version);
+    if (rc) return rc;
+  }
+  memcpy(k->local, k->global, k->n_params * sizeof *k->local);
+  return 0;
+}
+
+static int pusher_start(pusher *q, stream_env *e, const Dipaco__V1__Lease *L, const lease_plan *p) {
+  memset(q, 0, sizeof *q);
+  q->e = e;
+  q->L = L;
+  q->p = p;
+  q->queue = malloc(L->n_fragments * sizeof *q->queue);
+  q->res = malloc(L->n_fragments * sizeof *q->res);
+  if (!q->queue || !q->res) return dpc_err(DPC_ENOMEM, "worker: out of memory");
+  for (size_t i = 0; i < L->n_fragments; i++) q->res[i] = -1;
+  pthread_mutex_init(&q->mu, NULL);
+  pthread_cond_init(&q->cv, NULL);
+  if (pthread_create(&q->th, NULL, push_main, q) != 0) return dpc_err(DPC_EIO, "worker: cannot start the push thread");
+  q->running = 1;
+  return 0;
+}
+
+static void pusher_stop(pusher *q) {
+  if (q->running) {
+    pthread_mutex_lock(&q->mu);
+    q->quit = 1;
+    if (!q->rc) q->rc = q->head == q->tail ? 0 : DPC_ECANCELED; /* drop what is still queued */
+    q->head = q->tail;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    pthread_join(q->th, NULL);
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->cv);
+  }
+  free(q->queue);
+  free(q->res);
+  q->queue = NULL;
+  q->res = NULL;
+  q->running = 0;
+}
+
+int stream_run(stream_env *e, const Dipaco__V1__Lease *L, const lease_plan *p, trainer_stats *st, enum wc_class *cls) {
+  stream_lease x;
+  memset(&x, 0, sizeof x);
+  memset(st, 0, sizeof *st);
+  x.e = e;
+  x.L = L;
+  x.p = p;
+  x.end = L->first_step + L->inner_steps;
+  x.defer_last = L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT;
+  stream_keep *k = e->keep;
+  int cont = 0;
+  int rc = keep_fit(k, L, p->n_params, &cont);
+  if (!rc && !cont) rc = fresh_start(&x);
+  if (!rc) rc = trainer_set_params(e->slots->tr, k->local, 0, k->n_params);
+  k->valid = 0; /* until the lease completes, the kept state is in flux */
+  if (!rc) rc = pusher_start(&x.q, e, L, p);
+  /* Merges due at the first step (the previous lease's last step). */
+  if (!rc && L->first_step > 0) rc = merges_at(&x, L->first_step);
+  if (!rc) {
+    hb_mark(e->hb);
+    trainer_set_sched_shift(e->slots->tr, 0);
+    rc = trainer_train(e->slots->tr, (long)L->first_step, (int)L->inner_steps, st, on_step, &x);
+    if (!rc && x.rc) rc = x.rc;
+  }
+  hb_poke(e->hb);
+  int complete = !rc && st->steps_done == (int)L->inner_steps;
+  if (complete) {
+    hb_set_tokens(e->hb, (uint64_t)st->tokens);
+    if (x.defer_last) {
+      int code = RPC_OK;
+      for (int attempt = 0;; attempt++) { /* inner state (moments + local parameters), then the last deltas */
+        rc = slot_push_inner(e->slots, e->wc, L, p, &code);
+        enum wc_class c = wc_classify(rc, code);
+        if (!rc || c != WC_RETRY || attempt + 1 >= TRANSFER_ATTEMPTS || stopped(&x)) {
+          x.cls = c;
+          break;
+        }
+        worker_sleep_ns(worker_backoff_ms(attempt, e->seed) * 1000000);
+      }
+      for (size_t i = 0; i < L->n_fragments && !rc; i++)
+        if (stream_sync_due(x.end, L->fragments[i]->sync_offset, L->inner_steps)) push_enqueue(&x.q, i);
+    }
+    int64_t t0 = dpc_mono_ms();
+    if (!rc) rc = push_drain(&x.q);
+    if (rc && x.q.cls != WC_OK) x.cls = x.q.cls;
+    if (!rc)
+      DPC_INFO("lease %" PRIu64 " streamed %d steps in %.2f s: loss %.4f -> %.4f, pushed %" PRIu64 " bytes (%s), "
+               "waited %" PRId64 " ms for global fragments, %" PRId64 " ms for the last pushes",
+               L->lease_id, st->steps_done, st->seconds, st->first_loss, st->last_loss, x.q.sent,
+               dpc_codec_name((int)L->delta_codec), x.wait_ms, dpc_mono_ms() - t0);
+  }
+  pusher_stop(&x.q);
+  if (complete && !rc) {
+    rc = trainer_get_params(e->slots->tr, k->local, 0, k->n_params);
+    if (!rc) {
+      k->step = x.end;
+      k->valid = 1;
+    }
+  }
+  *cls = rc ? (x.cls != WC_OK ? x.cls : WC_FATAL) : WC_OK;
+  return rc;
+}
