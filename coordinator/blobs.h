@@ -43,6 +43,7 @@ typedef enum {
   BLOB_DN_BUF = 4,   /* delayed-Nesterov Δbuf */
   BLOB_INNER_M = 5,  /* AdamW first moment of a slot (aux = slot) */
   BLOB_INNER_V = 6,  /* AdamW second moment of a slot (aux = slot) */
+  BLOB_INNER_L = 7,  /* streaming: a slot's local parameters (aux = slot) */
 } blob_kind;
 
 typedef struct {

@@ -72,7 +72,7 @@ typedef struct out_part {
 typedef struct out_stream {
   coord *c;
   int nparts, cur;
-  out_part part[2];
+  out_part part[3];
   uint64_t next, lease_id;
   uint32_t chunk;
   void (*ref)(void *ud);

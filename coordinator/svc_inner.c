@@ -36,6 +36,14 @@
 
 /* ---- inner state (inner.state checkpoint) ---------------------------------------------------------- */
 
+/* The blobs of a slot's inner state: M and V, and with streaming L (its local parameters). */
+static int inner_kinds(const coord_job *j) { return jobspec_streaming(&j->spec) ? 3 : 2; }
+
+static blob_kind inner_kind(int k) { return k == 0 ? BLOB_INNER_M : k == 1 ? BLOB_INNER_V : BLOB_INNER_L; }
+
+static const uint32_t INNER_PAYLOAD[3] = {DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M, DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V,
+                                          DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS};
+
 static int64_t slot_id(const coord_job *j, int path, int replica) {
   return (int64_t)path * j->spec.replicas + replica + 1;
 }
@@ -47,9 +55,9 @@ static int inner_blob_name(const store_lease *l, const coord_job *j, int frag, i
 
 int svc_inner_ckpt_exists(coord *c, const coord_job *j, const store_lease *l, const int *fids, int nf) {
   for (int i = 0; i < nf; i++)
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < inner_kinds(j); k++) {
       char name[BLOB_NAME_MAX], path[4096];
-      if (inner_blob_name(l, j, fids[i], l->round - 1, k ? BLOB_INNER_V : BLOB_INNER_M, name) < 0 ||
+      if (inner_blob_name(l, j, fids[i], l->round - 1, inner_kind(k), name) < 0 ||
           blob_path(c->bs, name, path, sizeof path) < 0 || access(path, R_OK) != 0)
         return 0;
     }
@@ -141,7 +149,7 @@ static void ipush_after(uv_work_t *req, int status) {
         inner_blob_name(&p->lease, p->job, p->frag, p->lease.round - 2, p->work_kind, name) == 0)
       blob_delete(c->bs, name); /* best effort: the state of round − 2 is no longer needed */
     DPC_DEBUG("lease %lld: inner state %s of fragment %d round %lld stored (step %llu)", (long long)p->lease.id,
-              p->work_kind == BLOB_INNER_M ? "m" : "v", p->frag + 1, (long long)p->lease.round,
+              p->work_kind == BLOB_INNER_M ? "m" : p->work_kind == BLOB_INNER_V ? "v" : "local parameters", p->frag + 1, (long long)p->lease.round,
               (unsigned long long)p->step);
   }
   if (!p->call) ipush_free(p);
@@ -152,7 +160,9 @@ static void ipush_after(uv_work_t *req, int status) {
 /* A whole M or V stream of one fragment arrived: write it durably. */
 static int ipush_commit(struct rpc_call *call, ipush *p) {
   coord *c = p->c;
-  p->work_kind = p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M ? BLOB_INNER_M : BLOB_INNER_V;
+  p->work_kind = p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M   ? BLOB_INNER_M
+                : p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V ? BLOB_INNER_V
+                                                                    : BLOB_INNER_L;
   p->work_n = (size_t)(p->total / 4);
   if (p->work_kind == BLOB_INNER_M) { /* the step rides along as two floats' bit patterns */
     uint32_t lo = (uint32_t)p->step, hi = (uint32_t)(p->step >> 32);
@@ -202,8 +212,10 @@ static int ipush_begin(struct rpc_call *call, ipush *p, const struct rpc_chunk *
     return -1;
   }
   size_t len = p->job->fragments[frag].len;
-  if (ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M && ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V) {
-    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_ADAM_M or PAYLOAD_ADAM_V, got %u", ch->payload);
+  if (ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M && ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V &&
+      !(ch->payload == DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS && inner_kinds(p->job) == 3)) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_ADAM_M or PAYLOAD_ADAM_V%s, got %u",
+               inner_kinds(p->job) == 3 ? " or PAYLOAD_LOCAL_PARAMS" : "", ch->payload);
     return -1;
   }
   if (dpc_codec_check((int)ch->codec, DPC_CODEC_BIT(DPC_CODEC_FP32), ch->num_floats, ch->total, ch->block_floats,
@@ -320,7 +332,7 @@ static void ipush_on_done(struct rpc_call *call, int cancelled, void *ud) {
  * freed when the stream and every chunk in flight have let go (unref runs on any thread). */
 typedef struct ipull_bufs {
   atomic_int refs;
-  float *data[2];
+  float *data[3];
 } ipull_bufs;
 
 static void ipull_ref(void *ud) { atomic_fetch_add(&((ipull_bufs *)ud)->refs, 1); }
@@ -330,23 +342,23 @@ static void ipull_unref(void *ud) {
   if (atomic_fetch_sub(&b->refs, 1) != 1) return;
   free(b->data[0]);
   free(b->data[1]);
+  free(b->data[2]);
   free(b);
 }
 
-/* The M and V blobs of fragment frag from the round before l's into b (M carries n + 2 floats,
- * V n). */
+/* The M and V (and with streaming L) blobs of fragment frag from the round before l's into b
+ * (M carries n + 2 floats, V and L n). */
 static int ipull_read(coord *c, const coord_job *j, const store_lease *l, int frag, ipull_bufs *b) {
-  size_t n = j->fragments[frag].len, got[2] = {0, 0};
-  int rc = 0;
-  for (int k = 0; k < 2 && rc == 0; k++) {
+  size_t n = j->fragments[frag].len, got[3] = {0, 0, 0};
+  int rc = 0, nk = inner_kinds(j);
+  for (int k = 0; k < nk && rc == 0; k++) {
     char name[BLOB_NAME_MAX];
-    blob_kind kind = k ? BLOB_INNER_V : BLOB_INNER_M;
-    rc = inner_blob_name(l, j, frag, l->round - 1, kind, name);
-    if (rc == 0) rc = blob_read_alloc(c->bs, name, kind, &b->data[k], &got[k], NULL);
+    rc = inner_blob_name(l, j, frag, l->round - 1, inner_kind(k), name);
+    if (rc == 0) rc = blob_read_alloc(c->bs, name, inner_kind(k), &b->data[k], &got[k], NULL);
   }
-  if (rc == 0 && (got[0] != n + 2 || got[1] != n))
-    rc = dpc_err(DPC_EFORMAT, "inner state blobs of fragment %d hold %zu/%zu floats, expected %zu+2/%zu", frag + 1,
-                 got[0], got[1], n, n);
+  if (rc == 0 && (got[0] != n + 2 || got[1] != n || (nk == 3 && got[2] != n)))
+    rc = dpc_err(DPC_EFORMAT, "inner state blobs of fragment %d hold %zu/%zu/%zu floats, expected %zu+2/%zu/%zu",
+                 frag + 1, got[0], got[1], got[2], n, n, n);
   return rc;
 }
 
@@ -393,11 +405,11 @@ static void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, 
       memcpy(&hi, &b->data[0][n + 1], 4);
       uint64_t step = (uint64_t)lo | (uint64_t)hi << 32;
       os->c = c;
-      os->nparts = 2;
-      for (int k = 0; k < 2; k++)
+      os->nparts = inner_kinds(j);
+      for (int k = 0; k < os->nparts; k++)
         os->part[k] = (out_part){.data = (const uint8_t *)b->data[k], .total = (uint64_t)n * 4,
                                  .crc = dpc_crc32c(0, b->data[k], n * 4),
-                                 .payload = k ? DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V : DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M,
+                                 .payload = INNER_PAYLOAD[k],
                                  .fragment_id = r->fragment_id, .version = (uint64_t)l.round - 1, .num_floats = n,
                                  .step = step};
       os->lease_id = (uint64_t)l.id;

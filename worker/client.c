@@ -284,15 +284,19 @@ int wc_release(wclient *c, uint64_t lease_id, int reason, uint64_t step, const c
 }
 
 int wc_push_inner(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                  const float *const *m, const float *const *v, uint64_t step, int *code) {
+                  const float *const *m, const float *const *v, const float *const *local, uint64_t step, int *code) {
+  static const uint32_t payload[3] = {DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M, DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V,
+                                      DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS};
+  const size_t parts = local ? 3 : 2;
   size_t total = 0;
-  for (size_t i = 0; i < n; i++) total += 2 * (size_t)frags[i]->num_floats * sizeof(float);
+  for (size_t i = 0; i < n; i++) total += parts * (size_t)frags[i]->num_floats * sizeof(float);
   struct rpc_stream *s = NULL;
   int rc = rpc_stream_open(c->rpc, SVC "PushInnerState", NULL, transfer_timeout_ms(total), &s);
   *code = rpc_last_code();
   if (rc) return rc;
-  for (size_t i = 0; i < 2 * n && !rc; i++) {
-    const Dipaco__V1__FragmentInfo *f = frags[i / 2];
+  for (size_t i = 0; i < parts * n && !rc; i++) {
+    const Dipaco__V1__FragmentInfo *f = frags[i / parts];
+    const size_t k = i % parts;
     struct rpc_chunk h;
     memset(&h, 0, sizeof h);
     h.lease_id = lease_id;
@@ -301,9 +305,9 @@ int wc_push_inner(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const
     h.codec = DIPACO__V1__CODEC__CODEC_FP32;
     h.num_floats = f->num_floats;
     h.step = step;
-    h.payload = i % 2 ? DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V : DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M;
-    rc = rpc_stream_write_chunks(s, &h, i % 2 ? v[i / 2] : m[i / 2], (size_t)f->num_floats * sizeof(float),
-                                 c->max_chunk_bytes);
+    h.payload = payload[k];
+    rc = rpc_stream_write_chunks(s, &h, (k == 0 ? m : k == 1 ? v : local)[i / parts],
+                                 (size_t)f->num_floats * sizeof(float), c->max_chunk_bytes);
   }
   ProtobufCMessage *pm = NULL;
   int frc = rpc_stream_finish(s, &dipaco__v1__push_inner_state_response__descriptor, &pm);
@@ -318,18 +322,22 @@ int wc_push_inner(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const
   return 0;
 }
 
-int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *m, float *v,
+int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *m, float *v, float *local,
                   uint64_t *step, int *code) {
+  static const uint32_t payload[3] = {DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M, DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V,
+                                      DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS};
+  float *const dst[3] = {m, v, local};
+  const int parts = local ? 3 : 2;
   Dipaco__V1__PullInnerStateRequest req = DIPACO__V1__PULL_INNER_STATE_REQUEST__INIT;
   size_t bytes = (size_t)f->num_floats * sizeof(float);
   req.lease_id = lease_id;
   req.fragment_id = f->fragment_id;
   req.max_chunk_bytes = c->max_chunk_bytes;
   struct rpc_stream *s = NULL;
-  int rc = rpc_stream_open(c->rpc, SVC "PullInnerState", &req.base, transfer_timeout_ms(2 * bytes), &s);
+  int rc = rpc_stream_open(c->rpc, SVC "PullInnerState", &req.base, transfer_timeout_ms((size_t)parts * bytes), &s);
   *code = rpc_last_code();
   if (rc) return rc;
-  int part = 0; /* 0: m, 1: v, 2: both complete */
+  int part = 0; /* 0: m, 1: v, 2: local (streaming); parts: all complete */
   uint64_t next = 0;
   uint32_t crc = 0;
   for (;;) {
@@ -340,19 +348,18 @@ int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo 
     const char *what = NULL;
     rc = rpc_chunk_parse(msg, &h);
     if (rc == 0) {
-      uint32_t want = part ? DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V : DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M;
-      if (part >= 2) what = "extra chunk after both streams";
-      else if (h.payload != want) what = "payload";
+      if (part >= parts) what = "extra chunk after the last stream";
+      else if (h.payload != payload[part]) what = "payload";
       else if (h.fragment_id != f->fragment_id || h.total != bytes || h.num_floats != f->num_floats) what = "fragment/size";
       else if (h.codec != DIPACO__V1__CODEC__CODEC_FP32) what = "codec";
       else if (h.offset != next || h.len > bytes - next) what = "offset";
-      else if (part == 1 && h.step != *step) what = "step (m and v disagree)";
-      if (!what) rc = rpc_chunk_copy(msg, &h, (unsigned char *)(part ? v : m) + next);
+      else if (part >= 1 && h.step != *step) what = "step (the streams disagree)";
+      if (!what) rc = rpc_chunk_copy(msg, &h, (unsigned char *)dst[part] + next);
     }
     rpc_msg_free(msg);
     if (rc == 0 && what) rc = dpc_err(DPC_EFORMAT, "PullInnerState: fragment %" PRIu64 ": bad %s", f->fragment_id, what);
     if (rc) break;
-    crc = dpc_crc32c(crc, (unsigned char *)(part ? v : m) + next, h.len);
+    crc = dpc_crc32c(crc, (unsigned char *)dst[part] + next, h.len);
     next += h.len;
     *step = h.step;
     if (next == bytes) {
@@ -367,7 +374,7 @@ int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo 
   }
   *code = rpc_last_code(); /* rpc_stream_read returned 0: the stream ended with OK */
   rpc_stream_free(s);
-  if (rc == 0 && part != 2) {
+  if (rc == 0 && part != parts) {
     *code = RPC_OK;
     rc = dpc_err(DPC_EFORMAT, "PullInnerState: fragment %" PRIu64 ": the stream ended early", f->fragment_id);
   }

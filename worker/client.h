@@ -86,14 +86,17 @@ int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frag
             int *results, int *code, uint64_t *sent);
 
 /* inner.state checkpoint: one PushInnerState stream with, for each of frags[0..n), its AdamW
- * first moment m[i] (PAYLOAD_ADAM_M) then second moment v[i] (PAYLOAD_ADAM_V), step = the
- * AdamW step count. Returns once the coordinator has stored them durably. */
+ * first moment m[i] (PAYLOAD_ADAM_M) then second moment v[i] (PAYLOAD_ADAM_V) and, for a
+ * streaming lease (local != NULL), the slot's local parameters local[i]
+ * (PAYLOAD_LOCAL_PARAMS), step = the AdamW step count. Returns once the coordinator has
+ * stored them durably. */
 int wc_push_inner(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                  const float *const *m, const float *const *v, uint64_t step, int *code);
+                  const float *const *m, const float *const *v, const float *const *local, uint64_t step, int *code);
 
-/* PullInnerState of fragment f of lease `lease_id` into m[f->num_floats] and v[...]; *step
+/* PullInnerState of fragment f of lease `lease_id` into m[f->num_floats] and v[...] (and
+ * local[...] for a streaming lease, NULL otherwise); *step
  * receives the AdamW step count. Checks payloads, sizes, contiguity and each stream's CRC. */
-int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *m, float *v,
+int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *m, float *v, float *local,
                   uint64_t *step, int *code);
 
 int wc_release(wclient *c, uint64_t lease_id, int reason, uint64_t step, const char *msg,

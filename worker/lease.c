@@ -117,8 +117,10 @@ static int lease_plan_phase(lease_work *x) {
   int rc = lease_plan_build(L, &x->p);
   if (!rc) rc = slot_fit_trainer(&r->slots, r->o, L, &x->p);
   if (!rc) {
-    if (L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT && L->has_inner_checkpoint)
-      rc = slot_resume_checkpoint(&r->slots, r->wc, r->ctl, r->seed, L, &x->p);
+    /* (A streaming lease resumes its checkpoint in stream_run, unless it holds the slot.) */
+    if (L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT && L->has_inner_checkpoint &&
+        !L->streaming)
+      rc = slot_resume_checkpoint(&r->slots, r->wc, r->ctl, r->seed, L, &x->p, NULL);
     else rc = slot_select_state(&r->slots, L);
   }
   x->hb.tok_per_step = (uint64_t)x->p.opts.B * (uint64_t)x->p.opts.T;

@@ -188,14 +188,15 @@ int slot_select_state(slot_cache *c, const Dipaco__V1__Lease *L) {
 /* Pull the slot's AdamW state (every fragment of the lease) into m and v, *step the AdamW
  * step the fragments agree on. */
 static int pull_inner(wclient *wc, worker_ctl *ctl, unsigned *seed, const Dipaco__V1__Lease *L, const lease_plan *p,
-                      float *m, float *v, uint64_t *step) {
+                      float *m, float *v, float *local, uint64_t *step) {
   uint64_t step0 = 0;
   int rc = 0;
   for (size_t i = 0; i < L->n_fragments && !rc; i++) {
     const Dipaco__V1__FragmentInfo *f = L->fragments[i];
     for (int attempt = 0;; attempt++) {
       int code = RPC_OK;
-      rc = wc_pull_inner(wc, L->lease_id, f, m + p->abs_off[i], v + p->abs_off[i], step, &code);
+      rc = wc_pull_inner(wc, L->lease_id, f, m + p->abs_off[i], v + p->abs_off[i], local ? local + p->abs_off[i] : NULL,
+                         step, &code);
       if (rc == 0 || wc_classify(rc, code) != WC_RETRY || attempt >= 3 || worker_stopping(ctl)) break;
       DPC_WARN("lease %" PRIu64 ": pulling the inner state: %s; retrying", L->lease_id, dpc_errmsg());
       if (worker_sleep(ctl, worker_backoff_ms(attempt, seed))) break;
@@ -211,14 +212,14 @@ static int pull_inner(wclient *wc, worker_ctl *ctl, unsigned *seed, const Dipaco
 }
 
 int slot_resume_checkpoint(slot_cache *c, wclient *wc, worker_ctl *ctl, unsigned *seed, const Dipaco__V1__Lease *L,
-                           const lease_plan *p) {
+                           const lease_plan *p, float *local) {
   int rc = stash_current(c);
   if (rc) return rc;
   slot_forget(c, L->job_id, L->slot->path, L->slot->replica);
   float *m = calloc(p->n_params, sizeof(float)), *v = calloc(p->n_params, sizeof(float));
   uint64_t step = 0;
   rc = m && v ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory for the inner state");
-  if (!rc) rc = pull_inner(wc, ctl, seed, L, p, m, v, &step);
+  if (!rc) rc = pull_inner(wc, ctl, seed, L, p, m, v, local, &step);
   if (!rc) rc = trainer_set_state(c->tr, m, v, (long)step);
   if (!rc)
     DPC_INFO("lease %" PRIu64 ": resumed the slot's AdamW state from the coordinator (step %" PRIu64 ", lease starts at %"
@@ -233,19 +234,24 @@ int slot_resume_checkpoint(slot_cache *c, wclient *wc, worker_ctl *ctl, unsigned
 int slot_push_inner(slot_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, int *code) {
   size_t nf = L->n_fragments;
   float *m = malloc(c->n_params * sizeof(float)), *v = malloc(c->n_params * sizeof(float));
-  const float **mp = malloc(nf * sizeof *mp), **vp = malloc(nf * sizeof *vp);
+  const float **mp = malloc(nf * sizeof *mp), **vp = malloc(nf * sizeof *vp), **lp = malloc(nf * sizeof *lp);
+  float *loc = L->streaming ? malloc(c->n_params * sizeof(float)) : NULL; /* the slot's local parameters */
   long step = 0;
-  int rc = m && v && mp && vp ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory for the inner state");
+  int rc = m && v && mp && vp && lp && (loc || !L->streaming) ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory for the inner state");
   if (!rc) rc = trainer_get_state(c->tr, m, v, &step);
+  if (!rc && loc) rc = trainer_get_params(c->tr, loc, 0, c->n_params);
   for (size_t i = 0; i < nf && !rc; i++) {
     mp[i] = m + p->abs_off[i];
     vp[i] = v + p->abs_off[i];
+    lp[i] = loc ? loc + p->abs_off[i] : NULL;
   }
-  if (!rc) rc = wc_push_inner(wc, L->lease_id, L->fragments, nf, mp, vp, (uint64_t)step, code);
+  if (!rc) rc = wc_push_inner(wc, L->lease_id, L->fragments, nf, mp, vp, loc ? lp : NULL, (uint64_t)step, code);
   free(m);
   free(v);
+  free(loc);
   free(mp);
   free(vp);
+  free(lp);
   return rc;
 }
 

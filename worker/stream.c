@@ -346,7 +346,16 @@ int stream_run(stream_env *e, const Dipaco__V1__Lease *L, const lease_plan *p, t
   stream_keep *k = e->keep;
   int cont = 0;
   int rc = keep_fit(k, L, p->n_params, &cont);
-  if (!rc && !cont) rc = fresh_start(&x);
+  if (!rc && !cont && L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT &&
+      L->has_inner_checkpoint) {
+    /* Exactly where the slot's last lease ended: moments and local parameters. */
+    rc = slot_resume_checkpoint(e->slots, e->wc, e->ctl, e->seed, L, p, k->local);
+    if (!rc)
+      DPC_INFO("lease %" PRIu64 ": resumed the streaming slot (%u,%u) at step %" PRIu64 " from its checkpoint",
+               L->lease_id, L->slot->path, L->slot->replica, L->first_step);
+  } else if (!rc && !cont) {
+    rc = fresh_start(&x);
+  }
   if (!rc) rc = trainer_set_params(e->slots->tr, k->local, 0, k->n_params);
   k->valid = 0; /* until the lease completes, the kept state is in flux */
   if (!rc) rc = pusher_start(&x.q, e, L, p);
