@@ -135,9 +135,10 @@ def stream_cfg(spec, L):
 
 
 # ---------------------------------------------------------------- the simulation
-def run(init, tokens, spec, stop_after_steps=None, trace=None):
+def run(init, tokens, spec, stop_after_steps=None, trace=None, stats=None):
     """Streaming DiLoCo; returns the final global parameters {name: tensor}.
-    trace, if a list, receives (n, "sync"|"merge", g) events."""
+    trace, if a list, receives (n, "sync"|"merge", g) events; stats, if a list, receives per eager
+    merge (n, g, |G_new - estimate|, |G_new - G_old|) (L2 over the group, mean over replicas)."""
     cfg, G0 = init
     R, H, rounds = spec["replicas"], spec["inner_steps"], spec["rounds"]
     B, T = spec["batch"], spec["seq_len"]
@@ -186,9 +187,11 @@ def run(init, tokens, spec, stop_after_steps=None, trace=None):
     def sync(g, n):
         ds = deltas_of(g)
         est = None
+        g_old = {k: G[k].detach().clone() for k in gnames[g]} if stats is not None else None
         if eager:
             # eager estimate of each replica, from its own fresh and previous delta and the
-            # coordinator's eager base of the last version (EAGER.md, eq. E2)
+            # coordinator's eager base of the last version (EAGER.md, eq. E2). The weights of the
+            # paper's proxy (P) live in this one line: corr = (d_new - d_prev) / R.
             est = []
             with torch.no_grad():
                 for r in range(R):
@@ -227,9 +230,12 @@ def run(init, tokens, spec, stop_after_steps=None, trace=None):
         if tau == 0:
             merge(g, None, n)
         else:
-            pending.setdefault(n + tau, []).append((g, est))
+            pending.setdefault(n + tau, []).append((g, est, g_old))
 
-    def merge(g, est, n):
+    def merge(g, est, n, g_old=None):
+        if stats is not None and est is not None:
+            sq = lambda a: sum(float(((G[k].detach() - a[k]) ** 2).sum()) for k in gnames[g]) ** 0.5
+            stats.append((n, g, sum(sq(e) for e in est) / R, sq(g_old)))
         with torch.no_grad():
             for r in range(R):
                 for k in gnames[g]:
@@ -249,8 +255,8 @@ def run(init, tokens, spec, stop_after_steps=None, trace=None):
             x, y = D.batch_at(tokens, s, r, R, nb, B, T)
             D.inner_step(reps[r], opts[r], cfg, inner, total, s, x, y)
         n = s + 1
-        for g, est in pending.pop(n, []):
-            merge(g, est, n)
+        for g, est, g_old in pending.pop(n, []):
+            merge(g, est, n, g_old)
         for g in range(F):
             if syncs(g, n, H, F):
                 sync(g, n)
