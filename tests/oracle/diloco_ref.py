@@ -93,6 +93,23 @@ def make_adamw(P, inner):
                              lr=inner["lr"], betas=(inner["beta1"], inner["beta2"]), eps=inner["eps"])
 
 
+def batch_at(tokens, s, r, R, nb, B, T):
+    """Inputs and targets of batch s of replica r of R (DESIGN.md §3 data order)."""
+    o = ((s * R + r) % nb) * B * T
+    return tokens[o:o + B * T].view(B, T), tokens[o + 1:o + B * T + 1].view(B, T)
+
+
+def inner_step(P, opt, cfg, inner, total, s, x, y):
+    """One AdamW inner step at global step s (LR schedule over total steps, clipping)."""
+    for grp in opt.param_groups:
+        grp["lr"] = lr_at(inner["lr"], inner["warmup"], total, inner["lr_min_frac"], s)
+    opt.zero_grad(set_to_none=True)
+    forward(P, cfg, x, y).backward()
+    if inner["grad_clip"] > 0:
+        torch.nn.utils.clip_grad_norm_(list(P.values()), inner["grad_clip"])
+    opt.step()
+
+
 def run(init, tokens, spec, stop_after=None):
     cfg, G0 = init
     R, H, rounds = spec["replicas"], spec["inner_steps"], spec["rounds"]
@@ -117,16 +134,8 @@ def run(init, tokens, spec, stop_after=None):
                     P[k].copy_(G[k])
             for h in range(H):
                 s = t * H + h
-                o = ((s * R + r) % nb) * B * T
-                x = tokens[o:o + B * T].view(B, T)
-                y = tokens[o + 1:o + B * T + 1].view(B, T)
-                for grp in opts[r].param_groups:
-                    grp["lr"] = lr_at(inner["lr"], inner["warmup"], total, inner["lr_min_frac"], s)
-                opts[r].zero_grad(set_to_none=True)
-                forward(P, cfg, x, y).backward()
-                if inner["grad_clip"] > 0:
-                    torch.nn.utils.clip_grad_norm_(list(P.values()), inner["grad_clip"])
-                opts[r].step()
+                x, y = batch_at(tokens, s, r, R, nb, B, T)
+                inner_step(P, opts[r], cfg, inner, total, s, x, y)
             deltas.append({k: (G[k].detach() - P[k].detach()) for k in names})
         with torch.no_grad():
             for k in names:
