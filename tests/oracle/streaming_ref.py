@@ -143,8 +143,8 @@ def run(init, tokens, spec, stop_after_steps=None, trace=None, stats=None):
     R, H, rounds = spec["replicas"], spec["inner_steps"], spec["rounds"]
     B, T = spec["batch"], spec["seq_len"]
     inner, outer = spec["inner"], spec["outer"]
-    if inner.get("state", "keep") != "keep":
-        raise ValueError("streaming: inner.state must be keep (replicas train continuously)")
+    if inner.get("state", "keep") not in ("keep", "checkpoint"):
+        raise ValueError("streaming: inner.state must be keep or checkpoint (replicas train continuously)")
     L = cfg["n_layer"]
     st = stream_cfg(spec, L)
     F, tau, alpha, codec, bf, eager = (st["fragments"], st["overlap_steps"], float(st["alpha"]), st["codec"],
