@@ -138,10 +138,12 @@ static void int8_block(const float *x, size_t k, float scale, unsigned char *c) 
     memset(c, 0, k);
     return;
   }
+  /* |x / scale| stays below 400 even for a subnormal scale, so the rounding is exact and the
+   * conversion defined; clamping the integer keeps every float operation unconditional (a
+   * select on a float compare keeps GCC from vectorizing under -ftrapping-math). */
   for (size_t i = 0; i < k; i++) {
-    float q = x[i] / scale;
-    q = q < -127.0f ? -127.0f : q > 127.0f ? 127.0f : q; /* clamping first is the same: bounds are integers */
-    c[i] = (unsigned char)(int)((q + RNE_MAGIC) - RNE_MAGIC);
+    int v = (int)((x[i] / scale + RNE_MAGIC) - RNE_MAGIC);
+    c[i] = (unsigned char)(v < -127 ? -127 : v > 127 ? 127 : v);
   }
 }
 
@@ -154,7 +156,8 @@ static unsigned char e4m3_code(float y) {
   /* Normal: rebias the exponent 127 -> 7 and round 23 -> 3 mantissa bits to nearest even; a
    * carry moves into the exponent as it should. */
   uint32_t nrm = (a - (120u << 23) + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
-  uint32_t c = a < 0x3c800000u ? sub : nrm;
+  uint32_t is_sub = 0u - (a < 0x3c800000u); /* a mask, not a ?:, so that both stay branch-free */
+  uint32_t c = (sub & is_sub) | (nrm & ~is_sub);
   c = c > 0x7eu ? 0x7eu : c;
   return (unsigned char)(c | ((u >> 24) & 0x80u & (0u - (c != 0))));
 }
@@ -167,13 +170,14 @@ static void fp8_block(const float *x, size_t k, float scale, unsigned char *c) {
   for (size_t i = 0; i < k; i++) c[i] = e4m3_code(x[i] / scale);
 }
 
-/* e3m0 code of x given the block's scale (> 0): the level of |x| / scale, nearest in linear
- * distance, a midpoint going to the larger level, counted as the midpoints at or below it. */
+/* e3m0 code of x given the block's scale (> 0): the level of y = |x| / scale, nearest in linear
+ * distance, a midpoint going to the larger level, counted as the midpoints at or below y
+ * (2^-7, 1.5 * 2^-6, ..., 1.5 * 2^-1), compared as bit patterns (y >= 0). */
 static unsigned e3m0_code(float x, float scale) {
-  float y = fabsf(x) / scale;
-  unsigned e = (y >= 0x1p-7f) + (y >= 0x1.8p-6f) + (y >= 0x1.8p-5f) + (y >= 0x1.8p-4f) + (y >= 0x1.8p-3f) +
-               (y >= 0x1.8p-2f) + (y >= 0x1.8p-1f);
-  return e | (x < 0.0f && e) << 3;
+  uint32_t u = f32_bits(x), a = f32_bits(bits_f32(u & 0x7fffffffu) / scale);
+  unsigned e = (a >= 0x3c000000u) + (a >= 0x3cc00000u) + (a >= 0x3d400000u) + (a >= 0x3dc00000u) +
+               (a >= 0x3e400000u) + (a >= 0x3ec00000u) + (a >= 0x3f400000u);
+  return e | ((u >> 28) & 8u & (0u - (e != 0)));
 }
 
 static void e3m0_block(const float *x, size_t k, float scale, unsigned char *c) {
@@ -181,9 +185,8 @@ static void e3m0_block(const float *x, size_t k, float scale, unsigned char *c) 
     memset(c, 0, (k + 1) / 2);
     return;
   }
-  size_t i = 0;
-  for (; i + 1 < k; i += 2) c[i / 2] = (unsigned char)(e3m0_code(x[i], scale) | e3m0_code(x[i + 1], scale) << 4);
-  if (i < k) c[i / 2] = (unsigned char)e3m0_code(x[i], scale); /* odd count: the high nibble pads with 0 */
+  for (size_t j = 0; j < k / 2; j++) c[j] = (unsigned char)(e3m0_code(x[2 * j], scale) | e3m0_code(x[2 * j + 1], scale) << 4);
+  if (k % 2) c[k / 2] = (unsigned char)e3m0_code(x[k - 1], scale); /* odd count: the high nibble pads with 0 */
 }
 
 static size_t code_bytes(int codec, size_t k) { return codec == DPC_CODEC_E3M0 ? (k + 1) / 2 : k; }
@@ -268,11 +271,10 @@ static size_t decode_block(int codec, const unsigned char *c, size_t k, float s,
       y[i] = t8[c[i]] * s;
     }
   } else {
-    size_t i = 0;
-    for (; i + 1 < k; i += 2) y[i] = t4[c[i / 2]][0] * s, y[i + 1] = t4[c[i / 2]][1] * s;
-    if (i < k) {
-      y[i] = t4[c[i / 2]][0] * s;
-      if (c[i / 2] >> 4) return k;
+    for (size_t j = 0; j < k / 2; j++) y[2 * j] = t4[c[j]][0] * s, y[2 * j + 1] = t4[c[j]][1] * s;
+    if (k % 2) {
+      y[k - 1] = t4[c[k / 2]][0] * s;
+      if (c[k / 2] >> 4) return k;
     }
     return 0;
   }
