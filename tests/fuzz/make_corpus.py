@@ -193,4 +193,16 @@ for n, body in protos.items():
     if n in idx:
         put("proto", n, bytes([idx[n], 0]) + body)
         put("proto", n + "_sliced", bytes([idx[n], 0x82]) + body)
+# fuzz_codec: byte 0 = codec, bytes 1-2 = block_floats, byte 3 = count mode (odd: as many floats
+# as the stream holds), then the stream: [fp32 scale][codes] per block.
+def block(scale, codes):
+    return struct.pack("<f", scale) + bytes(codes)
+
+
+put("codec", "fp32", bytes([0, 0, 0, 1]) + f32(1, -2, 0.5, 3e-39))
+put("codec", "bf16", bytes([1, 0, 0, 1]) + b"\x80\x3f\x00\xc0")
+put("codec", "int8_short_last", bytes([2, 4, 0, 1]) + block(0.5, [1, 0x7f, 0x81, 0]) + block(0.0, [0, 0]))
+put("codec", "fp8_subnormal_nan", bytes([3, 4, 0, 1]) + block(2.0, [0x7e, 0x01, 0x88, 0x38]) + block(1.0, [0x7f]))
+put("codec", "e3m0_odd", bytes([4, 5, 0, 1]) + block(1.5, [0xf7, 0x81, 0x05]) + block(1e38, [0x07]))
+put("codec", "e3m0_wrong_len", bytes([4, 0, 1, 6]) + block(1.0, [0x12] * 10))
 print("seeds written under", ROOT, file=sys.stderr)
