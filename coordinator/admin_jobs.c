@@ -20,6 +20,7 @@
 #include "coordinator/admin_jobs.h"
 
 #include "common/checksum.h"
+#include "common/codec.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -51,6 +52,26 @@ static Dipaco__V1__JobState job_state_wire(store_job_state s) {
 }
 
 /* Fill a summary; strings point into sj (keep it alive until the reply is sent). */
+/* The most delta bytes one slot sends at one sync point: over paths and sync groups, the
+ * encoded size of the fragments of the path that sync together (the whole path without
+ * streaming). */
+static uint64_t peak_sync_bytes(const coord_job *j) {
+  uint64_t peak = 0;
+  const int groups = jobspec_streaming(&j->spec) ? j->spec.streaming.fragments : 1;
+  for (int p = 0; p < j->n_paths; p++)
+    for (int g = 0; g < groups; g++) {
+      uint64_t sum = 0;
+      for (int f = 0; f < j->n_fragments; f++) {
+        size_t b = 0;
+        if (j->fragments[f].group == g && coord_job_path_has_fragment(j, p, f) &&
+            dpc_codec_bytes(j->spec.streaming.codec, j->fragments[f].len, (uint32_t)j->spec.streaming.block_floats, &b) == 0)
+          sum += b;
+      }
+      if (sum > peak) peak = sum;
+    }
+  return peak;
+}
+
 static void fill_summary(coord *c, const store_job *sj, Dipaco__V1__JobSummary *s) {
   dipaco__v1__job_summary__init(s);
   coord_job *j = coord_job_get(c, sj->id);
@@ -80,6 +101,19 @@ static void fill_summary(coord *c, const store_job *sj, Dipaco__V1__JobSummary *
   if (store_list_active_leases(c->st, sj->id, &ls, &nl) == 0) {
     s->active_leases = (uint32_t)nl;
     free(ls);
+  }
+  int64_t in = 0, out = 0;
+  if (store_job_traffic(c->st, sj->id, &in, &out) == 0) {
+    s->bytes_in = (uint64_t)in;
+    s->bytes_out = (uint64_t)out;
+  }
+  s->peak_sync_bytes = peak_sync_bytes(j);
+  store_slot *sl;
+  int ns;
+  if (store_list_slots(c->st, sj->id, &sl, &ns) == 0) {
+    for (int i = 0; i < ns; i++)
+      s->tokens += (uint64_t)sl[i].inner_steps * (uint64_t)j->spec.batch * (uint64_t)j->spec.seq_len;
+    free(sl);
   }
 }
 

@@ -396,5 +396,8 @@ typedef struct store_metric {
 int store_add_metric(store *st, const store_metric *m);
 /* Metrics of a job with round >= since_round, by (round, id); free() the array. */
 int store_list_metrics(store *st, int64_t job, int64_t since_round, store_metric **out, int *n);
+/* The bytes a job's slot metric rows recorded: delta bytes received (as sent on the wire) and
+ * parameter bytes pulled. */
+int store_job_traffic(store *st, int64_t job, int64_t *bytes_in, int64_t *bytes_out);
 
 #endif

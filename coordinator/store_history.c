@@ -147,6 +147,20 @@ int store_list_metrics(store *st, int64_t job, int64_t since_round, store_metric
   return sq_collect(st, s, "list metrics", &METRIC_MAP, (void **)out, n);
 }
 
+int store_job_traffic(store *st, int64_t job, int64_t *bytes_in, int64_t *bytes_out) {
+  *bytes_in = *bytes_out = 0;
+  sqlite3_stmt *s = sq_stmt(st, S_JOB_TRAFFIC);
+  if (!s) return DPC_EINTERNAL;
+  BIND_I64S(s, job);
+  int rc = sq_step(st, s, "job traffic");
+  if (rc == SQLITE_ROW) {
+    *bytes_in = sqlite3_column_int64(s, 0);
+    *bytes_out = sqlite3_column_int64(s, 1);
+  }
+  sqlite3_reset(s);
+  return rc == SQLITE_ROW ? 0 : dpc_err(DPC_EIO, "job traffic: no row");
+}
+
 /* ---- async ledger (additive: asynchronous Local-SGD) ---------------------------------------- */
 
 int store_next_pending_delta(store *st, int64_t job, int fragment, store_delta *out) {

@@ -263,6 +263,8 @@ typedef struct {
   X(GC_DELTA_DEL, "UPDATE deltas SET blob = '' WHERE id = ?1")                                                \
   X(INS_METRIC, "INSERT INTO metrics (" METRIC_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)") \
   X(LIST_METRICS, "SELECT " METRIC_COLS " FROM metrics WHERE job = ?1 AND round >= ?2 ORDER BY round, id") \
+  X(JOB_TRAFFIC, "SELECT coalesce(sum(bytes_in), 0), coalesce(sum(bytes_out), 0) FROM metrics "              \
+                 "WHERE job = ?1 AND path >= 0")                                                              \
   X(ADVANCE_SLOT, "UPDATE slots SET round = ?4, inner_steps = ?5 "                                           \
                   "WHERE job = ?1 AND path = ?2 AND replica = ?3 AND state = 'idle' AND round < ?4")      \
   X(NEXT_PENDING, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND state = 'received' " \

@@ -266,6 +266,9 @@ static void push_commit_after(uv_work_t *req, int status) {
                       .replica = p->lease.replica, .worker = p->worker, .loss = loss, .tokens = (int64_t)p->tokens,
                       .bytes_in = (int64_t)p->total, .bytes_out = n ? (int64_t)n->bytes_out : 0,
                       .created_at = dpc_wall_ms()};
+    /* Each row carries the pulls since the lease's previous delta, so that rows add up. */
+    uint64_t pulled = n ? n->bytes_out : 0;
+    if (n) n->bytes_out = 0;
     store_new_delta nd = {.lease = p->lease.id, .fragment = p->frag, .checksum = p->work_crc, .blob = p->blob,
                           .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = dpc_wall_ms(), .norm = p->norm,
                           .metric = &m};
@@ -280,6 +283,7 @@ static void push_commit_after(uv_work_t *req, int status) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", rc < 0 ? dpc_errmsg() : "");
     if (rc != 0) blob_delete(c->bs, p->blob);
+    if (rc != 0 && n) n->bytes_out += pulled; /* not recorded: the next row carries them */
     if (rc == 0 || rc == 1) {
       push_ack(p, p->frag, rc == 0 ? DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED : DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE,
                (uint64_t)p->lease.round + 1);

@@ -1,6 +1,7 @@
 /* view.c — how the admin commands show things: proto enums as names, losses and times as
  * text, JSON strings and numbers, and a job as a text table or one JSON object (view.h). */
 #include "coordinator/ctl/view.h"
+#include "common/codec.h"
 #include "coordinator/jobspec.h"
 
 #include <math.h>
@@ -101,6 +102,10 @@ void view_summary_fields(FILE *f, const Dipaco__V1__JobSummary *s) {
           (unsigned long long)s->rounds_total, s->paths, s->replicas, s->active_leases,
           (long long)s->created_unix_ms, (long long)s->updated_unix_ms);
   view_jnum(f, s->last_loss);
+  fprintf(f, ",\"bytes_in\":%llu,\"bytes_out\":%llu,\"peak_sync_bytes\":%llu,\"tokens\":%llu,\"bytes_per_token\":",
+          (unsigned long long)s->bytes_in, (unsigned long long)s->bytes_out, (unsigned long long)s->peak_sync_bytes,
+          (unsigned long long)s->tokens);
+  view_jnum(f, s->tokens ? (double)(s->bytes_in + s->bytes_out) / (double)s->tokens : NAN);
 }
 
 const Dipaco__V1__JobSummary *view_job_summary(const Dipaco__V1__Job *j) {
@@ -173,6 +178,12 @@ static void text_spec(FILE *f, const jobspec *js) {
     fprintf(f, "level.%-12d %slayers [%d, %d), %d module%s\n", l, js->levels[l].stem ? "stem + " : "",
             js->levels[l].layer_begin, js->levels[l].layer_end, js->levels[l].n_modules,
             js->levels[l].n_modules == 1 ? "" : "s");
+  if (jobspec_streaming(js))
+    fprintf(f, "%-18s fragments %d, overlap_steps %d, alpha %.9g, eager %s\n", "streaming", js->streaming.fragments,
+            js->streaming.overlap_steps, js->streaming.alpha, js->streaming.eager ? "true" : "false");
+  fprintf(f, "%-18s %s", "delta codec", dpc_codec_name(js->streaming.codec));
+  if (dpc_codec_is_block(js->streaming.codec)) fprintf(f, " (block %d)", js->streaming.block_floats);
+  fputc('\n', f);
   fprintf(f, "%-18s %.9g\n", "quorum", js->quorum);
   fprintf(f, "%-18s %.9g\n", "round_timeout_s", js->round_timeout_s);
   fprintf(f, "%-18s %s\n", "weighting", js->weighting == WEIGHTING_TOKENS ? "tokens" : "uniform");
@@ -191,6 +202,11 @@ static void text_job(FILE *f, const Dipaco__V1__Job *j) {
   fprintf(f, "%-18s %u\n", "paths", s->paths);
   fprintf(f, "%-18s %u\n", "active_leases", s->active_leases);
   fprintf(f, "%-18s %s\n", "last_loss", view_fmt_loss(s->last_loss, b3, sizeof b3));
+  fprintf(f, "%-18s in %llu, out %llu bytes; peak sync %llu bytes\n", "traffic", (unsigned long long)s->bytes_in,
+          (unsigned long long)s->bytes_out, (unsigned long long)s->peak_sync_bytes);
+  if (s->tokens)
+    fprintf(f, "%-18s %llu (%.4g bytes per token, both directions)\n", "tokens", (unsigned long long)s->tokens,
+            (double)(s->bytes_in + s->bytes_out) / (double)s->tokens);
   fprintf(f, "%-18s %s\n", "created", view_fmt_time(s->created_unix_ms, b1, sizeof b1));
   fprintf(f, "%-18s %s\n", "updated", view_fmt_time(s->updated_unix_ms, b2, sizeof b2));
   const char *spec = j->spec_json ? j->spec_json : "";
