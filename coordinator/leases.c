@@ -294,8 +294,17 @@ int lease_maybe_pushed(coord *c, const store_lease *l) {
   int64_t *bases;
   int nf;
   if (store_lease_fragments(c->st, l->id, &fids, &bases, &nf) < 0) return 0;
+  const coord_job *j = coord_job_get(c, l->job);
+  const int sync = j && j->spec.algorithm != JOB_ALGO_DILOCO_ASYNC;
   int all = 1;
-  for (int i = 0; i < nf && all; i++) all = store_find_delta(c->st, l->id, fids[i], NULL) == 1;
+  for (int i = 0; i < nf && all; i++) {
+    all = store_find_delta(c->st, l->id, fids[i], NULL) == 1;
+    /* Sync: a fragment whose round already closed needs nothing more from this slot — an
+     * earlier lease of the slot, lost after pushing that fragment (a streaming lease pushes
+     * fragments as it goes), or the deadline, settled it; this lease's push of it was late. */
+    store_round r;
+    if (!all && sync && store_get_round(c->st, l->job, fids[i], l->round, &r) == 0 && r.state == ROUND_CLOSED) all = 1;
+  }
   free(fids);
   free(bases);
   if (all) lease_pushed(c, l->id);

@@ -300,6 +300,7 @@ static void push_commit_after(uv_work_t *req, int status) {
       rounds_check(c);
     } else if (rc == DPC_ESTATE) {
       push_ack(p, p->frag, DIPACO__V1__PUSH_RESULT__PUSH_LATE, (uint64_t)p->lease.round + 1);
+      if (lease_maybe_pushed(c, &p->lease)) rounds_check(c); /* the round closed without it: nothing left owed */
     } else if (rc == DPC_ECANCELED) {
       push_fail(p, RPC_ABORTED, "%s; drop the work and ask for a new lease", msg);
     } else if (rc == DPC_EEXIST) { /* the lease recorded a different delta: that one stays */

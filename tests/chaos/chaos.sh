@@ -19,7 +19,8 @@
 # worker's kills cost nothing: give it CHAOS_ROUNDS=80). CHAOS_ALGO=async runs a diloco-async
 # job (delayed Nesterov) with one slot and two workers instead: with no one to be stale against
 # it is deterministic, so it too must end byte-identical, staleness 0 throughout
-# (ledger_check.py --async).
+# (ledger_check.py --async). CHAOS_ALGO=streaming runs a Streaming DiLoCo job (2 layers in two
+# sync groups, overlap_steps 1, alpha 0.5, e3m0 deltas) under the same kills.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 LONG=${CHAOS_LONG:-0}
@@ -30,7 +31,12 @@ source "$HERE/../integration/lib.sh"
 
 if [ "$LONG" = 1 ]; then ROUNDS=150; WK=100; CK=25; else ROUNDS=40; WK=20; CK=5; fi
 ROUNDS=${CHAOS_ROUNDS:-$ROUNDS}; WK=${CHAOS_WORKER_KILLS:-$WK}; CK=${CHAOS_COORD_KILLS:-$CK}
-R=3; NW=4; ALG=diloco; OUTER='"lr": 0.7, "momentum": 0.9, "nesterov": true'; CHECK=()
+R=3; NW=4; ALG=diloco; OUTER='"lr": 0.7, "momentum": 0.9, "nesterov": true'; CHECK=(); NL=1; STREAMING=''
+if [ "${CHAOS_ALGO:-sync}" = streaming ]; then
+  # Streaming DiLoCo: two sync groups (one layer each), overlap 1, e3m0 deltas; the checkpoint
+  # carries each slot's local parameters too.
+  NL=2; STREAMING=', "streaming": {"fragments": 2, "overlap_steps": 1, "alpha": 0.5, "codec": "e3m0"}'
+fi
 if [ "${CHAOS_ALGO:-sync}" = async ]; then
   R=1; NW=2; ALG=diloco-async; OUTER='"rule": "delayed-nesterov", "lr": 0.7, "momentum": 0.9, "c": 0'; CHECK=(--async)
   # One slot trains a third of the sync job's steps per round: more rounds, so that the kills
@@ -43,14 +49,14 @@ echo "chaos: seed $SEED (rerun with CHAOS_SEED=$SEED), $ROUNDS rounds, >= $WK wo
 COORD_FLAGS=(--lease-ttl-ms 1500 --heartbeat-ms 150)
 
 make_corpus "$W/corpus"
-"$CTL" init --n-layer 1 --n-head 2 --n-embd 32 --n-positions 16 --vocab-size 256 --seed 13 --out "$W/init" 2>/dev/null
+"$CTL" init --n-layer $NL --n-head 2 --n-embd 32 --n-positions 16 --vocab-size 256 --seed 13 --out "$W/init" 2>/dev/null
 cat > "$W/spec.json" <<JSON
 {"name": "chaos", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "$ALG", "replicas": $R, "inner_steps": 4, "rounds": $ROUNDS, "batch": 2, "seq_len": 16,
  "round_timeout_s": 0,
  "inner": {"lr": 0.01, "warmup": 3, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
            "eps": 1e-6, "grad_clip": 0.5, "state": "${CHAOS_INNER_STATE:-checkpoint}"},
- "outer": {$OUTER}}
+ "outer": {$OUTER}$STREAMING}
 JSON
 fail() { die_with_logs "chaos (seed $SEED)" 20 "$@"; }
 # job_status JOB — "ROUND STATE" from one job show call ("0 ?" while the coordinator is away).
