@@ -42,6 +42,14 @@
 #include "coordinator/screen.h"
 #include "coordinator/svc.h"
 #include "coordinator/testhook.h"
+
+#include <stdatomic.h>
+
+/* A momentum blob read for one pull, freed when the stream and its chunks let go. */
+typedef struct {
+  atomic_int refs;
+  float *data;
+} mom_buf;
 #include "proto/dipaco.pb-c.h"
 
 #include <math.h>
@@ -51,6 +59,68 @@
 #include <string.h>
 
 /* ---- PullFragment ------------------------------------------------------------------------------- */
+
+static void mom_ref(void *ud) { atomic_fetch_add(&((mom_buf *)ud)->refs, 1); }
+
+static void mom_unref(void *ud) {
+  mom_buf *b = ud;
+  if (atomic_fetch_sub(&b->refs, 1) != 1) return;
+  free(b->data);
+  free(b);
+}
+
+/* Eager updates: the outer momentum of fragment frag at version r->version (an eager job
+ * only; zeros at version 0), read from its blob and streamed like parameters. */
+static void pull_momentum(struct rpc_call *call, coord *c, const store_lease *l, int frag,
+                          const Dipaco__V1__PullFragmentRequest *r) {
+  coord_job *j = coord_job_get(c, l->job);
+  store_fragment f;
+  if (!j || !j->spec.streaming.eager) {
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "job %lld has no eager updates: its momentum is not served",
+                    (long long)l->job);
+    return;
+  }
+  if (r->version > INT64_MAX || store_get_version(c->st, l->job, frag, (int64_t)r->version, &f) < 0) {
+    store_fragment cur;
+    int later = store_get_fragment(c->st, l->job, frag, &cur) == 0 && r->version > (uint64_t)cur.version;
+    rpc_call_finish(call, later ? RPC_FAILED_PRECONDITION : RPC_NOT_FOUND, "fragment %d momentum version %llu is %s",
+                    frag + 1, (unsigned long long)r->version, later ? "not made yet; ask again" : "not kept");
+    return;
+  }
+  mom_buf *b = calloc(1, sizeof *b);
+  size_t n = j->fragments[frag].len;
+  int rc = b ? 0 : DPC_ENOMEM;
+  if (!rc && f.momentum_blob[0]) {
+    size_t got = 0;
+    rc = blob_read_alloc(c->bs, f.momentum_blob, BLOB_MOMENTUM, &b->data, &got, NULL);
+    if (!rc && got != n) rc = dpc_err(DPC_EFORMAT, "momentum blob %s holds %zu floats, want %zu", f.momentum_blob, got, n);
+  } else if (!rc && !(b->data = calloc(n ? n : 1, sizeof(float)))) {
+    rc = DPC_ENOMEM;
+  }
+  out_stream *os = rc == 0 ? calloc(1, sizeof *os) : NULL;
+  if (rc == 0 && !os) rc = DPC_ENOMEM;
+  if (rc < 0) {
+    rpc_call_fail(call, rc);
+    if (b) {
+      free(b->data);
+      free(b);
+    }
+    return;
+  }
+  atomic_init(&b->refs, 1);
+  os->c = c;
+  os->nparts = 1;
+  os->part[0] = (out_part){.data = (const uint8_t *)b->data, .total = (uint64_t)n * 4,
+                           .crc = dpc_crc32c(0, b->data, n * 4), .payload = DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM,
+                           .fragment_id = r->fragment_id, .version = (uint64_t)f.version, .num_floats = n};
+  os->next = r->offset <= (uint64_t)n * 4 ? r->offset : 0;
+  os->lease_id = (uint64_t)l->id;
+  os->chunk = svc_chunk_size(r->max_chunk_bytes);
+  os->ref = mom_ref;
+  os->unref = mom_unref;
+  os->ud = b;
+  svc_stream_start(call, os);
+}
 
 static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   coord *c = ud;
@@ -75,6 +145,11 @@ static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, v
                     (unsigned long long)r->fragment_id, (long long)l.id);
   } else if (r->codec != DIPACO__V1__CODEC__CODEC_FP32) {
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "codec %d: this coordinator serves CODEC_FP32 only", (int)r->codec);
+  } else if (r->payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM) {
+    pull_momentum(call, c, &l, frag, r);
+  } else if (r->payload != DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "payload %d: PullFragment serves PAYLOAD_PARAMS or PAYLOAD_OUTER_MOMENTUM",
+                    (int)r->payload);
   } else {
     store_fragment f;
     int rc;

@@ -172,6 +172,11 @@ int wc_heartbeat(wclient *c, const Dipaco__V1__HeartbeatRequest *req, Dipaco__V1
 
 int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *dst, size_t *got,
             int *code) {
+  return wc_pull_payload(c, lease_id, f, DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, dst, got, code);
+}
+
+int wc_pull_payload(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, int payload, float *dst,
+                    size_t *got, int *code) {
   Dipaco__V1__PullFragmentRequest req = DIPACO__V1__PULL_FRAGMENT_REQUEST__INIT;
   size_t bytes = (size_t)f->num_floats * sizeof(float);
   req.lease_id = lease_id;
@@ -181,6 +186,7 @@ int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, fl
   req.offset = *got;
   req.codec = DIPACO__V1__CODEC__CODEC_FP32;
   req.max_chunk_bytes = c->max_chunk_bytes;
+  req.payload = (Dipaco__V1__Payload)payload;
   struct rpc_chunk h;
   memset(&h, 0, sizeof h);
   size_t g = *got;
@@ -197,6 +203,7 @@ int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, fl
   else if (h.fragment_id != f->fragment_id) what = "fragment id";
   else if (h.version != f->version) what = "version";
   else if (h.codec != DIPACO__V1__CODEC__CODEC_FP32) what = "codec (asked for fp32)";
+  else if (h.payload != (uint32_t)payload) what = "payload";
   else if (h.num_floats != f->num_floats) what = "num_floats";
   else if (f->crc32c && h.crc32c != f->crc32c) what = "CRC-32C (the lease's FragmentInfo disagrees)";
   if (what) {

@@ -74,6 +74,10 @@ int wc_heartbeat(wclient *c, const Dipaco__V1__HeartbeatRequest *req,
  * CRC-32C of the fragment when it is non-zero. */
 int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *dst,
             size_t *got, int *code);
+/* wc_pull of another payload of the fragment: PAYLOAD_PARAMS, or PAYLOAD_OUTER_MOMENTUM
+ * (eager updates: the outer momentum at f->version). */
+int wc_pull_payload(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, int payload, float *dst,
+                    size_t *got, int *code);
 
 /* One PushDelta stream with the deltas of frags[0..n) (delta[i] holds n floats of fragment
  * i, at its base version frags[i]->version), encoded with `codec` (common/codec.h; block:

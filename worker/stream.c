@@ -23,6 +23,11 @@ void stream_keep_free(stream_keep *k) {
   free(k->local);
   free(k->global);
   free(k->eager_prev);
+  free(k->eager_est);
+  free(k->eager_base);
+  free(k->scratch);
+  free(k->have_e);
+  free(k->est_ver);
   free(k->have_ver);
   memset(k, 0, sizeof *k);
 }
@@ -150,24 +155,20 @@ typedef struct {
 
 static int stopped(stream_lease *x) { return worker_stopping(x->e->ctl) || hb_abort(x->e->hb) != AB_NONE; }
 
-/* Global version v of fragment i into keep->global, pulled unless held; waits (polling with
- * a growing pause) while the coordinator has not made it yet. */
-static int ensure_global(stream_lease *x, size_t i, int64_t v) {
+/* Payload `payload` of fragment i at version v into dst; waits (polling with a growing pause)
+ * while the coordinator has not made that version yet. */
+static int pull_wait(stream_lease *x, size_t i, int64_t v, int payload, float *dst) {
   stream_env *e = x->e;
-  stream_keep *k = e->keep;
-  if (k->have_ver[i] == v) return 0;
   Dipaco__V1__FragmentInfo fi = *x->L->fragments[i];
   fi.version = (uint64_t)v;
   fi.crc32c = 0; /* the lease names the base version's checksum only; the stream carries its own */
-  float *dst = k->global + x->p->abs_off[i];
   int64_t t0 = dpc_mono_ms(), pause = WAIT_MIN_MS;
   int attempt = 0;
   for (;;) {
     size_t got = 0;
     int code = RPC_OK;
-    int rc = wc_pull(e->wc, x->L->lease_id, &fi, dst, &got, &code);
+    int rc = wc_pull_payload(e->wc, x->L->lease_id, &fi, payload, dst, &got, &code);
     if (rc == 0) break;
-    k->have_ver[i] = -1; /* the buffer may be half written */
     if (stopped(x)) {
       x->cls = WC_RETRY;
       return rc;
@@ -184,8 +185,85 @@ static int ensure_global(stream_lease *x, size_t i, int64_t v) {
     worker_sleep_ns(worker_backoff_ms(attempt, e->seed) * 1000000);
   }
   x->wait_ms += dpc_mono_ms() - t0;
-  k->have_ver[i] = v;
   return 0;
+}
+
+/* Global version v of fragment i into keep->global, pulled unless held. */
+static int ensure_global(stream_lease *x, size_t i, int64_t v) {
+  stream_keep *k = x->e->keep;
+  if (k->have_ver[i] == v) return 0;
+  k->have_ver[i] = -1; /* the buffer may be half written until the pull completes */
+  int rc = pull_wait(x, i, v, DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, k->global + x->p->abs_off[i]);
+  if (rc == 0) k->have_ver[i] = v;
+  return rc;
+}
+
+/* ---- eager updates (README "Streaming DiLoCo"): the eager base E_v = G_v + (1 + μ)(G_v − G_{v−1})
+ * + η·μ·u_v — the global the coordinator would make next if the next mean delta equalled the
+ * last one — with E_0 = G_0; `prev` holds G_{v−1} (v > 0), `g` G_v. */
+static void eager_base_of(stream_lease *x, float *E, const float *g, const float *prev, const float *u, size_t len,
+                          int64_t v) {
+  const float mu = x->L->outer_momentum, c1 = 1.0f + mu, c2 = x->L->outer_lr * mu;
+  if (v == 0) {
+    memcpy(E, g, len * sizeof *E);
+    return;
+  }
+  for (size_t k = 0; k < len; k++) E[k] = g[k] + c1 * (g[k] - prev[k]) + c2 * u[k];
+}
+
+/* E at version v of fragment i into keep->eager_base (pulling G_{v−1}, G_v and u_v). */
+static int ensure_eager(stream_lease *x, size_t i, int64_t v) {
+  stream_keep *k = x->e->keep;
+  if (k->have_e[i] == v) return 0;
+  size_t off = x->p->abs_off[i], len = (size_t)x->L->fragments[i]->num_floats;
+  float *E = k->eager_base + off, *prev = k->scratch + off;
+  int rc = 0;
+  if (v > 0 && k->have_ver[i] == v - 1) memcpy(prev, k->global + off, len * sizeof *prev); /* the usual case */
+  else if (v > 0) rc = pull_wait(x, i, v - 1, DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, prev);
+  k->have_e[i] = -1;
+  if (!rc && v > 0) rc = pull_wait(x, i, v, DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM, E); /* u_v, for now */
+  if (!rc) rc = ensure_global(x, i, v);
+  if (rc) return rc;
+  eager_base_of(x, E, k->global + off, prev, E, len, v);
+  k->have_e[i] = v;
+  return 0;
+}
+
+/* Eager, at fragment i's sync against version `base` (its delta d in slots->delta): the
+ * estimate of version base + 1, ĝ = E_base − η(1 + μ)·(d̂ − d̂_prev)/R (d̂: the delta as the
+ * coordinator decodes it), merged at once: local ← α·local + (1 − α)·ĝ. */
+static int eager_step(stream_lease *x, size_t i, int64_t base) {
+  stream_keep *k = x->e->keep;
+  const Dipaco__V1__Lease *L = x->L;
+  size_t off = x->p->abs_off[i], len = (size_t)L->fragments[i]->num_floats;
+  int rc = ensure_eager(x, i, base);
+  if (rc) return rc;
+  const float *d = x->e->slots->delta + off;
+  float *dd = k->scratch + off, *prev = k->eager_prev + off, *est = k->eager_est + off, *l = x->e->slots->theta + off;
+  const float *E = k->eager_base + off;
+  if (L->delta_codec == DIPACO__V1__CODEC__CODEC_FP32) {
+    memcpy(dd, d, len * sizeof *dd);
+  } else { /* what the coordinator will average */
+    size_t bytes = 0;
+    unsigned char *enc = NULL;
+    rc = dpc_codec_bytes((int)L->delta_codec, len, L->delta_block_floats, &bytes);
+    if (!rc && !(enc = malloc(bytes ? bytes : 1))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
+    if (!rc) rc = dpc_codec_encode((int)L->delta_codec, d, len, L->delta_block_floats, enc);
+    if (!rc) rc = dpc_codec_decode((int)L->delta_codec, enc, bytes, len, L->delta_block_floats, dd);
+    free(enc);
+    if (rc) return rc;
+  }
+  const float R = (float)x->p->opts.n_replicas, c1 = (float)((double)L->outer_lr * (1.0 + (double)L->outer_momentum));
+  const float a = L->fragments[i]->merge_alpha, b = 1.0f - a;
+  if ((rc = trainer_get_params(x->e->slots->tr, l, off, len))) return rc;
+  for (size_t j = 0; j < len; j++) {
+    const float corr = (dd[j] - prev[j]) / R;
+    est[j] = E[j] - c1 * corr;
+    l[j] = a == 0.0f ? est[j] : a * l[j] + b * est[j];
+    prev[j] = dd[j];
+  }
+  k->est_ver[i] = base + 1;
+  return trainer_set_params(x->e->slots->tr, l, off, len);
 }
 
 /* Step n syncs fragment i: delta = global − local into slots->delta, queued for the pusher. */
@@ -203,6 +281,7 @@ static int do_sync(stream_lease *x, size_t i, uint64_t n, int enqueue) {
   const float *g = x->e->keep->global + off;
   if ((rc = trainer_get_params(x->e->slots->tr, d, off, len))) return rc;
   for (size_t k = 0; k < len; k++) d[k] = g[k] - d[k];
+  if (L->eager && (rc = eager_step(x, i, base))) return rc; /* reads d before the push thread may send it */
   if (enqueue) push_enqueue(&x->q, i);
   return 0;
 }
@@ -210,10 +289,20 @@ static int do_sync(stream_lease *x, size_t i, uint64_t n, int enqueue) {
 /* Step n merges fragment i's global version made by its sync at step m = n − τ. */
 static int do_merge(stream_lease *x, size_t i, uint64_t m) {
   const Dipaco__V1__FragmentInfo *f = x->L->fragments[i];
+  stream_keep *k = x->e->keep;
   int64_t v = stream_version_after(m, f->sync_offset, x->L->inner_steps);
-  int rc = ensure_global(x, i, v);
+  /* Eager: the next eager base needs G_{v−1}, which the global buffer still holds. */
+  int rc = x->L->eager ? ensure_eager(x, i, v) : ensure_global(x, i, v);
   if (rc) return rc;
   size_t off = x->p->abs_off[i], len = (size_t)f->num_floats;
+  if (x->L->eager && k->est_ver[i] == v) { /* swap the estimate for the truth, keep the steps since */
+    float *l = x->e->slots->theta + off;
+    const float *g = k->global + off, *est = k->eager_est + off, b = 1.0f - f->merge_alpha;
+    if ((rc = trainer_get_params(x->e->slots->tr, l, off, len))) return rc;
+    for (size_t j = 0; j < len; j++) l[j] += b * (g[j] - est[j]);
+    k->est_ver[i] = -1;
+    return trainer_set_params(x->e->slots->tr, l, off, len);
+  }
   float *l = x->e->slots->theta + off; /* scratch: streaming keeps its globals in keep->global */
   const float *g = x->e->keep->global + off;
   const float a = f->merge_alpha, b = 1.0f - a;
@@ -270,13 +359,23 @@ static int keep_fit(stream_keep *k, const Dipaco__V1__Lease *L, size_t n_params,
   k->local = malloc(n_params * sizeof *k->local);
   k->global = malloc(n_params * sizeof *k->global);
   k->have_ver = malloc(k->nf * sizeof *k->have_ver);
-  if (!k->frag_ids || !k->local || !k->global || !k->have_ver) {
+  if (L->eager) { /* a fresh start knows no previous delta: zero */
+    k->eager_prev = calloc(n_params, sizeof *k->eager_prev);
+    k->eager_est = malloc(n_params * sizeof *k->eager_est);
+    k->eager_base = malloc(n_params * sizeof *k->eager_base);
+    k->scratch = malloc(n_params * sizeof *k->scratch);
+    k->have_e = malloc(k->nf * sizeof *k->have_e);
+    k->est_ver = malloc(k->nf * sizeof *k->est_ver);
+  }
+  if (!k->frag_ids || !k->local || !k->global || !k->have_ver ||
+      (L->eager && (!k->eager_prev || !k->eager_est || !k->eager_base || !k->scratch || !k->have_e || !k->est_ver))) {
     stream_keep_free(k);
     return dpc_err(DPC_ENOMEM, "worker: out of memory for the streaming state");
   }
   for (size_t i = 0; i < k->nf; i++) {
     k->frag_ids[i] = L->fragments[i]->fragment_id;
     k->have_ver[i] = -1;
+    if (L->eager) k->have_e[i] = k->est_ver[i] = -1;
   }
   k->job = L->job_id;
   k->path = L->slot->path;

@@ -32,8 +32,14 @@ typedef struct {
   uint64_t *frag_ids; /* (nf) the lease's fragments, in lease order */
   float *local;       /* (n_params) the slot's local parameters at `step` */
   float *global;      /* (n_params) fragment i's global parameters at version have_ver[i] */
-  float *eager_prev;  /* (n_params) eager: the fragment's own delta of its previous sync */
   int64_t *have_ver;  /* (nf) −1: none */
+  /* Eager updates (README "Streaming DiLoCo"), per fragment i at its offset: */
+  float *eager_prev;  /* (n_params) the slot's decoded delta of its previous sync (0 before the first) */
+  float *eager_est;   /* (n_params) the eager estimate ĝ of the global version on its way */
+  float *eager_base;  /* (n_params) the eager base E at version have_e[i] */
+  float *scratch;     /* (n_params) */
+  int64_t *have_e;    /* (nf) −1: none */
+  int64_t *est_ver;   /* (nf) the version eager_est stands in for, −1: none */
 } stream_keep;
 
 void stream_keep_free(stream_keep *k);

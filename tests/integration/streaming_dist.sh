@@ -9,7 +9,9 @@
 #     the same quantizer (tolerance 2e-2: a delta that lands within fp32 noise of a rounding
 #     boundary may take the other 4-bit code in PyTorch's arithmetic), and the job's delta
 #     bytes are at most 0.2x those of run 1.
-#  3. "streaming" with F = 1, τ = 0, α = 0 (fp32) is plain DiLoCo: its export is
+#  3. eager updates (F = 2, τ = 2, α = 0.5, fp32): the export equals the simulation's eager
+#     rule (tests/oracle/EAGER.md) to 1e-4.
+#  4. "streaming" with F = 1, τ = 0, α = 0 (fp32) is plain DiLoCo: its export is
 #     byte-identical to the same job without the block.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
@@ -32,6 +34,7 @@ JSON
 spec s1 ', "streaming": {"fragments": 2, "overlap_steps": 1, "alpha": 0.5}' keep
 spec s2 ', "streaming": {"fragments": 2, "overlap_steps": 2, "alpha": 0.5, "codec": "e3m0"}' checkpoint
 spec s3 ', "streaming": {"fragments": 1, "overlap_steps": 0, "alpha": 0}' keep
+spec s4 ', "streaming": {"fragments": 2, "overlap_steps": 2, "alpha": 0.5, "eager": true}' keep
 spec plain '' keep
 
 start_coordinator "$W/state" --lease-ttl-ms 20000
@@ -65,6 +68,11 @@ in2=$(field s2 bytes_in)
 echo "run 2 (e3m0): delta bytes $in2 = $($PY -c "print(round($in2 / $in1, 4))")x run 1's"
 $PY -c "import sys; sys.exit(0 if $in2 <= 0.2 * $in1 else 1)" || { echo "FAIL: e3m0 moved more than 0.2x fp32's delta bytes"; exit 1; }
 grep -q "resumed the streaming slot\|streamed" "$W"/worker-*.log
+
+run s4
+$PY "$HERE/../oracle/streaming_ref.py" --init "$W/init" --data "$W/corpus/data/train_000.bin" --spec "$W/s4.json" \
+  --compare "$W/s4.out" --tol 1e-4
+echo "eager updates match the simulation"
 
 run s3
 run plain
