@@ -671,8 +671,9 @@ int jobspec_streaming_offset(const jobspec *js, int group) {
 static int validate_streaming(const jobspec *js) {
   if (js->streaming.codec < 0 || js->streaming.codec >= DPC_CODEC_COUNT)
     return dpc_err(DPC_EINVAL, "field \"streaming.codec\": unknown value");
-  if (js->streaming.pull_codec != DPC_CODEC_FP32 && js->streaming.pull_codec != DPC_CODEC_BF16)
-    return dpc_err(DPC_EINVAL, "field \"streaming.pull_codec\": parameters travel as fp32 or bf16, not %s",
+  /* Quantized pulls would round every replica's delta base: not offered until measured. */
+  if (js->streaming.pull_codec != DPC_CODEC_FP32)
+    return dpc_err(DPC_EINVAL, "field \"streaming.pull_codec\": parameters travel as fp32 only (got %s)",
                    dpc_codec_name(js->streaming.pull_codec));
   JS_TRY(check_range_i("streaming.block_floats", js->streaming.block_floats, 16, 1 << 20));
   JS_TRY(check_range_i("streaming.fragments", js->streaming.fragments, 1, js->inner_steps));

@@ -163,7 +163,7 @@ typedef struct {
     int eager;          /* eager outer updates (needs τ >= 1) */
     int codec;          /* dpc_codec of PushDelta */
     int block_floats;   /* floats per scale block of the block codecs */
-    int pull_codec;     /* dpc_codec of PullFragment parameters: fp32 or bf16 */
+    int pull_codec;     /* dpc_codec of PullFragment parameters: fp32 (the only one served) */
   } streaming;
   double quorum;          /* fraction of expected deltas needed at the deadline, (0, 1] */
   double round_timeout_s; /* 0 = no deadline */

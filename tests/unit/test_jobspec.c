@@ -1,6 +1,7 @@
 /* test_jobspec.c — job spec parsing: valid specs and defaults, canonical round trip, every
  * kind of bad spec with its message, init-directory resolution, and the module / path /
  * fragment structure against the canonical layout. */
+#include "common/codec.h"
 #include "common/errors.h"
 #include "coordinator/jobspec.h"
 #include "tests/unit/test.h"
@@ -329,6 +330,48 @@ int main(void) {
   CHECK_EQ_INT(parse("{\"name\":\"ft\",\"model\":{\"init\":\"missing\"}," DATA "," CORE "}", &js), 0);
   CHECK_EQ_INT(jobspec_resolve_init(&js, dir), DPC_ENOENT);
   CHECK(strstr(dpc_errmsg(), "missing/config.json") != NULL);
+  /* Streaming: the block, its checks, and per-layer fragments with strided sync groups
+   * (layer l with group l mod F, the stem with group 0). */
+  {
+    CHECK_EQ_INT(parse("{" BASE ",\"streaming\":{\"fragments\":2,\"overlap_steps\":1,\"alpha\":0.5,"
+                       "\"codec\":\"e3m0\",\"block_floats\":64}}", &js), 0);
+    CHECK(jobspec_streaming(&js) && js.streaming.codec == DPC_CODEC_E3M0 && js.streaming.block_floats == 64);
+    CHECK_EQ_INT(jobspec_streaming_offset(&js, 0), 0);
+    CHECK_EQ_INT(jobspec_streaming_offset(&js, 1), 2); /* floor(1·5/2) */
+    char *sj = NULL, *sj2 = NULL;
+    CHECK_EQ_INT(jobspec_to_json(&js, &sj), 0);
+    CHECK_EQ_INT(parse(sj, &js2), 0);
+    CHECK_EQ_INT(jobspec_to_json(&js2, &sj2), 0);
+    CHECK(sj && sj2 && strcmp(sj, sj2) == 0 && strstr(sj, "\"codec\":\"e3m0\""));
+    free(sj);
+    free(sj2);
+    CHECK_EQ_INT(jobspec_layout(&js, &lay), 0);
+    jobspec_fragment fr[8];
+    CHECK_EQ_INT(jobspec_fragments(&js, &lay, fr, 8), 5); /* stem + 4 layers */
+    CHECK(fr[0].offset == 0 && fr[0].len == lay.stem_end && fr[0].group == 0);
+    for (int l = 0; l < 4; l++)
+      CHECK(fr[l + 1].offset == lay.layer_off[l] && fr[l + 1].group == l % 2 && fr[l + 1].module == 0);
+    /* A codec alone keeps plain DiLoCo's one fragment. */
+    CHECK_EQ_INT(parse("{" BASE ",\"streaming\":{\"codec\":\"int8\"}}", &js), 0);
+    CHECK(!jobspec_streaming(&js) && jobspec_fragments(&js, &lay, fr, 8) == 1);
+    CHECK_EQ_INT(parse("{\"name\":\"a\"," MODEL "," DATA ",\"algorithm\":\"diloco-async\",\"replicas\":2,"
+                       "\"inner_steps\":5,\"rounds\":3,\"batch\":4,\"seq_len\":8,\"streaming\":{\"codec\":\"fp8\"}}",
+                       &js), 0);
+    expect_bad("{\"name\":\"a\"," MODEL "," DATA ",\"algorithm\":\"diloco-async\",\"replicas\":2,\"inner_steps\":5,"
+               "\"rounds\":3,\"batch\":4,\"seq_len\":8,\"streaming\":{\"fragments\":2}}", DPC_EINVAL,
+               "takes a delta codec only");
+    expect_bad("{" BASE ",\"streaming\":{\"fragments\":6}}", DPC_EINVAL, "streaming.fragments");
+    expect_bad("{" BASE ",\"streaming\":{\"fragments\":5}}", DPC_EINVAL, "exceeds model.n_layer");
+    expect_bad("{" BASE ",\"streaming\":{\"overlap_steps\":5}}", DPC_EINVAL, "streaming.overlap_steps");
+    expect_bad("{" BASE ",\"streaming\":{\"alpha\":1}}", DPC_EINVAL, "streaming.alpha");
+    expect_bad("{" BASE ",\"streaming\":{\"eager\":true}}", DPC_EINVAL, "overlap_steps >= 1");
+    expect_bad("{" BASE ",\"inner\":{\"state\":\"checkpoint\"},\"streaming\":{\"eager\":true,\"overlap_steps\":1}}",
+               DPC_EINVAL, "inner.state \"keep\"");
+    expect_bad("{" BASE ",\"streaming\":{\"codec\":\"fp4\"}}", DPC_EINVAL, "expected fp32, bf16, int8, fp8 or e3m0");
+    expect_bad("{" BASE ",\"streaming\":{\"pull_codec\":\"bf16\"}}", DPC_EINVAL, "fp32 only");
+    expect_bad("{" BASE ",\"streaming\":{\"block_floats\":8}}", DPC_EINVAL, "streaming.block_floats");
+    expect_bad("{" BASE ",\"streaming\":{\"fragment\":2}}", DPC_EINVAL, "streaming.fragment");
+  }
   unlink(cfg);
   rmdir(sub);
   rmdir(dir);
