@@ -14,7 +14,10 @@
  *    durable too. Lease.has_inner_checkpoint: the M and V blobs of round − 1 exist for every
  *    fragment of the lease. PullInnerState: an active lease of the caller; fragment_id
  *    required (one fragment: its M stream then its V stream, Chunk.step set, version = the
- *    round the state is from); NOT_FOUND when no checkpoint of round − 1 exists. */
+ *    round the state is from); NOT_FOUND when no checkpoint of round − 1 exists.
+ *  - Streaming DiLoCo: a slot's local parameters are part of its state (they differ from the
+ *    global ones): a third stream per fragment, PAYLOAD_LOCAL_PARAMS, stored as BLOB_INNER_L,
+ *    pushed after V and pulled after V; has_inner_checkpoint needs all three. */
 #include "coordinator/svc_inner.h"
 
 #include "common/checksum.h"

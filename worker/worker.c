@@ -21,7 +21,11 @@
  *  - Train: steps first_step .. first_step + inner_steps − 1; the data batch of step s is s
  *    (DataWindow.first_batch must equal first_step); LR schedule over hyper.total_steps.
  *    Unsupported and refused with Release(RELEASE_ERROR): grad_accum > 1, shuffle,
- *    path_index (DiPaCo routing), streaming fragments, delta codecs other than fp32.
+ *    path_index (DiPaCo routing), a delta codec common/codec.c does not implement.
+ *  - Streaming (Lease.streaming): stream.c replaces pull, train and push — the slot trains
+ *    on from its local parameters, pushes each fragment's delta (encoded with
+ *    Lease.delta_codec) at its sync step from a push thread and merges the new global
+ *    version overlap_steps later (stream.h).
  *  - Inner state: KEEP keeps AdamW moments per (job, slot) in this worker (fresh state, with a
  *    warning, for a slot it never trained; stale state, with a warning, when another worker
  *    trained the slot in between); a lease that is abandoned restores the state it started
@@ -31,8 +35,8 @@
  *    the slot's state of the previous round (PullInnerState) and resumes it exactly, whoever
  *    trained the slot; without one it behaves as KEEP.
  *  - Push: one PushDelta stream carrying every fragment (Chunk: lease_id, fragment_id,
- *    version = base version, inner_steps, tokens = B·T·steps, payload DELTA, crc32c of the
- *    fp32 bytes). PUSH_ACCEPTED / PUSH_DUPLICATE are success; PUSH_LATE / PUSH_STALE are
+ *    version = base version, inner_steps, tokens = B·T·steps, payload DELTA, codec and
+ *    block_floats of the lease, crc32c of the bytes as sent). PUSH_ACCEPTED / PUSH_DUPLICATE are success; PUSH_LATE / PUSH_STALE are
  *    logged and dropped. After the push the worker sends Release(RELEASE_DONE, step) and
  *    ignores its errors: the coordinator may equally end the lease on a complete push.
  *  - Steps on the wire: HeartbeatRequest.step and ReleaseRequest.step are the global step

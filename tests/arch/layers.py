@@ -60,9 +60,10 @@ SUBLAYERS = {
         "opts": 0, "trainer": 0,
         "data": 1, "client": 1, "stop": 1,
         "plan": 2, "slot": 2, "heartbeat": 2,
-        "lease": 3,
-        "worker": 4,
-        "main": 5,
+        "stream": 3,
+        "lease": 4,
+        "worker": 5,
+        "main": 6,
     },
 }
 SOURCE_DIRS = ["common", "kernels", "worker", "coordinator", "proto"]
