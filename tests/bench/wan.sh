@@ -33,12 +33,16 @@
 # ROWS ("dp diloco s2_t1 .. s2_t5 s4_t1 .. s4_t5 s4_e3m0"), WORKERS (2, = replicas), THREADS (1
 # per worker), TOTAL_STEPS (90 inner steps per replica), H_DILOCO (30), ALPHA (0.5), CODEC_TAU
 # (2), L (4), NH (4), C (256), T (64: seq_len), B (8: batch), V (256: byte vocabulary) — 3.2M
-# parameters, 13 MB fp32 per full sync; INNER_LR (0.003), WARMUP (TOTAL_STEPS / 9: 10), OUTER_LR / OUTER_MU (0.6 /
-# 0.7), EVAL_BATCHES (16), FILES (number of demo-corpus files, 24), SEED (1), IPERF_S (4 s per
-# direction, 0 = no check), TCP_MAX_BUF (67108864), JOB_TIMEOUT (1800 s), BUILD (build-rel),
-# RESULTS (a file that gets one line per row: profile row status wall_s bytes_in bytes_out
-# tokens peak_sync loss message), MD (1: Markdown tables), KEEP (1: keep the work directory).
-# Table: tests/bench/wan_table.py. About 15 minutes on 2 cores with only dp and diloco running.
+# parameters, 13 MB fp32 per full sync; INNER_LR (0.003), WARMUP (TOTAL_STEPS / 9), OUTER_LR /
+# OUTER_MU (0.6 / 0.7), EVAL_BATCHES (16), FILES (number of demo-corpus files, 24), SEED (1),
+# IPERF_S (4 s per direction, 0 = no check), TCP_MAX_BUF (67108864), JOB_TIMEOUT (1800 s), BUILD
+# (build-rel), RESULTS (a file that gets one line per row: profile row status wall_s bytes_in
+# bytes_out tokens peak_sync loss link_bytes message), MD (1: Markdown tables), KEEP (1: keep the
+# work directory). bytes_in/out: the coordinator's tensor byte counters over the job; link_bytes:
+# what the coordinator's veth ends counted both ways (gRPC framing included; TCP/IP headers once
+# per GSO frame of up to 64 KB, so not per 1500-byte packet). Table: tests/bench/wan_table.py.
+# Time on 2 cores: about 7 minutes while only dp and diloco run (dp 4.3 min at 100 Mbit/s and
+# 1.1 min at 1 Gbit/s, diloco ~20 s), about 15 minutes for the default table once every row runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -156,6 +160,12 @@ metric() { # metric NAME: the coordinator's counter
   inns "$NSC" curl -s --max-time 5 "http://127.0.0.1:$MPORT/metrics" | awk -v n="$1" '$1 == n {print $2}'
 }
 
+link_bytes() { # bytes the coordinator's ends of the links counted, both directions (see above)
+  ip -n "$NSC" -j -s link show | /usr/bin/python3 -c '
+import json, sys
+print(sum(l["stats64"]["rx"]["bytes"] + l["stats64"]["tx"]["bytes"] for l in json.load(sys.stdin) if l["ifname"] != "lo"))'
+}
+
 # spec ROW FILE: writes the job spec; prints H. Unknown row names: exit 2.
 spec() {
   local row=$1 f=$2 H=$H_DILOCO outer extra=""
@@ -201,7 +211,7 @@ run() {
     local msg
     msg=$(grep -v '^\s*$' "$d/create.log" | tail -n 1 | sed "s|^dipacoctl job create: $d/spec.json: ||" | tr -s ' \t' ' ')
     echo "  row $row: job create refused: $msg" >&2
-    line="$prof $row refused - - - $tokens - - $msg"
+    line="$prof $row refused - - - $tokens - - - $msg"
     kill "$cpid" 2>/dev/null; wait "$cpid" 2>/dev/null || true
     echo "$line" >> "$all"; [ -z "$RESULTS" ] || echo "$line" >> "$RESULTS"
     return 0
@@ -216,15 +226,16 @@ run() {
     [ "$("${ctl[@]}" workers --json 2>/dev/null | grep -o "\"state\":\"IDLE\"" | wc -l)" -ge "$WORKERS" ] && break
     sleep 0.1
   done
-  local in0 out0 t0 t1 status=ok
-  in0=$(metric dipaco_bytes_in_total); out0=$(metric dipaco_bytes_out_total)
+  local in0 out0 link0 t0 t1 status=ok
+  in0=$(metric dipaco_bytes_in_total); out0=$(metric dipaco_bytes_out_total); link0=$(link_bytes)
   t0=$(date +%s.%N)
   "${ctl[@]}" job resume "$job" >>"$d/ctl.log" 2>&1
   "${ctl[@]}" job wait "$job" --timeout "$JOB_TIMEOUT" --poll-ms 50 >>"$d/ctl.log" 2>&1 || status=failed
   t1=$(date +%s.%N)
-  local in1 out1 peak="n/a" loss="-" msg="-"
+  local in1 out1 peak="n/a" jin jout link1 loss="-" msg="-"
   in1=$(metric dipaco_bytes_in_total); out1=$(metric dipaco_bytes_out_total)
-  peak=$("${ctl[@]}" job show "$job" --json 2>/dev/null | /usr/bin/python3 -c '
+  # The job's own byte counts and largest sync, where the coordinator reports them.
+  read -r peak jin jout < <("${ctl[@]}" job show "$job" --json 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
 def find(o, k):
     if isinstance(o, dict):
@@ -237,10 +248,12 @@ def find(o, k):
             r = find(v, k)
             if r is not None: return r
 try:
-    v = find(json.load(sys.stdin), "peak_sync_bytes")
+    j = json.load(sys.stdin)
 except Exception:
-    v = None
-print("n/a" if v is None else int(v))' || echo n/a)
+    j = {}
+print(" ".join("n/a" if v is None else str(int(v)) for v in (find(j, k) for k in ("peak_sync_bytes", "bytes_in", "bytes_out"))))' ||
+    echo "n/a n/a n/a")
+  link1=$(link_bytes)
   if [ $status = ok ]; then
     "${ctl[@]}" job export "$job" --path 0 --out "$d/out" >>"$d/ctl.log" 2>&1 || status=failed
   fi
@@ -255,8 +268,9 @@ print("n/a" if v is None else int(v))' || echo n/a)
   fi
   local wall
   wall=$(/usr/bin/python3 -c "print('%.1f' % ($t1 - $t0))")
-  line="$prof $row $status $wall $((in1 - in0)) $((out1 - out0)) $tokens $peak $loss $msg"
-  echo "  row $row: H=$H, $wall s, in $((in1 - in0)) B, out $((out1 - out0)) B, eval loss $loss" >&2
+  line="$prof $row $status $wall $((in1 - in0)) $((out1 - out0)) $tokens $peak $loss $((link1 - link0)) $msg"
+  echo "  row $row: H=$H, $wall s, tensor bytes in $((in1 - in0)) out $((out1 - out0)) (job show: in $jin out $jout," \
+       "peak sync $peak), link bytes $((link1 - link0)), eval loss $loss" >&2
   echo "$line" >> "$all"; [ -z "$RESULTS" ] || echo "$line" >> "$RESULTS"
 }
 
