@@ -63,13 +63,21 @@ work=$(mktemp -d /tmp/wan.XXXXXX)
 PIDS=()
 cleanup() {
   set +e
+  trap - INT TERM
+  local p n alive
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  # Anything still running inside our namespaces (started by this script) goes too.
-  for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NS[cwr]"); do
-    for p in $(ip netns pids "$n" 2>/dev/null); do kill "$p" 2>/dev/null; done
+  for _ in $(seq 1 50); do # 5 s to exit on SIGTERM, then SIGKILL
+    alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
   done
-  sleep 0.2
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  # Anything else still running inside our own namespaces (started by this script) goes too.
+  for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NS[cwr]"); do
+    for p in $(ip netns pids "$n" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+  done
+  wait 2>/dev/null
   for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NS[cwr]"); do ip netns del "$n"; done
   [ -n "${KEEP:-}" ] && echo "wan.sh: work directory $work" >&2 || rm -rf "$work"
 }
@@ -219,7 +227,7 @@ run() {
   local wp=() i
   for i in $(seq 1 "$WORKERS"); do
     ip netns exec "${NS}w$i" "$WK" --coordinator "10.77.$i.1:$PORT" --data-dir "$work" --threads "$THREADS" --name "w$i" \
-      --exit-when-done --poll-ms 200 --log-json 2>"$d/worker$i.log" &
+      --exit-when-done --poll-ms 200 --grace-s 2 --log-json 2>"$d/worker$i.log" &
     wp+=($!); PIDS+=($!)
   done
   for _ in $(seq 1 100); do # all workers registered before the clock starts
@@ -230,7 +238,10 @@ run() {
   in0=$(metric dipaco_bytes_in_total); out0=$(metric dipaco_bytes_out_total); link0=$(link_bytes)
   t0=$(date +%s.%N)
   "${ctl[@]}" job resume "$job" >>"$d/ctl.log" 2>&1
-  "${ctl[@]}" job wait "$job" --timeout "$JOB_TIMEOUT" --poll-ms 50 >>"$d/ctl.log" 2>&1 || status=failed
+  # In the background: bash runs the INT/TERM trap only once a foreground command returns.
+  "${ctl[@]}" job wait "$job" --timeout "$JOB_TIMEOUT" --poll-ms 50 >>"$d/ctl.log" 2>&1 &
+  PIDS+=($!)
+  wait $! || status=failed
   t1=$(date +%s.%N)
   local in1 out1 peak="n/a" jin jout link1 loss="-" msg="-"
   in1=$(metric dipaco_bytes_in_total); out1=$(metric dipaco_bytes_out_total)
