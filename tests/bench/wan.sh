@@ -25,7 +25,7 @@
 #   dp        H = 1: a sync every inner step (data-parallel equivalent: outer SGD lr 1, momentum 0)
 #   diloco    H = H_DILOCO, outer Nesterov OUTER_LR / OUTER_MU
 #   s<F>_t<τ> Streaming DiLoCo: "streaming": {"fragments": F, "overlap_steps": τ, "alpha": ALPHA}
-#   s<F>_e<E>m<M>  F fragments, τ = CODEC_TAU, "codec": "e<E>m<M>" (e.g. s4_e3m0)
+#   s<F>_e<E>m<M>  F fragments, τ = CODEC_TAU, and a top-level "codec": "e<E>m<M>" (s4_e3m0)
 # A row whose spec the coordinator refuses prints "row X: job create refused: <message>" and the
 # bench goes on. rounds = TOTAL_STEPS / H (H must divide TOTAL_STEPS).
 #
