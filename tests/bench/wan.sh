@@ -25,12 +25,14 @@
 #   dp        H = 1: a sync every inner step (data-parallel equivalent: outer SGD lr 1, momentum 0)
 #   diloco    H = H_DILOCO, outer Nesterov OUTER_LR / OUTER_MU
 #   s<F>_t<τ> Streaming DiLoCo: "streaming": {"fragments": F, "overlap_steps": τ, "alpha": ALPHA}
-#   s<F>_e<E>m<M>  F fragments, τ = CODEC_TAU, and a top-level "codec": "e<E>m<M>" (s4_e3m0)
+#   s<F>_<codec>   F fragments, τ = CODEC_TAU, "codec": e3m0 | int8 | fp8 | bf16 in the
+#             streaming block (s4_e3m0: compare with s4_t<CODEC_TAU>, its fp32 twin)
+#   diloco_<codec> the diloco row with quantized deltas (compare with diloco)
 # A row whose spec the coordinator refuses prints "row X: job create refused: <message>" and the
 # bench goes on. rounds = TOTAL_STEPS / H (H must divide TOTAL_STEPS).
 #
 # Environment (defaults): PROFILES ("100mbit 1gbit": tc rates, one table each), RTT_MS (50),
-# ROWS ("dp diloco s2_t1 .. s2_t5 s4_t1 .. s4_t5 s4_e3m0"), WORKERS (2, = replicas), THREADS (1
+# ROWS ("dp diloco diloco_e3m0 s2_t1 .. s2_t5 s4_t1 .. s4_t5 s4_e3m0"), WORKERS (2, = replicas), THREADS (1
 # per worker), TOTAL_STEPS (90 inner steps per replica), H_DILOCO (30), ALPHA (0.5), CODEC_TAU
 # (2), L (4), NH (4), C (256), T (64: seq_len), B (8: batch), V (256: byte vocabulary) — 3.2M
 # parameters, 13 MB fp32 per full sync; INNER_LR (0.003), WARMUP (TOTAL_STEPS / 9), OUTER_LR /
@@ -47,7 +49,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 PROFILES=${PROFILES:-"100mbit 1gbit"}; RTT_MS=${RTT_MS:-50}
-ROWS=${ROWS:-"dp diloco s2_t1 s2_t2 s2_t3 s2_t4 s2_t5 s4_t1 s4_t2 s4_t3 s4_t4 s4_t5 s4_e3m0"}
+ROWS=${ROWS:-"dp diloco diloco_e3m0 s2_t1 s2_t2 s2_t3 s2_t4 s2_t5 s4_t1 s4_t2 s4_t3 s4_t4 s4_t5 s4_e3m0"}
 WORKERS=${WORKERS:-2}; THREADS=${THREADS:-1}; TOTAL_STEPS=${TOTAL_STEPS:-90}; H_DILOCO=${H_DILOCO:-30}
 ALPHA=${ALPHA:-0.5}; CODEC_TAU=${CODEC_TAU:-2}
 L=${L:-4}; NH=${NH:-4}; C=${C:-256}; T=${T:-64}; B=${B:-8}; V=${V:-256}
@@ -184,9 +186,11 @@ spec() {
     s[0-9]*_t[0-9]*)
       local fr=${row#s}; fr=${fr%%_*}; local tau=${row##*_t}
       extra=", \"streaming\": {\"fragments\": $fr, \"overlap_steps\": $tau, \"alpha\": $ALPHA}" ;;
-    s[0-9]*_e[0-9]*m[0-9]*)
+    s[0-9]*_e3m0|s[0-9]*_int8|s[0-9]*_fp8|s[0-9]*_bf16)
       local fr=${row#s}; fr=${fr%%_*}; local codec=${row#*_}
-      extra=", \"streaming\": {\"fragments\": $fr, \"overlap_steps\": $CODEC_TAU, \"alpha\": $ALPHA}, \"codec\": \"$codec\"" ;;
+      extra=", \"streaming\": {\"fragments\": $fr, \"overlap_steps\": $CODEC_TAU, \"alpha\": $ALPHA, \"codec\": \"$codec\"}" ;;
+    diloco_e3m0|diloco_int8|diloco_fp8|diloco_bf16)
+      extra=", \"streaming\": {\"codec\": \"${row#diloco_}\"}" ;;
     *) echo "wan.sh: unknown row $row" >&2; return 2 ;;
   esac
   [ $((TOTAL_STEPS % H)) -eq 0 ] || { echo "wan.sh: H=$H does not divide TOTAL_STEPS=$TOTAL_STEPS" >&2; return 2; }
