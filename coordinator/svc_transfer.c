@@ -711,7 +711,7 @@ static int push_payload_crc(push *p, uint32_t *crc) {
 static void push_finish_duplicate(push *p) {
   coord *c = p->c;
   p->in_frag = 0;
-  uint32_t crc;
+  uint32_t crc = 0;
   if (push_payload_crc(p, &crc) < 0) return;
   if (p->dup_crc != crc) {
     push_fail(p, RPC_ALREADY_EXISTS, "lease %lld already pushed a different delta for fragment %d", (long long)p->lease.id,

@@ -10,18 +10,20 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TRANSFER_ATTEMPTS 10
 #define WAIT_MIN_MS 5    /* first pause while a global version is not made yet */
-#define WAIT_MAX_MS 100  /* longest pause between asks */
+#define WAIT_MAX_MS 50   /* longest pause between asks */
 
 void stream_keep_free(stream_keep *k) {
   free(k->frag_ids);
   free(k->local);
   free(k->global);
+  free(k->stage);
   free(k->eager_prev);
   free(k->eager_est);
   free(k->eager_base);
@@ -38,6 +40,38 @@ int stream_sync_due(uint64_t n, uint32_t o, uint32_t H) {
 
 int64_t stream_version_after(uint64_t n, uint32_t o, uint32_t H) {
   return (int64_t)((n - o) / H) + (o > 0 ? 1 : 0);
+}
+
+/* Payload `payload` of fragment i of lease L at version v into dst; waits (polling with a
+ * growing pause) while the coordinator has not made that version yet. *cls: how the last call
+ * failed. quit (may be NULL) cuts the wait short. */
+static int pull_version(stream_env *e, const Dipaco__V1__Lease *L, size_t i, int64_t v, int payload, float *dst,
+                        enum wc_class *cls, atomic_int *quit) {
+  Dipaco__V1__FragmentInfo fi = *L->fragments[i];
+  fi.version = (uint64_t)v;
+  fi.crc32c = 0; /* the lease names the base version's checksum only; the stream carries its own */
+  int64_t pause = WAIT_MIN_MS;
+  int attempt = 0;
+  for (;;) {
+    size_t got = 0;
+    int code = RPC_OK;
+    int rc = wc_pull_payload(e->wc, L->lease_id, &fi, payload, dst, &got, &code);
+    if (rc == 0) return 0;
+    if (worker_stopping(e->ctl) || hb_abort(e->hb) != AB_NONE || (quit && atomic_load(quit))) {
+      *cls = WC_RETRY;
+      return rc;
+    }
+    if (code == RPC_FAILED_PRECONDITION) { /* not made yet: the round is still closing */
+      worker_sleep_ns(pause * 1000000);
+      if (pause < WAIT_MAX_MS) pause = pause * 2 > WAIT_MAX_MS ? WAIT_MAX_MS : pause * 2;
+      continue;
+    }
+    *cls = wc_classify(rc, code);
+    if (*cls != WC_RETRY || ++attempt >= TRANSFER_ATTEMPTS) return rc;
+    DPC_WARN("lease %" PRIu64 ": pulling fragment %" PRIu64 " version %" PRId64 ": %s; retrying", L->lease_id,
+             fi.fragment_id, v, dpc_errmsg());
+    worker_sleep_ns(worker_backoff_ms(attempt, e->seed) * 1000000);
+  }
 }
 
 /* ------------------------------------------------------------------ the push thread */
@@ -58,6 +92,16 @@ typedef struct {
   enum wc_class cls;
   uint64_t sent;         /* payload bytes pushed */
   int *res;              /* (nf) PushResult per fragment, −1 until acknowledged */
+  /* The prefetcher: after fragment i's delta is pushed, its next global version is pulled into
+   * keep->stage while training goes on, so that the merge finds it there. Under mu. */
+  pthread_t fth;
+  int frunning;
+  int *fq;               /* (2·nf) ring of fragment indexes to fetch */
+  size_t fhead, ftail;
+  int64_t *fver;         /* (nf) the version fetched or being fetched into stage, −1: none */
+  int *fstate;           /* (nf) 0 pending, 1 in stage, < 0 the pull's error */
+  atomic_int fquit;
+  int inited;            /* mu and cv initialised */
 } pusher;
 
 /* One fragment's delta (slots->delta at its offset, base = the lease's base version), with
@@ -96,6 +140,46 @@ static int push_one(pusher *q, size_t i) {
   }
 }
 
+/* Queue the prefetch of version v of fragment i (no-op if it is already queued or there). */
+static void fetch_enqueue(pusher *q, size_t i, int64_t v) {
+  pthread_mutex_lock(&q->mu);
+  const size_t cap = 2 * q->L->n_fragments;
+  if (q->frunning && q->fver[i] != v && q->ftail - q->fhead < cap) {
+    q->fver[i] = v;
+    q->fstate[i] = 0;
+    q->fq[q->ftail++ % cap] = (int)i;
+    pthread_cond_broadcast(&q->cv);
+  }
+  pthread_mutex_unlock(&q->mu);
+}
+
+static void *fetch_main(void *arg) {
+  pusher *q = arg;
+  stream_keep *k = q->e->keep;
+  pthread_mutex_lock(&q->mu);
+  for (;;) {
+    while (!atomic_load(&q->fquit) && q->fhead == q->ftail) pthread_cond_wait(&q->cv, &q->mu);
+    if (atomic_load(&q->fquit)) break;
+    size_t i = (size_t)q->fq[q->fhead++ % (2 * q->L->n_fragments)];
+    if (q->fhead == q->ftail) q->fhead = q->ftail = 0;
+    int64_t v = q->fver[i];
+    if (v < 0 || q->fstate[i] != 0) continue;
+    pthread_mutex_unlock(&q->mu);
+    enum wc_class cls = WC_OK;
+    int rc = pull_version(q->e, q->L, i, v, DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, k->stage + q->p->abs_off[i], &cls,
+                          &q->fquit);
+    pthread_mutex_lock(&q->mu);
+    if (q->fver[i] == v) q->fstate[i] = rc ? (rc < 0 ? rc : DPC_EIO) : 1;
+    pthread_cond_broadcast(&q->cv);
+  }
+  /* Stopping: whatever is still pending fails, so that nobody waits for it. */
+  for (size_t i = 0; i < q->L->n_fragments; i++)
+    if (q->fver[i] >= 0 && q->fstate[i] == 0) q->fstate[i] = DPC_ECANCELED;
+  pthread_cond_broadcast(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
 static void *push_main(void *arg) {
   pusher *q = arg;
   pthread_mutex_lock(&q->mu);
@@ -107,6 +191,8 @@ static void *push_main(void *arg) {
     int failed = q->rc != 0;
     pthread_mutex_unlock(&q->mu);
     int rc = failed ? 0 : push_one(q, i);
+    /* The version this delta helps make comes back to the merge: fetch it meanwhile. */
+    if (!failed && rc == 0) fetch_enqueue(q, i, (int64_t)q->L->fragments[i]->version + 1);
     pthread_mutex_lock(&q->mu);
     if (rc && !q->rc) q->rc = rc;
     q->busy = 0;
@@ -155,45 +241,42 @@ typedef struct {
 
 static int stopped(stream_lease *x) { return worker_stopping(x->e->ctl) || hb_abort(x->e->hb) != AB_NONE; }
 
-/* Payload `payload` of fragment i at version v into dst; waits (polling with a growing pause)
- * while the coordinator has not made that version yet. */
+/* pull_version on the lease's own thread, its wait counted. */
 static int pull_wait(stream_lease *x, size_t i, int64_t v, int payload, float *dst) {
-  stream_env *e = x->e;
-  Dipaco__V1__FragmentInfo fi = *x->L->fragments[i];
-  fi.version = (uint64_t)v;
-  fi.crc32c = 0; /* the lease names the base version's checksum only; the stream carries its own */
-  int64_t t0 = dpc_mono_ms(), pause = WAIT_MIN_MS;
-  int attempt = 0;
-  for (;;) {
-    size_t got = 0;
-    int code = RPC_OK;
-    int rc = wc_pull_payload(e->wc, x->L->lease_id, &fi, payload, dst, &got, &code);
-    if (rc == 0) break;
-    if (stopped(x)) {
-      x->cls = WC_RETRY;
-      return rc;
-    }
-    if (code == RPC_FAILED_PRECONDITION) { /* not made yet: the round is still closing */
-      worker_sleep_ns(pause * 1000000);
-      if (pause < WAIT_MAX_MS) pause = pause * 2 > WAIT_MAX_MS ? WAIT_MAX_MS : pause * 2;
-      continue;
-    }
-    x->cls = wc_classify(rc, code);
-    if (x->cls != WC_RETRY || ++attempt >= TRANSFER_ATTEMPTS) return rc;
-    DPC_WARN("lease %" PRIu64 ": pulling fragment %" PRIu64 " version %" PRId64 ": %s; retrying", x->L->lease_id,
-             fi.fragment_id, v, dpc_errmsg());
-    worker_sleep_ns(worker_backoff_ms(attempt, e->seed) * 1000000);
-  }
+  int64_t t0 = dpc_mono_ms();
+  int rc = pull_version(x->e, x->L, i, v, payload, dst, &x->cls, NULL);
   x->wait_ms += dpc_mono_ms() - t0;
-  return 0;
+  return rc;
 }
 
-/* Global version v of fragment i into keep->global, pulled unless held. */
+/* Global version v of fragment i into keep->global: held already, prefetched (waiting for the
+ * prefetch if it is on its way), or pulled now. */
 static int ensure_global(stream_lease *x, size_t i, int64_t v) {
   stream_keep *k = x->e->keep;
   if (k->have_ver[i] == v) return 0;
+  pusher *q = &x->q;
+  size_t off = x->p->abs_off[i], len = (size_t)x->L->fragments[i]->num_floats;
+  if (q->frunning) {
+    int64_t t0 = dpc_mono_ms();
+    pthread_mutex_lock(&q->mu);
+    int got = 0;
+    if (q->fver[i] == v) {
+      while (q->fstate[i] == 0) pthread_cond_wait(&q->cv, &q->mu);
+      if (q->fstate[i] == 1) {
+        memcpy(k->global + off, k->stage + off, len * sizeof(float));
+        got = 1;
+      }
+      q->fver[i] = -1;
+    }
+    pthread_mutex_unlock(&q->mu);
+    x->wait_ms += dpc_mono_ms() - t0;
+    if (got) {
+      k->have_ver[i] = v;
+      return 0;
+    }
+  }
   k->have_ver[i] = -1; /* the buffer may be half written until the pull completes */
-  int rc = pull_wait(x, i, v, DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, k->global + x->p->abs_off[i]);
+  int rc = pull_wait(x, i, v, DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, k->global + off);
   if (rc == 0) k->have_ver[i] = v;
   return rc;
 }
@@ -359,6 +442,7 @@ static int keep_fit(stream_keep *k, const Dipaco__V1__Lease *L, size_t n_params,
   k->local = malloc(n_params * sizeof *k->local);
   k->global = malloc(n_params * sizeof *k->global);
   k->have_ver = malloc(k->nf * sizeof *k->have_ver);
+  k->stage = malloc(n_params * sizeof *k->stage);
   if (L->eager) { /* a fresh start knows no previous delta: zero */
     k->eager_prev = calloc(n_params, sizeof *k->eager_prev);
     k->eager_est = malloc(n_params * sizeof *k->eager_est);
@@ -367,7 +451,7 @@ static int keep_fit(stream_keep *k, const Dipaco__V1__Lease *L, size_t n_params,
     k->have_e = malloc(k->nf * sizeof *k->have_e);
     k->est_ver = malloc(k->nf * sizeof *k->est_ver);
   }
-  if (!k->frag_ids || !k->local || !k->global || !k->have_ver ||
+  if (!k->frag_ids || !k->local || !k->global || !k->have_ver || !k->stage ||
       (L->eager && (!k->eager_prev || !k->eager_est || !k->eager_base || !k->scratch || !k->have_e || !k->est_ver))) {
     stream_keep_free(k);
     return dpc_err(DPC_ENOMEM, "worker: out of memory for the streaming state");
@@ -406,11 +490,22 @@ static int pusher_start(pusher *q, stream_env *e, const Dipaco__V1__Lease *L, co
   q->queue = malloc(L->n_fragments * sizeof *q->queue);
   q->res = malloc(L->n_fragments * sizeof *q->res);
   if (!q->queue || !q->res) return dpc_err(DPC_ENOMEM, "worker: out of memory");
-  for (size_t i = 0; i < L->n_fragments; i++) q->res[i] = -1;
+  q->fq = malloc(2 * L->n_fragments * sizeof *q->fq);
+  q->fver = malloc(L->n_fragments * sizeof *q->fver);
+  q->fstate = calloc(L->n_fragments, sizeof *q->fstate);
+  if (!q->fq || !q->fver || !q->fstate) return dpc_err(DPC_ENOMEM, "worker: out of memory");
+  for (size_t i = 0; i < L->n_fragments; i++) {
+    q->res[i] = -1;
+    q->fver[i] = -1;
+  }
+  atomic_init(&q->fquit, 0);
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->cv, NULL);
+  q->inited = 1;
   if (pthread_create(&q->th, NULL, push_main, q) != 0) return dpc_err(DPC_EIO, "worker: cannot start the push thread");
   q->running = 1;
+  if (pthread_create(&q->fth, NULL, fetch_main, q) != 0) return dpc_err(DPC_EIO, "worker: cannot start the fetch thread");
+  q->frunning = 1;
   return 0;
 }
 
@@ -423,14 +518,29 @@ static void pusher_stop(pusher *q) {
     pthread_cond_broadcast(&q->cv);
     pthread_mutex_unlock(&q->mu);
     pthread_join(q->th, NULL);
+  }
+  if (q->frunning) {
+    pthread_mutex_lock(&q->mu);
+    atomic_store(&q->fquit, 1);
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    pthread_join(q->fth, NULL);
+  }
+  if (q->inited) {
     pthread_mutex_destroy(&q->mu);
     pthread_cond_destroy(&q->cv);
   }
   free(q->queue);
   free(q->res);
+  free(q->fq);
+  free(q->fver);
+  free(q->fstate);
   q->queue = NULL;
   q->res = NULL;
-  q->running = 0;
+  q->fq = NULL;
+  q->fver = NULL;
+  q->fstate = NULL;
+  q->running = q->frunning = q->inited = 0;
 }
 
 int stream_run(stream_env *e, const Dipaco__V1__Lease *L, const lease_plan *p, trainer_stats *st, enum wc_class *cls) {
@@ -458,6 +568,8 @@ int stream_run(stream_env *e, const Dipaco__V1__Lease *L, const lease_plan *p, t
   if (!rc) rc = trainer_set_params(e->slots->tr, k->local, 0, k->n_params);
   k->valid = 0; /* until the lease completes, the kept state is in flux */
   if (!rc) rc = pusher_start(&x.q, e, L, p);
+  for (size_t i = 0; i < L->n_fragments && !rc; i++) /* a continuing slot's pending merges */
+    if (k->have_ver[i] != (int64_t)L->fragments[i]->version) fetch_enqueue(&x.q, i, (int64_t)L->fragments[i]->version);
   /* Merges due at the first step (the previous lease's last step). */
   if (!rc && L->first_step > 0) rc = merges_at(&x, L->first_step);
   if (!rc) {

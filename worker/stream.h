@@ -32,6 +32,7 @@ typedef struct {
   uint64_t *frag_ids; /* (nf) the lease's fragments, in lease order */
   float *local;       /* (n_params) the slot's local parameters at `step` */
   float *global;      /* (n_params) fragment i's global parameters at version have_ver[i] */
+  float *stage;       /* (n_params) prefetched global versions on their way to `global` */
   int64_t *have_ver;  /* (nf) −1: none */
   /* Eager updates (README "Streaming DiLoCo"), per fragment i at its offset: */
   float *eager_prev;  /* (n_params) the slot's decoded delta of its previous sync (0 before the first) */

@@ -1,9 +1,17 @@
-"""daemon_kit.py — what the python daemon tests (coord_daemon.py, delta_screen.py) share: the
-ok/FAIL check counter, a free loopback port, an independent CRC-32C, and dipaco-coordinator as
-a child process (plain listen address and metrics port, 30 s lease TTL, 200 ms heartbeats)."""
+"""daemon_kit.py — what the python daemon tests (coord_daemon.py, delta_screen.py,
+codec_push.py) share: the ok/FAIL check counter, a free loopback port, an independent CRC-32C,
+dipaco-coordinator as a child process (plain listen address and metrics port, 30 s lease TTL,
+200 ms heartbeats), and the grpcio harness around one test body (skip without grpcio, numpy or
+protoc; the generated dipaco_pb2; one stub per RPC of both services; status codes)."""
+import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
+
+SKIP = 77
 
 _fails = 0
 
@@ -69,3 +77,73 @@ class Daemon:
             rc = self.proc.wait()
         self.logf.close()
         return rc
+
+
+def run_grpc_test(coord_bin, proto_dir, prefix, body, log_tail=40):
+    """Start a coordinator in a fresh directory and run body(grpc, np, pb, d, state, log) with
+    d = [Daemon] (a body may replace d[0] to restart it); 0 when every check passed, 1 with
+    the coordinator log's tail otherwise, SKIP (with the reason printed) without the tools."""
+    try:
+        import grpc
+        import numpy as np
+    except ImportError as e:
+        print(f"SKIP: needs python grpcio and numpy ({e})")
+        return SKIP
+    protoc = shutil.which("protoc")
+    if not protoc:
+        print("SKIP: protoc not found; apt-get install protobuf-compiler")
+        return SKIP
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    d = None
+    log = os.path.join(tmp, "coordinator.log")
+    try:
+        subprocess.run([protoc, f"--python_out={tmp}", f"-I{proto_dir}", os.path.join(proto_dir, "dipaco.proto")],
+                       check=True)
+        sys.path.insert(0, tmp)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
+        import dipaco_pb2 as pb
+        state = os.path.join(tmp, "state")
+        d = [Daemon(coord_bin, state, log)]
+        try:
+            body(grpc, np, pb, d, state, log)
+        except Exception:
+            import traceback
+            traceback.print_exc()
+            check(False, "the test ran to the end")
+        if failures():
+            print("---- coordinator log (tail) ----")
+            with open(log) as f:
+                print("".join(f.readlines()[-log_tail:]))
+        return 1 if failures() else 0
+    finally:
+        if d and d[0].proc.poll() is None:
+            d[0].proc.kill()
+            d[0].proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def grpc_stubs(grpc, pb, addr, state):
+    """A channel to addr with the state directory's tokens, and a callable per RPC name of the
+    Coordinator and Admin services."""
+    from security_md import with_tokens
+    ch = grpc.insecure_channel(addr)
+    grpc.channel_ready_future(ch).result(timeout=20)
+    ch = with_tokens(ch, state)
+    u = {}
+    S = pb.DESCRIPTOR.services_by_name
+    for svc in ("Coordinator", "Admin"):
+        for m in S[svc].methods:
+            req, resp = getattr(pb, m.input_type.name), getattr(pb, m.output_type.name)
+            mk = {(False, False): ch.unary_unary, (False, True): ch.unary_stream,
+                  (True, False): ch.stream_unary}[(m.client_streaming, m.server_streaming)]
+            u[m.name] = mk(f"/dipaco.v1.{svc}/{m.name}", request_serializer=req.SerializeToString,
+                           response_deserializer=resp.FromString)
+    return u
+
+
+def status_of(grpc, fn, *a, **kw):
+    """(StatusCode.OK, reply) or (the error's code, its details)."""
+    try:
+        return grpc.StatusCode.OK, fn(*a, **kw)
+    except grpc.RpcError as e:
+        return e.code(), e.details()

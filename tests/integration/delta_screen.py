@@ -24,15 +24,11 @@ k = 4):
 usage: delta_screen.py COORDINATOR_BIN PROTO_DIR     (exit 77 = skip, with the reason)"""
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
-from daemon_kit import Daemon, check, crc32c, failures
+from daemon_kit import Daemon, check, crc32c, grpc_stubs, run_grpc_test, status_of
 
-SKIP = 77
 K = 4.0
 
 
@@ -42,68 +38,17 @@ K = 4.0
 
 def main():
     coord_bin, proto_dir = sys.argv[1], sys.argv[2]
-    try:
-        import grpc
-        import numpy as np
-    except ImportError as e:
-        print(f"SKIP: needs python grpcio and numpy ({e})")
-        return SKIP
-    protoc = shutil.which("protoc")
-    if not protoc:
-        print("SKIP: protoc not found; apt-get install protobuf-compiler")
-        return SKIP
-    tmp = tempfile.mkdtemp(prefix="dpc_screen_")
-    d = None
-    log = os.path.join(tmp, "coordinator.log")
-    try:
-        subprocess.run([protoc, f"--python_out={tmp}", f"-I{proto_dir}", os.path.join(proto_dir, "dipaco.proto")],
-                       check=True)
-        sys.path.insert(0, tmp)
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
-        import dipaco_pb2 as pb
-        state = os.path.join(tmp, "state")
-        d = [Daemon(coord_bin, state, log)]
-        try:
-            body(grpc, np, pb, coord_bin, d, state, log)
-        except Exception:
-            import traceback
-            traceback.print_exc()
-            check(False, "the test ran to the end")
-        if failures():
-            print("---- coordinator log (tail) ----")
-            with open(log) as f:
-                print("".join(f.readlines()[-30:]))
-        return 1 if failures() else 0
-    finally:
-        if d and d[0].proc.poll() is None:
-            d[0].proc.kill()
-            d[0].proc.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+    return run_grpc_test(coord_bin, proto_dir, "dpc_screen_",
+                         lambda grpc, np, pb, d, state, log: body(grpc, np, pb, coord_bin, d, state, log))
 
 
 def body(grpc, np, pb, coord_bin, d, state, log):
-    from security_md import with_tokens
-    S = pb.DESCRIPTOR.services_by_name
 
     def connect():
-        ch = grpc.insecure_channel(d[0].addr)
-        grpc.channel_ready_future(ch).result(timeout=20)
-        ch = with_tokens(ch, state)
-        u = {}
-        for svc in ("Coordinator", "Admin"):
-            for m in S[svc].methods:
-                req, resp = getattr(pb, m.input_type.name), getattr(pb, m.output_type.name)
-                mk = {(False, False): ch.unary_unary, (False, True): ch.unary_stream,
-                      (True, False): ch.stream_unary}[(m.client_streaming, m.server_streaming)]
-                u[m.name] = mk(f"/dipaco.v1.{svc}/{m.name}", request_serializer=req.SerializeToString,
-                               response_deserializer=resp.FromString)
-        return u
+        return grpc_stubs(grpc, pb, d[0].addr, state)
 
     def code_of(fn, *a, **kw):
-        try:
-            return grpc.StatusCode.OK, fn(*a, **kw)
-        except grpc.RpcError as e:
-            return e.code(), e.details()
+        return status_of(grpc, fn, *a, **kw)
 
     X = connect()
     spec = {"name": "screen", "model": {"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 8,

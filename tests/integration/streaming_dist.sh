@@ -13,6 +13,8 @@
 #     rule (tests/oracle/EAGER.md) to 1e-4.
 #  4. "streaming" with F = 1, τ = 0, α = 0 (fp32) is plain DiLoCo: its export is
 #     byte-identical to the same job without the block.
+#  5. a diloco-async job with int8 deltas runs to the end, and the coordinator received
+#     exactly (number of deltas) × the int8 size of the model (n + 4·⌈n/256⌉ bytes).
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -36,6 +38,9 @@ spec s2 ', "streaming": {"fragments": 2, "overlap_steps": 2, "alpha": 0.5, "code
 spec s3 ', "streaming": {"fragments": 1, "overlap_steps": 0, "alpha": 0}' keep
 spec s4 ', "streaming": {"fragments": 2, "overlap_steps": 2, "alpha": 0.5, "eager": true}' keep
 spec plain '' keep
+sed -e 's/"algorithm": "diloco"/"algorithm": "diloco-async"/' \
+    -e 's/"outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}/"outer": {"rule": "delayed-nesterov", "lr": 0.4, "momentum": 0.7}/' \
+    "$W/plain.json" | $PY -c 'import json,sys; d=json.load(sys.stdin); d["name"]="async8"; d["streaming"]={"codec":"int8"}; print(json.dumps(d))' > "$W/async8.json"
 
 start_coordinator "$W/state" --lease-ttl-ms 20000
 start_worker w1 "$W/corpus"
@@ -78,4 +83,12 @@ run s3
 run plain
 cmp "$W/s3.out/model.safetensors" "$W/plain.out/model.safetensors"
 echo "F = 1, tau = 0, alpha = 0 is plain DiLoCo, byte for byte"
+
+run async8
+"$CTL" --coordinator "$COORD" job ledger "$JOB" --json > "$W/async8.ledger.json"
+n_deltas=$($PY -c "import json; print(len(json.load(open('$W/async8.ledger.json'))['deltas']))")
+in8=$(field async8 bytes_in)
+want8=$(( n_deltas * (n_params + 4 * ((n_params + 255) / 256)) ))
+echo "async with int8 deltas: $n_deltas deltas, $in8 bytes received (want $want8)"
+[ "$n_deltas" -eq 6 ] && [ "$in8" -eq "$want8" ] || { echo "FAIL: async int8 traffic"; exit 1; }
 echo "streaming_dist: PASS"
