@@ -92,8 +92,9 @@ typedef struct {
   enum wc_class cls;
   uint64_t sent;         /* payload bytes pushed */
   int *res;              /* (nf) PushResult per fragment, −1 until acknowledged */
-  /* The prefetcher: after fragment i's delta is pushed, its next global version is pulled into
-   * keep->stage while training goes on, so that the merge finds it there. Under mu. */
+  /* The prefetcher: from fragment i's sync on, its next global version is pulled into
+   * keep->stage (once the round has closed) while training goes on, so that the merge finds
+   * it there. Under mu. */
   pthread_t fth;
   int frunning;
   int *fq;               /* (2·nf) ring of fragment indexes to fetch */
@@ -191,8 +192,6 @@ static void *push_main(void *arg) {
     int failed = q->rc != 0;
     pthread_mutex_unlock(&q->mu);
     int rc = failed ? 0 : push_one(q, i);
-    /* The version this delta helps make comes back to the merge: fetch it meanwhile. */
-    if (!failed && rc == 0) fetch_enqueue(q, i, (int64_t)q->L->fragments[i]->version + 1);
     pthread_mutex_lock(&q->mu);
     if (rc && !q->rc) q->rc = rc;
     q->busy = 0;
@@ -366,6 +365,9 @@ static int do_sync(stream_lease *x, size_t i, uint64_t n, int enqueue) {
   for (size_t k = 0; k < len; k++) d[k] = g[k] - d[k];
   if (L->eager && (rc = eager_step(x, i, base))) return rc; /* reads d before the push thread may send it */
   if (enqueue) push_enqueue(&x->q, i);
+  /* The version this delta helps make comes back to the merge τ steps on: fetch it meanwhile
+   * (the fetch waits while the round closes). A merge in the next lease fetches it there. */
+  if (n + f->overlap_steps < x->end) fetch_enqueue(&x->q, i, base + 1);
   return 0;
 }
 

@@ -37,7 +37,10 @@
 # (2), L (4), NH (4), C (256), T (64: seq_len), B (8: batch), V (256: byte vocabulary) — 3.2M
 # parameters, 13 MB fp32 per full sync; INNER_LR (0.003), WARMUP (TOTAL_STEPS / 9), OUTER_LR /
 # OUTER_MU (0.6 / 0.7), EVAL_BATCHES (16), FILES (number of demo-corpus files, 24), SEED (1),
-# IPERF_S (4 s per direction, 0 = no check), TCP_MAX_BUF (67108864), JOB_TIMEOUT (1800 s), BUILD
+# STEP_MS (0: every inner step takes at least this many ms, dipaco-worker --min-step-ms — a
+# device of fixed speed: on these 2 cores the trainers otherwise share the CPU with the relays,
+# gRPC and the coordinator, so transfers slow the steps they should hide behind), IPERF_S (4 s
+# per direction, 0 = no check), TCP_MAX_BUF (67108864), JOB_TIMEOUT (1800 s), BUILD
 # (build-rel), RESULTS (a file that gets one line per row: profile row status wall_s bytes_in
 # bytes_out tokens peak_sync loss link_bytes message), MD (1: Markdown tables), KEEP (1: keep the
 # work directory). bytes_in/out: the coordinator's tensor byte counters over the job; link_bytes:
@@ -56,6 +59,7 @@ L=${L:-4}; NH=${NH:-4}; C=${C:-256}; T=${T:-64}; B=${B:-8}; V=${V:-256}
 INNER_LR=${INNER_LR:-0.003}; WARMUP=${WARMUP:-$((TOTAL_STEPS / 9))}; OUTER_LR=${OUTER_LR:-0.6}; OUTER_MU=${OUTER_MU:-0.7}
 EVAL_BATCHES=${EVAL_BATCHES:-16}; FILES=${FILES:-24}; SEED=${SEED:-1}; IPERF_S=${IPERF_S:-4}
 TCP_MAX_BUF=${TCP_MAX_BUF:-67108864}; JOB_TIMEOUT=${JOB_TIMEOUT:-1800}; BUILD=${BUILD:-build-rel}
+STEP_MS=${STEP_MS:-0}
 RESULTS=${RESULTS:-}
 [ "$(id -u)" = 0 ] || { echo "wan.sh: needs root (network namespaces, tc)" >&2; exit 2; }
 PORT=7070; MPORT=9090
@@ -231,7 +235,7 @@ run() {
   local wp=() i
   for i in $(seq 1 "$WORKERS"); do
     ip netns exec "${NS}w$i" "$WK" --coordinator "10.77.$i.1:$PORT" --data-dir "$work" --threads "$THREADS" --name "w$i" \
-      --exit-when-done --poll-ms 200 --grace-s 2 --log-json 2>"$d/worker$i.log" &
+      --exit-when-done --poll-ms 200 --grace-s 2 --min-step-ms "$STEP_MS" --log-json 2>"$d/worker$i.log" &
     wp+=($!); PIDS+=($!)
   done
   for _ in $(seq 1 100); do # all workers registered before the clock starts
