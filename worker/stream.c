@@ -1,6 +1,6 @@
 /* stream.c — a Streaming DiLoCo lease (stream.h): continuous training, fragment deltas pushed
- * from a background thread at their sync steps, new global fragments pulled and merged τ
- * steps later. */
+ * from a background thread at their sync steps, the versions they help make prefetched by a
+ * second thread and merged τ steps later, and eager updates. */
 #include "worker/stream.h"
 #include "common/clock.h"
 #include "common/codec.h"

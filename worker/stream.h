@@ -1,16 +1,19 @@
 /* stream.h — one Streaming DiLoCo lease (DESIGN.md §3, README "Streaming DiLoCo"): the slot
  * trains on from its own local parameters without pausing; after each inner step n (counted
  * from 1) every fragment whose sync step it is sends its delta (global − local, against the
- * global version it merged last) from a background thread, and every fragment whose sync was
- * τ steps ago pulls the new global version (blocking only if it has not been made yet) and
- * merges it: local ← α·local + (1 − α)·global. A lease covers steps (t·H, (t+1)·H]: one sync
+ * global version it merged last) from a background push thread, and every fragment whose
+ * sync was τ steps ago merges the new global version: local ← α·local + (1 − α)·global. A
+ * fetch thread pulls that version from the sync on (waiting while the round closes), so the
+ * merge blocks only if it has not arrived. With eager updates the sync also merges an
+ * estimate of the next global at once (README). A lease covers steps (t·H, (t+1)·H]: one sync
  * of every fragment. Merges due at the lease's last step are done at the start of the next
  * lease, so that a lease ends in a state another worker can resume from: the local
  * parameters (and AdamW moments) after step (t+1)·H, which inner.state checkpoint uploads.
  *
  * Ownership: a stream_keep belongs to the lease runner and is freed with stream_keep_free (a
  * zeroed one is empty). Thread-safety: stream_run runs on the lease loop's thread; it starts
- * and joins its own push thread. */
+ * and joins its own push and fetch threads (the fetch thread writes only keep->stage, handed
+ * over under the pusher's mutex). */
 #ifndef DPC_WORKER_STREAM_H
 #define DPC_WORKER_STREAM_H
 #include "proto/dipaco.pb-c.h"
