@@ -56,6 +56,7 @@ typedef struct coord_job {
   jobspec_module *modules;     /* [n_modules] */
   jobspec_fragment *fragments; /* [n_fragments] */
   int *outer_busy;             /* [n_fragments]: an outer step is in flight */
+  int *outer_fails;            /* [n_fragments]: outer steps in a row that found a corrupt or missing blob */
   int64_t *outer_retry_at;     /* [n_fragments]: after a failed outer step (e.g. a full disk), no new
                                   try before this time (dpc_wall_ms) */
   int *expected;               /* [n_fragments]: deltas per round (slots through the module) */

@@ -18,6 +18,7 @@ void coord_job_free(coord_job *j) {
   free(j->fragments);
   free(j->outer_busy);
   free(j->outer_retry_at);
+  free(j->outer_fails);
   free(j->expected);
   free(j->path_loss);
   free(j->screen);
@@ -47,9 +48,11 @@ int coord_job_from_store(const store_job *sj, coord_job **out) {
   j->fragments = calloc((size_t)j->n_fragments, sizeof *j->fragments);
   j->outer_busy = calloc((size_t)j->n_fragments, sizeof *j->outer_busy);
   j->outer_retry_at = calloc((size_t)j->n_fragments, sizeof *j->outer_retry_at);
+  j->outer_fails = calloc((size_t)j->n_fragments, sizeof *j->outer_fails);
   j->expected = calloc((size_t)j->n_fragments, sizeof *j->expected);
   j->path_loss = calloc((size_t)j->n_paths, sizeof *j->path_loss);
-  if (!j->modules || !j->fragments || !j->outer_busy || !j->outer_retry_at || !j->expected || !j->path_loss) {
+  if (!j->modules || !j->fragments || !j->outer_busy || !j->outer_retry_at || !j->outer_fails || !j->expected ||
+      !j->path_loss) {
     rc = dpc_err(DPC_ENOMEM, "out of memory loading job %lld", (long long)sj->id);
     goto fail;
   }
@@ -117,6 +120,8 @@ int coord_job_set_state(coord *c, coord_job *j, store_job_state s, const char *w
   DPC_INFO("job %lld: %s -> %s%s%s", (long long)j->id, store_job_state_name(j->state), store_job_state_name(s),
            why ? ": " : "", why ? why : "");
   j->state = s;
+  if (s == JOB_RUNNING) /* resumed: outer steps held back by a pause may run again */
+    for (int f = 0; f < j->n_fragments; f++) j->outer_retry_at[f] = 0;
   return 0;
 }
 

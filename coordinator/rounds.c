@@ -244,6 +244,24 @@ static double record_round_loss(coord *c, coord_job *j, const outer_work *w) {
   return mean;
 }
 
+/* A sync outer step that cannot succeed by trying again pauses the job with the reason, where
+ * `job show` prints it (issue 13, finding 7): a non-finite result at once, a corrupt or missing
+ * blob (checksum, format, not found) after OUTER_CORRUPT_TRIES steps in a row. I/O errors such
+ * as a full disk keep being retried: they clear when the disk does. `job resume` tries again. */
+#define OUTER_CORRUPT_TRIES 3
+
+static void outer_failed(coord *c, coord_job *j, const outer_work *w) {
+  const int corrupt = w->rc == DPC_ECHECKSUM || w->rc == DPC_EFORMAT || w->rc == DPC_ENOENT;
+  if (w->rc != DPC_ENUMERIC && !(corrupt && ++j->outer_fails[w->fragment] >= OUTER_CORRUPT_TRIES)) return;
+  char why[768];
+  snprintf(why, sizeof why, "paused: the outer step of fragment %d round %lld failed%s: %s (fix or replace the "
+           "state, then job resume; or cancel the job)", w->fragment + 1, (long long)w->round,
+           corrupt ? " repeatedly" : "", w->err);
+  j->outer_fails[w->fragment] = 0;
+  j->outer_retry_at[w->fragment] = INT64_MAX; /* not again before `job resume` */
+  if (j->state == JOB_RUNNING) coord_job_set_state(c, j, JOB_PAUSED, why);
+}
+
 static void outer_after(uv_work_t *req, int status) {
   outer_work *w = req->data;
   coord *c = w->c;
@@ -252,10 +270,13 @@ static void outer_after(uv_work_t *req, int status) {
   if (status != 0 || w->rc < 0) {
     DPC_ERROR("job %lld fragment %d round %lld: outer step failed: %s; trying again in %d ms", (long long)w->job,
               w->fragment, (long long)w->round, status ? "canceled" : w->err, OUTER_RETRY_MS);
-    if (j && w->rc == DPC_ENUMERIC) coord_job_set_state(c, j, JOB_FAILED, w->err);
-    if (j) j->outer_retry_at[w->fragment] = dpc_wall_ms() + OUTER_RETRY_MS;
+    if (j) {
+      j->outer_retry_at[w->fragment] = dpc_wall_ms() + OUTER_RETRY_MS;
+      outer_failed(c, j, w);
+    }
     goto done;
   }
+  if (j) j->outer_fails[w->fragment] = 0;
   store_outer_commit oc = {.job = w->job, .fragment = w->fragment, .round = w->round, .new_version = w->new_version,
                            .param_blob = w->new_param, .param_crc = w->param_crc, .momentum_blob = w->new_momentum,
                            .momentum_crc = w->momentum_crc, .applied = w->delta_ids, .n_applied = w->n,
@@ -496,9 +517,16 @@ static void async_after(uv_work_t *req, int status) {
   if (status != 0 || w->rc < 0) {
     DPC_ERROR("job %lld fragment %d: applying delta %lld failed: %s", (long long)w->job, w->fragment + 1,
               (long long)w->d.id, status ? "canceled" : w->err);
-    if (j && (w->rc == DPC_ENUMERIC || w->rc == DPC_ESHAPE || w->rc == DPC_ECHECKSUM))
-      coord_job_set_state(c, j, JOB_FAILED, w->err);
     if (j) j->outer_retry_at[w->fragment] = dpc_wall_ms() + OUTER_RETRY_MS;
+    /* Nothing a retry can fix (a non-finite result, a corrupt or malformed delta): pause with
+     * the reason, as outer_failed does for sync jobs; `job resume` tries the delta again. */
+    if (j && (w->rc == DPC_ENUMERIC || w->rc == DPC_ESHAPE || w->rc == DPC_ECHECKSUM || w->rc == DPC_EFORMAT)) {
+      char why[768];
+      snprintf(why, sizeof why, "paused: applying delta %lld to fragment %d failed: %s (fix or replace the state, "
+               "then job resume; or cancel the job)", (long long)w->d.id, w->fragment + 1, w->err);
+      j->outer_retry_at[w->fragment] = INT64_MAX;
+      if (j->state == JOB_RUNNING) coord_job_set_state(c, j, JOB_PAUSED, why);
+    }
     goto done;
   }
   int dn = w->rule == OUTER_ASYNC_DN, mom = w->rule != OUTER_ASYNC_SGD;
