@@ -285,6 +285,8 @@ void lease_pushed(coord *c, int64_t lease_id) {
   int64_t now = dpc_wall_ms();
   int rc = store_end_lease(c->st, lease_id, LEASE_FINISHED, 1, l.inner_steps, now);
   if (rc < 0) DPC_ERROR("lease %lld: cannot finish: %s", (long long)lease_id, dpc_errmsg());
+  coord_job *j = coord_job_get(c, l.job);
+  if (j) j->lease_errors = 0;
   coord_note_drop(c, lease_id);
 }
 

@@ -443,6 +443,29 @@ static void on_lease(struct rpc_call *call, const struct grpc_byte_buffer *req, 
 
 /* ---- Release ------------------------------------------------------------------------------------ */
 
+/* Leases given back with RELEASE_ERROR this many times in a row (no lease of the job finished
+ * in between) pause the job with the last worker's reason (issue 13, finding 7: a job whose
+ * data cannot be read used to stay RUNNING, its slots taken and given back every few seconds
+ * forever). `job resume` tries again. */
+#define LEASE_ERRORS_PAUSE 6
+
+static void lease_error(coord *c, const store_lease *l, const char *msg) {
+  coord_job *j = coord_job_get(c, l->job);
+  if (!j || j->state != JOB_RUNNING || ++j->lease_errors < LEASE_ERRORS_PAUSE) return;
+  /* The worker's text goes into the job's message: printable ASCII only, bounded. */
+  char clean[401];
+  size_t n = 0;
+  for (const char *m = msg ? msg : ""; *m && n < sizeof clean - 1; m++)
+    clean[n++] = (*m >= 0x20 && *m < 0x7f) ? *m : '?';
+  clean[n] = 0;
+  char why[768];
+  snprintf(why, sizeof why, "paused: %d leases in a row failed on the workers; the last (slot (path %d, replica %d), "
+           "worker %lld): %s (fix it, then job resume; or cancel the job)", j->lease_errors, l->path, l->replica,
+           (long long)l->worker, n ? clean : "no reason given");
+  j->lease_errors = 0;
+  coord_job_set_state(c, j, JOB_PAUSED, why);
+}
+
 static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   coord *c = ud;
   int64_t worker;
@@ -470,6 +493,7 @@ static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req
       }
       coord_note_drop(c, l.id);
       rounds_check(c);
+      if (r->reason == DIPACO__V1__RELEASE_REASON__RELEASE_ERROR) lease_error(c, &l, r->message);
       char msg[128];
       snprintf(msg, sizeof msg, "%.*s", 100, r->message);
       DPC_INFO("lease %lld released by worker %lld (reason %d%s%s): slot (path %d, replica %d) round %lld is free",

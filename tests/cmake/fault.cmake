@@ -24,6 +24,9 @@ if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
   add_test(NAME outer_corrupt COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/outer_corrupt.sh
            $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
   set_tests_properties(outer_corrupt PROPERTIES TIMEOUT 180 LABELS fault)
+  add_test(NAME lease_errors COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/lease_errors.sh
+           $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
+  set_tests_properties(lease_errors PROPERTIES TIMEOUT 180 LABELS fault)
   add_test(NAME chaos_streaming COMMAND ${CMAKE_COMMAND} -E env CHAOS_ALGO=streaming bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh
            $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
   set_tests_properties(chaos_streaming PROPERTIES TIMEOUT 600 LABELS fault)
