@@ -689,6 +689,9 @@ static int validate_streaming(const jobspec *js) {
   if (js->streaming.eager && js->inner.state != INNER_STATE_KEEP)
     return dpc_err(DPC_EINVAL, "field \"streaming.eager\": eager updates need inner.state \"keep\" (the eager state, "
                    "the slot's previous delta, is not part of the checkpoint)");
+  if (jobspec_streaming(js) && js->algorithm == JOB_ALGO_DIPACO)
+    return dpc_err(DPC_EINVAL, "field \"streaming\": algorithm \"dipaco\" takes a delta codec only (fragments 1, "
+                   "overlap_steps 0, alpha 0, eager false): Streaming DiLoCo over DiPaCo modules is not built");
   if (jobspec_streaming(js) && js->algorithm == JOB_ALGO_DILOCO_ASYNC)
     return dpc_err(DPC_EINVAL, "field \"streaming\": algorithm \"diloco-async\" takes a delta codec only "
                    "(fragments 1, overlap_steps 0, alpha 0, eager false)");

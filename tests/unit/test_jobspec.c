@@ -360,6 +360,9 @@ int main(void) {
     expect_bad("{\"name\":\"a\"," MODEL "," DATA ",\"algorithm\":\"diloco-async\",\"replicas\":2,\"inner_steps\":5,"
                "\"rounds\":3,\"batch\":4,\"seq_len\":8,\"streaming\":{\"fragments\":2}}", DPC_EINVAL,
                "takes a delta codec only");
+    expect_bad("{\"name\":\"d\"," MODEL "," DATA ",\"algorithm\":\"dipaco\",\"replicas\":2,\"inner_steps\":5,"
+               "\"rounds\":3,\"batch\":4,\"seq_len\":8,\"streaming\":{\"fragments\":2}}", DPC_EINVAL,
+               "over DiPaCo modules is not built");
     expect_bad("{" BASE ",\"streaming\":{\"fragments\":6}}", DPC_EINVAL, "streaming.fragments");
     expect_bad("{" BASE ",\"streaming\":{\"fragments\":5}}", DPC_EINVAL, "exceeds model.n_layer");
     expect_bad("{" BASE ",\"streaming\":{\"overlap_steps\":5}}", DPC_EINVAL, "streaming.overlap_steps");
