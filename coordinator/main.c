@@ -39,6 +39,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <systemd/sd-daemon.h>
@@ -288,10 +289,61 @@ static int serve(coord *c, const opts *o) {
   return 0;
 }
 
+/* One blob a job needs at start-up: 0 when it reads back whole with the checksum its row
+ * recorded (*out receives the floats when out is not NULL), else a DPC_E* code. */
+static int verify_blob(coord *c, const char *name, blob_kind kind, size_t len, uint32_t want, float **out) {
+  float *buf = NULL;
+  size_t n = 0;
+  uint32_t crc = 0;
+  int rc = blob_read_alloc(c->bs, name, kind, &buf, &n, &crc);
+  if (rc == 0 && n != len) rc = dpc_err(DPC_EFORMAT, "blob %s holds %zu floats, the fragment has %zu", name, n, len);
+  if (rc == 0 && crc != want)
+    rc = dpc_err(DPC_ECHECKSUM, "blob %s has checksum 0x%08x, its row recorded 0x%08x", name, crc, want);
+  if (rc == 0 && out) *out = buf;
+  else free(buf);
+  return rc;
+}
+
+/* Start-up: every running or paused job's current parameters, momentum and delayed-Nesterov
+ * buffer are read back and checked against their rows (issue 13, finding 7). A job with a
+ * corrupt or missing blob is PAUSED with the reason instead of failing its pulls and outer
+ * steps over and over; the parameters read go to the parameter cache, so the first pulls
+ * after a restart cost nothing more. */
+static void verify_jobs(coord *c) {
+  double t0 = dpc_mono_s();
+  size_t floats = 0;
+  for (int ji = 0; ji < c->n_jobs; ji++) {
+    coord_job *j = c->jobs[ji];
+    if (j->state != JOB_RUNNING && j->state != JOB_PAUSED) continue;
+    store_fragment *fr = NULL;
+    int nf = 0, rc = store_list_fragments(c->st, j->id, &fr, &nf);
+    for (int f = 0; f < nf && rc == 0; f++) {
+      float *theta = NULL;
+      rc = verify_blob(c, fr[f].param_blob, BLOB_PARAMS, fr[f].len, fr[f].param_crc, &theta);
+      if (rc == 0) pcache_put(c, j->id, f, fr[f].version, theta, fr[f].len, fr[f].param_crc);
+      if (rc == 0 && fr[f].momentum_blob[0])
+        rc = verify_blob(c, fr[f].momentum_blob, BLOB_MOMENTUM, fr[f].len, fr[f].momentum_crc, NULL);
+      if (rc == 0 && fr[f].dnbuf_blob[0])
+        rc = verify_blob(c, fr[f].dnbuf_blob, BLOB_DN_BUF, fr[f].len, fr[f].dnbuf_crc, NULL);
+      floats += rc == 0 ? fr[f].len : 0;
+      if (rc < 0) {
+        char why[768];
+        snprintf(why, sizeof why, "paused at start-up: fragment %d version %lld: %s (restore the state directory "
+                 "from a backup, then job resume; or cancel the job)", f + 1, (long long)fr[f].version, dpc_errmsg());
+        DPC_ERROR("job %lld: %s", (long long)j->id, why);
+        if (j->state == JOB_RUNNING) coord_job_set_state(c, j, JOB_PAUSED, why);
+      }
+    }
+    free(fr);
+  }
+  if (floats) DPC_INFO("recovery: verified %zu floats of job state in %.2f s", floats, dpc_mono_s() - t0);
+}
+
 /* Restart recovery: leases whose deltas are all in are finished, and rounds whose deltas
  * are all in get their outer step now. The others get one TTL from now for their workers
  * to reconnect (they could not heartbeat while this process was down). */
 static void recover(coord *c) {
+  verify_jobs(c);
   lease_recover(c);
   c->started_ms = dpc_wall_ms();
   c->push_seq = c->started_ms * 1000; /* above every earlier run's attempts (≤ 1000 pushes per ms) */

@@ -5,6 +5,9 @@
 # the coordinator resumes. The outer step fails on the blob's checksum, is tried again a few
 # times, then the job is PAUSED with a message naming the fragment, the round and the
 # checksum failure (`job show`), and no further outer step is attempted while it stays paused.
+# Then start-up verification: with a second job past round 1, the coordinator is SIGKILLed,
+# that job's current parameter blob is corrupted, and the restarted coordinator pauses the job
+# at start-up with a message naming the fragment, the version and the checksum.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -44,4 +47,29 @@ sleep 3
   { echo "FAIL: the outer step is still retried while paused"; exit 1; }
 echo "the job is PAUSED after $tries failed outer steps, with the reason; no retry while paused"
 "$CTL" --coordinator "$COORD" job cancel "$job" >/dev/null
+
+sed -e 's/"name": "corrupt"/"name": "corrupt2"/' -e 's/"rounds": 3/"rounds": 200/' "$W/spec.json" > "$W/spec2.json"
+job2=$("$CTL" --coordinator "$COORD" job create "$W/spec2.json")
+for _ in $(seq 1 300); do
+  "$CTL" --coordinator "$COORD" job show "$job2" --json > "$W/show2.json" 2>/dev/null || true
+  r=$(sed -n 's/.*"round":\([0-9]*\).*/\1/p' "$W/show2.json")
+  [ "${r:-0}" -ge 2 ] && break
+  sleep 0.1
+done
+kill -9 "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
+# The current version's blob, as the database names it (a newer file may be an uncommitted one
+# that start-up sweeps away).
+cur=$($PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT v.param_blob FROM fragments f JOIN fragment_versions v ON v.job = f.job AND v.fragment = f.fragment AND v.version = f.version WHERE f.job = ? AND f.fragment = 0', (int(sys.argv[2]),)).fetchone()[0])" "$W/state/dipaco.db" "$job2")
+pblob="$W/state/blobs/$cur"
+[ -f "$pblob" ] || { echo "FAIL: no parameter blob for job $job2"; exit 1; }
+size=$(stat -c %s "$pblob")
+printf '\x7f' | dd of="$pblob" bs=1 seek=$((size / 2)) conv=notrunc status=none
+echo "corrupted job $job2's $cur with the coordinator down"
+restart_coordinator "$W/state" --lease-ttl-ms 20000
+"$CTL" --coordinator "$COORD" job show "$job2" --json > "$W/show2.json"
+"$CTL" --coordinator "$COORD" job show "$job2" | sed -n 3,4p
+grep -q '"state":"PAUSED"' "$W/show2.json" && grep -q "paused at start-up: fragment 1 version" "$W/show2.json" &&
+  grep -q 'checksum' "$W/show2.json" || { echo "FAIL: start-up did not pause the job with the reason"; cat "$W/show2.json"; exit 1; }
+echo "start-up verification paused the job with the reason"
+"$CTL" --coordinator "$COORD" job cancel "$job2" >/dev/null
 echo "outer_corrupt: PASS"
