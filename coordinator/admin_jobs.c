@@ -107,7 +107,8 @@ static void fill_summary(coord *c, const store_job *sj, Dipaco__V1__JobSummary *
     s->bytes_in = (uint64_t)in;
     s->bytes_out = (uint64_t)out;
   }
-  s->peak_sync_bytes = peak_sync_bytes(j);
+  if (!j->peak_sync_bytes) j->peak_sync_bytes = peak_sync_bytes(j); /* fixed by the spec: once */
+  s->peak_sync_bytes = j->peak_sync_bytes;
   store_slot *sl;
   int ns;
   if (store_list_slots(c->st, sj->id, &sl, &ns) == 0) {

@@ -63,6 +63,7 @@ typedef struct coord_job {
   float *path_loss;            /* [n_paths]: latest loss reported on the path (NaN unknown) */
   float last_loss;             /* mean loss of the last closed round */
   int lease_errors;            /* leases in a row given back with RELEASE_ERROR (0 after one finishes) */
+  uint64_t peak_sync_bytes;    /* job show's peak sync, from the spec alone (0 until first asked) */
   int n_slots;                 /* paths × replicas */
   /* diloco-async counters (since the coordinator started; the ledger in the store is the
    * durable record): deltas applied / dropped as too stale, staleness of the last applied

@@ -250,16 +250,22 @@ static double record_round_loss(coord *c, coord_job *j, const outer_work *w) {
  * as a full disk keep being retried: they clear when the disk does. `job resume` tries again. */
 #define OUTER_CORRUPT_TRIES 3
 
+/* Hold fragment f's outer steps until `job resume` and pause the running job with `what`. */
+static void pause_fragment(coord *c, coord_job *j, int f, const char *what) {
+  char why[768];
+  snprintf(why, sizeof why, "paused: %s (fix or replace the state, then job resume; or cancel the job)", what);
+  j->outer_fails[f] = 0;
+  j->outer_retry_at[f] = INT64_MAX;
+  if (j->state == JOB_RUNNING) coord_job_set_state(c, j, JOB_PAUSED, why);
+}
+
 static void outer_failed(coord *c, coord_job *j, const outer_work *w) {
   const int corrupt = w->rc == DPC_ECHECKSUM || w->rc == DPC_EFORMAT || w->rc == DPC_ENOENT;
   if (w->rc != DPC_ENUMERIC && !(corrupt && ++j->outer_fails[w->fragment] >= OUTER_CORRUPT_TRIES)) return;
-  char why[768];
-  snprintf(why, sizeof why, "paused: the outer step of fragment %d round %lld failed%s: %s (fix or replace the "
-           "state, then job resume; or cancel the job)", w->fragment + 1, (long long)w->round,
-           corrupt ? " repeatedly" : "", w->err);
-  j->outer_fails[w->fragment] = 0;
-  j->outer_retry_at[w->fragment] = INT64_MAX; /* not again before `job resume` */
-  if (j->state == JOB_RUNNING) coord_job_set_state(c, j, JOB_PAUSED, why);
+  char what[640];
+  snprintf(what, sizeof what, "the outer step of fragment %d round %lld failed%s: %s", w->fragment + 1,
+           (long long)w->round, corrupt ? " repeatedly" : "", w->err);
+  pause_fragment(c, j, w->fragment, what);
 }
 
 static void outer_after(uv_work_t *req, int status) {
@@ -521,11 +527,10 @@ static void async_after(uv_work_t *req, int status) {
     /* Nothing a retry can fix (a non-finite result, a corrupt or malformed delta): pause with
      * the reason, as outer_failed does for sync jobs; `job resume` tries the delta again. */
     if (j && (w->rc == DPC_ENUMERIC || w->rc == DPC_ESHAPE || w->rc == DPC_ECHECKSUM || w->rc == DPC_EFORMAT)) {
-      char why[768];
-      snprintf(why, sizeof why, "paused: applying delta %lld to fragment %d failed: %s (fix or replace the state, "
-               "then job resume; or cancel the job)", (long long)w->d.id, w->fragment + 1, w->err);
-      j->outer_retry_at[w->fragment] = INT64_MAX;
-      if (j->state == JOB_RUNNING) coord_job_set_state(c, j, JOB_PAUSED, why);
+      char what[640];
+      snprintf(what, sizeof what, "applying delta %lld to fragment %d failed: %s", (long long)w->d.id,
+               w->fragment + 1, w->err);
+      pause_fragment(c, j, w->fragment, what);
     }
     goto done;
   }

@@ -147,6 +147,32 @@ def run(init, tokens, spec, stop_after=None):
     return {k: v.detach() for k, v in G.items()}
 
 
+def compare(ref, init, export_dir, tol, name):
+    """The exported parameters in export_dir against ref (max |a-b| / max |b| per tensor); 0 when
+    every tensor is within tol and the parameters moved from init at all, else 1."""
+    _, got = load_model(export_dir)
+    worst = 0.0
+    for k, v in ref.items():
+        if k not in got:
+            print(f"missing tensor {k} in {export_dir}")
+            return 1
+        g = got[k]
+        if tuple(g.shape) != tuple(v.shape):
+            print(f"{k}: shape {tuple(g.shape)} != {tuple(v.shape)}")
+            return 1
+        err = float((g - v).abs().max() / max(float(v.abs().max()), 1e-30))
+        worst = max(worst, err)
+        if err > tol:
+            print(f"{k}: max relative error {err:.3e} > {tol}")
+    moved = max(float((ref[k] - init[k]).abs().max()) for k in ref)
+    print(f"{name}: {len(ref)} tensors, worst max relative error {worst:.3e} (tol {tol}); "
+          f"largest parameter change from init {moved:.3e}")
+    if moved == 0.0:
+        print(f"{name}: parameters did not move: the comparison would be vacuous")
+        return 1
+    return 0 if worst <= tol else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--init", required=True)
@@ -159,27 +185,7 @@ def main():
     a = ap.parse_args()
     spec = json.load(open(a.spec))
     ref = run(load_model(a.init), load_tokens(a.data), spec, a.rounds_done)
-    _, got = load_model(a.compare)
-    worst = 0.0
-    for k, v in ref.items():
-        if k not in got:
-            print(f"missing tensor {k} in {a.compare}")
-            return 1
-        g = got[k]
-        if tuple(g.shape) != tuple(v.shape):
-            print(f"{k}: shape {tuple(g.shape)} != {tuple(v.shape)}")
-            return 1
-        err = float((g - v).abs().max() / max(float(v.abs().max()), 1e-30))
-        worst = max(worst, err)
-        if err > a.tol:
-            print(f"{k}: max relative error {err:.3e} > {a.tol}")
-    moved = max(float((ref[k] - load_model(a.init)[1][k]).abs().max()) for k in ref)
-    print(f"diloco_ref: {len(ref)} tensors, worst max relative error {worst:.3e} (tol {a.tol}); "
-          f"largest parameter change from init {moved:.3e}")
-    if moved == 0.0:
-        print("diloco_ref: parameters did not move: the comparison would be vacuous")
-        return 1
-    return 0 if worst <= a.tol else 1
+    return compare(ref, load_model(a.init)[1], a.compare, a.tol, "diloco_ref")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ The spec is diloco_ref.py's spec plus an optional block
   streaming_ref.py --init MODEL_DIR --data SHARD... --spec SPEC.json [--out FILE.safetensors] [--eval SHARD...]
   streaming_ref.py --self-test
 --compare prints the max relative error per tensor (max|a-b| / max|b|) and exits 1 above --tol."""
-import argparse, json, math, os, struct, sys
+import argparse, json, os, struct, sys
 
 import numpy as np
 import torch
@@ -454,27 +454,7 @@ def main():
         print(f"streaming_ref: eval loss {eval_loss(init[0], ref, D.load_tokens(a.eval), spec['batch'], spec['seq_len']):.6f}")
     if not a.compare:
         return 0
-    _, got = D.load_model(a.compare)
-    worst = 0.0
-    for k, v in ref.items():
-        if k not in got:
-            print(f"missing tensor {k} in {a.compare}")
-            return 1
-        g = got[k]
-        if tuple(g.shape) != tuple(v.shape):
-            print(f"{k}: shape {tuple(g.shape)} != {tuple(v.shape)}")
-            return 1
-        err = float((g - v).abs().max() / max(float(v.abs().max()), 1e-30))
-        worst = max(worst, err)
-        if err > a.tol:
-            print(f"{k}: max relative error {err:.3e} > {a.tol}")
-    moved = max(float((ref[k] - init[1][k]).abs().max()) for k in ref)
-    print(f"streaming_ref: {len(ref)} tensors, worst max relative error {worst:.3e} (tol {a.tol}); "
-          f"largest parameter change from init {moved:.3e}")
-    if moved == 0.0:
-        print("streaming_ref: parameters did not move: the comparison would be vacuous")
-        return 1
-    return 0 if worst <= a.tol else 1
+    return D.compare(ref, init[1], a.compare, a.tol, "streaming_ref")
 
 
 if __name__ == "__main__":
