@@ -11,7 +11,7 @@
 # is left).
 #
 # The driver's RNG is seeded and the seed printed: CHAOS_SEED=N reruns the same kill schedule
-# (the moments still depend on timing). CI mode: 40 rounds, 20 + 5 kills, well under a minute
+# (the moments still depend on timing). CI mode: 50 rounds, 20 + 5 kills, well under a minute
 # on 2 cores. --long (or CHAOS_LONG=1): 150 rounds, 100 worker and 25 coordinator kills, for
 # manual runs. CHAOS_ROUNDS / CHAOS_WORKER_KILLS / CHAOS_COORD_KILLS override the numbers;
 # CHAOS_INNER_STATE=keep runs both jobs with inner.state "keep", a manual check that the test
@@ -29,7 +29,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 source "$HERE/../integration/lib.sh"
 
-if [ "$LONG" = 1 ]; then ROUNDS=150; WK=100; CK=25; else ROUNDS=40; WK=20; CK=5; fi
+if [ "$LONG" = 1 ]; then ROUNDS=150; WK=100; CK=25; else ROUNDS=50; WK=20; CK=5; fi
 ROUNDS=${CHAOS_ROUNDS:-$ROUNDS}; WK=${CHAOS_WORKER_KILLS:-$WK}; CK=${CHAOS_COORD_KILLS:-$CK}
 R=3; NW=4; ALG=diloco; OUTER='"lr": 0.7, "momentum": 0.9, "nesterov": true'; CHECK=(); NL=1; STREAMING=''
 if [ "${CHAOS_ALGO:-sync}" = streaming ]; then
@@ -77,7 +77,12 @@ job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
 "$CTL" --coordinator "$COORD" job export "$job" --path 0 --out "$W/export-ref" >/dev/null
 kill_wait "${REF[@]}" "$COORD_PID"
 mv "$W/coordinator.log" "$W/coordinator-ref.log"
-echo "fault-free run: $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+ff_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+echo "fault-free run: $ff_ms ms"
+# Kill pacing from this machine's speed: the kills are spread over about 40% of the fault-free
+# run's time (a mean gap of 40% * ff_ms / kills, at most 350 ms), so that a fast or a slow machine
+# delivers them all well before the job ends; near the end, the gaps shrink further.
+mean_gap=$(( ff_ms * 2 / 5 / (WK + CK) )); [ $mean_gap -gt 350 ] && mean_gap=350; [ $mean_gap -lt 10 ] && mean_gap=10
 
 # 2. The same job under fire.
 t0=$(date +%s%N)
@@ -88,19 +93,19 @@ job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
 wk=0; ck=0
 while [ $wk -lt "$WK" ] || [ $ck -lt "$CK" ]; do
   left_w=$(( WK - wk )); left_c=$(( CK - ck ))
-  # A random moment: 50..650 ms from the last event, or 0..100 ms once the job gets close to
-  # its end with kills still to deliver (a fast machine must not finish the job first).
+  # A random moment: 0..2*mean_gap ms from the last event, or 0..mean_gap/2 ms once the job gets
+  # close to its end with kills still to deliver (the job must not finish first).
   read -r r st <<<"$(job_status "$job")"
   if [ "$st" = DONE ]; then
     fail "the job finished after only $wk worker and $ck coordinator kills (want $WK and $CK): raise CHAOS_ROUNDS"
   fi
-  if [ $(( ROUNDS - r )) -lt $(( left_w + left_c + 5 )) ]; then gap=$(( RANDOM % 100 )); else gap=$(( 50 + RANDOM % 600 )); fi
+  if [ $(( ROUNDS - r )) -lt $(( left_w + left_c + 5 )) ]; then gap=$(( RANDOM % (mean_gap / 2 + 1) )); else gap=$(( RANDOM % (2 * mean_gap) )); fi
   sleep "0.$(printf '%03d' $gap)"
   if [ $left_c -gt 0 ] && [ $(( RANDOM % (left_w + left_c) )) -lt $left_c ]; then
     kill_wait "$COORD_PID"
     ck=$((ck + 1))
     echo "kill $((wk + ck)): coordinator (#$ck) at round $(grep -c 'round [0-9]* closed' "$W/coordinator.log" || true)"
-    sleep "0.$(printf '%03d' $(( RANDOM % 400 )))"
+    sleep "0.$(printf '%03d' $(( RANDOM % (mean_gap + 1) )))"
     restart_coordinator "$W/state" "${COORD_FLAGS[@]}" || fail "the coordinator did not come back"
   else
     i=$(( RANDOM % NW ))
