@@ -13,7 +13,10 @@
 
 static const char *const names[DPC_CODEC_COUNT] = {"fp32", "bf16", "int8", "fp8", "e3m0"};
 
-const char *dpc_codec_name(int codec) { return codec >= 0 && codec < DPC_CODEC_COUNT ? names[codec] : "?"; }
+const char *dpc_codec_name(int codec) {
+  if (codec == DPC_CODEC_SPARSE) return "sparse";
+  return codec >= 0 && codec < DPC_CODEC_COUNT ? names[codec] : "?";
+}
 
 int dpc_codec_parse(const char *name, dpc_codec *out) {
   for (int i = 0; i < DPC_CODEC_COUNT; i++) {

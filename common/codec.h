@@ -44,7 +44,13 @@ typedef enum {
   DPC_CODEC_COUNT
 } dpc_codec;
 
-/* "fp32", "bf16", "int8", "fp8", "e3m0"; "?" for a value outside the enum. */
+/* dipaco.v1.CODEC_SPARSE: SparseLoCo's sparse streams (common/sparse.h), which need the
+ * fragment's tensor layout and the job's settings, so none of the dense functions below take
+ * it (dpc_codec_supported is 0; a job spec selects it with its "sparse" block, not a name). */
+#define DPC_CODEC_SPARSE 5
+
+/* "fp32", "bf16", "int8", "fp8", "e3m0" ("sparse" for DPC_CODEC_SPARSE); "?" for a value
+ * outside the enum. */
 const char *dpc_codec_name(int codec);
 /* Parse a codec name as job specs write it; DPC_EINVAL naming the accepted names otherwise. */
 int dpc_codec_parse(const char *name, dpc_codec *out);

@@ -19,7 +19,7 @@ enum {
   F_PAYLOAD = 12, F_STEP = 13, F_DATA = 15
 };
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
-#define CODEC_MAX 4u   /* dipaco.v1.Codec */
+#define CODEC_MAX 5u   /* dipaco.v1.Codec (CODEC_SPARSE) */
 #define PAYLOAD_MAX 11u /* dipaco.v1.Payload */
 
 /* A read cursor over the slices of a raw byte buffer. */

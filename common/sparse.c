@@ -363,8 +363,9 @@ int dpc_sparse_encode(const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt, f
   return 0;
 }
 
-/* Check (and with y, decode) one chunk record at in. */
-static int check_chunk(const dpc_sparse_cfg *cfg, unsigned ib, const chunk_at *a, const unsigned char *in, float *y) {
+/* Check (and with y, decode; with ss, add the squares of the values to *ss) one chunk record at in. */
+static int check_chunk(const dpc_sparse_cfg *cfg, unsigned ib, const chunk_at *a, const unsigned char *in, float *y,
+                       double *ss) {
   const unsigned b = cfg->value_bits, nb = 1u << b;
   float table[256];
   for (unsigned c = 0; c < nb; c++) {
@@ -400,6 +401,7 @@ static int check_chunk(const dpc_sparse_cfg *cfg, unsigned ib, const chunk_at *a
     uint32_t c = br_get(&rc, b), i = br_get(&r, ib);
     used[c >> 5] |= 1u << (c & 31);
     if (y) y[i] = table[c];
+    if (ss) *ss += (double)table[c] * (double)table[c];
   }
   if (rc.acc)
     return dpc_err(DPC_EFORMAT, "sparse stream: tensor %d chunk %llu: code padding bits are not zero", a->t,
@@ -412,7 +414,7 @@ static int check_chunk(const dpc_sparse_cfg *cfg, unsigned ib, const chunk_at *a
 }
 
 static int check_stream(const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt, const unsigned char *in, size_t bytes,
-                        float *y) {
+                        float *y, double *ss) {
   layout_sum sum;
   uint64_t *st;
   int rc = layout_starts(cfg, tlen, nt, &sum, &st);
@@ -431,18 +433,24 @@ static int check_stream(const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt,
   const unsigned ib = index_bits(cfg->chunk);
   for (uint64_t g = 0; g < sum.chunks && rc == 0; g++) {
     chunk_at a = locate(cfg, tlen, nt, chunk0, val0, byte0, g);
-    rc = check_chunk(cfg, ib, &a, in + a.b0, y ? y + a.v0 : NULL);
+    rc = check_chunk(cfg, ib, &a, in + a.b0, y ? y + a.v0 : NULL, ss);
   }
   free(st);
   return rc;
 }
 
 int dpc_sparse_check(const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt, const unsigned char *in, size_t bytes) {
-  return check_stream(cfg, tlen, nt, in, bytes, NULL);
+  return check_stream(cfg, tlen, nt, in, bytes, NULL, NULL);
+}
+
+int dpc_sparse_sumsq(const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt, const unsigned char *in, size_t bytes,
+                     double *ss) {
+  *ss = 0;
+  return check_stream(cfg, tlen, nt, in, bytes, NULL, ss);
 }
 
 int dpc_sparse_decode(const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt, const unsigned char *in, size_t bytes,
                       float *y) {
   if (!y) return dpc_err(DPC_EINVAL, "sparse decode: NULL output");
-  return check_stream(cfg, tlen, nt, in, bytes, y);
+  return check_stream(cfg, tlen, nt, in, bytes, y, NULL);
 }

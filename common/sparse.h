@@ -63,6 +63,11 @@ int dpc_sparse_encode(const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt, f
 /* Check a stream without decoding it: every rule above, O(kept entries). */
 int dpc_sparse_check(const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt, const unsigned char *in, size_t bytes);
 
+/* dpc_sparse_check that also gives the sum of squares of the dequantized values (the delta's
+ * squared L2 norm, for the coordinator's norm screen) in *ss, in O(kept entries). */
+int dpc_sparse_sumsq(const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt, const unsigned char *in, size_t bytes,
+                     double *ss);
+
 /* Decode into y[n]: s at kept positions, 0.0f elsewhere (y is fully written on success and may
  * be partly written on error). Same checks as dpc_sparse_check. */
 int dpc_sparse_decode(const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt, const unsigned char *in, size_t bytes,

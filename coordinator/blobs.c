@@ -31,7 +31,8 @@ struct blob_writer {
   unsigned char header[BLOB_HEADER_BYTES];
 };
 
-static const char *const KIND_EXT[] = {NULL, "params", "momentum", "delta", "dnbuf", "innerm", "innerv", "innerl"};
+static const char *const KIND_EXT[] = {NULL, "params", "momentum", "delta", "dnbuf", "innerm", "innerv", "innerl", "innere",
+                                       "sparse"};
 #define N_KINDS ((int)(sizeof KIND_EXT / sizeof KIND_EXT[0]))
 
 static int kind_ok(blob_kind k) { return (int)k >= 1 && (int)k < N_KINDS; }
@@ -406,6 +407,7 @@ static int sweep_dir(sweep_ctx *sx, const char *dir, const char *rel) {
       snprintf(name, sizeof name, "%s/%s", rel, e->d_name);
       /* Inner AdamW state blobs are found by name, not through the database: never orphans. */
       if (blob_kind_of_name(e->d_name, &k) == 0 && k != BLOB_INNER_M && k != BLOB_INNER_V && k != BLOB_INNER_L &&
+          k != BLOB_INNER_E &&
           !bsearch(&key, sx->keep, (size_t)sx->n_keep, sizeof *sx->keep, cmp_name)) {
         drop = 1;
         sx->orphans++;

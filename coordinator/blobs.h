@@ -44,6 +44,10 @@ typedef enum {
   BLOB_INNER_M = 5,  /* AdamW first moment of a slot (aux = slot) */
   BLOB_INNER_V = 6,  /* AdamW second moment of a slot (aux = slot) */
   BLOB_INNER_L = 7,  /* streaming: a slot's local parameters (aux = slot) */
+  BLOB_INNER_E = 8,  /* SparseLoCo: a slot's error-feedback buffer (aux = slot) */
+  /* SparseLoCo: a received sparse delta (as BLOB_DELTA), the CODEC_SPARSE stream zero-padded to
+   * whole floats (its exact length follows from the job's fragment layout). */
+  BLOB_SPARSE = 9,
 } blob_kind;
 
 typedef struct {

@@ -29,6 +29,7 @@
 
 #include "common/auth.h"
 #include "coordinator/blobs.h"
+#include "common/sparse.h"
 #include "coordinator/jobspec.h"
 #include "coordinator/store.h"
 
@@ -72,6 +73,12 @@ typedef struct coord_job {
   int64_t stale_last, stale_max;
   double stale_sum;
   struct screen_window_s *screen; /* [n_fragments] delta norm screen windows (svc_transfer.c); NULL until used */
+  /* SparseLoCo jobs (spec.sparse.enabled): the codec settings and each fragment's tensor
+   * lengths (sp_tlen[sp_first[f] .. sp_first[f] + sp_nt[f])) and encoded stream size. */
+  dpc_sparse_cfg sp_cfg;
+  uint64_t *sp_tlen;
+  int *sp_first, *sp_nt;
+  size_t *sp_bytes; /* [n_fragments] */
 } coord_job;
 
 /* Latest heartbeat numbers of an active lease. */

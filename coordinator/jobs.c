@@ -22,7 +22,34 @@ void coord_job_free(coord_job *j) {
   free(j->expected);
   free(j->path_loss);
   free(j->screen);
+  free(j->sp_tlen);
+  free(j->sp_first);
+  free(j->sp_nt);
+  free(j->sp_bytes);
   free(j);
+}
+
+/* A sparse job's per-fragment tensor lengths and stream sizes (coord_job.sp_*). */
+static int sparse_layout(coord_job *j, const gpt_layout *lay) {
+  j->sp_cfg = (dpc_sparse_cfg){.density = j->spec.sparse.density, .chunk = (uint32_t)j->spec.sparse.chunk,
+                               .value_bits = (uint32_t)j->spec.sparse.value_bits};
+  j->sp_tlen = calloc((size_t)lay->n_tensors + (size_t)j->n_fragments, sizeof *j->sp_tlen);
+  j->sp_first = calloc((size_t)j->n_fragments, sizeof *j->sp_first);
+  j->sp_nt = calloc((size_t)j->n_fragments, sizeof *j->sp_nt);
+  j->sp_bytes = calloc((size_t)j->n_fragments, sizeof *j->sp_bytes);
+  if (!j->sp_tlen || !j->sp_first || !j->sp_nt || !j->sp_bytes)
+    return dpc_err(DPC_ENOMEM, "out of memory loading job %lld", (long long)j->id);
+  int at = 0, rc;
+  for (int f = 0; f < j->n_fragments; f++) {
+    const jobspec_fragment *jf = &j->fragments[f];
+    int n = gpt_layout_range_tensors(lay, jf->offset, jf->len, j->sp_tlen + at, lay->n_tensors + j->n_fragments - at);
+    if (n < 0) return n;
+    j->sp_first[f] = at;
+    j->sp_nt[f] = n;
+    if ((rc = dpc_sparse_bytes(&j->sp_cfg, j->sp_tlen + at, n, &j->sp_bytes[f], NULL)) < 0) return rc;
+    at += n;
+  }
+  return 0;
 }
 
 int coord_job_from_store(const store_job *sj, coord_job **out) {
@@ -58,6 +85,7 @@ int coord_job_from_store(const store_job *sj, coord_job **out) {
   }
   jobspec_modules(&j->spec, lay, j->modules, j->n_modules);
   jobspec_fragments(&j->spec, lay, j->fragments, j->n_fragments);
+  if (j->spec.sparse.enabled && (rc = sparse_layout(j, lay)) < 0) goto fail;
   for (int p = 0; p < j->n_paths; p++) j->path_loss[p] = NAN;
   j->last_loss = NAN;
   j->n_slots = j->n_paths * j->spec.replicas;

@@ -2,6 +2,7 @@
  * fragment structure (see jobspec.h for the format and the defaults). */
 #include "coordinator/jobspec.h"
 #include "common/codec.h"
+#include "common/sparse.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
 
@@ -260,6 +261,10 @@ static void set_defaults(jobspec *js) {
   js->streaming.codec = DPC_CODEC_FP32;
   js->streaming.block_floats = DPC_CODEC_BLOCK_DEFAULT;
   js->streaming.pull_codec = DPC_CODEC_FP32;
+  js->sparse.density = JOBSPEC_DEFAULT_SPARSE_DENSITY;
+  js->sparse.chunk = JOBSPEC_DEFAULT_SPARSE_CHUNK;
+  js->sparse.value_bits = JOBSPEC_DEFAULT_SPARSE_VALUE_BITS;
+  js->sparse.ef_beta = JOBSPEC_DEFAULT_SPARSE_EF_BETA;
   js->quorum = JOBSPEC_DEFAULT_QUORUM;
   js->round_timeout_s = JOBSPEC_DEFAULT_ROUND_TIMEOUT_S;
   js->weighting = WEIGHTING_UNIFORM;
@@ -381,6 +386,24 @@ static int get_codec(const cJSON *obj, const char *key, int *out) {
   return 0;
 }
 
+/* "sparse": SparseLoCo. Its presence also changes the outer rule's defaults (parse_outer may
+ * override them): plain SGD, lr JOBSPEC_DEFAULT_SPARSE_OUTER_LR. */
+static int parse_sparse(const cJSON *root, jobspec *js) {
+  int rc;
+  const cJSON *sp = get_object(root, "", "sparse", 0, &rc);
+  if (!sp) return rc;
+  static const char *const keys[] = {"density", "chunk", "value_bits", "ef_beta", NULL};
+  JS_TRY(check_keys(sp, "sparse", keys));
+  js->sparse.enabled = 1;
+  js->outer.lr = JOBSPEC_DEFAULT_SPARSE_OUTER_LR;
+  js->outer.momentum = 0.0;
+  js->outer.nesterov = 0;
+  JS_TRY(get_number(sp, "sparse", "density", 0, &js->sparse.density));
+  JS_TRY(get_int(sp, "sparse", "chunk", 0, &js->sparse.chunk));
+  JS_TRY(get_int(sp, "sparse", "value_bits", 0, &js->sparse.value_bits));
+  return get_number(sp, "sparse", "ef_beta", 0, &js->sparse.ef_beta);
+}
+
 /* "streaming": Streaming DiLoCo and the delta codec. */
 static int parse_streaming(const cJSON *root, jobspec *js) {
   int rc;
@@ -404,7 +427,7 @@ static int parse_root(const cJSON *root, jobspec *js) {
   static const char *const top[] = {"name", "model", "data", "algorithm", "replicas", "inner_steps",
                                     "rounds", "batch", "seq_len", "inner", "outer", "levels",
                                     "quorum", "round_timeout_s", "weighting", "max_staleness", "dylu",
-                                    "versions", "streaming", NULL};
+                                    "versions", "streaming", "sparse", NULL};
   JS_TRY(check_keys(root, "", top));
   JS_TRY(get_string(root, "", "name", 1, js->name, sizeof js->name));
   JS_TRY(parse_model(root, js));
@@ -422,6 +445,7 @@ static int parse_root(const cJSON *root, jobspec *js) {
   JS_TRY(get_int(root, "", "batch", 1, &js->batch));
   JS_TRY(get_int(root, "", "seq_len", 1, &js->seq_len));
   JS_TRY(parse_inner(root, js));
+  JS_TRY(parse_sparse(root, js));
   JS_TRY(parse_outer(root, js));
   JS_TRY(get_int(root, "", "max_staleness", 0, &js->max_staleness));
   JS_TRY(parse_dylu_versions(root, js));
@@ -484,6 +508,7 @@ int jobspec_parse(const char *json, size_t n, jobspec *out) {
 /* ---- validation ------------------------------------------------------------------------ */
 
 static int validate_streaming(const jobspec *js);
+static int validate_sparse(const jobspec *js);
 
 static int check_range_i(const char *field, long v, long lo, long hi) {
   if (v < lo || v > hi) return dpc_err(DPC_EINVAL, "field \"%s\" = %ld out of range [%ld, %ld]", field, v, lo, hi);
@@ -654,7 +679,31 @@ int jobspec_validate(const jobspec *js) {
   }
   if (paths * js->replicas > JOBSPEC_MAX_SLOTS)
     return dpc_err(DPC_EINVAL, "paths × replicas = %ld exceeds %d", paths * js->replicas, JOBSPEC_MAX_SLOTS);
-  return validate_streaming(js);
+  JS_TRY(validate_streaming(js));
+  return validate_sparse(js);
+}
+
+/* ---- sparse ---------------------------------------------------------------------------- */
+
+int jobspec_sparse_pull(const jobspec *js) { return js->sparse.enabled && js->outer.momentum == 0.0; }
+
+static int validate_sparse(const jobspec *js) {
+  if (js->sparse.enabled != 0 && js->sparse.enabled != 1) return dpc_err(DPC_EINVAL, "field \"sparse\": bad state");
+  if (!js->sparse.enabled) return 0;
+  JS_TRY(check_range_d("sparse.density", js->sparse.density, 0, 1, 1, 0));
+  JS_TRY(check_range_i("sparse.chunk", js->sparse.chunk, 2, DPC_SPARSE_MAX_CHUNK));
+  JS_TRY(check_range_i("sparse.value_bits", js->sparse.value_bits, 1, 8));
+  JS_TRY(check_range_d("sparse.ef_beta", js->sparse.ef_beta, 0, 0, 1, 1));
+  if (js->algorithm == JOB_ALGO_DILOCO_ASYNC)
+    return dpc_err(DPC_EINVAL, "field \"sparse\": SparseLoCo runs with algorithm \"diloco\" or \"dipaco\" "
+                   "(sync rounds), not \"diloco-async\"");
+  if (jobspec_streaming(js))
+    return dpc_err(DPC_EINVAL, "field \"sparse\": SparseLoCo does not combine with Streaming DiLoCo "
+                   "(streaming.fragments 1, overlap_steps 0, alpha 0, eager false)");
+  if (js->streaming.codec != DPC_CODEC_FP32)
+    return dpc_err(DPC_EINVAL, "field \"streaming.codec\": a sparse job's deltas use the sparse codec; "
+                   "leave streaming.codec at \"fp32\" (got \"%s\")", dpc_codec_name(js->streaming.codec));
+  return 0;
 }
 
 /* ---- streaming ------------------------------------------------------------------------- */
@@ -858,6 +907,15 @@ int jobspec_to_json(const jobspec *js, char **out) {
     cJSON_AddStringToObject(st, "codec", dpc_codec_name(js->streaming.codec));
     add_num(st, "block_floats", js->streaming.block_floats);
     cJSON_AddStringToObject(st, "pull_codec", dpc_codec_name(js->streaming.pull_codec));
+  }
+  if (js->sparse.enabled) {
+    cJSON *sp = cJSON_AddObjectToObject(r, "sparse");
+    if (sp) {
+      add_num(sp, "density", js->sparse.density);
+      add_num(sp, "chunk", js->sparse.chunk);
+      add_num(sp, "value_bits", js->sparse.value_bits);
+      add_num(sp, "ef_beta", js->sparse.ef_beta);
+    }
   }
   add_num(r, "quorum", js->quorum);
   add_num(r, "round_timeout_s", js->round_timeout_s);

@@ -84,6 +84,14 @@
 #define JOBSPEC_DEFAULT_OUTER_MOMENTUM 0.7
 #define JOBSPEC_DEFAULT_ASYNC_OUTER_LR 0.4
 #define JOBSPEC_DEFAULT_ASYNC_OUTER_MOMENTUM 0.7
+/* SparseLoCo (README "SparseLoCo"): the codec's settings and, for a job with a "sparse"
+ * block, the outer rule's defaults: plain SGD with lr 2 (no momentum: the error-feedback
+ * buffer takes its place), as the SparseLoCo paper and our own study (tests/oracle/SPARSE.md). */
+#define JOBSPEC_DEFAULT_SPARSE_DENSITY 0.02
+#define JOBSPEC_DEFAULT_SPARSE_CHUNK 4096
+#define JOBSPEC_DEFAULT_SPARSE_VALUE_BITS 2
+#define JOBSPEC_DEFAULT_SPARSE_EF_BETA 0.95
+#define JOBSPEC_DEFAULT_SPARSE_OUTER_LR 2.0
 #define JOBSPEC_DEFAULT_QUORUM 1.0
 #define JOBSPEC_DEFAULT_ROUND_TIMEOUT_S 3600.0
 
@@ -165,6 +173,16 @@ typedef struct {
     int block_floats;   /* floats per scale block of the block codecs */
     int pull_codec;     /* dpc_codec of PullFragment parameters: fp32 (the only one served) */
   } streaming;
+  /* "sparse" (README "SparseLoCo", common/sparse.h): each slot keeps an error-feedback
+   * buffer e (e <- ef_beta·e + Δ) and pushes the chunked top-k of it with value_bits values
+   * (CODEC_SPARSE); for sync DiLoCo and DiPaCo jobs without streaming. */
+  struct {
+    int enabled;
+    double density;  /* kept fraction per chunk, (0, 1] */
+    int chunk;       /* values per chunk, [2, 65536] */
+    int value_bits;  /* [1, 8] */
+    double ef_beta;  /* error-feedback decay, [0, 1); 0 = top-k without error feedback */
+  } sparse;
   double quorum;          /* fraction of expected deltas needed at the deadline, (0, 1] */
   double round_timeout_s; /* 0 = no deadline */
   jobspec_weighting weighting;
@@ -232,6 +250,11 @@ int jobspec_layout(const jobspec *js, gpt_layout *lay);
  * negative DPC_E* code. */
 int jobspec_modules(const jobspec *js, const gpt_layout *lay, jobspec_module *out, int cap);
 int jobspec_fragments(const jobspec *js, const gpt_layout *lay, jobspec_fragment *out, int cap);
+
+/* 1 if PullFragment can serve a SparseLoCo job's rounds as their sparse deltas
+ * (PAYLOAD_SPARSE_ROUND): a sparse job whose outer rule has no momentum, so that a version's
+ * parameters follow from the previous ones and the round's deltas alone. */
+int jobspec_sparse_pull(const jobspec *js);
 
 /* 1 if the spec runs Streaming DiLoCo (per-layer fragments, continuous training). */
 int jobspec_streaming(const jobspec *js);

@@ -20,6 +20,7 @@
 #include "coordinator/rounds.h"
 
 #include "common/errors.h"
+#include "common/sparse.h"
 #include "common/log.h"
 #include "coordinator/jobs.h"
 #include "coordinator/leases.h"
@@ -59,6 +60,10 @@ typedef struct {
   char new_param[BLOB_NAME_MAX], new_momentum[BLOB_NAME_MAX];
   float lr, mu;
   int nesterov;
+  /* SparseLoCo: the codec settings and the fragment's tensor lengths (BLOB_SPARSE deltas) */
+  dpc_sparse_cfg sp_cfg;
+  uint64_t *sp_tlen;
+  int sp_nt;
   /* results */
   int rc;
   char err[512];
@@ -69,12 +74,37 @@ typedef struct {
 } outer_work;
 
 static void outer_work_free(outer_work *w) {
+  free(w->sp_tlen);
   free(w->delta_blobs);
   free(w->delta_crcs);
   free(w->weights);
   free(w->delta_ids);
   free(w->theta);
   free(w);
+}
+
+/* Delta i of w into dst[len]: an fp32 spool, or a sparse stream (BLOB_SPARSE) decoded; either
+ * way checked against the checksum its row recorded first. */
+static int read_delta(outer_work *w, int i, float *dst) {
+  const char *name = w->delta_blobs[i];
+  blob_kind kind = BLOB_DELTA;
+  uint32_t crc = 0;
+  int rc;
+  if (blob_kind_of_name(name, &kind) < 0 || kind != BLOB_SPARSE) {
+    if ((rc = blob_read(w->c->bs, name, BLOB_DELTA, dst, w->len, &crc)) < 0) return rc;
+    return delta_matches_row(name, crc, w->delta_crcs[i]);
+  }
+  if (!w->sp_tlen) return dpc_err(DPC_EFORMAT, "delta blob %s is sparse, but the job is not a SparseLoCo job", name);
+  float *enc = NULL;
+  size_t nf = 0, bytes = 0;
+  if ((rc = dpc_sparse_bytes(&w->sp_cfg, w->sp_tlen, w->sp_nt, &bytes, NULL)) < 0) return rc;
+  if ((rc = blob_read_alloc(w->c->bs, name, BLOB_SPARSE, &enc, &nf, &crc)) < 0) return rc;
+  if (nf != (bytes + 3) / 4) rc = dpc_err(DPC_ESHAPE, "sparse delta blob %s holds %zu floats, expected %zu", name, nf,
+                                          (bytes + 3) / 4);
+  if (!rc) rc = delta_matches_row(name, crc, w->delta_crcs[i]);
+  if (!rc) rc = dpc_sparse_decode(&w->sp_cfg, w->sp_tlen, w->sp_nt, (const unsigned char *)enc, bytes, dst);
+  free(enc);
+  return rc;
 }
 
 static void outer_run(uv_work_t *req) {
@@ -97,9 +127,7 @@ static void outer_run(uv_work_t *req) {
       rc = dpc_err(DPC_ENOMEM, "out of memory for delta %d", i);
       goto out;
     }
-    uint32_t crc = 0;
-    if ((rc = blob_read(w->c->bs, w->delta_blobs[i], BLOB_DELTA, deltas[i], w->len, &crc)) < 0) goto out;
-    if ((rc = delta_matches_row(w->delta_blobs[i], crc, w->delta_crcs[i])) < 0) goto out;
+    if ((rc = read_delta(w, i, deltas[i])) < 0) goto out;
   }
   if ((rc = outer_average((const float *const *)deltas, w->weights, w->n, w->len, avg)) < 0) goto out;
   outer_nesterov_step(w->theta, u, avg, w->len, w->lr, w->mu, w->nesterov);
@@ -173,7 +201,10 @@ static void gc_fragment(coord *c, int64_t job, int fragment, int64_t round) {
     if (n > 0) TESTHOOK("gc");
     gc_delete_files(c, names, n);
   }
-  if (store_gc_deltas(c->st, job, fragment, round, &names, &n) == 0) {
+  /* A SparseLoCo job keeps its last SPARSE_KEEP_ROUNDS rounds' sparse deltas: PullFragment
+   * serves them (PAYLOAD_SPARSE_ROUND) to workers a few versions behind. */
+  int64_t before = j && j->spec.sparse.enabled ? round - (SPARSE_KEEP_ROUNDS - 1) : round;
+  if (before > 0 && store_gc_deltas(c->st, job, fragment, before, &names, &n) == 0) {
     if (n > 0) TESTHOOK("gc");
     gc_delete_files(c, names, n);
   }
@@ -388,6 +419,15 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
   w->lr = (float)j->spec.outer.lr;
   w->mu = (float)j->spec.outer.momentum;
   w->nesterov = j->spec.outer.nesterov;
+  if (j->spec.sparse.enabled) {
+    w->sp_cfg = j->sp_cfg;
+    w->sp_nt = j->sp_nt[f];
+    if (!(w->sp_tlen = malloc((size_t)w->sp_nt * sizeof *w->sp_tlen))) {
+      outer_work_free(w);
+      return NULL;
+    }
+    memcpy(w->sp_tlen, j->sp_tlen + j->sp_first[f], (size_t)w->sp_nt * sizeof *w->sp_tlen);
+  }
   w->req.data = w;
   return w;
 }

@@ -10,6 +10,11 @@
 
 #include "coordinator/coord.h"
 
+/* A SparseLoCo job keeps the sparse deltas of its last SPARSE_KEEP_ROUNDS rounds per fragment,
+ * so that a worker up to that many versions behind pulls them (PAYLOAD_SPARSE_ROUND) instead
+ * of the whole fragment. */
+#define SPARSE_KEEP_ROUNDS 8
+
 /* Look at every running job's fragments: start outer steps whose round is complete (or past
  * its deadline with quorum), apply pending async deltas, finish done jobs, then retry the
  * parked Lease calls. Called after every delta and on every timer tick. */

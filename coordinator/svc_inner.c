@@ -17,7 +17,8 @@
  *    round the state is from); NOT_FOUND when no checkpoint of round − 1 exists.
  *  - Streaming DiLoCo: a slot's local parameters are part of its state (they differ from the
  *    global ones): a third stream per fragment, PAYLOAD_LOCAL_PARAMS, stored as BLOB_INNER_L,
- *    pushed after V and pulled after V; has_inner_checkpoint needs all three. */
+ *    pushed after V and pulled after V; has_inner_checkpoint needs all three.
+ *  - SparseLoCo: likewise a slot's error-feedback buffer, PAYLOAD_EF_BUFFER, as BLOB_INNER_E. */
 #include "coordinator/svc_inner.h"
 
 #include "common/checksum.h"
@@ -39,13 +40,22 @@
 
 /* ---- inner state (inner.state checkpoint) ---------------------------------------------------------- */
 
-/* The blobs of a slot's inner state: M and V, and with streaming L (its local parameters). */
-static int inner_kinds(const coord_job *j) { return jobspec_streaming(&j->spec) ? 3 : 2; }
+/* The blobs of a slot's inner state: M and V, with streaming L (its local parameters), with
+ * SparseLoCo E (its error-feedback buffer). */
+static int inner_kinds(const coord_job *j) { return jobspec_streaming(&j->spec) || j->spec.sparse.enabled ? 3 : 2; }
 
-static blob_kind inner_kind(int k) { return k == 0 ? BLOB_INNER_M : k == 1 ? BLOB_INNER_V : BLOB_INNER_L; }
+static blob_kind inner_kind(const coord_job *j, int k) {
+  return k == 0 ? BLOB_INNER_M : k == 1 ? BLOB_INNER_V : j->spec.sparse.enabled ? BLOB_INNER_E : BLOB_INNER_L;
+}
 
-static const uint32_t INNER_PAYLOAD[3] = {DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M, DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V,
-                                          DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS};
+/* The payload of the third stream: PAYLOAD_LOCAL_PARAMS or PAYLOAD_EF_BUFFER. */
+static uint32_t third_payload(const coord_job *j) {
+  return j->spec.sparse.enabled ? DIPACO__V1__PAYLOAD__PAYLOAD_EF_BUFFER : DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS;
+}
+
+static uint32_t inner_payload(const coord_job *j, int k) {
+  return k == 0 ? DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M : k == 1 ? DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V : third_payload(j);
+}
 
 static int64_t slot_id(const coord_job *j, int path, int replica) {
   return (int64_t)path * j->spec.replicas + replica + 1;
@@ -60,7 +70,7 @@ int svc_inner_ckpt_exists(coord *c, const coord_job *j, const store_lease *l, co
   for (int i = 0; i < nf; i++)
     for (int k = 0; k < inner_kinds(j); k++) {
       char name[BLOB_NAME_MAX], path[4096];
-      if (inner_blob_name(l, j, fids[i], l->round - 1, inner_kind(k), name) < 0 ||
+      if (inner_blob_name(l, j, fids[i], l->round - 1, inner_kind(j, k), name) < 0 ||
           blob_path(c->bs, name, path, sizeof path) < 0 || access(path, R_OK) != 0)
         return 0;
     }
@@ -152,7 +162,10 @@ static void ipush_after(uv_work_t *req, int status) {
         inner_blob_name(&p->lease, p->job, p->frag, p->lease.round - 2, p->work_kind, name) == 0)
       blob_delete(c->bs, name); /* best effort: the state of round − 2 is no longer needed */
     DPC_DEBUG("lease %lld: inner state %s of fragment %d round %lld stored (step %llu)", (long long)p->lease.id,
-              p->work_kind == BLOB_INNER_M ? "m" : p->work_kind == BLOB_INNER_V ? "v" : "local parameters", p->frag + 1, (long long)p->lease.round,
+              p->work_kind == BLOB_INNER_M   ? "m"
+              : p->work_kind == BLOB_INNER_V ? "v"
+              : p->work_kind == BLOB_INNER_E ? "error feedback"
+                                             : "local parameters", p->frag + 1, (long long)p->lease.round,
               (unsigned long long)p->step);
   }
   if (!p->call) ipush_free(p);
@@ -165,7 +178,7 @@ static int ipush_commit(struct rpc_call *call, ipush *p) {
   coord *c = p->c;
   p->work_kind = p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M   ? BLOB_INNER_M
                 : p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V ? BLOB_INNER_V
-                                                                    : BLOB_INNER_L;
+                                                                    : inner_kind(p->job, 2);
   p->work_n = (size_t)(p->total / 4);
   if (p->work_kind == BLOB_INNER_M) { /* the step rides along as two floats' bit patterns */
     uint32_t lo = (uint32_t)p->step, hi = (uint32_t)(p->step >> 32);
@@ -216,9 +229,11 @@ static int ipush_begin(struct rpc_call *call, ipush *p, const struct rpc_chunk *
   }
   size_t len = p->job->fragments[frag].len;
   if (ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M && ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V &&
-      !(ch->payload == DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS && inner_kinds(p->job) == 3)) {
+      !(ch->payload == third_payload(p->job) && inner_kinds(p->job) == 3)) {
     ipush_fail(call, p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_ADAM_M or PAYLOAD_ADAM_V%s, got %u",
-               inner_kinds(p->job) == 3 ? " or PAYLOAD_LOCAL_PARAMS" : "", ch->payload);
+               inner_kinds(p->job) < 3                ? ""
+               : p->job->spec.sparse.enabled          ? " or PAYLOAD_EF_BUFFER"
+                                                      : " or PAYLOAD_LOCAL_PARAMS", ch->payload);
     return -1;
   }
   if (dpc_codec_check((int)ch->codec, DPC_CODEC_BIT(DPC_CODEC_FP32), ch->num_floats, ch->total, ch->block_floats,
@@ -356,8 +371,8 @@ static int ipull_read(coord *c, const coord_job *j, const store_lease *l, int fr
   int rc = 0, nk = inner_kinds(j);
   for (int k = 0; k < nk && rc == 0; k++) {
     char name[BLOB_NAME_MAX];
-    rc = inner_blob_name(l, j, frag, l->round - 1, inner_kind(k), name);
-    if (rc == 0) rc = blob_read_alloc(c->bs, name, inner_kind(k), &b->data[k], &got[k], NULL);
+    rc = inner_blob_name(l, j, frag, l->round - 1, inner_kind(j, k), name);
+    if (rc == 0) rc = blob_read_alloc(c->bs, name, inner_kind(j, k), &b->data[k], &got[k], NULL);
   }
   if (rc == 0 && (got[0] != n + 2 || got[1] != n || (nk == 3 && got[2] != n)))
     rc = dpc_err(DPC_EFORMAT, "inner state blobs of fragment %d hold %zu/%zu/%zu floats, expected %zu+2/%zu/%zu",
@@ -412,7 +427,7 @@ static void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, 
       for (int k = 0; k < os->nparts; k++)
         os->part[k] = (out_part){.data = (const uint8_t *)b->data[k], .total = (uint64_t)n * 4,
                                  .crc = dpc_crc32c(0, b->data[k], n * 4),
-                                 .payload = INNER_PAYLOAD[k],
+                                 .payload = inner_payload(j, k),
                                  .fragment_id = r->fragment_id, .version = (uint64_t)l.round - 1, .num_floats = n,
                                  .step = step};
       os->lease_id = (uint64_t)l.id;

@@ -32,6 +32,7 @@
 
 #include "common/checksum.h"
 #include "common/codec.h"
+#include "common/sparse.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "coordinator/jobs.h"
@@ -122,6 +123,102 @@ static void pull_momentum(struct rpc_call *call, coord *c, const store_lease *l,
   svc_stream_start(call, os);
 }
 
+static void put_le(unsigned char *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* The applied sparse deltas of round t of (j, frag), as PAYLOAD_SPARSE_ROUND's bytes (proto:
+ * [u32 n][n x (f64 weight, u64 bytes)][streams]) in the order and with the weights the outer
+ * step averaged them, into *out (malloc'd; *len bytes). DPC_ENOENT once they are collected. */
+static int sparse_round_bytes(coord *c, const coord_job *j, int frag, int64_t t, unsigned char **out, size_t *len) {
+  store_delta *ds = NULL;
+  int n = 0, rc = store_list_deltas(c->st, j->id, frag, t, DELTA_APPLIED, &ds, &n);
+  if (rc < 0) return rc;
+  const size_t sb = j->sp_bytes[frag], head = 4 + (size_t)n * 16;
+  unsigned char *b = n > 0 ? calloc(1, head + (size_t)n * sb + 4) : NULL;
+  if (n == 0) rc = dpc_err(DPC_ENOENT, "round %lld of fragment %d applied no deltas here", (long long)t, frag + 1);
+  else if (!b) rc = DPC_ENOMEM;
+  if (!rc) put_le(b, (uint64_t)n, 4);
+  for (int i = 0; i < n && !rc; i++) {
+    blob_kind kind;
+    float *enc = NULL;
+    size_t nf = 0;
+    uint32_t crc = 0;
+    if (blob_kind_of_name(ds[i].blob, &kind) < 0 || kind != BLOB_SPARSE) {
+      rc = dpc_err(DPC_ENOENT, "round %lld of fragment %d applied a dense delta", (long long)t, frag + 1);
+      break;
+    }
+    if ((rc = blob_read_alloc(c->bs, ds[i].blob, BLOB_SPARSE, &enc, &nf, &crc)) < 0) break;
+    if (nf != (sb + 3) / 4 || crc != ds[i].checksum)
+      rc = dpc_err(DPC_ECHECKSUM, "sparse delta blob %s does not hold the recorded delta", ds[i].blob);
+    double w = j->spec.weighting == WEIGHTING_TOKENS ? (double)ds[i].tokens : 1.0;
+    uint64_t wb;
+    memcpy(&wb, &w, 8);
+    put_le(b + 4 + (size_t)i * 16, wb, 8);
+    put_le(b + 12 + (size_t)i * 16, (uint64_t)sb, 8);
+    if (!rc) memcpy(b + head + (size_t)i * sb, enc, sb);
+    free(enc);
+  }
+  free(ds);
+  if (rc < 0) {
+    free(b);
+    return rc;
+  }
+  *out = b;
+  *len = head + (size_t)n * sb;
+  return 0;
+}
+
+/* SparseLoCo sparse pull: the deltas that made version r->version of fragment frag (a job with
+ * jobspec_sparse_pull only), while the coordinator keeps them (SPARSE_KEEP_ROUNDS). */
+static void pull_sparse_round(struct rpc_call *call, coord *c, const store_lease *l, int frag,
+                              const Dipaco__V1__PullFragmentRequest *r) {
+  coord_job *j = coord_job_get(c, l->job);
+  store_fragment cur;
+  if (!j || !jobspec_sparse_pull(&j->spec)) {
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "job %lld does not serve sparse rounds (a SparseLoCo job with outer "
+                    "momentum 0 does); pull the parameters", (long long)l->job);
+    return;
+  }
+  if (r->version == 0 || r->version > INT64_MAX || store_get_fragment(c->st, l->job, frag, &cur) < 0 ||
+      r->version > (uint64_t)cur.version) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "version %llu: a sparse round makes a version in 1 .. the current one",
+                    (unsigned long long)r->version);
+    return;
+  }
+  unsigned char *data = NULL;
+  size_t len = 0;
+  int rc = sparse_round_bytes(c, j, frag, (int64_t)r->version - 1, &data, &len);
+  mom_buf *b = rc == 0 ? calloc(1, sizeof *b) : NULL;
+  out_stream *os = b ? calloc(1, sizeof *os) : NULL;
+  if (rc == 0 && !os) rc = DPC_ENOMEM;
+  if (rc < 0) {
+    if (rc == DPC_ENOENT || rc == DPC_ECHECKSUM)
+      rpc_call_finish(call, RPC_NOT_FOUND, "the sparse round that made fragment %d version %llu is not kept (%s); pull "
+                      "the parameters", frag + 1, (unsigned long long)r->version, dpc_errmsg());
+    else rpc_call_fail(call, rc);
+    free(data);
+    free(b);
+    return;
+  }
+  atomic_init(&b->refs, 1);
+  b->data = (float *)(void *)data;
+  os->c = c;
+  os->nparts = 1;
+  os->part[0] = (out_part){.data = data, .total = (uint64_t)len, .crc = dpc_crc32c(0, data, len),
+                           .payload = DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND, .fragment_id = r->fragment_id,
+                           .version = r->version, .num_floats = j->fragments[frag].len};
+  os->next = r->offset <= (uint64_t)len ? r->offset : 0;
+  os->lease_id = (uint64_t)l->id;
+  os->chunk = svc_chunk_size(r->max_chunk_bytes);
+  os->ref = mom_ref;
+  os->unref = mom_unref;
+  os->ud = b;
+  DPC_DEBUG("lease %lld pulls the sparse round of fragment %d version %llu (%zu bytes)", (long long)l->id, frag + 1,
+            (unsigned long long)r->version, len);
+  svc_stream_start(call, os);
+}
+
 static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   coord *c = ud;
   int64_t worker;
@@ -147,8 +244,11 @@ static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, v
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "codec %d: this coordinator serves CODEC_FP32 only", (int)r->codec);
   } else if (r->payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM) {
     pull_momentum(call, c, &l, frag, r);
+  } else if (r->payload == DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND) {
+    pull_sparse_round(call, c, &l, frag, r);
   } else if (r->payload != DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS) {
-    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "payload %d: PullFragment serves PAYLOAD_PARAMS or PAYLOAD_OUTER_MOMENTUM",
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "payload %d: PullFragment serves PAYLOAD_PARAMS, PAYLOAD_OUTER_MOMENTUM "
+                    "or PAYLOAD_SPARSE_ROUND",
                     (int)r->payload);
   } else {
     store_fragment f;
@@ -228,6 +328,12 @@ typedef struct push {
   uint32_t block;
   unsigned char *enc;
   float *dec;
+  /* a sparse fragment (SparseLoCo, codec CODEC_SPARSE): checked on the thread pool, spooled as
+   * sent (zero-padded to whole floats in enc) with the job's settings and tensor lengths */
+  int sparse;
+  dpc_sparse_cfg sp_cfg;
+  uint64_t *sp_tlen;
+  int sp_nt;
   Dipaco__V1__FragmentAck *acks;
   int n_acks, cap_acks;
   uv_work_t req;
@@ -238,6 +344,7 @@ typedef struct push {
 
 static void push_free(push *p) {
   if (p->w) blob_writer_abort(p->w);
+  free(p->sp_tlen);
   free(p->enc);
   free(p->dec);
   free(p->buf);
@@ -313,6 +420,14 @@ static screen_window *push_screen_window(coord *c, coord_job *j, int frag) {
 static void push_commit_work(uv_work_t *req) {
   push *p = req->data;
   p->work_rc = 0;
+  if (p->sparse) { /* the stream as sent, padded to whole floats: O(kept entries) */
+    p->work_rc = blob_write(p->c->bs, p->blob, BLOB_SPARSE, (const float *)p->enc, (size_t)(p->total + 3) / 4,
+                            &p->work_crc);
+    free(p->enc);
+    p->enc = NULL;
+    if (p->work_rc < 0) snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());
+    return;
+  }
   if (p->dec) { /* a quantized delta goes to the spool decoded: the outer step reads fp32 */
     p->work_rc = blob_writer_append(p->w, p->dec, p->total_floats * sizeof(float));
     free(p->dec);
@@ -447,9 +562,18 @@ static int push_check_header(push *p, const coord_job *j, int frag, const struct
     push_fail(p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_DELTA, got %u", ch->payload);
     return -1;
   }
-  /* fp32, or the job's codec (the lease's delta_codec) with the job's block size. */
-  if (dpc_codec_check((int)ch->codec, DPC_CODEC_BIT(DPC_CODEC_FP32) | DPC_CODEC_BIT(j->spec.streaming.codec),
+  if (j->spec.sparse.enabled) { /* a sparse job pushes sparse streams of the exact size */
+    if (ch->codec != DPC_CODEC_SPARSE || ch->num_floats != jf->len || ch->total != j->sp_bytes[frag] ||
+        ch->block_floats != 0) {
+      push_fail(p, RPC_INVALID_ARGUMENT, "fragment %llu: a SparseLoCo job takes CODEC_SPARSE streams of %zu floats in "
+                "%zu bytes, block_floats 0; got codec %s, %llu floats, %llu bytes, block_floats %u",
+                (unsigned long long)ch->fragment_id, jf->len, j->sp_bytes[frag], dpc_codec_name((int)ch->codec),
+                (unsigned long long)ch->num_floats, (unsigned long long)ch->total, ch->block_floats);
+      return -1;
+    }
+  } else if (dpc_codec_check((int)ch->codec, DPC_CODEC_BIT(DPC_CODEC_FP32) | DPC_CODEC_BIT(j->spec.streaming.codec),
                       ch->num_floats, ch->total, ch->block_floats, jf->len) < 0) {
+    /* fp32, or the job's codec (the lease's delta_codec) with the job's block size. */
     push_fail(p, RPC_INVALID_ARGUMENT, "fragment %llu: %s", (unsigned long long)ch->fragment_id, dpc_errmsg());
     return -1;
   }
@@ -506,9 +630,9 @@ static int push_pick_mode(push *p, const coord_job *j, int frag) {
     /* Each push writes its own file: a second stream for the same lease and fragment must
      * never replace the delta the first one recorded (the row names the file it applies). */
     blob_id id = {.job = p->lease.job, .fragment = frag, .version = p->lease.round, .aux = p->lease.id,
-                  .attempt = ++c->push_seq, .kind = BLOB_DELTA};
+                  .attempt = ++c->push_seq, .kind = p->sparse ? BLOB_SPARSE : BLOB_DELTA};
     blob_name(&id, p->blob, sizeof p->blob);
-    int rc = blob_writer_open(c->bs, p->blob, BLOB_DELTA, jf->len, &p->w);
+    int rc = p->sparse ? 0 : blob_writer_open(c->bs, p->blob, BLOB_DELTA, jf->len, &p->w);
     if (rc < 0) {
       push_fail(p, rpc_code_from_dpc(rc), "cannot open the delta spool: %s", dpc_errmsg());
       return -1;
@@ -538,9 +662,23 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   p->total_floats = (size_t)ch->num_floats;
   free(p->enc);
   free(p->dec);
+  free(p->sp_tlen);
   p->enc = NULL;
   p->dec = NULL;
-  if (p->codec != DPC_CODEC_FP32 && !(p->enc = malloc(p->total ? p->total : 1))) {
+  p->sp_tlen = NULL;
+  p->sparse = p->codec == DPC_CODEC_SPARSE;
+  if (p->sparse) { /* (the job's own settings and layout: header checked above) */
+    p->sp_cfg = j->sp_cfg;
+    p->sp_nt = j->sp_nt[frag];
+    if (!(p->sp_tlen = malloc((size_t)p->sp_nt * sizeof *p->sp_tlen))) {
+      push_fail(p, RPC_RESOURCE_EXHAUSTED, "out of memory");
+      return -1;
+    }
+    memcpy(p->sp_tlen, j->sp_tlen + j->sp_first[frag], (size_t)p->sp_nt * sizeof *p->sp_tlen);
+  }
+  /* (whole floats, the pad zeroed: a sparse stream is spooled as it is) */
+  size_t enc_cap = (size_t)((p->total + 3) & ~(uint64_t)3);
+  if (p->codec != DPC_CODEC_FP32 && !(p->enc = calloc(enc_cap ? enc_cap : 4, 1))) {
     push_fail(p, RPC_RESOURCE_EXHAUSTED, "out of memory for a %llu-byte delta", (unsigned long long)p->total);
     return -1;
   }
@@ -679,6 +817,13 @@ static int push_chunk_data(push *p, const struct grpc_byte_buffer *msg, const st
 /* Decode a quantized fragment's bytes into p->dec (malloc'd) with its L2 norm in p->norm: 0,
  * or a DPC_E* code with the message in err[512]. Runs on the thread pool for new deltas. */
 static int push_decode(push *p, char *err) {
+  if (p->sparse) { /* checked, never expanded: O(kept entries) */
+    double ss = 0;
+    int rc = dpc_sparse_sumsq(&p->sp_cfg, p->sp_tlen, p->sp_nt, p->enc, (size_t)p->total, &ss);
+    if (rc < 0) snprintf(err, 512, "%s", dpc_errmsg());
+    else p->norm = sqrt(ss);
+    return rc;
+  }
   int rc = (p->dec = malloc((p->total_floats ? p->total_floats : 1) * sizeof(float))) ? 0 : DPC_ENOMEM;
   if (rc == 0) rc = dpc_codec_decode(p->codec, p->enc, (size_t)p->total, p->total_floats, p->block, p->dec);
   if (rc < 0) {
@@ -696,6 +841,10 @@ static int push_decode(push *p, char *err) {
 static int push_payload_crc(push *p, uint32_t *crc) {
   if (!p->enc) {
     *crc = p->crc;
+    return 0;
+  }
+  if (p->sparse) { /* the spool holds the stream padded to whole floats */
+    *crc = dpc_crc32c(0, p->enc, (size_t)((p->total + 3) & ~(uint64_t)3));
     return 0;
   }
   char err[512];
@@ -740,7 +889,7 @@ static void push_finish_stale(push *p) {
 /* The delta norm screen (mode 0): 0 = let through, -1 = refused (push failed). */
 static int push_screen(push *p) {
   coord *c = p->c;
-  if (!p->dec) p->norm = sqrt(p->ss); /* a decoded quantized delta has its norm already */
+  if (!p->dec && !p->sparse) p->norm = sqrt(p->ss); /* a decoded quantized or sparse delta has its norm already */
   coord_job *j = coord_job_get(c, p->lease.job);
   double k = j ? j->spec.outer.delta_norm_screen : 0, bound;
   screen_window *sw = k > 0 ? push_screen_window(c, j, p->frag) : NULL;
@@ -775,8 +924,10 @@ static void push_decode_after(uv_work_t *req, int status) {
   push *p = req->data;
   coord *c = p->c;
   p->busy = 0;
-  free(p->enc);
-  p->enc = NULL;
+  if (!p->sparse) { /* (a sparse stream is spooled as sent: push_commit_work frees it) */
+    free(p->enc);
+    p->enc = NULL;
+  }
   int queued = 0;
   if (status != 0 || p->work_rc < 0) {
     push_fail(p, RPC_INVALID_ARGUMENT, "fragment %d's %s delta: %s", p->frag + 1, dpc_codec_name(p->codec),
@@ -786,7 +937,9 @@ static void push_decode_after(uv_work_t *req, int status) {
   }
   if (!queued) {
     free(p->dec);
+    free(p->enc);
     p->dec = NULL;
+    p->enc = NULL;
     if (p->w) {
       blob_writer_abort(p->w);
       p->w = NULL;

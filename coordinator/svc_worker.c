@@ -357,6 +357,16 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   le.pull_codec = (Dipaco__V1__Codec)j->spec.streaming.pull_codec;
   le.outer_lr = (float)j->spec.outer.lr;
   le.outer_momentum = (float)j->spec.outer.momentum;
+  le.outer_nesterov = j->spec.outer.nesterov != 0;
+  if (j->spec.sparse.enabled) {
+    le.delta_codec = (Dipaco__V1__Codec)DPC_CODEC_SPARSE;
+    le.delta_block_floats = 0;
+    le.sparse_density = j->spec.sparse.density;
+    le.sparse_chunk = (uint32_t)j->spec.sparse.chunk;
+    le.sparse_value_bits = (uint32_t)j->spec.sparse.value_bits;
+    le.sparse_ef_beta = j->spec.sparse.ef_beta;
+    le.sparse_pull = jobspec_sparse_pull(&j->spec);
+  }
   le.spec_json = spec_json ? spec_json : "";
   Dipaco__V1__LeaseResponse resp = DIPACO__V1__LEASE_RESPONSE__INIT;
   resp.outcome = DIPACO__V1__LEASE_OUTCOME__LEASE_GRANTED;

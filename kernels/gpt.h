@@ -65,6 +65,11 @@ int gpt_layout_find(const gpt_layout *lay, const char *name);
  * LayerNorm weights 1 and biases 0. */
 void gpt_init_params(const gpt_layout *lay, float *params, uint64_t seed);
 
+/* The lengths of the tensors that make up the flat range [off, off + len) (a fragment), in
+ * layout order, into tlen[0..cap); returns how many (which may exceed cap), or DPC_EINVAL if
+ * the range does not start and end on tensor boundaries. SparseLoCo chunks each of them. */
+int gpt_layout_range_tensors(const gpt_layout *lay, size_t off, size_t len, uint64_t *tlen, int cap);
+
 /* Per-float weight-decay mask helper: 1 if flat index i lies in a decayed tensor. */
 int gpt_layout_decays(const gpt_layout *lay, size_t i);
 

@@ -144,3 +144,23 @@ void gpt_adamw_scalars_at(const gpt_adamw_hparams *hp, float lr, int t, gpt_adam
   s->neg_step_size = (float)(-(lr_d / (1.0 - pow(b1, t))));
   s->bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
 }
+
+int gpt_layout_range_tensors(const gpt_layout *lay, size_t off, size_t len, uint64_t *tlen, int cap) {
+  int n = 0;
+  size_t at = off, end = off + len;
+  if (len == 0 || end < off || end > lay->n_params)
+    return dpc_err(DPC_EINVAL, "range [%zu, %zu) is empty or outside the model's %zu parameters", off, end,
+                   lay->n_params);
+  for (int i = 0; i < lay->n_tensors && at < end; i++) {
+    const gpt_tensor *t = &lay->tensors[i];
+    if (t->offset + t->numel <= at) continue;
+    if (t->offset != at || t->offset + t->numel > end)
+      return dpc_err(DPC_EINVAL, "range [%zu, %zu) does not fall on tensor boundaries (tensor %s is [%zu, %zu))", off,
+                     end, t->name, t->offset, t->offset + t->numel);
+    if (n < cap) tlen[n] = t->numel;
+    n++;
+    at += t->numel;
+  }
+  if (at != end) return dpc_err(DPC_EINVAL, "range [%zu, %zu) runs past the last tensor", off, end);
+  return n;
+}

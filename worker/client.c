@@ -215,14 +215,18 @@ int wc_pull_payload(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInf
   return 0;
 }
 
-int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-            const float *const *delta, uint64_t inner_steps, uint64_t tokens, int codec, uint32_t block,
-            int *results, int *code, uint64_t *sent) {
+/* wc_push and wc_push_sparse: fp32 deltas encoded with codec on the way out, or (sp != NULL)
+ * streams already encoded with CODEC_SPARSE of sp_bytes[i] bytes. */
+static int push_impl(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+                     const float *const *delta, const unsigned char *const *sp, const size_t *sp_bytes,
+                     uint64_t inner_steps, uint64_t tokens, int codec, uint32_t block, int *results, int *code,
+                     uint64_t *sent) {
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
     size_t b = 0;
     *code = RPC_OK;
-    if (dpc_codec_bytes(codec, frags[i]->num_floats, block, &b) < 0) return DPC_EINVAL;
+    if (sp) b = sp_bytes[i];
+    else if (dpc_codec_bytes(codec, frags[i]->num_floats, block, &b) < 0) return DPC_EINVAL;
     total += b;
     results[i] = -1;
   }
@@ -244,9 +248,10 @@ int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frag
     h.tokens = tokens;
     h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA;
     size_t bytes = 0;
-    const void *data = delta[i];
-    dpc_codec_bytes(codec, frags[i]->num_floats, block, &bytes);
-    if (codec != DPC_CODEC_FP32) { /* quantized on the way out; the CRC covers the bytes sent */
+    const void *data = sp ? (const void *)sp[i] : (const void *)delta[i];
+    if (sp) bytes = sp_bytes[i];
+    else dpc_codec_bytes(codec, frags[i]->num_floats, block, &bytes);
+    if (!sp && codec != DPC_CODEC_FP32) { /* quantized on the way out; the CRC covers the bytes sent */
       free(enc);
       enc = malloc(bytes ? bytes : 1);
       rc = enc ? dpc_codec_encode(codec, delta[i], (size_t)frags[i]->num_floats, block, enc)
@@ -276,6 +281,87 @@ int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frag
   return 0;
 }
 
+int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+            const float *const *delta, uint64_t inner_steps, uint64_t tokens, int codec, uint32_t block,
+            int *results, int *code, uint64_t *sent) {
+  return push_impl(c, lease_id, frags, n, delta, NULL, NULL, inner_steps, tokens, codec, block, results, code, sent);
+}
+
+int wc_push_sparse(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+                   const unsigned char *const *enc, const size_t *bytes, uint64_t inner_steps, uint64_t tokens,
+                   int *results, int *code, uint64_t *sent) {
+  return push_impl(c, lease_id, frags, n, NULL, enc, bytes, inner_steps, tokens, DPC_CODEC_SPARSE, 0, results, code,
+                   sent);
+}
+
+int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
+                         size_t max_bytes, unsigned char **out, size_t *len, int *code) {
+  *out = NULL;
+  *len = 0;
+  Dipaco__V1__PullFragmentRequest req = DIPACO__V1__PULL_FRAGMENT_REQUEST__INIT;
+  req.lease_id = lease_id;
+  req.fragment_id = f->fragment_id;
+  req.version = version;
+  req.codec = DIPACO__V1__CODEC__CODEC_FP32;
+  req.max_chunk_bytes = c->max_chunk_bytes;
+  req.payload = DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND;
+  struct rpc_stream *s = NULL;
+  int rc = rpc_stream_open(c->rpc, SVC "PullFragment", &req.base, transfer_timeout_ms(max_bytes), &s);
+  *code = rpc_last_code();
+  if (rc) return rc;
+  unsigned char *buf = NULL;
+  uint64_t next = 0, total = 0;
+  uint32_t crc = 0;
+  int done = 0;
+  for (;;) {
+    struct grpc_byte_buffer *msg = NULL;
+    rc = rpc_stream_read(s, &msg);
+    if (rc <= 0) break;
+    struct rpc_chunk h;
+    const char *what = NULL;
+    rc = rpc_chunk_parse(msg, &h);
+    if (rc == 0) {
+      if (done) what = "extra chunk after the stream";
+      else if (h.payload != DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND) what = "payload";
+      else if (h.fragment_id != f->fragment_id || h.version != version || h.num_floats != f->num_floats) what = "fragment";
+      else if (h.total < 4 || h.total > max_bytes || (buf && h.total != total)) what = "total";
+      else if (h.offset != next || h.len > h.total - next) what = "offset";
+      if (!what && !buf) {
+        total = h.total;
+        if (!(buf = malloc((size_t)total))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory for a sparse round");
+      }
+      if (!what && !rc) rc = rpc_chunk_copy(msg, &h, buf + next);
+    }
+    rpc_msg_free(msg);
+    if (rc == 0 && what)
+      rc = dpc_err(DPC_EFORMAT, "PullFragment (sparse round): fragment %" PRIu64 " version %" PRIu64 ": bad %s",
+                   f->fragment_id, version, what);
+    if (rc) break;
+    crc = dpc_crc32c(crc, buf + next, h.len);
+    next += h.len;
+    if (next == total) {
+      if (h.crc32c != crc) {
+        rc = dpc_err(DPC_ECHECKSUM, "PullFragment (sparse round): fragment %" PRIu64 ": CRC-32C mismatch", f->fragment_id);
+        break;
+      }
+      done = 1;
+    }
+  }
+  *code = rpc_last_code();
+  rpc_stream_free(s);
+  if (rc == 0 && !done) {
+    *code = RPC_OK;
+    rc = dpc_err(DPC_EFORMAT, "PullFragment (sparse round): fragment %" PRIu64 ": the stream ended early", f->fragment_id);
+  }
+  if (rc) {
+    free(buf);
+    return rc;
+  }
+  *out = buf;
+  *len = (size_t)total;
+  return 0;
+}
+
 int wc_release(wclient *c, uint64_t lease_id, int reason, uint64_t step, const char *msg, int *code) {
   Dipaco__V1__ReleaseRequest req = DIPACO__V1__RELEASE_REQUEST__INIT;
   req.lease_id = lease_id;
@@ -291,9 +377,10 @@ int wc_release(wclient *c, uint64_t lease_id, int reason, uint64_t step, const c
 }
 
 int wc_push_inner(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                  const float *const *m, const float *const *v, const float *const *local, uint64_t step, int *code) {
-  static const uint32_t payload[3] = {DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M, DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V,
-                                      DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS};
+                  const float *const *m, const float *const *v, const float *const *local, int third, uint64_t step,
+                  int *code) {
+  const uint32_t payload[3] = {DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M, DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V,
+                               (uint32_t)third};
   const size_t parts = local ? 3 : 2;
   size_t total = 0;
   for (size_t i = 0; i < n; i++) total += parts * (size_t)frags[i]->num_floats * sizeof(float);
@@ -330,9 +417,9 @@ int wc_push_inner(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const
 }
 
 int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *m, float *v, float *local,
-                  uint64_t *step, int *code) {
-  static const uint32_t payload[3] = {DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M, DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V,
-                                      DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS};
+                  int third, uint64_t *step, int *code) {
+  const uint32_t payload[3] = {DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M, DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V,
+                               (uint32_t)third};
   float *const dst[3] = {m, v, local};
   const int parts = local ? 3 : 2;
   Dipaco__V1__PullInnerStateRequest req = DIPACO__V1__PULL_INNER_STATE_REQUEST__INIT;

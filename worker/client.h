@@ -89,19 +89,34 @@ int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frag
             const float *const *delta, uint64_t inner_steps, uint64_t tokens, int codec, uint32_t block,
             int *results, int *code, uint64_t *sent);
 
+/* wc_push for SparseLoCo: enc[i] holds fragment i's CODEC_SPARSE stream of bytes[i] bytes
+ * (common/sparse.h), sent as it is. */
+int wc_push_sparse(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+                   const unsigned char *const *enc, const size_t *bytes, uint64_t inner_steps, uint64_t tokens,
+                   int *results, int *code, uint64_t *sent);
+
 /* inner.state checkpoint: one PushInnerState stream with, for each of frags[0..n), its AdamW
  * first moment m[i] (PAYLOAD_ADAM_M) then second moment v[i] (PAYLOAD_ADAM_V) and, for a
- * streaming lease (local != NULL), the slot's local parameters local[i]
- * (PAYLOAD_LOCAL_PARAMS), step = the AdamW step count. Returns once the coordinator has
- * stored them durably. */
+ * streaming lease (local != NULL) the slot's local parameters local[i] (third =
+ * PAYLOAD_LOCAL_PARAMS) or for a SparseLoCo lease its error-feedback buffer (third =
+ * PAYLOAD_EF_BUFFER), step = the AdamW step count. Returns once the coordinator has stored
+ * them durably. */
 int wc_push_inner(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                  const float *const *m, const float *const *v, const float *const *local, uint64_t step, int *code);
+                  const float *const *m, const float *const *v, const float *const *local, int third, uint64_t step,
+                  int *code);
 
 /* PullInnerState of fragment f of lease `lease_id` into m[f->num_floats] and v[...] (and
- * local[...] for a streaming lease, NULL otherwise); *step
- * receives the AdamW step count. Checks payloads, sizes, contiguity and each stream's CRC. */
+ * local[...], the third stream of payload `third`, for a streaming or SparseLoCo lease, NULL
+ * otherwise); *step receives the AdamW step count. Checks payloads, sizes, contiguity and
+ * each stream's CRC. */
 int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *m, float *v, float *local,
-                  uint64_t *step, int *code);
+                  int third, uint64_t *step, int *code);
+
+/* SparseLoCo sparse pull: the bytes of PAYLOAD_SPARSE_ROUND (proto) that made `version` of
+ * fragment f, at most max_bytes, into *out (malloc'd, *len bytes), CRC-checked. NOT_FOUND
+ * (*code) when the coordinator no longer keeps them. */
+int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
+                         size_t max_bytes, unsigned char **out, size_t *len, int *code);
 
 int wc_release(wclient *c, uint64_t lease_id, int reason, uint64_t step, const char *msg,
                int *code);

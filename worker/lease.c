@@ -1,5 +1,6 @@
 /* lease.c — one lease: plan, pull, train, push, finish (lease.h). */
 #include "worker/lease.h"
+#include "common/codec.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "worker/heartbeat.h"
@@ -27,6 +28,10 @@ typedef struct lease_work {
   size_t frag, got;      /* pull: the fragment in transfer and its bytes received */
   const float **dp;      /* push: fragment i's delta */
   int *res;              /* push: fragment i's PushResult */
+  int sparse;            /* SparseLoCo lease (delta_codec CODEC_SPARSE) */
+  int sl_whole;          /* pull: the sparse rounds cannot make the fragment: pull it whole */
+  size_t sl_bytes;       /* pull: bytes of the fragment's sparse rounds */
+  sl_push sp;            /* push: the encoded deltas and the new error-feedback buffer */
 } lease_work;
 
 static const char *push_result_name(int r) {
@@ -95,15 +100,25 @@ static int xfer_retry(lease_work *x, xfer_fn call, int on_stop) {
 }
 
 static int pull_fragment(lease_work *x, int *code) {
+  if (x->sparse && !x->sl_whole) {
+    int r = sl_try_pull(&x->r->sparse, x->r->wc, x->L, &x->p, x->frag, x->r->slots.theta, &x->sl_bytes, code);
+    if (r < 0) return r; /* a transfer failure: retried, from the version theta reached */
+    if (r == 1) return 0;
+    x->sl_whole = 1;
+  }
   return wc_pull(x->r->wc, x->L->lease_id, x->L->fragments[x->frag], x->r->slots.theta + x->p.abs_off[x->frag],
                  &x->got, code);
 }
 
 static int push_inner_state(lease_work *x, int *code) {
-  return slot_push_inner(&x->r->slots, x->r->wc, x->L, &x->p, code);
+  return slot_push_inner(&x->r->slots, x->r->wc, x->L, &x->p, x->sparse ? x->sp.e : NULL, code);
 }
 
 static int push_deltas(lease_work *x, int *code) {
+  if (x->sparse)
+    return wc_push_sparse(x->r->wc, x->L->lease_id, x->L->fragments, x->L->n_fragments,
+                          (const unsigned char *const *)x->sp.enc, x->sp.bytes, (uint64_t)x->st.steps_done,
+                          (uint64_t)x->st.tokens, x->res, code, NULL);
   return wc_push(x->r->wc, x->L->lease_id, x->L->fragments, x->L->n_fragments, x->dp, (uint64_t)x->st.steps_done,
                  (uint64_t)x->st.tokens, (int)x->L->delta_codec, x->L->delta_block_floats, x->res, code, NULL);
 }
@@ -120,7 +135,8 @@ static int lease_plan_phase(lease_work *x) {
     /* (A streaming lease resumes its checkpoint in stream_run, unless it holds the slot.) */
     if (L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT && L->has_inner_checkpoint &&
         !L->streaming)
-      rc = slot_resume_checkpoint(&r->slots, r->wc, r->ctl, r->seed, L, &x->p, NULL);
+      rc = slot_resume_checkpoint(&r->slots, r->wc, r->ctl, r->seed, L, &x->p,
+                                  x->sparse ? sl_pull_target(&r->sparse, L, x->p.n_params) : NULL);
     else rc = slot_select_state(&r->slots, L);
   }
   x->hb.tok_per_step = (uint64_t)x->p.opts.B * (uint64_t)x->p.opts.T;
@@ -142,13 +158,22 @@ static int lease_pull(lease_work *x) {
   const Dipaco__V1__Lease *L = x->L;
   int64_t t0 = dpc_mono_ms();
   int rc = 0;
+  size_t sparse_frags = 0;
+  if (!x->sparse) sl_forget_held(&x->r->sparse); /* theta is overwritten by another job's pulls */
   for (size_t i = 0; i < L->n_fragments && !rc; i++) {
     x->frag = i;
     x->got = 0;
+    x->sl_whole = 0;
+    x->sl_bytes = 0;
     rc = xfer_retry(x, pull_fragment, 0);
-    x->bytes += (size_t)L->fragments[i]->num_floats * 4;
+    if (x->sparse && !x->sl_whole) sparse_frags++;
+    x->bytes += x->sparse && !x->sl_whole ? x->sl_bytes : (size_t)L->fragments[i]->num_floats * 4;
+    if (!rc && x->sparse) sl_note_pulled(&x->r->sparse, L, &x->p, i);
     if (interrupted(x)) break;
   }
+  if (sparse_frags)
+    DPC_INFO("lease %" PRIu64 ": %zu of %zu fragments made from their sparse rounds", L->lease_id, sparse_frags,
+             L->n_fragments);
   if (!rc && !interrupted(x)) {
     int64_t ms = dpc_mono_ms() - t0;
     DPC_INFO("lease %" PRIu64 " pulled %zu bytes in %" PRId64 " ms (%.1f MB/s)", L->lease_id, x->bytes, ms,
@@ -231,6 +256,10 @@ static int lease_push(lease_work *x) {
   int rc = x->dp && x->res ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
   for (size_t i = 0; i < nf && !rc; i++) x->dp[i] = r->slots.delta + x->p.abs_off[i];
   int64_t t0 = dpc_mono_ms();
+  if (!rc && x->sparse) { /* the sparse deltas and the slot's new error-feedback buffer */
+    rc = sl_encode(&r->sparse, L, &x->p, r->slots.delta, &x->sp);
+    if (rc) DPC_WARN("lease %" PRIu64 ": encoding the sparse deltas failed: %s", L->lease_id, dpc_errmsg());
+  }
   if (!rc && L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_CHECKPOINT) {
     /* Inner state first, then the delta: once the delta is durable (the slot's round is
      * done) the state the next lease of the slot resumes from is durable too. */
@@ -242,6 +271,11 @@ static int lease_push(lease_work *x) {
     rc = xfer_retry(x, push_deltas, 1);
   }
   if (!rc) {
+    if (x->sparse) {
+      x->bytes = 0;
+      for (size_t i = 0; i < nf; i++) x->bytes += x->sp.bytes[i];
+      sl_commit(&r->sparse, L, &x->sp);
+    }
     log_acks(x, dpc_mono_ms() - t0);
     r->local_failures = 0;
     release(r, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_DONE, L->first_step + (uint64_t)x->st.steps_done, "");
@@ -250,6 +284,7 @@ static int lease_push(lease_work *x) {
   }
   free(x->dp);
   free(x->res);
+  sl_push_free(&x->sp);
   x->dp = NULL;
   x->res = NULL;
   return rc;
@@ -307,6 +342,7 @@ int lease_run(lease_runner *r, const Dipaco__V1__Lease *L) {
   x.r = r;
   x.L = L;
   x.keep = L->inner_state != DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_RESET;
+  x.sparse = L->delta_codec == (Dipaco__V1__Codec)DPC_CODEC_SPARSE;
   hb_init(&x.hb, r->wc, r->ctl, L, r->sps, r->o->progress, r->o->slowdown, r->o->min_step_ms);
   int rc = lease_plan_phase(&x);
   if (rc) {

@@ -1,6 +1,7 @@
 /* plan.c — check a granted lease and turn it into a lease_plan (plan.h). */
 #include "worker/plan.h"
 #include "common/codec.h"
+#include "common/sparse.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "worker/data.h"
@@ -88,11 +89,20 @@ static int check_window(const Dipaco__V1__Lease *L) {
   if (d->path_index && d->path_index[0])
     return dpc_err(DPC_EUNSUPPORTED, "lease: DiPaCo routing index \"%s\" is not supported by this worker",
                    d->path_index);
-  if (!dpc_codec_supported((int)L->delta_codec))
+  if (L->delta_codec == (Dipaco__V1__Codec)DPC_CODEC_SPARSE) {
+    dpc_sparse_cfg sc = {.density = L->sparse_density, .chunk = L->sparse_chunk, .value_bits = L->sparse_value_bits};
+    if (dpc_sparse_cfg_check(&sc) < 0) return dpc_err(DPC_EINVAL, "lease: sparse codec: %s", dpc_errmsg());
+    if (!(L->sparse_ef_beta >= 0.0 && L->sparse_ef_beta < 1.0))
+      return dpc_err(DPC_EINVAL, "lease: sparse_ef_beta %g outside [0, 1)", L->sparse_ef_beta);
+    if (L->streaming) return dpc_err(DPC_EUNSUPPORTED, "lease: a streaming lease with sparse deltas is not supported");
+    if (L->algorithm != DIPACO__V1__ALGORITHM__ALGORITHM_SYNC)
+      return dpc_err(DPC_EUNSUPPORTED, "lease: sparse deltas are for sync rounds");
+  } else if (!dpc_codec_supported((int)L->delta_codec))
     return dpc_err(DPC_EUNSUPPORTED, "lease: delta codec %d is not supported by this worker", L->delta_codec);
   size_t bytes;
-  if (dpc_codec_bytes((int)L->delta_codec, 1, L->delta_block_floats, &bytes) < 0 ||
-      (dpc_codec_is_block((int)L->delta_codec) && L->delta_block_floats > (1u << 20)))
+  if (L->delta_codec != (Dipaco__V1__Codec)DPC_CODEC_SPARSE &&
+      (dpc_codec_bytes((int)L->delta_codec, 1, L->delta_block_floats, &bytes) < 0 ||
+       (dpc_codec_is_block((int)L->delta_codec) && L->delta_block_floats > (1u << 20))))
     return dpc_err(DPC_EINVAL, "lease: delta codec %s with block_floats %u", dpc_codec_name((int)L->delta_codec),
                    L->delta_block_floats);
   if (L->n_fragments < 1 || L->n_fragments > MAX_FRAGMENTS)

@@ -185,6 +185,12 @@ int slot_select_state(slot_cache *c, const Dipaco__V1__Lease *L) {
   return 0;
 }
 
+/* The inner state's third stream: the local parameters (streaming) or the error-feedback
+ * buffer (SparseLoCo). */
+static int third_payload(const Dipaco__V1__Lease *L) {
+  return L->streaming ? DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS : DIPACO__V1__PAYLOAD__PAYLOAD_EF_BUFFER;
+}
+
 /* Pull the slot's AdamW state (every fragment of the lease) into m and v, *step the AdamW
  * step the fragments agree on. */
 static int pull_inner(wclient *wc, worker_ctl *ctl, unsigned *seed, const Dipaco__V1__Lease *L, const lease_plan *p,
@@ -196,7 +202,7 @@ static int pull_inner(wclient *wc, worker_ctl *ctl, unsigned *seed, const Dipaco
     for (int attempt = 0;; attempt++) {
       int code = RPC_OK;
       rc = wc_pull_inner(wc, L->lease_id, f, m + p->abs_off[i], v + p->abs_off[i], local ? local + p->abs_off[i] : NULL,
-                         step, &code);
+                         third_payload(L), step, &code);
       if (rc == 0 || wc_classify(rc, code) != WC_RETRY || attempt >= 3 || worker_stopping(ctl)) break;
       DPC_WARN("lease %" PRIu64 ": pulling the inner state: %s; retrying", L->lease_id, dpc_errmsg());
       if (worker_sleep(ctl, worker_backoff_ms(attempt, seed))) break;
@@ -231,11 +237,13 @@ int slot_resume_checkpoint(slot_cache *c, wclient *wc, worker_ctl *ctl, unsigned
   return 0;
 }
 
-int slot_push_inner(slot_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, int *code) {
+int slot_push_inner(slot_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, const float *ef,
+                    int *code) {
   size_t nf = L->n_fragments;
   float *m = malloc(c->n_params * sizeof(float)), *v = malloc(c->n_params * sizeof(float));
   const float **mp = malloc(nf * sizeof *mp), **vp = malloc(nf * sizeof *vp), **lp = malloc(nf * sizeof *lp);
   float *loc = L->streaming ? malloc(c->n_params * sizeof(float)) : NULL; /* the slot's local parameters */
+  const float *third = loc ? loc : ef;
   long step = 0;
   int rc = m && v && mp && vp && lp && (loc || !L->streaming) ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory for the inner state");
   if (!rc) rc = trainer_get_state(c->tr, m, v, &step);
@@ -243,9 +251,11 @@ int slot_push_inner(slot_cache *c, wclient *wc, const Dipaco__V1__Lease *L, cons
   for (size_t i = 0; i < nf && !rc; i++) {
     mp[i] = m + p->abs_off[i];
     vp[i] = v + p->abs_off[i];
-    lp[i] = loc ? loc + p->abs_off[i] : NULL;
+    lp[i] = third ? third + p->abs_off[i] : NULL;
   }
-  if (!rc) rc = wc_push_inner(wc, L->lease_id, L->fragments, nf, mp, vp, loc ? lp : NULL, (uint64_t)step, code);
+  if (!rc)
+    rc = wc_push_inner(wc, L->lease_id, L->fragments, nf, mp, vp, third ? lp : NULL, third_payload(L), (uint64_t)step,
+                       code);
   free(m);
   free(v);
   free(loc);

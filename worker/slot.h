@@ -77,15 +77,17 @@ int slot_select_state(slot_cache *c, const Dipaco__V1__Lease *L);
 
 /* inner.state checkpoint: the slot's AdamW state of the round before L, whoever trained it,
  * pulled from the coordinator (a few retries on transient failures, cut short by a stop)
- * into the trainer; for a streaming lease also its local parameters into local[n_params]
- * (NULL otherwise). */
+ * into the trainer; for a streaming lease also its local parameters into local[n_params], for a
+ * SparseLoCo lease its error-feedback buffer (NULL otherwise). */
 int slot_resume_checkpoint(slot_cache *c, wclient *wc, worker_ctl *ctl, unsigned *seed, const Dipaco__V1__Lease *L,
                            const lease_plan *p, float *local);
 
 /* inner.state checkpoint: upload the trainer's AdamW state for every fragment of L, and for a
- * streaming lease the trainer's parameters (the slot's local ones) (one attempt; *code as in
+ * streaming lease the trainer's parameters (the slot's local ones), for a SparseLoCo lease
+ * its new error-feedback buffer ef[n_params] (NULL otherwise) (one attempt; *code as in
  * client.h). */
-int slot_push_inner(slot_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, int *code);
+int slot_push_inner(slot_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, const float *ef,
+                    int *code);
 
 /* Before training: a copy of the trainer's moments (in the state entry of L's slot), so an
  * abandoned lease can put them back. *snap is set (to the entry, owned by the cache) also

@@ -587,7 +587,7 @@ int stream_run(stream_env *e, const Dipaco__V1__Lease *L, const lease_plan *p, t
     if (x.defer_last) {
       int code = RPC_OK;
       for (int attempt = 0;; attempt++) { /* inner state (moments + local parameters), then the last deltas */
-        rc = slot_push_inner(e->slots, e->wc, L, p, &code);
+        rc = slot_push_inner(e->slots, e->wc, L, p, NULL, &code);
         enum wc_class c = wc_classify(rc, code);
         if (!rc || c != WC_RETRY || attempt + 1 >= TRANSFER_ATTEMPTS || stopped(&x)) {
           x.cls = c;

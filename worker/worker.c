@@ -100,10 +100,11 @@ static int do_register(worker *w, int *code) {
   if (w->o.name) snprintf(host, sizeof host, "%s", w->o.name);
   else if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "unknown");
   Dipaco__V1__RegisterRequest req = DIPACO__V1__REGISTER_REQUEST__INIT;
-  Dipaco__V1__Codec codecs[DPC_CODEC_COUNT];
+  Dipaco__V1__Codec codecs[DPC_CODEC_COUNT + 1];
   size_t n_codecs = 0;
   for (int k = 0; k < DPC_CODEC_COUNT; k++)
     if (dpc_codec_supported(k)) codecs[n_codecs++] = (Dipaco__V1__Codec)k;
+  codecs[n_codecs++] = (Dipaco__V1__Codec)DPC_CODEC_SPARSE;
   req.hostname = host;
   req.backend = w->o.backend == GPT_BACKEND_CUDA ? "cuda" : "cpu";
   req.device = w->device;
@@ -243,6 +244,7 @@ static int ask_for_lease(worker *w) {
 static void worker_free(worker *w) {
   slot_cache_free(&w->lr.slots);
   stream_keep_free(&w->lr.stream);
+  sl_cache_free(&w->lr.sparse);
   wc_close(&w->wc);
   free(w);
 }
