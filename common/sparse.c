@@ -6,8 +6,8 @@
  * 11, 10 and 10 bits, O(L) whatever the data), which finds the k-th largest |e|; every entry
  * above it is kept, and of the entries equal to it the lowest indices, so ties go to the lower
  * index and the kept indices come out in increasing order without a sort. Statistics are in
- * double in index order; with -std=c11 GCC does not contract a * b + c, so the sums are the
- * same on every machine. Chunks are independent: encode runs them in parallel (OpenMP) with
+ * double in index order, built with -ffp-contract=off (common/CMakeLists.txt), so the sums are
+ * the same on every machine. Chunks are independent: encode runs them in parallel (OpenMP) with
  * per-thread scratch, and the stream does not depend on the thread count. */
 #include "common/sparse.h"
 #include "common/errors.h"

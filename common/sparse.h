@@ -16,15 +16,17 @@
  *
  * Selection (deterministic): the k entries of largest |e| in the chunk; ties go to the lower
  * index. Quantizer (after the reference code's statistical quantizer, nb = 2^b bins): over
- * the kept values x_1..x_k in index order, in double: mu = mean(x), c_i = x_i - mu,
+ * the kept values x_1..x_k in index order, in double (each sum accumulated from +0.0 in
+ * index order, no fused multiply-add): mu = mean(x), c_i = x_i - mu,
  * sigma = sqrt(sum c_i^2 / (k - 1)) (0 when k = 1), scale = 6 * sigma / nb (1 when that is 0
  * or not finite), code_i = clamp(rint_half_even(c_i / scale + nb / 2), 0, nb - 1);
  * table[c] = (float)(mean of the x_i with code c) for a used code, 0.0f for an unused one.
  * The dequantized sparse vector s has s = table[code_i] at kept positions and 0 elsewhere.
  *
  * Decoding rejects (DPC_EFORMAT / DPC_ENUMERIC, naming tensor, chunk and field): a wrong
- * total length, a non-finite table value, a non-zero table value for a code no index uses,
- * indices not strictly increasing or >= L, non-zero padding bits.
+ * total length, a non-finite table value, a table value other than +0.0f (bit pattern 0, so
+ * -0.0f too) for a code no index uses, indices not strictly increasing or >= L, non-zero
+ * padding bits.
  *
  * Ownership: callers own every buffer. Thread-safety: reentrant; encode uses OpenMP over
  * chunks (the result does not depend on the thread count). */

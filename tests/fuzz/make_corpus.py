@@ -205,4 +205,25 @@ put("codec", "int8_short_last", bytes([2, 4, 0, 1]) + block(0.5, [1, 0x7f, 0x81,
 put("codec", "fp8_subnormal_nan", bytes([3, 4, 0, 1]) + block(2.0, [0x7e, 0x01, 0x88, 0x38]) + block(1.0, [0x7f]))
 put("codec", "e3m0_odd", bytes([4, 5, 0, 1]) + block(1.5, [0xf7, 0x81, 0x05]) + block(1e38, [0x07]))
 put("codec", "e3m0_wrong_len", bytes([4, 0, 1, 6]) + block(1.0, [0x12] * 10))
+
+# fuzz_sparse: byte 0 = value_bits - 1 (| 8: exact length), bytes 1-2 = chunk - 2, byte 3 =
+# density * 256 - 1, byte 4 = tensors - 1, then each tensor's length - 1 (u16), then the
+# stream, written by the independent reference encoder of tests/oracle/sparse_oracle.py.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
+import numpy as np  # noqa: E402
+from sparse_oracle import ref_encode  # noqa: E402
+
+
+def sparse_seed(name, bits, chunk, dens256, tlens, values, exact=True):
+    stream, _ = ref_encode(np.array(values, dtype=np.float32), tlens, dens256 / 256, chunk, bits)
+    head = bytes([(bits - 1) | (8 if exact else 0)]) + struct.pack("<HBB", chunk - 2, dens256 - 1, len(tlens) - 1)
+    put("sparse", name, head + b"".join(struct.pack("<H", t - 1) for t in tlens) + stream)
+
+
+sparse_seed("two_bits_short_last", 2, 8, 128, [8, 13], [(i * 7) % 11 - 5.0 for i in range(21)])
+sparse_seed("one_bit_chunk2", 1, 2, 256, [1, 2, 5], [0.5, -1, 2, 0, 3, -3, 1e-40, 7])
+sparse_seed("eight_bits_zeros", 8, 5, 64, [12], [0.0, -0.0] * 6)
+sparse_seed("three_bits_chunk3", 3, 3, 200, [7, 3], [1, 2, 3, -4, 5, -6, 7, 8, -9, 1e30])
+sparse_seed("four_bits_1024", 4, 1024, 8, [300], [((i * 37) % 101 - 50) * 1e-3 for i in range(300)])
+sparse_seed("wrong_length", 2, 8, 128, [8], [1, 2, 3, 4, 5, 6, 7, 8], exact=False)
 print("seeds written under", ROOT, file=sys.stderr)
