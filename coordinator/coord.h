@@ -143,6 +143,7 @@ typedef struct coord {
 
   /* counters for /metrics */
   uint64_t rounds_total, bytes_in, bytes_out, outer_steps;
+  uint64_t deltas_rejected; /* PushDelta streams refused as malformed or corrupt (nothing stored) */
   double outer_seconds_sum, outer_seconds_last;
 
   /* Callbacks by which a lower layer reaches a higher one (main.c sets them; NULL = none). */

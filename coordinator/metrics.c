@@ -3,7 +3,7 @@
  * 404 to anything else; one response per connection, then close. Requests are bounded
  * (8 KiB, must start with a request line) and read on the loop thread like everything else.
  *
- * Series: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_bytes_in_total,
+ * Series: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_deltas_rejected_total, dipaco_bytes_in_total,
  * dipaco_bytes_out_total, dipaco_outer_step_seconds (last) and _sum, dipaco_workers{state},
  * dipaco_active_leases, dipaco_jobs{state}, dipaco_fragment_version{job,fragment},
  * dipaco_loss{job,path} (latest reported loss; NaN until known), dipaco_job_loss{job} (mean
@@ -72,6 +72,9 @@ static void fmt_counters(coord *c, sbuf *b) {
             (unsigned long long)c->rounds_total);
   sb_printf(b, "# TYPE dipaco_outer_steps_total counter\ndipaco_outer_steps_total %llu\n",
             (unsigned long long)c->outer_steps);
+  sb_printf(b, "# HELP dipaco_deltas_rejected_total PushDelta streams refused as malformed or corrupt (nothing "
+               "stored).\n# TYPE dipaco_deltas_rejected_total counter\ndipaco_deltas_rejected_total %llu\n",
+            (unsigned long long)c->deltas_rejected);
   sb_printf(b, "# HELP dipaco_bytes_in_total Tensor bytes received (deltas, uploads).\n"
                "# TYPE dipaco_bytes_in_total counter\ndipaco_bytes_in_total %llu\n",
             (unsigned long long)c->bytes_in);

@@ -367,6 +367,8 @@ static void push_fail(push *p, int code, const char *fmt, ...) {
   if (!p->finished && p->call) {
     p->finished = 1;
     DPC_WARN("PushDelta from worker %lld rejected: %s", (long long)p->worker, msg);
+    /* A malformed or corrupt payload (dipaco_deltas_rejected_total): nothing was stored. */
+    if (code == RPC_INVALID_ARGUMENT || code == RPC_DATA_LOSS) p->c->deltas_rejected++;
     rpc_call_finish(p->call, code, "%s", msg);
   }
 }

@@ -181,9 +181,16 @@ static void text_spec(FILE *f, const jobspec *js) {
   if (jobspec_streaming(js))
     fprintf(f, "%-18s fragments %d, overlap_steps %d, alpha %.9g, eager %s\n", "streaming", js->streaming.fragments,
             js->streaming.overlap_steps, js->streaming.alpha, js->streaming.eager ? "true" : "false");
-  fprintf(f, "%-18s %s", "delta codec", dpc_codec_name(js->streaming.codec));
-  if (dpc_codec_is_block(js->streaming.codec)) fprintf(f, " (block %d)", js->streaming.block_floats);
-  fputc('\n', f);
+  if (js->sparse.enabled) {
+    fprintf(f, "%-18s density %.9g, chunk %d, value_bits %d, ef_beta %.9g%s\n", "sparse", js->sparse.density,
+            js->sparse.chunk, js->sparse.value_bits, js->sparse.ef_beta,
+            jobspec_sparse_pull(js) ? ", sparse pulls" : "");
+    fprintf(f, "%-18s sparse (top-k of the error-feedback buffer)\n", "delta codec");
+  } else {
+    fprintf(f, "%-18s %s", "delta codec", dpc_codec_name(js->streaming.codec));
+    if (dpc_codec_is_block(js->streaming.codec)) fprintf(f, " (block %d)", js->streaming.block_floats);
+    fputc('\n', f);
+  }
   fprintf(f, "%-18s %.9g\n", "quorum", js->quorum);
   fprintf(f, "%-18s %.9g\n", "round_timeout_s", js->round_timeout_s);
   fprintf(f, "%-18s %s\n", "weighting", js->weighting == WEIGHTING_TOKENS ? "tokens" : "uniform");
@@ -204,14 +211,25 @@ static void text_job(FILE *f, const Dipaco__V1__Job *j) {
   fprintf(f, "%-18s %s\n", "last_loss", view_fmt_loss(s->last_loss, b3, sizeof b3));
   fprintf(f, "%-18s in %llu, out %llu bytes; peak sync %llu bytes\n", "traffic", (unsigned long long)s->bytes_in,
           (unsigned long long)s->bytes_out, (unsigned long long)s->peak_sync_bytes);
-  if (s->tokens)
-    fprintf(f, "%-18s %llu (%.4g bytes per token, both directions)\n", "tokens", (unsigned long long)s->tokens,
-            (double)(s->bytes_in + s->bytes_out) / (double)s->tokens);
-  fprintf(f, "%-18s %s\n", "created", view_fmt_time(s->created_unix_ms, b1, sizeof b1));
-  fprintf(f, "%-18s %s\n", "updated", view_fmt_time(s->updated_unix_ms, b2, sizeof b2));
   const char *spec = j->spec_json ? j->spec_json : "";
   jobspec *js = malloc(sizeof *js);
-  if (js && spec[0] && jobspec_parse(spec, strlen(spec), js) == 0) text_spec(f, js);
+  int have_spec = js && spec[0] && jobspec_parse(spec, strlen(spec), js) == 0;
+  if (s->tokens) {
+    double per_token = (double)(s->bytes_in + s->bytes_out) / (double)s->tokens;
+    fprintf(f, "%-18s %llu (%.4g bytes per token, both directions", "tokens", (unsigned long long)s->tokens, per_token);
+    /* Data-parallel moves 2 x 4 bytes x parameters per inner step per worker (a ring
+     * all-reduce of fp32 gradients), over batch x seq_len tokens. */
+    gpt_layout *lay = have_spec && js->has_shape ? malloc(sizeof *lay) : NULL;
+    if (lay && jobspec_layout(js, lay) == 0 && per_token > 0) {
+      double dp = 8.0 * (double)lay->n_params / ((double)js->batch * (double)js->seq_len);
+      fprintf(f, "; data-parallel %.4g: %.4gx fewer", dp, dp / per_token);
+    }
+    free(lay);
+    fputs(")\n", f);
+  }
+  fprintf(f, "%-18s %s\n", "created", view_fmt_time(s->created_unix_ms, b1, sizeof b1));
+  fprintf(f, "%-18s %s\n", "updated", view_fmt_time(s->updated_unix_ms, b2, sizeof b2));
+  if (have_spec) text_spec(f, js);
   else if (spec[0]) fprintf(f, "%-18s %s\n", "spec_json", spec);
   free(js);
 }
