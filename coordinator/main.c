@@ -4,7 +4,7 @@
  * (loop.c) until the graceful shutdown after SIGTERM/SIGINT, and closes everything.
  *
  * usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]
- *          [--lease-ttl-ms N] [--heartbeat-ms N] [--log-level L] [--log-json]
+ *          [--lease-ttl-ms N] [--heartbeat-ms N] [--worker-retention-s N] [--log-level L] [--log-json]
  *          [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
  *          [--join-token-file FILE] [--admin-token-file FILE] [--insecure-no-auth]
  *
@@ -53,13 +53,14 @@
 typedef struct opts {
   const char *listen, *state_dir, *metrics_addr, *join_file, *admin_file;
   struct rpc_tls tls;
-  int json, ttl, hb, no_auth, use_tls;
+  int json, ttl, hb, no_auth, use_tls, retention_s;
   enum dpc_log_level level;
 } opts;
 
 static void usage(FILE *f) {
   fprintf(f, "usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]\n"
              "         [--lease-ttl-ms N (default 15000)] [--heartbeat-ms N (default 2000)]\n"
+             "         [--worker-retention-s N (default 86400: delete workers silent that long, holding no lease)]\n"
              "         [--log-level debug|info|warn|error] [--log-json]\n"
              "         [--tls-cert FILE --tls-key FILE [--tls-ca FILE (require client certificates)]]\n"
              "         [--join-token-file FILE] [--admin-token-file FILE] (default STATE/join.token,\n"
@@ -95,6 +96,12 @@ static const char *flags_problem(const opts *o, char *msg, size_t cap) {
              "heartbeats)", o->hb, o->ttl);
     return msg;
   }
+  const int64_t gone_after = o->ttl > 3 * o->hb ? o->ttl : 3 * o->hb;
+  if ((int64_t)o->retention_s * 1000 <= gone_after) {
+    snprintf(msg, cap, "--worker-retention-s %d must exceed the time after which a silent worker is gone (%lld ms: "
+             "max(--lease-ttl-ms, 3 x --heartbeat-ms))", o->retention_s, (long long)gone_after);
+    return msg;
+  }
   if (o->use_tls && (!o->tls.cert_file || !o->tls.key_file))
     return "TLS needs both --tls-cert and --tls-key (--tls-ca adds client certificates)";
   if (o->no_auth && (o->join_file || o->admin_file))
@@ -104,13 +111,14 @@ static const char *flags_problem(const opts *o, char *msg, size_t cap) {
 
 /* Fill o from argv; 0 = go on, else *exit_code is what main returns (0 after --help). */
 static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
-  *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .level = DPC_LOG_INFO};
+  *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .retention_s = 86400, .level = DPC_LOG_INFO};
   dpc_arg args[] = {
       {.name = "listen", .kind = DPC_ARG_STR, .dst = &o->listen, .required = 1},
       {.name = "state-dir", .kind = DPC_ARG_STR, .dst = &o->state_dir, .required = 1},
       {.name = "metrics-listen", .kind = DPC_ARG_STR, .dst = &o->metrics_addr},
       {.name = "lease-ttl-ms", .kind = DPC_ARG_INT, .dst = &o->ttl, .lo = 100, .hi = 86400000},
       {.name = "heartbeat-ms", .kind = DPC_ARG_INT, .dst = &o->hb, .lo = 10, .hi = 3600000},
+      {.name = "worker-retention-s", .kind = DPC_ARG_INT, .dst = &o->retention_s, .lo = 1, .hi = 315360000},
       {.name = "log-level", .kind = DPC_ARG_FN, .dst = &o->level, .fn = parse_level,
        .expects = "debug, info, warn or error"},
       {.name = "log-json", .kind = DPC_ARG_FLAG, .dst = &o->json},
@@ -384,6 +392,7 @@ int main(int argc, char **argv) {
   snprintf(c->state_dir, sizeof c->state_dir, "%s", o.state_dir);
   c->lease_ttl_ms = o.ttl;
   c->heartbeat_ms = o.hb;
+  c->worker_retention_ms = (int64_t)o.retention_s * 1000;
   int lock_fd = take_state(c, &o);
   if (lock_fd < 0) return 1;
   if (serve(c, &o) < 0) {

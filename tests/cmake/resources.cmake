@@ -1,0 +1,8 @@
+# Bounded resources of the coordinator (issue 13): paged worker listings and the deletion of
+# long-gone workers (python grpcio and dipacoctl against the real daemon).
+if(TARGET dipaco-coordinator AND TARGET dipacoctl)
+  add_test(NAME resources_workers
+           COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/integration/resources_workers.py
+                   $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipacoctl> ${CMAKE_SOURCE_DIR}/proto)
+  set_tests_properties(resources_workers PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()
