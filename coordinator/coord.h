@@ -103,6 +103,7 @@ typedef struct coord {
   store *st;
   blob_store *bs;
   struct rpc_server *srv;
+  struct selfcheck *selfcheck; /* the listener's self-check (selfcheck.h); NULL when off */
   char state_dir[1024];
   dpc_auth_keys keys; /* token hashes (main.c sets them before serving; zero = auth off) */
   int lease_ttl_ms, heartbeat_ms;

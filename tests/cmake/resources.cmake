@@ -6,3 +6,11 @@ if(TARGET dipaco-coordinator AND TARGET dipacoctl)
                    $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipacoctl> ${CMAKE_SOURCE_DIR}/proto)
   set_tests_properties(resources_workers PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
+# Connection exhaustion under a low open-file limit, handshake and idle timeouts, the
+# listener self-check (a restart loop plays systemd).
+if(TARGET dipaco-coordinator AND TARGET dipacoctl)
+  add_test(NAME resources_conn
+           COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/integration/resources_conn.py
+                   $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipacoctl>)
+  set_tests_properties(resources_conn PROPERTIES TIMEOUT 180)
+endif()
