@@ -20,6 +20,7 @@
 #include "coordinator/jobs.h"
 #include "coordinator/leases.h"
 #include "coordinator/loop.h"
+#include "coordinator/membudget.h"
 #include "coordinator/metrics.h"
 #include "coordinator/pcache.h"
 #include "coordinator/rounds.h"
@@ -58,7 +59,7 @@ typedef struct opts {
   const char *listen, *state_dir, *metrics_addr, *join_file, *admin_file;
   struct rpc_tls tls;
   int json, ttl, hb, no_auth, use_tls, retention_s;
-  int handshake_ms, idle_ms, self_check_ms;
+  int handshake_ms, idle_ms, self_check_ms, memory_budget_mb;
   enum dpc_log_level level;
 } opts;
 
@@ -67,6 +68,7 @@ static void usage(FILE *f) {
              "         [--lease-ttl-ms N (default 15000)] [--heartbeat-ms N (default 2000)]\n"
              "         [--worker-retention-s N (default 86400: delete workers silent that long, holding no lease)]\n"
              "         [--handshake-timeout-ms N (default 10000)] [--idle-timeout-ms N (default 300000)]\n"
+             "         [--memory-budget-mb N (default: the cgroup's memory.max, else 80%% of RAM)]\n"
              "         [--self-check-ms N (default 5000; exit 70 after 3 failed self-connects in a row; 0 = off)]\n"
              "         [--log-level debug|info|warn|error] [--log-json]\n"
              "         [--tls-cert FILE --tls-key FILE [--tls-ca FILE (require client certificates)]]\n"
@@ -129,6 +131,7 @@ static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
       {.name = "worker-retention-s", .kind = DPC_ARG_INT, .dst = &o->retention_s, .lo = 1, .hi = 315360000},
       {.name = "handshake-timeout-ms", .kind = DPC_ARG_INT, .dst = &o->handshake_ms, .lo = 100, .hi = 600000},
       {.name = "idle-timeout-ms", .kind = DPC_ARG_INT, .dst = &o->idle_ms, .lo = 1000, .hi = 86400000},
+      {.name = "memory-budget-mb", .kind = DPC_ARG_INT, .dst = &o->memory_budget_mb, .lo = 1, .hi = 2147483647},
       {.name = "self-check-ms", .kind = DPC_ARG_INT, .dst = &o->self_check_ms, .lo = 0, .hi = 600000},
       {.name = "log-level", .kind = DPC_ARG_FN, .dst = &o->level, .fn = parse_level,
        .expects = "debug, info, warn or error"},
@@ -425,6 +428,9 @@ int main(int argc, char **argv) {
   c->lease_ttl_ms = o.ttl;
   c->heartbeat_ms = o.hb;
   c->worker_retention_ms = (int64_t)o.retention_s * 1000;
+  const char *budget_src = "--memory-budget-mb";
+  c->memory_budget_bytes = o.memory_budget_mb ? (uint64_t)o.memory_budget_mb << 20 : membudget_default(&budget_src);
+  DPC_INFO("memory budget for jobs: %llu MiB (%s)", (unsigned long long)(c->memory_budget_bytes >> 20), budget_src);
   int lock_fd = take_state(c, &o);
   if (lock_fd < 0) return 1;
   if (serve(c, &o) < 0) {

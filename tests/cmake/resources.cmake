@@ -14,3 +14,10 @@ if(TARGET dipaco-coordinator AND TARGET dipacoctl)
                    $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipacoctl>)
   set_tests_properties(resources_conn PROPERTIES TIMEOUT 180)
 endif()
+# The memory estimate at job create: over --memory-budget-mb → RESOURCE_EXHAUSTED.
+if(TARGET dipaco-coordinator)
+  add_test(NAME resources_memory
+           COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/integration/resources_memory.py
+                   $<TARGET_FILE:dipaco-coordinator> ${CMAKE_SOURCE_DIR}/proto)
+  set_tests_properties(resources_memory PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+endif()
