@@ -9,7 +9,7 @@ dipaco-coordinator over python grpcio, and dipacoctl:
  - Register with a worker's previous identity (previous_worker_id + previous_session), as a
    worker does after a restart or a lost connection, adds no row;
  - --worker-retention-s shorter than the gone-worker time is refused at start;
- - restarted with a 4 s retention, the silent workers are deleted (a Heartbeat from one then
+ - restarted with an 8 s retention, the silent workers are deleted (a Heartbeat from one then
    answers COMMAND_REREGISTER), the one that keeps calling stays.
 
 usage: resources_workers.py <dipaco-coordinator> <dipacoctl> <proto dir>"""
@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -103,22 +104,39 @@ def body(coord_bin, ctl_bin):
         check(p.returncode == 2 and "--worker-retention-s 5" in p.stderr,
               f"--worker-retention-s 5 with a 15 s lease TTL is refused (rc {p.returncode}: {p.stderr.strip()[:200]})")
 
-        # A 4 s retention: silent workers go, the one that keeps calling stays.
+        # An 8 s retention: silent workers go, the one that keeps calling stays.
         check(d[0].stop() == 0, "coordinator stopped")
         d[0] = Daemon(coord_bin, state, log,
-                      args=("--lease-ttl-ms", "1000", "--heartbeat-ms", "200", "--worker-retention-s", "4"))
+                      args=("--lease-ttl-ms", "1000", "--heartbeat-ms", "200", "--worker-retention-s", "8"))
         u = grpc_stubs(grpc, pb, d[0].addr, state)
         keep = ids[1]
         md_keep = [("dipaco-worker-id", str(keep.worker_id)), ("dipaco-session", keep.session_token)]
-        deadline = time.time() + 60
+        # The calling worker heartbeats from its own thread, as a worker does, whatever the
+        # listing below costs on a loaded machine.
+        stop, rereg = threading.Event(), []
+
+        def beat():
+            while not stop.is_set():
+                try:
+                    r = u["Heartbeat"](pb.HeartbeatRequest(), metadata=md_keep, timeout=10)
+                    if r.command == pb.COMMAND_REREGISTER:
+                        rereg.append(time.time())
+                except grpc.RpcError:
+                    pass
+                stop.wait(0.2)
+        t = threading.Thread(target=beat, daemon=True)
+        t.start()
+        deadline = time.time() + 90
         n = N
         while time.time() < deadline:
-            u["Heartbeat"](pb.HeartbeatRequest(), metadata=md_keep, timeout=10)
             n = count_workers(u, pb)
             if n == 1:
                 break
-            time.sleep(0.3)
-        check(n == 1, f"with a 4 s retention the {N - 1} silent workers are deleted, the calling one stays (left {n})")
+            time.sleep(0.5)
+        stop.set()
+        t.join()
+        check(not rereg, "the calling worker was never told to register again")
+        check(n == 1, f"with an 8 s retention the {N - 1} silent workers are deleted, the calling one stays (left {n})")
         gone = ids[2]
         hb = u["Heartbeat"](pb.HeartbeatRequest(), metadata=[("dipaco-worker-id", str(gone.worker_id)),
                                                              ("dipaco-session", gone.session_token)], timeout=10)
