@@ -177,7 +177,18 @@ struct rpc_server_config {
   void (*notify)(void *ud); /* NULL: callbacks run on the pump thread; see header comment */
   void *notify_ud;
   const struct rpc_tls *tls; /* NULL = insecure */
+  /* Connection limits (0 = the defaults below): a connection that has not completed its
+   * TLS and HTTP/2 handshakes (the client's SETTINGS frame) within handshake_timeout_ms is
+   * closed, so is one without calls for idle_timeout_ms (GOAWAY; clients reconnect on their
+   * next call), and one connection carries at most max_streams calls at once (more wait in
+   * the client). Keepalive: the server pings a silent connection every 60 s and drops it
+   * when no answer comes within 20 s (dead peers, half-open sockets); a client pinging more
+   * often than every 10 s without data is sent GOAWAY after 2 strikes. */
+  int handshake_timeout_ms, idle_timeout_ms, max_streams;
 };
+#define RPC_HANDSHAKE_TIMEOUT_DEFAULT_MS 10000
+#define RPC_IDLE_TIMEOUT_DEFAULT_MS 300000
+#define RPC_MAX_STREAMS_DEFAULT 100
 
 /* Create, bind and start a server with n methods (copied; `path` strings too). The
  * services named by the method paths and "" report SERVING to Health/Check. Calls grpc_init
@@ -251,7 +262,18 @@ struct rpc_client_config {
   size_t max_msg_bytes;   /* 0 = RPC_MAX_MSG_DEFAULT */
   int own_connection;     /* 1: a TCP connection not shared with other channels */
   const struct rpc_tls *tls; /* NULL = insecure */
+  /* Connection limits (0 = the defaults below): a connection that has not completed its
+   * TLS and HTTP/2 handshakes (the client's SETTINGS frame) within handshake_timeout_ms is
+   * closed, so is one without calls for idle_timeout_ms (GOAWAY; clients reconnect on their
+   * next call), and one connection carries at most max_streams calls at once (more wait in
+   * the client). Keepalive: the server pings a silent connection every 60 s and drops it
+   * when no answer comes within 20 s (dead peers, half-open sockets); a client pinging more
+   * often than every 10 s without data is sent GOAWAY after 2 strikes. */
+  int handshake_timeout_ms, idle_timeout_ms, max_streams;
 };
+#define RPC_HANDSHAKE_TIMEOUT_DEFAULT_MS 10000
+#define RPC_IDLE_TIMEOUT_DEFAULT_MS 300000
+#define RPC_MAX_STREAMS_DEFAULT 100
 
 /* Open a channel (connects lazily; calls wait for the connection until their deadline).
  * Calls grpc_init (balanced by rpc_client_close). */

@@ -529,7 +529,21 @@ int rpc_server_start(const struct rpc_server_config *cfg, const struct rpc_metho
   grpc_init();
   struct rpc_args args;
   rpc_args_init(&args, s->max_msg, 0);
-  s->server = grpc_server_create(&args.set, NULL);
+  grpc_arg sa[16];
+  size_t na = 0;
+  for (size_t i = 0; i < args.set.num_args; i++) sa[na++] = args.set.args[i];
+#define INT_ARG(k, v) sa[na++] = (grpc_arg){.type = GRPC_ARG_INTEGER, .key = (char *)(k), .value.integer = (v)}
+  INT_ARG(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+          cfg->handshake_timeout_ms > 0 ? cfg->handshake_timeout_ms : RPC_HANDSHAKE_TIMEOUT_DEFAULT_MS);
+  INT_ARG(GRPC_ARG_MAX_CONNECTION_IDLE_MS, cfg->idle_timeout_ms > 0 ? cfg->idle_timeout_ms : RPC_IDLE_TIMEOUT_DEFAULT_MS);
+  INT_ARG(GRPC_ARG_MAX_CONCURRENT_STREAMS, cfg->max_streams > 0 ? cfg->max_streams : RPC_MAX_STREAMS_DEFAULT);
+  INT_ARG(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
+  INT_ARG(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  INT_ARG(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  INT_ARG(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+#undef INT_ARG
+  grpc_channel_args server_args = {.num_args = na, .args = sa};
+  s->server = grpc_server_create(&server_args, NULL);
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->server, s->cq, NULL);
   for (size_t i = 0; i <= n; i++) {

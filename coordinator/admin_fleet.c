@@ -35,7 +35,7 @@
 typedef struct {
   Dipaco__V1__WorkerInfo wi;
   Dipaco__V1__Slot slot;
-  char backend[256], device[256], labels[256];
+  char backend[256], device[256], labels[256], host[128];
 } worker_row;
 
 static void fill_worker(coord *c, store_worker *w, const store_lease *act, int na, int64_t now, worker_row *row) {
@@ -77,38 +77,88 @@ static void fill_worker(coord *c, store_worker *w, const store_lease *act, int n
   }
 }
 
+/* ListWorkers pages: the default and the most a page holds (a WorkerInfo is ≤ ~900 bytes,
+ * so a full page stays far below the 4 MiB a default gRPC client accepts). */
+#define WORKERS_PAGE_DEFAULT 500
+#define WORKERS_PAGE_MAX 1000
+
+/* page_token: the decimal id of the last worker the previous page scanned ("" = none). */
+static int parse_page_token(const char *t, int64_t *after) {
+  *after = 0;
+  if (!t || !t[0]) return 0;
+  int64_t v = 0;
+  for (const char *p = t; *p; p++) {
+    if (*p < '0' || *p > '9' || v > (INT64_MAX - 9) / 10 || p - t >= 19) return -1;
+    v = v * 10 + (*p - '0');
+  }
+  *after = v;
+  return 0;
+}
+
 static void on_list_workers(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   coord *c = ud;
   ProtobufCMessage *pm;
   if (svc_admin_unpack(c, call, req, &dipaco__v1__list_workers_request__descriptor, &pm)) return;
   Dipaco__V1__ListWorkersRequest *r = (Dipaco__V1__ListWorkersRequest *)pm;
+  int64_t after;
+  if (parse_page_token(r->page_token, &after) < 0) {
+    char shown[32];
+    snprintf(shown, sizeof shown, "%s", r->page_token);
+    for (char *p = shown; *p; p++)
+      if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) *p = '?';
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "page_token \"%s\": not a token this server returned", shown);
+    protobuf_c_message_free_unpacked(pm, NULL);
+    return;
+  }
+  const int page = r->page_size == 0 ? WORKERS_PAGE_DEFAULT
+                   : r->page_size > WORKERS_PAGE_MAX ? WORKERS_PAGE_MAX : (int)r->page_size;
   store_worker *ws = NULL;
   store_lease *act = NULL;
   int nw = 0, na = 0;
-  int rc = store_list_workers(c->st, &ws, &nw);
-  if (rc == 0) rc = store_list_active_leases(c->st, 0, &act, &na);
-  worker_row *rows = rc == 0 ? calloc((size_t)nw + 1, sizeof *rows) : NULL;
-  Dipaco__V1__WorkerInfo **wp = rc == 0 ? calloc((size_t)nw + 1, sizeof *wp) : NULL;
+  int rc = store_list_active_leases(c->st, 0, &act, &na);
+  worker_row *rows = rc == 0 ? calloc((size_t)page, sizeof *rows) : NULL;
+  Dipaco__V1__WorkerInfo **wp = rc == 0 ? calloc((size_t)page, sizeof *wp) : NULL;
+  char next[24] = "";
+  size_t k = 0;
+  if (rc == 0 && rows && wp) {
+    /* Scan by id in batches until the page is full; filters may skip rows. next_page_token
+     * is the last id scanned when the page filled before the end (the next page may then
+     * turn out empty: the listing ends there). */
+    int64_t now = dpc_wall_ms();
+    int full = 0;
+    while (!full && rc == 0) {
+      if ((rc = store_list_workers_after(c->st, after, page, &ws, &nw)) < 0) break;
+      for (int i = 0; i < nw && !full; i++) {
+        after = ws[i].id;
+        fill_worker(c, &ws[i], act, na, now, &rows[k]);
+        if (!r->include_gone && rows[k].wi.state == DIPACO__V1__WORKER_STATE__WORKER_GONE) continue;
+        if (r->job_id && rows[k].wi.job_id != r->job_id) continue;
+        snprintf(rows[k].host, sizeof rows[k].host, "%s", ws[i].name); /* ws is freed per batch */
+        rows[k].wi.hostname = rows[k].host;
+        wp[k] = &rows[k].wi;
+        full = ++k == (size_t)page;
+      }
+      int last_batch = nw < page;
+      free(ws);
+      ws = NULL;
+      if (full) {
+        snprintf(next, sizeof next, "%lld", (long long)after);
+        break;
+      }
+      if (last_batch) break;
+    }
+  }
   if (rc < 0 || !rows || !wp) {
     rpc_call_fail(call, rc < 0 ? rc : DPC_ENOMEM);
   } else {
-    int64_t now = dpc_wall_ms();
-    size_t k = 0;
-    for (int i = 0; i < nw; i++) {
-      fill_worker(c, &ws[i], act, na, now, &rows[k]);
-      if (!r->include_gone && rows[k].wi.state == DIPACO__V1__WORKER_STATE__WORKER_GONE) continue;
-      if (r->job_id && rows[k].wi.job_id != r->job_id) continue;
-      wp[k] = &rows[k].wi;
-      k++;
-    }
     Dipaco__V1__ListWorkersResponse resp = DIPACO__V1__LIST_WORKERS_RESPONSE__INIT;
     resp.n_workers = k;
     resp.workers = wp;
+    resp.next_page_token = next;
     rpc_call_reply(call, &resp.base);
   }
   free(rows);
   free(wp);
-  free(ws);
   free(act);
   protobuf_c_message_free_unpacked(pm, NULL);
 }

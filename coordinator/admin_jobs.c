@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "coordinator/admin_upload.h"
 #include "coordinator/jobs.h"
+#include "coordinator/membudget.h"
 #include "coordinator/loop.h"
 #include "coordinator/pcache.h"
 #include "coordinator/rounds.h"
@@ -220,11 +221,6 @@ static int create_prepare(coord *c, create_work *w) {
   w->lay = malloc(sizeof *w->lay);
   if (!w->lay || (rc = jobspec_layout(js, w->lay)) < 0)
     return rpc_call_finish(call, RPC_INVALID_ARGUMENT, "model: %s", w->lay ? dpc_errmsg() : "out of memory"), -1;
-  w->theta = malloc(w->lay->n_params * sizeof *w->theta);
-  if (!w->theta) {
-    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "model: %zu parameters do not fit in memory", w->lay->n_params);
-    return -1;
-  }
   w->nm = jobspec_modules(js, w->lay, NULL, 0);
   w->nf = jobspec_fragments(js, w->lay, NULL, 0);
   if (w->nm < 1 || w->nf < 1) return rpc_call_finish(call, RPC_INVALID_ARGUMENT, "levels: %s", dpc_errmsg()), -1;
@@ -236,6 +232,25 @@ static int create_prepare(coord *c, create_work *w) {
     return rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory"), -1;
   jobspec_modules(js, w->lay, w->mods, w->nm);
   jobspec_fragments(js, w->lay, w->frags, w->nf);
+  /* Refuse before allocating what would not fit (membudget.h). */
+  size_t max_frag = 0;
+  for (int i = 0; i < w->nf; i++)
+    if (w->frags[i].len > max_frag) max_frag = w->frags[i].len;
+  uint64_t need = membudget_job_bytes(w->lay->n_params, max_frag, jobspec_n_slots(js));
+  if (c->memory_budget_bytes && need > c->memory_budget_bytes) {
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED,
+                    "model: the job needs about %llu MiB of coordinator memory (%zu parameters, largest fragment %zu "
+                    "floats, %d slots), over the memory budget of %llu MiB (--memory-budget-mb); use a smaller model "
+                    "or fewer slots, or raise the budget",
+                    (unsigned long long)(need >> 20), w->lay->n_params, max_frag, jobspec_n_slots(js),
+                    (unsigned long long)(c->memory_budget_bytes >> 20));
+    return -1;
+  }
+  w->theta = malloc(w->lay->n_params * sizeof *w->theta);
+  if (!w->theta) {
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "model: %zu parameters do not fit in memory", w->lay->n_params);
+    return -1;
+  }
   if ((rc = store_next_job_id(c->st, &w->id)) < 0) return rpc_call_fail(call, rc), -1;
   return 0;
 }

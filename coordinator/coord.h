@@ -110,9 +110,13 @@ typedef struct coord {
   store *st;
   blob_store *bs;
   struct rpc_server *srv;
+  struct selfcheck *selfcheck; /* the listener's self-check (selfcheck.h); NULL when off */
   char state_dir[1024];
   dpc_auth_keys keys; /* token hashes (main.c sets them before serving; zero = auth off) */
   int lease_ttl_ms, heartbeat_ms;
+  int64_t worker_retention_ms; /* a worker silent this long and holding no lease is deleted (leases.c) */
+  int64_t retire_next_ms;
+  uint64_t memory_budget_bytes; /* job create refuses jobs estimated above it (membudget.h); 0 = none */      /* when lease_expire next looks for such workers */
   int64_t started_ms;    /* dpc_wall_ms() at start */
   int64_t push_seq;      /* the last push attempt number (delta spool names; starts at start-ms·1000) */
   int64_t live_floor_ms; /* started_ms + RESTART_GRACE_MS: a worker not heard from since the start

@@ -331,16 +331,54 @@ static void mark_gone_workers(coord *c, int64_t now) {
   int nw;
   if (store_list_workers(c->st, &ws, &nw) < 0) return;
   int64_t gone_after = c->lease_ttl_ms > 3 * c->heartbeat_ms ? c->lease_ttl_ms : 3 * c->heartbeat_ms;
+  /* One transaction for all of them: thousands of workers going silent together (a network
+   * split, a restart with many registered) must not stall the loop for one fsync each. */
+  int64_t *gone = malloc((size_t)(nw > 0 ? nw : 1) * sizeof *gone);
+  int ng = 0;
   for (int i = 0; i < nw; i++) {
     /* After a restart, silence counts from the start: workers could not call a dead process. */
     const int64_t seen = ws[i].last_seen >= c->started_ms ? ws[i].last_seen : c->live_floor_ms;
     if (ws[i].state == WORKER_ACTIVE && now - seen > gone_after && !lease_is_parked(c, ws[i].id)) {
       DPC_WARN("worker %lld (%s) is gone: no call for %lld ms", (long long)ws[i].id, ws[i].name,
                (long long)(now - ws[i].last_seen));
-      store_set_worker_state(c->st, ws[i].id, WORKER_GONE);
+      if (gone) gone[ng++] = ws[i].id;
+      else store_set_worker_state(c->st, ws[i].id, WORKER_GONE);
     }
   }
+  if (ng > 0 && store_mark_workers_gone(c->st, gone, ng) < 0)
+    DPC_WARN("cannot mark %d silent worker(s) gone: %s", ng, dpc_errmsg());
+  free(gone);
   free(ws);
+}
+
+/* Workers silent for the retention period (--worker-retention-s) that no lease or slot
+ * refers to are deleted, at most RETIRE_BATCH per look and one look per RETIRE_EVERY_MS (or
+ * per retention / 2 when shorter), so that Register calls and worker churn cannot grow the
+ * table (and ListWorkers, mark_gone_workers) without bound. A worker that trained stays
+ * while its leases are recorded (they name it). After a restart silence counts from the
+ * start, as for going gone. */
+#define RETIRE_BATCH 10000
+#define RETIRE_EVERY_MS 60000
+
+static void retire_workers(coord *c, int64_t now) {
+  if (c->worker_retention_ms <= 0 || now < c->retire_next_ms) return;
+  int64_t every = c->worker_retention_ms / 2 < RETIRE_EVERY_MS ? c->worker_retention_ms / 2 : RETIRE_EVERY_MS;
+  c->retire_next_ms = now + (every < 200 ? 200 : every);
+  const int64_t before = now - c->worker_retention_ms;
+  if (before <= c->live_floor_ms) return;
+  /* A long-polling worker is alive though its last call started up to 30 s ago. */
+  for (int i = 0; i < c->n_parked; i++) store_touch_worker(c->st, c->parked[i].worker, now, -1);
+  int64_t *ids = NULL;
+  int n = 0;
+  if (store_forget_workers(c->st, before, RETIRE_BATCH, &ids, &n) < 0) {
+    DPC_WARN("cannot delete long-gone workers: %s", dpc_errmsg());
+    return;
+  }
+  if (n > 0)
+    DPC_INFO("deleted %d worker(s) silent for more than %lld s and holding no lease (first id %lld)", n,
+             (long long)(c->worker_retention_ms / 1000), (long long)ids[0]);
+  if (n == RETIRE_BATCH) c->retire_next_ms = now; /* more to do: go on at the next tick */
+  free(ids);
 }
 
 void lease_expire(coord *c) {
@@ -373,6 +411,7 @@ void lease_expire(coord *c) {
   }
   free(act);
   mark_gone_workers(c, now);
+  retire_workers(c, now);
 }
 
 /* ---- parked Lease long-polls ------------------------------------------------------------------ */

@@ -4,7 +4,7 @@
  * (loop.c) until the graceful shutdown after SIGTERM/SIGINT, and closes everything.
  *
  * usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]
- *          [--lease-ttl-ms N] [--heartbeat-ms N] [--log-level L] [--log-json]
+ *          [--lease-ttl-ms N] [--heartbeat-ms N] [--worker-retention-s N] [--log-level L] [--log-json]
  *          [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
  *          [--join-token-file FILE] [--admin-token-file FILE] [--insecure-no-auth]
  *
@@ -20,6 +20,7 @@
 #include "coordinator/jobs.h"
 #include "coordinator/leases.h"
 #include "coordinator/loop.h"
+#include "coordinator/membudget.h"
 #include "coordinator/metrics.h"
 #include "coordinator/pcache.h"
 #include "coordinator/rounds.h"
@@ -27,6 +28,7 @@
 #include "coordinator/svc_inner.h"
 #include "coordinator/svc_transfer.h"
 #include "coordinator/svc_worker.h"
+#include "coordinator/selfcheck.h"
 #include "coordinator/testhook.h"
 
 #include "common/args.h"
@@ -42,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -49,17 +52,24 @@
  * restart their leases and liveness get this long, plus one TTL, before anything is taken
  * from them. */
 #define RESTART_GRACE_MS 10000
+/* Failed self-connects in a row before the process exits (selfcheck.h). */
+#define SELFCHECK_FAILS 3
 
 typedef struct opts {
   const char *listen, *state_dir, *metrics_addr, *join_file, *admin_file;
   struct rpc_tls tls;
-  int json, ttl, hb, no_auth, use_tls;
+  int json, ttl, hb, no_auth, use_tls, retention_s;
+  int handshake_ms, idle_ms, self_check_ms, memory_budget_mb;
   enum dpc_log_level level;
 } opts;
 
 static void usage(FILE *f) {
   fprintf(f, "usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]\n"
              "         [--lease-ttl-ms N (default 15000)] [--heartbeat-ms N (default 2000)]\n"
+             "         [--worker-retention-s N (default 86400: delete workers silent that long, holding no lease)]\n"
+             "         [--handshake-timeout-ms N (default 10000)] [--idle-timeout-ms N (default 300000)]\n"
+             "         [--memory-budget-mb N (default: the cgroup's memory.max, else 80%% of RAM)]\n"
+             "         [--self-check-ms N (default 5000; exit 70 after 3 failed self-connects in a row; 0 = off)]\n"
              "         [--log-level debug|info|warn|error] [--log-json]\n"
              "         [--tls-cert FILE --tls-key FILE [--tls-ca FILE (require client certificates)]]\n"
              "         [--join-token-file FILE] [--admin-token-file FILE] (default STATE/join.token,\n"
@@ -95,6 +105,12 @@ static const char *flags_problem(const opts *o, char *msg, size_t cap) {
              "heartbeats)", o->hb, o->ttl);
     return msg;
   }
+  const int64_t gone_after = o->ttl > 3 * o->hb ? o->ttl : 3 * o->hb;
+  if ((int64_t)o->retention_s * 1000 <= gone_after) {
+    snprintf(msg, cap, "--worker-retention-s %d must exceed the time after which a silent worker is gone (%lld ms: "
+             "max(--lease-ttl-ms, 3 x --heartbeat-ms))", o->retention_s, (long long)gone_after);
+    return msg;
+  }
   if (o->use_tls && (!o->tls.cert_file || !o->tls.key_file))
     return "TLS needs both --tls-cert and --tls-key (--tls-ca adds client certificates)";
   if (o->no_auth && (o->join_file || o->admin_file))
@@ -104,13 +120,19 @@ static const char *flags_problem(const opts *o, char *msg, size_t cap) {
 
 /* Fill o from argv; 0 = go on, else *exit_code is what main returns (0 after --help). */
 static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
-  *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .level = DPC_LOG_INFO};
+  *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .retention_s = 86400, .handshake_ms = RPC_HANDSHAKE_TIMEOUT_DEFAULT_MS,
+              .idle_ms = RPC_IDLE_TIMEOUT_DEFAULT_MS, .self_check_ms = 5000, .level = DPC_LOG_INFO};
   dpc_arg args[] = {
       {.name = "listen", .kind = DPC_ARG_STR, .dst = &o->listen, .required = 1},
       {.name = "state-dir", .kind = DPC_ARG_STR, .dst = &o->state_dir, .required = 1},
       {.name = "metrics-listen", .kind = DPC_ARG_STR, .dst = &o->metrics_addr},
       {.name = "lease-ttl-ms", .kind = DPC_ARG_INT, .dst = &o->ttl, .lo = 100, .hi = 86400000},
       {.name = "heartbeat-ms", .kind = DPC_ARG_INT, .dst = &o->hb, .lo = 10, .hi = 3600000},
+      {.name = "worker-retention-s", .kind = DPC_ARG_INT, .dst = &o->retention_s, .lo = 1, .hi = 315360000},
+      {.name = "handshake-timeout-ms", .kind = DPC_ARG_INT, .dst = &o->handshake_ms, .lo = 100, .hi = 600000},
+      {.name = "idle-timeout-ms", .kind = DPC_ARG_INT, .dst = &o->idle_ms, .lo = 1000, .hi = 86400000},
+      {.name = "memory-budget-mb", .kind = DPC_ARG_INT, .dst = &o->memory_budget_mb, .lo = 1, .hi = 2147483647},
+      {.name = "self-check-ms", .kind = DPC_ARG_INT, .dst = &o->self_check_ms, .lo = 0, .hi = 600000},
       {.name = "log-level", .kind = DPC_ARG_FN, .dst = &o->level, .fn = parse_level,
        .expects = "debug, info, warn or error"},
       {.name = "log-json", .kind = DPC_ARG_FLAG, .dst = &o->json},
@@ -254,9 +276,26 @@ static int take_state(coord *c, const opts *o) {
 
 /* Start the gRPC server with every method (ud = c), the signal watchers, the metrics
  * endpoint and the tick. 0, or -1 (logged) after the loop wound down what was started. */
+/* SIGTERM/SIGINT: the listener will stop accepting on purpose. */
+static void on_stop(coord *c) {
+  selfcheck_stop(c->selfcheck);
+  c->selfcheck = NULL;
+  lease_flush_parked(c);
+}
+
+/* Open files: a coordinator holds one descriptor per connection plus its spool files, so the
+ * soft limit (often 1024) is raised to the hard one (LimitNOFILE= in the unit). */
+static void raise_nofile(void) {
+  struct rlimit r;
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &r) < 0) DPC_WARN("cannot raise the open-file limit: %s", strerror(errno));
+  }
+}
+
 static int serve(coord *c, const opts *o) {
   c->tick_cb = rounds_tick;
-  c->stop_cb = lease_flush_parked;
+  c->stop_cb = on_stop;
   c->shutdown_cb = metrics_stop;
   /* gRPC's threads inherit this mask, so signals reach only the loop thread (unblocked
    * below after the server started). */
@@ -270,7 +309,8 @@ static int serve(coord *c, const opts *o) {
   nm += admin_jobs_methods(c, methods + nm);
   nm += admin_fleet_methods(c, methods + nm);
   struct rpc_server_config cfg = {.addr = o->listen, .notify = loop_notify, .notify_ud = c, .armed = 8,
-                                  .tls = o->use_tls ? &o->tls : NULL};
+                                  .tls = o->use_tls ? &o->tls : NULL, .handshake_timeout_ms = o->handshake_ms,
+                                  .idle_timeout_ms = o->idle_ms};
   if (rpc_server_start(&cfg, methods, (size_t)nm, &c->srv) < 0) {
     DPC_ERROR("cannot serve gRPC on %s: %s", o->listen, dpc_errmsg());
     loop_stop_now(c);
@@ -278,6 +318,8 @@ static int serve(coord *c, const opts *o) {
     return -1;
   }
   loop_watch_signals(c);
+  if (selfcheck_start(o->listen, rpc_server_port(c->srv), o->self_check_ms, SELFCHECK_FAILS, &c->selfcheck) < 0)
+    DPC_WARN("%s; running without the listener self-check", dpc_errmsg());
   if (o->metrics_addr && metrics_start(c, o->metrics_addr) < 0) {
     DPC_ERROR("%s", dpc_errmsg());
     loop_stop_now(c);
@@ -378,12 +420,17 @@ int main(int argc, char **argv) {
     return 2;
   }
   rpc_tune_malloc();
+  raise_nofile();
 
   static coord C;
   coord *c = &C;
   snprintf(c->state_dir, sizeof c->state_dir, "%s", o.state_dir);
   c->lease_ttl_ms = o.ttl;
   c->heartbeat_ms = o.hb;
+  c->worker_retention_ms = (int64_t)o.retention_s * 1000;
+  const char *budget_src = "--memory-budget-mb";
+  c->memory_budget_bytes = o.memory_budget_mb ? (uint64_t)o.memory_budget_mb << 20 : membudget_default(&budget_src);
+  DPC_INFO("memory budget for jobs: %llu MiB (%s)", (unsigned long long)(c->memory_budget_bytes >> 20), budget_src);
   int lock_fd = take_state(c, &o);
   if (lock_fd < 0) return 1;
   if (serve(c, &o) < 0) {

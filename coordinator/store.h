@@ -154,8 +154,17 @@ int store_touch_worker(store *st, int64_t id, int64_t now_ms, double steps_per_s
 /* Commit the pending worker touches and lease renewals now. */
 int store_flush_liveness(store *st);
 int store_set_worker_state(store *st, int64_t id, store_worker_state state);
+/* Mark ids[0..n) gone in one transaction (ids that no longer exist are skipped). */
+int store_mark_workers_gone(store *st, const int64_t *ids, int n);
 /* All workers by id; free() the array. */
 int store_list_workers(store *st, store_worker **out, int *n);
+/* At most `limit` workers with ids above `after`, by id; free() the array. */
+int store_list_workers_after(store *st, int64_t after, int limit, store_worker **out, int *n);
+/* Delete (one transaction, with the pending liveness written first) at most `limit` workers
+ * last seen before `before_ms` that no lease (active or past) and no slot refers to: workers
+ * long gone. *ids (free()) receives the deleted ids, or pass ids NULL. Their sessions are
+ * unknown afterwards (a later call answers UNAUTHENTICATED / COMMAND_REREGISTER). */
+int store_forget_workers(store *st, int64_t before_ms, int limit, int64_t **ids, int *n);
 
 /* ---- slots and leases ---------------------------------------------------------------------- */
 

@@ -197,6 +197,11 @@ typedef struct {
                 "VALUES (?1, ?2, ?3, 'active', ?4, ?4)")                                                     \
   X(GET_WORKER, "SELECT " WORKER_COLS " FROM workers WHERE id = ?1")                                          \
   X(LIST_WORKERS, "SELECT " WORKER_COLS " FROM workers ORDER BY id")                                          \
+  X(LIST_WORKERS_AFTER, "SELECT " WORKER_COLS " FROM workers WHERE id > ?1 ORDER BY id LIMIT ?2")            \
+  X(FORGET_WORKERS, "DELETE FROM workers WHERE id IN (SELECT id FROM workers WHERE last_seen < ?1 "             \
+                    "AND id NOT IN (SELECT worker FROM leases) "                                              \
+                    "AND id NOT IN (SELECT last_worker FROM slots WHERE last_worker IS NOT NULL) "            \
+                    "ORDER BY id LIMIT ?2) RETURNING id")                                                     \
   X(TOUCH_WORKER, "UPDATE workers SET last_seen = ?2, steps_per_s = coalesce(?3, steps_per_s) WHERE id = ?1") \
   X(SET_WORKER_STATE, "UPDATE workers SET state = ?2 WHERE id = ?1")                                          \
   X(GET_SLOT, "SELECT " SLOT_COLS " FROM slots "    \
@@ -402,6 +407,8 @@ int sq_collect(store *st, sqlite3_stmt *s, const char *what, const row_map *m, v
 live_ent *live_find(live_map *m, int64_t key);
 /* Find or insert key; NULL when out of memory. */
 live_ent *live_put(live_map *m, int64_t key);
+/* Remove key (no-op when absent). */
+void live_remove(live_map *m, int64_t key);
 void live_clear(live_map *m);
 void live_free(live_map *m);
 /* Readers: replace last_seen / steps_per_s / an active lease's expiry by the in-memory value. */

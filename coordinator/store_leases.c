@@ -65,6 +65,19 @@ int store_set_worker_state(store *st, int64_t id, store_worker_state state) {
   return changed_or_enoent(st, "set worker state", id);
 }
 
+int store_mark_workers_gone(store *st, const int64_t *ids, int n) {
+  if (n <= 0) return 0;
+  TRY(sq_begin(st));
+  for (int i = 0; i < n; i++) {
+    STMT(s, S_SET_WORKER_STATE);
+    B64(s, 1, ids[i]);
+    BTXT(s, 2, WORKER_STATES[WORKER_GONE]);
+    TX(sq_exec_done(st, s, "mark workers gone"));
+  }
+  TX(sq_commit(st));
+  return 0;
+}
+
 int store_list_workers(store *st, store_worker **out, int *n) {
   *out = NULL;
   *n = 0;
@@ -73,6 +86,48 @@ int store_list_workers(store *st, store_worker **out, int *n) {
   int rc = sq_collect(st, s, "list workers", &WORKER_MAP, (void **)out, n);
   for (int i = 0; rc >= 0 && i < *n; i++) live_overlay_worker(st, &(*out)[i]);
   return rc;
+}
+
+int store_list_workers_after(store *st, int64_t after, int limit, store_worker **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  if (limit <= 0) return dpc_err(DPC_EINVAL, "store_list_workers_after: limit %d", limit);
+  sqlite3_stmt *s = sq_stmt(st, S_LIST_WORKERS_AFTER);
+  if (!s) return DPC_EINTERNAL;
+  BIND_I64S(s, after, limit);
+  int rc = sq_collect(st, s, "list workers", &WORKER_MAP, (void **)out, n);
+  for (int i = 0; rc >= 0 && i < *n; i++) live_overlay_worker(st, &(*out)[i]);
+  return rc;
+}
+
+int store_forget_workers(store *st, int64_t before_ms, int limit, int64_t **ids, int *n) {
+  if (ids) *ids = NULL;
+  *n = 0;
+  if (limit <= 0) return dpc_err(DPC_EINVAL, "store_forget_workers: limit %d", limit);
+  TRY(sq_begin(st));
+  /* The batched last_seen values first, so that a worker seen a moment ago is not taken for
+   * a long-gone one. */
+  TX(live_flush_tx(st));
+  int64_t *arr = NULL;
+  int cap = 0, cnt = 0, rc;
+  STMT(s, S_FORGET_WORKERS);
+  BIND_I64S(s, before_ms, limit);
+  while ((rc = sq_step(st, s, "forget workers")) == SQLITE_ROW) {
+    if ((rc = sq_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0) break;
+    arr[cnt++] = sqlite3_column_int64(s, 0);
+  }
+  sqlite3_reset(s);
+  if (rc >= 0) rc = sq_commit(st);
+  if (rc < 0) {
+    free(arr);
+    return sq_rollback(st, rc);
+  }
+  live_flushed(st);
+  for (int i = 0; i < cnt; i++) live_remove(&st->live_workers, arr[i]);
+  if (ids) *ids = arr;
+  else free(arr);
+  *n = cnt;
+  return 0;
 }
 
 /* ---- slots ------------------------------------------------------------------------------- */

@@ -63,6 +63,26 @@ live_ent *live_put(live_map *m, int64_t key) {
   return &m->e[i];
 }
 
+/* Linear probing: removal shifts back every later entry of the run that its home slot
+ * allows, so that no lookup meets a hole before its key. */
+void live_remove(live_map *m, int64_t key) {
+  live_ent *e = live_find(m, key);
+  if (!e) return;
+  const size_t mask = m->cap - 1;
+  size_t i = (size_t)(e - m->e);
+  for (size_t j = (i + 1) & mask; m->e[j].key; j = (j + 1) & mask) {
+    size_t home = slot_of(m, m->e[j].key);
+    /* Entry j may move to hole i when its home is not cyclically in (i, j]. */
+    int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (!stays) {
+      m->e[i] = m->e[j];
+      i = j;
+    }
+  }
+  memset(&m->e[i], 0, sizeof m->e[i]);
+  m->n--;
+}
+
 void live_clear(live_map *m) {
   if (m->cap) memset(m->e, 0, m->cap * sizeof *m->e);
   m->n = 0;

@@ -13,6 +13,7 @@
 #define DEFAULT_TIMEOUT_MS 30000
 #define LIST_PAGE 100
 #define LIST_MAX_PAGES 10000
+#define WORKERS_PAGE 1000
 
 /* $DIPACO_CTL_TIMEOUT_MS, else the default; returns 0, or 2 after a message. */
 static int call_timeout(actx *a) {
@@ -125,6 +126,48 @@ int conn_list_jobs(actx *a, int state, Dipaco__V1__ListJobsResponse ***out, int 
 }
 
 void conn_free_jobs(Dipaco__V1__ListJobsResponse **pages, int np) {
+  for (int i = 0; i < np; i++) protobuf_c_message_free_unpacked(&pages[i]->base, NULL);
+  free(pages);
+}
+
+int conn_list_workers(actx *a, int include_gone, uint64_t job, Dipaco__V1__ListWorkersResponse ***out, int *npages) {
+  Dipaco__V1__ListWorkersResponse **pages = NULL;
+  int np = 0, rc = 0;
+  char token[64] = "";
+  for (int k = 0; k < LIST_MAX_PAGES; k++) {
+    Dipaco__V1__ListWorkersRequest req = DIPACO__V1__LIST_WORKERS_REQUEST__INIT;
+    req.include_gone = include_gone != 0;
+    req.job_id = job;
+    req.page_size = WORKERS_PAGE;
+    req.page_token = token;
+    ProtobufCMessage *pm = NULL;
+    rc = conn_call(a, ADMIN "ListWorkers", &req.base, &dipaco__v1__list_workers_response__descriptor, &pm, 0);
+    if (rc) break;
+    Dipaco__V1__ListWorkersResponse *r = (Dipaco__V1__ListWorkersResponse *)pm;
+    void *grown = realloc(pages, (size_t)(np + 1) * sizeof *pages);
+    if (!grown) {
+      protobuf_c_message_free_unpacked(pm, NULL);
+      rc = dpc_err(DPC_ENOMEM, "out of memory listing workers");
+      break;
+    }
+    pages = grown;
+    pages[np++] = r;
+    /* No token ends the listing; so does a token that does not move (a server that ignores
+     * page_token must not make us loop) or one too long to be ours. */
+    const char *t = r->next_page_token ? r->next_page_token : "";
+    if (!t[0] || strcmp(t, token) == 0 || strlen(t) >= sizeof token) break;
+    snprintf(token, sizeof token, "%s", t);
+  }
+  if (rc) {
+    conn_free_workers(pages, np);
+    return rc;
+  }
+  *out = pages;
+  *npages = np;
+  return 0;
+}
+
+void conn_free_workers(Dipaco__V1__ListWorkersResponse **pages, int np) {
   for (int i = 0; i < np; i++) protobuf_c_message_free_unpacked(&pages[i]->base, NULL);
   free(pages);
 }

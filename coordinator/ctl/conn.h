@@ -53,6 +53,11 @@ int conn_call(actx *a, const char *method, const ProtobufCMessage *req, const Pr
 int conn_list_jobs(actx *a, int state, Dipaco__V1__ListJobsResponse ***out, int *npages);
 void conn_free_jobs(Dipaco__V1__ListJobsResponse **pages, int np);
 
+/* Every worker (include_gone: gone ones too; job 0 = any job), following next_page_token.
+ * On success *out holds the pages; free them with conn_free_workers. */
+int conn_list_workers(actx *a, int include_gone, uint64_t job, Dipaco__V1__ListWorkersResponse ***out, int *npages);
+void conn_free_workers(Dipaco__V1__ListWorkersResponse **pages, int np);
+
 /* Print an RPC (method set) or local failure as "dipacoctl CMD: CODE: message" and return 1. */
 int conn_fail(const actx *a, const char *method, int rc);
 

@@ -40,38 +40,39 @@ int cmd_workers(actx *a, const admin_args *o, char **pos, int npos) {
   const long job = o->job;
   if (npos != 0) return conn_usage(a, "takes no arguments%s", "");
   if (job < 0) return conn_usage(a, "--job must be a job id%s", "");
-  Dipaco__V1__ListWorkersRequest req = DIPACO__V1__LIST_WORKERS_REQUEST__INIT;
-  req.include_gone = all != 0;
-  req.job_id = (uint64_t)job;
-  ProtobufCMessage *pm = NULL;
-  int rc = conn_call(a, ADMIN "ListWorkers", &req.base, &dipaco__v1__list_workers_response__descriptor, &pm, 0);
+  Dipaco__V1__ListWorkersResponse **pages = NULL;
+  int np = 0;
+  int rc = conn_list_workers(a, all, (uint64_t)job, &pages, &np);
   if (rc) return conn_fail(a, ADMIN "ListWorkers", rc);
-  Dipaco__V1__ListWorkersResponse *r = (Dipaco__V1__ListWorkersResponse *)pm;
   if (a->json) {
     fputs("{\"workers\":[", stdout);
-    for (size_t i = 0; i < r->n_workers; i++) {
-      if (i) fputc(',', stdout);
-      json_worker(stdout, r->workers[i]);
-    }
+    int first = 1;
+    for (int p = 0; p < np; p++)
+      for (size_t i = 0; i < pages[p]->n_workers; i++) {
+        if (!first) fputc(',', stdout);
+        first = 0;
+        json_worker(stdout, pages[p]->workers[i]);
+      }
     fputs("]}\n", stdout);
   } else {
     printf("%-6s %-20s %-8s %-9s %-6s %-9s %-7s %9s  %-20s %s\n", "ID", "HOST", "BACKEND", "STATE",
            "JOB", "SLOT", "LEASE", "STEPS/S", "HEARTBEAT", "DEVICE");
-    for (size_t i = 0; i < r->n_workers; i++) {
-      const Dipaco__V1__WorkerInfo *w = r->workers[i];
-      char slot[32] = "-", job_s[24] = "-", lease[24] = "-", sps[32] = "-", t[64];
-      if (w->job_id) {
-        snprintf(job_s, sizeof job_s, "%llu", (unsigned long long)w->job_id);
-        if (w->slot) snprintf(slot, sizeof slot, "p%u/r%u", w->slot->path, w->slot->replica);
+    for (int p = 0; p < np; p++)
+      for (size_t i = 0; i < pages[p]->n_workers; i++) {
+        const Dipaco__V1__WorkerInfo *w = pages[p]->workers[i];
+        char slot[32] = "-", job_s[24] = "-", lease[24] = "-", sps[32] = "-", t[64];
+        if (w->job_id) {
+          snprintf(job_s, sizeof job_s, "%llu", (unsigned long long)w->job_id);
+          if (w->slot) snprintf(slot, sizeof slot, "p%u/r%u", w->slot->path, w->slot->replica);
+        }
+        if (w->lease_id) snprintf(lease, sizeof lease, "%llu", (unsigned long long)w->lease_id);
+        if (isfinite(w->steps_per_sec) && w->steps_per_sec > 0) snprintf(sps, sizeof sps, "%.2f", w->steps_per_sec);
+        printf("%-6llu %-20s %-8s %-9s %-6s %-9s %-7s %9s  %-20s %s\n", (unsigned long long)w->worker_id,
+               w->hostname, w->backend, view_worker_state_name(w->state), job_s, slot, lease, sps,
+               view_fmt_time(w->last_heartbeat_unix_ms, t, sizeof t), w->device);
       }
-      if (w->lease_id) snprintf(lease, sizeof lease, "%llu", (unsigned long long)w->lease_id);
-      if (isfinite(w->steps_per_sec) && w->steps_per_sec > 0) snprintf(sps, sizeof sps, "%.2f", w->steps_per_sec);
-      printf("%-6llu %-20s %-8s %-9s %-6s %-9s %-7s %9s  %-20s %s\n", (unsigned long long)w->worker_id,
-             w->hostname, w->backend, view_worker_state_name(w->state), job_s, slot, lease, sps,
-             view_fmt_time(w->last_heartbeat_unix_ms, t, sizeof t), w->device);
-    }
   }
-  protobuf_c_message_free_unpacked(pm, NULL);
+  conn_free_workers(pages, np);
   return 0;
 }
 
@@ -295,17 +296,17 @@ static int gather_status(actx *a, fleet_status *st) {
       st->njobs++;
     }
   conn_free_jobs(pages, np);
-  Dipaco__V1__ListWorkersRequest wreq = DIPACO__V1__LIST_WORKERS_REQUEST__INIT;
-  wreq.include_gone = 1;
-  rc = conn_call(a, ADMIN "ListWorkers", &wreq.base, &dipaco__v1__list_workers_response__descriptor, &pm, 0);
+  Dipaco__V1__ListWorkersResponse **wpages = NULL;
+  int nwp = 0;
+  rc = conn_list_workers(a, 1, 0, &wpages, &nwp);
   if (rc) return conn_fail(a, ADMIN "ListWorkers", rc);
-  Dipaco__V1__ListWorkersResponse *wr = (Dipaco__V1__ListWorkersResponse *)pm;
-  for (size_t i = 0; i < wr->n_workers; i++) {
-    int s = wr->workers[i]->state;
-    st->workers[s >= 0 && s < 5 ? s : 0]++;
-  }
-  st->nworkers = wr->n_workers;
-  protobuf_c_message_free_unpacked(pm, NULL);
+  for (int p = 0; p < nwp; p++)
+    for (size_t i = 0; i < wpages[p]->n_workers; i++) {
+      int s = wpages[p]->workers[i]->state;
+      st->workers[s >= 0 && s < 5 ? s : 0]++;
+      st->nworkers++;
+    }
+  conn_free_workers(wpages, nwp);
   return 0;
 }
 

@@ -56,16 +56,17 @@ def crc32c(b):
 
 
 class Daemon:
-    """dipaco-coordinator on fresh loopback ports, logging (appending) to `log`."""
+    """dipaco-coordinator on fresh loopback ports, logging (appending) to `log`; `args` are its
+    other flags (default: 30 s lease TTL, 200 ms heartbeats)."""
 
-    def __init__(self, binary, state, log):
+    def __init__(self, binary, state, log, args=("--lease-ttl-ms", "30000", "--heartbeat-ms", "200")):
         self.port = free_port()
         self.mport = free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self.logf = open(log, "a")
         self.proc = subprocess.Popen(
             [binary, "--listen", self.addr, "--state-dir", state, "--metrics-listen",
-             f"127.0.0.1:{self.mport}", "--lease-ttl-ms", "30000", "--heartbeat-ms", "200"],
+             f"127.0.0.1:{self.mport}", *args],
             stdout=self.logf, stderr=self.logf)
 
     def stop(self, sig=signal.SIGTERM, timeout=30):

@@ -1,0 +1,25 @@
+/* membudget.h — what a job costs the coordinator in memory, and how much it may use (issue
+ * 13, finding 8: a spec too big for the machine got the coordinator OOM-killed mid-create).
+ *
+ * The estimate counts the float32 buffers the coordinator holds for a job: version 0's
+ * parameters while it is created and the parameter cache afterwards (2 × P), and for the
+ * largest fragment (F floats) the outer step's parameters, momentum and average (3 × F)
+ * plus one delta per slot that trains it (D × F, rounds.c outer_run); D is bounded by the
+ * job's slots. Transfers in flight (pull chunks, quantized deltas being decoded) come on top
+ * and are not counted: the budget should leave room for them.
+ * Pure functions except membudget_default, which reads /sys/fs/cgroup and /proc. */
+#ifndef DPC_COORD_MEMBUDGET_H
+#define DPC_COORD_MEMBUDGET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes for a job of n_params parameters whose largest fragment has max_frag floats and
+ * that has n_slots slots (saturates at UINT64_MAX). */
+uint64_t membudget_job_bytes(size_t n_params, size_t max_frag, int n_slots);
+
+/* The default budget: the cgroup's memory.max when set (cgroup v2, the unit's MemoryMax=),
+ * else 80% of MemTotal; 0 when neither can be read (no limit). *source names which. */
+uint64_t membudget_default(const char **source);
+
+#endif
