@@ -21,6 +21,14 @@ if(TARGET dipaco-coordinator)
                    $<TARGET_FILE:dipaco-coordinator> ${CMAKE_SOURCE_DIR}/proto)
   set_tests_properties(codec_push PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
 endif()
+# SparseLoCo deltas in PushDelta (job spec "sparse", CODEC_SPARSE): malformed streams refused,
+# counted and never stored, the outer step over the decoded streams, PAYLOAD_SPARSE_ROUND pulls.
+if(TARGET dipaco-coordinator)
+  add_test(NAME sparse_push
+           COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/integration/sparse_push.py
+                   $<TARGET_FILE:dipaco-coordinator> ${CMAKE_SOURCE_DIR}/proto)
+  set_tests_properties(sparse_push PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+endif()
 # Flags refused before anything is served (listen ports, heartbeat vs lease TTL, TLS, auth).
 if(TARGET dipaco-coordinator)
   add_test(NAME coord_flags COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/coord_flags.sh
