@@ -64,8 +64,10 @@ static uint64_t peak_sync_bytes(const coord_job *j) {
       uint64_t sum = 0;
       for (int f = 0; f < j->n_fragments; f++) {
         size_t b = 0;
-        if (j->fragments[f].group == g && coord_job_path_has_fragment(j, p, f) &&
-            dpc_codec_bytes(j->spec.streaming.codec, j->fragments[f].len, (uint32_t)j->spec.streaming.block_floats, &b) == 0)
+        if (j->fragments[f].group != g || !coord_job_path_has_fragment(j, p, f)) continue;
+        if (j->spec.sparse.enabled && j->sp_bytes) sum += j->sp_bytes[f]; /* a sparse stream's fixed size */
+        else if (dpc_codec_bytes(j->spec.streaming.codec, j->fragments[f].len, (uint32_t)j->spec.streaming.block_floats,
+                                 &b) == 0)
           sum += b;
       }
       if (sum > peak) peak = sum;

@@ -20,7 +20,8 @@
 # job (delayed Nesterov) with one slot and two workers instead: with no one to be stale against
 # it is deterministic, so it too must end byte-identical, staleness 0 throughout
 # (ledger_check.py --async). CHAOS_ALGO=streaming runs a Streaming DiLoCo job (2 layers in two
-# sync groups, overlap_steps 1, alpha 0.5, e3m0 deltas) under the same kills.
+# sync groups, overlap_steps 1, alpha 0.5, e3m0 deltas) under the same kills, CHAOS_ALGO=sparse
+# a SparseLoCo job (error-feedback buffers through the checkpoint, sparse pulls).
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 LONG=${CHAOS_LONG:-0}
@@ -36,6 +37,12 @@ if [ "${CHAOS_ALGO:-sync}" = streaming ]; then
   # Streaming DiLoCo: two sync groups (one layer each), overlap 1, e3m0 deltas; the checkpoint
   # carries each slot's local parameters too.
   NL=2; STREAMING=', "streaming": {"fragments": 2, "overlap_steps": 1, "alpha": 0.5, "codec": "e3m0"}'
+fi
+if [ "${CHAOS_ALGO:-sync}" = sparse ]; then
+  # SparseLoCo: 5% top-k deltas with 2-bit values, plain SGD outer steps (sparse pulls), the
+  # error-feedback buffers in the checkpoint.
+  OUTER='"lr": 2.0, "momentum": 0, "nesterov": false'
+  STREAMING=', "sparse": {"density": 0.05, "chunk": 4096, "value_bits": 2, "ef_beta": 0.95}'
 fi
 if [ "${CHAOS_ALGO:-sync}" = async ]; then
   R=1; NW=2; ALG=diloco-async; OUTER='"rule": "delayed-nesterov", "lr": 0.7, "momentum": 0.9, "c": 0'; CHECK=(--async)

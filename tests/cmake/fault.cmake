@@ -30,4 +30,7 @@ if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
   add_test(NAME chaos_streaming COMMAND ${CMAKE_COMMAND} -E env CHAOS_ALGO=streaming bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh
            $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
   set_tests_properties(chaos_streaming PROPERTIES TIMEOUT 600 LABELS fault)
+  add_test(NAME chaos_sparse COMMAND ${CMAKE_COMMAND} -E env CHAOS_ALGO=sparse bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh
+           $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
+  set_tests_properties(chaos_sparse PROPERTIES TIMEOUT 600 LABELS fault)
 endif()

@@ -15,7 +15,7 @@ LEDGER_JSON is `dipacoctl job ledger JOB --json` ({"deltas": one object per appl
     closed with version round + 1 and REPLICAS deltas, the fragment at version ROUNDS;
   - every blob a row names exists with the blob header magic and the size its length needs,
     no temporary file ("*.tmp.*") is left under STATE/blobs, and no parameter, momentum or
-    delta blob of the job that no row names;
+    delta blob (dense or sparse) of the job that no row names;
   - every lease a worker log says was acknowledged ("lease N pushed ... accepted") is in the
     ledger exactly once (an acknowledged delta is never lost nor applied twice).
 With --async (a diloco-async job with one slot, REPLICAS = 1, no DyLU: one delta per lease of
@@ -140,6 +140,11 @@ def check_blobs(state, job, q, bad, names):
             bad.append(f"blobs: {n} named in the database is missing ({e.strerror})")
             continue
         magic, _, _, _, count = struct.unpack("<IIIIQ", head)
+        # A SparseLoCo delta (".sparse") holds its stream padded to whole floats: far fewer than
+        # the fragment's length (its exact size follows from the job's layout; the coordinator
+        # checks it when it reads the blob).
+        if n.endswith(".sparse") and want_len is not None and 0 < count < want_len:
+            want_len = count
         if magic != 0x42435044 or count != want_len or size != 24 + 4 * count + 8:
             bad.append(f"blobs: {n} is not a whole blob of {want_len} floats (magic {magic:#x}, n {count}, {size} bytes)")
     named = set(names)
@@ -148,7 +153,7 @@ def check_blobs(state, job, q, bad, names):
             rel = os.path.relpath(os.path.join(root, fn), os.path.join(state, "blobs"))
             if ".tmp." in fn:
                 bad.append(f"blobs: temporary file left behind: {rel}")
-            elif rel.startswith(f"{job}/") and fn.rsplit(".", 1)[-1] in ("params", "momentum", "delta") and rel not in named:
+            elif rel.startswith(f"{job}/") and fn.rsplit(".", 1)[-1] in ("params", "momentum", "delta", "sparse") and rel not in named:
                 bad.append(f"blobs: {rel} is named by no row (orphaned)")
 
 

@@ -375,6 +375,47 @@ int main(void) {
     expect_bad("{" BASE ",\"streaming\":{\"block_floats\":8}}", DPC_EINVAL, "streaming.block_floats");
     expect_bad("{" BASE ",\"streaming\":{\"fragment\":2}}", DPC_EINVAL, "streaming.fragment");
   }
+  /* SparseLoCo: the block, its defaults (and the outer rule's: plain SGD, lr 2, unless given),
+   * canonical JSON, and every check. */
+  {
+    CHECK_EQ_INT(parse("{" BASE ",\"sparse\":{\"density\":0.03}}", &js), 0);
+    CHECK(js.sparse.enabled && js.sparse.density == 0.03 && js.sparse.chunk == 4096 && js.sparse.value_bits == 2 &&
+          js.sparse.ef_beta == 0.95);
+    CHECK(js.outer.lr == 2.0 && js.outer.momentum == 0.0 && !js.outer.nesterov && jobspec_sparse_pull(&js));
+    char *sj = NULL, *sj2 = NULL;
+    CHECK_EQ_INT(jobspec_to_json(&js, &sj), 0);
+    CHECK_EQ_INT(parse(sj, &js2), 0);
+    CHECK_EQ_INT(jobspec_to_json(&js2, &sj2), 0);
+    CHECK(sj && sj2 && strcmp(sj, sj2) == 0 && strstr(sj, "\"sparse\":{\"density\":0.03,\"chunk\":4096"));
+    free(sj);
+    free(sj2);
+    /* Without the block: no "sparse" in the canonical JSON, DiLoCo's outer defaults. */
+    CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
+    CHECK(!js.sparse.enabled && js.outer.momentum != 0.0 && !jobspec_sparse_pull(&js));
+    CHECK_EQ_INT(jobspec_to_json(&js, &sj), 0);
+    CHECK(sj && !strstr(sj, "sparse"));
+    free(sj);
+    /* An explicit outer rule wins; with momentum the pulls are whole fragments. */
+    CHECK_EQ_INT(parse("{" BASE ",\"outer\":{\"lr\":0.7,\"momentum\":0.9},\"sparse\":{\"ef_beta\":0}}", &js), 0);
+    CHECK(js.outer.lr == 0.7 && js.outer.momentum == 0.9 && js.sparse.ef_beta == 0.0 && !jobspec_sparse_pull(&js));
+    CHECK_EQ_INT(parse("{\"name\":\"d\"," MODEL "," DATA ",\"algorithm\":\"dipaco\",\"replicas\":2,\"inner_steps\":5,"
+                       "\"rounds\":3,\"batch\":4,\"seq_len\":8,\"sparse\":{}}", &js), 0);
+    CHECK(js.sparse.enabled);
+    expect_bad("{" BASE ",\"sparse\":{\"density\":0}}", DPC_EINVAL, "sparse.density");
+    expect_bad("{" BASE ",\"sparse\":{\"density\":1.5}}", DPC_EINVAL, "sparse.density");
+    expect_bad("{" BASE ",\"sparse\":{\"chunk\":1}}", DPC_EINVAL, "sparse.chunk");
+    expect_bad("{" BASE ",\"sparse\":{\"chunk\":65537}}", DPC_EINVAL, "sparse.chunk");
+    expect_bad("{" BASE ",\"sparse\":{\"value_bits\":0}}", DPC_EINVAL, "sparse.value_bits");
+    expect_bad("{" BASE ",\"sparse\":{\"value_bits\":9}}", DPC_EINVAL, "sparse.value_bits");
+    expect_bad("{" BASE ",\"sparse\":{\"ef_beta\":1}}", DPC_EINVAL, "sparse.ef_beta");
+    expect_bad("{" BASE ",\"sparse\":{\"ef_beta\":-0.1}}", DPC_EINVAL, "sparse.ef_beta");
+    expect_bad("{" BASE ",\"sparse\":{\"topk\":3}}", DPC_EINVAL, "sparse.topk");
+    expect_bad("{" BASE ",\"sparse\":3}", DPC_EINVAL, "sparse");
+    expect_bad("{" BASE ",\"sparse\":{},\"streaming\":{\"fragments\":2}}", DPC_EINVAL, "Streaming DiLoCo");
+    expect_bad("{" BASE ",\"sparse\":{},\"streaming\":{\"codec\":\"e3m0\"}}", DPC_EINVAL, "streaming.codec");
+    expect_bad("{\"name\":\"a\"," MODEL "," DATA ",\"algorithm\":\"diloco-async\",\"replicas\":2,\"inner_steps\":5,"
+               "\"rounds\":3,\"batch\":4,\"seq_len\":8,\"sparse\":{}}", DPC_EINVAL, "not \"diloco-async\"");
+  }
   unlink(cfg);
   rmdir(sub);
   rmdir(dir);
