@@ -8,7 +8,7 @@ Byte tokens (vocab 256) of the State of the Union corpus (deploy/fetch_assets.sh
 tests/.cache/sotu): the files in name order, concatenated; the last --val-bytes are held out.
 
   sparse_experiment.py [--corpus DIR] [--replicas 2 --inner-steps 20 --rounds 30 --batch 8 --seq-len 64]
-                       [--grid full|quick]
+                       [--grid full|quick] [--match 'NAME PART|NAME PART...']
 Prints one line per run as it finishes, then a markdown table: eval loss, ratio to the DiLoCo fp32
 reference (the first row), and the sparse delta bytes per round as a fraction of fp32's."""
 import argparse, copy, glob, math, os, sys, time
@@ -101,6 +101,7 @@ def main():
     ap.add_argument("--eval-batches", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--grid", choices=("full", "quick"), default="full")
+    ap.add_argument("--match", help="run only the variants whose name contains one of these |-separated strings")
     a = ap.parse_args()
     train, val = load_corpus(a.corpus, a.train_bytes, a.val_bytes)
     init = gpt2_init(a.n_layer, a.n_embd, a.n_head, 256, a.seq_len, a.seed)
@@ -116,7 +117,10 @@ def main():
           f"rounds={a.rounds} B={a.batch} T={a.seq_len} L={a.n_layer} C={a.n_embd} chunk={a.chunk} "
           f"bits={a.value_bits})", flush=True)
     rows = []
-    for name, outer, sp in variants(a.grid):
+    todo = variants(a.grid)
+    if a.match:
+        todo = [v for v in todo if any(m in v[0] for m in a.match.split("|"))]
+    for name, outer, sp in todo:
         spec = copy.deepcopy(base)
         spec["outer"] = outer
         t0 = time.time()
