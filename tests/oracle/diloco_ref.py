@@ -110,7 +110,10 @@ def inner_step(P, opt, cfg, inner, total, s, x, y):
     opt.step()
 
 
-def run(init, tokens, spec, stop_after=None):
+def run(init, tokens, spec, stop_after=None, delta_hook=None):
+    """Sync DiLoCo; returns the final global parameters. delta_hook(t, r, delta), if given, maps
+    replica r's delta of round t ({name: fp32 tensor}, base - local) to the delta that is averaged
+    (sparse_ref.py's error feedback and codec live there); called in replica order."""
     cfg, G0 = init
     R, H, rounds = spec["replicas"], spec["inner_steps"], spec["rounds"]
     B, T = spec["batch"], spec["seq_len"]
@@ -136,7 +139,8 @@ def run(init, tokens, spec, stop_after=None):
                 s = t * H + h
                 x, y = batch_at(tokens, s, r, R, nb, B, T)
                 inner_step(P, opts[r], cfg, inner, total, s, x, y)
-            deltas.append({k: (G[k].detach() - P[k].detach()) for k in names})
+            d = {k: (G[k].detach() - P[k].detach()) for k in names}
+            deltas.append(d if delta_hook is None else delta_hook(t, r, d))
         with torch.no_grad():
             for k in names:
                 acc = torch.zeros_like(G[k])
