@@ -129,8 +129,10 @@ static void put_le(unsigned char *p, uint64_t v, int n) {
 
 /* The applied sparse deltas of round t of (j, frag), as PAYLOAD_SPARSE_ROUND's bytes (proto:
  * [u32 n][n x (f64 weight, u64 bytes)][streams]) in the order and with the weights the outer
- * step averaged them, into *out (malloc'd; *len bytes). DPC_ENOENT once they are collected. */
-static int sparse_round_bytes(coord *c, const coord_job *j, int frag, int64_t t, unsigned char **out, size_t *len) {
+ * step averaged them, into *out (malloc'd; *len bytes); lease skip's delta (the caller's own)
+ * as bytes 0 without its stream. DPC_ENOENT once they are collected. */
+static int sparse_round_bytes(coord *c, const coord_job *j, int frag, int64_t t, int64_t skip, unsigned char **out,
+                              size_t *len) {
   store_delta *ds = NULL;
   int n = 0, rc = store_list_deltas(c->st, j->id, frag, t, DELTA_APPLIED, &ds, &n);
   if (rc < 0) return rc;
@@ -139,7 +141,16 @@ static int sparse_round_bytes(coord *c, const coord_job *j, int frag, int64_t t,
   if (n == 0) rc = dpc_err(DPC_ENOENT, "round %lld of fragment %d applied no deltas here", (long long)t, frag + 1);
   else if (!b) rc = DPC_ENOMEM;
   if (!rc) put_le(b, (uint64_t)n, 4);
+  size_t at = head; /* where the next stream goes */
   for (int i = 0; i < n && !rc; i++) {
+    if (skip > 0 && ds[i].lease == skip) { /* the caller's own: weight only */
+      double w = j->spec.weighting == WEIGHTING_TOKENS ? (double)ds[i].tokens : 1.0;
+      uint64_t wb;
+      memcpy(&wb, &w, 8);
+      put_le(b + 4 + (size_t)i * 16, wb, 8);
+      put_le(b + 12 + (size_t)i * 16, 0, 8);
+      continue;
+    }
     blob_kind kind;
     float *enc = NULL;
     size_t nf = 0;
@@ -156,7 +167,8 @@ static int sparse_round_bytes(coord *c, const coord_job *j, int frag, int64_t t,
     memcpy(&wb, &w, 8);
     put_le(b + 4 + (size_t)i * 16, wb, 8);
     put_le(b + 12 + (size_t)i * 16, (uint64_t)sb, 8);
-    if (!rc) memcpy(b + head + (size_t)i * sb, enc, sb);
+    if (!rc) memcpy(b + at, enc, sb);
+    at += sb;
     free(enc);
   }
   free(ds);
@@ -165,7 +177,7 @@ static int sparse_round_bytes(coord *c, const coord_job *j, int frag, int64_t t,
     return rc;
   }
   *out = b;
-  *len = head + (size_t)n * sb;
+  *len = at;
   return 0;
 }
 
@@ -188,7 +200,8 @@ static void pull_sparse_round(struct rpc_call *call, coord *c, const store_lease
   }
   unsigned char *data = NULL;
   size_t len = 0;
-  int rc = sparse_round_bytes(c, j, frag, (int64_t)r->version - 1, &data, &len);
+  int64_t skip = r->skip_lease <= INT64_MAX ? (int64_t)r->skip_lease : 0;
+  int rc = sparse_round_bytes(c, j, frag, (int64_t)r->version - 1, skip, &data, &len);
   mom_buf *b = rc == 0 ? calloc(1, sizeof *b) : NULL;
   out_stream *os = b ? calloc(1, sizeof *os) : NULL;
   if (rc == 0 && !os) rc = DPC_ENOMEM;

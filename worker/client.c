@@ -295,7 +295,7 @@ int wc_push_sparse(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
 }
 
 int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
-                         size_t max_bytes, unsigned char **out, size_t *len, int *code) {
+                         uint64_t skip_lease, size_t max_bytes, unsigned char **out, size_t *len, int *code) {
   *out = NULL;
   *len = 0;
   Dipaco__V1__PullFragmentRequest req = DIPACO__V1__PULL_FRAGMENT_REQUEST__INIT;
@@ -305,6 +305,7 @@ int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__Fragme
   req.codec = DIPACO__V1__CODEC__CODEC_FP32;
   req.max_chunk_bytes = c->max_chunk_bytes;
   req.payload = DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND;
+  req.skip_lease = skip_lease;
   struct rpc_stream *s = NULL;
   int rc = rpc_stream_open(c->rpc, SVC "PullFragment", &req.base, transfer_timeout_ms(max_bytes), &s);
   *code = rpc_last_code();

@@ -113,10 +113,11 @@ int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo 
                   int third, uint64_t *step, int *code);
 
 /* SparseLoCo sparse pull: the bytes of PAYLOAD_SPARSE_ROUND (proto) that made `version` of
- * fragment f, at most max_bytes, into *out (malloc'd, *len bytes), CRC-checked. NOT_FOUND
- * (*code) when the coordinator no longer keeps them. */
+ * fragment f (skip_lease: the lease whose delta is left out, 0 = none), at most max_bytes,
+ * into *out (malloc'd, *len bytes), CRC-checked. NOT_FOUND (*code) when the coordinator no
+ * longer keeps them. */
 int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
-                         size_t max_bytes, unsigned char **out, size_t *len, int *code);
+                         uint64_t skip_lease, size_t max_bytes, unsigned char **out, size_t *len, int *code);
 
 int wc_release(wclient *c, uint64_t lease_id, int reason, uint64_t step, const char *msg,
                int *code);

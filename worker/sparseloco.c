@@ -22,7 +22,15 @@ static void ef_drop(sl_ef *s) {
   memset(s, 0, sizeof *s);
 }
 
+static void own_free(sl_cache *c) {
+  for (size_t i = 0; i < c->n_own; i++) free(c->own[i].enc);
+  free(c->own);
+  c->own = NULL;
+  c->n_own = 0;
+}
+
 void sl_cache_free(sl_cache *c) {
+  own_free(c);
   for (int i = 0; i < SLOT_STATES_MAX; i++) ef_drop(&c->efs[i]);
   free(c->pulled);
   memset(c, 0, sizeof *c);
@@ -135,6 +143,16 @@ int sl_encode(sl_cache *c, const Dipaco__V1__Lease *L, const lease_plan *p, cons
 
 void sl_commit(sl_cache *c, const Dipaco__V1__Lease *L, sl_push *out) {
   if (c->pulled_lease == L->lease_id) c->pulled_lease = 0;
+  own_free(c); /* the streams just pushed replace the last lease's */
+  if (out->enc && (c->own = calloc(out->n_frag, sizeof *c->own))) {
+    c->n_own = out->n_frag;
+    for (size_t i = 0; i < out->n_frag; i++) {
+      c->own[i] = (sl_own){.job = L->job_id, .fragment_id = L->fragments[i]->fragment_id,
+                           .version = L->fragments[i]->version + 1, .lease = L->lease_id, .enc = out->enc[i],
+                           .bytes = out->bytes[i]};
+      out->enc[i] = NULL;
+    }
+  }
   if (L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_RESET || !out->e) return;
   const uint32_t path = L->slot->path, rep = L->slot->replica;
   sl_ef *s = ef_find(c, L->job_id, path, rep);
@@ -190,28 +208,35 @@ static uint64_t get_le(const unsigned char *b, int n) {
 }
 
 /* One round's PAYLOAD_SPARSE_ROUND bytes applied to theta[len] as the coordinator's outer step
- * applied them (outer_average, then the outer rule with momentum 0). */
+ * applied them (outer_average, then the outer rule with momentum 0); an entry of bytes 0 is
+ * own's stream (the worker's own delta, left out of the transfer). */
 static int apply_round(const Dipaco__V1__Lease *L, const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt,
-                       const unsigned char *b, size_t blen, float *theta, size_t len) {
+                       const unsigned char *b, size_t blen, const sl_own *own, float *theta, size_t len) {
   size_t sb = 0;
   int rc = dpc_sparse_bytes(cfg, tlen, nt, &sb, NULL);
   if (rc < 0) return rc;
-  uint64_t n = blen >= 4 ? get_le(b, 4) : 0;
-  if (n < 1 || n > SL_MAX_ROUND_DELTAS || blen != 4 + n * 16 + n * sb)
-    return dpc_err(DPC_EFORMAT, "sparse round: %" PRIu64 " deltas in %zu bytes (each %zu bytes)", n, blen, sb);
+  uint64_t n = blen >= 4 ? get_le(b, 4) : 0, skipped = 0;
+  for (uint64_t i = 0; n <= SL_MAX_ROUND_DELTAS && 4 + (i + 1) * 16 <= blen && i < n; i++)
+    skipped += get_le(b + 12 + i * 16, 8) == 0;
+  if (n < 1 || n > SL_MAX_ROUND_DELTAS || skipped > 1 || (skipped && (!own || own->bytes != sb)) ||
+      blen != 4 + n * 16 + (n - skipped) * sb)
+    return dpc_err(DPC_EFORMAT, "sparse round: %" PRIu64 " deltas (%" PRIu64 " left out) in %zu bytes (each %zu bytes)",
+                   n, skipped, blen, sb);
   float *dense = malloc((size_t)n * len * sizeof(float)), *avg = malloc(len * sizeof(float)),
         *u = calloc(len, sizeof(float));
   const float **dp = malloc((size_t)n * sizeof *dp);
   double *w = malloc((size_t)n * sizeof *w);
   rc = dense && avg && u && dp && w ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory for a sparse round");
-  const unsigned char *streams = b + 4 + n * 16;
+  const unsigned char *next = b + 4 + n * 16;
   for (uint64_t i = 0; i < n && !rc; i++) {
     uint64_t wb = get_le(b + 4 + i * 16, 8), bytes = get_le(b + 12 + i * 16, 8);
     memcpy(&w[i], &wb, 8);
-    if (bytes != sb) rc = dpc_err(DPC_EFORMAT, "sparse round: delta %" PRIu64 " is %" PRIu64 " bytes, want %zu", i,
-                                  bytes, sb);
+    const unsigned char *st = bytes == 0 ? own->enc : next;
+    if (bytes != 0 && bytes != sb)
+      rc = dpc_err(DPC_EFORMAT, "sparse round: delta %" PRIu64 " is %" PRIu64 " bytes, want %zu", i, bytes, sb);
+    if (bytes != 0) next += sb;
     dp[i] = dense + i * len;
-    if (!rc) rc = dpc_sparse_decode(cfg, tlen, nt, streams + i * sb, sb, dense + i * len);
+    if (!rc) rc = dpc_sparse_decode(cfg, tlen, nt, st, sb, dense + i * len);
   }
   if (!rc) rc = outer_average(dp, w, (int)n, len, avg);
   if (!rc) outer_nesterov_step(theta, u, avg, len, L->outer_lr, 0.0f, L->outer_nesterov);
@@ -244,7 +269,12 @@ int sl_try_pull(sl_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const leas
   while (ok && h->version < f->version) {
     unsigned char *b = NULL;
     size_t blen = 0;
-    rc = wc_pull_sparse_round(wc, L->lease_id, f, h->version + 1, max_bytes, &b, &blen, code);
+    const sl_own *own = NULL; /* this worker's own delta of the round, if it has it */
+    for (size_t k = 0; k < c->n_own && !own; k++)
+      if (c->own[k].job == L->job_id && c->own[k].fragment_id == f->fragment_id &&
+          c->own[k].version == h->version + 1)
+        own = &c->own[k];
+    rc = wc_pull_sparse_round(wc, L->lease_id, f, h->version + 1, own ? own->lease : 0, max_bytes, &b, &blen, code);
     if (rc) {
       if (*code == RPC_NOT_FOUND || *code == RPC_FAILED_PRECONDITION || *code == RPC_INVALID_ARGUMENT ||
           *code == RPC_OK) {
@@ -256,7 +286,7 @@ int sl_try_pull(sl_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const leas
       break;
     }
     *bytes += blen;
-    if (apply_round(L, &cfg, tlen, nt, b, blen, dst, len) < 0) {
+    if (apply_round(L, &cfg, tlen, nt, b, blen, own, dst, len) < 0) {
       DPC_WARN("lease %" PRIu64 ": fragment %" PRIu64 ": sparse round %" PRIu64 " unusable: %s; pulling it whole",
                L->lease_id, f->fragment_id, h->version + 1, dpc_errmsg());
       ok = 0;

@@ -36,8 +36,18 @@ typedef struct {
 
 #define SL_HELD_MAX 1024
 
+/* A delta this worker pushed (and so need not pull back): fragment_id's stream of lease, which
+ * helps make `version`. */
+typedef struct {
+  uint64_t job, fragment_id, version, lease;
+  unsigned char *enc;
+  size_t bytes;
+} sl_own;
+
 typedef struct {
   sl_ef efs[SLOT_STATES_MAX];
+  sl_own *own; /* [n_own] the last lease's pushed streams */
+  size_t n_own;
   float *pulled; /* (n) an error-feedback buffer pulled with the inner-state checkpoint */
   size_t n_pulled;
   uint64_t pulled_job, pulled_lease;
@@ -65,7 +75,8 @@ typedef struct {
  * (pulled with the checkpoint, kept from its last lease here, or zeros; inner.state reset:
  * always zeros) into *out. Nothing in the cache changes until sl_commit. */
 int sl_encode(sl_cache *c, const Dipaco__V1__Lease *L, const lease_plan *p, const float *delta, sl_push *out);
-/* The push was accepted: the slot keeps out->e (unless inner.state reset). */
+/* The push was accepted: the slot keeps out->e (unless inner.state reset), and the worker its
+ * streams (the next sparse pull leaves them out). */
 void sl_commit(sl_cache *c, const Dipaco__V1__Lease *L, sl_push *out);
 void sl_push_free(sl_push *out);
 

@@ -8,7 +8,7 @@
 #   diloco     DiLoCo, fp32 deltas, outer Nesterov OUTER_LR / OUTER_MU (the job spec's defaults)
 #   e3m0       the same with e3m0 (4-bit) deltas
 #   sl1 sl2 sl3  SparseLoCo at density 1%, 2%, 3% (2-bit values, chunk 4096, the spec's defaults:
-#              ef_beta 0.95, outer plain SGD lr 2, sparse pulls)
+#              ef_beta 0.9, outer plain SGD lr 2, sparse pulls)
 #   topk2      top-k at 2% without error feedback (ef_beta 0)
 # Environment (defaults): HS ("20 100"), ROWS ("diloco e3m0 sl1 sl2 sl3 topk2"), STEPS (inner
 # steps per replica, 1200; every H divides it), WORKERS (2 = replicas), L NH C T B V (2 2 128 64
