@@ -348,6 +348,9 @@ def body(grpc, np, pb, d, state):
     want_raw = struct.pack("<I", 2) + struct.pack("<dQ", 1.0, nbytes) * 2 + enc[order[0]] + enc[order[1]]
     check(head == 2 and raw[4:36] == want_raw[4:36], f"n = {head}, weights 1.0, {nbytes} bytes each")
     check(raw == want_raw, "the two accepted streams in (path, replica) order, byte for byte")
+    rest = pull_chunks(mds[1], Lb[1], version=1, payload=SR, offset=1001)
+    check(rest and rest[0].offset == 1001 and b"".join(c.data for c in rest) == raw[1001:],
+          "a resumed sparse-round pull (offset 1001) gives the rest of the same bytes")
     for v, what in ((0, "version 0"), (2, "version 2 (not made yet)")):
         c, msg = code_of(pull_chunks, mds[1], Lb[1], version=v, payload=SR)
         check(c == IA and "version" in str(msg), f"sparse round of {what} → INVALID_ARGUMENT ({c}: {msg})")
