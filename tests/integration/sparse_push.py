@@ -25,7 +25,8 @@ test's own record walker (from the header's layout) decodes and corrupts them.
     single fp32 addition rounds the same with or without a fused multiply-add. GetJob's
     summary.bytes_in is the two accepted streams' sizes.
   * PullFragment(PAYLOAD_SPARSE_ROUND, version 1) is [u32 2][(1.0, bytes) x 2][the two accepted
-    streams in (path, replica) order], its chunk CRC right; version 0 and version 2 (not made
+    streams in (path, replica) order], its chunk CRC right, a pull resumed at an offset giving
+    the rest of the same bytes; version 0 and version 2 (not made
     yet) are INVALID_ARGUMENT; a non-sparse job, and a sparse job with outer momentum, refuse
     the payload with FAILED_PRECONDITION.
   * The coordinator keeps serving (a later push on the next round is accepted) and exits 0 on
