@@ -25,7 +25,8 @@ test's own record walker (from the header's layout) decodes and corrupts them.
     single fp32 addition rounds the same with or without a fused multiply-add. GetJob's
     summary.bytes_in is the two accepted streams' sizes.
   * PullFragment(PAYLOAD_SPARSE_ROUND, version 1) is [u32 2][(1.0, bytes) x 2][the two accepted
-    streams in (path, replica) order], its chunk CRC right; version 0 and version 2 (not made
+    streams in (path, replica) order], its chunk CRC right, a pull resumed at an offset giving
+    the rest of the same bytes; version 0 and version 2 (not made
     yet) are INVALID_ARGUMENT; a non-sparse job, and a sparse job with outer momentum, refuse
     the payload with FAILED_PRECONDITION.
   * The coordinator keeps serving (a later push on the next round is accepted) and exits 0 on
@@ -348,6 +349,9 @@ def body(grpc, np, pb, d, state):
     want_raw = struct.pack("<I", 2) + struct.pack("<dQ", 1.0, nbytes) * 2 + enc[order[0]] + enc[order[1]]
     check(head == 2 and raw[4:36] == want_raw[4:36], f"n = {head}, weights 1.0, {nbytes} bytes each")
     check(raw == want_raw, "the two accepted streams in (path, replica) order, byte for byte")
+    rest = pull_chunks(mds[1], Lb[1], version=1, payload=SR, offset=1001)
+    check(rest and rest[0].offset == 1001 and b"".join(c.data for c in rest) == raw[1001:],
+          "a resumed sparse-round pull (offset 1001) gives the rest of the same bytes")
     for v, what in ((0, "version 0"), (2, "version 2 (not made yet)")):
         c, msg = code_of(pull_chunks, mds[1], Lb[1], version=v, payload=SR)
         check(c == IA and "version" in str(msg), f"sparse round of {what} → INVALID_ARGUMENT ({c}: {msg})")
