@@ -108,13 +108,21 @@ static void pull_momentum(struct rpc_call *call, coord *c, const store_lease *l,
     }
     return;
   }
+  if (r->offset > (uint64_t)n * 4) {
+    rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)r->offset,
+                    n * 4);
+    free(b->data);
+    free(b);
+    free(os);
+    return;
+  }
   atomic_init(&b->refs, 1);
   os->c = c;
   os->nparts = 1;
   os->part[0] = (out_part){.data = (const uint8_t *)b->data, .total = (uint64_t)n * 4,
                            .crc = dpc_crc32c(0, b->data, n * 4), .payload = DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM,
                            .fragment_id = r->fragment_id, .version = (uint64_t)f.version, .num_floats = n};
-  os->next = r->offset <= (uint64_t)n * 4 ? r->offset : 0;
+  os->next = r->offset;
   os->lease_id = (uint64_t)l->id;
   os->chunk = svc_chunk_size(r->max_chunk_bytes);
   os->ref = mom_ref;
@@ -214,6 +222,14 @@ static void pull_sparse_round(struct rpc_call *call, coord *c, const store_lease
     free(b);
     return;
   }
+  if (rc == 0 && r->offset > (uint64_t)len) {
+    rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)r->offset,
+                    len);
+    free(data);
+    free(b);
+    free(os);
+    return;
+  }
   atomic_init(&b->refs, 1);
   b->data = (float *)(void *)data;
   os->c = c;
@@ -221,7 +237,7 @@ static void pull_sparse_round(struct rpc_call *call, coord *c, const store_lease
   os->part[0] = (out_part){.data = data, .total = (uint64_t)len, .crc = dpc_crc32c(0, data, len),
                            .payload = DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND, .fragment_id = r->fragment_id,
                            .version = r->version, .num_floats = j->fragments[frag].len};
-  os->next = r->offset <= (uint64_t)len ? r->offset : 0;
+  os->next = r->offset;
   os->lease_id = (uint64_t)l->id;
   os->chunk = svc_chunk_size(r->max_chunk_bytes);
   os->ref = mom_ref;
