@@ -917,11 +917,33 @@ static void push_finish_stale(push *p) {
   rounds_check(c);
 }
 
+/* The AdamW bound, always on (issue 13): no honest delta of `steps` AdamW steps is larger. Per
+ * step AdamW moves a parameter by lr·(|m̂/(√v̂+ε)| + wd·|θ|), and |m̂/√v̂| ≤ 1/√(1−β2); with a
+ * factor 10 of margin and |θ| ≤ 100, the L2 norm of n parameters' delta is at most
+ * steps·lr·(10/√(1−β2) + 100·wd)·√n. A SparseLoCo stream sends part of an error-feedback
+ * buffer that sums up to 1/(1−ef_beta) deltas. A poisoned delta (3.4e38 everywhere, a
+ * diverged worker) is far above it; a partial delta is below it. */
+static double adamw_bound(const coord_job *j, int64_t steps, size_t n) {
+  const jobspec_inner *in = &j->spec.inner;
+  double per_step = in->lr * (10.0 / sqrt(1.0 - in->beta2) + 100.0 * in->weight_decay);
+  double b = (double)(steps > 0 ? steps : 1) * per_step * sqrt((double)n);
+  if (j->spec.sparse.enabled) b /= 1.0 - j->spec.sparse.ef_beta;
+  return b;
+}
+
 /* The delta norm screen (mode 0): 0 = let through, -1 = refused (push failed). */
 static int push_screen(push *p) {
   coord *c = p->c;
   if (!p->dec && !p->sparse) p->norm = sqrt(p->ss); /* a decoded quantized or sparse delta has its norm already */
   coord_job *j = coord_job_get(c, p->lease.job);
+  double ab = j ? adamw_bound(j, p->lease.inner_steps, p->total_floats) : INFINITY;
+  if (!(p->norm <= ab)) {
+    push_fail(p, RPC_FAILED_PRECONDITION,
+              "delta norm screen: fragment %d's delta has L2 norm %.6g, above the bound %.6g that %d AdamW steps at "
+              "inner.lr %g can move %zu parameters; refused, not applied (a diverged or corrupt worker?)",
+              p->frag + 1, p->norm, ab, p->lease.inner_steps, j ? j->spec.inner.lr : 0.0, p->total_floats);
+    return -1;
+  }
   double k = j ? j->spec.outer.delta_norm_screen : 0, bound;
   screen_window *sw = k > 0 ? push_screen_window(c, j, p->frag) : NULL;
   if (!sw || !screen_reject(sw, k, p->norm, &bound)) return 0;

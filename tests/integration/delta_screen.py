@@ -17,6 +17,8 @@ k = 4):
   * diloco-async: after three applied deltas a scaled-up one is refused against the running
     median; a smaller one (e.g. a preempted worker's partial work) passes;
   * a spec with outer.delta_norm_screen = 1 is refused with INVALID_ARGUMENT naming the field;
+  * with no delta_norm_screen in the spec, the AdamW bound still refuses a finite poison
+    (3.4e38 everywhere; issue 13), and the same lease's normal delta is accepted after it;
   * two PushDelta streams of one lease at once with different data (issue 13): the first to
     commit is acknowledged, the second gets ALREADY_EXISTS, and the outer step applies the
     acknowledged delta (the second stream's file never replaces it and is removed).
@@ -213,6 +215,11 @@ def body(grpc, np, pb, coord_bin, d, state, log):
         cb, mb = e.code(), e.details()
     check(ra.acks[0].result == pb.PUSH_ACCEPTED, "race: the first stream to commit is acknowledged")
     check(cb == grpc.StatusCode.ALREADY_EXISTS, f"race: the second stream, other data → ALREADY_EXISTS ({cb}: {mb})")
+    # The AdamW bound is on without outer.delta_norm_screen (issue 13): a finite poison
+    # (3.4e38 everywhere) is refused before it is stored; the same lease then pushes normally.
+    poison = np.full(n, 3.4e38, dtype=np.float32)
+    ok, detail = refused(push(mds[3], Lc, poison))
+    check(ok and "AdamW" in detail, f"no screen configured: a 3.4e38 delta → FAILED_PRECONDITION, AdamW bound ({detail})")
     check(accepted(push(mds[3], Lc, C)), "race: the other slot's delta accepted")
     check(wait_version(1, job=rjid), "race: round 0 closed")
     avg32 = ((A.astype(np.float64) + C.astype(np.float64)) / 2).astype(np.float32)
