@@ -119,6 +119,10 @@ typedef struct coord {
   uint64_t memory_budget_bytes; /* job create refuses jobs estimated above it (membudget.h); 0 = none */      /* when lease_expire next looks for such workers */
   int64_t started_ms;    /* dpc_wall_ms() at start */
   int64_t push_seq;      /* the last push attempt number (delta spool names; starts at start-ms·1000) */
+  /* Leases with a PushDelta stream writing a delta now (svc_transfer.c): one per lease, at
+   * most COORD_MAX_PUSHES in all, so no worker can hold open spools without bound. */
+  int64_t push_leases[256];
+  int n_push_leases;
   int64_t live_floor_ms; /* started_ms + RESTART_GRACE_MS: a worker not heard from since the start
                             counts as seen then (it could not call a dead process) */
   int stopping;     /* SIGTERM/SIGINT seen: refuse new work, shut down when idle */

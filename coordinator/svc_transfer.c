@@ -360,6 +360,7 @@ typedef struct push {
   /* a sparse fragment (SparseLoCo, codec CODEC_SPARSE): checked on the thread pool, spooled as
    * sent (zero-padded to whole floats in enc) with the job's settings and tensor lengths */
   int sparse;
+  int claimed; /* holds its lease's place in coord.push_leases (a delta being written) */
   dpc_sparse_cfg sp_cfg;
   uint64_t *sp_tlen;
   int sp_nt;
@@ -371,7 +372,33 @@ typedef struct push {
   char err[512];
 } push;
 
+#define COORD_MAX_PUSHES ((int)(sizeof ((coord *)0)->push_leases / sizeof(int64_t)))
+
+/* Take the lease's writing place: 0, or -1 when another stream of the lease is writing or the
+ * coordinator has COORD_MAX_PUSHES deltas in flight. */
+static int push_claim(push *p) {
+  coord *c = p->c;
+  for (int i = 0; i < c->n_push_leases; i++)
+    if (c->push_leases[i] == p->lease.id) return -1;
+  if (c->n_push_leases >= COORD_MAX_PUSHES) return -1;
+  c->push_leases[c->n_push_leases++] = p->lease.id;
+  p->claimed = 1;
+  return 0;
+}
+
+static void push_unclaim(push *p) {
+  coord *c = p->c;
+  if (!p->claimed) return;
+  p->claimed = 0;
+  for (int i = 0; i < c->n_push_leases; i++)
+    if (c->push_leases[i] == p->lease.id) {
+      c->push_leases[i] = c->push_leases[--c->n_push_leases];
+      return;
+    }
+}
+
 static void push_free(push *p) {
+  push_unclaim(p);
   if (p->w) blob_writer_abort(p->w);
   free(p->sp_tlen);
   free(p->enc);
@@ -392,6 +419,7 @@ static void push_fail(push *p, int code, const char *fmt, ...) {
     blob_writer_abort(p->w);
     p->w = NULL;
   }
+  if (!p->busy) push_unclaim(p);
   p->in_frag = 0;
   if (!p->finished && p->call) {
     p->finished = 1;
@@ -475,6 +503,7 @@ static void push_commit_after(uv_work_t *req, int status) {
   p->w = NULL; /* freed by commit */
   p->busy = 0;
   p->in_frag = 0;
+  push_unclaim(p); /* the delta is recorded (or refused) before the next stream of the lease writes */
   if (status != 0 || p->work_rc < 0) {
     push_fail(p, RPC_INTERNAL, "could not store the delta durably: %s", status ? "canceled" : p->err);
   } else {
@@ -656,6 +685,14 @@ static int push_pick_mode(push *p, const coord_job *j, int frag) {
   if (p->mode == 0 && j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC && j->spec.max_staleness > 0) {
     int64_t st = lease_async_staleness(c, j, frag, p->base);
     if (st > j->spec.max_staleness) p->mode = 3; /* too stale: read the stream, keep nothing */
+  }
+  if (p->mode == 0 && push_claim(p) < 0) { /* UNAVAILABLE: a worker pushes again after a pause */
+    if (c->n_push_leases < COORD_MAX_PUSHES)
+      push_fail(p, RPC_UNAVAILABLE, "lease %lld already has a PushDelta stream writing its delta; one at a time "
+                "(push again once it is answered)", (long long)p->lease.id);
+    else
+      push_fail(p, RPC_UNAVAILABLE, "%d deltas are being written; push again shortly", COORD_MAX_PUSHES);
+    return -1;
   }
   if (p->mode == 0) {
     /* Each push writes its own file: a second stream for the same lease and fragment must

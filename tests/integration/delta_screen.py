@@ -19,9 +19,10 @@ k = 4):
   * a spec with outer.delta_norm_screen = 1 is refused with INVALID_ARGUMENT naming the field;
   * with no delta_norm_screen in the spec, the AdamW bound still refuses a finite poison
     (3.4e38 everywhere; issue 13), and the same lease's normal delta is accepted after it;
-  * two PushDelta streams of one lease at once with different data (issue 13): the first to
-    commit is acknowledged, the second gets ALREADY_EXISTS, and the outer step applies the
-    acknowledged delta (the second stream's file never replaces it and is removed).
+  * two PushDelta streams of one lease at once with different data (issue 13): one stream per
+    lease writes at a time, so the second gets UNAVAILABLE ("one at a time") while the first
+    writes; the first is acknowledged, other data after it gets ALREADY_EXISTS, and the outer
+    step applies the acknowledged delta (no other file of the lease is left).
 
 usage: delta_screen.py COORDINATOR_BIN PROTO_DIR     (exit 77 = skip, with the reason)"""
 import json
@@ -214,7 +215,11 @@ def body(grpc, np, pb, coord_bin, d, state, log):
     except grpc.RpcError as e:
         cb, mb = e.code(), e.details()
     check(ra.acks[0].result == pb.PUSH_ACCEPTED, "race: the first stream to commit is acknowledged")
-    check(cb == grpc.StatusCode.ALREADY_EXISTS, f"race: the second stream, other data → ALREADY_EXISTS ({cb}: {mb})")
+    check(cb == grpc.StatusCode.UNAVAILABLE and "one at a time" in mb,
+          f"race: the second stream of the lease, while the first writes → UNAVAILABLE, one at a time ({cb}: {mb})")
+    # After the first is answered, another stream with other data gets ALREADY_EXISTS.
+    c2, m2 = push(mds[2], La, B)
+    check(c2 == grpc.StatusCode.ALREADY_EXISTS, f"race: other data after the ack → ALREADY_EXISTS ({c2}: {m2})")
     # The AdamW bound is on without outer.delta_norm_screen (issue 13): a finite poison
     # (3.4e38 everywhere) is refused before it is stored; the same lease then pushes normally.
     poison = np.full(n, 3.4e38, dtype=np.float32)
