@@ -10,6 +10,7 @@
 #   sl1 sl2 sl3  SparseLoCo at density 1%, 2%, 3% (2-bit values, chunk 4096, the spec's defaults:
 #              ef_beta 0.9, outer plain SGD lr 2, sparse pulls)
 #   topk2      top-k at 2% without error feedback (ef_beta 0)
+#   sl:D:B:LR  SparseLoCo at density D, ef_beta B, outer plain SGD lr LR (for studies)
 # Environment (defaults): HS ("20 100"), ROWS ("diloco e3m0 sl1 sl2 sl3 topk2"), STEPS (inner
 # steps per replica, 1200; every H divides it), WORKERS (2 = replicas), L NH C T B V (2 2 128 64
 # 8 256: 0.42M parameters), INNER_LR (0.003), WARMUP (50), FILES (24 demo-corpus files),
@@ -65,6 +66,9 @@ row_spec() {
     sl2) echo ', "sparse": {"density": 0.02}' ;;
     sl3) echo ', "sparse": {"density": 0.03}' ;;
     topk2) echo ', "sparse": {"density": 0.02, "ef_beta": 0}' ;;
+    sl:*) # sl:DENSITY:EF_BETA:OUTER_LR — a SparseLoCo variant
+      IFS=: read -r _ d b lr <<<"$1"
+      echo ", \"sparse\": {\"density\": $d, \"ef_beta\": $b}, \"outer\": {\"lr\": $lr, \"momentum\": 0, \"nesterov\": false}" ;;
     *) echo "sparse.sh: unknown row $1" >&2; exit 2 ;;
   esac
 }
@@ -73,10 +77,11 @@ RES=$work/results.tsv
 for H in $HS; do
   [ $((STEPS % H)) -eq 0 ] || { echo "H=$H does not divide STEPS=$STEPS" >&2; exit 2; }
   for row in $ROWS; do
+    spec_extra=$(row_spec "$row" "$H")
     cat >"$work/$row-$H.json" <<JSON
 {"name": "$row-H$H", "model": {"init": "$work/init"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "diloco", "replicas": $WORKERS, "inner_steps": $H, "rounds": $((STEPS / H)), "batch": $B, "seq_len": $T,
- "inner": {"lr": $INNER_LR, "warmup": $WARMUP, "lr_min_frac": 0.1, "weight_decay": 0.1, "grad_clip": 1.0}$(row_spec "$row" "$H")}
+ "inner": {"lr": $INNER_LR, "warmup": $WARMUP, "lr_min_frac": 0.1, "weight_decay": 0.1, "grad_clip": 1.0}$spec_extra}
 JSON
     t0=$(date +%s)
     job=$("$CTL" --coordinator "127.0.0.1:$PORT" job create "$work/$row-$H.json" 2>>"$work/ctl.log")
@@ -90,27 +95,4 @@ JSON
   done
 done
 
-/usr/bin/python3 - "$RES" "$NPARAM" "$B" "$T" "$STEPS" "$WORKERS" <<'PY'
-import sys
-res, n, B, T, steps, R = sys.argv[1], *map(int, sys.argv[2:])
-names = {"diloco": "DiLoCo fp32 (Nesterov)", "e3m0": "DiLoCo, e3m0 deltas", "sl1": "SparseLoCo 1%",
-         "sl2": "SparseLoCo 2%", "sl3": "SparseLoCo 3%", "topk2": "top-k 2%, no error feedback"}
-rows = [l.rstrip("\n").split("\t") for l in open(res)]
-dp = 8.0 * n / (B * T)  # data-parallel bytes per trained token, both directions
-print(f"\n{n/1e6:.2f}M parameters, {R} workers, {steps} inner steps per replica, batch {B} x {T} tokens; "
-      f"data-parallel moves {dp:.0f} bytes per trained token\n")
-print("| H | run | eval loss | vs DiLoCo fp32 | delta bytes vs DiLoCo | bytes/token in | bytes/token out | x fewer than data-parallel |")
-print("|---|---|---|---|---|---|---|---|")
-base = {}
-for H, row, loss, io, secs in rows:
-    b_in, b_out, tok = map(int, io.split())
-    if row == "diloco":
-        base[H] = (float(loss), b_in)
-for H, row, loss, io, secs in rows:
-    b_in, b_out, tok = map(int, io.split())
-    bl = base.get(H)
-    rel = f"{float(loss) / bl[0]:.4f}" if bl else ""
-    db = f"{b_in / bl[1]:.4f}" if bl else ""
-    print(f"| {H} | {names.get(row, row)} | {float(loss):.4f} | {rel} | {db} | {b_in / tok:.3g} | {b_out / tok:.3g} | "
-          f"{dp / ((b_in + b_out) / tok):,.0f} |")
-PY
+/usr/bin/python3 tests/bench/sparse_table.py "$RES" "$NPARAM" "$B" "$T" "$STEPS" "$WORKERS"
