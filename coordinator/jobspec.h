@@ -85,13 +85,14 @@
 #define JOBSPEC_DEFAULT_ASYNC_OUTER_LR 0.4
 #define JOBSPEC_DEFAULT_ASYNC_OUTER_MOMENTUM 0.7
 /* SparseLoCo (README "SparseLoCo"): the codec's settings and, for a job with a "sparse"
- * block, the outer rule's defaults: plain SGD with lr 2 (no momentum: the error-feedback
- * buffer takes its place), as the SparseLoCo paper and our own study (tests/oracle/SPARSE.md). */
+ * block, the outer rule's defaults: plain SGD with lr 3 (no momentum: the error-feedback
+ * buffer takes its place, as in the SparseLoCo paper; lr 3 was best in tests/bench/sparse.sh at
+ * H = 20 and 100, README "SparseLoCo") and ef_beta 0.9 (best in tests/oracle/SPARSE.md). */
 #define JOBSPEC_DEFAULT_SPARSE_DENSITY 0.02
 #define JOBSPEC_DEFAULT_SPARSE_CHUNK 4096
 #define JOBSPEC_DEFAULT_SPARSE_VALUE_BITS 2
 #define JOBSPEC_DEFAULT_SPARSE_EF_BETA 0.9
-#define JOBSPEC_DEFAULT_SPARSE_OUTER_LR 2.0
+#define JOBSPEC_DEFAULT_SPARSE_OUTER_LR 3.0
 #define JOBSPEC_DEFAULT_QUORUM 1.0
 #define JOBSPEC_DEFAULT_ROUND_TIMEOUT_S 3600.0
 

@@ -8,7 +8,7 @@
 #   diloco     DiLoCo, fp32 deltas, outer Nesterov OUTER_LR / OUTER_MU (the job spec's defaults)
 #   e3m0       the same with e3m0 (4-bit) deltas
 #   sl1 sl2 sl3  SparseLoCo at density 1%, 2%, 3% (2-bit values, chunk 4096, the spec's defaults:
-#              ef_beta 0.9, outer plain SGD lr 2, sparse pulls)
+#              ef_beta 0.9, outer plain SGD lr 3, sparse pulls)
 #   topk2      top-k at 2% without error feedback (ef_beta 0)
 #   sl:D:B:LR  SparseLoCo at density D, ef_beta B, outer plain SGD lr LR (for studies)
 # Environment (defaults): HS ("20 100"), ROWS ("diloco e3m0 sl1 sl2 sl3 topk2"), STEPS (inner
@@ -79,7 +79,7 @@ for H in $HS; do
   for row in $ROWS; do
     spec_extra=$(row_spec "$row" "$H")
     cat >"$work/$row-$H.json" <<JSON
-{"name": "$row-H$H", "model": {"init": "$work/init"}, "data": {"train": ["data/train_*.bin"]},
+{"name": "${row//:/_}-H$H", "model": {"init": "$work/init"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "diloco", "replicas": $WORKERS, "inner_steps": $H, "rounds": $((STEPS / H)), "batch": $B, "seq_len": $T,
  "inner": {"lr": $INNER_LR, "warmup": $WARMUP, "lr_min_frac": 0.1, "weight_decay": 0.1, "grad_clip": 1.0}$spec_extra}
 JSON

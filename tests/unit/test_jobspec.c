@@ -381,7 +381,7 @@ int main(void) {
     CHECK_EQ_INT(parse("{" BASE ",\"sparse\":{\"density\":0.03}}", &js), 0);
     CHECK(js.sparse.enabled && js.sparse.density == 0.03 && js.sparse.chunk == 4096 && js.sparse.value_bits == 2 &&
           js.sparse.ef_beta == 0.9);
-    CHECK(js.outer.lr == 2.0 && js.outer.momentum == 0.0 && !js.outer.nesterov && jobspec_sparse_pull(&js));
+    CHECK(js.outer.lr == 3.0 && js.outer.momentum == 0.0 && !js.outer.nesterov && jobspec_sparse_pull(&js));
     char *sj = NULL, *sj2 = NULL;
     CHECK_EQ_INT(jobspec_to_json(&js, &sj), 0);
     CHECK_EQ_INT(parse(sj, &js2), 0);
