@@ -33,7 +33,14 @@ void coord_job_free(coord_job *j) {
 static int sparse_layout(coord_job *j, const gpt_layout *lay) {
   j->sp_cfg = (dpc_sparse_cfg){.density = j->spec.sparse.density, .chunk = (uint32_t)j->spec.sparse.chunk,
                                .value_bits = (uint32_t)j->spec.sparse.value_bits};
-  j->sp_tlen = calloc((size_t)lay->n_tensors + (size_t)j->n_fragments, sizeof *j->sp_tlen);
+  /* (DiPaCo: modules of one level cover the same tensors, so count them fragment by fragment) */
+  size_t total = 0;
+  for (int f = 0; f < j->n_fragments; f++) {
+    int n = gpt_layout_range_tensors(lay, j->fragments[f].offset, j->fragments[f].len, NULL, 0);
+    if (n < 0) return n;
+    total += (size_t)n;
+  }
+  j->sp_tlen = calloc(total ? total : 1, sizeof *j->sp_tlen);
   j->sp_first = calloc((size_t)j->n_fragments, sizeof *j->sp_first);
   j->sp_nt = calloc((size_t)j->n_fragments, sizeof *j->sp_nt);
   j->sp_bytes = calloc((size_t)j->n_fragments, sizeof *j->sp_bytes);
@@ -42,8 +49,9 @@ static int sparse_layout(coord_job *j, const gpt_layout *lay) {
   int at = 0, rc;
   for (int f = 0; f < j->n_fragments; f++) {
     const jobspec_fragment *jf = &j->fragments[f];
-    int n = gpt_layout_range_tensors(lay, jf->offset, jf->len, j->sp_tlen + at, lay->n_tensors + j->n_fragments - at);
+    int n = gpt_layout_range_tensors(lay, jf->offset, jf->len, j->sp_tlen + at, (int)total - at);
     if (n < 0) return n;
+    if (at + n > (int)total) return dpc_err(DPC_EINTERNAL, "job %lld: fragment tensor count changed", (long long)j->id);
     j->sp_first[f] = at;
     j->sp_nt[f] = n;
     if ((rc = dpc_sparse_bytes(&j->sp_cfg, j->sp_tlen + at, n, &j->sp_bytes[f], NULL)) < 0) return rc;
