@@ -4,6 +4,7 @@
  * branches (selects, clamps and table lookups only), so they vectorize and run at memory
  * speed when the coordinator decodes a large delta. */
 #include "common/codec.h"
+#include "common/bytes.h"
 #include "common/errors.h"
 
 #include <float.h>
@@ -86,36 +87,16 @@ int dpc_codec_check(int codec, unsigned accept, uint64_t num_floats, uint64_t to
   return 0;
 }
 
-static uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-
-static float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 /* fp32 → bf16, round to nearest, ties to even (finite input only). */
 static uint16_t to_bf16(float f) {
-  uint32_t u = f32_bits(f);
+  uint32_t u = dpc_f32_bits(f);
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
 }
 
-static void put_le32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8), p[2] = (unsigned char)(v >> 16), p[3] = (unsigned char)(v >> 24);
-}
-
-static uint32_t get_le32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Magnitude of a finite float as its bit pattern: for non-negative finite floats the unsigned
  * order of the patterns is the order of the values, and an integer max vectorizes. */
-static uint32_t mag_bits(float f) { return f32_bits(f) & 0x7fffffffu; }
+static uint32_t mag_bits(float f) { return dpc_f32_bits(f) & 0x7fffffffu; }
 
 /* amax of x[0..n) (finite input). */
 static float block_amax(const float *x, size_t n) {
@@ -124,7 +105,7 @@ static float block_amax(const float *x, size_t n) {
     uint32_t u = mag_bits(x[i]);
     m = u > m ? u : m;
   }
-  return bits_f32(m);
+  return dpc_bits_f32(m);
 }
 
 /* Largest |code value| of each block codec: a decoded value is at most this times the scale. */
@@ -152,10 +133,10 @@ static void int8_block(const float *x, size_t k, float scale, unsigned char *c) 
 
 /* Nearest e4m3fn code of y (ties to even mantissa, saturating at 448, never -0). */
 static unsigned char e4m3_code(float y) {
-  uint32_t u = f32_bits(y), a = u & 0x7fffffffu;
+  uint32_t u = dpc_f32_bits(y), a = u & 0x7fffffffu;
   /* |y| < 2^-6 (subnormal codes m * 2^-9): the ulp of 2^14 is 2^-9, so adding 2^14 rounds |y| to
    * a multiple of 2^-9, nearest even, and leaves m (0..8; 8 is the code of 2^-6) in the low bits. */
-  uint32_t sub = f32_bits(bits_f32(a) + 16384.0f) - 0x46800000u;
+  uint32_t sub = dpc_f32_bits(dpc_bits_f32(a) + 16384.0f) - 0x46800000u;
   /* Normal: rebias the exponent 127 -> 7 and round 23 -> 3 mantissa bits to nearest even; a
    * carry moves into the exponent as it should. */
   uint32_t nrm = (a - (120u << 23) + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
@@ -177,7 +158,7 @@ static void fp8_block(const float *x, size_t k, float scale, unsigned char *c) {
  * distance, a midpoint going to the larger level, counted as the midpoints at or below y
  * (2^-7, 1.5 * 2^-6, ..., 1.5 * 2^-1), compared as bit patterns (y >= 0). */
 static unsigned e3m0_code(float x, float scale) {
-  uint32_t u = f32_bits(x), a = f32_bits(bits_f32(u & 0x7fffffffu) / scale);
+  uint32_t u = dpc_f32_bits(x), a = dpc_f32_bits(dpc_bits_f32(u & 0x7fffffffu) / scale);
   unsigned e = (a >= 0x3c000000u) + (a >= 0x3cc00000u) + (a >= 0x3d400000u) + (a >= 0x3dc00000u) +
                (a >= 0x3e400000u) + (a >= 0x3ec00000u) + (a >= 0x3f400000u);
   return e | ((u >> 28) & 8u & (0u - (e != 0)));
@@ -209,7 +190,7 @@ int dpc_codec_encode(int codec, const float *x, size_t n, uint32_t block_floats,
     return dpc_err(DPC_ENUMERIC, "value %zu is %g: refused before encoding", i, (double)x[i]);
   }
   if (codec == DPC_CODEC_FP32) {
-    for (size_t i = 0; i < n; i++) put_le32(out + 4 * i, f32_bits(x[i]));
+    for (size_t i = 0; i < n; i++) dpc_put_le32(out + 4 * i, dpc_f32_bits(x[i]));
     return 0;
   }
   if (codec == DPC_CODEC_BF16) {
@@ -222,7 +203,7 @@ int dpc_codec_encode(int codec, const float *x, size_t n, uint32_t block_floats,
   }
   /* A block whose largest code times its scale overflows could not be decoded; scales grow
    * with amax, so checking the largest |x| covers every block. */
-  float amax = bits_f32(top), cmax = code_max(codec);
+  float amax = dpc_bits_f32(top), cmax = code_max(codec);
   if (!isfinite(cmax * (amax / cmax))) {
     size_t i = 0;
     while (mag_bits(x[i]) != top) i++;
@@ -232,7 +213,7 @@ int dpc_codec_encode(int codec, const float *x, size_t n, uint32_t block_floats,
   for (size_t i = 0; i < n; i += block_floats) {
     size_t k = n - i < block_floats ? n - i : block_floats;
     float scale = block_amax(x + i, k) / cmax; /* e3m0: cmax 1, scale = amax */
-    put_le32(out, f32_bits(scale));
+    dpc_put_le32(out, dpc_f32_bits(scale));
     if (codec == DPC_CODEC_INT8) int8_block(x + i, k, scale, out + 4);
     else if (codec == DPC_CODEC_FP8_E4M3) fp8_block(x + i, k, scale, out + 4);
     else e3m0_block(x + i, k, scale, out + 4);
@@ -294,7 +275,7 @@ static int decode_blocks(int codec, const unsigned char *in, size_t n, uint32_t 
   float cmax = code_max(codec);
   for (size_t i = 0, b = 0; i < n; i += block_floats, b++) {
     size_t k = n - i < block_floats ? n - i : block_floats;
-    float s = bits_f32(get_le32(in));
+    float s = dpc_bits_f32(dpc_get_le32(in));
     if (!isfinite(s)) return dpc_err(DPC_ENUMERIC, "%s block %zu (values %zu..): scale is %g", names[codec], b, i, (double)s);
     if (s < 0.0f)
       return dpc_err(DPC_EFORMAT, "%s block %zu (values %zu..): scale %g is negative", names[codec], b, i, (double)s);
@@ -323,8 +304,8 @@ int dpc_codec_decode(int codec, const unsigned char *in, size_t bytes, size_t n,
     return dpc_err(DPC_EFORMAT, "%zu bytes of %s: %zu floats take %zu", bytes, names[codec], n, want);
   if (dpc_codec_is_block(codec)) return decode_blocks(codec, in, n, block_floats, y);
   for (size_t i = 0; i < n; i++) {
-    y[i] = codec == DPC_CODEC_FP32 ? bits_f32(get_le32(in + 4 * i))
-                                   : bits_f32((uint32_t)(in[2 * i] | in[2 * i + 1] << 8) << 16);
+    y[i] = codec == DPC_CODEC_FP32 ? dpc_bits_f32(dpc_get_le32(in + 4 * i))
+                                   : dpc_bits_f32((uint32_t)(in[2 * i] | in[2 * i + 1] << 8) << 16);
     if (!isfinite(y[i])) return dpc_err(DPC_ENUMERIC, "decoded value %zu is not finite", i);
   }
   return 0;

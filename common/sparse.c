@@ -10,6 +10,7 @@
  * the same on every machine. Chunks are independent: encode runs them in parallel (OpenMP) with
  * per-thread scratch, and the stream does not depend on the thread count. */
 #include "common/sparse.h"
+#include "common/bytes.h"
 #include "common/errors.h"
 
 #include <math.h>
@@ -147,26 +148,6 @@ static chunk_at locate(const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt, 
   return a;
 }
 
-static void put_le32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8), p[2] = (unsigned char)(v >> 16), p[3] = (unsigned char)(v >> 24);
-}
-
-static uint32_t get_le32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-
-static float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 /* LSB-first bit writer: value v of w bits at bit position p sets bits p..p+w-1 of the stream,
  * byte p / 8 from bit p % 8 upward. Writes every byte it covers, the last one zero-padded. */
 typedef struct {
@@ -225,9 +206,9 @@ static void select_topk(const float *x, uint32_t len, uint32_t k, scratch *s) {
     uint32_t nb = 1u << width[pass], mask = nb - 1;
     memset(hist, 0, nb * sizeof *hist);
     if (pass == 0) {
-      for (uint32_t i = 0; i < len; i++) hist[(f32_bits(x[i]) & 0x7fffffffu) >> shift[0]]++;
+      for (uint32_t i = 0; i < len; i++) hist[(dpc_f32_bits(x[i]) & 0x7fffffffu) >> shift[0]]++;
     } else {
-      for (uint32_t j = 0; j < nc; j++) hist[((f32_bits(x[s->cand[j]]) & 0x7fffffffu) >> shift[pass]) & mask]++;
+      for (uint32_t j = 0; j < nc; j++) hist[((dpc_f32_bits(x[s->cand[j]]) & 0x7fffffffu) >> shift[pass]) & mask]++;
     }
     /* The bin holding the need-th largest candidate; the bins above it are all kept. */
     uint32_t b = mask;
@@ -238,10 +219,10 @@ static void select_topk(const float *x, uint32_t len, uint32_t k, scratch *s) {
     uint32_t m = 0;
     if (pass == 0) {
       for (uint32_t i = 0; i < len; i++)
-        if (((f32_bits(x[i]) & 0x7fffffffu) & hi_mask) == prefix) s->cand[m++] = i;
+        if (((dpc_f32_bits(x[i]) & 0x7fffffffu) & hi_mask) == prefix) s->cand[m++] = i;
     } else {
       for (uint32_t j = 0; j < nc; j++)
-        if (((f32_bits(x[s->cand[j]]) & 0x7fffffffu) & hi_mask) == prefix) s->cand[m++] = s->cand[j];
+        if (((dpc_f32_bits(x[s->cand[j]]) & 0x7fffffffu) & hi_mask) == prefix) s->cand[m++] = s->cand[j];
     }
     nc = m;
   }
@@ -249,7 +230,7 @@ static void select_topk(const float *x, uint32_t len, uint32_t k, scratch *s) {
    * lowest indices first. */
   uint32_t n = 0;
   for (uint32_t i = 0; i < len; i++) {
-    uint32_t u = f32_bits(x[i]) & 0x7fffffffu;
+    uint32_t u = dpc_f32_bits(x[i]) & 0x7fffffffu;
     if (u > prefix) s->idx[n++] = i;
     else if (u == prefix && need) s->idx[n++] = i, need--;
   }
@@ -287,7 +268,7 @@ static void encode_chunk(const dpc_sparse_cfg *cfg, unsigned ib, float *x, uint3
   float table[256];
   for (unsigned c = 0; c < nb; c++) {
     table[c] = cnt[c] ? (float)(tsum[c] / (double)cnt[c]) : 0.0f;
-    put_le32(out + 4 * c, f32_bits(table[c]));
+    dpc_put_le32(out + 4 * c, dpc_f32_bits(table[c]));
   }
   bit_writer w = {out + 4 * nb, 0, 0};
   for (uint32_t j = 0; j < k; j++) bw_put(&w, s->idx[j], ib);
@@ -310,7 +291,7 @@ int dpc_sparse_encode(const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt, f
   const size_t n = (size_t)sum.n;
   uint32_t top = 0;
   for (size_t i = 0; i < n; i++) {
-    uint32_t u = f32_bits(e[i]) & 0x7fffffffu;
+    uint32_t u = dpc_f32_bits(e[i]) & 0x7fffffffu;
     top = u > top ? u : top;
   }
   if (top >= 0x7f800000u) {
@@ -369,7 +350,7 @@ static int check_chunk(const dpc_sparse_cfg *cfg, unsigned ib, const chunk_at *a
   const unsigned b = cfg->value_bits, nb = 1u << b;
   float table[256];
   for (unsigned c = 0; c < nb; c++) {
-    table[c] = bits_f32(get_le32(in + 4 * c));
+    table[c] = dpc_bits_f32(dpc_get_le32(in + 4 * c));
     if (!isfinite(table[c]))
       return dpc_err(DPC_ENUMERIC, "sparse stream: tensor %d chunk %llu: table[%u] is %g", a->t,
                      (unsigned long long)a->c, c, (double)table[c]);
@@ -407,7 +388,7 @@ static int check_chunk(const dpc_sparse_cfg *cfg, unsigned ib, const chunk_at *a
     return dpc_err(DPC_EFORMAT, "sparse stream: tensor %d chunk %llu: code padding bits are not zero", a->t,
                    (unsigned long long)a->c);
   for (unsigned c = 0; c < nb; c++)
-    if (!(used[c >> 5] >> (c & 31) & 1u) && f32_bits(table[c]) != 0)
+    if (!(used[c >> 5] >> (c & 31) & 1u) && dpc_f32_bits(table[c]) != 0)
       return dpc_err(DPC_EFORMAT, "sparse stream: tensor %d chunk %llu: table[%u] is %g but no index uses code %u (must be +0)",
                      a->t, (unsigned long long)a->c, c, (double)table[c], c);
   return 0;

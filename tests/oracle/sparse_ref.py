@@ -27,7 +27,7 @@ The spec is diloco_ref.py's spec plus
   sparse_ref.py --self-test
 --compare prints the max relative error per tensor (max|a-b| / max|b|) and exits 1 above --tol;
 --rounds-done N compares with the parameters after N rounds (an older export)."""
-import argparse, json, math, os, sys
+import math, os, sys
 
 import numpy as np
 import torch
@@ -372,32 +372,8 @@ def self_test():
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--init")
-    ap.add_argument("--data", nargs="+")
-    ap.add_argument("--spec")
-    ap.add_argument("--compare")
-    ap.add_argument("--tol", type=float, default=1e-4)
-    ap.add_argument("--rounds-done", type=int, default=None,
-                    help="compare with the parameters after this many rounds (an exported older version)")
-    ap.add_argument("--out", help="write the final global parameters to this safetensors file")
-    ap.add_argument("--eval", nargs="+", help="print the mean CE of the final global on these shards")
-    ap.add_argument("--self-test", action="store_true")
-    a = ap.parse_args()
-    if a.self_test:
-        return self_test()
-    if not (a.init and a.data and a.spec):
-        ap.error("--init, --data and --spec are required (or --self-test)")
-    spec = json.load(open(a.spec))
-    init = D.load_model(a.init)
-    ref = run(init, D.load_tokens(a.data), spec, a.rounds_done)
-    if a.out:
-        S.write_safetensors(a.out, ref)
-    if a.eval:
-        print(f"sparse_ref: eval loss {S.eval_loss(init[0], ref, D.load_tokens(a.eval), spec['batch'], spec['seq_len']):.6f}")
-    if not a.compare:
-        return 0
-    return D.compare(ref, init[1], a.compare, a.tol, "sparse_ref")
+    return S.cli("sparse_ref", run, self_test, "--rounds-done",
+                 "compare with the parameters after this many rounds (an exported older version)")
 
 
 if __name__ == "__main__":

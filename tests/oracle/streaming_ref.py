@@ -428,33 +428,40 @@ def self_test():
     return 0
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def cli(name, run_fn, self_test_fn, limit_flag, limit_help, argv=None):
+    """The oracles' command line (streaming_ref, sparse_ref): simulate SPEC from INIT on DATA with
+    run_fn(init, tokens, spec, limit), then --out / --eval / --compare; --self-test runs
+    self_test_fn. limit_flag (e.g. "--steps-done") stops early, to compare with an older export."""
+    ap = argparse.ArgumentParser(prog=name)
     ap.add_argument("--init")
     ap.add_argument("--data", nargs="+")
     ap.add_argument("--spec")
     ap.add_argument("--compare")
     ap.add_argument("--tol", type=float, default=1e-4)
-    ap.add_argument("--steps-done", type=int, default=None,
-                    help="stop after this many inner steps (compare with an older export)")
+    ap.add_argument(limit_flag, dest="limit", type=int, default=None, help=limit_help)
     ap.add_argument("--out", help="write the final global parameters to this safetensors file")
     ap.add_argument("--eval", nargs="+", help="print the mean CE of the final global on these shards")
     ap.add_argument("--self-test", action="store_true")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.self_test:
-        return self_test()
+        return self_test_fn()
     if not (a.init and a.data and a.spec):
         ap.error("--init, --data and --spec are required (or --self-test)")
     spec = json.load(open(a.spec))
     init = D.load_model(a.init)
-    ref = run(init, D.load_tokens(a.data), spec, a.steps_done)
+    ref = run_fn(init, D.load_tokens(a.data), spec, a.limit)
     if a.out:
         write_safetensors(a.out, ref)
     if a.eval:
-        print(f"streaming_ref: eval loss {eval_loss(init[0], ref, D.load_tokens(a.eval), spec['batch'], spec['seq_len']):.6f}")
+        print(f"{name}: eval loss {eval_loss(init[0], ref, D.load_tokens(a.eval), spec['batch'], spec['seq_len']):.6f}")
     if not a.compare:
         return 0
-    return D.compare(ref, init[1], a.compare, a.tol, "streaming_ref")
+    return D.compare(ref, init[1], a.compare, a.tol, name)
+
+
+def main():
+    return cli("streaming_ref", run, self_test, "--steps-done",
+               "stop after this many inner steps (compare with an older export)")
 
 
 if __name__ == "__main__":
