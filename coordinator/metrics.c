@@ -3,7 +3,8 @@
  * 404 to anything else; one response per connection, then close. Requests are bounded
  * (8 KiB, must start with a request line) and read on the loop thread like everything else.
  *
- * Series: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_deltas_rejected_total, dipaco_bytes_in_total,
+ * Series: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_deltas_rejected_total,
+ * dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace), dipaco_bytes_in_total,
  * dipaco_bytes_out_total, dipaco_outer_step_seconds (last) and _sum, dipaco_workers{state},
  * dipaco_active_leases, dipaco_jobs{state}, dipaco_fragment_version{job,fragment},
  * dipaco_loss{job,path} (latest reported loss; NaN until known), dipaco_job_loss{job} (mean
@@ -75,6 +76,13 @@ static void fmt_counters(coord *c, sbuf *b) {
   sb_printf(b, "# HELP dipaco_deltas_rejected_total PushDelta streams refused as malformed or corrupt (nothing "
                "stored).\n# TYPE dipaco_deltas_rejected_total counter\ndipaco_deltas_rejected_total %llu\n",
             (unsigned long long)c->deltas_rejected);
+  static const char *const why[REVOKE_N] = {"heartbeat", "ttl", "deadline", "grace"};
+  sb_printf(b, "# HELP dipaco_lease_revocations_total Active leases taken from their workers: heartbeat (missed "
+               "--dead-after-heartbeats heartbeats), ttl (not renewed within --lease-ttl-ms), deadline (round closed "
+               "at round_timeout_s without it), grace (quorum round closed at quorum_grace_s without it).\n"
+               "# TYPE dipaco_lease_revocations_total counter\n");
+  for (int i = 0; i < REVOKE_N; i++)
+    sb_printf(b, "dipaco_lease_revocations_total{reason=\"%s\"} %llu\n", why[i], (unsigned long long)c->revocations[i]);
   sb_printf(b, "# HELP dipaco_bytes_in_total Tensor bytes received (deltas, uploads).\n"
                "# TYPE dipaco_bytes_in_total counter\ndipaco_bytes_in_total %llu\n",
             (unsigned long long)c->bytes_in);
