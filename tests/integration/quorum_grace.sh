@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# quorum_grace.sh COORDINATOR WORKER DIPACOCTL — issue 23 item 2: a sync job with "quorum": 0.5
+# and "quorum_grace_s": 1 (round_timeout_s 120: the hard cap, never reached here) closes round
+# 0 about 1 s after its first delta while the other worker of two is stalled (SIGSTOP), not
+# at the deadline; the stalled worker's lease is revoked for the round (reason grace), and
+# once it runs again nothing it pushes for that round is applied (PUSH_LATE / ABORTED); the
+# job finishes. Heartbeat revocation is pushed out of the way (--dead-after-heartbeats 100)
+# so that only the grace window can close the round early.
+set -euo pipefail
+COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+W=$(mktemp -d)
+source "$HERE/lib.sh"
+fail() { die_with_logs quorum_grace 30 "$@"; }
+
+make_corpus "$W/corpus"
+cat > "$W/spec.json" <<JSON
+{"name": "grace", "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "n_positions": 16, "vocab_size": 256, "seed": 3},
+ "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco", "replicas": 2, "inner_steps": 5, "rounds": 3,
+ "batch": 2, "seq_len": 16, "inner": {"lr": 0.01, "state": "reset"},
+ "quorum": 0.5, "quorum_grace_s": 1, "round_timeout_s": 120}
+JSON
+MPORT=$(free_port)
+start_coordinator "$W/state" --heartbeat-ms 200 --lease-ttl-ms 60000 --dead-after-heartbeats 100 \
+  --metrics-listen 127.0.0.1:$MPORT || fail "coordinator"
+start_worker fast "$W/corpus" --min-step-ms 200
+start_worker stall "$W/corpus" --min-step-ms 200; stall=$LAST_WORKER_PID
+job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
+wait_for_line "$W/worker-stall.log" "lease [0-9]+ granted: job $job round 0" 30 || fail "the stalling worker got no lease"
+kill -STOP "$stall"
+echo "SIGSTOPped worker 'stall' in round 0"
+wait_for_line "$W/coordinator.log" "round 0 closed: job $job .*\(quorum grace\)" 30 \
+  || fail "round 0 did not close at the end of its grace window"
+# From the round's first delta to its close: the grace (1 s) plus at most a tick or two.
+gap=$($PY - "$W/coordinator.log" <<'PY'
+import datetime, json, re, sys
+def ts(e):
+    return datetime.datetime.strptime(e["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+first = closed = None
+for line in open(sys.argv[1]):
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
+    m = e.get("msg", "")
+    if first is None and re.search(r"delta received: .* round 0 ", m):
+        first = ts(e)
+    if closed is None and re.search(r"round 0 closed: .*\(quorum grace\)", m):
+        closed = ts(e)
+print(int((closed - first) * 1000) if first and closed else -1)
+PY
+)
+echo "round 0 closed $gap ms after its first delta (quorum_grace_s 1)"
+[ "$gap" -ge 950 ] && [ "$gap" -le 2500 ] || fail "round 0 closed $gap ms after its first delta; want about 1000"
+grep -Eq "round 0 closed: job $job fragment 1 -> version 1, 1 deltas" "$W/coordinator.log" \
+  || fail "round 0 did not merge exactly the one delta in"
+grep -Eq "lease [0-9]+ revoked: round 0 of job $job closed at the end of its quorum grace window" "$W/coordinator.log" \
+  || fail "the stalled worker's lease was not revoked at the end of the grace window"
+kill -CONT "$stall"
+echo "SIGCONTed worker 'stall'"
+"$CTL" --coordinator "$COORD" job wait "$job" --timeout 120 >/dev/null || fail "the job did not finish"
+
+# The ledger: round 0 applied exactly one delta; nothing the stalled worker sent for it.
+"$CTL" --coordinator "$COORD" job ledger "$job" --json > "$W/ledger.json"
+$PY - "$W/ledger.json" <<'PY' || fail "ledger"
+import json, sys
+L = json.load(open(sys.argv[1]))
+r0 = [d for d in L["deltas"] if d["version"] == 1]  # the version round 0 produced
+assert len(r0) == 1, "round 0 applied %d deltas: %r" % (len(r0), r0)
+print("ledger: round 0 applied 1 delta (slot replica %s)" % r0[0].get("replica"))
+PY
+metrics=$($PY -c 'import sys, urllib.request; print(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5).read().decode())' "$MPORT")
+grep -E '^dipaco_lease_revocations_total' <<<"$metrics"
+grep -Eq '^dipaco_lease_revocations_total\{reason="grace"\} [1-9]' <<<"$metrics" || fail "no grace revocation counted"
+echo "quorum_grace: OK"
