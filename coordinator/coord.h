@@ -110,6 +110,10 @@ enum { SCHED_GRANTED = 0, SCHED_WAIT = 1, SCHED_NO_WORK = 2, SCHED_STOPPING = 3 
  * end of the quorum grace window (quorum_grace_s) without it. */
 enum { REVOKE_HEARTBEAT = 0, REVOKE_TTL, REVOKE_DEADLINE, REVOKE_GRACE, REVOKE_N };
 
+/* Upper bounds (seconds) of the dipaco_round_wait_seconds histogram buckets. */
+#define COORD_ROUND_WAIT_BUCKETS 12
+#define COORD_ROUND_WAIT_BOUNDS {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800}
+
 struct rpc_server;
 struct create_work;
 
@@ -160,6 +164,11 @@ typedef struct coord {
   uint64_t rounds_total, bytes_in, bytes_out, outer_steps;
   uint64_t deltas_rejected; /* PushDelta streams refused as malformed or corrupt (nothing stored) */
   uint64_t revocations[REVOKE_N]; /* active leases taken away, by REVOKE_* reason */
+  /* dipaco_round_wait_seconds: per closed sync round, the time from its first to its last
+   * merged delta; round_wait_count[i] counts rounds with wait <= COORD_ROUND_WAIT_BOUNDS[i]
+   * (metrics.c), the last one all rounds (+Inf). */
+  uint64_t round_wait_count[COORD_ROUND_WAIT_BUCKETS + 1];
+  double round_wait_sum;
   double outer_seconds_sum, outer_seconds_last;
 
   /* Callbacks by which a lower layer reaches a higher one (main.c sets them; NULL = none). */

@@ -4,7 +4,9 @@
  * (8 KiB, must start with a request line) and read on the loop thread like everything else.
  *
  * Series: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_deltas_rejected_total,
- * dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace), dipaco_bytes_in_total,
+ * dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace),
+ * dipaco_round_wait_seconds (histogram: first to last merged delta of each closed sync round),
+ * dipaco_bytes_in_total,
  * dipaco_bytes_out_total, dipaco_outer_step_seconds (last) and _sum, dipaco_workers{state},
  * dipaco_active_leases, dipaco_jobs{state}, dipaco_fragment_version{job,fragment},
  * dipaco_loss{job,path} (latest reported loss; NaN until known), dipaco_job_loss{job} (mean
@@ -83,6 +85,16 @@ static void fmt_counters(coord *c, sbuf *b) {
                "# TYPE dipaco_lease_revocations_total counter\n");
   for (int i = 0; i < REVOKE_N; i++)
     sb_printf(b, "dipaco_lease_revocations_total{reason=\"%s\"} %llu\n", why[i], (unsigned long long)c->revocations[i]);
+  static const double bounds[COORD_ROUND_WAIT_BUCKETS] = COORD_ROUND_WAIT_BOUNDS;
+  sb_printf(b, "# HELP dipaco_round_wait_seconds Per closed sync round: time from its first to its last merged "
+               "delta.\n# TYPE dipaco_round_wait_seconds histogram\n");
+  for (int i = 0; i < COORD_ROUND_WAIT_BUCKETS; i++)
+    sb_printf(b, "dipaco_round_wait_seconds_bucket{le=\"%g\"} %llu\n", bounds[i],
+              (unsigned long long)c->round_wait_count[i]);
+  sb_printf(b, "dipaco_round_wait_seconds_bucket{le=\"+Inf\"} %llu\ndipaco_round_wait_seconds_sum %.6f\n"
+               "dipaco_round_wait_seconds_count %llu\n",
+            (unsigned long long)c->round_wait_count[COORD_ROUND_WAIT_BUCKETS], c->round_wait_sum,
+            (unsigned long long)c->round_wait_count[COORD_ROUND_WAIT_BUCKETS]);
   sb_printf(b, "# HELP dipaco_bytes_in_total Tensor bytes received (deltas, uploads).\n"
                "# TYPE dipaco_bytes_in_total counter\ndipaco_bytes_in_total %llu\n",
             (unsigned long long)c->bytes_in);

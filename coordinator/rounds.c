@@ -72,6 +72,7 @@ typedef struct {
   uint32_t param_crc, momentum_crc;
   double seconds;
   int short_reason; /* 0: every expected delta; REVOKE_DEADLINE / REVOKE_GRACE: closed without some */
+  int64_t first_at, last_at; /* earliest and latest received_at of the merged deltas */
 } outer_work;
 
 static void outer_work_free(outer_work *w) {
@@ -303,6 +304,15 @@ static void outer_failed(coord *c, coord_job *j, const outer_work *w) {
   pause_fragment(c, j, w->fragment, what);
 }
 
+/* One closed sync round's first-to-last delta time into dipaco_round_wait_seconds. */
+static void note_round_wait(coord *c, double s) {
+  static const double bounds[COORD_ROUND_WAIT_BUCKETS] = COORD_ROUND_WAIT_BOUNDS;
+  for (int i = 0; i < COORD_ROUND_WAIT_BUCKETS; i++)
+    if (s <= bounds[i]) c->round_wait_count[i]++;
+  c->round_wait_count[COORD_ROUND_WAIT_BUCKETS]++;
+  c->round_wait_sum += s;
+}
+
 static void outer_after(uv_work_t *req, int status) {
   outer_work *w = req->data;
   coord *c = w->c;
@@ -332,6 +342,7 @@ static void outer_after(uv_work_t *req, int status) {
   }
   c->rounds_total++;
   c->outer_steps++;
+  if (w->n > 0) note_round_wait(c, (double)(w->last_at - w->first_at) / 1000.0);
   c->outer_seconds_sum += w->seconds;
   c->outer_seconds_last = w->seconds;
   double mean = record_round_loss(c, j, w);
@@ -452,7 +463,11 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
   w->len = fr->len;
   w->n = n;
   w->short_reason = short_reason;
+  w->first_at = INT64_MAX;
+  w->last_at = INT64_MIN;
   for (int i = 0; i < n; i++) {
+    if (ds[i].received_at < w->first_at) w->first_at = ds[i].received_at;
+    if (ds[i].received_at > w->last_at) w->last_at = ds[i].received_at;
     snprintf(w->delta_blobs[i], BLOB_NAME_MAX, "%s", ds[i].blob);
     w->weights[i] = j->spec.weighting == WEIGHTING_TOKENS ? (double)ds[i].tokens : 1.0;
     w->delta_ids[i] = ds[i].id;

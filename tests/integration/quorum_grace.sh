@@ -4,7 +4,8 @@
 # 0 about 1 s after its first delta while the other worker of two is stalled (SIGSTOP), not
 # at the deadline; the stalled worker's lease is revoked for the round (reason grace), and
 # once it runs again nothing it pushes for that round is applied (PUSH_LATE / ABORTED); the
-# job finishes. Heartbeat revocation is pushed out of the way (--dead-after-heartbeats 100)
+# job finishes; job ledger shows the slot round 0 missed, also after a coordinator restart,
+# and dipaco_round_wait_seconds counts the rounds. Heartbeat revocation is pushed out of the way (--dead-after-heartbeats 100)
 # so that only the grace window can close the round early.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
@@ -67,9 +68,25 @@ import json, sys
 L = json.load(open(sys.argv[1]))
 r0 = [d for d in L["deltas"] if d["version"] == 1]  # the version round 0 produced
 assert len(r0) == 1, "round 0 applied %d deltas: %r" % (len(r0), r0)
-print("ledger: round 0 applied 1 delta (slot replica %s)" % r0[0].get("replica"))
+m0 = [m for m in L["missed"] if m["version"] == 1]
+assert len(m0) == 1 and m0[0]["replica"] != r0[0]["replica"] and m0[0]["path"] == 0, "round 0 missed %r" % m0
+assert L["summary"]["missed"] == len(L["missed"]), L["summary"]
+for v in (2, 3):  # every closed round merged or missed each of the two slots, once
+    slots = sorted([d["replica"] for d in L["deltas"] if d["version"] == v] + [m["replica"] for m in L["missed"] if m["version"] == v])
+    assert slots == [0, 1], "version %d: slots %r" % (v, slots)
+print("ledger: round 0 merged replica %s and missed replica %s" % (r0[0]["replica"], m0[0]["replica"]))
 PY
+"$CTL" --coordinator "$COORD" job ledger "$job" | grep -q "^missed: version 1 path 0 replica" || fail "job ledger (text) shows no missed slot"
 metrics=$($PY -c 'import sys, urllib.request; print(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5).read().decode())' "$MPORT")
 grep -E '^dipaco_lease_revocations_total' <<<"$metrics"
 grep -Eq '^dipaco_lease_revocations_total\{reason="grace"\} [1-9]' <<<"$metrics" || fail "no grace revocation counted"
+grep -E '^dipaco_round_wait_seconds_(count|sum)' <<<"$metrics"
+grep -q '^dipaco_round_wait_seconds_count 3$' <<<"$metrics" || fail "dipaco_round_wait_seconds counts no 3 rounds"
+
+# The ledger (merged and missed slots) is derived from durable rows: the same after a SIGKILL
+# and restart of the coordinator.
+kill_wait "$COORD_PID"
+restart_coordinator "$W/state" --heartbeat-ms 200 --lease-ttl-ms 60000 || fail "restart"
+"$CTL" --coordinator "$COORD" job ledger "$job" --json > "$W/ledger2.json"
+cmp "$W/ledger.json" "$W/ledger2.json" || fail "the ledger changed across a coordinator restart"
 echo "quorum_grace: OK"
