@@ -407,10 +407,11 @@ static int64_t lease_last_heard(coord *c, const store_lease *l) {
 static void revoke_silent(coord *c, store_lease *act, int na, int64_t now) {
   /* A loop that stalled (a long commit, a descheduled process) has heartbeats queued that it
    * has not read yet, and libuv runs timers before it polls: judge silence only when the
-   * previous tick came on time. */
+   * previous tick came less than half the window ago (the tick runs every heartbeat / 2,
+   * 50 to 500 ms), so that no stall can make up the silence. */
   const int64_t prev = c->tick_prev_ms;
   c->tick_prev_ms = now;
-  if (c->dead_after_ms <= 0 || prev == 0 || now - prev > c->heartbeat_ms) return;
+  if (c->dead_after_ms <= 0 || prev == 0 || now - prev > c->dead_after_ms / 2) return;
   for (int k = 0; k < na; k++) {
     if (act[k].state != LEASE_ACTIVE) continue;
     const int64_t silent = now - lease_last_heard(c, &act[k]);

@@ -395,8 +395,8 @@ static void recover(coord *c) {
   c->live_floor_ms = c->started_ms + RESTART_GRACE_MS;
   int graced = store_lease_grace(c->st, c->live_floor_ms + c->lease_ttl_ms);
   if (graced > 0)
-    DPC_INFO("recovery: %d active lease(s) keep their slots for %d ms while workers reconnect", graced,
-             RESTART_GRACE_MS + c->lease_ttl_ms);
+    DPC_INFO("recovery: %d active lease(s) keep their slots for %lld ms while workers reconnect", graced,
+             (long long)RESTART_GRACE_MS + (c->dead_after_ms < c->lease_ttl_ms ? c->dead_after_ms : c->lease_ttl_ms));
   else if (graced < 0) DPC_WARN("recovery: cannot extend the active leases: %s", dpc_errmsg());
   rounds_check(c);
 }
