@@ -89,8 +89,9 @@ typedef struct lease_note {
   uint64_t bytes_out; /* parameter bytes pulled under the lease */
   double pull_done_s; /* monotonic time the last parameter chunk of the lease was sent (0 =
                          none): training runs from then until the push starts (DyLU speed) */
-  int64_t hb_at;      /* dpc_wall_ms of the lease's last heartbeat (0 = none since the coordinator
-                         started): a lease silent for coord.dead_after_ms is revoked (leases.c) */
+  int64_t hb_at;      /* dpc_wall_ms of the lease's last sign of life: a heartbeat, a parameter
+                         chunk sent, a delta chunk received (0 = none since the coordinator
+                         started); a lease silent for coord.dead_after_ms is revoked (leases.c) */
 } lease_note;
 
 /* A Lease call held open (long-poll) until work frees or its deadline passes (leases.c keeps

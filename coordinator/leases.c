@@ -390,7 +390,8 @@ void lease_count_revocation(coord *c, int reason) {
   if (reason >= 0 && reason < REVOKE_N) c->revocations[reason]++;
 }
 
-/* When active lease l last showed its worker alive: its last heartbeat, else its grant; a time
+/* When active lease l last showed its worker alive: its last heartbeat or transfer chunk
+ * (lease_note.hb_at), else its grant; a time
  * before this process started counts as c->live_floor_ms (workers could not call a dead
  * process; they get the restart grace to reconnect). */
 static int64_t lease_last_heard(coord *c, const store_lease *l) {
@@ -399,9 +400,11 @@ static int64_t lease_last_heard(coord *c, const store_lease *l) {
   return at >= c->started_ms ? at : c->live_floor_ms;
 }
 
-/* Revoke every active lease of act[0..na) with no heartbeat for c->dead_after_ms: its worker
- * died (SIGKILL, a lost machine) or is cut off. The heartbeats run on their own thread beside
- * training, so a slow worker keeps sending them and keeps its lease. A revoked lease ends as
+/* Revoke every active lease of act[0..na) with no heartbeat (nor parameter or delta chunk)
+ * for c->dead_after_ms: its worker died (SIGKILL, a lost machine) or is cut off. The
+ * heartbeats run on their own thread beside training, so a slow worker keeps sending them and
+ * keeps its lease; a transfer counts too, so heartbeats queued behind a large push on a slow
+ * link do not cost the lease. A revoked lease ends as
  * expired, exactly as at its TTL (slot idle for the same round, nothing it pushes later is
  * applied), only sooner; the caller's rounds_check then answers the parked Lease calls. */
 static void revoke_silent(coord *c, store_lease *act, int na, int64_t now) {
