@@ -4,7 +4,8 @@
  * (loop.c) until the graceful shutdown after SIGTERM/SIGINT, and closes everything.
  *
  * usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]
- *          [--lease-ttl-ms N] [--heartbeat-ms N] [--dead-after-heartbeats N] [--worker-retention-s N] [--log-level L] [--log-json]
+ *          [--lease-ttl-ms N] [--heartbeat-ms N] [--dead-after-heartbeats N] [--worker-retention-s N]
+ *          [--log-level L] [--log-json]
  *          [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
  *          [--join-token-file FILE] [--admin-token-file FILE] [--insecure-no-auth]
  *
@@ -122,7 +123,8 @@ static const char *flags_problem(const opts *o, char *msg, size_t cap) {
 
 /* Fill o from argv; 0 = go on, else *exit_code is what main returns (0 after --help). */
 static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
-  *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .dead_hb = 3, .retention_s = 86400, .handshake_ms = RPC_HANDSHAKE_TIMEOUT_DEFAULT_MS,
+  *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .dead_hb = 3, .retention_s = 86400,
+              .handshake_ms = RPC_HANDSHAKE_TIMEOUT_DEFAULT_MS,
               .idle_ms = RPC_IDLE_TIMEOUT_DEFAULT_MS, .self_check_ms = 5000, .level = DPC_LOG_INFO};
   dpc_arg args[] = {
       {.name = "listen", .kind = DPC_ARG_STR, .dst = &o->listen, .required = 1},
@@ -406,7 +408,8 @@ static void run(coord *c, const opts *o) {
   for (int i = 0; i < c->n_jobs; i++) running += c->jobs[i]->state == JOB_RUNNING;
   DPC_INFO("dipaco-coordinator listening on %s (port %d), state %s, %d job(s) (%d running), lease ttl %d ms, "
            "heartbeat %d ms (revoked after %lld ms without), %s, %s", o->listen, rpc_server_port(c->srv), o->state_dir,
-           c->n_jobs, running, o->ttl, o->hb, (long long)c->dead_after_ms, !o->use_tls ? "plain text (no TLS)" : o->tls.ca_file ? "mutual TLS" : "TLS",
+           c->n_jobs, running, o->ttl, o->hb, (long long)c->dead_after_ms,
+           !o->use_tls ? "plain text (no TLS)" : o->tls.ca_file ? "mutual TLS" : "TLS",
            o->no_auth ? "NO token checks" : "join/admin tokens required");
   recover(c);
   sd_notify(0, "READY=1");

@@ -348,7 +348,8 @@ static void outer_after(uv_work_t *req, int status) {
   double mean = record_round_loss(c, j, w);
   DPC_INFO("round %lld closed: job %lld fragment %d -> version %lld, %d deltas%s, mean loss %.4f, outer step %.3f s",
            (long long)w->round, (long long)w->job, w->fragment + 1, (long long)w->new_version, w->n,
-           w->short_reason == REVOKE_GRACE ? " (quorum grace)" : w->short_reason ? " (deadline)" : "", mean, w->seconds);
+           w->short_reason == REVOKE_GRACE ? " (quorum grace)" : w->short_reason ? " (deadline)" : "", mean,
+           w->seconds);
   pcache_put(c, w->job, w->fragment, w->new_version, w->theta, w->len, w->param_crc);
   w->theta = NULL;
   if (j && w->short_reason) skip_missing_slots(c, j, w->fragment, w->round, w->short_reason);
@@ -432,7 +433,8 @@ static int closing_deltas(coord *c, const coord_job *j, int f, int64_t t, int64_
     const int64_t grace_ms = j->spec.has_quorum_grace ? (int64_t)llround(j->spec.quorum_grace_s * 1000.0) : 0;
     if (k > 0 && k >= need && past_deadline) {
       *short_reason = REVOKE_DEADLINE;
-    } else if (k > 0 && k >= need && j->spec.has_quorum_grace && quorum_at != INT64_MAX && now >= quorum_at + grace_ms) {
+    } else if (k > 0 && k >= need && j->spec.has_quorum_grace && quorum_at != INT64_MAX &&
+               now >= quorum_at + grace_ms) {
       *short_reason = REVOKE_GRACE;
     } else {
       free(d);

@@ -234,7 +234,8 @@ int main(void) {
   expect_bad("{" BASE ",\"quorum\":0}", DPC_EINVAL, "field \"quorum\" = 0 out of range (0, 1]");
   expect_bad("{" BASE ",\"quorum\":1.5}", DPC_EINVAL, "field \"quorum\" = 1.5 out of range (0, 1]");
   /* quorum_grace_s (issue 23): optional, >= 0, sync jobs only; written back only when given. */
-  expect_bad("{" BASE ",\"quorum\":0.5,\"quorum_grace_s\":-1}", DPC_EINVAL, "field \"quorum_grace_s\" = -1: must be >= 0");
+  expect_bad("{" BASE ",\"quorum\":0.5,\"quorum_grace_s\":-1}", DPC_EINVAL,
+             "field \"quorum_grace_s\" = -1: must be >= 0");
   expect_bad("{" BASE ",\"quorum_grace_s\":\"2\"}", DPC_EINVAL, "field \"quorum_grace_s\": expected a number");
   expect_bad("{" BASE ",\"quorum_grace_s\":1e12}", DPC_EINVAL, "field \"quorum_grace_s\" = 1e+12 out of range");
   expect_bad("{\"name\":\"a\"," MODEL "," DATA ",\"algorithm\":\"diloco-async\",\"replicas\":2,\"inner_steps\":4,"
