@@ -14,7 +14,11 @@
  *    round's deltas all produce version round + 1 with staleness 0, in (path, replica) order
  *    (the rows outlive garbage collection, which drops only their blobs). One more point,
  *    "ledger_dropped" (value = deltas trained but never applied: dropped as too stale at
- *    apply or refused at push; round = step = 0), closes the ledger. */
+ *    apply or refused at push; round = step = 0), closes the ledger. Sync jobs add
+ *    "ledger_missed" before it: one point per slot that a closed round expected and did not
+ *    merge (closed at its deadline or quorum grace window without it): value = the slot's
+ *    replica, path = its path, round = the version the round produced, step = round,
+ *    fragment_id; derived from the applied rows, so it survives restarts as they do. */
 #include "coordinator/admin_fleet.h"
 
 #include "common/errors.h"
@@ -391,6 +395,66 @@ static int list_ledger(coord *c, const coord_job *j, store_delta **led, int *nle
   return rc;
 }
 
+/* A slot that a closed sync round expected and did not merge (the round closed at its deadline
+ * or at the end of its quorum grace window without it). */
+typedef struct {
+  int fragment, path, replica;
+  int64_t version; /* the version the round produced (round + 1) */
+} missed_slot;
+
+/* The slots every closed round of sync job j missed: expected (every replica of every path
+ * through the fragment's module) minus merged (its applied deltas in led[0..nled), which are
+ * durable rows), by fragment, round, path, replica, from version since on. *out: caller
+ * frees. Async jobs have no rounds: none. */
+static int list_missed(coord *c, const coord_job *j, const store_delta *led, int nled, uint64_t since,
+                       missed_slot **out, int *nout) {
+  *out = NULL;
+  *nout = 0;
+  if (j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC) return 0;
+  store_fragment *fr;
+  int nf;
+  int rc = store_list_fragments(c->st, j->id, &fr, &nf);
+  if (rc < 0) return rc;
+  const int R = j->spec.replicas, ns = j->n_paths * R;
+  int cap = 0;
+  for (int fi = 0; fi < nf && rc == 0; fi++) {
+    const int f = fr[fi].fragment;
+    const int64_t V = fr[fi].version; /* rounds 0 .. V-1 are closed */
+    if (V <= 0 || f < 0 || f >= j->n_fragments) continue;
+    unsigned char *seen = calloc((size_t)V * (size_t)ns, 1);
+    if (!seen) {
+      rc = DPC_ENOMEM;
+      break;
+    }
+    for (int i = 0; i < nled; i++)
+      if (led[i].fragment == f && led[i].applied_version >= 1 && led[i].applied_version <= V && led[i].path >= 0 &&
+          led[i].path < j->n_paths && led[i].replica >= 0 && led[i].replica < R)
+        seen[(size_t)(led[i].applied_version - 1) * (size_t)ns + (size_t)(led[i].path * R + led[i].replica)] = 1;
+    for (int64_t t = 0; t < V && rc == 0; t++) {
+      if ((uint64_t)(t + 1) < since) continue;
+      for (int p = 0; p < j->n_paths && rc == 0; p++) {
+        if (!coord_job_path_has_fragment(j, p, f)) continue;
+        for (int r = 0; r < R; r++) {
+          if (seen[(size_t)t * (size_t)ns + (size_t)(p * R + r)]) continue;
+          if (*nout == cap) {
+            cap = cap ? 2 * cap : 16;
+            missed_slot *a = realloc(*out, (size_t)cap * sizeof *a);
+            if (!a) {
+              rc = DPC_ENOMEM;
+              break;
+            }
+            *out = a;
+          }
+          (*out)[(*nout)++] = (missed_slot){.fragment = f, .path = p, .replica = r, .version = t + 1};
+        }
+      }
+    }
+    free(seen);
+  }
+  free(fr);
+  return rc;
+}
+
 /* The series of the metric rows ms[0..nm) the request wants, from pt[k] on (up to limit);
  * returns the new count. */
 static size_t metric_points(const coord_job *j, const Dipaco__V1__GetMetricsRequest *r, const store_metric *ms, int nm,
@@ -468,7 +532,10 @@ static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer 
   if (rc == 0) rc = list_ledger(c, j, &led, &nled);
   int64_t dropped = 0;
   if (rc == 0 && want_name(r, "ledger_dropped")) rc = store_count_dropped(c->st, j->id, &dropped);
-  size_t cap = (size_t)nm * 5 + (size_t)nled * 3 + 2;
+  missed_slot *mis = NULL;
+  int nmis = 0;
+  if (rc >= 0 && want_name(r, "ledger_missed")) rc = list_missed(c, j, led, nled, r->since_round, &mis, &nmis);
+  size_t cap = (size_t)nm * 5 + (size_t)nled * 3 + (size_t)nmis + 2;
   Dipaco__V1__MetricPoint *pt = calloc(cap, sizeof *pt);
   Dipaco__V1__MetricPoint **pp = calloc(cap, sizeof *pp);
   if (rc < 0 || !pt || !pp) {
@@ -476,6 +543,17 @@ static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer 
   } else {
     size_t k = metric_points(j, r, ms, nm, limit, pt, pp, 0);
     k = ledger_points(r, led, nled, limit, pt, pp, k);
+    for (int i = 0; i < nmis && k < limit; i++) {
+      dipaco__v1__metric_point__init(&pt[k]);
+      pt[k].name = "ledger_missed";
+      pt[k].round = (uint64_t)mis[i].version;
+      pt[k].step = (uint64_t)mis[i].version - 1;
+      pt[k].value = (double)mis[i].replica;
+      pt[k].path = mis[i].path;
+      pt[k].fragment_id = (uint64_t)mis[i].fragment + 1;
+      pp[k] = &pt[k];
+      k++;
+    }
     if (want_name(r, "ledger_dropped") && k < cap) {
       dipaco__v1__metric_point__init(&pt[k]);
       pt[k].name = "ledger_dropped";
@@ -493,6 +571,7 @@ static void on_get_metrics(struct rpc_call *call, const struct grpc_byte_buffer 
   free(pp);
   free(ms);
   free(led);
+  free(mis);
   protobuf_c_message_free_unpacked(pm, NULL);
 }
 

@@ -89,6 +89,9 @@ typedef struct lease_note {
   uint64_t bytes_out; /* parameter bytes pulled under the lease */
   double pull_done_s; /* monotonic time the last parameter chunk of the lease was sent (0 =
                          none): training runs from then until the push starts (DyLU speed) */
+  int64_t hb_at;      /* dpc_wall_ms of the lease's last sign of life: a heartbeat, a parameter
+                         chunk sent, a delta chunk received (0 = none since the coordinator
+                         started); a lease silent for coord.dead_after_ms is revoked (leases.c) */
 } lease_note;
 
 /* A Lease call held open (long-poll) until work frees or its deadline passes (leases.c keeps
@@ -102,6 +105,16 @@ typedef struct lease_wait {
  * SCHED_STOPPING only there: the coordinator is shutting down, answer UNAVAILABLE. */
 enum { SCHED_GRANTED = 0, SCHED_WAIT = 1, SCHED_NO_WORK = 2, SCHED_STOPPING = 3 };
 
+/* Why the coordinator took an active lease away (dipaco_lease_revocations_total{reason}):
+ * its worker missed dead_after_heartbeats heartbeats in a row; its TTL ran out with no
+ * renewal; its round closed at round_timeout_s without it; or its quorum round closed at the
+ * end of the quorum grace window (quorum_grace_s) without it. */
+enum { REVOKE_HEARTBEAT = 0, REVOKE_TTL, REVOKE_DEADLINE, REVOKE_GRACE, REVOKE_N };
+
+/* Upper bounds (seconds) of the dipaco_round_wait_seconds histogram buckets. */
+#define COORD_ROUND_WAIT_BUCKETS 12
+#define COORD_ROUND_WAIT_BOUNDS {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800}
+
 struct rpc_server;
 struct create_work;
 
@@ -114,6 +127,9 @@ typedef struct coord {
   char state_dir[1024];
   dpc_auth_keys keys; /* token hashes (main.c sets them before serving; zero = auth off) */
   int lease_ttl_ms, heartbeat_ms;
+  int64_t dead_after_ms; /* a lease with no heartbeat for this long is revoked (leases.c):
+                            max(--dead-after-heartbeats x heartbeat_ms, LEASE_DEAD_FLOOR_MS) */
+  int64_t tick_prev_ms;  /* dpc_wall_ms of the previous lease_expire (loop stall detection) */
   int64_t worker_retention_ms; /* a worker silent this long and holding no lease is deleted (leases.c) */
   int64_t retire_next_ms;
   uint64_t memory_budget_bytes; /* job create refuses jobs estimated above it (membudget.h); 0 = none */      /* when lease_expire next looks for such workers */
@@ -152,6 +168,12 @@ typedef struct coord {
   /* counters for /metrics */
   uint64_t rounds_total, bytes_in, bytes_out, outer_steps;
   uint64_t deltas_rejected; /* PushDelta streams refused as malformed or corrupt (nothing stored) */
+  uint64_t revocations[REVOKE_N]; /* active leases taken away, by REVOKE_* reason */
+  /* dipaco_round_wait_seconds: per closed sync round, the time from its first to its last
+   * merged delta; round_wait_count[i] counts rounds with wait <= COORD_ROUND_WAIT_BOUNDS[i]
+   * (metrics.c), the last one all rounds (+Inf). */
+  uint64_t round_wait_count[COORD_ROUND_WAIT_BUCKETS + 1];
+  double round_wait_sum;
   double outer_seconds_sum, outer_seconds_last;
 
   /* Callbacks by which a lower layer reaches a higher one (main.c sets them; NULL = none). */

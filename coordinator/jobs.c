@@ -184,6 +184,7 @@ lease_note *coord_note(coord *c, int64_t lease, int create) {
   n->tokens = 0;
   n->bytes_out = 0;
   n->pull_done_s = 0;
+  n->hb_at = 0;
   return n;
 }
 

@@ -426,7 +426,7 @@ static int parse_root(const cJSON *root, jobspec *js) {
   if (!cJSON_IsObject(root)) return dpc_err(DPC_EINVAL, "job spec: expected a JSON object at the top level");
   static const char *const top[] = {"name", "model", "data", "algorithm", "replicas", "inner_steps",
                                     "rounds", "batch", "seq_len", "inner", "outer", "levels",
-                                    "quorum", "round_timeout_s", "weighting", "max_staleness", "dylu",
+                                    "quorum", "round_timeout_s", "quorum_grace_s", "weighting", "max_staleness", "dylu",
                                     "versions", "streaming", "sparse", NULL};
   JS_TRY(check_keys(root, "", top));
   JS_TRY(get_string(root, "", "name", 1, js->name, sizeof js->name));
@@ -453,6 +453,9 @@ static int parse_root(const cJSON *root, jobspec *js) {
   JS_TRY(parse_levels(root, js));
   JS_TRY(get_number(root, "", "quorum", 0, &js->quorum));
   JS_TRY(get_number(root, "", "round_timeout_s", 0, &js->round_timeout_s));
+  int grace = get_number(root, "", "quorum_grace_s", 0, &js->quorum_grace_s);
+  if (grace < 0) return grace;
+  js->has_quorum_grace = grace == 1;
   v = js->weighting;
   JS_TRY(get_enum(root, "", "weighting", 0, WEIGHT_NAMES, 2, &v));
   js->weighting = (jobspec_weighting)v;
@@ -637,6 +640,15 @@ int jobspec_validate(const jobspec *js) {
   JS_TRY(check_range_i("versions.keep_every", js->versions.keep_every, 0, 1000000000));
   JS_TRY(check_range_d("quorum", js->quorum, 0, 1, 1, 0));
   JS_TRY(check_range_d("round_timeout_s", js->round_timeout_s, 0, 0, 30 * 86400.0, 0));
+  if (js->has_quorum_grace) {
+    if (js->algorithm == JOB_ALGO_DILOCO_ASYNC)
+      return dpc_err(DPC_EINVAL, "field \"quorum_grace_s\": a diloco-async job applies every delta as it comes and "
+                     "has no rounds to close; remove it (or use algorithm \"diloco\" with \"quorum\")");
+    if (!isfinite(js->quorum_grace_s) || js->quorum_grace_s < 0)
+      return dpc_err(DPC_EINVAL, "field \"quorum_grace_s\" = %g: must be >= 0 (seconds a round waits for the rest of "
+                     "its deltas once the quorum is in)", js->quorum_grace_s);
+    JS_TRY(check_range_d("quorum_grace_s", js->quorum_grace_s, 0, 0, 30 * 86400.0, 0));
+  }
   if ((unsigned)js->weighting > WEIGHTING_TOKENS) return dpc_err(DPC_EINVAL, "field \"weighting\": unknown value");
 
   /* Levels: level 0 holds the stem; layer ranges are consecutive and cover [0, n_layer). */
@@ -919,6 +931,7 @@ int jobspec_to_json(const jobspec *js, char **out) {
   }
   add_num(r, "quorum", js->quorum);
   add_num(r, "round_timeout_s", js->round_timeout_s);
+  if (js->has_quorum_grace) add_num(r, "quorum_grace_s", js->quorum_grace_s);
   cJSON_AddStringToObject(r, "weighting", WEIGHT_NAMES[js->weighting]);
   char *s = cJSON_PrintUnformatted(r);
   cJSON_Delete(r);

@@ -20,13 +20,16 @@
  *    "max_staleness": S,                     diloco-async: drop deltas with staleness > S (0 = off)
  *    "dylu": {"enabled": bool, "min_steps": H_min},   diloco-async dynamic local updates
  *    "levels": [{"stem": bool, "layers": [first, end), "modules": K}, ...],
- *    "quorum": q, "round_timeout_s": s, "weighting": "uniform"|"tokens"}
+ *    "quorum": q, "round_timeout_s": s, "quorum_grace_s": g, "weighting": "uniform"|"tokens"}
  *
  * Defaults (JOBSPEC_DEFAULT_*): inner lr 3e-4, warmup 0, lr_min_frac 0.1, weight_decay 0.1,
  * beta1 0.9, beta2 0.95, eps 1e-8, grad_clip 1.0, state keep; outer lr 0.7, momentum 0.9,
  * nesterov true, rule delayed-nesterov, delay_buffer 0 (= number of slots), c 0, delta_norm_screen 0;
  * max_staleness 0 (off); dylu disabled, min_steps 1 (must be <= inner_steps); quorum 1.0;
- * round_timeout_s 3600 (0 = no deadline); weighting uniform; data.val empty; levels: one
+ * round_timeout_s 3600 (0 = no deadline); quorum_grace_s unset (a round waits for every delta
+ * until its deadline; g >= 0, sync jobs only: once ceil(quorum × expected) deltas are in, the
+ * round closes when the rest are in or g seconds after the quorum was reached, whichever comes
+ * first; round_timeout_s stays the hard cap); weighting uniform; data.val empty; levels: one
  * level {"stem": true, "layers": [0, n_layer], "modules": 1}.
  * The LR schedule's total_steps is rounds × inner_steps.
  *
@@ -186,6 +189,8 @@ typedef struct {
   } sparse;
   double quorum;          /* fraction of expected deltas needed at the deadline, (0, 1] */
   double round_timeout_s; /* 0 = no deadline */
+  int has_quorum_grace;   /* quorum_grace_s was given */
+  double quorum_grace_s;  /* [0, 30 days]: wait this long for the rest once the quorum is in */
   jobspec_weighting weighting;
 } jobspec;
 

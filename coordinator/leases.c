@@ -381,6 +381,68 @@ static void retire_workers(coord *c, int64_t now) {
   free(ids);
 }
 
+int64_t lease_dead_after_ms(int n, int hb_ms) {
+  int64_t ms = (int64_t)n * hb_ms;
+  return ms < LEASE_DEAD_FLOOR_MS ? LEASE_DEAD_FLOOR_MS : ms;
+}
+
+void lease_count_revocation(coord *c, int reason) {
+  if (reason >= 0 && reason < REVOKE_N) c->revocations[reason]++;
+}
+
+/* When active lease l last showed its worker alive: its last heartbeat or transfer chunk
+ * (lease_note.hb_at), else its grant; a time
+ * before this process started counts as c->live_floor_ms (workers could not call a dead
+ * process; they get the restart grace to reconnect). */
+static int64_t lease_last_heard(coord *c, const store_lease *l) {
+  const lease_note *n = coord_note(c, l->id, 0);
+  const int64_t at = n && n->hb_at > l->created_at ? n->hb_at : l->created_at;
+  return at >= c->started_ms ? at : c->live_floor_ms;
+}
+
+/* Revoke every active lease of act[0..na) with no heartbeat (nor parameter or delta chunk)
+ * for c->dead_after_ms: its worker died (SIGKILL, a lost machine) or is cut off. The
+ * heartbeats run on their own thread beside training, so a slow worker keeps sending them and
+ * keeps its lease; a transfer counts too, so heartbeats queued behind a large push on a slow
+ * link do not cost the lease. A revoked lease ends as
+ * expired, exactly as at its TTL (slot idle for the same round, nothing it pushes later is
+ * applied), only sooner; the caller's rounds_check then answers the parked Lease calls. */
+static void revoke_silent(coord *c, store_lease *act, int na, int64_t now) {
+  /* A loop that stalled (a long commit, a descheduled process) has heartbeats queued that it
+   * has not read yet, and libuv runs timers before it polls: judge silence only when the
+   * previous tick came less than half the window ago (the tick runs every heartbeat / 2,
+   * 50 to 500 ms), so that no stall can make up the silence. */
+  const int64_t prev = c->tick_prev_ms;
+  c->tick_prev_ms = now;
+  if (c->dead_after_ms <= 0 || prev == 0 || now - prev > c->dead_after_ms / 2) return;
+  for (int k = 0; k < na; k++) {
+    if (act[k].state != LEASE_ACTIVE) continue;
+    const int64_t silent = now - lease_last_heard(c, &act[k]);
+    if (silent <= c->dead_after_ms) continue;
+    if (lease_maybe_pushed(c, &act[k])) { /* its work is in: finished, not revoked */
+      act[k].state = LEASE_FINISHED;
+      continue;
+    }
+    if (store_end_lease(c->st, act[k].id, LEASE_EXPIRED, 0, 0, now) < 0) {
+      DPC_WARN("lease %lld: cannot revoke it: %s", (long long)act[k].id, dpc_errmsg());
+      continue;
+    }
+    act[k].state = LEASE_EXPIRED;
+    lease_count_revocation(c, REVOKE_HEARTBEAT);
+    DPC_WARN("lease %lld revoked: worker %lld sent no heartbeat for %lld ms (limit %lld ms); job %lld slot (path %d, "
+             "replica %d) round %lld is free again", (long long)act[k].id, (long long)act[k].worker, (long long)silent,
+             (long long)c->dead_after_ms, (long long)act[k].job, act[k].path, act[k].replica, (long long)act[k].round);
+    coord_note_drop(c, act[k].id);
+    /* A worker silent as long as its lease is gone too, so that a slot reserved for it
+     * (inner_state keep) goes to another worker now rather than after the lease TTL. Any
+     * call of it brings it back (svc_touch). */
+    store_worker w;
+    if (store_get_worker(c->st, act[k].worker, &w) == 0 && w.state == WORKER_ACTIVE && !lease_is_parked(c, w.id) &&
+        now - (w.last_seen >= c->started_ms ? w.last_seen : c->live_floor_ms) > c->dead_after_ms)
+      store_set_worker_state(c->st, w.id, WORKER_GONE);
+  }
+}
+
 void lease_expire(coord *c) {
   if (c->stopping) return;
   int64_t now = dpc_wall_ms();
@@ -390,10 +452,12 @@ void lease_expire(coord *c) {
   int na = 0;
   /* Remember who held what, for the log line. */
   if (store_list_active_leases(c->st, 0, &act, &na) < 0) act = NULL, na = 0;
+  revoke_silent(c, act, na, now);
   /* A lease past its expiry whose deltas are all durable is finished, not expired: the work
    * is in, so the slot moves on instead of training the closed round again. */
   for (int k = 0; k < na; k++)
-    if (act[k].expires_at <= now && lease_maybe_pushed(c, &act[k])) act[k].state = LEASE_FINISHED;
+    if (act[k].state == LEASE_ACTIVE && act[k].expires_at <= now && lease_maybe_pushed(c, &act[k]))
+      act[k].state = LEASE_FINISHED;
   if (store_expire_leases(c->st, now, &ids, &n) == 0) {
     for (int i = 0; i < n; i++) {
       const store_lease *l = NULL;
@@ -405,6 +469,7 @@ void lease_expire(coord *c) {
                  (long long)l->round);
       else
         DPC_WARN("lease %lld expired", (long long)ids[i]);
+      lease_count_revocation(c, REVOKE_TTL);
       coord_note_drop(c, ids[i]);
     }
     free(ids);

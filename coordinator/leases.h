@@ -24,8 +24,18 @@ int lease_maybe_pushed(coord *c, const store_lease *l);
 /* Restart recovery: finish every active lease whose deltas are all durable (a crash between
  * acknowledging the last delta and ending the lease leaves such leases behind). */
 void lease_recover(coord *c);
-/* Housekeeping (every tick): expire leases past their expiry, mark silent workers gone. */
+/* The shortest silence that revokes a lease (coord.dead_after_ms): a heartbeat interval of
+ * 100 ms must not make scheduler hiccups of a few hundred ms look like a dead worker. */
+#define LEASE_DEAD_FLOOR_MS 1000
+/* coord.dead_after_ms for --dead-after-heartbeats n and --heartbeat-ms hb. */
+int64_t lease_dead_after_ms(int n, int hb_ms);
+/* Housekeeping (every tick): revoke leases whose worker missed its heartbeats (no heartbeat
+ * for dead_after_ms; the slot is free at once), expire leases past their TTL, mark silent
+ * workers gone. A revoked lease is expired (LEASE_EXPIRED) as by its TTL: its heartbeats say
+ * STOP and its pushes are refused (ABORTED, or PUSH_LATE once the round closed). */
 void lease_expire(coord *c);
+/* Count one revocation of reason REVOKE_* (dipaco_lease_revocations_total). */
+void lease_count_revocation(coord *c, int reason);
 /* Fold one steps/s sample of a worker (a heartbeat's steps_per_sec, or a completed lease's
  * steps / seconds between the end of its pull and the start of its push) into its EWMA
  * (store_worker.steps_per_s): v ← 0.7·v + 0.3·sample, or the sample itself when v is still

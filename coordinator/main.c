@@ -4,7 +4,8 @@
  * (loop.c) until the graceful shutdown after SIGTERM/SIGINT, and closes everything.
  *
  * usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]
- *          [--lease-ttl-ms N] [--heartbeat-ms N] [--worker-retention-s N] [--log-level L] [--log-json]
+ *          [--lease-ttl-ms N] [--heartbeat-ms N] [--dead-after-heartbeats N] [--worker-retention-s N]
+ *          [--log-level L] [--log-json]
  *          [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
  *          [--join-token-file FILE] [--admin-token-file FILE] [--insecure-no-auth]
  *
@@ -58,7 +59,7 @@
 typedef struct opts {
   const char *listen, *state_dir, *metrics_addr, *join_file, *admin_file;
   struct rpc_tls tls;
-  int json, ttl, hb, no_auth, use_tls, retention_s;
+  int json, ttl, hb, dead_hb, no_auth, use_tls, retention_s;
   int handshake_ms, idle_ms, self_check_ms, memory_budget_mb;
   enum dpc_log_level level;
 } opts;
@@ -66,6 +67,8 @@ typedef struct opts {
 static void usage(FILE *f) {
   fprintf(f, "usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]\n"
              "         [--lease-ttl-ms N (default 15000)] [--heartbeat-ms N (default 2000)]\n"
+             "         [--dead-after-heartbeats N (default 3: a lease whose worker sent no heartbeat for\n"
+             "          max(N x --heartbeat-ms, 1 s) is revoked and its slot given to another worker)]\n"
              "         [--worker-retention-s N (default 86400: delete workers silent that long, holding no lease)]\n"
              "         [--handshake-timeout-ms N (default 10000)] [--idle-timeout-ms N (default 300000)]\n"
              "         [--memory-budget-mb N (default: the cgroup's memory.max, else 80%% of RAM)]\n"
@@ -120,7 +123,8 @@ static const char *flags_problem(const opts *o, char *msg, size_t cap) {
 
 /* Fill o from argv; 0 = go on, else *exit_code is what main returns (0 after --help). */
 static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
-  *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .retention_s = 86400, .handshake_ms = RPC_HANDSHAKE_TIMEOUT_DEFAULT_MS,
+  *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .dead_hb = 3, .retention_s = 86400,
+              .handshake_ms = RPC_HANDSHAKE_TIMEOUT_DEFAULT_MS,
               .idle_ms = RPC_IDLE_TIMEOUT_DEFAULT_MS, .self_check_ms = 5000, .level = DPC_LOG_INFO};
   dpc_arg args[] = {
       {.name = "listen", .kind = DPC_ARG_STR, .dst = &o->listen, .required = 1},
@@ -128,6 +132,7 @@ static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
       {.name = "metrics-listen", .kind = DPC_ARG_STR, .dst = &o->metrics_addr},
       {.name = "lease-ttl-ms", .kind = DPC_ARG_INT, .dst = &o->ttl, .lo = 100, .hi = 86400000},
       {.name = "heartbeat-ms", .kind = DPC_ARG_INT, .dst = &o->hb, .lo = 10, .hi = 3600000},
+      {.name = "dead-after-heartbeats", .kind = DPC_ARG_INT, .dst = &o->dead_hb, .lo = 2, .hi = 1000},
       {.name = "worker-retention-s", .kind = DPC_ARG_INT, .dst = &o->retention_s, .lo = 1, .hi = 315360000},
       {.name = "handshake-timeout-ms", .kind = DPC_ARG_INT, .dst = &o->handshake_ms, .lo = 100, .hi = 600000},
       {.name = "idle-timeout-ms", .kind = DPC_ARG_INT, .dst = &o->idle_ms, .lo = 1000, .hi = 86400000},
@@ -392,8 +397,8 @@ static void recover(coord *c) {
   c->live_floor_ms = c->started_ms + RESTART_GRACE_MS;
   int graced = store_lease_grace(c->st, c->live_floor_ms + c->lease_ttl_ms);
   if (graced > 0)
-    DPC_INFO("recovery: %d active lease(s) keep their slots for %d ms while workers reconnect", graced,
-             RESTART_GRACE_MS + c->lease_ttl_ms);
+    DPC_INFO("recovery: %d active lease(s) keep their slots for %lld ms while workers reconnect", graced,
+             (long long)RESTART_GRACE_MS + (c->dead_after_ms < c->lease_ttl_ms ? c->dead_after_ms : c->lease_ttl_ms));
   else if (graced < 0) DPC_WARN("recovery: cannot extend the active leases: %s", dpc_errmsg());
   rounds_check(c);
 }
@@ -402,8 +407,9 @@ static void run(coord *c, const opts *o) {
   int running = 0;
   for (int i = 0; i < c->n_jobs; i++) running += c->jobs[i]->state == JOB_RUNNING;
   DPC_INFO("dipaco-coordinator listening on %s (port %d), state %s, %d job(s) (%d running), lease ttl %d ms, "
-           "heartbeat %d ms, %s, %s", o->listen, rpc_server_port(c->srv), o->state_dir, c->n_jobs, running, o->ttl,
-           o->hb, !o->use_tls ? "plain text (no TLS)" : o->tls.ca_file ? "mutual TLS" : "TLS",
+           "heartbeat %d ms (revoked after %lld ms without), %s, %s", o->listen, rpc_server_port(c->srv), o->state_dir,
+           c->n_jobs, running, o->ttl, o->hb, (long long)c->dead_after_ms,
+           !o->use_tls ? "plain text (no TLS)" : o->tls.ca_file ? "mutual TLS" : "TLS",
            o->no_auth ? "NO token checks" : "join/admin tokens required");
   recover(c);
   sd_notify(0, "READY=1");
@@ -427,6 +433,7 @@ int main(int argc, char **argv) {
   snprintf(c->state_dir, sizeof c->state_dir, "%s", o.state_dir);
   c->lease_ttl_ms = o.ttl;
   c->heartbeat_ms = o.hb;
+  c->dead_after_ms = lease_dead_after_ms(o.dead_hb, o.hb);
   c->worker_retention_ms = (int64_t)o.retention_s * 1000;
   const char *budget_src = "--memory-budget-mb";
   c->memory_budget_bytes = o.memory_budget_mb ? (uint64_t)o.memory_budget_mb << 20 : membudget_default(&budget_src);

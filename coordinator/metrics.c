@@ -3,7 +3,10 @@
  * 404 to anything else; one response per connection, then close. Requests are bounded
  * (8 KiB, must start with a request line) and read on the loop thread like everything else.
  *
- * Series: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_deltas_rejected_total, dipaco_bytes_in_total,
+ * Series: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_deltas_rejected_total,
+ * dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace),
+ * dipaco_round_wait_seconds (histogram: first to last merged delta of each closed sync round),
+ * dipaco_bytes_in_total,
  * dipaco_bytes_out_total, dipaco_outer_step_seconds (last) and _sum, dipaco_workers{state},
  * dipaco_active_leases, dipaco_jobs{state}, dipaco_fragment_version{job,fragment},
  * dipaco_loss{job,path} (latest reported loss; NaN until known), dipaco_job_loss{job} (mean
@@ -75,6 +78,23 @@ static void fmt_counters(coord *c, sbuf *b) {
   sb_printf(b, "# HELP dipaco_deltas_rejected_total PushDelta streams refused as malformed or corrupt (nothing "
                "stored).\n# TYPE dipaco_deltas_rejected_total counter\ndipaco_deltas_rejected_total %llu\n",
             (unsigned long long)c->deltas_rejected);
+  static const char *const why[REVOKE_N] = {"heartbeat", "ttl", "deadline", "grace"};
+  sb_printf(b, "# HELP dipaco_lease_revocations_total Active leases taken from their workers: heartbeat (missed "
+               "--dead-after-heartbeats heartbeats), ttl (not renewed within --lease-ttl-ms), deadline (round closed "
+               "at round_timeout_s without it), grace (quorum round closed at quorum_grace_s without it).\n"
+               "# TYPE dipaco_lease_revocations_total counter\n");
+  for (int i = 0; i < REVOKE_N; i++)
+    sb_printf(b, "dipaco_lease_revocations_total{reason=\"%s\"} %llu\n", why[i], (unsigned long long)c->revocations[i]);
+  static const double bounds[COORD_ROUND_WAIT_BUCKETS] = COORD_ROUND_WAIT_BOUNDS;
+  sb_printf(b, "# HELP dipaco_round_wait_seconds Per closed sync round: time from its first to its last merged "
+               "delta.\n# TYPE dipaco_round_wait_seconds histogram\n");
+  for (int i = 0; i < COORD_ROUND_WAIT_BUCKETS; i++)
+    sb_printf(b, "dipaco_round_wait_seconds_bucket{le=\"%g\"} %llu\n", bounds[i],
+              (unsigned long long)c->round_wait_count[i]);
+  sb_printf(b, "dipaco_round_wait_seconds_bucket{le=\"+Inf\"} %llu\ndipaco_round_wait_seconds_sum %.6f\n"
+               "dipaco_round_wait_seconds_count %llu\n",
+            (unsigned long long)c->round_wait_count[COORD_ROUND_WAIT_BUCKETS], c->round_wait_sum,
+            (unsigned long long)c->round_wait_count[COORD_ROUND_WAIT_BUCKETS]);
   sb_printf(b, "# HELP dipaco_bytes_in_total Tensor bytes received (deltas, uploads).\n"
                "# TYPE dipaco_bytes_in_total counter\ndipaco_bytes_in_total %llu\n",
             (unsigned long long)c->bytes_in);

@@ -4,7 +4,8 @@
  * job, and the housekeeping tick.
  *
  * Sync rule: round t of fragment f closes when every slot whose path contains f's module has
- * a received delta for it, or — at the round deadline — when at least ceil(quorum · expected)
+ * a received delta for it, or — at the round deadline, or quorum_grace_s after the
+ * ceil(quorum · expected)-th slot's delta arrived — when at least ceil(quorum · expected)
  * have (slot rules: leases.c).
  *
  * Async rule (algorithm "diloco-async", DESIGN.md §3): every received delta is applied on its
@@ -70,7 +71,8 @@ typedef struct {
   float *theta;
   uint32_t param_crc, momentum_crc;
   double seconds;
-  int by_deadline;
+  int short_reason; /* 0: every expected delta; REVOKE_DEADLINE / REVOKE_GRACE: closed without some */
+  int64_t first_at, last_at; /* earliest and latest received_at of the merged deltas */
 } outer_work;
 
 static void outer_work_free(outer_work *w) {
@@ -210,17 +212,20 @@ static void gc_fragment(coord *c, int64_t job, int fragment, int64_t round) {
   }
 }
 
-/* The round closed at its deadline without some slots: revoke their leases for the round
- * and move every slot of the fragment's paths that has not reached the next round. */
-static void skip_missing_slots(coord *c, coord_job *j, int fragment, int64_t round) {
+/* The round closed at its deadline or at the end of its quorum grace window (reason:
+ * REVOKE_DEADLINE / REVOKE_GRACE) without some slots: revoke their leases for the round and
+ * move every slot of the fragment's paths that has not reached the next round. */
+static void skip_missing_slots(coord *c, coord_job *j, int fragment, int64_t round, int reason) {
   store_lease *act;
   int na;
   if (store_list_active_leases(c->st, j->id, &act, &na) == 0) {
     for (int i = 0; i < na; i++)
       if (act[i].round == round && coord_job_path_has_fragment(j, act[i].path, fragment)) {
-        DPC_WARN("lease %lld revoked: round %lld of job %lld closed at its deadline without it", (long long)act[i].id,
-                 (long long)round, (long long)j->id);
-        store_end_lease(c->st, act[i].id, LEASE_RELEASED, 1, act[i].inner_steps, dpc_wall_ms());
+        DPC_WARN("lease %lld revoked: round %lld of job %lld closed %s without it", (long long)act[i].id,
+                 (long long)round, (long long)j->id,
+                 reason == REVOKE_GRACE ? "at the end of its quorum grace window" : "at its deadline");
+        if (store_end_lease(c->st, act[i].id, LEASE_RELEASED, 1, act[i].inner_steps, dpc_wall_ms()) == 0)
+          lease_count_revocation(c, reason);
         coord_note_drop(c, act[i].id);
       }
     free(act);
@@ -299,6 +304,15 @@ static void outer_failed(coord *c, coord_job *j, const outer_work *w) {
   pause_fragment(c, j, w->fragment, what);
 }
 
+/* One closed sync round's first-to-last delta time into dipaco_round_wait_seconds. */
+static void note_round_wait(coord *c, double s) {
+  static const double bounds[COORD_ROUND_WAIT_BUCKETS] = COORD_ROUND_WAIT_BOUNDS;
+  for (int i = 0; i < COORD_ROUND_WAIT_BUCKETS; i++)
+    if (s <= bounds[i]) c->round_wait_count[i]++;
+  c->round_wait_count[COORD_ROUND_WAIT_BUCKETS]++;
+  c->round_wait_sum += s;
+}
+
 static void outer_after(uv_work_t *req, int status) {
   outer_work *w = req->data;
   coord *c = w->c;
@@ -328,15 +342,17 @@ static void outer_after(uv_work_t *req, int status) {
   }
   c->rounds_total++;
   c->outer_steps++;
+  if (w->n > 0) note_round_wait(c, (double)(w->last_at - w->first_at) / 1000.0);
   c->outer_seconds_sum += w->seconds;
   c->outer_seconds_last = w->seconds;
   double mean = record_round_loss(c, j, w);
   DPC_INFO("round %lld closed: job %lld fragment %d -> version %lld, %d deltas%s, mean loss %.4f, outer step %.3f s",
            (long long)w->round, (long long)w->job, w->fragment + 1, (long long)w->new_version, w->n,
-           w->by_deadline ? " (deadline)" : "", mean, w->seconds);
+           w->short_reason == REVOKE_GRACE ? " (quorum grace)" : w->short_reason ? " (deadline)" : "", mean,
+           w->seconds);
   pcache_put(c, w->job, w->fragment, w->new_version, w->theta, w->len, w->param_crc);
   w->theta = NULL;
-  if (j && w->by_deadline) skip_missing_slots(c, j, w->fragment, w->round);
+  if (j && w->short_reason) skip_missing_slots(c, j, w->fragment, w->round, w->short_reason);
   gc_fragment(c, w->job, w->fragment, w->round);
   if (j) check_job_done(c, j);
 done:
@@ -345,22 +361,66 @@ done:
   if (!c->stopping) rounds_check(c);
 }
 
+/* ceil(quorum · expected), at least 1: the deltas a round of fragment f needs to close short. */
+static int quorum_need(const coord_job *j, int f) {
+  int need = (int)ceil(j->spec.quorum * j->expected[f] - 1e-9);
+  return need < 1 ? 1 : need;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* When the quorum of a round was reached: the need-th earliest first arrival (received_at, a
+ * durable fact) among the slots of ds[0..n) (in (path, replica) order, one slot's deltas
+ * adjacent), or INT64_MAX with fewer slots or no memory. A restarted coordinator computes the
+ * same time, so a round's grace window ends when it would have without the restart. */
+static int64_t quorum_reached_at(const store_delta *ds, int n, int need) {
+  int64_t *first = malloc((size_t)(n > 0 ? n : 1) * sizeof *first);
+  if (!first) return INT64_MAX;
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (k > 0 && ds[i - 1].path == ds[i].path && ds[i - 1].replica == ds[i].replica) {
+      if (ds[i].received_at < first[k - 1]) first[k - 1] = ds[i].received_at;
+    } else {
+      first[k++] = ds[i].received_at;
+    }
+  }
+  int64_t at = INT64_MAX;
+  if (k >= need) {
+    qsort(first, (size_t)k, sizeof *first, cmp_i64);
+    at = first[need - 1];
+  }
+  free(first);
+  return at;
+}
+
 /* The deltas that close round t of (j, f) now — one per slot (the newest), in (path, replica)
- * order: all expected ones, or at the deadline a quorum. 0 with *ds (caller frees) and *n set,
- * or -1 when the round stays open. */
+ * order: all expected ones; or, with at least ceil(quorum · expected), those in at the round
+ * deadline (*short_reason = REVOKE_DEADLINE) or quorum_grace_s after the quorum was reached
+ * (REVOKE_GRACE). 0 with *ds (caller frees) and *n set, or -1 when the round stays open. The
+ * close is decided from durable facts only (the received rows, their received_at, the round's
+ * deadline), and the set merged is what store_commit_outer records (applied; the rest of the
+ * round's deltas dropped), so a restart replays every closed round as it was. */
 static int closing_deltas(coord *c, const coord_job *j, int f, int64_t t, int64_t now, store_delta **ds, int *n,
-                          int *by_deadline) {
+                          int *short_reason) {
   /* Called after every push: count first (one index scan), read the rows only when the round
    * can close. */
   int have;
   if (store_count_received_slots(c->st, j->id, f, t, &have) < 0 || have == 0) return -1;
+  const int need = quorum_need(j, f);
+  int past_deadline = 0;
   if (have < j->expected[f]) {
+    if (have < need) return -1;
     store_round r;
-    if (store_get_round(c->st, j->id, f, t, &r) < 0 || r.deadline_at == 0 || now < r.deadline_at) return -1;
+    past_deadline = store_get_round(c->st, j->id, f, t, &r) == 0 && r.deadline_at != 0 && now >= r.deadline_at;
+    if (!past_deadline && !j->spec.has_quorum_grace) return -1;
   }
   int nd;
   if (store_list_deltas(c->st, j->id, f, t, DELTA_RECEIVED, ds, &nd) < 0) return -1;
   store_delta *d = *ds;
+  const int64_t quorum_at = have < j->expected[f] && !past_deadline ? quorum_reached_at(d, nd, need) : INT64_MAX;
   /* Keep one delta per slot (the newest), in (path, replica) order. */
   int k = 0;
   for (int i = 0; i < nd; i++) {
@@ -368,25 +428,26 @@ static int closing_deltas(coord *c, const coord_job *j, int f, int64_t t, int64_
     else d[k++] = d[i];
   }
   *n = k;
-  *by_deadline = 0;
+  *short_reason = 0;
   if (k < j->expected[f]) {
-    store_round r;
-    int need = (int)ceil(j->spec.quorum * j->expected[f] - 1e-9);
-    if (need < 1) need = 1;
-    if (k == 0 || store_get_round(c->st, j->id, f, t, &r) < 0 || r.deadline_at == 0 || now < r.deadline_at ||
-        k < need) {
+    const int64_t grace_ms = j->spec.has_quorum_grace ? (int64_t)llround(j->spec.quorum_grace_s * 1000.0) : 0;
+    if (k > 0 && k >= need && past_deadline) {
+      *short_reason = REVOKE_DEADLINE;
+    } else if (k > 0 && k >= need && j->spec.has_quorum_grace && quorum_at != INT64_MAX &&
+               now >= quorum_at + grace_ms) {
+      *short_reason = REVOKE_GRACE;
+    } else {
       free(d);
       *ds = NULL;
       return -1;
     }
-    *by_deadline = 1;
   }
   return 0;
 }
 
 /* The outer step of round fr->version of (j, f) over ds[0..n); NULL when out of memory. */
 static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const store_fragment *fr, const store_delta *ds,
-                                  int n, int by_deadline) {
+                                  int n, int short_reason) {
   outer_work *w = calloc(1, sizeof *w);
   if (!w || !(w->delta_blobs = calloc((size_t)n, sizeof *w->delta_blobs)) ||
       !(w->weights = calloc((size_t)n, sizeof *w->weights)) ||
@@ -403,8 +464,12 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
   w->new_version = t + 1;
   w->len = fr->len;
   w->n = n;
-  w->by_deadline = by_deadline;
+  w->short_reason = short_reason;
+  w->first_at = INT64_MAX;
+  w->last_at = INT64_MIN;
   for (int i = 0; i < n; i++) {
+    if (ds[i].received_at < w->first_at) w->first_at = ds[i].received_at;
+    if (ds[i].received_at > w->last_at) w->last_at = ds[i].received_at;
     snprintf(w->delta_blobs[i], BLOB_NAME_MAX, "%s", ds[i].blob);
     w->weights[i] = j->spec.weighting == WEIGHTING_TOKENS ? (double)ds[i].tokens : 1.0;
     w->delta_ids[i] = ds[i].id;
@@ -439,9 +504,9 @@ static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
   if (store_get_fragment(c->st, j->id, f, &fr) < 0) return;
   if (fr.version >= j->spec.rounds) return;
   store_delta *ds;
-  int n, by_deadline;
-  if (closing_deltas(c, j, f, fr.version, now, &ds, &n, &by_deadline) < 0) return;
-  outer_work *w = outer_work_new(c, j, f, &fr, ds, n, by_deadline);
+  int n, short_reason;
+  if (closing_deltas(c, j, f, fr.version, now, &ds, &n, &short_reason) < 0) return;
+  outer_work *w = outer_work_new(c, j, f, &fr, ds, n, short_reason);
   free(ds);
   if (!w) {
     DPC_ERROR("out of memory starting an outer step");

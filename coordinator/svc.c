@@ -170,6 +170,7 @@ static void stream_send_next(struct rpc_call *call, out_stream *os) {
   if (os->lease_id) {
     lease_note *n = coord_note(os->c, (int64_t)os->lease_id, 1);
     if (n) n->bytes_out += len;
+    if (n) n->hb_at = dpc_wall_ms(); /* the previous chunk went out: the worker is reading (leases.c) */
     if (n && last) n->pull_done_s = dpc_mono_s();
   }
   if (last) {

@@ -879,6 +879,10 @@ static int push_chunk_data(push *p, const struct grpc_byte_buffer *msg, const st
   p->next += ch->len;
   p->c->bytes_in += ch->len;
   p->bytes += ch->len;
+  /* A worker whose delta is arriving is alive, even while a slow link holds its heartbeats
+   * back behind the push (leases.c revokes only silent leases). */
+  lease_note *n = coord_note(p->c, p->lease.id, 0);
+  if (n) n->hb_at = dpc_wall_ms();
   return 0;
 }
 

@@ -27,7 +27,9 @@
  *  - Lease end. A lease ends (finished; the slot advances one round) as soon as deltas of all
  *    its fragments are durable; Release after that is an OK no-op. Release of an active lease
  *    returns the slot for the same round (no advance).
- *  - Heartbeat. Renews an active lease (expiry = now + lease_ttl_ms). command: DRAIN when the
+ *  - Heartbeat. Renews an active lease (expiry = now + lease_ttl_ms); a lease with no heartbeat
+ *    for dead_after_ms (--dead-after-heartbeats intervals) is revoked sooner (leases.c). A
+ *    heartbeat for a revoked (expired) lease says STOP. command: DRAIN when the
  *    worker is draining; STOP when the lease expired or was revoked/released, or its job was
  *    cancelled/failed; CONTINUE otherwise (also for a finished lease or a paused job — pause
  *    stops new leases, leases in flight finish their round). HeartbeatRequest.loss is kept
@@ -198,10 +200,12 @@ static void on_heartbeat(struct rpc_call *call, const struct grpc_byte_buffer *r
         coord_note_drop(c, l.id);
         resp.command = DIPACO__V1__COMMAND__COMMAND_STOP;
       } else {
-        int64_t exp = dpc_wall_ms() + c->lease_ttl_ms;
+        const int64_t now = dpc_wall_ms();
+        int64_t exp = now + c->lease_ttl_ms;
         store_renew_lease(c->st, l.id, worker, exp);
         resp.lease_expires_unix_ms = exp;
         lease_note *n = coord_note(c, l.id, 1);
+        if (n) n->hb_at = now; /* leases.c revokes a lease whose heartbeats stop */
         if (n && isfinite(r->loss)) n->loss = r->loss;
         if (n) n->tokens = r->tokens;
         if (j && isfinite(r->loss) && l.path < j->n_paths) j->path_loss[l.path] = r->loss;

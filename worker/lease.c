@@ -125,11 +125,17 @@ static int push_deltas(lease_work *x, int *code) {
 
 /* ------------------------------------------------------------------ phases */
 
-/* Check the lease, fit the trainer and its AdamW state, start the heartbeat. */
+/* Check the lease, start the heartbeat, fit the trainer and its AdamW state. The heartbeat
+ * starts first: the coordinator revokes a lease that misses a few heartbeats, and fitting the
+ * trainer or pulling an inner-state checkpoint can take longer than that. */
 static int lease_plan_phase(lease_work *x) {
   lease_runner *r = x->r;
   const Dipaco__V1__Lease *L = x->L;
   int rc = lease_plan_build(L, &x->p);
+  if (!rc) {
+    x->hb.tok_per_step = (uint64_t)x->p.opts.B * (uint64_t)x->p.opts.T;
+    rc = hb_start(&x->hb);
+  }
   if (!rc) rc = slot_fit_trainer(&r->slots, r->o, L, &x->p);
   if (!rc) {
     /* (A streaming lease resumes its checkpoint in stream_run, unless it holds the slot.) */
@@ -139,8 +145,6 @@ static int lease_plan_phase(lease_work *x) {
                                   x->sparse ? sl_pull_target(&r->sparse, L, x->p.n_params) : NULL);
     else rc = slot_select_state(&r->slots, L);
   }
-  x->hb.tok_per_step = (uint64_t)x->p.opts.B * (uint64_t)x->p.opts.T;
-  if (!rc) rc = hb_start(&x->hb);
   return rc;
 }
 
@@ -346,6 +350,7 @@ int lease_run(lease_runner *r, const Dipaco__V1__Lease *L) {
   hb_init(&x.hb, r->wc, r->ctl, L, r->sps, r->o->progress, r->o->slowdown, r->o->min_step_ms);
   int rc = lease_plan_phase(&x);
   if (rc) {
+    hb_stop(&x.hb);
     lease_refuse(&x, rc);
     lease_plan_free(&x.p);
     return 0;

@@ -321,19 +321,22 @@ int cmd_job_cancel(actx *a, const admin_args *o, char **pos, int npos) {
 /* ------------------------------------------------------------------ job ledger ---- */
 
 /* The delta ledger (GetMetrics series staleness / ledger_lease / ledger_replica /
- * ledger_dropped): one line per applied delta in applied order: version produced, lease, path,
- * replica, base version, staleness, fragment; then a summary line ("summary: N deltas,
- * staleness mean M max X, D dropped"). --json: {"deltas": [...], "summary": {...}}. The server
- * sends each delta's three points one after another (a sync round's deltas share version and
- * fragment, so the points are paired by position). */
+ * ledger_missed / ledger_dropped): one line per applied delta in applied order: version
+ * produced, lease, path, replica, base version, staleness, fragment — the slots each round
+ * merged; then, for sync jobs, one "missed" line per slot a closed round expected and closed
+ * without (deadline or quorum grace): version produced, path, replica, fragment; then a summary
+ * line ("summary: N deltas, staleness mean M max X, D dropped, K missed"). --json:
+ * {"deltas": [...], "missed": [...], "summary": {...}}. The server sends each delta's three
+ * points one after another (a sync round's deltas share version and fragment, so the points
+ * are paired by position). */
 int cmd_job_ledger(actx *a, const admin_args *o, char **pos, int npos) {
   (void)o;
   uint64_t id;
   if (conn_job_id_arg(a, pos, npos, &id)) return 2;
   Dipaco__V1__GetMetricsRequest req = DIPACO__V1__GET_METRICS_REQUEST__INIT;
-  char *names[4] = {"staleness", "ledger_lease", "ledger_replica", "ledger_dropped"};
+  char *names[5] = {"staleness", "ledger_lease", "ledger_replica", "ledger_missed", "ledger_dropped"};
   req.job_id = id;
-  req.n_names = 4;
+  req.n_names = 5;
   req.names = names;
   req.limit = 100000;
   Dipaco__V1__GetMetricsResponse *r = NULL;
@@ -367,11 +370,25 @@ int cmd_job_ledger(actx *a, const admin_args *o, char **pos, int npos) {
     if (p->value > st_max) st_max = p->value;
   }
   double mean = n ? st_sum / (double)n : 0;
+  long long nm = 0;
+  if (a->json) printf("],\"missed\":[");
+  for (size_t i = 0; i < r->n_points; i++) {
+    const Dipaco__V1__MetricPoint *p = r->points[i];
+    if (strcmp(p->name, "ledger_missed") != 0) continue;
+    if (a->json)
+      printf("%s{\"version\":%llu,\"path\":%d,\"replica\":%.0f,\"fragment\":%llu}", nm ? "," : "",
+             (unsigned long long)p->round, p->path, p->value, (unsigned long long)p->fragment_id);
+    else
+      printf("missed: version %llu path %d replica %.0f fragment %llu (the round closed without it)\n",
+             (unsigned long long)p->round, p->path, p->value, (unsigned long long)p->fragment_id);
+    nm++;
+  }
   if (a->json)
-    printf("],\"summary\":{\"deltas\":%lld,\"staleness_mean\":%.17g,\"staleness_max\":%.0f,\"dropped\":%.0f}}\n", n,
-           mean, st_max, dropped);
+    printf("],\"summary\":{\"deltas\":%lld,\"staleness_mean\":%.17g,\"staleness_max\":%.0f,\"dropped\":%.0f,"
+           "\"missed\":%lld}}\n", n, mean, st_max, dropped, nm);
   else
-    printf("summary: %lld deltas, staleness mean %.3f max %.0f, %.0f dropped\n", n, mean, st_max, dropped);
+    printf("summary: %lld deltas, staleness mean %.3f max %.0f, %.0f dropped, %lld missed\n", n, mean, st_max, dropped,
+           nm);
   protobuf_c_message_free_unpacked(&r->base, NULL);
   return 0;
 }

@@ -27,6 +27,15 @@ if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
   add_test(NAME lease_errors COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/lease_errors.sh
            $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
   set_tests_properties(lease_errors PROPERTIES TIMEOUT 180 LABELS fault)
+  # Issue 23: a SIGKILLed worker's slot goes to the spare after a few missed heartbeats, not
+  # after the lease TTL, and the result equals the fault-free run.
+  add_test(NAME fast_failover COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/fast_failover.sh
+           $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
+  set_tests_properties(fast_failover PROPERTIES TIMEOUT 300 LABELS fault)
+  # Issue 23: a quorum round closes quorum_grace_s after its quorum, not at its deadline.
+  add_test(NAME quorum_grace COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/quorum_grace.sh
+           $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
+  set_tests_properties(quorum_grace PROPERTIES TIMEOUT 300 LABELS fault)
   add_test(NAME chaos_streaming COMMAND ${CMAKE_COMMAND} -E env CHAOS_ALGO=streaming bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh
            $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
   set_tests_properties(chaos_streaming PROPERTIES TIMEOUT 600 LABELS fault)

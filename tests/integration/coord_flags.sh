@@ -27,6 +27,7 @@ refused "--listen localhost: give HOST:PORT" --listen localhost
 refused "--metrics-listen 127.0.0.1:65536" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:65536
 refused "--heartbeat-ms 15000 must be below --lease-ttl-ms 15000" --listen 127.0.0.1:0 --heartbeat-ms 15000
 refused "--heartbeat-ms 2000 must be below --lease-ttl-ms 1000" --listen 127.0.0.1:0 --lease-ttl-ms 1000
+refused "--dead-after-heartbeats 1: expected an integer in [2, 1000]" --listen 127.0.0.1:0 --dead-after-heartbeats 1
 refused "TLS needs both --tls-cert and --tls-key" --listen 127.0.0.1:0 --tls-cert x.pem
 refused "--insecure-no-auth contradicts" --listen 127.0.0.1:0 --insecure-no-auth --join-token-file x
 "$CO" --help >/dev/null || { echo "FAIL: --help"; fails=$((fails + 1)); }

@@ -57,9 +57,12 @@ def crc32c(b):
 
 class Daemon:
     """dipaco-coordinator on fresh loopback ports, logging (appending) to `log`; `args` are its
-    other flags (default: 30 s lease TTL, 200 ms heartbeats)."""
+    other flags (default: 30 s lease TTL, 200 ms heartbeats, and a lease revoked only after
+    150 missed heartbeats, i.e. at the TTL too: these protocol tests hold leases without
+    heartbeating between their calls)."""
 
-    def __init__(self, binary, state, log, args=("--lease-ttl-ms", "30000", "--heartbeat-ms", "200")):
+    def __init__(self, binary, state, log,
+                 args=("--lease-ttl-ms", "30000", "--heartbeat-ms", "200", "--dead-after-heartbeats", "150")):
         self.port = free_port()
         self.mport = free_port()
         self.addr = f"127.0.0.1:{self.port}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # worker_kill.sh COORDINATOR WORKER DIPACOCTL — a worker SIGKILLed mid-round does not wedge the
-# job: its lease expires, another worker takes the slot, the job finishes, and the coordinator
-# keeps answering throughout.
+# job: its lease expires (missed heartbeats or TTL), another worker takes the slot, the job
+# finishes, and the coordinator keeps answering throughout.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -37,5 +37,5 @@ if ! "$CTL" --coordinator "$COORD" job wait "$job" --timeout 180; then
 fi
 echo "job finished $(( $(date +%s) - t0 )) s after the kill"
 "$CTL" --coordinator "$COORD" workers
-grep -Eqi "expire" "$W/coordinator.log" && echo "coordinator logged the lease expiry" \
+grep -Eqi "expire|lease [0-9]+ revoked" "$W/coordinator.log" && echo "coordinator logged the lease expiry (TTL or missed heartbeats)" \
   || { echo "no lease expiry in the coordinator log"; exit 1; }

@@ -111,7 +111,7 @@ int main(void) {
       "\"max_staleness\":3,\"dylu\":{\"enabled\":true,\"min_steps\":4},"
       "\"levels\":[{\"stem\":true,\"layers\":[0,0],\"modules\":1},{\"layers\":[0,2],\"modules\":2},"
       "{\"layers\":[2,4],\"modules\":3}],"
-      "\"quorum\":0.5,\"round_timeout_s\":60,\"weighting\":\"tokens\","
+      "\"quorum\":0.5,\"round_timeout_s\":60,\"quorum_grace_s\":2.5,\"weighting\":\"tokens\","
       "\"versions\":{\"keep_last\":3,\"keep_every\":10}}";
   CHECK_EQ_INT(parse(full, &js), 0);
   CHECK_EQ_INT(js.seed, 1234);
@@ -131,6 +131,7 @@ int main(void) {
   CHECK(j1 && j2 && strcmp(j1, j2) == 0);
   CHECK(js2.inner.lr == 0.001 && js2.inner.eps == 1e-6 && js2.outer.c == 0.25 && js2.quorum == 0.5);
   CHECK(js2.outer.delta_norm_screen == 8);
+  CHECK(js2.has_quorum_grace && js2.quorum_grace_s == 2.5 && strstr(j1, "\"quorum_grace_s\":2.5"));
   CHECK(js2.versions.keep_last == 3 && js2.versions.keep_every == 10);
   free(j1);
   free(j2);
@@ -231,6 +232,26 @@ int main(void) {
     CHECK_EQ_INT(old.max_staleness, 0);
   }
   expect_bad("{" BASE ",\"quorum\":0}", DPC_EINVAL, "field \"quorum\" = 0 out of range (0, 1]");
+  expect_bad("{" BASE ",\"quorum\":1.5}", DPC_EINVAL, "field \"quorum\" = 1.5 out of range (0, 1]");
+  /* quorum_grace_s (issue 23): optional, >= 0, sync jobs only; written back only when given. */
+  expect_bad("{" BASE ",\"quorum\":0.5,\"quorum_grace_s\":-1}", DPC_EINVAL,
+             "field \"quorum_grace_s\" = -1: must be >= 0");
+  expect_bad("{" BASE ",\"quorum_grace_s\":\"2\"}", DPC_EINVAL, "field \"quorum_grace_s\": expected a number");
+  expect_bad("{" BASE ",\"quorum_grace_s\":1e12}", DPC_EINVAL, "field \"quorum_grace_s\" = 1e+12 out of range");
+  expect_bad("{\"name\":\"a\"," MODEL "," DATA ",\"algorithm\":\"diloco-async\",\"replicas\":2,\"inner_steps\":4,"
+             "\"rounds\":2,\"batch\":1,\"seq_len\":8,\"quorum_grace_s\":1}",
+             DPC_EINVAL, "field \"quorum_grace_s\": a diloco-async job applies every delta as it comes");
+  {
+    jobspec g;
+    char *jg = NULL;
+    CHECK_EQ_INT(parse("{" BASE "}", &g), 0);
+    CHECK(!g.has_quorum_grace);
+    CHECK_EQ_INT(jobspec_to_json(&g, &jg), 0);
+    CHECK(jg && !strstr(jg, "quorum_grace_s"));
+    free(jg);
+    CHECK_EQ_INT(parse("{" BASE ",\"quorum\":0.5,\"quorum_grace_s\":0}", &g), 0);
+    CHECK(g.has_quorum_grace && g.quorum_grace_s == 0);
+  }
   expect_bad("{" BASE ",\"weighting\":\"loss\"}", DPC_EINVAL, "field \"weighting\" = \"loss\"");
   expect_bad("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[]}," CORE "}", DPC_EINVAL, "field \"data.train\": needs at least one");
   expect_bad("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[\"/etc/passwd\"]}," CORE "}", DPC_EINVAL,
