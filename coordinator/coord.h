@@ -4,9 +4,10 @@
  *
  * Map, lowest layer first; a module calls only modules on its own line or below it, and a
  * lower one reaches a higher one only through a callback stored here (struct coord's *_cb):
- *   (0) dpc_coord (jobspec, blobs, screen, store*) and testhook: the core library.
+ *   (0) dpc_coord (jobspec, blobs, screen, store*) and testhook: the core library;
+ *       membudget.c: the memory a job needs and the budget it must fit.
  *   (1) loop.c: the libuv loop glue, clocks, thread-pool work accounting, signals, the tick
- *       timer and the shutdown once idle.
+ *       timer and the shutdown once idle; selfcheck.c: the listener's self-check thread.
  *   (2) jobs.c: loaded jobs (coord_job) and heartbeat notes; pcache.c: parameter buffers.
  *   (3) leases.c: lease assignment, DyLU, lease ends, recovery, expiry, worker liveness and
  *       the registry of parked Lease long-polls; rounds.c (calls leases.c): round closing,

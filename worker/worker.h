@@ -7,11 +7,13 @@
  *
  * Files (worker/): main.c flags and signals; worker.c the register / lease loop and the
  * protocol notes; lease.c one lease (plan, pull, train, push, finish); stream.c a Streaming
- * DiLoCo lease in place of pull, train and push; plan.c a lease checked into a plan; slot.c the trainer and AdamW state kept between leases (and inner.state
- * checkpoint transfers); heartbeat.c the heartbeat thread and the coordinator's commands;
- * data.c training files and fragment placement; stop.c stop control, sleeps and backoff;
- * client.c the Coordinator RPCs; trainer.c the network-free inner loop. Calls go one way:
- * worker → lease → stream → {plan, slot, heartbeat} → {data, client, stop, trainer}.
+ * DiLoCo lease in place of pull, train and push; sparseloco.c SparseLoCo's error-feedback
+ * buffers, sparse encoding and sparse pulls; plan.c a lease checked into a plan; slot.c the
+ * trainer and AdamW state kept between leases (and inner.state checkpoint transfers);
+ * heartbeat.c the heartbeat thread and the coordinator's commands; data.c training files and
+ * fragment placement; stop.c stop control, sleeps and backoff; client.c the Coordinator RPCs;
+ * trainer.c the network-free inner loop. Calls go one way: worker → lease →
+ * {stream, sparseloco} → {plan, slot, heartbeat} → {data, client, stop, trainer}.
  *
  * Ownership: worker_run owns everything it creates and frees it before returning.
  * Thread-safety: worker_run drives one worker on the calling thread (plus the heartbeat

@@ -48,8 +48,8 @@ MAY_INCLUDE = {
 # in either folder must be given its layer here (the check says so).
 SUBLAYERS = {
     "coordinator": {
-        "coord": 0,
-        "loop": 1,
+        "coord": 0, "membudget": 0,
+        "loop": 1, "selfcheck": 1,
         "jobs": 2, "pcache": 2,
         "leases": 3, "rounds": 3,
         "svc": 4, "svc_worker": 4, "svc_transfer": 4, "svc_inner": 4,
@@ -60,7 +60,7 @@ SUBLAYERS = {
         "opts": 0, "trainer": 0,
         "data": 1, "client": 1, "stop": 1,
         "plan": 2, "slot": 2, "heartbeat": 2,
-        "stream": 3,
+        "stream": 3, "sparseloco": 3,
         "lease": 4,
         "worker": 5,
         "main": 6,
