@@ -56,7 +56,9 @@ class Coordinator:
         self.addr = f"127.0.0.1:{free_port()}"
         self.logf = open(log, "a")
         self.proc = subprocess.Popen([binary, "--listen", self.addr, "--state-dir", state,
-                                      "--heartbeat-ms", "200", *extra], stdout=self.logf, stderr=self.logf)
+                                      "--heartbeat-ms", "200",
+                                      # (leases are held by hand here, with no heartbeat thread)
+                                      "--dead-after-heartbeats", "1000", *extra], stdout=self.logf, stderr=self.logf)
 
     def stop(self):
         if self.proc.poll() is None:
