@@ -11,7 +11,7 @@
 # is left).
 #
 # The driver's RNG is seeded and the seed printed: CHAOS_SEED=N reruns the same kill schedule
-# (the moments still depend on timing). CI mode: 50 rounds, 20 + 5 kills, well under a minute
+# (the moments still depend on timing). CI mode: 60 rounds, 20 + 5 kills, well under a minute
 # on 2 cores. --long (or CHAOS_LONG=1): 150 rounds, 100 worker and 25 coordinator kills, for
 # manual runs. CHAOS_ROUNDS / CHAOS_WORKER_KILLS / CHAOS_COORD_KILLS override the numbers;
 # CHAOS_INNER_STATE=keep runs both jobs with inner.state "keep", a manual check that the test
@@ -30,7 +30,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 source "$HERE/../integration/lib.sh"
 
-if [ "$LONG" = 1 ]; then ROUNDS=150; WK=100; CK=25; else ROUNDS=50; WK=20; CK=5; fi
+if [ "$LONG" = 1 ]; then ROUNDS=150; WK=100; CK=25; else ROUNDS=60; WK=20; CK=5; fi
 ROUNDS=${CHAOS_ROUNDS:-$ROUNDS}; WK=${CHAOS_WORKER_KILLS:-$WK}; CK=${CHAOS_COORD_KILLS:-$CK}
 R=3; NW=4; ALG=diloco; OUTER='"lr": 0.7, "momentum": 0.9, "nesterov": true'; CHECK=(); NL=1; STREAMING=''
 if [ "${CHAOS_ALGO:-sync}" = streaming ]; then
@@ -86,10 +86,13 @@ kill_wait "${REF[@]}" "$COORD_PID"
 mv "$W/coordinator.log" "$W/coordinator-ref.log"
 ff_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 echo "fault-free run: $ff_ms ms"
-# Kill pacing from this machine's speed: the kills are spread over about 40% of the fault-free
-# run's time (a mean gap of 40% * ff_ms / kills, at most 350 ms), so that a fast or a slow machine
-# delivers them all well before the job ends; near the end, the gaps shrink further.
-mean_gap=$(( ff_ms * 2 / 5 / (WK + CK) )); [ $mean_gap -gt 350 ] && mean_gap=350; [ $mean_gap -lt 10 ] && mean_gap=10
+# Kill pacing from this machine's speed, re-planned before every kill: the job has about
+# (rounds left) x (the fault-free run's ms per round) to go; the kills left are spread over the
+# first two thirds of that, less what the kills themselves take (a running mean of each kill's own
+# time: SIGKILL, restart, status call). A fast or a slow machine delivers them all before the
+# job ends; when the time is short the kills come back to back.
+ms_round=$(( ff_ms / ROUNDS )); [ $ms_round -lt 1 ] && ms_round=1
+cost=200
 
 # 2. The same job under fire.
 t0=$(date +%s%N)
@@ -97,22 +100,25 @@ start_coordinator "$W/state" "${COORD_FLAGS[@]}"
 WP=()
 for i in $(seq 1 $NW); do start_worker "w$i" "$W/corpus"; WP+=("$LAST_WORKER_PID"); done
 job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
-wk=0; ck=0
+wk=0; ck=0; last_r=0
 while [ $wk -lt "$WK" ] || [ $ck -lt "$CK" ]; do
-  left_w=$(( WK - wk )); left_c=$(( CK - ck ))
-  # A random moment: 0..2*mean_gap ms from the last event, or 0..mean_gap/2 ms once the job gets
-  # close to its end with kills still to deliver (the job must not finish first).
+  left_w=$(( WK - wk )); left_c=$(( CK - ck )); left=$(( left_w + left_c ))
   read -r r st <<<"$(job_status "$job")"
+  [ "$st" = "?" ] && r=$last_r # the coordinator is restarting: the last round seen
+  last_r=$r
   if [ "$st" = DONE ]; then
     fail "the job finished after only $wk worker and $ck coordinator kills (want $WK and $CK): raise CHAOS_ROUNDS"
   fi
-  if [ $(( ROUNDS - r )) -lt $(( left_w + left_c + 5 )) ]; then gap=$(( RANDOM % (mean_gap / 2 + 1) )); else gap=$(( RANDOM % (2 * mean_gap) )); fi
-  sleep "0.$(printf '%03d' $gap)"
-  if [ $left_c -gt 0 ] && [ $(( RANDOM % (left_w + left_c) )) -lt $left_c ]; then
+  # A random moment: 0..2 x the mean gap the plan leaves (at most 350 ms).
+  budget=$(( (ROUNDS - r) * ms_round * 2 / 3 - left * cost ))
+  gap_mean=0; [ $budget -gt 0 ] && gap_mean=$(( budget / left )); [ $gap_mean -gt 350 ] && gap_mean=350
+  sleep "0.$(printf '%03d' $(( RANDOM % (2 * gap_mean + 1) )))"
+  k0=$(date +%s%N)
+  if [ $left_c -gt 0 ] && [ $(( RANDOM % left )) -lt $left_c ]; then
     kill_wait "$COORD_PID"
     ck=$((ck + 1))
     echo "kill $((wk + ck)): coordinator (#$ck) at round $(grep -c 'round [0-9]* closed' "$W/coordinator.log" || true)"
-    sleep "0.$(printf '%03d' $(( RANDOM % (mean_gap + 1) )))"
+    sleep "0.$(printf '%03d' $(( RANDOM % (gap_mean + 1) )))"
     restart_coordinator "$W/state" "${COORD_FLAGS[@]}" || fail "the coordinator did not come back"
   else
     i=$(( RANDOM % NW ))
@@ -121,6 +127,7 @@ while [ $wk -lt "$WK" ] || [ $ck -lt "$CK" ]; do
     echo "kill $((wk + ck)): worker w$((i + 1)) (#$wk)"
     start_worker "w$((i + 1))" "$W/corpus"; WP[$i]=$LAST_WORKER_PID
   fi
+  cost=$(( (3 * cost + ($(date +%s%N) - k0) / 1000000) / 4 ))
 done
 echo "chaos: $wk worker and $ck coordinator SIGKILLs delivered; letting the job finish"
 "$CTL" --coordinator "$COORD" job wait "$job" --timeout 300 >/dev/null || fail "the job did not finish after the kills"

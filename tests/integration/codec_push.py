@@ -28,13 +28,11 @@ decoders below are numpy, written from notes/codec_spec.md (fp32 arithmetic).
 
 usage: codec_push.py COORDINATOR_BIN PROTO_DIR     (exit 77 = skip, with the reason)"""
 import json
-import os
 import re
 import sys
-import time
 import urllib.request
 
-from daemon_kit import check, crc32c, grpc_stubs, run_grpc_test, status_of
+from daemon_kit import PushKit, check, crc32c, grpc_stubs, run_grpc_test, status_of
 
 LR, MU = 0.7, 0.9
 BLOCK = 256
@@ -138,36 +136,13 @@ def body(grpc, np, pb, d, state):
                                     timeout=30))
         return np.frombuffer(b"".join(c.data for c in cs), dtype="<f4").copy()
 
+    K = PushKit(grpc, pb, X, state)
+
     def chunks(L, data, codec, num_floats, block=BLOCK, total=None, crc=None, step=100):
         """The chunks of one fragment's stream `data` (header fields overridable)."""
-        total = len(data) if total is None else total
-        crc = crc32c(data) if crc is None else crc
-        cuts = list(range(0, len(data), step)) + [len(data)]
-        return [pb.Chunk(lease_id=L.lease_id, fragment_id=1, version=L.fragments[0].version, offset=a,
-                         total=total, codec=codec, crc32c=crc if e == len(data) else 0, num_floats=num_floats,
-                         block_floats=block if codec != pb.CODEC_FP32 else 0, inner_steps=2, tokens=16,
-                         payload=pb.PAYLOAD_DELTA, data=data[a:e]) for a, e in zip(cuts[:-1], cuts[1:])]
+        return K.chunks(L, data, codec, num_floats, block if codec != pb.CODEC_FP32 else 0, total, crc, step)
 
-    def push(md, cs):
-        return code_of(X["PushDelta"], iter(cs), metadata=md, timeout=30)
-
-    def result(res):
-        c, r = res
-        return r.acks[0].result if c == grpc.StatusCode.OK and len(r.acks) == 1 else (c, r)
-
-    def version(job):
-        return X["ListModules"](pb.ListModulesRequest(job_id=job), timeout=10).modules[0].fragments[0].version
-
-    def wait_version(job, v, timeout=20):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            if version(job) >= v:
-                return True
-            time.sleep(0.05)
-        return False
-
-    def lease_files(L):
-        return [f for _, _, fs in os.walk(os.path.join(state, "blobs")) for f in fs if f"-a{L.lease_id}-" in f]
+    push, result, version, wait_version, lease_files = K.push, K.result, K.version, K.wait_version, K.lease_files
 
     def job_spec(name, model, codec):
         return {"name": name, "model": model, "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco",

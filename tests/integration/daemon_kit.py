@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 SKIP = 77
 
@@ -151,3 +152,45 @@ def status_of(grpc, fn, *a, **kw):
         return grpc.StatusCode.OK, fn(*a, **kw)
     except grpc.RpcError as e:
         return e.code(), e.details()
+
+
+class PushKit:
+    """What the PushDelta tests (codec_push.py, sparse_push.py) do to one coordinator through the
+    stubs X: cut a fragment's stream into chunks, push them, read the ack, follow a job's version,
+    its received bytes, and a lease's delta files under STATE/blobs."""
+
+    def __init__(self, grpc, pb, X, state):
+        self.grpc, self.pb, self.X, self.state = grpc, pb, X, state
+
+    def chunks(self, L, data, codec, num_floats, block=0, total=None, crc=None, step=100, inner_steps=2,
+               tokens=16):
+        """The chunks of lease L's fragment-1 stream `data` (header fields overridable)."""
+        total = len(data) if total is None else total
+        crc = crc32c(data) if crc is None else crc
+        cuts = list(range(0, len(data), step)) + [len(data)]
+        return [self.pb.Chunk(lease_id=L.lease_id, fragment_id=1, version=L.fragments[0].version, offset=a,
+                              total=total, codec=codec, crc32c=crc if e == len(data) else 0, num_floats=num_floats,
+                              block_floats=block, inner_steps=inner_steps, tokens=tokens,
+                              payload=self.pb.PAYLOAD_DELTA, data=data[a:e]) for a, e in zip(cuts[:-1], cuts[1:])]
+
+    def push(self, md, cs):
+        return status_of(self.grpc, self.X["PushDelta"], iter(cs), metadata=md, timeout=30)
+
+    def result(self, res):
+        """The single ack's PushResult, or (code, reply/details) when there is none."""
+        c, r = res
+        return r.acks[0].result if c == self.grpc.StatusCode.OK and len(r.acks) == 1 else (c, r)
+
+    def version(self, job):
+        return self.X["ListModules"](self.pb.ListModulesRequest(job_id=job), timeout=10).modules[0].fragments[0].version
+
+    def wait_version(self, job, v, timeout=30):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if self.version(job) >= v:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def lease_files(self, L):
+        return [f for _, _, fs in os.walk(os.path.join(self.state, "blobs")) for f in fs if f"-a{L.lease_id}-" in f]

@@ -39,10 +39,9 @@ import os
 import re
 import struct
 import sys
-import time
 import urllib.request
 
-from daemon_kit import check, crc32c, grpc_stubs, run_grpc_test, status_of
+from daemon_kit import PushKit, check, crc32c, grpc_stubs, run_grpc_test, status_of
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
 
@@ -144,38 +143,15 @@ def body(grpc, np, pb, d, state):
     def pull(md, L, **kw):
         return np.frombuffer(b"".join(c.data for c in pull_chunks(md, L, **kw)), dtype="<f4").copy()
 
+    K = PushKit(grpc, pb, X, state)
+
     def chunks(L, data, num_floats, codec=pb.CODEC_SPARSE, block=0, total=None, crc=None, step=500):
-        total = len(data) if total is None else total
-        crc = crc32c(data) if crc is None else crc
-        cuts = list(range(0, len(data), step)) + [len(data)]
-        return [pb.Chunk(lease_id=L.lease_id, fragment_id=1, version=L.fragments[0].version, offset=a,
-                         total=total, codec=codec, crc32c=crc if e == len(data) else 0, num_floats=num_floats,
-                         block_floats=block, inner_steps=L.inner_steps, tokens=64, payload=pb.PAYLOAD_DELTA,
-                         data=data[a:e]) for a, e in zip(cuts[:-1], cuts[1:])]
+        return K.chunks(L, data, codec, num_floats, block, total, crc, step, inner_steps=L.inner_steps, tokens=64)
 
-    def push(md, cs):
-        return code_of(X["PushDelta"], iter(cs), metadata=md, timeout=30)
-
-    def result(res):
-        c, r = res
-        return r.acks[0].result if c == grpc.StatusCode.OK and len(r.acks) == 1 else (c, r)
-
-    def version(job):
-        return X["ListModules"](pb.ListModulesRequest(job_id=job), timeout=10).modules[0].fragments[0].version
-
-    def wait_version(job, v, timeout=30):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            if version(job) >= v:
-                return True
-            time.sleep(0.05)
-        return False
+    push, result, version, wait_version, lease_files = K.push, K.result, K.version, K.wait_version, K.lease_files
 
     def bytes_in(job):
         return X["GetJob"](pb.JobRequest(job_id=job), timeout=10).summary.bytes_in
-
-    def lease_files(L):
-        return [f for _, _, fs in os.walk(os.path.join(state, "blobs")) for f in fs if f"-a{L.lease_id}-" in f]
 
     def job_spec(name, sparse=True, momentum=0.0):
         s = {"name": name, "model": MODEL, "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco",
