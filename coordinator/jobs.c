@@ -201,3 +201,7 @@ void coord_notes_free(coord *c) {
   c->notes = NULL;
   c->n_notes = c->cap_notes = 0;
 }
+
+double coord_job_delta_weight(const coord_job *j, int64_t tokens) {
+  return j->spec.weighting == WEIGHTING_TOKENS ? (double)tokens : 1.0;
+}

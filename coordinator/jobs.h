@@ -24,6 +24,9 @@ void coord_jobs_free(coord *c);
 int coord_job_set_state(coord *c, coord_job *j, store_job_state s, const char *why);
 /* 1 if path `path` of j contains fragment `fragment`'s module. */
 int coord_job_path_has_fragment(const coord_job *j, int path, int fragment);
+/* A delta's weight in the sync outer step's average (the job's "weighting": its tokens, or 1);
+ * sparse pulls send the same weights so that workers replay the step exactly. */
+double coord_job_delta_weight(const coord_job *j, int64_t tokens);
 
 /* The note of `lease` (created when missing and create is set; NULL when absent or out of
  * memory). */

@@ -471,7 +471,7 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
     if (ds[i].received_at < w->first_at) w->first_at = ds[i].received_at;
     if (ds[i].received_at > w->last_at) w->last_at = ds[i].received_at;
     snprintf(w->delta_blobs[i], BLOB_NAME_MAX, "%s", ds[i].blob);
-    w->weights[i] = j->spec.weighting == WEIGHTING_TOKENS ? (double)ds[i].tokens : 1.0;
+    w->weights[i] = coord_job_delta_weight(j, ds[i].tokens);
     w->delta_ids[i] = ds[i].id;
     w->delta_crcs[i] = ds[i].checksum;
   }

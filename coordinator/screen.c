@@ -35,3 +35,8 @@ int screen_reject(const screen_window *w, double k, double norm, double *bound) 
   if (bound) *bound = b;
   return norm > b;
 }
+
+double screen_adamw_bound(double lr, double beta2, double weight_decay, double ef_beta, long long steps, size_t n) {
+  double per_step = lr * (10.0 / sqrt(1.0 - beta2) + 100.0 * weight_decay);
+  return (double)(steps > 0 ? steps : 1) * per_step * sqrt((double)n) / (1.0 - ef_beta);
+}

@@ -18,6 +18,8 @@
 #ifndef DPC_SCREEN_H
 #define DPC_SCREEN_H
 
+#include <stddef.h>
+
 #define SCREEN_WINDOW 32
 
 typedef struct screen_window_s {
@@ -37,5 +39,13 @@ double screen_reference(const screen_window *w);
  * norm > k · reference; or k > 0 and norm is not finite), else 0. *bound (may be NULL) is k · reference,
  * or +Inf when nothing is screened. */
 int screen_reject(const screen_window *w, double k, double norm, double *bound);
+
+/* The AdamW bound, always on (issue 13): no honest delta of `steps` AdamW steps over n
+ * parameters is larger. Per step AdamW moves a parameter by lr·(|m̂/(√v̂+ε)| + wd·|θ|), and
+ * |m̂/√v̂| ≤ 1/√(1−β2); with a factor 10 of margin and |θ| ≤ 100, the delta's L2 norm is at most
+ * steps·lr·(10/√(1−β2) + 100·wd)·√n. A SparseLoCo stream sends part of an error-feedback buffer
+ * that sums up to 1/(1−ef_beta) deltas (ef_beta 0 otherwise). A poisoned delta (3.4e38
+ * everywhere, a diverged worker) is far above it; a partial delta is below it. */
+double screen_adamw_bound(double lr, double beta2, double weight_decay, double ef_beta, long long steps, size_t n);
 
 #endif

@@ -151,14 +151,11 @@ static int sparse_round_bytes(coord *c, const coord_job *j, int frag, int64_t t,
   if (!rc) put_le(b, (uint64_t)n, 4);
   size_t at = head; /* where the next stream goes */
   for (int i = 0; i < n && !rc; i++) {
-    if (skip > 0 && ds[i].lease == skip) { /* the caller's own: weight only */
-      double w = j->spec.weighting == WEIGHTING_TOKENS ? (double)ds[i].tokens : 1.0;
-      uint64_t wb;
-      memcpy(&wb, &w, 8);
-      put_le(b + 4 + (size_t)i * 16, wb, 8);
-      put_le(b + 12 + (size_t)i * 16, 0, 8);
-      continue;
-    }
+    double w = coord_job_delta_weight(j, ds[i].tokens); /* the weight the outer step gave it */
+    uint64_t wb;
+    memcpy(&wb, &w, 8);
+    put_le(b + 4 + (size_t)i * 16, wb, 8);
+    if (skip > 0 && ds[i].lease == skip) continue; /* the caller's own: weight only, bytes 0 */
     blob_kind kind;
     float *enc = NULL;
     size_t nf = 0;
@@ -170,10 +167,6 @@ static int sparse_round_bytes(coord *c, const coord_job *j, int frag, int64_t t,
     if ((rc = blob_read_alloc(c->bs, ds[i].blob, BLOB_SPARSE, &enc, &nf, &crc)) < 0) break;
     if (nf != (sb + 3) / 4 || crc != ds[i].checksum)
       rc = dpc_err(DPC_ECHECKSUM, "sparse delta blob %s does not hold the recorded delta", ds[i].blob);
-    double w = j->spec.weighting == WEIGHTING_TOKENS ? (double)ds[i].tokens : 1.0;
-    uint64_t wb;
-    memcpy(&wb, &w, 8);
-    put_le(b + 4 + (size_t)i * 16, wb, 8);
     put_le(b + 12 + (size_t)i * 16, (uint64_t)sb, 8);
     if (!rc) memcpy(b + at, enc, sb);
     at += sb;
@@ -958,26 +951,15 @@ static void push_finish_stale(push *p) {
   rounds_check(c);
 }
 
-/* The AdamW bound, always on (issue 13): no honest delta of `steps` AdamW steps is larger. Per
- * step AdamW moves a parameter by lr·(|m̂/(√v̂+ε)| + wd·|θ|), and |m̂/√v̂| ≤ 1/√(1−β2); with a
- * factor 10 of margin and |θ| ≤ 100, the L2 norm of n parameters' delta is at most
- * steps·lr·(10/√(1−β2) + 100·wd)·√n. A SparseLoCo stream sends part of an error-feedback
- * buffer that sums up to 1/(1−ef_beta) deltas. A poisoned delta (3.4e38 everywhere, a
- * diverged worker) is far above it; a partial delta is below it. */
-static double adamw_bound(const coord_job *j, int64_t steps, size_t n) {
-  const jobspec_inner *in = &j->spec.inner;
-  double per_step = in->lr * (10.0 / sqrt(1.0 - in->beta2) + 100.0 * in->weight_decay);
-  double b = (double)(steps > 0 ? steps : 1) * per_step * sqrt((double)n);
-  if (j->spec.sparse.enabled) b /= 1.0 - j->spec.sparse.ef_beta;
-  return b;
-}
-
 /* The delta norm screen (mode 0): 0 = let through, -1 = refused (push failed). */
 static int push_screen(push *p) {
   coord *c = p->c;
   if (!p->dec && !p->sparse) p->norm = sqrt(p->ss); /* a decoded quantized or sparse delta has its norm already */
   coord_job *j = coord_job_get(c, p->lease.job);
-  double ab = j ? adamw_bound(j, p->lease.inner_steps, p->total_floats) : INFINITY;
+  double ab = j ? screen_adamw_bound(j->spec.inner.lr, j->spec.inner.beta2, j->spec.inner.weight_decay,
+                                     j->spec.sparse.enabled ? j->spec.sparse.ef_beta : 0.0, p->lease.inner_steps,
+                                     p->total_floats)
+                 : INFINITY;
   if (!(p->norm <= ab)) {
     push_fail(p, RPC_FAILED_PRECONDITION,
               "delta norm screen: fragment %d's delta has L2 norm %.6g, above the bound %.6g that %d AdamW steps at "
