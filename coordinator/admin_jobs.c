@@ -135,6 +135,11 @@ static void reply_job(struct rpc_call *call, coord *c, int64_t id) {
   job.summary = &s;
   job.spec_json = sj.spec_json;
   job.message = sj.error ? sj.error : "";
+  int64_t leased, merged;
+  if (store_job_goodput(c->st, id, &leased, &merged) == 0) {
+    job.steps_leased = (uint64_t)leased;
+    job.steps_merged = (uint64_t)merged;
+  }
   rpc_call_reply(call, &job.base);
   store_job_clear(&sj);
 }

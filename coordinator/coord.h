@@ -109,8 +109,10 @@ enum { SCHED_GRANTED = 0, SCHED_WAIT = 1, SCHED_NO_WORK = 2, SCHED_STOPPING = 3 
 /* Why the coordinator took an active lease away (dipaco_lease_revocations_total{reason}):
  * its worker missed dead_after_heartbeats heartbeats in a row; its TTL ran out with no
  * renewal; its round closed at round_timeout_s without it; or its quorum round closed at the
- * end of the quorum grace window (quorum_grace_s) without it. */
-enum { REVOKE_HEARTBEAT = 0, REVOKE_TTL, REVOKE_DEADLINE, REVOKE_GRACE, REVOKE_N };
+ * end of the quorum grace window (quorum_grace_s) without it; or its worker's Watch call ended
+ * without an answer (the connection or process is gone) and no new one came within
+ * --reconnect-grace-ms. */
+enum { REVOKE_HEARTBEAT = 0, REVOKE_TTL, REVOKE_DEADLINE, REVOKE_GRACE, REVOKE_DISCONNECT, REVOKE_N };
 
 /* Upper bounds (seconds) of the dipaco_round_wait_seconds histogram buckets. */
 #define COORD_ROUND_WAIT_BUCKETS 12
@@ -157,6 +159,14 @@ typedef struct coord {
 
   lease_wait *parked; /* parked Lease long-polls (leases.c) */
   int n_parked, cap_parked;
+  /* Watch calls held open (leases.c): deadline = when to answer it (the worker calls again). */
+  lease_wait *watches;
+  int n_watches, cap_watches;
+  /* Workers whose last Watch ended without an answer (leases.c): deadline = when their active
+   * leases are revoked unless a new Watch (or Register) of theirs comes first. */
+  lease_wait *lost;
+  int n_lost, cap_lost;
+  int reconnect_grace_ms; /* --reconnect-grace-ms; 0 = a closed Watch revokes nothing */
 
   /* CreateJob queue (admin_jobs.c): creations run one at a time, the rest wait in arrival
    * order; cur is the one on the thread pool. */
@@ -184,6 +194,8 @@ typedef struct coord {
   /* leases.c: answer a parked Lease call taken off the registry; outcome is SCHED_* or a
    * negative DPC_E* code; l is the lease when SCHED_GRANTED. */
   void (*park_answer_cb)(struct coord *c, void *call, int64_t worker, int outcome, const store_lease *l);
+  /* leases.c: answer a held Watch call taken off the registry (stopping: UNAVAILABLE). */
+  void (*watch_answer_cb)(struct coord *c, void *call, int stopping);
 
   uv_async_t async;
   uv_timer_t tick;

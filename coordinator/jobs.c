@@ -202,6 +202,11 @@ void coord_notes_free(coord *c) {
   c->n_notes = c->cap_notes = 0;
 }
 
+int coord_job_partial_ok(const coord_job *j) {
+  if (j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC) return 1;
+  return j->spec.weighting == WEIGHTING_TOKENS && !jobspec_streaming(&j->spec);
+}
+
 double coord_job_delta_weight(const coord_job *j, int64_t tokens) {
   return j->spec.weighting == WEIGHTING_TOKENS ? (double)tokens : 1.0;
 }

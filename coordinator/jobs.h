@@ -24,6 +24,10 @@ void coord_jobs_free(coord *c);
 int coord_job_set_state(coord *c, coord_job *j, store_job_state s, const char *why);
 /* 1 if path `path` of j contains fragment `fragment`'s module. */
 int coord_job_path_has_fragment(const coord_job *j, int path, int fragment);
+/* Whether a delta may cover fewer steps than its lease (a worker stopped mid-lease pushes what
+ * it trained): async jobs (the steps count), and sync jobs without streaming weighted by
+ * tokens (the delta merges with the weight of the tokens it covers). */
+int coord_job_partial_ok(const coord_job *j);
 /* A delta's weight in the sync outer step's average (the job's "weighting": its tokens, or 1);
  * sparse pulls send the same weights so that workers replay the step exactly. */
 double coord_job_delta_weight(const coord_job *j, int64_t tokens);

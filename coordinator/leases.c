@@ -407,32 +407,41 @@ static int64_t lease_last_heard(coord *c, const store_lease *l) {
  * link do not cost the lease. A revoked lease ends as
  * expired, exactly as at its TTL (slot idle for the same round, nothing it pushes later is
  * applied), only sooner; the caller's rounds_check then answers the parked Lease calls. */
+/* Revoke active lease l (reason REVOKE_HEARTBEAT or REVOKE_DISCONNECT; `why` completes the
+ * log line): it ends as expired, exactly as at its TTL, only sooner. A lease whose deltas
+ * are all durable is finished instead. Returns 1 when revoked. */
+static int revoke_lease(coord *c, store_lease *l, int64_t now, int reason, const char *why) {
+  if (lease_maybe_pushed(c, l)) { /* its work is in: finished, not revoked */
+    l->state = LEASE_FINISHED;
+    return 0;
+  }
+  if (store_end_lease(c->st, l->id, LEASE_EXPIRED, 0, 0, now) < 0) {
+    DPC_WARN("lease %lld: cannot revoke it: %s", (long long)l->id, dpc_errmsg());
+    return 0;
+  }
+  l->state = LEASE_EXPIRED;
+  lease_count_revocation(c, reason);
+  DPC_WARN("lease %lld revoked: worker %lld %s; job %lld slot (path %d, replica %d) round %lld is free again",
+           (long long)l->id, (long long)l->worker, why, (long long)l->job, l->path, l->replica, (long long)l->round);
+  coord_note_drop(c, l->id);
+  return 1;
+}
+
+/* Revoke every active lease of act[0..na) with no heartbeat (nor parameter or delta chunk)
+ * for c->dead_after_ms: its worker died (SIGKILL, a lost machine) or is cut off. The
+ * heartbeats run on their own thread beside training, so a slow worker keeps sending them and
+ * keeps its lease; a transfer counts too, so heartbeats queued behind a large push on a slow
+ * link do not cost the lease. The caller's rounds_check then answers the parked Lease calls. */
 static void revoke_silent(coord *c, store_lease *act, int na, int64_t now) {
-  /* A loop that stalled (a long commit, a descheduled process) has heartbeats queued that it
-   * has not read yet, and libuv runs timers before it polls: judge silence only when the
-   * previous tick came less than half the window ago (the tick runs every heartbeat / 2,
-   * 50 to 500 ms), so that no stall can make up the silence. */
-  const int64_t prev = c->tick_prev_ms;
-  c->tick_prev_ms = now;
-  if (c->dead_after_ms <= 0 || prev == 0 || now - prev > c->dead_after_ms / 2) return;
+  if (c->dead_after_ms <= 0) return;
   for (int k = 0; k < na; k++) {
     if (act[k].state != LEASE_ACTIVE) continue;
     const int64_t silent = now - lease_last_heard(c, &act[k]);
     if (silent <= c->dead_after_ms) continue;
-    if (lease_maybe_pushed(c, &act[k])) { /* its work is in: finished, not revoked */
-      act[k].state = LEASE_FINISHED;
-      continue;
-    }
-    if (store_end_lease(c->st, act[k].id, LEASE_EXPIRED, 0, 0, now) < 0) {
-      DPC_WARN("lease %lld: cannot revoke it: %s", (long long)act[k].id, dpc_errmsg());
-      continue;
-    }
-    act[k].state = LEASE_EXPIRED;
-    lease_count_revocation(c, REVOKE_HEARTBEAT);
-    DPC_WARN("lease %lld revoked: worker %lld sent no heartbeat for %lld ms (limit %lld ms); job %lld slot (path %d, "
-             "replica %d) round %lld is free again", (long long)act[k].id, (long long)act[k].worker, (long long)silent,
-             (long long)c->dead_after_ms, (long long)act[k].job, act[k].path, act[k].replica, (long long)act[k].round);
-    coord_note_drop(c, act[k].id);
+    char why[128];
+    snprintf(why, sizeof why, "sent no heartbeat for %lld ms (limit %lld ms)", (long long)silent,
+             (long long)c->dead_after_ms);
+    if (!revoke_lease(c, &act[k], now, REVOKE_HEARTBEAT, why)) continue;
     /* A worker silent as long as its lease is gone too, so that a slot reserved for it
      * (inner_state keep) goes to another worker now rather than after the lease TTL. Any
      * call of it brings it back (svc_touch). */
@@ -440,6 +449,27 @@ static void revoke_silent(coord *c, store_lease *act, int na, int64_t now) {
     if (store_get_worker(c->st, act[k].worker, &w) == 0 && w.state == WORKER_ACTIVE && !lease_is_parked(c, w.id) &&
         now - (w.last_seen >= c->started_ms ? w.last_seen : c->live_floor_ms) > c->dead_after_ms)
       store_set_worker_state(c->st, w.id, WORKER_GONE);
+  }
+}
+
+/* Revoke the active leases of the workers whose Watch call ended without an answer more than
+ * --reconnect-grace-ms ago with no new Watch since (c->lost): the connection, and almost
+ * always the process, is gone — a SIGKILLed worker loses its lease in about a second instead
+ * of after its missed heartbeats. */
+static void revoke_lost(coord *c, store_lease *act, int na, int64_t now) {
+  for (int i = 0; i < c->n_lost;) {
+    lease_wait g = c->lost[i];
+    if (now < g.deadline) {
+      i++;
+      continue;
+    }
+    c->lost[i] = c->lost[--c->n_lost];
+    for (int k = 0; k < na; k++) {
+      if (act[k].state != LEASE_ACTIVE || act[k].worker != g.worker) continue;
+      char why[128];
+      snprintf(why, sizeof why, "closed its connection (Watch ended; no new one within %d ms)", c->reconnect_grace_ms);
+      revoke_lease(c, &act[k], now, REVOKE_DISCONNECT, why);
+    }
   }
 }
 
@@ -452,7 +482,16 @@ void lease_expire(coord *c) {
   int na = 0;
   /* Remember who held what, for the log line. */
   if (store_list_active_leases(c->st, 0, &act, &na) < 0) act = NULL, na = 0;
-  revoke_silent(c, act, na, now);
+  /* A loop that stalled (a long commit, a descheduled process) has heartbeats and Watch calls
+   * queued that it has not read yet, and libuv runs timers before it polls: judge silence and
+   * lost connections only when the previous tick came less than half the heartbeat window
+   * ago (the tick runs every heartbeat / 2, 50 to 500 ms), so that no stall can make them up. */
+  const int64_t prev = c->tick_prev_ms;
+  c->tick_prev_ms = now;
+  if (prev != 0 && now - prev <= c->dead_after_ms / 2) {
+    revoke_silent(c, act, na, now);
+    revoke_lost(c, act, na, now);
+  }
   /* A lease past its expiry whose deltas are all durable is finished, not expired: the work
    * is in, so the slot moves on instead of training the closed round again. */
   for (int k = 0; k < na; k++)
@@ -532,8 +571,79 @@ void lease_retry_parked(coord *c, int flush) {
 
 void lease_flush_parked(coord *c) { lease_retry_parked(c, 1); }
 
+/* ---- Watch calls: the workers' connections ------------------------------------------------------ */
+
+static int wait_push(lease_wait **a, int *n, int *cap, lease_wait w) {
+  if (*n == *cap) {
+    int nc = *cap ? 2 * *cap : 16;
+    lease_wait *b = realloc(*a, (size_t)nc * sizeof *b);
+    if (!b) return DPC_ENOMEM;
+    *a = b;
+    *cap = nc;
+  }
+  (*a)[(*n)++] = w;
+  return 0;
+}
+
+void lease_watch_seen(coord *c, int64_t worker) {
+  for (int i = 0; i < c->n_lost; i++)
+    if (c->lost[i].worker == worker) {
+      c->lost[i] = c->lost[--c->n_lost];
+      return;
+    }
+}
+
+int lease_watch_add(coord *c, void *call, int64_t worker) {
+  lease_watch_seen(c, worker);
+  return wait_push(&c->watches, &c->n_watches, &c->cap_watches,
+                   (lease_wait){.call = call, .worker = worker, .deadline = dpc_wall_ms() + LEASE_WATCH_HOLD_MS});
+}
+
+int lease_watch_ended(coord *c, void *call, int cancelled) {
+  int64_t worker = 0;
+  for (int i = 0; i < c->n_watches; i++)
+    if (c->watches[i].call == call) {
+      worker = c->watches[i].worker;
+      c->watches[i] = c->watches[--c->n_watches];
+      break;
+    }
+  if (!worker) return 0;
+  if (!cancelled || c->stopping || c->reconnect_grace_ms <= 0) return 1;
+  for (int i = 0; i < c->n_watches; i++)
+    if (c->watches[i].worker == worker) return 1; /* a newer Watch of it is open */
+  const int64_t at = dpc_wall_ms() + c->reconnect_grace_ms;
+  for (int i = 0; i < c->n_lost; i++)
+    if (c->lost[i].worker == worker) {
+      c->lost[i].deadline = at;
+      return 1;
+    }
+  if (wait_push(&c->lost, &c->n_lost, &c->cap_lost, (lease_wait){.worker = worker, .deadline = at}) == 0)
+    DPC_DEBUG("worker %lld: its Watch call ended without an answer (its lease ended, or its connection closed); "
+              "its active leases are revoked in %d ms unless it calls again", (long long)worker, c->reconnect_grace_ms);
+  return 1;
+}
+
+void lease_answer_watches(coord *c, int flush) {
+  const int64_t now = dpc_wall_ms();
+  for (int i = 0; i < c->n_watches;) {
+    lease_wait w = c->watches[i];
+    if (!flush && now < w.deadline) {
+      i++;
+      continue;
+    }
+    c->watches[i] = c->watches[--c->n_watches]; /* off the registry before the answer ends it */
+    if (c->watch_answer_cb) c->watch_answer_cb(c, w.call, flush);
+  }
+}
+
 void lease_parked_free(coord *c) {
   free(c->parked);
   c->parked = NULL;
   c->n_parked = c->cap_parked = 0;
+  free(c->watches);
+  c->watches = NULL;
+  c->n_watches = c->cap_watches = 0;
+  free(c->lost);
+  c->lost = NULL;
+  c->n_lost = c->cap_lost = 0;
 }

@@ -62,6 +62,23 @@ int lease_is_parked(coord *c, int64_t worker);
  * (flush, or while stopping: all of them, with SCHED_STOPPING). */
 void lease_retry_parked(coord *c, int flush);
 void lease_flush_parked(coord *c); /* lease_retry_parked(c, 1), as a stop callback */
-void lease_parked_free(coord *c);  /* at exit */
+void lease_parked_free(coord *c);  /* at exit (the Watch registries too) */
+
+/* Watch calls (the workers' liveness line, issue 23): a worker holding a lease keeps one open;
+ * the registry holds it for LEASE_WATCH_HOLD_MS, then lease_answer_watches hands it to
+ * c->watch_answer_cb and the worker calls again. A Watch that ends without an answer
+ * (cancelled: the worker's connection closed) puts its worker on c->lost: unless a new Watch
+ * or a Register of it comes within c->reconnect_grace_ms, lease_expire revokes its active
+ * leases (REVOKE_DISCONNECT). */
+#define LEASE_WATCH_HOLD_MS 30000
+/* Hold Watch call `call` of `worker` (it also takes the worker off c->lost); 0 or DPC_ENOMEM
+ * (then answer it now). */
+int lease_watch_add(coord *c, void *call, int64_t worker);
+/* The Watch call ended (cancelled: without an answer); 1 if it was held. */
+int lease_watch_ended(coord *c, void *call, int cancelled);
+/* The worker showed it is alive on a new connection (Register): take it off c->lost. */
+void lease_watch_seen(coord *c, int64_t worker);
+/* Answer the held Watch calls whose hold is over (all of them with flush, at shutdown). */
+void lease_answer_watches(coord *c, int flush);
 
 #endif

@@ -4,7 +4,8 @@
  * (loop.c) until the graceful shutdown after SIGTERM/SIGINT, and closes everything.
  *
  * usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]
- *          [--lease-ttl-ms N] [--heartbeat-ms N] [--dead-after-heartbeats N] [--worker-retention-s N]
+ *          [--lease-ttl-ms N] [--heartbeat-ms N] [--dead-after-heartbeats N] [--reconnect-grace-ms N]
+ *          [--worker-retention-s N]
  *          [--log-level L] [--log-json]
  *          [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
  *          [--join-token-file FILE] [--admin-token-file FILE] [--insecure-no-auth]
@@ -59,7 +60,7 @@
 typedef struct opts {
   const char *listen, *state_dir, *metrics_addr, *join_file, *admin_file;
   struct rpc_tls tls;
-  int json, ttl, hb, dead_hb, no_auth, use_tls, retention_s;
+  int json, ttl, hb, dead_hb, reconnect_ms, no_auth, use_tls, retention_s;
   int handshake_ms, idle_ms, self_check_ms, memory_budget_mb;
   enum dpc_log_level level;
 } opts;
@@ -69,6 +70,8 @@ static void usage(FILE *f) {
              "         [--lease-ttl-ms N (default 15000)] [--heartbeat-ms N (default 2000)]\n"
              "         [--dead-after-heartbeats N (default 3: a lease whose worker sent no heartbeat for\n"
              "          max(N x --heartbeat-ms, 1 s) is revoked and its slot given to another worker)]\n"
+             "         [--reconnect-grace-ms N (default 1000: a worker whose connection closed loses its leases\n"
+             "          after N ms unless it is back; 0 = only missed heartbeats revoke)]\n"
              "         [--worker-retention-s N (default 86400: delete workers silent that long, holding no lease)]\n"
              "         [--handshake-timeout-ms N (default 10000)] [--idle-timeout-ms N (default 300000)]\n"
              "         [--memory-budget-mb N (default: the cgroup's memory.max, else 80%% of RAM)]\n"
@@ -123,7 +126,7 @@ static const char *flags_problem(const opts *o, char *msg, size_t cap) {
 
 /* Fill o from argv; 0 = go on, else *exit_code is what main returns (0 after --help). */
 static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
-  *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .dead_hb = 3, .retention_s = 86400,
+  *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .dead_hb = 3, .reconnect_ms = 1000, .retention_s = 86400,
               .handshake_ms = RPC_HANDSHAKE_TIMEOUT_DEFAULT_MS,
               .idle_ms = RPC_IDLE_TIMEOUT_DEFAULT_MS, .self_check_ms = 5000, .level = DPC_LOG_INFO};
   dpc_arg args[] = {
@@ -133,6 +136,7 @@ static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
       {.name = "lease-ttl-ms", .kind = DPC_ARG_INT, .dst = &o->ttl, .lo = 100, .hi = 86400000},
       {.name = "heartbeat-ms", .kind = DPC_ARG_INT, .dst = &o->hb, .lo = 10, .hi = 3600000},
       {.name = "dead-after-heartbeats", .kind = DPC_ARG_INT, .dst = &o->dead_hb, .lo = 2, .hi = 1000},
+      {.name = "reconnect-grace-ms", .kind = DPC_ARG_INT, .dst = &o->reconnect_ms, .lo = 0, .hi = 600000},
       {.name = "worker-retention-s", .kind = DPC_ARG_INT, .dst = &o->retention_s, .lo = 1, .hi = 315360000},
       {.name = "handshake-timeout-ms", .kind = DPC_ARG_INT, .dst = &o->handshake_ms, .lo = 100, .hi = 600000},
       {.name = "idle-timeout-ms", .kind = DPC_ARG_INT, .dst = &o->idle_ms, .lo = 1000, .hi = 86400000},
@@ -286,6 +290,7 @@ static void on_stop(coord *c) {
   selfcheck_stop(c->selfcheck);
   c->selfcheck = NULL;
   lease_flush_parked(c);
+  lease_answer_watches(c, 1);
 }
 
 /* Open files: a coordinator holds one descriptor per connection plus its spool files, so the
@@ -434,6 +439,7 @@ int main(int argc, char **argv) {
   c->lease_ttl_ms = o.ttl;
   c->heartbeat_ms = o.hb;
   c->dead_after_ms = lease_dead_after_ms(o.dead_hb, o.hb);
+  c->reconnect_grace_ms = o.reconnect_ms;
   c->worker_retention_ms = (int64_t)o.retention_s * 1000;
   const char *budget_src = "--memory-budget-mb";
   c->memory_budget_bytes = o.memory_budget_mb ? (uint64_t)o.memory_budget_mb << 20 : membudget_default(&budget_src);

@@ -4,7 +4,7 @@
  * (8 KiB, must start with a request line) and read on the loop thread like everything else.
  *
  * Series: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_deltas_rejected_total,
- * dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace),
+ * dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace, disconnect),
  * dipaco_round_wait_seconds (histogram: first to last merged delta of each closed sync round),
  * dipaco_bytes_in_total,
  * dipaco_bytes_out_total, dipaco_outer_step_seconds (last) and _sum, dipaco_workers{state},
@@ -78,10 +78,11 @@ static void fmt_counters(coord *c, sbuf *b) {
   sb_printf(b, "# HELP dipaco_deltas_rejected_total PushDelta streams refused as malformed or corrupt (nothing "
                "stored).\n# TYPE dipaco_deltas_rejected_total counter\ndipaco_deltas_rejected_total %llu\n",
             (unsigned long long)c->deltas_rejected);
-  static const char *const why[REVOKE_N] = {"heartbeat", "ttl", "deadline", "grace"};
+  static const char *const why[REVOKE_N] = {"heartbeat", "ttl", "deadline", "grace", "disconnect"};
   sb_printf(b, "# HELP dipaco_lease_revocations_total Active leases taken from their workers: heartbeat (missed "
                "--dead-after-heartbeats heartbeats), ttl (not renewed within --lease-ttl-ms), deadline (round closed "
-               "at round_timeout_s without it), grace (quorum round closed at quorum_grace_s without it).\n"
+               "at round_timeout_s without it), grace (quorum round closed at quorum_grace_s without it), disconnect "
+               "(the worker's connection closed: no Watch within --reconnect-grace-ms).\n"
                "# TYPE dipaco_lease_revocations_total counter\n");
   for (int i = 0; i < REVOKE_N; i++)
     sb_printf(b, "dipaco_lease_revocations_total{reason=\"%s\"} %llu\n", why[i], (unsigned long long)c->revocations[i]);

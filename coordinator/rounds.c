@@ -396,6 +396,31 @@ static int64_t quorum_reached_at(const store_delta *ds, int n, int need) {
   return at;
 }
 
+/* The adaptive grace window (a quorum below 1 and no quorum_grace_s): twice the median
+ * first-to-last delta spread of the last GRACE_ROUNDS rounds of the fragment that merged every
+ * slot, within [GRACE_MIN_MS, GRACE_MAX_MS]; none (-1) until such a round exists. Healthy
+ * rounds set it: a slow but live worker that keeps making the full rounds widens the spread,
+ * and so the window, for itself; a dead one costs a round at most that long. It is computed
+ * from durable rows (the closed rounds' applied deltas), so a restarted coordinator gets the
+ * same window. */
+#define GRACE_ROUNDS 8
+#define GRACE_MIN_MS 250
+#define GRACE_MAX_MS 60000
+
+static int64_t grace_window_ms(coord *c, const coord_job *j, int f, int64_t t) {
+  if (j->spec.has_quorum_grace) return (int64_t)llround(j->spec.quorum_grace_s * 1000.0);
+  if (j->spec.quorum >= 1.0) return -1;
+  int64_t spread[GRACE_ROUNDS];
+  int count[GRACE_ROUNDS], n = 0, k = 0;
+  if (store_round_spreads(c->st, j->id, f, t, GRACE_ROUNDS, spread, count, &n) < 0) return -1;
+  for (int i = 0; i < n; i++)
+    if (count[i] >= j->expected[f]) spread[k++] = spread[i];
+  if (k == 0) return -1;
+  qsort(spread, (size_t)k, sizeof *spread, cmp_i64);
+  int64_t g = 2 * spread[k / 2];
+  return g < GRACE_MIN_MS ? GRACE_MIN_MS : g > GRACE_MAX_MS ? GRACE_MAX_MS : g;
+}
+
 /* The deltas that close round t of (j, f) now — one per slot (the newest), in (path, replica)
  * order: all expected ones; or, with at least ceil(quorum · expected), those in at the round
  * deadline (*short_reason = REVOKE_DEADLINE) or quorum_grace_s after the quorum was reached
@@ -411,11 +436,13 @@ static int closing_deltas(coord *c, const coord_job *j, int f, int64_t t, int64_
   if (store_count_received_slots(c->st, j->id, f, t, &have) < 0 || have == 0) return -1;
   const int need = quorum_need(j, f);
   int past_deadline = 0;
+  int64_t grace_ms = -1;
   if (have < j->expected[f]) {
     if (have < need) return -1;
     store_round r;
     past_deadline = store_get_round(c->st, j->id, f, t, &r) == 0 && r.deadline_at != 0 && now >= r.deadline_at;
-    if (!past_deadline && !j->spec.has_quorum_grace) return -1;
+    if (!past_deadline) grace_ms = grace_window_ms(c, j, f, t);
+    if (!past_deadline && grace_ms < 0) return -1;
   }
   int nd;
   if (store_list_deltas(c->st, j->id, f, t, DELTA_RECEIVED, ds, &nd) < 0) return -1;
@@ -430,11 +457,9 @@ static int closing_deltas(coord *c, const coord_job *j, int f, int64_t t, int64_
   *n = k;
   *short_reason = 0;
   if (k < j->expected[f]) {
-    const int64_t grace_ms = j->spec.has_quorum_grace ? (int64_t)llround(j->spec.quorum_grace_s * 1000.0) : 0;
     if (k > 0 && k >= need && past_deadline) {
       *short_reason = REVOKE_DEADLINE;
-    } else if (k > 0 && k >= need && j->spec.has_quorum_grace && quorum_at != INT64_MAX &&
-               now >= quorum_at + grace_ms) {
+    } else if (k > 0 && k >= need && grace_ms >= 0 && quorum_at != INT64_MAX && now >= quorum_at + grace_ms) {
       *short_reason = REVOKE_GRACE;
     } else {
       free(d);
@@ -774,5 +799,6 @@ void rounds_check(coord *c) {
 void rounds_tick(coord *c) {
   if (c->stopping) return;
   lease_expire(c);
+  lease_answer_watches(c, 0);
   rounds_check(c);
 }

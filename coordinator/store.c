@@ -111,6 +111,9 @@ static const char *const MIGRATIONS[] = {
     /* 2 -> 3: where a lease starts on the inner LR schedule, as a shift from step_begin (async
      * jobs: the job's progress, not the slot's own step; 0 = step_begin, as every lease before). */
     "ALTER TABLE leases ADD COLUMN sched_shift INTEGER NOT NULL DEFAULT 0;",
+    /* 3 -> 4: the inner steps a lease was granted (inner_steps shrinks to the steps a partial
+     * delta covers), for goodput: steps merged / steps leased (0 = as inner_steps, before). */
+    "ALTER TABLE leases ADD COLUMN granted_steps INTEGER NOT NULL DEFAULT 0;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION, "STORE_SCHEMA_VERSION must equal the number of migrations");

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 4
 #define STORE_TOKEN_HASH_BYTES 32
 
 typedef struct store store;
@@ -389,6 +389,14 @@ int store_list_ledger(store *st, int64_t job, int fragment, store_delta **out, i
 /* Deltas of job that were trained but never applied: dropped at apply (too stale) plus the
  * fragments of finished leases with no delta row (refused at push as too stale or late). */
 int store_count_dropped(store *st, int64_t job, int64_t *n);
+/* The closed rounds of (job, fragment) before `round`, newest first, at most max: for each, the
+ * time from its first to its last applied delta (received_at, ms) in spread[i] and how many
+ * deltas it applied in count[i]; *n rounds. */
+int store_round_spreads(store *st, int64_t job, int fragment, int64_t round, int max, int64_t *spread, int *count,
+                        int *n);
+/* Goodput of job's ended leases: *leased = the inner steps they were granted, *merged = the
+ * steps of those whose delta was applied (a partial delta: the steps it covers). */
+int store_job_goodput(store *st, int64_t job, int64_t *leased, int64_t *merged);
 
 /* ---- metrics ------------------------------------------------------------------------------ */
 

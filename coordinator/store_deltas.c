@@ -99,6 +99,36 @@ int store_count_dropped(store *st, int64_t job, int64_t *n) {
   return sq_get_i64(st, s, "count dropped deltas", n);
 }
 
+int store_round_spreads(store *st, int64_t job, int fragment, int64_t round, int max, int64_t *spread, int *count,
+                        int *n) {
+  *n = 0;
+  sqlite3_stmt *s = sq_stmt(st, S_ROUND_SPREADS);
+  if (!s) return DPC_EINTERNAL;
+  BIND_I64S(s, job, fragment, round, max);
+  int rc;
+  while ((rc = sq_step(st, s, "round spreads")) == SQLITE_ROW && *n < max) {
+    spread[*n] = sqlite3_column_int64(s, 0);
+    count[*n] = sqlite3_column_int(s, 1);
+    (*n)++;
+  }
+  sqlite3_reset(s);
+  return rc < 0 ? rc : 0;
+}
+
+int store_job_goodput(store *st, int64_t job, int64_t *leased, int64_t *merged) {
+  *leased = *merged = 0;
+  sqlite3_stmt *s = sq_stmt(st, S_GOODPUT);
+  if (!s) return DPC_EINTERNAL;
+  BIND_I64S(s, job);
+  int rc = sq_step(st, s, "goodput");
+  if (rc == SQLITE_ROW) {
+    *leased = sqlite3_column_int64(s, 0);
+    *merged = sqlite3_column_int64(s, 1);
+  }
+  sqlite3_reset(s);
+  return rc < 0 ? rc : 0;
+}
+
 int store_delta_norms(store *st, int64_t job, int fragment, int max, double *norms, int *n) {
   *n = 0;
   sqlite3_stmt *s = sq_stmt(st, S_DELTA_NORMS);

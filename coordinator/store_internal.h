@@ -217,7 +217,8 @@ typedef struct {
   X(FREE_SLOT, "UPDATE slots SET state = 'idle', round = round + ?4, inner_steps = inner_steps + ?5 "        \
                "WHERE job = ?1 AND path = ?2 AND replica = ?3")                                              \
   X(INS_LEASE, "INSERT INTO leases (job, path, replica, worker, round, inner_steps, step_begin, state, "       \
-               "created_at, expires_at, sched_shift) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'active', ?8, ?9, ?10)") \
+               "created_at, expires_at, sched_shift, granted_steps) "                                         \
+               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'active', ?8, ?9, ?10, ?6)")                              \
   X(INS_LEASE_FRAG, "INSERT INTO lease_fragments (lease, fragment, base_version) VALUES (?1, ?2, ?3)")       \
   X(GET_LEASE, "SELECT " LEASE_COLS " FROM leases WHERE id = ?1")                                             \
   X(LEASE_BASE, "SELECT base_version FROM lease_fragments WHERE lease = ?1 AND fragment = ?2")                \
@@ -279,6 +280,13 @@ typedef struct {
                 "SELECT momentum_blob FROM fragment_versions WHERE momentum_blob != '' UNION ALL "            \
                 "SELECT dnbuf_blob FROM fragment_versions WHERE dnbuf_blob != '' UNION ALL "                  \
                 "SELECT blob FROM deltas WHERE blob != ''")                                                 \
+  X(ROUND_SPREADS, "SELECT max(received_at) - min(received_at), count(*) FROM deltas WHERE job = ?1 AND "       \
+                   "fragment = ?2 AND state = 'applied' AND round < ?3 GROUP BY round ORDER BY round DESC "      \
+                   "LIMIT ?4")                                                                                  \
+  X(GOODPUT, "SELECT coalesce(sum(CASE WHEN granted_steps > 0 THEN granted_steps ELSE inner_steps END), 0), "  \
+             "coalesce(sum(CASE WHEN EXISTS (SELECT 1 FROM deltas d WHERE d.lease = leases.id AND "           \
+             "d.state = 'applied') THEN inner_steps ELSE 0 END), 0) FROM leases "                             \
+             "WHERE job = ?1 AND state != 'active'")                                                         \
   X(LEDGER, "SELECT " DELTA_COLS " FROM deltas WHERE job = ?1 AND fragment = ?2 AND state = 'applied' "      \
             "ORDER BY applied_version, path, replica, id")
 

@@ -517,7 +517,8 @@ static void push_commit_after(uv_work_t *req, int status) {
                           .metric = &m};
     /* Async: a delta of fewer steps than leased (a preempted worker's partial work) counts
      * for the steps it covers; sync rounds always take the lease's steps. */
-    if (j && j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC && p->inner_steps > 0) nd.inner_steps = (int)p->inner_steps;
+    if (j && coord_job_partial_ok(j) && !jobspec_streaming(&j->spec) && p->inner_steps > 0)
+      nd.inner_steps = (int)p->inner_steps;
     int64_t did;
     int rc = store_record_delta(c->st, &nd, &did);
     /* Only a recorded push (rc 0) leaves its spool file named by a row: a duplicate's row
@@ -643,6 +644,15 @@ static int push_check_header(push *p, const coord_job *j, int frag, const struct
   if (ch->inner_steps > (uint64_t)p->lease.inner_steps) {
     push_fail(p, RPC_INVALID_ARGUMENT, "inner_steps: %llu exceeds the lease's %d", (unsigned long long)ch->inner_steps,
               p->lease.inner_steps);
+    return -1;
+  }
+  /* A partial delta (a worker stopped mid-lease) merges only where it can count for what it
+   * covers; an exact sync round averages whole rounds. (Streaming fragments sync mid-lease.) */
+  if (ch->inner_steps > 0 && ch->inner_steps < (uint64_t)p->lease.inner_steps && !coord_job_partial_ok(j) &&
+      !jobspec_streaming(&j->spec)) {
+    push_fail(p, RPC_FAILED_PRECONDITION, "inner_steps: a delta of %llu of the lease's %d steps; job %lld takes partial "
+              "deltas only with \"weighting\": \"tokens\" (or diloco-async): release the lease instead",
+              (unsigned long long)ch->inner_steps, p->lease.inner_steps, (long long)j->id);
     return -1;
   }
   return 0;

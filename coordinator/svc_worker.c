@@ -34,6 +34,10 @@
  *    cancelled/failed; CONTINUE otherwise (also for a finished lease or a paused job — pause
  *    stops new leases, leases in flight finish their round). HeartbeatRequest.loss is kept
  *    and recorded with the slot's delta as the slot's loss for the round.
+ *  - Watch. A worker keeps one open while it trains a lease; it is held (lease_watch_add) and
+ *    answered after LEASE_WATCH_HOLD_MS. One that ends without an answer (the connection
+ *    closed: the process died) revokes the worker's active leases after --reconnect-grace-ms
+ *    unless a new Watch, a Register or a granted Lease of the worker comes first (leases.c).
  *  - Draining (Admin DrainWorker): Lease answers LEASE_NO_WORK; heartbeats say DRAIN (or the
  *    lease is released at once and heartbeats say STOP with immediate = true).
  *  - While shutting down every new call gets UNAVAILABLE. */
@@ -145,6 +149,7 @@ static void on_register(struct rpc_call *call, const struct grpc_byte_buffer *re
     DPC_INFO("worker %lld registered: host %s backend %s device %s threads %u", (long long)id, r->hostname, r->backend,
              r->device, r->threads);
   }
+  lease_watch_seen(c, id); /* back on a new connection (a resumed identity) */
   Dipaco__V1__RegisterResponse resp = DIPACO__V1__REGISTER_RESPONSE__INIT;
   resp.worker_id = (uint64_t)id;
   resp.session_token = tok;
@@ -216,6 +221,47 @@ static void on_heartbeat(struct rpc_call *call, const struct grpc_byte_buffer *r
   }
   rpc_call_reply(call, &resp.base);
   protobuf_c_message_free_unpacked(pm, NULL);
+}
+
+/* ---- Watch -------------------------------------------------------------------------------------- */
+
+/* Held until its hold is over (lease_answer_watches), then answered; at shutdown UNAVAILABLE. */
+static void answer_watch(coord *c, void *call_, int stopping) {
+  (void)c;
+  struct rpc_call *call = call_;
+  rpc_call_set_data(call, NULL); /* no longer held */
+  if (stopping) {
+    rpc_call_finish(call, RPC_UNAVAILABLE, "coordinator is shutting down; retry with backoff");
+    return;
+  }
+  Dipaco__V1__WatchResponse resp = DIPACO__V1__WATCH_RESPONSE__INIT;
+  resp.hold_ms = LEASE_WATCH_HOLD_MS;
+  rpc_call_reply(call, &resp.base);
+}
+
+static void watch_on_done(struct rpc_call *call, int cancelled, void *ud) {
+  if (!rpc_call_data(call)) return;
+  if (lease_watch_ended(ud, call, cancelled)) rpc_call_set_data(call, NULL);
+}
+
+static void on_watch(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
+  coord *c = ud;
+  int64_t worker;
+  if (svc_authenticate(c, call, &worker, 0) < 0) return;
+  ProtobufCMessage *pm;
+  if (svc_unpack(call, req, &dipaco__v1__watch_request__descriptor, &pm)) return;
+  protobuf_c_message_free_unpacked(pm, NULL);
+  svc_touch(c, worker, -1);
+  if (rpc_call_deadline_ms(call) < LEASE_WATCH_HOLD_MS + 1000) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "Watch: the call's deadline must be at least %d ms away (the "
+                    "coordinator holds a Watch that long)", LEASE_WATCH_HOLD_MS + 1000);
+    return;
+  }
+  if (lease_watch_add(c, call, worker) < 0) {
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  rpc_call_set_data(call, c); /* non-NULL: held */
 }
 
 /* ---- Lease -------------------------------------------------------------------------------------- */
@@ -291,6 +337,7 @@ static int lease_fragment_infos(coord *c, const coord_job *j, const store_lease 
 }
 
 static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
+  lease_watch_seen(c, l->worker); /* alive and connected: its new lease's Watch follows */
   coord_job *j = coord_job_get(c, l->job);
   if (!j) {
     rpc_call_finish(call, RPC_INTERNAL, "lease %lld names unknown job %lld", (long long)l->id, (long long)l->job);
@@ -357,6 +404,7 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   le.delta_codec = (Dipaco__V1__Codec)j->spec.streaming.codec;
   le.delta_block_floats = dpc_codec_is_block(j->spec.streaming.codec) ? (uint32_t)j->spec.streaming.block_floats : 0;
   le.streaming = jobspec_streaming(&j->spec);
+  le.partial_push = coord_job_partial_ok(j);
   le.eager = j->spec.streaming.eager;
   le.pull_codec = (Dipaco__V1__Codec)j->spec.streaming.pull_codec;
   le.outer_lr = (float)j->spec.outer.lr;
@@ -525,9 +573,11 @@ static const struct rpc_method methods[] = {
     {.path = "/dipaco.v1.Coordinator/Heartbeat", .kind = RPC_UNARY, .on_call = on_heartbeat},
     {.path = "/dipaco.v1.Coordinator/Lease", .kind = RPC_UNARY, .on_call = on_lease, .on_done = lease_on_done},
     {.path = "/dipaco.v1.Coordinator/Release", .kind = RPC_UNARY, .on_call = on_release},
+    {.path = "/dipaco.v1.Coordinator/Watch", .kind = RPC_UNARY, .on_call = on_watch, .on_done = watch_on_done},
 };
 
 int svc_worker_methods(coord *c, struct rpc_method *out) {
   c->park_answer_cb = answer_parked;
+  c->watch_answer_cb = answer_watch;
   return svc_methods_add(out, methods, (int)(sizeof methods / sizeof methods[0]), c);
 }

@@ -102,6 +102,29 @@ static void *hb_main(void *arg) {
   return NULL;
 }
 
+static int watch_quit(void *ud) { return atomic_load(&((heartbeat *)ud)->wquit); }
+
+/* Keep one Watch call open until hb_stop: the coordinator answers it every hold period (then
+ * the next one starts at once); a failed one is retried after a short pause; a coordinator
+ * without Watch (UNIMPLEMENTED) leaves liveness to the heartbeats. */
+static void *watch_main(void *arg) {
+  heartbeat *hb = arg;
+  while (!atomic_load(&hb->wquit)) {
+    int code = 0;
+    int rc = wc_watch(hb->wc, hb->lease_id, &code, watch_quit, hb);
+    if (atomic_load(&hb->wquit)) break;
+    if (rc && code == RPC_UNIMPLEMENTED) {
+      DPC_DEBUG("lease %" PRIu64 ": the coordinator has no Watch call; liveness by heartbeats only", hb->lease_id);
+      break;
+    }
+    if (rc) {
+      DPC_DEBUG("lease %" PRIu64 ": Watch failed (%s); again in 200 ms", hb->lease_id, dpc_errmsg());
+      for (int i = 0; i < 4 && !atomic_load(&hb->wquit); i++) worker_sleep_ns(50000000);
+    }
+  }
+  return NULL;
+}
+
 int hb_start(heartbeat *hb) {
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -117,6 +140,9 @@ int hb_start(heartbeat *hb) {
     return dpc_err(DPC_EINTERNAL, "worker: cannot start the heartbeat thread");
   }
   hb->running = 1;
+  atomic_store(&hb->wquit, 0);
+  hb->wrunning = pthread_create(&hb->wth, NULL, watch_main, hb) == 0;
+  if (!hb->wrunning) DPC_WARN("lease %" PRIu64 ": cannot start the Watch thread; liveness by heartbeats only", hb->lease_id);
   return 0;
 }
 
@@ -130,6 +156,11 @@ void hb_poke(heartbeat *hb) {
 
 void hb_stop(heartbeat *hb) {
   if (!hb->running) return;
+  if (hb->wrunning) {
+    atomic_store(&hb->wquit, 1); /* its call is cancelled within 50 ms */
+    pthread_join(hb->wth, NULL);
+    hb->wrunning = 0;
+  }
   pthread_mutex_lock(&hb->mu);
   hb->quit = 1;
   pthread_cond_signal(&hb->cv);

@@ -51,17 +51,23 @@ typedef struct {
   /* --slowdown / --min-step-ms: end of the previous step's sleep (CLOCK_MONOTONIC ns) */
   double slowdown, min_step_ms;
   int64_t mark_ns;
+  /* The Watch thread: keeps one Watch call open while the lease runs, so that the coordinator
+   * sees at once when this process or its connection is gone (svc_worker.c). */
+  pthread_t wth;
+  int wrunning;
+  atomic_int wquit;
 } heartbeat;
 
 /* Fill hb for lease L (not started): step = L's first step, steps/s carried over from the
  * previous lease, progress line and --slowdown as given. */
 void hb_init(heartbeat *hb, wclient *wc, worker_ctl *ctl, const Dipaco__V1__Lease *L, float sps, int progress,
              double slowdown, double min_step_ms);
+/* Start the heartbeat thread and the Watch thread. */
 int hb_start(heartbeat *hb);
 /* Send a heartbeat now (the lease's last step and loss, before its push) instead of at the
  * next interval; no-op when the thread is not running. */
 void hb_poke(heartbeat *hb);
-/* Stop and join the thread (no-op when it is not running). */
+/* Stop and join both threads (no-op when they are not running). */
 void hb_stop(heartbeat *hb);
 
 /* AB_* : whether the lease must be abandoned, and why. */

@@ -22,7 +22,7 @@ typedef struct lease_work {
   int keep;              /* the slot's AdamW state outlives the lease (not RESET) */
   slot_state *snap;      /* the moments training started from, while the lease can still fail */
   trainer_stats st;
-  int partial;           /* async stop mid-round: push the steps done so far */
+  int partial;           /* stopped mid-round (async, or Lease.partial_push): push the steps done so far */
   enum wc_class cls;     /* how the last call failed */
   size_t bytes;          /* bytes of the path's fragments */
   size_t frag, got;      /* pull: the fragment in transfer and its bytes received */
@@ -203,16 +203,19 @@ static int lease_train(lease_work *x, int *rc_out) {
   x->cls = rc ? WC_FATAL : WC_OK;
   *rc_out = rc;
   if (rc) return 0;
-  /* Async: a SIGTERM mid-round pushes the steps done so far (the coordinator counts them). */
+  /* Async, and sync jobs weighted by tokens (Lease.partial_push): a SIGTERM mid-round pushes
+   * the steps done so far (the coordinator counts them, or merges them with their tokens'
+   * weight) instead of releasing the lease and losing them. */
   const trainer_stats *st = &x->st;
-  x->partial = L->algorithm != DIPACO__V1__ALGORITHM__ALGORITHM_SYNC && worker_stopping(r->ctl) &&
+  const int partial_ok = L->algorithm != DIPACO__V1__ALGORITHM__ALGORITHM_SYNC || L->partial_push;
+  x->partial = partial_ok && !L->streaming && worker_stopping(r->ctl) &&
                hb_abort(&x->hb) == AB_NONE && st->steps_done > 0 && st->steps_done < (int)L->inner_steps;
   if (st->steps_done != (int)L->inner_steps && !x->partial) return 0;
   DPC_INFO("lease %" PRIu64 " trained %d steps in %.2f s: loss %.4f -> %.4f (mean %.4f), %.0f tok/s, lr %.6g -> %.6g",
            L->lease_id, st->steps_done, st->seconds, st->first_loss, st->last_loss, st->mean_loss,
            st->seconds > 0 ? (double)st->tokens / st->seconds : 0.0, st->first_lr, st->last_lr);
   if (x->partial)
-    DPC_INFO("lease %" PRIu64 ": stopping: pushing the partial delta of %d of %u inner steps (async)", L->lease_id,
+    DPC_INFO("lease %" PRIu64 ": stopping: pushing the partial delta of %d of %u inner steps", L->lease_id,
              st->steps_done, L->inner_steps);
   return 1;
 }

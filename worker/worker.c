@@ -58,9 +58,11 @@
  *    lease_ttl_ms drop the lease without Release. Any other failure of a lease (bad lease,
  *    missing data, refused push) releases it with RELEASE_ERROR and the error message.
  *  - SIGTERM (worker_stop): training stops after the current step. Sync: the lease is
- *    released with RELEASE_PREEMPTED (no partial delta: a sync round averages whole rounds).
- *    Async (Lease.algorithm not SYNC): the delta of the inner steps completed so far is pushed
- *    (Chunk.inner_steps = those steps; the coordinator counts the lease as that many steps), as
+ *    released with RELEASE_PREEMPTED (no partial delta: an exact round averages whole rounds),
+ *    unless the lease says partial_push (a sync job weighted by tokens, no streaming).
+ *    Async (Lease.algorithm not SYNC) and partial_push leases: the delta of the inner steps
+ *    completed so far is pushed (Chunk.inner_steps = those steps; the coordinator counts the
+ *    lease as that many steps and merges it with its tokens' weight), as
  *    is the inner state first with inner.state checkpoint. A round already trained is pushed
  *    in both modes; pushes go on being retried on transient errors while stopping (the grace
  *    period of main.c bounds them). A Lease long-poll in flight is cancelled at once.

@@ -120,6 +120,9 @@ static void json_job(FILE *f, const Dipaco__V1__Job *j) {
   view_summary_fields(f, view_job_summary(j));
   fputs(",\"message\":", f);
   view_jstr(f, j->message);
+  fprintf(f, ",\"steps_leased\":%llu,\"steps_merged\":%llu", (unsigned long long)j->steps_leased,
+          (unsigned long long)j->steps_merged);
+  if (j->steps_leased) fprintf(f, ",\"goodput\":%.6g", (double)j->steps_merged / (double)j->steps_leased);
   const char *spec = j->spec_json ? j->spec_json : "";
   jobspec *js = malloc(sizeof *js);
   char *canon = NULL;
@@ -193,6 +196,7 @@ static void text_spec(FILE *f, const jobspec *js) {
   }
   fprintf(f, "%-18s %.9g\n", "quorum", js->quorum);
   fprintf(f, "%-18s %.9g\n", "round_timeout_s", js->round_timeout_s);
+  if (js->has_quorum_grace) fprintf(f, "%-18s %.9g\n", "quorum_grace_s", js->quorum_grace_s);
   fprintf(f, "%-18s %s\n", "weighting", js->weighting == WEIGHTING_TOKENS ? "tokens" : "uniform");
 }
 
@@ -227,6 +231,12 @@ static void text_job(FILE *f, const Dipaco__V1__Job *j) {
     free(lay);
     fputs(")\n", f);
   }
+  /* Of the inner steps leases were granted (ended leases), the share an outer step merged:
+   * what preemption (work lost with a worker, rounds closed without a slot) cost. */
+  if (j->steps_leased)
+    fprintf(f, "%-18s %.3f (inner steps merged %llu / leased %llu)\n", "goodput",
+            (double)j->steps_merged / (double)j->steps_leased, (unsigned long long)j->steps_merged,
+            (unsigned long long)j->steps_leased);
   fprintf(f, "%-18s %s\n", "created", view_fmt_time(s->created_unix_ms, b1, sizeof b1));
   fprintf(f, "%-18s %s\n", "updated", view_fmt_time(s->updated_unix_ms, b2, sizeof b2));
   if (have_spec) text_spec(f, js);

@@ -33,3 +33,12 @@ if(TARGET dipaco-worker AND TARGET dipaco-coordinator AND TARGET dipacoctl)
                    $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
   set_tests_properties(worker_sigterm PROPERTIES TIMEOUT 180 LABELS fault)
 endif()
+
+# Preemption in a sync job weighted by tokens: the SIGTERMed worker's partial delta merges;
+# in an exact job the lease is released instead; goodput in job show counts both.
+if(TARGET dipaco-worker AND TARGET dipaco-coordinator AND TARGET dipacoctl)
+  add_test(NAME partial_push
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/partial_push.sh $<TARGET_FILE:dipaco-coordinator>
+                   $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
+  set_tests_properties(partial_push PROPERTIES TIMEOUT 180 LABELS fault)
+endif()

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # fast_failover.sh COORDINATOR WORKER DIPACOCTL — issue 23 item 1: a worker SIGKILLed while it
-# holds a lease loses it after --dead-after-heartbeats missed heartbeats, not after the lease
-# TTL (30 s here), and the idle spare worker gets the slot at once; a slow worker whose every
+# holds a lease loses it as soon as its connection closes (its Watch call ends without an
+# answer; revoked after --reconnect-grace-ms, 1 s by default), not after the lease TTL (30 s
+# here), and the idle spare worker gets the slot at once; a worker that stops answering with
+# its connection open (SIGSTOP) loses it after --dead-after-heartbeats missed heartbeats; a
+# slow worker whose every
 # inner step takes longer than that window keeps its lease (its heartbeats run beside
 # training); a worker declared dead that comes back (SIGSTOP, SIGCONT) is told its lease is
 # gone and nothing it trained under it is stored; the job ends with exactly the parameters of
 # a fault-free run (sync DiLoCo, inner_state checkpoint), and
-# dipaco_lease_revocations_total{reason="heartbeat"} counts the two revocations.
+# dipaco_lease_revocations_total counts the two revocations ({reason="disconnect"} and
+# {reason="heartbeat"}). FAILOVER_RECONNECT_MS=0 turns the connection watch off: then the
+# SIGKILL is caught by the missed heartbeats too.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +23,11 @@ fail() { die_with_logs fast_failover 30 "$@"; }
 # heartbeats = 1.2 s at the default 400 ms, against a lease TTL of 30 s.
 HB=${FAILOVER_HB_MS:-400}
 WINDOW=$(( 3 * HB > 1000 ? 3 * HB : 1000 ))
-FLAGS=(--lease-ttl-ms 30000 --heartbeat-ms $HB --dead-after-heartbeats 3)
+# A reconnect grace well below the heartbeat window, so that the closed connection decides.
+RECONNECT=${FAILOVER_RECONNECT_MS:-300}
+FLAGS=(--lease-ttl-ms 30000 --heartbeat-ms $HB --dead-after-heartbeats 3 --reconnect-grace-ms $RECONNECT)
+if [ "$RECONNECT" = 0 ]; then KILL_WHY="sent no heartbeat"; KILL_REASON=heartbeat
+else KILL_WHY="closed its connection"; KILL_REASON=disconnect; WINDOW=$RECONNECT; fi
 make_corpus "$W/corpus"
 "$CTL" init --n-layer 1 --n-head 2 --n-embd 16 --n-positions 16 --vocab-size 256 --seed 5 --out "$W/init" 2>/dev/null
 cat > "$W/spec.json" <<JSON
@@ -46,11 +55,11 @@ job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
 kill_wait "$r1" "$r2" "$COORD_PID"
 mv "$W/coordinator.log" "$W/coordinator-ref.log"
 
-# 2. Victim (1.2 s steps), slow worker (1.5 s steps: longer than the window at 400 ms), and a
+# 2. Victim (3 s steps: the spare must start and register before its round ends, on a loaded machine too), slow worker (1.5 s steps: longer than the window at 400 ms), and a
 #    spare (300 ms steps) that starts once both slots are leased.
 MPORT=$(free_port)
 start_coordinator "$W/state" "${FLAGS[@]}" --metrics-listen 127.0.0.1:$MPORT || fail "coordinator"
-start_worker victim "$W/corpus" --min-step-ms 1200; victim=$LAST_WORKER_PID
+start_worker victim "$W/corpus" --min-step-ms 3000; victim=$LAST_WORKER_PID
 start_worker slow "$W/corpus" --min-step-ms 1500
 job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
 for _ in $(seq 1 400); do
@@ -61,14 +70,14 @@ lease=$(holder victim)
 [ -n "$lease" ] && [ -n "$(holder slow)" ] || fail "the two workers did not both get a lease"
 start_worker spare "$W/corpus" --min-step-ms 300; sparepid=$LAST_WORKER_PID
 wait_for_line "$W/coordinator.log" "worker [0-9]+ registered: host spare" 20 || fail "the spare worker did not register"
-sleep 0.3 # the victim is mid-round (6 steps of 1.2 s); the spare long-polls Lease
+sleep 0.3 # the victim is mid-round (6 steps of 3 s); the spare long-polls Lease
 kill_wait "$victim"
 ! grep -Eq "delta received: lease $lease " "$W/coordinator.log" || fail "the victim pushed before the kill (a slow machine?)"
 t_kill=$(date +%s%N)
 echo "SIGKILLed the victim holding lease $lease"
 spare=$(sed -n 's/.*worker \([0-9]*\) registered: host spare .*/\1/p' "$W/coordinator.log" | head -1)
-wait_for_line "$W/coordinator.log" "lease $lease revoked: worker [0-9]+ sent no heartbeat" 25 \
-  || fail "lease $lease was not revoked for missed heartbeats"
+wait_for_line "$W/coordinator.log" "lease $lease revoked: worker [0-9]+ $KILL_WHY" 25 \
+  || fail "lease $lease was not revoked ($KILL_WHY)"
 wait_for_line "$W/coordinator.log" "lease [0-9]+ granted: .* round 0 .* to worker $spare\"" 10 \
   || fail "the spare worker (worker $spare) never got the victim's slot"
 # The failover time: from the SIGKILL to the grant line (the coordinator's log clock).
@@ -85,7 +94,7 @@ for line in open(sys.argv[1]):
         break
 PY
 )
-echo "slot re-leased to the spare $ms ms after the SIGKILL (heartbeat $HB ms, revoked after $WINDOW ms of silence, lease TTL 30000 ms)"
+echo "slot re-leased to the spare $ms ms after the SIGKILL (heartbeat $HB ms, reconnect grace $RECONNECT ms, revoked after $WINDOW ms, lease TTL 30000 ms)"
 [ -n "$ms" ] && [ "$ms" -lt $(( WINDOW + 2800 )) ] || fail "failover took $ms ms: want a few heartbeat intervals, well under the 30 s TTL"
 
 # 3. A worker declared dead that comes back: SIGSTOP the spare mid-lease in round 1, let a
@@ -115,11 +124,17 @@ cmp "$W/export-ref/model.safetensors" "$W/export-kill/model.safetensors" \
   || fail "the parameters after the failover differ from the fault-free run"
 echo "exported parameters byte-identical to the fault-free run"
 
-# Exactly two revocations, for missed heartbeats: the slow worker kept its leases.
+# Exactly two revocations: the SIGKILLed victim's and the stopped spare's; the slow worker
+# kept its leases.
 metrics=$($PY -c 'import sys, urllib.request; print(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5).read().decode())' "$MPORT")
 grep -E '^dipaco_lease_revocations_total' <<<"$metrics"
-grep -q '^dipaco_lease_revocations_total{reason="heartbeat"} 2$' <<<"$metrics" \
-  || fail "want exactly two heartbeat revocations (the slow worker must keep its leases)"
+want_hb=1; [ "$KILL_REASON" = heartbeat ] && want_hb=2
+grep -q "^dipaco_lease_revocations_total{reason=\"heartbeat\"} $want_hb\$" <<<"$metrics" \
+  || fail "want $want_hb heartbeat revocation(s) (the slow worker must keep its leases)"
+if [ "$KILL_REASON" = disconnect ]; then
+  grep -q '^dipaco_lease_revocations_total{reason="disconnect"} 1$' <<<"$metrics" \
+    || fail "want one disconnect revocation (the SIGKILLed victim)"
+fi
 n=$(grep -Ec "lease [0-9]+ revoked" "$W/coordinator.log" || true)
 [ "$n" = 2 ] || fail "the coordinator revoked $n leases; want 2 (the victim's and the stopped spare's)"
 echo "fast_failover: OK"
