@@ -15,13 +15,15 @@
 # coordinator. Not part of CI: about 25 runs of ~1 minute each with the defaults (2 scenarios
 # x 2 modes x REPEATS x (fault-free + 2 kinds)). Release build in build-goodput-rel; the
 # driver is tests/bench/goodput.py (it also prints the table again: goodput.py table RESULTS).
-# Environment: ROUNDS (60), H (100), STEP_MS (7), B (4), T (32), C (32), L (1), LR (inner,
-# 0.003), REPEATS (2), MEAN_STOP_S (8), RESTART_S (4), SCENARIOS ("spare nospare"), MODES
-# ("exact quorum"), KINDS ("TERM KILL"; "" = fault-free runs only), SEED (1: the stop schedule), MODEL_SEED (7: the init),
-# GRACE_S (unset), ROUND_TIMEOUT_S (30), FILES (demo-corpus files, 40), EVAL_BATCHES (32),
-# JOB_TIMEOUT_S (1800), RESULTS (a file that gets one line per run: scenario mode kind repeat
-# wall_s loss stops stops_on_lease_holders missed_slot_rounds; kind "none" = fault-free),
-# MD=1 (Markdown table), KEEP=1 (keep the work directory; it is kept anyway when a run fails).
+# Environment (defaults in brackets): ROUNDS (60), H (100), STEP_MS (7), B (4), T (32), C (32),
+# L (1), LR (inner AdamW lr, 0.003), REPEATS (2), MEAN_STOP_S (8), RESTART_S (4), SCENARIOS
+# ("spare nospare"), MODES ("exact quorum"), KINDS ("TERM KILL"; "" = the fault-free runs only),
+# SEED (1: the stop schedule), MODEL_SEED (7: the init), GRACE_S (unset), ROUND_TIMEOUT_S (30),
+# FILES (demo-corpus files, 40), EVAL_BATCHES (32), JOB_TIMEOUT_S (1800), RESULTS (a file that
+# gets one line per run: scenario mode kind repeat wall_s loss stops stops_on_lease_holders
+# missed_slot_rounds; kind "none" = fault-free), NICE (0: the daemons' nice increment; e.g. -5,
+# as root, puts them ahead of a busy machine's other work), KEEP=1 (keep the work directory; it
+# is kept anyway when a run fails). The Markdown table goes to stdout, progress to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FILES=${FILES:-40}
