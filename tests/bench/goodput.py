@@ -41,14 +41,20 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
+def env_num(name, default, kind):
+    v = os.environ.get(name, "").strip()
+    try:
+        return kind(v) if v else default
+    except ValueError:
+        sys.exit(f"goodput: {name}={v!r}: want {'an integer' if kind is int else 'a number'}")
+
+
 def env_int(name, default):
-    v = os.environ.get(name, "")
-    return int(v) if v.strip() else default
+    return env_num(name, default, int)
 
 
 def env_float(name, default):
-    v = os.environ.get(name, "")
-    return float(v) if v.strip() else default
+    return env_num(name, default, float)
 
 
 def env_list(name, default):
@@ -56,7 +62,7 @@ def env_list(name, default):
     return (default if v is None else v).split()  # set but empty: an empty list
 
 
-NICE = int(os.environ.get("NICE", "0") or 0)
+NICE = env_int("NICE", 0)
 
 
 def die_with_parent():
@@ -127,7 +133,7 @@ class Bench:
         self.model_seed = env_int("MODEL_SEED", 7)
         self.eval_batches = env_int("EVAL_BATCHES", 32)
         self.round_timeout_s = env_float("ROUND_TIMEOUT_S", 30.0)
-        self.grace_s = os.environ.get("GRACE_S", "").strip()
+        self.grace_s = env_float("GRACE_S", None)
         self.job_timeout_s = env_int("JOB_TIMEOUT_S", 1800)
         self.results = os.environ.get("RESULTS", "").strip()
         for s in self.scenarios:
@@ -139,8 +145,8 @@ class Bench:
         for k in self.kinds:
             if k not in ("TERM", "KILL"):
                 sys.exit(f"goodput: KINDS: unknown stop kind {k!r} (TERM, KILL)")
-        if self.mean_stop_s <= 0 or self.restart_s < 0 or self.repeats < 1:
-            sys.exit("goodput: MEAN_STOP_S must be > 0, RESTART_S >= 0, REPEATS >= 1")
+        if self.mean_stop_s <= 0 or self.restart_s < 0 or self.repeats < 1 or self.rounds < 1 or self.H < 1:
+            sys.exit("goodput: want MEAN_STOP_S > 0, RESTART_S >= 0, REPEATS >= 1, ROUNDS >= 1, H >= 1")
         self.init = os.path.join(self.work, "init")
         self.val = sorted(f for f in os.listdir(os.path.join(self.work, "data")) if f.startswith("val_"))
         if not self.val:
@@ -203,8 +209,8 @@ class Bench:
             s["quorum"] = (self.R - 1) / self.R
             s["weighting"] = "tokens"
             s["round_timeout_s"] = self.round_timeout_s
-            if self.grace_s:
-                s["quorum_grace_s"] = float(self.grace_s)
+            if self.grace_s is not None:
+                s["quorum_grace_s"] = self.grace_s
         return s
 
     def eval_loss(self, model):
@@ -302,7 +308,8 @@ class Bench:
         subprocess.run([self.ctlbin, "init", "--n-layer", str(self.L), "--n-head", "2", "--n-embd", str(self.C),
                         "--n-positions", str(self.T), "--vocab-size", "256", "--seed", str(self.model_seed), "--out",
                         self.init], check=True, capture_output=True)
-        grace = f"quorum_grace_s {self.grace_s}" if self.grace_s else "quorum_grace_s unset (the coordinator's default)"
+        grace = ("quorum_grace_s unset (the coordinator's default)" if self.grace_s is None
+                 else f"quorum_grace_s {self.grace_s:g}")
         log(f"goodput: sync DiLoCo, R={self.R}, GPT-2 L={self.L} C={self.C} T={self.T} byte vocab, B={self.B}, "
             f"{self.rounds} rounds x H={self.H}, {self.step_ms} ms per inner step (--min-step-ms, 1 thread); "
             f"a stop every ~{self.mean_stop_s:g} s (exponential, seed {self.seed}), replacement {self.restart_s:g} s "
@@ -315,8 +322,8 @@ class Bench:
                     for kind in ["none"] + self.kinds:
                         t = time.monotonic()
                         line, notes = self.run(scenario, mode, kind, rep)
-                        log(f"  {line}   ({time.monotonic() - t:.0f} s with set-up and eval"
-                            + "".join("; " + n for n in notes) + ")")
+                        log(f"  {line}   ({time.monotonic() - t:.0f} s with set-up and eval; load average "
+                            f"{os.getloadavg()[0]:.1f}" + "".join("; " + n for n in notes) + ")")
                         for path in [all_res] + ([self.results] if self.results else []):
                             with open(path, "a") as f:
                                 f.write(line + "\n")
@@ -443,19 +450,22 @@ def main():
 
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, on_signal)
-    rc = 0
+    ok = interrupted = False
     try:
         Bench(a).main()
-    except RuntimeError as e:
+        ok = True
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         log(f"goodput: FAIL: {e}")
-        rc = 1
+    except SystemExit:
+        interrupted = True
+        raise
     finally:
         stop_all()
-        if a.rm_work and rc == 0:
+        if a.rm_work and (ok or interrupted):
             shutil.rmtree(a.work, ignore_errors=True)
         else:
             log(f"goodput: work directory kept: {a.work}")
-    return rc
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

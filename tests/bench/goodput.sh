@@ -12,9 +12,10 @@
 # held-out eval loss / the fault-free run's. Each worker is a device of fixed speed
 # (--min-step-ms STEP_MS, one thread, the model small enough that the real step is well below
 # it), so the load of the machine does not decide the result; each run has its own
-# coordinator. Not part of CI: about 25 runs of ~1 minute each with the defaults (2 scenarios
-# x 2 modes x REPEATS x (fault-free + 2 kinds)). Release build in build-goodput-rel; the
-# driver is tests/bench/goodput.py (it also prints the table again: goodput.py table RESULTS).
+# coordinator. Not part of CI: 2 scenarios x 2 modes x REPEATS x (fault-free + 2 kinds) = 24
+# runs of 1-4 minutes with the defaults (one scenario took 34 minutes on 2 busy cores). Release
+# build in build-goodput-rel; the driver is tests/bench/goodput.py (which also prints the table
+# of a RESULTS file again: goodput.py table RESULTS).
 # Environment (defaults in brackets): ROUNDS (60), H (100), STEP_MS (7), B (4), T (32), C (32),
 # L (1), LR (inner AdamW lr, 0.003), REPEATS (2), MEAN_STOP_S (8), RESTART_S (4), SCENARIOS
 # ("spare nospare"), MODES ("exact quorum"), KINDS ("TERM KILL"; "" = the fault-free runs only),
