@@ -162,8 +162,9 @@ typedef struct coord {
   /* Watch calls held open (leases.c): deadline = when to answer it (the worker calls again). */
   lease_wait *watches;
   int n_watches, cap_watches;
-  /* Workers whose last Watch ended without an answer (leases.c): deadline = when their active
-   * leases are revoked unless a new Watch (or Register) of theirs comes first. */
+  /* Workers whose last Watch (or parked Lease) ended without an answer (leases.c): job = when,
+   * deadline = when their active leases are revoked (and they count as gone if they made no
+   * call since) unless a new Watch, Register, granted Lease or later heartbeat comes first. */
   lease_wait *lost;
   int n_lost, cap_lost;
   int reconnect_grace_ms; /* --reconnect-grace-ms; 0 = a closed Watch revokes nothing */

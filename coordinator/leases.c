@@ -178,8 +178,16 @@ static int job_slots(coord *c, const coord_job *j, const store_fragment *frags, 
 
 /* The worker's own slot first; only without one, the first free slot (which may look up the
  * last worker of every slot before it: not once per slot for every Lease call). */
+/* 1 if worker w holds an active lease among act[0..na). */
+static int worker_busy(const store_lease *act, int na, int64_t w) {
+  for (int i = 0; i < na; i++)
+    if (act[i].worker == w && act[i].state == LEASE_ACTIVE) return 1;
+  return 0;
+}
+
 static const store_slot *pick_slot(coord *c, coord_job *j, const store_slot *slots, int ns, int64_t worker,
-                                   const store_fragment *frags, int64_t now, int *any_work) {
+                                   const store_fragment *frags, const store_lease *act, int na, int64_t now,
+                                   int *any_work) {
   int async = j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC;
   for (int i = 0; i < ns; i++) {
     const store_slot *s = &slots[i];
@@ -193,9 +201,11 @@ static const store_slot *pick_slot(coord *c, coord_job *j, const store_slot *slo
     if (!async && !path_ready(c, j, s->path, s->round, frags)) continue;
     store_worker lw;
     /* inner_state keep: a slot whose last worker is alive stays reserved for it (its AdamW
-     * state is there), even while that worker trains something else — moving it would
-     * silently change the result. Other policies carry no state in the worker. */
-    if (j->spec.inner.state != INNER_STATE_KEEP || s->last_worker == 0 ||
+     * state is there). Other policies carry no state in the worker. But not while that
+     * worker trains another slot (it took over a dead worker's): then the slot goes to the
+     * idle worker asking, whose AdamW state for it starts afresh, rather than have every
+     * round wait for one worker to train two slots in turn. */
+    if (j->spec.inner.state != INNER_STATE_KEEP || s->last_worker == 0 || worker_busy(act, na, s->last_worker) ||
         store_get_worker(c->st, s->last_worker, &lw) < 0 || !lease_worker_alive(c, &lw, now) ||
         lw.state == WORKER_DRAINING)
       return s;
@@ -238,7 +248,7 @@ static int assign_in_job(coord *c, coord_job *j, int64_t worker, const store_wor
     if (steps > left) steps = (int)left;
     sched = lease_async_progress(j, left);
   }
-  const store_slot *pick = pick_slot(c, j, slots, ns, worker, frags, now, any_work);
+  const store_slot *pick = pick_slot(c, j, slots, ns, worker, frags, act, na, now, any_work);
   /* Async: never hand out a version older than an acknowledged delta would make it. */
   int settled = pick && async ? async_path_settled(c, j, pick->path) : 1;
   if (settled < 0) rc = settled;
@@ -456,6 +466,9 @@ static void revoke_silent(coord *c, store_lease *act, int na, int64_t now) {
  * --reconnect-grace-ms ago with no new Watch since (c->lost): the connection, and almost
  * always the process, is gone — a SIGKILLed worker loses its lease in about a second instead
  * of after its missed heartbeats. */
+static int watch_open(const coord *c, int64_t worker);
+static void call_lost(coord *c, int64_t worker);
+
 static void revoke_lost(coord *c, store_lease *act, int na, int64_t now) {
   for (int i = 0; i < c->n_lost;) {
     lease_wait g = c->lost[i];
@@ -469,6 +482,16 @@ static void revoke_lost(coord *c, store_lease *act, int na, int64_t now) {
       char why[128];
       snprintf(why, sizeof why, "closed its connection (Watch ended; no new one within %d ms)", c->reconnect_grace_ms);
       revoke_lease(c, &act[k], now, REVOKE_DISCONNECT, why);
+    }
+    /* No call of it since its connection closed (g.job: when): it is gone, so that a slot
+     * kept for it (inner_state keep) goes to another worker now, not after the liveness
+     * window. Any later call brings it back (svc_touch). */
+    store_worker w;
+    if (!lease_is_parked(c, g.worker) && !watch_open(c, g.worker) && store_get_worker(c->st, g.worker, &w) == 0 &&
+        w.state == WORKER_ACTIVE && w.last_seen <= g.job) {
+      DPC_INFO("worker %lld (%s) is gone: its connection closed and it has not called since", (long long)g.worker,
+               w.name);
+      store_set_worker_state(c->st, g.worker, WORKER_GONE);
     }
   }
 }
@@ -541,10 +564,12 @@ int lease_is_parked(coord *c, int64_t worker) {
   return 0;
 }
 
-int lease_unpark_call(coord *c, void *call) {
+int lease_unpark_call(coord *c, void *call, int cancelled) {
   for (int i = 0; i < c->n_parked; i++)
     if (c->parked[i].call == call) {
+      const int64_t worker = c->parked[i].worker;
       c->parked[i] = c->parked[--c->n_parked];
+      if (cancelled) call_lost(c, worker); /* e.g. SIGKILLed while it waited for work */
       return 1;
     }
   return 0;
@@ -593,10 +618,42 @@ void lease_watch_seen(coord *c, int64_t worker) {
     }
 }
 
+void lease_watch_heard(coord *c, int64_t worker) {
+  for (int i = 0; i < c->n_lost; i++)
+    if (c->lost[i].worker == worker) {
+      if (dpc_wall_ms() - c->lost[i].job >= LEASE_WATCH_HEARD_MS) c->lost[i] = c->lost[--c->n_lost];
+      return;
+    }
+}
+
 int lease_watch_add(coord *c, void *call, int64_t worker) {
   lease_watch_seen(c, worker);
   return wait_push(&c->watches, &c->n_watches, &c->cap_watches,
                    (lease_wait){.call = call, .worker = worker, .deadline = dpc_wall_ms() + LEASE_WATCH_HOLD_MS});
+}
+
+static int watch_open(const coord *c, int64_t worker) {
+  for (int i = 0; i < c->n_watches; i++)
+    if (c->watches[i].worker == worker) return 1;
+  return 0;
+}
+
+/* A call of `worker` that stays open while it lives (Watch, a parked Lease) ended without an
+ * answer: unless a newer one is open, it is on c->lost until the reconnect grace is over
+ * (lost.job = when the call ended). */
+static void call_lost(coord *c, int64_t worker) {
+  if (c->stopping || c->reconnect_grace_ms <= 0 || watch_open(c, worker)) return;
+  const int64_t now = dpc_wall_ms(), at = now + c->reconnect_grace_ms;
+  for (int i = 0; i < c->n_lost; i++)
+    if (c->lost[i].worker == worker) {
+      c->lost[i].deadline = at;
+      c->lost[i].job = now;
+      return;
+    }
+  if (wait_push(&c->lost, &c->n_lost, &c->cap_lost, (lease_wait){.worker = worker, .job = now, .deadline = at}) == 0)
+    DPC_DEBUG("worker %lld: its Watch or Lease call ended without an answer (its lease ended, or its connection "
+              "closed); its active leases are revoked in %d ms unless it calls again", (long long)worker,
+              c->reconnect_grace_ms);
 }
 
 int lease_watch_ended(coord *c, void *call, int cancelled) {
@@ -608,18 +665,7 @@ int lease_watch_ended(coord *c, void *call, int cancelled) {
       break;
     }
   if (!worker) return 0;
-  if (!cancelled || c->stopping || c->reconnect_grace_ms <= 0) return 1;
-  for (int i = 0; i < c->n_watches; i++)
-    if (c->watches[i].worker == worker) return 1; /* a newer Watch of it is open */
-  const int64_t at = dpc_wall_ms() + c->reconnect_grace_ms;
-  for (int i = 0; i < c->n_lost; i++)
-    if (c->lost[i].worker == worker) {
-      c->lost[i].deadline = at;
-      return 1;
-    }
-  if (wait_push(&c->lost, &c->n_lost, &c->cap_lost, (lease_wait){.worker = worker, .deadline = at}) == 0)
-    DPC_DEBUG("worker %lld: its Watch call ended without an answer (its lease ended, or its connection closed); "
-              "its active leases are revoked in %d ms unless it calls again", (long long)worker, c->reconnect_grace_ms);
+  if (cancelled) call_lost(c, worker);
   return 1;
 }
 

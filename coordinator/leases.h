@@ -54,8 +54,9 @@ int64_t lease_async_progress(const coord_job *j, int64_t left);
 /* Park a Lease call of `worker` (job filter `job`) until `deadline` (dpc_wall_ms); 0 or
  * DPC_ENOMEM (then answer it now). */
 int lease_park(coord *c, void *call, int64_t worker, int64_t job, int64_t deadline);
-/* The call ended on its own: forget it (1 if it was parked). */
-int lease_unpark_call(coord *c, void *call);
+/* The call ended on its own: forget it (1 if it was parked). Cancelled (the worker's
+ * connection closed), the worker goes on c->lost as for a Watch (below). */
+int lease_unpark_call(coord *c, void *call, int cancelled);
 /* 1 if the worker has a long-polled Lease call open (so it is alive). */
 int lease_is_parked(coord *c, int64_t worker);
 /* Retry every parked call: the ones that get work, or whose deadline passed, are answered
@@ -69,7 +70,8 @@ void lease_parked_free(coord *c);  /* at exit (the Watch registries too) */
  * c->watch_answer_cb and the worker calls again. A Watch that ends without an answer
  * (cancelled: the worker's connection closed) puts its worker on c->lost: unless a new Watch
  * or a Register of it comes within c->reconnect_grace_ms, lease_expire revokes its active
- * leases (REVOKE_DISCONNECT). */
+ * leases (REVOKE_DISCONNECT), and marks it gone if it made no call since (so that a slot kept
+ * for it goes to another worker at once). */
 #define LEASE_WATCH_HOLD_MS 30000
 /* Hold Watch call `call` of `worker` (it also takes the worker off c->lost); 0 or DPC_ENOMEM
  * (then answer it now). */
@@ -78,6 +80,11 @@ int lease_watch_add(coord *c, void *call, int64_t worker);
 int lease_watch_ended(coord *c, void *call, int cancelled);
 /* The worker showed it is alive on a new connection (Register): take it off c->lost. */
 void lease_watch_seen(coord *c, int64_t worker);
+/* A heartbeat of `worker` arrived: if it came LEASE_WATCH_HEARD_MS or more after its Watch
+ * ended, the worker is alive on another connection (its Watch may be what failed): take it
+ * off c->lost. (Sooner, it may be one the dead process sent just before it died.) */
+#define LEASE_WATCH_HEARD_MS 250
+void lease_watch_heard(coord *c, int64_t worker);
 /* Answer the held Watch calls whose hold is over (all of them with flush, at shutdown). */
 void lease_answer_watches(coord *c, int flush);
 

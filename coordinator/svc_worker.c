@@ -179,6 +179,7 @@ static void on_heartbeat(struct rpc_call *call, const struct grpc_byte_buffer *r
   if (svc_unpack(call, req, &dipaco__v1__heartbeat_request__descriptor, &pm)) return;
   Dipaco__V1__HeartbeatRequest *r = (Dipaco__V1__HeartbeatRequest *)pm;
   svc_touch(c, worker, -1);
+  lease_watch_heard(c, worker);
   /* steps_per_sec is the worker's own EWMA; the coordinator folds it into its estimate
    * (DyLU) together with completed leases (lease_speed_sample). */
   if (isfinite(r->steps_per_sec) && r->steps_per_sec > 0) lease_speed_sample(c, worker, r->steps_per_sec);
@@ -467,9 +468,8 @@ static void answer_parked(coord *c, void *call_, int64_t worker, int outcome, co
 }
 
 static void lease_on_done(struct rpc_call *call, int cancelled, void *ud) {
-  (void)cancelled;
   if (!rpc_call_data(call)) return;
-  if (lease_unpark_call(ud, call)) rpc_call_set_data(call, NULL);
+  if (lease_unpark_call(ud, call, cancelled)) rpc_call_set_data(call, NULL);
 }
 
 /* Park the call for up to max_wait_ms (within its deadline); 1 if parked. */
