@@ -296,6 +296,8 @@ class Bench:
         held, notes = coordinator_story(os.path.join(d, "coordinator.log"), stopped)
         if skipped:
             notes.append(f"{skipped} scheduled stops found no live worker")
+        if kind != "none" and not stopped:
+            notes.append("no stop landed before the job ended: raise ROUNDS or lower MEAN_STOP_S")
         return f"{scenario} {mode} {kind} {rep} {wall:.2f} {loss:.4f} {len(stopped)} {held} {missed}", notes
 
     def main(self):
