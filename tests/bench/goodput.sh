@@ -22,9 +22,8 @@
 # SEED (1: the stop schedule), MODEL_SEED (7: the init), GRACE_S (unset), ROUND_TIMEOUT_S (30),
 # FILES (demo-corpus files, 40), EVAL_BATCHES (32), JOB_TIMEOUT_S (1800), RESULTS (a file that
 # gets one line per run: scenario mode kind repeat wall_s loss stops stops_on_lease_holders
-# missed_slot_rounds; kind "none" = fault-free), NICE (0: the daemons' nice increment; e.g. -5,
-# as root, puts them ahead of a busy machine's other work), KEEP=1 (keep the work directory; it
-# is kept anyway when a run fails). The Markdown table goes to stdout, progress to stderr.
+# missed_slot_rounds; kind "none" = fault-free), KEEP=1 (keep the work directory; it is kept
+# anyway when a run fails). The Markdown table goes to stdout, progress to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FILES=${FILES:-40}
