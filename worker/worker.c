@@ -58,8 +58,10 @@
  *    lease_ttl_ms drop the lease without Release. Any other failure of a lease (bad lease,
  *    missing data, refused push) releases it with RELEASE_ERROR and the error message.
  *  - SIGTERM (worker_stop): training stops after the current step. Sync: the lease is
- *    released with RELEASE_PREEMPTED (no partial delta: an exact round averages whole rounds),
- *    unless the lease says partial_push (a sync job weighted by tokens, no streaming).
+ *    released with RELEASE_DRAINING, "worker shutting down" (no partial delta: an exact round
+ *    averages whole rounds), unless the lease says partial_push (a sync job weighted by
+ *    tokens, no streaming); a lease pushed while stopping is released with RELEASE_DRAINING
+ *    too, so the coordinator frees the slots it keeps for this worker at once.
  *    Async (Lease.algorithm not SYNC) and partial_push leases: the delta of the inner steps
  *    completed so far is pushed (Chunk.inner_steps = those steps; the coordinator counts the
  *    lease as that many steps and merges it with its tokens' weight), as
