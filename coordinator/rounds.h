@@ -19,6 +19,10 @@
  * its deadline with quorum), apply pending async deltas, finish done jobs, then retry the
  * parked Lease calls. Called after every delta and on every timer tick. */
 void rounds_check(coord *c);
+/* A lease of `job` finished pulling `version` of `fragment` whole (svc.c's stream sender):
+ * counts towards the round overhead of the outer step that made it (coord.h), which is logged
+ * and added to dipaco_round_overhead_seconds once every slot through the fragment has it. */
+void rounds_note_pull(coord *c, int64_t job, int fragment, int64_t version);
 /* Periodic housekeeping (coord.tick_cb): lease expiry, worker liveness, round deadlines. */
 void rounds_tick(coord *c);
 

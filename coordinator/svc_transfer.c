@@ -307,6 +307,7 @@ static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, v
                                  .version = (uint64_t)f.version, .num_floats = e->n};
         os->next = r->offset;
         os->lease_id = (uint64_t)l.id;
+        os->job = l.job;
         os->chunk = svc_chunk_size(r->max_chunk_bytes);
         os->ref = pcache_ref;
         os->unref = pcache_unref;
