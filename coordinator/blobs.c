@@ -456,10 +456,17 @@ int blob_delete(blob_store *bs, const char *name) {
 
 /* ---- sequential reader and read-only mappings ------------------------------------------------ */
 
+/* A reader maps the blob and hands out views of it: the payload is read once, by the checksum,
+ * and the caller computes from the same (then cached) bytes. Pages it is done with are given
+ * back to the page cache every READER_DROP_BYTES, so a reader never holds more than that of
+ * the file resident in the process. */
+#define READER_DROP_BYTES ((uint64_t)32 << 20)
+
 struct blob_reader {
-  int fd;
+  unsigned char *map;
+  size_t map_len;
   char path[4096];
-  uint64_t want, got; /* payload bytes */
+  uint64_t want, got, dropped; /* payload bytes; got is the next byte handed out */
   uint32_t crc, trailer_crc;
 };
 
@@ -522,35 +529,51 @@ int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
     free(r);
     return fd;
   }
-  r->fd = fd;
+  void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (m == MAP_FAILED) {
+    free(r);
+    return dpc_err(dpc_errno_code(e), "blob %s: mmap: %s", r->path, strerror(e));
+  }
+  (void)madvise(m, (size_t)size, MADV_SEQUENTIAL);
+  r->map = m;
+  r->map_len = (size_t)size;
   r->want = (uint64_t)n * 4;
-  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   *out = r;
   return 0;
 }
 
-int blob_reader_read(blob_reader *r, void *dst, size_t nbytes) {
+/* Give the pages before the next byte back (they stay in the page cache). */
+static void reader_drop(blob_reader *r, int all) {
+  uint64_t upto = (BLOB_HEADER_BYTES + r->got) & ~(uint64_t)4095;
+  if (all) upto = r->map_len;
+  if (upto <= r->dropped || (!all && upto - r->dropped < READER_DROP_BYTES)) return;
+  (void)madvise(r->map + r->dropped, (size_t)(upto - r->dropped), MADV_DONTNEED);
+  r->dropped = upto;
+}
+
+int blob_reader_view(blob_reader *r, size_t nbytes, const void **view) {
   if (nbytes > r->want - r->got)
     return dpc_err(DPC_ERANGE, "blob %s: %zu more bytes would read past the payload", r->path, nbytes);
-  char *p = dst;
-  size_t left = nbytes;
-  off_t at = (off_t)(BLOB_HEADER_BYTES + r->got);
-  while (left > 0) {
-    ssize_t k = pread(r->fd, p, left > (1u << 30) ? (1u << 30) : left, at);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return dpc_err(DPC_EIO, "blob %s: read: %s", r->path, k < 0 ? strerror(errno) : "unexpected end");
-    p += k;
-    at += k;
-    left -= (size_t)k;
-  }
-  r->crc = dpc_crc32c(r->crc, dst, nbytes);
+  reader_drop(r, 0);
+  const unsigned char *p = r->map + BLOB_HEADER_BYTES + r->got;
+  r->crc = dpc_crc32c(r->crc, p, nbytes);
   r->got += nbytes;
+  *view = p;
   return 0;
+}
+
+int blob_reader_read(blob_reader *r, void *dst, size_t nbytes) {
+  const void *v = NULL;
+  int rc = blob_reader_view(r, nbytes, &v);
+  if (rc == 0) memcpy(dst, v, nbytes);
+  return rc;
 }
 
 void blob_reader_abort(blob_reader *r) {
   if (!r) return;
-  close(r->fd);
+  munmap(r->map, r->map_len);
   free(r);
 }
 

@@ -66,6 +66,11 @@ static int plan_ranges(size_t len, size_t rf, const dpc_sparse_cfg *cfg, const u
   return 0;
 }
 
+static int is_sparse(const char *name) {
+  blob_kind k = BLOB_DELTA;
+  return blob_kind_of_name(name, &k) == 0 && k == BLOB_SPARSE;
+}
+
 /* The delta applied is the one acknowledged: its payload crc must equal the crc its row
  * recorded at the commit point. */
 static int matches_row(const char *name, uint32_t crc, uint32_t want) {
@@ -127,10 +132,7 @@ int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *mome
   const int n = a->n;
   if (n < 1) return dpc_err(DPC_EINVAL, "outer step: no deltas");
   int sparse = 0;
-  for (int i = 0; i < n; i++) {
-    blob_kind k = BLOB_DELTA;
-    if (blob_kind_of_name(a->delta_blobs[i], &k) == 0 && k == BLOB_SPARSE) sparse = 1;
-  }
+  for (int i = 0; i < n; i++) sparse |= is_sparse(a->delta_blobs[i]);
   if (sparse && !a->sp_tlen)
     return dpc_err(DPC_EFORMAT, "delta blob is sparse, but the job is not a SparseLoCo job");
   orange *rg = NULL;
@@ -157,8 +159,8 @@ int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *mome
     rc = dpc_err(DPC_ENOMEM, "out of memory for the outer step (%zu-float ranges)", maxr);
     goto out;
   }
-  for (int i = 0; i < n; i++)
-    if (!(d[i] = malloc(maxr * sizeof **d))) {
+  for (int i = 0; i < n; i++) /* a decode buffer for sparse deltas; fp32 spools are read in place */
+    if (is_sparse(a->delta_blobs[i]) && !(d[i] = malloc(maxr * sizeof **d))) {
       rc = dpc_err(DPC_ENOMEM, "out of memory for the outer step (%zu-float ranges)", maxr);
       goto out;
     }
@@ -167,8 +169,7 @@ int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *mome
       (rc = blob_reader_open(a->bs, a->momentum_blob, BLOB_MOMENTUM, a->len, &ur)) < 0)
     goto out;
   for (int i = 0; i < n; i++) {
-    blob_kind k = BLOB_DELTA;
-    if (blob_kind_of_name(a->delta_blobs[i], &k) == 0 && k == BLOB_SPARSE) rc = read_sparse(a, i, sp_bytes, &enc[i]);
+    if (is_sparse(a->delta_blobs[i])) rc = read_sparse(a, i, sp_bytes, &enc[i]);
     else rc = blob_reader_open(a->bs, a->delta_blobs[i], BLOB_DELTA, a->len, &dr[i]);
     if (rc < 0) goto out;
   }
@@ -182,13 +183,14 @@ int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *mome
     const size_t lo = rg[k].lo, m = rg[k].len;
     if ((rc = read_or_zero(pr, theta, m)) < 0 || (rc = read_or_zero(ur, u, m)) < 0) goto out;
     for (int i = 0; i < n; i++) {
-      if (dr[i]) rc = blob_reader_read(dr[i], d[i], m * sizeof(float));
+      const void *v = d[i];
+      if (dr[i]) rc = blob_reader_view(dr[i], m * sizeof(float), &v);
       else if (!numeric) {
         uint64_t piece = m;
         rc = dpc_sparse_decode(a->sp_cfg, &piece, 1, enc[i] + rg[k].sp_off, rg[k].sp_bytes, d[i]);
       }
       if (rc < 0) goto out;
-      dc[i] = d[i];
+      dc[i] = v;
     }
     if (numeric) continue;
     if ((rc = outer_average(dc, a->weights, n, m, avg)) < 0) {
@@ -256,13 +258,14 @@ int outerio_async_step(const outerio_async *a, uint32_t *param_crc, uint32_t *mo
   const size_t rf = a->range_floats ? a->range_floats : OUTERIO_RANGE_FLOATS;
   const size_t maxr = a->len < rf ? (a->len ? a->len : 1) : rf;
   const int mom = a->rule != OUTERIO_SGD, dn = a->rule == OUTERIO_DN;
-  float *theta = malloc(maxr * sizeof(float)), *g = malloc(maxr * sizeof(float));
+  float *theta = malloc(maxr * sizeof(float));
+  const float *g = NULL;
   float *m = calloc(maxr, sizeof(float)), *buf = calloc(maxr, sizeof(float));
   blob_reader *pr = NULL, *gr = NULL, *mr = NULL, *br = NULL;
   blob_writer *pw = NULL, *mw = NULL, *bw = NULL;
   int rc = 0;
   int64_t t_after = a->dn_t;
-  if (!theta || !g || !m || !buf) {
+  if (!theta || !m || !buf) {
     rc = dpc_err(DPC_ENOMEM, "out of memory for the async outer step (%zu-float ranges)", maxr);
     goto out;
   }
@@ -280,7 +283,9 @@ int outerio_async_step(const outerio_async *a, uint32_t *param_crc, uint32_t *mo
   size_t since_wb = 0;
   for (size_t lo = 0; lo < a->len; lo += rf) {
     const size_t k = a->len - lo < rf ? a->len - lo : rf;
-    if ((rc = read_or_zero(pr, theta, k)) < 0 || (rc = read_or_zero(gr, g, k)) < 0) goto out;
+    const void *gv;
+    if ((rc = read_or_zero(pr, theta, k)) < 0 || (rc = blob_reader_view(gr, k * sizeof(float), &gv)) < 0) goto out;
+    g = gv;
     if (mom && (rc = read_or_zero(mr, m, k)) < 0) goto out;
     if (dn && (rc = read_or_zero(br, buf, k)) < 0) goto out;
     if (numeric) continue;
@@ -342,7 +347,6 @@ out:
   blob_reader_abort(mr);
   blob_reader_abort(br);
   free(theta);
-  free(g);
   free(m);
   free(buf);
   return rc;

@@ -4,14 +4,16 @@
  * take is bounded whatever the model size and the number of deltas (issue 15).
  *
  * For each range [lo, hi) of the fragment, in order: read that range of θ_t, of the momentum
- * (zeros without a blob) and of every delta in the caller's fixed order (an fp32 spool by
- * pread; a SparseLoCo stream, held encoded in memory, decoded for the range), reduce the
+ * (zeros without a blob) and of every delta in the caller's fixed order (an fp32 spool through
+ * a blob_reader view of its mapping, checksummed, then used in place; a SparseLoCo stream, held
+ * encoded in memory, decoded for the range), reduce the
  * deltas with outer_average and apply the rule (kernels/outer.h) to the range, then append
  * the range of θ_{t+1} and of the new momentum to their blob writers. Every kernel of
  * kernels/outer.h is element-wise with a fixed order of operations per element, so the result
- * is bit-identical to the whole-array computation for any range size. Memory: (n + 4) ranges
- * of floats (default OUTERIO_RANGE_FLOATS each) plus one fp64 range inside outer_average,
- * plus the encoded sparse streams (a few per cent of the fragment each).
+ * is bit-identical to the whole-array computation for any range size. Memory: 3 ranges of
+ * floats (default OUTERIO_RANGE_FLOATS each; one more per sparse delta) plus one fp64 block
+ * inside outer_average, the encoded sparse streams (a few per cent of the fragment each), and
+ * at most 32 MiB of each input's mapping resident at a time (blob_reader).
  *
  * Nothing is published before everything is checked: the new blobs are committed (fsync,
  * rename) only after every input's checksum matched (the blob trailers and, for deltas, the
@@ -32,8 +34,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Default range: 1 Mi floats (4 MiB per stream). */
-#define OUTERIO_RANGE_FLOATS ((size_t)1 << 20)
+/* Default range: 32 Ki floats (128 KiB per stream): the working set of a range of every input
+ * stays in the CPU caches between the checksum pass and the arithmetic. */
+#define OUTERIO_RANGE_FLOATS ((size_t)1 << 15)
 
 typedef struct {
   blob_store *bs;

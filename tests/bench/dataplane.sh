@@ -58,6 +58,8 @@ echo "loopback TCP: $TCP_R GB/s with $R streams, $TCP_1 GB/s with one; memory pa
 ROWS=()
 measure() {
   local name=$1 b=$2 st=$W/state-$1
+  COORDINATOR_BIN=$b/coordinator/dipaco-coordinator CTL=$b/coordinator/dipacoctl
+  rm -f "$W/coordinator.log"
   start_coordinator "$st" --lease-ttl-ms 600000 --heartbeat-ms 10000 --dead-after-heartbeats 1000 --log-level info
   cat > "$W/spec.json" <<JSON
 {"name": "dataplane-$name", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
