@@ -140,6 +140,7 @@ static int upload_begin(coord *c, struct rpc_call *call, upload *u, const struct
   }
   u->total = ch->total;
   u->started = 1;
+  DPC_INFO("upload %llu started: %llu bytes", (unsigned long long)u->id, (unsigned long long)u->total);
   return 0;
 }
 

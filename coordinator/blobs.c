@@ -460,7 +460,7 @@ int blob_delete(blob_store *bs, const char *name) {
  * and the caller computes from the same (then cached) bytes. Pages it is done with are given
  * back to the page cache every READER_DROP_BYTES, so a reader never holds more than that of
  * the file resident in the process. */
-#define READER_DROP_BYTES ((uint64_t)32 << 20)
+#define READER_DROP_BYTES ((uint64_t)BLOB_READER_RESIDENT_BYTES)
 
 struct blob_reader {
   unsigned char *map;
@@ -533,8 +533,9 @@ int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
   int e = errno;
   close(fd);
   if (m == MAP_FAILED) {
+    int rc = dpc_err(dpc_errno_code(e), "blob %s: mmap: %s", r->path, strerror(e));
     free(r);
-    return dpc_err(dpc_errno_code(e), "blob %s: mmap: %s", r->path, strerror(e));
+    return rc;
   }
   (void)madvise(m, (size_t)size, MADV_SEQUENTIAL);
   r->map = m;
@@ -545,10 +546,10 @@ int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
 }
 
 /* Give the pages before the next byte back (they stay in the page cache). */
-static void reader_drop(blob_reader *r, int all) {
-  uint64_t upto = (BLOB_HEADER_BYTES + r->got) & ~(uint64_t)4095;
-  if (all) upto = r->map_len;
-  if (upto <= r->dropped || (!all && upto - r->dropped < READER_DROP_BYTES)) return;
+static void reader_drop(blob_reader *r) {
+  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t upto = (BLOB_HEADER_BYTES + r->got) / page * page;
+  if (upto <= r->dropped || upto - r->dropped < READER_DROP_BYTES) return;
   (void)madvise(r->map + r->dropped, (size_t)(upto - r->dropped), MADV_DONTNEED);
   r->dropped = upto;
 }
@@ -556,7 +557,7 @@ static void reader_drop(blob_reader *r, int all) {
 int blob_reader_view(blob_reader *r, size_t nbytes, const void **view) {
   if (nbytes > r->want - r->got)
     return dpc_err(DPC_ERANGE, "blob %s: %zu more bytes would read past the payload", r->path, nbytes);
-  reader_drop(r, 0);
+  reader_drop(r);
   const unsigned char *p = r->map + BLOB_HEADER_BYTES + r->got;
   r->crc = dpc_crc32c(r->crc, p, nbytes);
   r->got += nbytes;

@@ -107,6 +107,7 @@ int blob_read_alloc(blob_store *bs, const char *name, blob_kind kind, float **ou
  * Data handed out before close is unverified: callers must not let it escape (publish, commit)
  * until close succeeded. Close and abort free the reader (and invalidate views). */
 typedef struct blob_reader blob_reader;
+#define BLOB_READER_RESIDENT_BYTES (32u << 20) /* the most of its file a reader keeps resident */
 int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_reader **out);
 int blob_reader_view(blob_reader *r, size_t nbytes, const void **view);
 int blob_reader_read(blob_reader *r, void *dst, size_t nbytes);

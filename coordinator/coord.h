@@ -72,6 +72,7 @@ typedef struct coord_job {
    * expected[f] (every slot through the fragment has pulled that version whole). */
   int64_t *ov_version, *ov_from_ms;
   int *ov_pulled;
+  double last_outer_s, last_overhead_s; /* job show: the last outer step's and round overhead's seconds */
   float *path_loss;            /* [n_paths]: latest loss reported on the path (NaN unknown) */
   float last_loss;             /* mean loss of the last closed round */
   int lease_errors;            /* leases in a row given back with RELEASE_ERROR (0 after one finishes) */

@@ -283,6 +283,7 @@ static void outer_after(uv_work_t *req, int status) {
   if (w->n > 0) note_round_wait(c, (double)(w->last_at - w->first_at) / 1000.0);
   c->outer_seconds_sum += w->seconds;
   c->outer_seconds_last = w->seconds;
+  if (j) j->last_outer_s = w->seconds;
   double mean = record_round_loss(c, j, w);
   DPC_INFO("round %lld closed: job %lld fragment %d -> version %lld, %d deltas%s, mean loss %.4f, outer step %.3f s",
            (long long)w->round, (long long)w->job, w->fragment + 1, (long long)w->new_version, w->n,
@@ -686,6 +687,7 @@ void rounds_note_pull(coord *c, int64_t job, int fragment, int64_t version) {
   c->round_overhead_last = s;
   c->round_overhead_sum += s;
   c->round_overhead_count++;
+  j->last_overhead_s = s;
   DPC_INFO("round overhead: job %lld fragment %d version %lld: %.3f s from the last delta of round %lld to every "
            "slot holding the new version", (long long)job, fragment + 1, (long long)version, s, (long long)version - 1);
 }

@@ -25,3 +25,8 @@ if(TARGET dpc_coord AND EXISTS ${CMAKE_SOURCE_DIR}/tests/bench/outer_bench.c)
   add_executable(outer_bench EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/outer_bench.c)
   target_link_libraries(outer_bench PRIVATE dpc_coord)
 endif()
+# Benchmark helper (not a test): the streamed outer step vs a memory pass (tests/bench/dataplane.sh notes).
+if(TARGET dpc_coord AND EXISTS ${CMAKE_SOURCE_DIR}/tests/bench/outerio_bench.c)
+  add_executable(outerio_bench EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/outerio_bench.c)
+  target_link_libraries(outerio_bench PRIVATE dpc_coord)
+endif()
