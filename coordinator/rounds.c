@@ -1,5 +1,6 @@
 /* rounds.c — the outer optimizer's side of the loop: when a round of a fragment closes, the
- * sync outer step (kernels/outer.h, in the libuv thread pool) and its commit, the async
+ * sync outer step (outerio.h, streamed over the blobs in the libuv thread pool) and its commit,
+ * the round overhead that follows it (rounds_note_pull), the async
  * delta-by-delta apply, the garbage collection of old versions and delta blobs, the end of a
  * job, and the housekeeping tick.
  *

@@ -2,8 +2,9 @@
  * when a fragment's round is complete (or at its deadline with quorum), the async apply of
  * single deltas, garbage collection and job completion.
  *
- * Contract: loop thread only. The outer math runs in the libuv thread pool on private copies
- * (kernels/outer.h); results are committed to the store and the parameter cache back on the
+ * Contract: loop thread only. The outer math runs in the libuv thread pool, streamed range by
+ * range over the blobs (outerio.h: bounded memory whatever the model size and the number of
+ * deltas); results are committed to the store and the parameter cache back on the
  * loop thread. Parked Lease calls are retried (leases.h) after every check. */
 #ifndef DPC_COORD_ROUNDS_H
 #define DPC_COORD_ROUNDS_H

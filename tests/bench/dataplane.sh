@@ -16,12 +16,14 @@
 #                   (R x model bytes / loopback rate + one memory pass), median over rounds
 # The workers are dataplane_client's simulated workers (real protocol, no training).
 #
-# usage: tests/bench/dataplane.sh [124m|1b] [R=4] [ROUNDS=3]
+# usage: tests/bench/dataplane.sh [124m|1b] [R=4] [ROUNDS=3]   (124m: GPT-2 small; 1b: L=18, C=2048: 1.01B)
 #        tests/bench/dataplane.sh 1b-train [R=4] [ROUNDS=2]
 # 1b-train: a 1B-parameter model (L=24, C=2048, V=50257) trained by ONE real dipaco-worker
 # (--threads 1, inner_state reset, B=1, T=64) that takes the R slots one after the other (R
-# concurrent 1B workers, 16 GB each with AdamW, do not fit in 24 GB); prints every process's
-# peak RSS (check free -g first: it needs ~18 GB).
+# concurrent 1B workers do not fit in memory); prints every process's peak RSS. A worker holds
+# about 24 bytes per parameter (parameters, gradients, AdamW m and v, the pulled parameters
+# and the delta): the mode refuses to start (exit 77) unless MemAvailable covers that and the
+# coordinator's share.
 # env: BUILD_DIR (default build-bench-dataplane): the build measured;
 #      BASE_BUILD: a second build (e.g. of the previous commit) measured first, in the same run;
 #      KEEP=1 keeps the work directory.
@@ -32,7 +34,7 @@ BUILD=${BUILD_DIR:-$ROOT/build-bench-dataplane}
 case $CASE in
   1b-train) SHAPE=(--n-layer 24 --n-head 16 --n-embd 2048 --n-positions 1024 --vocab-size 50257); ROUNDS=${3:-2} ;;
   124m) SHAPE=(--n-layer 12 --n-head 12 --n-embd 768 --n-positions 1024 --vocab-size 50257) ;;
-  1b) SHAPE=(--n-layer 24 --n-head 16 --n-embd 2048 --n-positions 1024 --vocab-size 50257) ;;
+  1b) SHAPE=(--n-layer 18 --n-head 16 --n-embd 2048 --n-positions 1024 --vocab-size 50257) ;;
   *) echo "usage: $0 [124m|1b|1b-train] [R] [ROUNDS]" >&2; exit 2 ;;
 esac
 command -v iperf3 >/dev/null || apt-get install -y iperf3 >/dev/null
@@ -51,6 +53,11 @@ echo "case $CASE: model $((MODEL_BYTES >> 20)) MiB fp32, R = $R, $ROUNDS rounds,
 hwm_mib() { local s=0 p; for p in "$@"; do s=$((s + $(awk '/VmHWM/ {print $2}' /proc/$p/status 2>/dev/null || echo 0))); done; echo $((s / 1024)); }
 
 if [ "$CASE" = 1b-train ]; then
+  need=$((MODEL_BYTES / 4 * 26)); avail=$(awk '/MemAvailable/ {print $2 * 1024}' /proc/meminfo)
+  if [ "$avail" -lt "$need" ]; then
+    echo "1b-train skipped: a real worker of this model needs about $((need >> 30)) GiB, $((avail >> 30)) GiB available"
+    exit 77
+  fi
   COORDINATOR_BIN=$BUILD/coordinator/dipaco-coordinator CTL=$BUILD/coordinator/dipacoctl WORKER_BIN=$BUILD/worker/dipaco-worker
   make_corpus "$W/corpus"
   start_coordinator "$W/state" --lease-ttl-ms 600000 --heartbeat-ms 10000 --log-level info
