@@ -116,7 +116,7 @@ measure() {
 JSON
   local t0 t1 job
   t0=$(date +%s.%N)
-  job=$("$b/coordinator/dipacoctl" --coordinator "$COORD" job create "$W/spec.json")
+  job=$(DIPACO_CTL_TIMEOUT_MS=3600000 "$b/coordinator/dipacoctl" --coordinator "$COORD" job create "$W/spec.json")
   t1=$(date +%s.%N)
   "$CLIENT" --coordinator "$COORD" --job "$job" --workers "$R" --token-file "$st/join.token" > "$W/client-$name.txt" &
   local cpid=$! chwm=0
