@@ -121,10 +121,10 @@ JSON
   "$CLIENT" --coordinator "$COORD" --job "$job" --workers "$R" --token-file "$st/join.token" > "$W/client-$name.txt" &
   local cpid=$! chwm=0
   while kill -0 $cpid 2>/dev/null; do
-    chwm=$(awk '/VmHWM/ {print $2}' /proc/$cpid/status 2>/dev/null || echo "$chwm"); sleep 0.5
+    h=$(awk '/VmHWM/ {print $2}' /proc/$cpid/status 2>/dev/null || true); [ -n "$h" ] && chwm=$h; sleep 0.5
   done
   wait $cpid || { cat "$W/client-$name.txt"; tail -30 "$W/coordinator.log"; exit 1; }
-  local hwm; hwm=$(awk '/VmHWM/ {print $2}' /proc/$COORD_PID/status)
+  local hwm h; hwm=$(awk '/VmHWM/ {print $2}' /proc/$COORD_PID/status)
   kill -TERM "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
   cp "$W/coordinator.log" "$W/coordinator-$name.log"
   ROWS+=("$(T0="$t0" /usr/bin/python3 - "$W/client-$name.txt" "$W/coordinator-$name.log" <<PY
