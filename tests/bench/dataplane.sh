@@ -17,13 +17,6 @@
 # The workers are dataplane_client's simulated workers (real protocol, no training).
 #
 # usage: tests/bench/dataplane.sh [124m|1b] [R=4] [ROUNDS=3]   (124m: GPT-2 small; 1b: L=18, C=2048: 1.01B)
-#        tests/bench/dataplane.sh 1b-train [R=4] [ROUNDS=2]
-# 1b-train: a 1B-parameter model (L=24, C=2048, V=50257) trained by ONE real dipaco-worker
-# (--threads 1, inner_state reset, B=1, T=64) that takes the R slots one after the other (R
-# concurrent 1B workers do not fit in memory); prints every process's peak RSS. A worker holds
-# about 24 bytes per parameter (parameters, gradients, AdamW m and v, the pulled parameters
-# and the delta): the mode refuses to start (exit 77) unless MemAvailable covers that and the
-# coordinator's share.
 # env: BUILD_DIR (default build-bench-dataplane): the build measured;
 #      BASE_BUILD: a second build (e.g. of the previous commit) measured first, in the same run;
 #      KEEP=1 keeps the work directory.
@@ -32,14 +25,13 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CASE=${1:-124m}; R=${2:-4}; ROUNDS=${3:-3}
 BUILD=${BUILD_DIR:-$ROOT/build-bench-dataplane}
 case $CASE in
-  1b-train) SHAPE=(--n-layer 24 --n-head 16 --n-embd 2048 --n-positions 1024 --vocab-size 50257); ROUNDS=${3:-2} ;;
   124m) SHAPE=(--n-layer 12 --n-head 12 --n-embd 768 --n-positions 1024 --vocab-size 50257) ;;
   1b) SHAPE=(--n-layer 18 --n-head 16 --n-embd 2048 --n-positions 1024 --vocab-size 50257) ;;
-  *) echo "usage: $0 [124m|1b|1b-train] [R] [ROUNDS]" >&2; exit 2 ;;
+  *) echo "usage: $0 [124m|1b] [R] [ROUNDS]" >&2; exit 2 ;;
 esac
 command -v iperf3 >/dev/null || apt-get install -y iperf3 >/dev/null
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDIPACO_SANITIZE=OFF >/dev/null
-cmake --build "$BUILD" --target dipaco-coordinator dipacoctl dataplane_client dipaco-worker -j"$(nproc)" >/dev/null
+cmake --build "$BUILD" --target dipaco-coordinator dipacoctl dataplane_client -j"$(nproc)" >/dev/null
 CLIENT=$BUILD/tests/dataplane_client
 W=$(mktemp -d "${TMPDIR:-/var/tmp}/dataplane.XXXXXX")
 source "$ROOT/tests/integration/lib.sh"
@@ -48,44 +40,6 @@ source "$ROOT/tests/integration/lib.sh"
 MODEL_BYTES=$(/usr/bin/python3 -c "import json; c=json.load(open('$W/init/config.json')); L,C,V,T=c['n_layer'],c['n_embd'],c['vocab_size'],c['n_positions']; print(4*(V*C+T*C+L*(12*C*C+13*C)+2*C))")
 ST_BYTES=$(stat -c %s "$W/init/model.safetensors")
 echo "case $CASE: model $((MODEL_BYTES >> 20)) MiB fp32, R = $R, $ROUNDS rounds, $(nproc) cores"
-
-# peak RSS in MiB of a process (VmHWM), or of several summed
-hwm_mib() { local s=0 p; for p in "$@"; do s=$((s + $(awk '/VmHWM/ {print $2}' /proc/$p/status 2>/dev/null || echo 0))); done; echo $((s / 1024)); }
-
-if [ "$CASE" = 1b-train ]; then
-  need=$((MODEL_BYTES / 4 * 26)); avail=$(awk '/MemAvailable/ {print $2 * 1024}' /proc/meminfo)
-  if [ "$avail" -lt "$need" ]; then
-    echo "1b-train skipped: a real worker of this model needs about $((need >> 30)) GiB, $((avail >> 30)) GiB available"
-    exit 77
-  fi
-  COORDINATOR_BIN=$BUILD/coordinator/dipaco-coordinator CTL=$BUILD/coordinator/dipacoctl WORKER_BIN=$BUILD/worker/dipaco-worker
-  make_corpus "$W/corpus"
-  start_coordinator "$W/state" --lease-ttl-ms 600000 --heartbeat-ms 10000 --log-level info
-  cat > "$W/spec.json" <<JSON
-{"name": "dataplane-1b-train", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
- "algorithm": "diloco", "replicas": $R, "inner_steps": 1, "rounds": $ROUNDS, "batch": 1, "seq_len": 64,
- "round_timeout_s": 0, "inner": {"state": "reset"}}
-JSON
-  t0=$(date +%s)
-  job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
-  ctl_hwm=0
-  start_worker w1 "$W/corpus"
-  wpid=$LAST_WORKER_PID
-  whwm=0 chwm=0
-  while :; do
-    st=$("$CTL" --coordinator "$COORD" job show "$job" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null || echo "?")
-    whwm=$(hwm_mib "$wpid"); chwm=$(hwm_mib "$COORD_PID")
-    case $st in DONE|FAILED|CANCELLED) break ;; esac
-    kill -0 "$wpid" 2>/dev/null || { echo "worker died"; tail -20 "$W/worker-w1.log"; exit 1; }
-    sleep 2
-  done
-  "$CTL" --coordinator "$COORD" job show "$job"
-  grep -o 'outer step [0-9.]* s\|round overhead: [^"]*' "$W/coordinator.log" || true
-  echo "1B train: job $st after $(( $(date +%s) - t0 )) s; model $((MODEL_BYTES >> 20)) MiB; peak RSS: coordinator $chwm MiB" \
-       "($(/usr/bin/python3 -c "print(f'{$chwm * 1048576 / $MODEL_BYTES:.2f}')") x model), worker $whwm MiB (one worker, R = $R slots in turn)"
-  [ "$st" = DONE ]
-  exit
-fi
 
 # Loopback TCP in this run: iperf3 with R streams and with one.
 iperf() {
