@@ -187,6 +187,16 @@ int dpc_afile_write(dpc_afile *f, const void *data, size_t n) {
   return 0;
 }
 
+void dpc_afile_writeback(dpc_afile *f) {
+#if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
+  /* Asynchronous: queues the dirty pages for write-back and returns; errors surface at the
+   * commit's fsync, which is what makes the file durable. */
+  (void)sync_file_range(f->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#else
+  (void)f;
+#endif
+}
+
 static void afile_free(dpc_afile *f) {
   if (f->fd >= 0) close(f->fd);
   free(f->path);

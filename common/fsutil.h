@@ -23,6 +23,9 @@ typedef struct dpc_afile dpc_afile;
 int dpc_afile_open(const char *path, dpc_afile **out);
 int dpc_afile_write(dpc_afile *f, const void *data, size_t n);
 int dpc_afile_commit(dpc_afile *f);
+/* Start writing back what was written so far, without waiting (Linux sync_file_range; a no-op
+ * elsewhere): a large file written in steps then has little left for the commit's fsync. */
+void dpc_afile_writeback(dpc_afile *f);
 void dpc_afile_abort(dpc_afile *f);
 
 /* Read a whole regular file of at most max_bytes. On success *buf (caller frees) holds the

@@ -103,6 +103,10 @@ int rpc_msg_unpack(const struct grpc_byte_buffer *m, const ProtobufCMessageDescr
                    size_t max_bytes, ProtobufCMessage **out);
 
 size_t rpc_msg_len(const struct grpc_byte_buffer *m);
+/* A second handle on a received message that shares its bytes (slice references, no copy),
+ * so that another thread may read it after the callback returned; free it with rpc_msg_free
+ * (any thread). NULL on out-of-memory. */
+struct grpc_byte_buffer *rpc_msg_ref(const struct grpc_byte_buffer *m);
 void rpc_msg_free(struct grpc_byte_buffer *m);
 
 /* ---------------------------------------------------------------------------------------

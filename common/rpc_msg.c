@@ -82,6 +82,10 @@ size_t rpc_msg_len(const struct grpc_byte_buffer *m) {
   return m ? grpc_byte_buffer_length((grpc_byte_buffer *)m) : 0;
 }
 
+struct grpc_byte_buffer *rpc_msg_ref(const struct grpc_byte_buffer *m) {
+  return grpc_byte_buffer_copy((grpc_byte_buffer *)m);
+}
+
 void rpc_msg_free(struct grpc_byte_buffer *m) {
   if (m) grpc_byte_buffer_destroy(m);
 }

@@ -112,6 +112,8 @@ static void fill_summary(coord *c, const store_job *sj, Dipaco__V1__JobSummary *
   }
   if (!j->peak_sync_bytes) j->peak_sync_bytes = peak_sync_bytes(j); /* fixed by the spec: once */
   s->peak_sync_bytes = j->peak_sync_bytes;
+  s->last_outer_step_s = (float)j->last_outer_s;
+  s->last_round_overhead_s = (float)j->last_overhead_s;
   store_slot *sl;
   int ns;
   if (store_list_slots(c->st, sj->id, &sl, &ns) == 0) {
@@ -321,13 +323,11 @@ static void create_commit(coord *c, create_work *w) {
     if (unlink(path) != 0 && errno != ENOENT)
       DPC_WARN("job %lld: cannot remove upload %s: %s", (long long)w->id, path, strerror(errno));
   }
-  for (int i = 0; i < w->nf; i++) {
-    float *copy = malloc(w->frags[i].len * sizeof *copy);
-    if (copy) {
-      memcpy(copy, w->theta + w->frags[i].offset, w->frags[i].len * sizeof *copy);
-      pcache_put(c, w->id, w->frags[i].id, 0, copy, w->frags[i].len, w->init[i].param_crc);
-    }
-  }
+  /* Version 0 is served from its blobs' mappings: the parameters in memory can go now. */
+  free(w->theta);
+  w->theta = NULL;
+  for (int i = 0; i < w->nf; i++)
+    pcache_put_blob(c, w->id, w->frags[i].id, 0, w->names[i], w->frags[i].len, w->init[i].param_crc);
   coord_job_set_state(c, j, r->start_paused ? JOB_PAUSED : JOB_RUNNING, NULL);
   DPC_INFO("job %lld \"%s\" created: %s, %d path(s) x %d replica(s), H=%d, %d rounds, %zu parameters%s",
            (long long)w->id, w->js.name, jobspec_algorithm_name(w->js.algorithm), j->n_paths, w->js.replicas,

@@ -1,7 +1,9 @@
 /* admin_upload.c — dipaco.v1.Admin UploadInitialModel: a model's safetensors streamed in
  * before the CreateJob that names it, kept as STATE/uploads/<id>.safetensors (ids count up
  * from the largest file there, so they survive a restart); the job copies the weights into its
- * blobs and the upload goes. Runs on the loop thread (the final fsync in the thread pool). */
+ * blobs and the upload goes. The loop thread checks each chunk's header; its bytes are copied
+ * out, written and checksummed on the thread pool (one chunk at a time, reading paused), and
+ * so is the final fsync. */
 #include "coordinator/admin_upload.h"
 
 #include "common/checksum.h"
@@ -42,6 +44,10 @@ typedef struct {
   char err[512];
   unsigned char *buf;
   size_t cap;
+  /* a chunk being written on the thread pool (upload_chunk_work) */
+  struct grpc_byte_buffer *msg_ref;
+  struct rpc_chunk cur;
+  int chunk_rc;
 } upload;
 
 void admin_upload_path(const coord *c, uint64_t id, char *buf, size_t cap) {
@@ -75,6 +81,7 @@ static void upload_on_call(struct rpc_call *call, const struct grpc_byte_buffer 
 }
 
 static void upload_free(upload *u) {
+  if (u->msg_ref) rpc_msg_free(u->msg_ref);
   if (u->f) dpc_afile_abort(u->f);
   free(u->buf);
   free(u);
@@ -140,6 +147,7 @@ static int upload_begin(coord *c, struct rpc_call *call, upload *u, const struct
   }
   u->total = ch->total;
   u->started = 1;
+  DPC_INFO("upload %llu started: %llu bytes", (unsigned long long)u->id, (unsigned long long)u->total);
   return 0;
 }
 
@@ -158,6 +166,64 @@ static void upload_end(coord *c, struct rpc_call *call, upload *u) {
     snprintf(err, sizeof err, "storing the upload failed: %s", dpc_errmsg());
     upload_fail(call, u, RPC_INTERNAL, err);
   }
+}
+
+/* Thread pool: one chunk's bytes copied out of its message, written and checksummed. */
+static void upload_chunk_work(uv_work_t *req) {
+  upload *u = req->data;
+  const struct rpc_chunk *ch = &u->cur;
+  u->chunk_rc = 0;
+  if (ch->len > u->cap) {
+    unsigned char *b = realloc(u->buf, ch->len);
+    if (!b) {
+      u->chunk_rc = DPC_ENOMEM;
+      snprintf(u->err, sizeof u->err, "out of memory");
+      return;
+    }
+    u->buf = b;
+    u->cap = ch->len;
+  }
+  if (rpc_chunk_copy(u->msg_ref, ch, u->buf) < 0 || dpc_afile_write(u->f, u->buf, ch->len) < 0) {
+    u->chunk_rc = DPC_EIO;
+    snprintf(u->err, sizeof u->err, "cannot store the upload: %s", dpc_errmsg());
+    return;
+  }
+  rpc_msg_free(u->msg_ref);
+  u->msg_ref = NULL;
+  u->crc = dpc_crc32c(u->crc, u->buf, ch->len);
+}
+
+/* A chunk is stored: count it and check the CRC after the last one. 1 if the upload failed. */
+static int upload_chunk_done(coord *c, struct rpc_call *call, upload *u, const struct rpc_chunk *ch) {
+  u->next += ch->len;
+  c->bytes_in += ch->len;
+  if (u->next == u->total && ch->crc32c != u->crc) {
+    char err[600];
+    snprintf(err, sizeof err, "crc32c: upload has CRC-32C 0x%08x, the last chunk says 0x%08x; upload again", u->crc,
+             ch->crc32c);
+    upload_fail(call, u, RPC_DATA_LOSS, err);
+    return 1;
+  }
+  return 0;
+}
+
+static void upload_chunk_after(uv_work_t *req, int status) {
+  upload *u = req->data;
+  coord *c = u->c;
+  u->committing = 0;
+  if (u->msg_ref) {
+    rpc_msg_free(u->msg_ref);
+    u->msg_ref = NULL;
+  }
+  if (u->orphaned) {
+    upload_free(u);
+  } else if (status != 0 || u->chunk_rc < 0) {
+    upload_fail(u->call, u, u->chunk_rc == DPC_ENOMEM ? RPC_RESOURCE_EXHAUSTED : RPC_INTERNAL,
+                status ? "the upload was canceled (coordinator shutting down); retry" : u->err);
+  } else if (!upload_chunk_done(c, u->call, u, &u->cur) && !u->finished) {
+    rpc_call_read(u->call);
+  }
+  loop_work_done(c);
 }
 
 static int upload_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, void *ud) {
@@ -181,29 +247,26 @@ static int upload_on_message(struct rpc_call *call, const struct grpc_byte_buffe
     upload_fail(call, u, RPC_INVALID_ARGUMENT, "offset/total: chunks must be contiguous with one total");
     return 0;
   }
-  if (ch.len > u->cap) {
-    unsigned char *b = realloc(u->buf, ch.len);
-    if (!b) {
-      upload_fail(call, u, RPC_RESOURCE_EXHAUSTED, "out of memory");
-      return 0;
-    }
-    u->buf = b;
-    u->cap = ch.len;
-  }
-  if (ch.len && (rpc_chunk_copy(msg, &ch, u->buf) < 0 || dpc_afile_write(u->f, u->buf, ch.len) < 0)) {
-    snprintf(err, sizeof err, "cannot store the upload: %s", dpc_errmsg());
-    upload_fail(call, u, RPC_INTERNAL, err);
+  if (ch.len == 0) { /* nothing to write */
+    upload_chunk_done(c, call, u, &ch);
     return 0;
   }
-  u->crc = dpc_crc32c(u->crc, u->buf, ch.len);
-  u->next += ch.len;
-  c->bytes_in += ch.len;
-  if (u->next == u->total && ch.crc32c != u->crc) {
-    snprintf(err, sizeof err, "crc32c: upload has CRC-32C 0x%08x, the last chunk says 0x%08x; upload again", u->crc,
-             ch.crc32c);
-    upload_fail(call, u, RPC_DATA_LOSS, err);
+  if (!(u->msg_ref = rpc_msg_ref(msg))) {
+    upload_fail(call, u, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return 0;
   }
-  return 0;
+  u->cur = ch;
+  u->call = call;
+  u->req.data = u;
+  u->committing = 1; /* (a chunk in the thread pool: on_done leaves the upload to upload_chunk_after) */
+  if (loop_queue_work(c, &u->req, upload_chunk_work, upload_chunk_after) < 0) {
+    u->committing = 0;
+    rpc_msg_free(u->msg_ref);
+    u->msg_ref = NULL;
+    upload_fail(call, u, RPC_INTERNAL, "cannot queue the upload chunk");
+    return 0;
+  }
+  return 1;
 }
 
 static void upload_on_done(struct rpc_call *call, int cancelled, void *ud) {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -193,6 +194,8 @@ int blob_writer_append(blob_writer *w, const void *bytes, size_t nbytes) {
   w->got += nbytes;
   return 0;
 }
+
+void blob_writer_writeback(blob_writer *w) { dpc_afile_writeback(w->f); }
 
 void blob_writer_abort(blob_writer *w) {
   if (!w) return;
@@ -449,4 +452,174 @@ int blob_delete(blob_store *bs, const char *name) {
   char *slash = strrchr(path, '/');
   *slash = '\0';
   return dpc_fsync_dir(path);
+}
+
+/* ---- sequential reader and read-only mappings ------------------------------------------------ */
+
+/* A reader maps the blob and hands out views of it: the payload is read once, by the checksum,
+ * and the caller computes from the same (then cached) bytes. Pages it is done with are given
+ * back to the page cache every READER_DROP_BYTES, so a reader never holds more than that of
+ * the file resident in the process. */
+#define READER_DROP_BYTES ((uint64_t)BLOB_READER_RESIDENT_BYTES)
+
+struct blob_reader {
+  unsigned char *map;
+  size_t map_len;
+  char path[4096];
+  uint64_t want, got, dropped; /* payload bytes; got is the next byte handed out */
+  uint32_t crc, trailer_crc;
+};
+
+/* Open blob `name` for reading and check its header against kind and n floats: the open fd,
+ * *size the file size, *trailer_crc the stored payload crc; negative DPC_E* otherwise. */
+static int open_checked(blob_store *bs, const char *name, blob_kind kind, size_t want_n, char *path, size_t cap,
+                        off_t *size, uint32_t *trailer_crc) {
+  int rc = blob_path(bs, name, path, cap);
+  if (rc) return rc;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return dpc_err(dpc_errno_code(errno), "blob %s: %s", path, strerror(errno));
+  struct stat st;
+  unsigned char h[BLOB_HEADER_BYTES], t[BLOB_TRAILER_BYTES];
+  if (fstat(fd, &st) != 0) {
+    rc = dpc_err(DPC_EIO, "blob %s: fstat: %s", path, strerror(errno));
+    goto bad;
+  }
+  if (!S_ISREG(st.st_mode) || st.st_size < BLOB_HEADER_BYTES + BLOB_TRAILER_BYTES) {
+    rc = dpc_err(DPC_EFORMAT, "blob %s: %lld bytes, too short for a blob (truncated?)", path, (long long)st.st_size);
+    goto bad;
+  }
+  if (pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h ||
+      pread(fd, t, sizeof t, st.st_size - BLOB_TRAILER_BYTES) != (ssize_t)sizeof t) {
+    rc = dpc_err(DPC_EIO, "blob %s: reading the header: %s", path, strerror(errno));
+    goto bad;
+  }
+  uint32_t magic = get_u32(h), version = get_u32(h + 4), k = get_u32(h + 8);
+  uint64_t n = get_u64(h + 16);
+  if (magic != BLOB_MAGIC) {
+    rc = dpc_err(DPC_EFORMAT, "blob %s: bad magic 0x%08x (expected 0x%08x): not a dipaco blob", path, magic, BLOB_MAGIC);
+  } else if (version != BLOB_VERSION) {
+    rc = dpc_err(DPC_EFORMAT, "blob %s: format version %u, this build reads %u", path, version, BLOB_VERSION);
+  } else if (n > BLOB_MAX_FLOATS || (uint64_t)st.st_size != BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES) {
+    rc = dpc_err(DPC_EFORMAT, "blob %s: file is %lld bytes but the header says %" PRIu64 " floats (truncated or corrupt)",
+                 path, (long long)st.st_size, n);
+  } else if (k != (uint32_t)kind) {
+    rc = dpc_err(DPC_EFORMAT, "blob %s: holds kind %u, expected %d", path, k, (int)kind);
+  } else if (n != (uint64_t)want_n) {
+    rc = dpc_err(DPC_ESHAPE, "blob %s: holds %" PRIu64 " floats, expected %zu", path, n, want_n);
+  } else if (dpc_crc32c(0, h, sizeof h) != get_u32(t + 4)) {
+    rc = dpc_err(DPC_ECHECKSUM, "blob %s: header checksum 0x%08x, stored 0x%08x (corrupt)", path,
+                 dpc_crc32c(0, h, sizeof h), get_u32(t + 4));
+  }
+  if (rc) goto bad;
+  *size = st.st_size;
+  *trailer_crc = get_u32(t);
+  return fd;
+bad:
+  close(fd);
+  return rc;
+}
+
+int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_reader **out) {
+  *out = NULL;
+  blob_reader *r = calloc(1, sizeof *r);
+  if (!r) return dpc_err(DPC_ENOMEM, "blob %s: out of memory", name);
+  off_t size;
+  int fd = open_checked(bs, name, kind, n, r->path, sizeof r->path, &size, &r->trailer_crc);
+  if (fd < 0) {
+    free(r);
+    return fd;
+  }
+  void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (m == MAP_FAILED) {
+    int rc = dpc_err(dpc_errno_code(e), "blob %s: mmap: %s", r->path, strerror(e));
+    free(r);
+    return rc;
+  }
+  (void)madvise(m, (size_t)size, MADV_SEQUENTIAL);
+  r->map = m;
+  r->map_len = (size_t)size;
+  r->want = (uint64_t)n * 4;
+  *out = r;
+  return 0;
+}
+
+/* Give the pages before the next byte back (they stay in the page cache). */
+static void reader_drop(blob_reader *r) {
+  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t upto = (BLOB_HEADER_BYTES + r->got) / page * page;
+  if (upto <= r->dropped || upto - r->dropped < READER_DROP_BYTES) return;
+  (void)madvise(r->map + r->dropped, (size_t)(upto - r->dropped), MADV_DONTNEED);
+  r->dropped = upto;
+}
+
+int blob_reader_view(blob_reader *r, size_t nbytes, const void **view) {
+  if (nbytes > r->want - r->got)
+    return dpc_err(DPC_ERANGE, "blob %s: %zu more bytes would read past the payload", r->path, nbytes);
+  reader_drop(r);
+  const unsigned char *p = r->map + BLOB_HEADER_BYTES + r->got;
+  r->crc = dpc_crc32c(r->crc, p, nbytes);
+  r->got += nbytes;
+  *view = p;
+  return 0;
+}
+
+int blob_reader_read(blob_reader *r, void *dst, size_t nbytes) {
+  const void *v = NULL;
+  int rc = blob_reader_view(r, nbytes, &v);
+  if (rc == 0) memcpy(dst, v, nbytes);
+  return rc;
+}
+
+void blob_reader_abort(blob_reader *r) {
+  if (!r) return;
+  munmap(r->map, r->map_len);
+  free(r);
+}
+
+int blob_reader_close(blob_reader *r, uint32_t *crc_out) {
+  int rc = 0;
+  if (r->got != r->want)
+    rc = dpc_err(DPC_ESHAPE, "blob %s: %" PRIu64 " of %" PRIu64 " payload bytes read", r->path, r->got, r->want);
+  else if (r->crc != r->trailer_crc)
+    rc = dpc_err(DPC_ECHECKSUM, "blob %s: payload checksum 0x%08x, stored 0x%08x (corrupt)", r->path, r->crc,
+                 r->trailer_crc);
+  else if (crc_out)
+    *crc_out = r->crc;
+  blob_reader_abort(r);
+  return rc;
+}
+
+int blob_map(blob_store *bs, const char *name, blob_kind kind, size_t n, int verify, const float **data, void **map,
+             size_t *map_len, uint32_t *crc_out) {
+  char path[4096];
+  off_t size;
+  uint32_t stored;
+  int fd = open_checked(bs, name, kind, n, path, sizeof path, &size, &stored);
+  if (fd < 0) return fd;
+  void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (m == MAP_FAILED) return dpc_err(dpc_errno_code(e), "blob %s: mmap: %s", path, strerror(e));
+  const float *payload = (const float *)(const void *)((const unsigned char *)m + BLOB_HEADER_BYTES);
+  if (verify) {
+    (void)madvise(m, (size_t)size, MADV_SEQUENTIAL);
+    uint32_t crc = dpc_crc32c(0, payload, n * sizeof(float));
+    if (crc != stored) {
+      munmap(m, (size_t)size);
+      return dpc_err(DPC_ECHECKSUM, "blob %s: payload checksum 0x%08x, stored 0x%08x (corrupt)", path, crc, stored);
+    }
+    if (crc_out) *crc_out = crc;
+  } else if (crc_out) {
+    *crc_out = stored;
+  }
+  *data = payload;
+  *map = m;
+  *map_len = (size_t)size;
+  return 0;
+}
+
+void blob_unmap(void *map, size_t map_len) {
+  if (map) munmap(map, map_len);
 }

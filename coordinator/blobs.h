@@ -83,6 +83,9 @@ typedef struct blob_writer blob_writer;
 int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_writer **out);
 int blob_writer_append(blob_writer *w, const void *bytes, size_t nbytes);
 int blob_writer_commit(blob_writer *w, uint32_t *crc_out);
+/* Ask the kernel to start writing back the bytes appended so far (no waiting; see
+ * dpc_afile_writeback), so that the commit's fsync overlaps the producer's work. */
+void blob_writer_writeback(blob_writer *w);
 void blob_writer_abort(blob_writer *w);
 
 /* Read blob `name` into dst[n]: fails with DPC_ESHAPE unless the blob holds exactly n floats,
@@ -91,6 +94,36 @@ void blob_writer_abort(blob_writer *w);
 int blob_read(blob_store *bs, const char *name, blob_kind kind, float *dst, size_t n, uint32_t *crc_out);
 /* Same, allocating: *out (caller frees) holds *n floats. */
 int blob_read_alloc(blob_store *bs, const char *name, blob_kind kind, float **out, size_t *n, uint32_t *crc_out);
+
+/* Sequential reader for arrays too large to hold whole (the streamed outer step reads a range
+ * of every input at a time): open validates the file's size, magic, version, kind, length (n
+ * floats, else DPC_ESHAPE) and header checksum and maps the file read-only (sequential
+ * access advised); view hands out a pointer to the next nbytes of the payload, valid until
+ * close/abort, and read copies them; both checksum them as they go (so a view's bytes are in
+ * the CPU cache when the caller uses them). Pages behind the cursor are given back to the page
+ * cache every 32 MiB, so a reader keeps at most that much of the file resident in the process.
+ * close compares the payload checksum with the trailer once every byte was read (DPC_ESHAPE
+ * if some were not, DPC_ECHECKSUM on a mismatch) and gives it in *crc_out (may be NULL).
+ * Data handed out before close is unverified: callers must not let it escape (publish, commit)
+ * until close succeeded. Close and abort free the reader (and invalidate views). */
+typedef struct blob_reader blob_reader;
+#define BLOB_READER_RESIDENT_BYTES (32u << 20) /* the most of its file a reader keeps resident */
+int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_reader **out);
+int blob_reader_view(blob_reader *r, size_t nbytes, const void **view);
+int blob_reader_read(blob_reader *r, void *dst, size_t nbytes);
+int blob_reader_close(blob_reader *r, uint32_t *crc_out);
+void blob_reader_abort(blob_reader *r);
+
+/* Map blob `name` (n floats of kind `kind`) read-only: *data points at its payload inside the
+ * mapping, which blob_unmap(*map, *map_len) releases. Blob files are never changed in place
+ * (written under a temporary name, renamed; deletion unlinks), so the mapping stays valid and
+ * constant after the name is collected. With verify != 0 the header and payload checksums are
+ * checked (touching every page) and *crc_out gets the payload crc; with verify == 0 (the
+ * caller has just written the blob and knows its crc) only the header is checked. Thread-safe;
+ * DPC_E* as blob_read. */
+int blob_map(blob_store *bs, const char *name, blob_kind kind, size_t n, int verify, const float **data, void **map,
+             size_t *map_len, uint32_t *crc_out);
+void blob_unmap(void *map, size_t map_len);
 
 /* Remove blob `name` (durably: the directory is fsync'd). A missing blob is success. */
 int blob_delete(blob_store *bs, const char *name);

@@ -4,7 +4,8 @@
  *
  * Map, lowest layer first; a module calls only modules on its own line or below it, and a
  * lower one reaches a higher one only through a callback stored here (struct coord's *_cb):
- *   (0) dpc_coord (jobspec, blobs, screen, store*) and testhook: the core library;
+ *   (0) dpc_coord (jobspec, blobs, outerio, screen, store*) and testhook: the core library
+ *       (outerio: the outer steps streamed range by range over blobs, run in the thread pool);
  *       membudget.c: the memory a job needs and the budget it must fit.
  *   (1) loop.c: the libuv loop glue, clocks, thread-pool work accounting, signals, the tick
  *       timer and the shutdown once idle; selfcheck.c: the listener's self-check thread.
@@ -20,11 +21,11 @@
  *   (5) main.c: flags, start-up, wiring of the callbacks, shutdown.
  *
  * Threading: one libuv loop thread owns everything here. gRPC completions reach it through
- * uv_async → rpc_server_dispatch; heavy work (delta blob fsync, outer steps) runs in the libuv
- * thread pool on private copies and hands results back to the loop in the after-work
- * callback. The only object shared with other threads is a pcache entry (parameter buffer)
- * whose reference count is atomic, because gRPC releases zero-copy chunk slices from its
- * own threads. */
+ * uv_async → rpc_server_dispatch; heavy work (delta spooling and fsync, outer steps) runs in
+ * the libuv thread pool on private buffers and hands results back to the loop in the
+ * after-work callback. The only object shared with other threads is a pcache entry (a mapped
+ * parameter blob) whose reference count is atomic, because gRPC releases zero-copy chunk
+ * slices from its own threads. */
 #ifndef DPC_COORD_H
 #define DPC_COORD_H
 
@@ -38,12 +39,16 @@
 #include <stdint.h>
 #include <uv.h>
 
-/* A parameter buffer of one fragment version, served zero-copy to PullFragment streams. */
+/* A parameter buffer of one fragment version, served zero-copy to PullFragment streams: a
+ * read-only mapping of the version's blob (map != NULL; its pages are the page cache's, shared
+ * by every stream and reclaimable), or a heap copy (map == NULL) where mapping failed. */
 typedef struct pcache_entry {
   int64_t job;
   int fragment;
   int64_t version;
-  float *data; /* (n) fp32 parameters */
+  const float *data; /* (n) fp32 parameters, never written */
+  void *map;         /* the blob mapping data points into (blob_unmap), or NULL: data is malloc'd */
+  size_t map_len;
   size_t n;
   uint32_t crc;
   atomic_int refs; /* 1 for the cache's own reference + 1 per chunk gRPC still holds */
@@ -62,6 +67,12 @@ typedef struct coord_job {
   int64_t *outer_retry_at;     /* [n_fragments]: after a failed outer step (e.g. a full disk), no new
                                   try before this time (dpc_wall_ms) */
   int *expected;               /* [n_fragments]: deltas per round (slots through the module) */
+  /* Round overhead (issue 15): after a sync outer step made version ov_version[f], the time
+   * from its last merged delta (ov_from_ms, dpc_wall_ms) until ov_pulled[f] reaches
+   * expected[f] (every slot through the fragment has pulled that version whole). */
+  int64_t *ov_version, *ov_from_ms;
+  int *ov_pulled;
+  double last_outer_s, last_overhead_s; /* job show: the last outer step's and round overhead's seconds */
   float *path_loss;            /* [n_paths]: latest loss reported on the path (NaN unknown) */
   float last_loss;             /* mean loss of the last closed round */
   int lease_errors;            /* leases in a row given back with RELEASE_ERROR (0 after one finishes) */
@@ -187,6 +198,10 @@ typedef struct coord {
   uint64_t round_wait_count[COORD_ROUND_WAIT_BUCKETS + 1];
   double round_wait_sum;
   double outer_seconds_sum, outer_seconds_last;
+  /* dipaco_round_overhead_seconds: per sync round, last merged delta -> every slot of the
+   * next round has pulled the new version (rounds_note_pull); last value, sum and count. */
+  double round_overhead_last, round_overhead_sum;
+  uint64_t round_overhead_count;
 
   /* Callbacks by which a lower layer reaches a higher one (main.c sets them; NULL = none). */
   void (*tick_cb)(struct coord *c);     /* loop.c, every tick: housekeeping (rounds_tick) */

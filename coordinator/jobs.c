@@ -19,6 +19,9 @@ void coord_job_free(coord_job *j) {
   free(j->outer_busy);
   free(j->outer_retry_at);
   free(j->outer_fails);
+  free(j->ov_version);
+  free(j->ov_from_ms);
+  free(j->ov_pulled);
   free(j->expected);
   free(j->path_loss);
   free(j->screen);
@@ -85,9 +88,12 @@ int coord_job_from_store(const store_job *sj, coord_job **out) {
   j->outer_retry_at = calloc((size_t)j->n_fragments, sizeof *j->outer_retry_at);
   j->outer_fails = calloc((size_t)j->n_fragments, sizeof *j->outer_fails);
   j->expected = calloc((size_t)j->n_fragments, sizeof *j->expected);
+  j->ov_version = calloc((size_t)j->n_fragments, sizeof *j->ov_version);
+  j->ov_from_ms = calloc((size_t)j->n_fragments, sizeof *j->ov_from_ms);
+  j->ov_pulled = calloc((size_t)j->n_fragments, sizeof *j->ov_pulled);
   j->path_loss = calloc((size_t)j->n_paths, sizeof *j->path_loss);
   if (!j->modules || !j->fragments || !j->outer_busy || !j->outer_retry_at || !j->outer_fails || !j->expected ||
-      !j->path_loss) {
+      !j->path_loss || !j->ov_version || !j->ov_from_ms || !j->ov_pulled) {
     rc = dpc_err(DPC_ENOMEM, "out of memory loading job %lld", (long long)sj->id);
     goto fail;
   }

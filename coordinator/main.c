@@ -341,25 +341,30 @@ static int serve(coord *c, const opts *o) {
   return 0;
 }
 
-/* One blob a job needs at start-up: 0 when it reads back whole with the checksum its row
- * recorded (*out receives the floats when out is not NULL), else a DPC_E* code. */
-static int verify_blob(coord *c, const char *name, blob_kind kind, size_t len, uint32_t want, float **out) {
-  float *buf = NULL;
-  size_t n = 0;
+/* One blob a job needs at start-up: 0 when it maps whole with the checksum its row recorded,
+ * else a DPC_E* code. With keep (parameters) the verified mapping goes to the parameter cache
+ * as version `version` of (job, fragment); otherwise it is released (its pages stay in the
+ * page cache, not in the coordinator). */
+static int verify_blob(coord *c, const char *name, blob_kind kind, size_t len, uint32_t want, int keep, int64_t job,
+                       int fragment, int64_t version) {
+  const float *data = NULL;
+  void *map = NULL;
+  size_t map_len = 0;
   uint32_t crc = 0;
-  int rc = blob_read_alloc(c->bs, name, kind, &buf, &n, &crc);
-  if (rc == 0 && n != len) rc = dpc_err(DPC_EFORMAT, "blob %s holds %zu floats, the fragment has %zu", name, n, len);
+  int rc = blob_map(c->bs, name, kind, len, 1, &data, &map, &map_len, &crc);
+  if (rc == DPC_ESHAPE) rc = dpc_err(DPC_EFORMAT, "blob %s does not hold the fragment's %zu floats: %s", name, len,
+                                     dpc_errmsg());
   if (rc == 0 && crc != want)
     rc = dpc_err(DPC_ECHECKSUM, "blob %s has checksum 0x%08x, its row recorded 0x%08x", name, crc, want);
-  if (rc == 0 && out) *out = buf;
-  else free(buf);
+  if (rc == 0 && keep) pcache_put_map(c, job, fragment, version, data, map, map_len, len, crc);
+  else if (rc == 0) blob_unmap(map, map_len);
   return rc;
 }
 
 /* Start-up: every running or paused job's current parameters, momentum and delayed-Nesterov
  * buffer are read back and checked against their rows (issue 13, finding 7). A job with a
  * corrupt or missing blob is PAUSED with the reason instead of failing its pulls and outer
- * steps over and over; the parameters read go to the parameter cache, so the first pulls
+ * steps over and over; the parameter mappings go to the parameter cache, so the first pulls
  * after a restart cost nothing more. */
 static void verify_jobs(coord *c) {
   double t0 = dpc_mono_s();
@@ -370,13 +375,11 @@ static void verify_jobs(coord *c) {
     store_fragment *fr = NULL;
     int nf = 0, rc = store_list_fragments(c->st, j->id, &fr, &nf);
     for (int f = 0; f < nf && rc == 0; f++) {
-      float *theta = NULL;
-      rc = verify_blob(c, fr[f].param_blob, BLOB_PARAMS, fr[f].len, fr[f].param_crc, &theta);
-      if (rc == 0) pcache_put(c, j->id, f, fr[f].version, theta, fr[f].len, fr[f].param_crc);
+      rc = verify_blob(c, fr[f].param_blob, BLOB_PARAMS, fr[f].len, fr[f].param_crc, 1, j->id, f, fr[f].version);
       if (rc == 0 && fr[f].momentum_blob[0])
-        rc = verify_blob(c, fr[f].momentum_blob, BLOB_MOMENTUM, fr[f].len, fr[f].momentum_crc, NULL);
+        rc = verify_blob(c, fr[f].momentum_blob, BLOB_MOMENTUM, fr[f].len, fr[f].momentum_crc, 0, 0, 0, 0);
       if (rc == 0 && fr[f].dnbuf_blob[0])
-        rc = verify_blob(c, fr[f].dnbuf_blob, BLOB_DN_BUF, fr[f].len, fr[f].dnbuf_crc, NULL);
+        rc = verify_blob(c, fr[f].dnbuf_blob, BLOB_DN_BUF, fr[f].len, fr[f].dnbuf_crc, 0, 0, 0, 0);
       floats += rc == 0 ? fr[f].len : 0;
       if (rc < 0) {
         char why[768];

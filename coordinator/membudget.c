@@ -1,6 +1,8 @@
 /* membudget.c — job memory estimate and the default budget (contract in membudget.h). */
 #include "coordinator/membudget.h"
 
+#include "coordinator/outerio.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +12,10 @@ static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UI
 
 uint64_t membudget_job_bytes(size_t n_params, size_t max_frag, int n_slots) {
   uint64_t d = n_slots > 0 ? (uint64_t)n_slots : 1;
-  uint64_t floats = sat_add(sat_mul(2, n_params), sat_mul(sat_add(3, d), max_frag));
-  return sat_mul(floats, sizeof(float));
+  uint64_t range = max_frag < OUTERIO_RANGE_FLOATS ? max_frag : OUTERIO_RANGE_FLOATS;
+  uint64_t resident = sat_mul(4, max_frag) < BLOB_READER_RESIDENT_BYTES ? sat_mul(4, max_frag) : BLOB_READER_RESIDENT_BYTES;
+  uint64_t floats = sat_add(sat_mul(2, n_params), sat_mul(sat_add(4, d), range));
+  return sat_add(sat_mul(floats, sizeof(float)), sat_mul(sat_add(2, d), resident));
 }
 
 uint64_t membudget_default(const char **source) {

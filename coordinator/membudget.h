@@ -1,12 +1,14 @@
 /* membudget.h — what a job costs the coordinator in memory, and how much it may use (issue
  * 13, finding 8: a spec too big for the machine got the coordinator OOM-killed mid-create).
  *
- * The estimate counts the float32 buffers the coordinator holds for a job: version 0's
- * parameters while it is created and the parameter cache afterwards (2 × P), and for the
- * largest fragment (F floats) the outer step's parameters, momentum and average (3 × F)
- * plus one delta per slot that trains it (D × F, rounds.c outer_run); D is bounded by the
- * job's slots. Transfers in flight (pull chunks, quantized deltas being decoded) come on top
- * and are not counted: the budget should leave room for them.
+ * The estimate counts the memory the coordinator holds for a job: version 0's parameters
+ * while it is created and the parameter cache's mapping of the current version afterwards
+ * (2 × P floats; the mapping's pages are the page cache's, counted to be safe), and the
+ * streamed outer step (outerio.h): D + 4 ranges of min(F, OUTERIO_RANGE_FLOATS) floats for a
+ * largest fragment of F floats and D deltas, plus BLOB_READER_RESIDENT_BYTES of each of its
+ * D + 2 input mappings; D is bounded by the job's slots. Transfers in flight (pull chunks,
+ * quantized deltas being decoded) come on top and are not counted: the budget should leave
+ * room for them.
  * Pure functions except membudget_default, which reads /sys/fs/cgroup and /proc. */
 #ifndef DPC_COORD_MEMBUDGET_H
 #define DPC_COORD_MEMBUDGET_H

@@ -7,7 +7,8 @@
  * dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace, disconnect),
  * dipaco_round_wait_seconds (histogram: first to last merged delta of each closed sync round),
  * dipaco_bytes_in_total,
- * dipaco_bytes_out_total, dipaco_outer_step_seconds (last) and _sum, dipaco_workers{state},
+ * dipaco_bytes_out_total, dipaco_outer_step_seconds (last) and _sum, dipaco_round_overhead_seconds
+ * (last; _sum, _count: last merged delta -> every slot holds the new version), dipaco_workers{state},
  * dipaco_active_leases, dipaco_jobs{state}, dipaco_fragment_version{job,fragment},
  * dipaco_loss{job,path} (latest reported loss; NaN until known), dipaco_job_loss{job} (mean
  * loss of the last closed round); diloco-async jobs: dipaco_async_staleness{job} (staleness of
@@ -106,6 +107,12 @@ static void fmt_counters(coord *c, sbuf *b) {
                "# TYPE dipaco_outer_step_seconds gauge\ndipaco_outer_step_seconds %.6f\n"
                "# TYPE dipaco_outer_step_seconds_sum counter\ndipaco_outer_step_seconds_sum %.6f\n",
             c->outer_seconds_last, c->outer_seconds_sum);
+  sb_printf(b, "# HELP dipaco_round_overhead_seconds Per sync round: its last merged delta to every slot of the next "
+               "round holding the new parameters (last value; _sum and _count over the rounds).\n"
+               "# TYPE dipaco_round_overhead_seconds gauge\ndipaco_round_overhead_seconds %.6f\n"
+               "# TYPE dipaco_round_overhead_seconds_sum counter\ndipaco_round_overhead_seconds_sum %.6f\n"
+               "# TYPE dipaco_round_overhead_seconds_count counter\ndipaco_round_overhead_seconds_count %llu\n",
+            c->round_overhead_last, c->round_overhead_sum, (unsigned long long)c->round_overhead_count);
 }
 
 /* Workers by state and the active leases. */

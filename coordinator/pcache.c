@@ -1,8 +1,10 @@
-/* pcache.c — the parameter cache: one referenced fp32 buffer per (job, fragment, version),
- * filled by outer steps and job creation, loaded from the blob store on a miss. */
+/* pcache.c — the parameter cache: one referenced, read-only mapping of the parameter blob per
+ * (job, fragment, version), made by outer steps and job creation, mapped and verified on a
+ * miss (contract in pcache.h). */
 #include "coordinator/pcache.h"
 
 #include "common/errors.h"
+#include "common/log.h"
 
 #include <stdlib.h>
 
@@ -11,7 +13,8 @@ void pcache_ref(void *entry) { atomic_fetch_add(&((pcache_entry *)entry)->refs, 
 void pcache_unref(void *entry) {
   pcache_entry *e = entry;
   if (atomic_fetch_sub(&e->refs, 1) == 1) {
-    free(e->data);
+    if (e->map) blob_unmap(e->map, e->map_len);
+    else free((void *)e->data);
     free(e);
   }
 }
@@ -40,6 +43,22 @@ static void pcache_insert(coord *c, pcache_entry *e) {
   c->pcache[c->n_pcache++] = e;
 }
 
+static pcache_entry *entry_new(int64_t job, int fragment, int64_t version, const float *data, void *map, size_t map_len,
+                               size_t n, uint32_t crc, int refs) {
+  pcache_entry *e = calloc(1, sizeof *e);
+  if (!e) return NULL;
+  e->job = job;
+  e->fragment = fragment;
+  e->version = version;
+  e->data = data;
+  e->map = map;
+  e->map_len = map_len;
+  e->n = n;
+  e->crc = crc;
+  atomic_init(&e->refs, refs);
+  return e;
+}
+
 int pcache_get(coord *c, const store_fragment *f, pcache_entry **out) {
   for (int i = 0; i < c->n_pcache; i++) {
     pcache_entry *e = c->pcache[i];
@@ -49,45 +68,49 @@ int pcache_get(coord *c, const store_fragment *f, pcache_entry **out) {
       return 0;
     }
   }
-  pcache_entry *e = calloc(1, sizeof *e);
-  if (!e) return dpc_err(DPC_ENOMEM, "out of memory");
-  e->data = malloc(f->len * sizeof(float));
-  if (!e->data) {
-    free(e);
-    return dpc_err(DPC_ENOMEM, "out of memory for fragment %d (%zu floats)", f->fragment, f->len);
+  /* Mapped and verified on the loop thread: only the first pull of a version that is not the
+   * newest (start-up maps every current version, outer steps map theirs) gets here. */
+  const float *data;
+  void *map;
+  size_t map_len;
+  uint32_t crc;
+  int rc = blob_map(c->bs, f->param_blob, BLOB_PARAMS, f->len, 1, &data, &map, &map_len, &crc);
+  if (rc < 0) return rc;
+  pcache_entry *e = entry_new(f->job, f->fragment, f->version, data, map, map_len, f->len, crc, 2); /* cache + caller */
+  if (!e) {
+    blob_unmap(map, map_len);
+    return dpc_err(DPC_ENOMEM, "out of memory");
   }
-  /* Loaded on the loop thread: only the first pull of a version after a restart gets here,
-   * since every outer step inserts its result. */
-  int rc = blob_read(c->bs, f->param_blob, BLOB_PARAMS, e->data, f->len, &e->crc);
-  if (rc < 0) {
-    free(e->data);
-    free(e);
-    return rc;
-  }
-  e->job = f->job;
-  e->fragment = f->fragment;
-  e->version = f->version;
-  e->n = f->len;
-  atomic_init(&e->refs, 2); /* cache + caller */
   pcache_insert(c, e);
   *out = e;
   return 0;
 }
 
-void pcache_put(coord *c, int64_t job, int fragment, int64_t version, float *data, size_t n, uint32_t crc) {
-  pcache_entry *e = calloc(1, sizeof *e);
+void pcache_put_map(coord *c, int64_t job, int fragment, int64_t version, const float *data, void *map, size_t map_len,
+                    size_t n, uint32_t crc) {
+  pcache_entry *e = entry_new(job, fragment, version, data, map, map_len, n, crc, 1);
   if (!e) {
-    free(data);
+    blob_unmap(map, map_len);
     return;
   }
-  e->job = job;
-  e->fragment = fragment;
-  e->version = version;
-  e->data = data;
-  e->n = n;
-  e->crc = crc;
-  atomic_init(&e->refs, 1);
   pcache_insert(c, e);
+}
+
+void pcache_put_blob(coord *c, int64_t job, int fragment, int64_t version, const char *blob, size_t n, uint32_t crc) {
+  const float *data;
+  void *map;
+  size_t map_len;
+  uint32_t got = 0;
+  int rc = blob_map(c->bs, blob, BLOB_PARAMS, n, 0, &data, &map, &map_len, &got);
+  if (rc == 0 && got != crc) {
+    blob_unmap(map, map_len);
+    rc = dpc_err(DPC_ECHECKSUM, "blob %s: trailer crc 0x%08x, its writer reported 0x%08x", blob, got, crc);
+  }
+  if (rc < 0) {
+    DPC_WARN("parameter cache: %s (the first pull maps it again)", dpc_errmsg());
+    return;
+  }
+  pcache_put_map(c, job, fragment, version, data, map, map_len, n, crc);
 }
 
 void pcache_clear(coord *c) {

@@ -1,5 +1,8 @@
-/* pcache.h — the parameter cache (layer 2, see coord.h): fp32 buffers of fragment versions
- * served zero-copy to PullFragment streams and read by exports. Only the newest version of a
+/* pcache.h — the parameter cache (layer 2, see coord.h): fp32 parameters of fragment versions
+ * served zero-copy to PullFragment streams and read by exports. An entry is a read-only
+ * mapping of the version's parameter blob (blob_map), so every concurrent pull of a version
+ * is served from one copy — the page cache's, which the kernel may reclaim and read back —
+ * and the coordinator holds no private copy of the model. Only the newest version of a
  * fragment is kept (older ones live on while streams still reference them).
  *
  * Contract: every function but pcache_ref/pcache_unref runs on the loop thread. An entry is
@@ -10,11 +13,17 @@
 
 #include "coordinator/coord.h"
 
-/* Get a referenced entry for (job, fragment, version), loading the blob if needed. The caller
- * drops its reference with pcache_unref. */
+/* Get a referenced entry for (job, fragment, version), mapping (and verifying) the blob on a
+ * miss. The caller drops its reference with pcache_unref. */
 int pcache_get(coord *c, const store_fragment *f, pcache_entry **out);
-/* Insert a new version's buffer (ownership of data passes to the cache). */
-void pcache_put(coord *c, int64_t job, int fragment, int64_t version, float *data, size_t n, uint32_t crc);
+/* Insert a new version whose parameter blob `blob` (n floats, payload crc `crc`) was just
+ * written and committed: it is mapped without re-reading it. A failure is logged and leaves
+ * the version to a later pcache_get. */
+void pcache_put_blob(coord *c, int64_t job, int fragment, int64_t version, const char *blob, size_t n, uint32_t crc);
+/* Insert a mapping the caller made and verified (blob_map: data inside map[0..map_len));
+ * ownership of the mapping passes to the cache. */
+void pcache_put_map(coord *c, int64_t job, int fragment, int64_t version, const float *data, void *map, size_t map_len,
+                    size_t n, uint32_t crc);
 void pcache_ref(void *entry);   /* any thread */
 void pcache_unref(void *entry); /* any thread */
 void pcache_clear(coord *c);

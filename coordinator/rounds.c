@@ -1,5 +1,6 @@
 /* rounds.c — the outer optimizer's side of the loop: when a round of a fragment closes, the
- * sync outer step (kernels/outer.h, in the libuv thread pool) and its commit, the async
+ * sync outer step (outerio.h, streamed over the blobs in the libuv thread pool) and its commit,
+ * the round overhead that follows it (rounds_note_pull), the async
  * delta-by-delta apply, the garbage collection of old versions and delta blobs, the end of a
  * job, and the housekeeping tick.
  *
@@ -28,7 +29,7 @@
 #include "coordinator/loop.h"
 #include "coordinator/pcache.h"
 #include "coordinator/testhook.h"
-#include "kernels/outer.h"
+#include "coordinator/outerio.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -36,14 +37,6 @@
 #include <string.h>
 
 /* ---- outer step ----------------------------------------------------------------------------- */
-
-/* The delta applied is the one acknowledged: blob `name`'s payload crc must equal the crc its
- * row recorded at the commit point. DPC_ECHECKSUM otherwise. */
-static int delta_matches_row(const char *name, uint32_t crc, uint32_t want) {
-  if (crc == want) return 0;
-  return dpc_err(DPC_ECHECKSUM, "delta blob %s holds crc 0x%08x, but its row recorded 0x%08x: not the acknowledged "
-                 "delta; refusing to apply it", name, crc, want);
-}
 
 typedef struct {
   uv_work_t req;
@@ -68,7 +61,6 @@ typedef struct {
   /* results */
   int rc;
   char err[512];
-  float *theta;
   uint32_t param_crc, momentum_crc;
   double seconds;
   int short_reason; /* 0: every expected delta; REVOKE_DEADLINE / REVOKE_GRACE: closed without some */
@@ -81,73 +73,20 @@ static void outer_work_free(outer_work *w) {
   free(w->delta_crcs);
   free(w->weights);
   free(w->delta_ids);
-  free(w->theta);
   free(w);
-}
-
-/* Delta i of w into dst[len]: an fp32 spool, or a sparse stream (BLOB_SPARSE) decoded; either
- * way checked against the checksum its row recorded first. */
-static int read_delta(outer_work *w, int i, float *dst) {
-  const char *name = w->delta_blobs[i];
-  blob_kind kind = BLOB_DELTA;
-  uint32_t crc = 0;
-  int rc;
-  if (blob_kind_of_name(name, &kind) < 0 || kind != BLOB_SPARSE) {
-    if ((rc = blob_read(w->c->bs, name, BLOB_DELTA, dst, w->len, &crc)) < 0) return rc;
-    return delta_matches_row(name, crc, w->delta_crcs[i]);
-  }
-  if (!w->sp_tlen) return dpc_err(DPC_EFORMAT, "delta blob %s is sparse, but the job is not a SparseLoCo job", name);
-  float *enc = NULL;
-  size_t nf = 0, bytes = 0;
-  if ((rc = dpc_sparse_bytes(&w->sp_cfg, w->sp_tlen, w->sp_nt, &bytes, NULL)) < 0) return rc;
-  if ((rc = blob_read_alloc(w->c->bs, name, BLOB_SPARSE, &enc, &nf, &crc)) < 0) return rc;
-  if (nf != (bytes + 3) / 4) rc = dpc_err(DPC_ESHAPE, "sparse delta blob %s holds %zu floats, expected %zu", name, nf,
-                                          (bytes + 3) / 4);
-  if (!rc) rc = delta_matches_row(name, crc, w->delta_crcs[i]);
-  if (!rc) rc = dpc_sparse_decode(&w->sp_cfg, w->sp_tlen, w->sp_nt, (const unsigned char *)enc, bytes, dst);
-  free(enc);
-  return rc;
 }
 
 static void outer_run(uv_work_t *req) {
   outer_work *w = req->data;
   double t0 = dpc_mono_s();
-  float *u = NULL, *avg = NULL, **deltas = NULL;
-  int rc = 0;
-  w->theta = malloc(w->len * sizeof(float));
-  u = calloc(w->len, sizeof(float));
-  avg = malloc(w->len * sizeof(float));
-  deltas = calloc((size_t)w->n, sizeof *deltas);
-  if (!w->theta || !u || !avg || !deltas) {
-    rc = dpc_err(DPC_ENOMEM, "out of memory for the outer step (%zu floats)", w->len);
-    goto out;
-  }
-  if ((rc = blob_read(w->c->bs, w->param_blob, BLOB_PARAMS, w->theta, w->len, NULL)) < 0) goto out;
-  if (w->momentum_blob[0] && (rc = blob_read(w->c->bs, w->momentum_blob, BLOB_MOMENTUM, u, w->len, NULL)) < 0) goto out;
-  for (int i = 0; i < w->n; i++) {
-    if (!(deltas[i] = malloc(w->len * sizeof(float)))) {
-      rc = dpc_err(DPC_ENOMEM, "out of memory for delta %d", i);
-      goto out;
-    }
-    if ((rc = read_delta(w, i, deltas[i])) < 0) goto out;
-  }
-  if ((rc = outer_average((const float *const *)deltas, w->weights, w->n, w->len, avg)) < 0) goto out;
-  outer_nesterov_step(w->theta, u, avg, w->len, w->lr, w->mu, w->nesterov);
-  for (size_t i = 0; i < w->len; i++)
-    if (!isfinite(w->theta[i])) {
-      rc = dpc_err(DPC_ENUMERIC, "outer step gave a non-finite parameter at index %zu", i);
-      goto out;
-    }
-  if ((rc = blob_write(w->c->bs, w->new_param, BLOB_PARAMS, w->theta, w->len, &w->param_crc)) < 0) goto out;
-  rc = blob_write(w->c->bs, w->new_momentum, BLOB_MOMENTUM, u, w->len, &w->momentum_crc);
-out:
+  outerio_sync a = {.bs = w->c->bs, .len = w->len, .param_blob = w->param_blob, .momentum_blob = w->momentum_blob,
+                    .n = w->n, .delta_blobs = (const char (*)[BLOB_NAME_MAX])w->delta_blobs,
+                    .delta_crcs = w->delta_crcs, .weights = w->weights, .sp_cfg = w->sp_tlen ? &w->sp_cfg : NULL,
+                    .sp_tlen = w->sp_tlen, .sp_nt = w->sp_nt, .lr = w->lr, .mu = w->mu, .nesterov = w->nesterov,
+                    .new_param = w->new_param, .new_momentum = w->new_momentum};
+  int rc = outerio_sync_step(&a, &w->param_crc, &w->momentum_crc);
   if (rc < 0) snprintf(w->err, sizeof w->err, "%s", dpc_errmsg());
   w->rc = rc;
-  if (deltas)
-    for (int i = 0; i < w->n; i++) free(deltas[i]);
-  free(deltas);
-  free(u);
-  free(avg);
   w->seconds = dpc_mono_s() - t0;
 }
 
@@ -345,13 +284,18 @@ static void outer_after(uv_work_t *req, int status) {
   if (w->n > 0) note_round_wait(c, (double)(w->last_at - w->first_at) / 1000.0);
   c->outer_seconds_sum += w->seconds;
   c->outer_seconds_last = w->seconds;
+  if (j) j->last_outer_s = w->seconds;
   double mean = record_round_loss(c, j, w);
   DPC_INFO("round %lld closed: job %lld fragment %d -> version %lld, %d deltas%s, mean loss %.4f, outer step %.3f s",
            (long long)w->round, (long long)w->job, w->fragment + 1, (long long)w->new_version, w->n,
            w->short_reason == REVOKE_GRACE ? " (quorum grace)" : w->short_reason ? " (deadline)" : "", mean,
            w->seconds);
-  pcache_put(c, w->job, w->fragment, w->new_version, w->theta, w->len, w->param_crc);
-  w->theta = NULL;
+  pcache_put_blob(c, w->job, w->fragment, w->new_version, w->new_param, w->len, w->param_crc);
+  if (j && w->new_version < j->spec.rounds && w->n > 0) { /* the next round's pulls end its overhead */
+    j->ov_version[w->fragment] = w->new_version;
+    j->ov_from_ms[w->fragment] = w->last_at;
+    j->ov_pulled[w->fragment] = 0;
+  }
   if (j && w->short_reason) skip_missing_slots(c, j, w->fragment, w->round, w->short_reason);
   gc_fragment(c, w->job, w->fragment, w->round);
   if (j) check_job_done(c, j);
@@ -564,7 +508,6 @@ typedef struct {
   /* results */
   int rc;
   char err[512];
-  float *theta;
   uint32_t param_crc, momentum_crc, dnbuf_crc;
   double seconds;
 } async_work;
@@ -572,50 +515,15 @@ typedef struct {
 static void async_run(uv_work_t *req) {
   async_work *w = req->data;
   double t0 = dpc_mono_s();
-  float *g = NULL, *m = NULL, *buf = NULL;
-  int rc = 0;
-  w->theta = malloc(w->len * sizeof(float));
-  g = malloc(w->len * sizeof(float));
-  m = calloc(w->len, sizeof(float));
-  buf = calloc(w->len, sizeof(float));
-  if (!w->theta || !g || !m || !buf) {
-    rc = dpc_err(DPC_ENOMEM, "out of memory for the async outer step (%zu floats)", w->len);
-    goto out;
-  }
-  if ((rc = blob_read(w->c->bs, w->param_blob, BLOB_PARAMS, w->theta, w->len, NULL)) < 0) goto out;
-  uint32_t crc = 0;
-  if ((rc = blob_read(w->c->bs, w->d.blob, BLOB_DELTA, g, w->len, &crc)) < 0) goto out;
-  if ((rc = delta_matches_row(w->d.blob, crc, w->d.checksum)) < 0) goto out;
-  if (w->rule != OUTER_ASYNC_SGD && w->momentum_blob[0] &&
-      (rc = blob_read(w->c->bs, w->momentum_blob, BLOB_MOMENTUM, m, w->len, NULL)) < 0)
-    goto out;
-  if (w->rule == OUTER_ASYNC_DN) {
-    if (w->dnbuf_blob[0] && (rc = blob_read(w->c->bs, w->dnbuf_blob, BLOB_DN_BUF, buf, w->len, NULL)) < 0) goto out;
-    outer_dn_state s;
-    if ((rc = outer_dn_init(&s, buf, m, w->len, w->N, w->cc, w->dn_t, 0)) < 0) goto out;
-    if ((rc = outer_dn_apply(&s, w->theta, g, w->lr, w->mu)) < 0) goto out;
-    w->dn_t = s.t;
-  } else if (w->rule == OUTER_ASYNC_NESTEROV) {
-    outer_nesterov_step(w->theta, m, g, w->len, w->lr, w->mu, 1);
-  } else {
-    outer_sgd_step(w->theta, g, w->len, w->lr);
-  }
-  for (size_t i = 0; i < w->len; i++)
-    if (!isfinite(w->theta[i])) {
-      rc = dpc_err(DPC_ENUMERIC, "async outer step gave a non-finite parameter at index %zu", i);
-      goto out;
-    }
-  if ((rc = blob_write(w->c->bs, w->new_param, BLOB_PARAMS, w->theta, w->len, &w->param_crc)) < 0) goto out;
-  if (w->rule != OUTER_ASYNC_SGD &&
-      (rc = blob_write(w->c->bs, w->new_momentum, BLOB_MOMENTUM, m, w->len, &w->momentum_crc)) < 0)
-    goto out;
-  if (w->rule == OUTER_ASYNC_DN) rc = blob_write(w->c->bs, w->new_dnbuf, BLOB_DN_BUF, buf, w->len, &w->dnbuf_crc);
-out:
+  outerio_async a = {.bs = w->c->bs, .len = w->len, .param_blob = w->param_blob, .momentum_blob = w->momentum_blob,
+                     .dnbuf_blob = w->dnbuf_blob, .delta_blob = w->d.blob, .delta_crc = w->d.checksum, .N = w->N,
+                     .c = w->cc, .dn_t = w->dn_t, .lr = w->lr, .mu = w->mu, .new_param = w->new_param,
+                     .new_momentum = w->new_momentum, .new_dnbuf = w->new_dnbuf,
+                     .rule = w->rule == OUTER_ASYNC_DN ? OUTERIO_DN
+                             : w->rule == OUTER_ASYNC_NESTEROV ? OUTERIO_NESTEROV : OUTERIO_SGD};
+  int rc = outerio_async_step(&a, &w->param_crc, &w->momentum_crc, &w->dnbuf_crc, &w->dn_t);
   if (rc < 0) snprintf(w->err, sizeof w->err, "%s", dpc_errmsg());
   w->rc = rc;
-  free(g);
-  free(m);
-  free(buf);
   w->seconds = dpc_mono_s() - t0;
 }
 
@@ -684,11 +592,9 @@ static void async_after(uv_work_t *req, int status) {
            w->d.replica, (long long)w->d.base_version, (long long)w->new_version, (long long)w->staleness,
            w->rule == OUTER_ASYNC_DN ? "delayed-nesterov" : w->rule == OUTER_ASYNC_NESTEROV ? "nesterov" : "sgd",
            w->seconds);
-  pcache_put(c, w->job, w->fragment, w->new_version, w->theta, w->len, w->param_crc);
-  w->theta = NULL;
+  pcache_put_blob(c, w->job, w->fragment, w->new_version, w->new_param, w->len, w->param_crc);
   async_gc(c, j, w);
 done:
-  free(w->theta);
   free(w);
   loop_work_done(c);
   if (!c->stopping) rounds_check(c);
@@ -794,6 +700,22 @@ void rounds_check(coord *c) {
     check_job_done(c, j);
   }
   lease_retry_parked(c, 0);
+}
+
+void rounds_note_pull(coord *c, int64_t job, int fragment, int64_t version) {
+  coord_job *j = coord_job_get(c, job);
+  if (!j || j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC || fragment < 0 || fragment >= j->n_fragments ||
+      j->ov_version[fragment] != version || version == 0 || j->ov_pulled[fragment] < 0)
+    return;
+  if (++j->ov_pulled[fragment] < j->expected[fragment]) return;
+  j->ov_pulled[fragment] = -1; /* counted once */
+  double s = (double)(dpc_wall_ms() - j->ov_from_ms[fragment]) / 1000.0;
+  c->round_overhead_last = s;
+  c->round_overhead_sum += s;
+  c->round_overhead_count++;
+  j->last_overhead_s = s;
+  DPC_INFO("round overhead: job %lld fragment %d version %lld: %.3f s from the last delta of round %lld to every "
+           "slot holding the new version", (long long)job, fragment + 1, (long long)version, s, (long long)version - 1);
 }
 
 void rounds_tick(coord *c) {

@@ -2,8 +2,9 @@
  * when a fragment's round is complete (or at its deadline with quorum), the async apply of
  * single deltas, garbage collection and job completion.
  *
- * Contract: loop thread only. The outer math runs in the libuv thread pool on private copies
- * (kernels/outer.h); results are committed to the store and the parameter cache back on the
+ * Contract: loop thread only. The outer math runs in the libuv thread pool, streamed range by
+ * range over the blobs (outerio.h: bounded memory whatever the model size and the number of
+ * deltas); results are committed to the store and the parameter cache back on the
  * loop thread. Parked Lease calls are retried (leases.h) after every check. */
 #ifndef DPC_COORD_ROUNDS_H
 #define DPC_COORD_ROUNDS_H
@@ -19,6 +20,10 @@
  * its deadline with quorum), apply pending async deltas, finish done jobs, then retry the
  * parked Lease calls. Called after every delta and on every timer tick. */
 void rounds_check(coord *c);
+/* A lease of `job` finished pulling `version` of `fragment` whole (svc.c's stream sender):
+ * counts towards the round overhead of the outer step that made it (coord.h), which is logged
+ * and added to dipaco_round_overhead_seconds once every slot through the fragment has it. */
+void rounds_note_pull(coord *c, int64_t job, int fragment, int64_t version);
 /* Periodic housekeeping (coord.tick_cb): lease expiry, worker liveness, round deadlines. */
 void rounds_tick(coord *c);
 

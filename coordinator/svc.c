@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "coordinator/jobs.h"
 #include "coordinator/loop.h"
+#include "coordinator/rounds.h"
 #include "coordinator/testhook.h"
 #include "proto/dipaco.pb-c.h"
 
@@ -172,6 +173,8 @@ static void stream_send_next(struct rpc_call *call, out_stream *os) {
     if (n) n->bytes_out += len;
     if (n) n->hb_at = dpc_wall_ms(); /* the previous chunk went out: the worker is reading (leases.c) */
     if (n && last) n->pull_done_s = dpc_mono_s();
+    if (last && os->job && p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS && p->fragment_id > 0)
+      rounds_note_pull(os->c, os->job, (int)p->fragment_id - 1, (int64_t)p->version);
   }
   if (last) {
     os->cur++;

@@ -74,6 +74,7 @@ typedef struct out_stream {
   int nparts, cur;
   out_part part[3];
   uint64_t next, lease_id;
+  int64_t job; /* the lease's job (PullFragment of parameters: round overhead accounting), 0 = none */
   uint32_t chunk;
   void (*ref)(void *ud);
   void (*unref)(void *ud);

@@ -21,7 +21,9 @@
  *    ignored. A push on an expired/released lease whose round is still open → ABORTED; whose
  *    round closed → ack PUSH_LATE. A repeat of an accepted (lease, fragment, crc) →
  *    PUSH_DUPLICATE; a different delta for the same lease and fragment → ALREADY_EXISTS.
- *    FragmentAck.version = the round's target version (t + 1).
+ *    FragmentAck.version = the round's target version (t + 1). An fp32 delta's chunks are
+ *    copied, checked finite, checksummed and appended to the spool on the thread pool, one
+ *    chunk at a time per stream (reading pauses meanwhile), never on the loop thread.
  *  - Async (diloco-async, see rounds.c): leases start from the current versions; a delta is
  *    applied on its own soon after it is durable. FragmentAck.version = the fragment's
  *    version when the delta was taken in + 1, staleness = that version − base. With
@@ -307,6 +309,7 @@ static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, v
                                  .version = (uint64_t)f.version, .num_floats = e->n};
         os->next = r->offset;
         os->lease_id = (uint64_t)l.id;
+        os->job = l.job;
         os->chunk = svc_chunk_size(r->max_chunk_bytes);
         os->ref = pcache_ref;
         os->unref = pcache_unref;
@@ -363,6 +366,10 @@ typedef struct push {
   int work_rc;
   uint32_t work_crc;
   char err[512];
+  /* an fp32 chunk being checked, checksummed and spooled on the thread pool (push_chunk_work) */
+  struct grpc_byte_buffer *msg_ref;
+  struct rpc_chunk cur;
+  uint64_t bad_at, since_writeback;
 } push;
 
 #define COORD_MAX_PUSHES ((int)(sizeof ((coord *)0)->push_leases / sizeof(int64_t)))
@@ -392,6 +399,7 @@ static void push_unclaim(push *p) {
 
 static void push_free(push *p) {
   push_unclaim(p);
+  if (p->msg_ref) rpc_msg_free(p->msg_ref);
   if (p->w) blob_writer_abort(p->w);
   free(p->sp_tlen);
   free(p->enc);
@@ -1074,6 +1082,89 @@ static int push_finish_fragment(push *p, const struct rpc_chunk *ch) {
   return push_queue_commit(p); /* paused until the commit is durable */
 }
 
+/* Ask for write-back of a spool every this many bytes (its fsync at the commit then has little
+ * left to do). */
+#define PUSH_WRITEBACK_BYTES ((uint64_t)64 << 20)
+
+/* Thread pool: one fp32 chunk of a delta being written (mode 0): copied out of the message,
+ * checked finite, checksummed and appended to the spool, off the loop thread. */
+static void push_chunk_work(uv_work_t *req) {
+  push *p = req->data;
+  const struct rpc_chunk *ch = &p->cur;
+  p->work_rc = 0;
+  if (grow_buf(p, ch->len ? ch->len : 1) < 0 || rpc_chunk_copy(p->msg_ref, ch, p->buf) < 0) {
+    p->work_rc = DPC_ENOMEM;
+    return;
+  }
+  rpc_msg_free(p->msg_ref);
+  p->msg_ref = NULL;
+  if (check_finite(p, p->buf, ch->len, &p->bad_at) < 0) {
+    p->work_rc = DPC_ENUMERIC;
+    return;
+  }
+  p->crc = dpc_crc32c(p->crc, p->buf, ch->len);
+  if ((p->work_rc = blob_writer_append(p->w, p->buf, ch->len)) < 0) {
+    snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());
+    return;
+  }
+  if ((p->since_writeback += ch->len) >= PUSH_WRITEBACK_BYTES) {
+    blob_writer_writeback(p->w);
+    p->since_writeback = 0;
+  }
+}
+
+static void push_chunk_after(uv_work_t *req, int status) {
+  push *p = req->data;
+  coord *c = p->c;
+  p->busy = 0;
+  if (p->msg_ref) {
+    rpc_msg_free(p->msg_ref);
+    p->msg_ref = NULL;
+  }
+  if (!p->call) { /* the call ended meanwhile */
+    push_free(p);
+  } else if (status != 0) {
+    push_fail(p, RPC_UNAVAILABLE, "coordinator is shutting down; push again after it is back");
+  } else if (p->work_rc == DPC_ENOMEM) {
+    push_fail(p, RPC_RESOURCE_EXHAUSTED, "cannot take a chunk of %llu bytes", (unsigned long long)p->cur.len);
+  } else if (p->work_rc == DPC_ENUMERIC) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "data: delta of fragment %d has a non-finite value (NaN/Inf) at float %llu",
+              p->frag + 1, (unsigned long long)p->bad_at);
+  } else if (p->work_rc < 0) {
+    push_fail(p, rpc_code_from_dpc(p->work_rc), "spooling the delta failed: %s", p->err);
+  } else if (!p->finished) {
+    p->next += p->cur.len;
+    c->bytes_in += p->cur.len;
+    p->bytes += p->cur.len;
+    lease_note *n = coord_note(c, p->lease.id, 0);
+    if (n) n->hb_at = dpc_wall_ms(); /* a worker whose delta is arriving is alive (leases.c) */
+    int paused = 0;
+    if (p->next < p->total) TESTHOOK("push");
+    else paused = push_finish_fragment(p, &p->cur);
+    if (!paused && p->call && !p->finished) rpc_call_read(p->call);
+  }
+  loop_work_done(c);
+}
+
+/* Queue an fp32 chunk of a delta being written to the thread pool: 1 (reading pauses until it
+ * is spooled), or 0 with the push failed. */
+static int push_chunk_offload(push *p, const struct grpc_byte_buffer *msg, const struct rpc_chunk *ch) {
+  if (!(p->msg_ref = rpc_msg_ref(msg))) {
+    push_fail(p, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return 0;
+  }
+  p->cur = *ch;
+  p->busy = 1;
+  if (loop_queue_work(p->c, &p->req, push_chunk_work, push_chunk_after) < 0) {
+    p->busy = 0;
+    rpc_msg_free(p->msg_ref);
+    p->msg_ref = NULL;
+    push_fail(p, RPC_INTERNAL, "cannot queue the delta chunk");
+    return 0;
+  }
+  return 1;
+}
+
 static int push_on_message(struct rpc_call *call, const struct grpc_byte_buffer *msg, void *ud) {
   (void)ud;
   push *p = rpc_call_data(call);
@@ -1091,7 +1182,9 @@ static int push_on_message(struct rpc_call *call, const struct grpc_byte_buffer 
     push_fail(p, RPC_INVALID_ARGUMENT, "malformed chunk: %s", dpc_errmsg());
     return 0;
   }
-  if (push_chunk_header(p, &ch) < 0 || push_chunk_data(p, msg, &ch) < 0) return 0;
+  if (push_chunk_header(p, &ch) < 0) return 0;
+  if (p->mode == 0 && p->w && !p->enc && ch.len > 0) return push_chunk_offload(p, msg, &ch);
+  if (push_chunk_data(p, msg, &ch) < 0) return 0;
   if (p->next < p->total) {
     if (p->w) TESTHOOK("push");
     return 0;

@@ -21,6 +21,7 @@
 #define ADMIN "/dipaco.v1.Admin/"
 #define MODEL_MAX_BYTES ((size_t)1 << 36)    /* 64 GiB: upload / export bound */
 #define STREAM_TIMEOUT_MS (24 * 3600 * 1000) /* bulk transfers: effectively none */
+#define CREATE_UPLOAD_TIMEOUT_MS (3600 * 1000) /* CreateJob from an upload (writes the model's blobs) */
 
 typedef struct {
   char cmd[32];      /* "job show", for messages */

@@ -222,7 +222,10 @@ int cmd_job_create(actx *a, const admin_args *o, char **pos, int npos) {
   req.initial_upload_id = upload_id;
   req.start_paused = o->paused != 0;
   ProtobufCMessage *pm = NULL;
-  rc = conn_call(a, ADMIN "CreateJob", &req.base, &dipaco__v1__job__descriptor, &pm, 0);
+  /* Creating a job from uploaded weights reads them and writes them into the version-0 blobs
+   * (fsync'd) before the answer: minutes for a multi-GB model on a slow disk. */
+  rc = conn_call(a, ADMIN "CreateJob", &req.base, &dipaco__v1__job__descriptor, &pm,
+                 upload_id && a->timeout_ms < CREATE_UPLOAD_TIMEOUT_MS ? CREATE_UPLOAD_TIMEOUT_MS : 0);
   if (rc) {
     conn_fail(a, ADMIN "CreateJob", rc);
     goto out;

@@ -106,6 +106,10 @@ void view_summary_fields(FILE *f, const Dipaco__V1__JobSummary *s) {
           (unsigned long long)s->bytes_in, (unsigned long long)s->bytes_out, (unsigned long long)s->peak_sync_bytes,
           (unsigned long long)s->tokens);
   view_jnum(f, s->tokens ? (double)(s->bytes_in + s->bytes_out) / (double)s->tokens : NAN);
+  fprintf(f, ",\"last_outer_step_s\":");
+  view_jnum(f, s->last_outer_step_s > 0 ? s->last_outer_step_s : NAN);
+  fprintf(f, ",\"last_round_overhead_s\":");
+  view_jnum(f, s->last_round_overhead_s > 0 ? s->last_round_overhead_s : NAN);
 }
 
 const Dipaco__V1__JobSummary *view_job_summary(const Dipaco__V1__Job *j) {
@@ -215,6 +219,9 @@ static void text_job(FILE *f, const Dipaco__V1__Job *j) {
   fprintf(f, "%-18s %s\n", "last_loss", view_fmt_loss(s->last_loss, b3, sizeof b3));
   fprintf(f, "%-18s in %llu, out %llu bytes; peak sync %llu bytes\n", "traffic", (unsigned long long)s->bytes_in,
           (unsigned long long)s->bytes_out, (unsigned long long)s->peak_sync_bytes);
+  if (s->last_outer_step_s > 0 || s->last_round_overhead_s > 0)
+    fprintf(f, "%-18s last outer step %.3f s, last round overhead %.3f s (last delta in -> every slot has the new "
+               "version)\n", "data plane", (double)s->last_outer_step_s, (double)s->last_round_overhead_s);
   const char *spec = j->spec_json ? j->spec_json : "";
   jobspec *js = malloc(sizeof *js);
   int have_spec = js && spec[0] && jobspec_parse(spec, strlen(spec), js) == 0;

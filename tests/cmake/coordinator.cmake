@@ -1,7 +1,8 @@
 # Tests of the coordinator core (dpc_coord): job spec, blob store, SQLite store, outer
-# optimizer (unit tests and a PyTorch oracle), delta norm screen.
+# optimizer (unit tests and a PyTorch oracle), the outer steps streamed over blobs (outerio),
+# delta norm screen.
 if(TARGET dpc_coord)
-  foreach(t test_jobspec test_store test_store_blobs test_outer test_screen)
+  foreach(t test_jobspec test_store test_store_blobs test_outer test_outerio test_screen)
     if(EXISTS ${CMAKE_SOURCE_DIR}/tests/unit/${t}.c)
       add_executable(${t} ${CMAKE_SOURCE_DIR}/tests/unit/${t}.c)
       target_link_libraries(${t} PRIVATE dpc_coord)
@@ -23,4 +24,9 @@ endif()
 if(TARGET dpc_coord AND EXISTS ${CMAKE_SOURCE_DIR}/tests/bench/outer_bench.c)
   add_executable(outer_bench EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/outer_bench.c)
   target_link_libraries(outer_bench PRIVATE dpc_coord)
+endif()
+# Benchmark helper (not a test): the streamed outer step vs a memory pass (tests/bench/dataplane.sh notes).
+if(TARGET dpc_coord AND EXISTS ${CMAKE_SOURCE_DIR}/tests/bench/outerio_bench.c)
+  add_executable(outerio_bench EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/outerio_bench.c)
+  target_link_libraries(outerio_bench PRIVATE dpc_coord)
 endif()

@@ -8,3 +8,8 @@ if(TARGET dpc_rpc AND TARGET dipaco-coordinator AND TARGET dipacoctl)
            $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipacoctl> $<TARGET_FILE:dipaco_loadgen> 50 2 4)
   set_tests_properties(load_small PROPERTIES TIMEOUT 120)
 endif()
+# Benchmark helper (not a test): tests/bench/dataplane.sh builds and runs it.
+if(TARGET dpc_rpc AND TARGET dpc_kernels)
+  add_executable(dataplane_client EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/dataplane_client.c)
+  target_link_libraries(dataplane_client PRIVATE dpc_rpc dpc_kernels)
+endif()

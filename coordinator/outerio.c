@@ -1,0 +1,353 @@
+/* outerio.c — the outer steps streamed range by range over the blob store (contract in
+ * outerio.h). */
+#include "coordinator/outerio.h"
+
+#include "common/errors.h"
+#include "kernels/outer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Ask for write-back of the new blobs every this many floats appended (64 MiB). */
+#define WRITEBACK_FLOATS ((size_t)16 << 20)
+
+/* One range of the fragment: floats [lo, lo + len); for SparseLoCo deltas also where its
+ * records sit in the encoded stream (a range never splits a sparse chunk). */
+typedef struct {
+  size_t lo, len;
+  size_t sp_off, sp_bytes;
+} orange;
+
+/* The ranges of a fragment: plain cuts of rf floats, or, with sparse deltas, pieces of one
+ * tensor each that start at a multiple of the codec chunk (a chunk record is self-contained,
+ * so a piece decodes on its own as a one-tensor stream). */
+static int plan_ranges(size_t len, size_t rf, const dpc_sparse_cfg *cfg, const uint64_t *tlen, int nt, orange **out,
+                       size_t *n_out) {
+  size_t cap = len / rf + 2 + (cfg ? (size_t)nt : 0), n = 0;
+  orange *r = malloc(cap * sizeof *r);
+  if (!r) return dpc_err(DPC_ENOMEM, "outer step: out of memory for %zu ranges", cap);
+  if (!cfg) {
+    for (size_t lo = 0; lo < len; lo += rf) r[n++] = (orange){.lo = lo, .len = len - lo < rf ? len - lo : rf};
+  } else {
+    size_t step = rf / cfg->chunk * cfg->chunk, lo = 0, off = 0;
+    if (step == 0) step = cfg->chunk;
+    for (int t = 0; t < nt; t++) {
+      for (uint64_t pos = 0; pos < tlen[t]; pos += step) {
+        uint64_t piece = tlen[t] - pos < step ? tlen[t] - pos : step;
+        size_t bytes = 0;
+        int rc = dpc_sparse_bytes(cfg, &piece, 1, &bytes, NULL);
+        if (rc < 0) {
+          free(r);
+          return rc;
+        }
+        if (n == cap) {
+          orange *g = realloc(r, 2 * cap * sizeof *r);
+          if (!g) {
+            free(r);
+            return dpc_err(DPC_ENOMEM, "outer step: out of memory for the range plan");
+          }
+          r = g;
+          cap *= 2;
+        }
+        r[n++] = (orange){.lo = lo, .len = (size_t)piece, .sp_off = off, .sp_bytes = bytes};
+        lo += (size_t)piece;
+        off += bytes;
+      }
+    }
+    if (lo != len) {
+      free(r);
+      return dpc_err(DPC_ESHAPE, "outer step: the sparse layout covers %zu floats, the fragment has %zu", lo, len);
+    }
+  }
+  *out = r;
+  *n_out = n;
+  return 0;
+}
+
+static int is_sparse(const char *name) {
+  blob_kind k = BLOB_DELTA;
+  return blob_kind_of_name(name, &k) == 0 && k == BLOB_SPARSE;
+}
+
+/* The delta applied is the one acknowledged: its payload crc must equal the crc its row
+ * recorded at the commit point. */
+static int matches_row(const char *name, uint32_t crc, uint32_t want) {
+  if (crc == want) return 0;
+  return dpc_err(DPC_ECHECKSUM, "delta blob %s holds crc 0x%08x, but its row recorded 0x%08x: not the acknowledged "
+                 "delta; refusing to apply it", name, crc, want);
+}
+
+/* A SparseLoCo delta read whole (it is small), checked against its row: *enc (caller frees). */
+static int read_sparse(const outerio_sync *a, int i, size_t want_bytes, unsigned char **enc) {
+  const char *name = a->delta_blobs[i];
+  float *buf = NULL;
+  size_t nf = 0;
+  uint32_t crc = 0;
+  int rc = blob_read_alloc(a->bs, name, BLOB_SPARSE, &buf, &nf, &crc);
+  if (rc < 0) return rc;
+  if (nf != (want_bytes + 3) / 4)
+    rc = dpc_err(DPC_ESHAPE, "sparse delta blob %s holds %zu floats, expected %zu", name, nf, (want_bytes + 3) / 4);
+  if (!rc) rc = matches_row(name, crc, a->delta_crcs[i]);
+  if (rc) {
+    free(buf);
+    return rc;
+  }
+  *enc = (unsigned char *)buf;
+  return 0;
+}
+
+static int all_finite(const float *x, size_t n, size_t base, const char *what) {
+  uint32_t bad = 0;
+  for (size_t j = 0; j < n; j++) {
+    uint32_t bits;
+    memcpy(&bits, &x[j], 4);
+    bad |= (~bits & 0x7f800000u) == 0;
+  }
+  if (!bad) return 0;
+  for (size_t j = 0; j < n; j++)
+    if (!isfinite(x[j])) return dpc_err(DPC_ENUMERIC, "%s gave a non-finite parameter at index %zu", what, base + j);
+  return 0;
+}
+
+/* Read m floats of r into dst, or zeros without a reader. */
+static int read_or_zero(blob_reader *r, float *dst, size_t m) {
+  if (r) return blob_reader_read(r, dst, m * sizeof *dst);
+  memset(dst, 0, m * sizeof *dst);
+  return 0;
+}
+
+/* Close a reader, keeping the first error in *rc (a later checksum error wins over an earlier
+ * numeric one: a corrupt input explains a non-finite result). */
+static void close_reader(blob_reader **r, int *rc, uint32_t *crc) {
+  if (!*r) return;
+  int e = blob_reader_close(*r, crc);
+  *r = NULL;
+  if (e < 0 && (*rc == 0 || *rc == DPC_ENUMERIC)) *rc = e;
+}
+
+int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *momentum_crc) {
+  const size_t rf = a->range_floats ? a->range_floats : OUTERIO_RANGE_FLOATS;
+  const int n = a->n;
+  if (n < 1) return dpc_err(DPC_EINVAL, "outer step: no deltas");
+  int sparse = 0;
+  for (int i = 0; i < n; i++) sparse |= is_sparse(a->delta_blobs[i]);
+  if (sparse && !a->sp_tlen)
+    return dpc_err(DPC_EFORMAT, "delta blob is sparse, but the job is not a SparseLoCo job");
+  orange *rg = NULL;
+  size_t nr = 0;
+  int rc = plan_ranges(a->len, rf, sparse ? a->sp_cfg : NULL, a->sp_tlen, a->sp_nt, &rg, &nr);
+  if (rc < 0) return rc;
+  size_t sp_bytes = 0;
+  if (sparse && (rc = dpc_sparse_bytes(a->sp_cfg, a->sp_tlen, a->sp_nt, &sp_bytes, NULL)) < 0) {
+    free(rg);
+    return rc;
+  }
+  size_t maxr = 0;
+  for (size_t k = 0; k < nr; k++)
+    if (rg[k].len > maxr) maxr = rg[k].len;
+  if (maxr == 0) maxr = 1;
+  float *theta = malloc(maxr * sizeof *theta), *u = malloc(maxr * sizeof *u), *avg = malloc(maxr * sizeof *avg);
+  float **d = calloc((size_t)n, sizeof *d);
+  const float **dc = calloc((size_t)n, sizeof *dc);
+  unsigned char **enc = calloc((size_t)n, sizeof *enc);
+  blob_reader **dr = calloc((size_t)n, sizeof *dr);
+  blob_reader *pr = NULL, *ur = NULL;
+  blob_writer *pw = NULL, *uw = NULL;
+  if (!theta || !u || !avg || !d || !dc || !enc || !dr) {
+    rc = dpc_err(DPC_ENOMEM, "out of memory for the outer step (%zu-float ranges)", maxr);
+    goto out;
+  }
+  for (int i = 0; i < n; i++) /* a decode buffer for sparse deltas; fp32 spools are read in place */
+    if (is_sparse(a->delta_blobs[i]) && !(d[i] = malloc(maxr * sizeof **d))) {
+      rc = dpc_err(DPC_ENOMEM, "out of memory for the outer step (%zu-float ranges)", maxr);
+      goto out;
+    }
+  if ((rc = blob_reader_open(a->bs, a->param_blob, BLOB_PARAMS, a->len, &pr)) < 0) goto out;
+  if (a->momentum_blob && a->momentum_blob[0] &&
+      (rc = blob_reader_open(a->bs, a->momentum_blob, BLOB_MOMENTUM, a->len, &ur)) < 0)
+    goto out;
+  for (int i = 0; i < n; i++) {
+    if (is_sparse(a->delta_blobs[i])) rc = read_sparse(a, i, sp_bytes, &enc[i]);
+    else rc = blob_reader_open(a->bs, a->delta_blobs[i], BLOB_DELTA, a->len, &dr[i]);
+    if (rc < 0) goto out;
+  }
+  if ((rc = blob_writer_open(a->bs, a->new_param, BLOB_PARAMS, a->len, &pw)) < 0) goto out;
+  if ((rc = blob_writer_open(a->bs, a->new_momentum, BLOB_MOMENTUM, a->len, &uw)) < 0) goto out;
+  /* After a non-finite result the inputs are still read to their end (no more computing or
+   * writing), so that a corrupt input is reported as such rather than as a numeric failure. */
+  int numeric = 0;
+  size_t since_wb = 0;
+  for (size_t k = 0; k < nr; k++) {
+    const size_t lo = rg[k].lo, m = rg[k].len;
+    if ((rc = read_or_zero(pr, theta, m)) < 0 || (rc = read_or_zero(ur, u, m)) < 0) goto out;
+    for (int i = 0; i < n; i++) {
+      const void *v = d[i];
+      if (dr[i]) rc = blob_reader_view(dr[i], m * sizeof(float), &v);
+      else if (!numeric) {
+        uint64_t piece = m;
+        rc = dpc_sparse_decode(a->sp_cfg, &piece, 1, enc[i] + rg[k].sp_off, rg[k].sp_bytes, d[i]);
+      }
+      if (rc < 0) goto out;
+      dc[i] = v;
+    }
+    if (numeric) continue;
+    if ((rc = outer_average(dc, a->weights, n, m, avg)) < 0) {
+      if (rc != DPC_ENUMERIC) goto out;
+      numeric = dpc_err(DPC_ENUMERIC, "the average of the deltas is not finite in floats %zu..%zu (%s)", lo, lo + m,
+                        dpc_errmsg());
+      continue;
+    }
+    outer_nesterov_step(theta, u, avg, m, a->lr, a->mu, a->nesterov);
+    if ((rc = all_finite(theta, m, lo, "outer step")) < 0) {
+      numeric = rc;
+      continue;
+    }
+    if ((rc = blob_writer_append(pw, theta, m * sizeof *theta)) < 0 || (rc = blob_writer_append(uw, u, m * sizeof *u)) < 0)
+      goto out;
+    if ((since_wb += m) >= WRITEBACK_FLOATS) {
+      blob_writer_writeback(pw);
+      blob_writer_writeback(uw);
+      since_wb = 0;
+    }
+  }
+  /* Every input checked before anything is published. */
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", numeric ? dpc_errmsg() : "");
+  rc = numeric;
+  close_reader(&pr, &rc, NULL);
+  close_reader(&ur, &rc, NULL);
+  for (int i = 0; i < n; i++) {
+    uint32_t crc = 0;
+    int e = 0;
+    close_reader(&dr[i], &e, &crc);
+    if (!e && !enc[i]) e = matches_row(a->delta_blobs[i], crc, a->delta_crcs[i]);
+    if (e < 0 && (rc == 0 || rc == DPC_ENUMERIC)) rc = e;
+  }
+  if (rc == DPC_ENUMERIC && numeric) dpc_err(DPC_ENUMERIC, "%s", msg);
+  if (rc < 0) goto out;
+  rc = blob_writer_commit(pw, param_crc);
+  pw = NULL;
+  if (rc < 0) goto out;
+  rc = blob_writer_commit(uw, momentum_crc);
+  uw = NULL;
+out:
+  blob_writer_abort(pw);
+  blob_writer_abort(uw);
+  blob_reader_abort(pr);
+  blob_reader_abort(ur);
+  for (int i = 0; i < n; i++) {
+    if (dr) blob_reader_abort(dr[i]);
+    if (enc) free(enc[i]);
+    if (d) free(d[i]);
+  }
+  free(dr);
+  free(enc);
+  free(dc);
+  free(d);
+  free(theta);
+  free(u);
+  free(avg);
+  free(rg);
+  return rc;
+}
+
+int outerio_async_step(const outerio_async *a, uint32_t *param_crc, uint32_t *momentum_crc, uint32_t *dnbuf_crc,
+                       int64_t *dn_t_out) {
+  const size_t rf = a->range_floats ? a->range_floats : OUTERIO_RANGE_FLOATS;
+  const size_t maxr = a->len < rf ? (a->len ? a->len : 1) : rf;
+  const int mom = a->rule != OUTERIO_SGD, dn = a->rule == OUTERIO_DN;
+  float *theta = malloc(maxr * sizeof(float));
+  const float *g = NULL;
+  float *m = calloc(maxr, sizeof(float)), *buf = calloc(maxr, sizeof(float));
+  blob_reader *pr = NULL, *gr = NULL, *mr = NULL, *br = NULL;
+  blob_writer *pw = NULL, *mw = NULL, *bw = NULL;
+  int rc = 0;
+  int64_t t_after = a->dn_t;
+  if (!theta || !m || !buf) {
+    rc = dpc_err(DPC_ENOMEM, "out of memory for the async outer step (%zu-float ranges)", maxr);
+    goto out;
+  }
+  if ((rc = blob_reader_open(a->bs, a->param_blob, BLOB_PARAMS, a->len, &pr)) < 0) goto out;
+  if ((rc = blob_reader_open(a->bs, a->delta_blob, BLOB_DELTA, a->len, &gr)) < 0) goto out;
+  if (mom && a->momentum_blob && a->momentum_blob[0] &&
+      (rc = blob_reader_open(a->bs, a->momentum_blob, BLOB_MOMENTUM, a->len, &mr)) < 0)
+    goto out;
+  if (dn && a->dnbuf_blob && a->dnbuf_blob[0] && (rc = blob_reader_open(a->bs, a->dnbuf_blob, BLOB_DN_BUF, a->len, &br)) < 0)
+    goto out;
+  if ((rc = blob_writer_open(a->bs, a->new_param, BLOB_PARAMS, a->len, &pw)) < 0) goto out;
+  if (mom && (rc = blob_writer_open(a->bs, a->new_momentum, BLOB_MOMENTUM, a->len, &mw)) < 0) goto out;
+  if (dn && (rc = blob_writer_open(a->bs, a->new_dnbuf, BLOB_DN_BUF, a->len, &bw)) < 0) goto out;
+  int numeric = 0;
+  size_t since_wb = 0;
+  for (size_t lo = 0; lo < a->len; lo += rf) {
+    const size_t k = a->len - lo < rf ? a->len - lo : rf;
+    const void *gv;
+    if ((rc = read_or_zero(pr, theta, k)) < 0 || (rc = blob_reader_view(gr, k * sizeof(float), &gv)) < 0) goto out;
+    g = gv;
+    if (mom && (rc = read_or_zero(mr, m, k)) < 0) goto out;
+    if (dn && (rc = read_or_zero(br, buf, k)) < 0) goto out;
+    if (numeric) continue;
+    if (dn) {
+      outer_dn_state s;
+      if ((rc = outer_dn_init(&s, buf, m, k, a->N, a->c, a->dn_t, 0)) < 0) goto out;
+      if ((rc = outer_dn_apply(&s, theta, g, a->lr, a->mu)) < 0) goto out;
+      t_after = s.t;
+    } else if (mom) {
+      outer_nesterov_step(theta, m, g, k, a->lr, a->mu, 1);
+    } else {
+      outer_sgd_step(theta, g, k, a->lr);
+    }
+    if ((rc = all_finite(theta, k, lo, "async outer step")) < 0) {
+      numeric = rc;
+      continue;
+    }
+    if ((rc = blob_writer_append(pw, theta, k * sizeof(float))) < 0) goto out;
+    if (mom && (rc = blob_writer_append(mw, m, k * sizeof(float))) < 0) goto out;
+    if (dn && (rc = blob_writer_append(bw, buf, k * sizeof(float))) < 0) goto out;
+    if ((since_wb += k) >= WRITEBACK_FLOATS) {
+      blob_writer_writeback(pw);
+      if (mw) blob_writer_writeback(mw);
+      if (bw) blob_writer_writeback(bw);
+      since_wb = 0;
+    }
+  }
+  if (dn && a->len == 0) t_after = a->dn_t + 1;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", numeric ? dpc_errmsg() : "");
+  rc = numeric;
+  uint32_t gcrc = 0;
+  int ge = 0;
+  close_reader(&pr, &rc, NULL);
+  close_reader(&gr, &ge, &gcrc);
+  if (!ge) ge = matches_row(a->delta_blob, gcrc, a->delta_crc);
+  if (ge < 0 && (rc == 0 || rc == DPC_ENUMERIC)) rc = ge;
+  close_reader(&mr, &rc, NULL);
+  close_reader(&br, &rc, NULL);
+  if (rc == DPC_ENUMERIC && numeric) dpc_err(DPC_ENUMERIC, "%s", msg);
+  if (rc < 0) goto out;
+  rc = blob_writer_commit(pw, param_crc);
+  pw = NULL;
+  if (!rc && mom) {
+    rc = blob_writer_commit(mw, momentum_crc);
+    mw = NULL;
+  }
+  if (!rc && dn) {
+    rc = blob_writer_commit(bw, dnbuf_crc);
+    bw = NULL;
+  }
+  if (!rc && dn_t_out) *dn_t_out = t_after;
+out:
+  blob_writer_abort(pw);
+  blob_writer_abort(mw);
+  blob_writer_abort(bw);
+  blob_reader_abort(pr);
+  blob_reader_abort(gr);
+  blob_reader_abort(mr);
+  blob_reader_abort(br);
+  free(theta);
+  free(m);
+  free(buf);
+  return rc;
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# dataplane.sh — the coordinator's data plane at a real model size (issue 15), measured against
+# peers in the same run and reported as ratios:
+#   RSS/model       the coordinator's peak RSS (VmHWM) over the model's fp32 bytes
+#   outer/pass      median outer step (from its log: read R deltas, sum, Nesterov, write and
+#                   fsync the new version and momentum) over a plain in-memory pass of the
+#                   same math (dataplane_client --memory-pass)
+#   pull, push / TCP  aggregate rate of R concurrent workers over loopback TCP with R streams
+#                   (iperf3 -P R), medians over the rounds
+#   upload / TCP    job create's upload (UploadInitialModel, from its first chunk to the file
+#                   stored durably, by the coordinator's log) over loopback TCP with one
+#                   stream (iperf3 -P 1); the baseline build logs only the end: its upload is
+#                   timed from the job create command's start
+#   overhead/bound  round overhead (last push of round t acknowledged -> the last worker has
+#                   round t + 1's parameters, measured by the clients) over the physical bound
+#                   (R x model bytes / loopback rate + one memory pass), median over rounds
+# The workers are dataplane_client's simulated workers (real protocol, no training).
+#
+# usage: tests/bench/dataplane.sh [124m|1b] [R=4] [ROUNDS=3]   (124m: GPT-2 small; 1b: L=18, C=2048: 1.01B)
+# env: BUILD_DIR (default build-bench-dataplane): the build measured;
+#      BASE_BUILD: a second build (e.g. of the previous commit) measured first, in the same run;
+#      KEEP=1 keeps the work directory.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CASE=${1:-124m}; R=${2:-4}; ROUNDS=${3:-3}
+BUILD=${BUILD_DIR:-$ROOT/build-bench-dataplane}
+case $CASE in
+  124m) SHAPE=(--n-layer 12 --n-head 12 --n-embd 768 --n-positions 1024 --vocab-size 50257) ;;
+  1b) SHAPE=(--n-layer 18 --n-head 16 --n-embd 2048 --n-positions 1024 --vocab-size 50257) ;;
+  *) echo "usage: $0 [124m|1b] [R] [ROUNDS]" >&2; exit 2 ;;
+esac
+command -v iperf3 >/dev/null || apt-get install -y iperf3 >/dev/null
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDIPACO_SANITIZE=OFF >/dev/null
+cmake --build "$BUILD" --target dipaco-coordinator dipacoctl dataplane_client -j"$(nproc)" >/dev/null
+CLIENT=$BUILD/tests/dataplane_client
+W=$(mktemp -d "${TMPDIR:-/var/tmp}/dataplane.XXXXXX")
+source "$ROOT/tests/integration/lib.sh"
+
+"$BUILD/coordinator/dipacoctl" init "${SHAPE[@]}" --seed 1 --out "$W/init" >/dev/null
+MODEL_BYTES=$(/usr/bin/python3 -c "import json; c=json.load(open('$W/init/config.json')); L,C,V,T=c['n_layer'],c['n_embd'],c['vocab_size'],c['n_positions']; print(4*(V*C+T*C+L*(12*C*C+13*C)+2*C))")
+ST_BYTES=$(stat -c %s "$W/init/model.safetensors")
+echo "case $CASE: model $((MODEL_BYTES >> 20)) MiB fp32, R = $R, $ROUNDS rounds, $(nproc) cores"
+
+# Loopback TCP in this run: iperf3 with R streams and with one.
+iperf() {
+  local port; port=$(free_port)
+  iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
+  local spid=$!
+  sleep 0.3
+  iperf3 -c 127.0.0.1 -p "$port" -P "$1" -t 4 -J | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)'
+  wait $spid 2>/dev/null || true
+}
+TCP_R=$(iperf "$R"); TCP_1=$(iperf 1)
+# The memory pass over min(model, 32M floats), scaled to the model.
+N=$((MODEL_BYTES / 4)); M=$((N < 33554432 ? N : 33554432))
+PASS=$("$CLIENT" --memory-pass "$R" "$M" | awk -v n="$N" -v m="$M" '{print $2 * n / m}')
+echo "loopback TCP: $TCP_R GB/s with $R streams, $TCP_1 GB/s with one; memory pass $PASS s"
+
+# measure NAME BUILD — one coordinator, one job, R simulated workers; appends a table row.
+ROWS=()
+measure() {
+  local name=$1 b=$2 st=$W/state-$1
+  COORDINATOR_BIN=$b/coordinator/dipaco-coordinator CTL=$b/coordinator/dipacoctl
+  rm -f "$W/coordinator.log"
+  start_coordinator "$st" --lease-ttl-ms 600000 --heartbeat-ms 10000 --dead-after-heartbeats 1000 --log-level info
+  cat > "$W/spec.json" <<JSON
+{"name": "dataplane-$name", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
+ "algorithm": "diloco", "replicas": $R, "inner_steps": 1, "rounds": $ROUNDS, "batch": 1, "seq_len": 8,
+ "round_timeout_s": 0}
+JSON
+  local t0 t1 job
+  t0=$(date +%s.%N)
+  job=$(DIPACO_CTL_TIMEOUT_MS=3600000 "$b/coordinator/dipacoctl" --coordinator "$COORD" job create "$W/spec.json")
+  t1=$(date +%s.%N)
+  "$CLIENT" --coordinator "$COORD" --job "$job" --workers "$R" --token-file "$st/join.token" > "$W/client-$name.txt" &
+  local cpid=$! chwm=0
+  while kill -0 $cpid 2>/dev/null; do
+    h=$(awk '/VmHWM/ {print $2}' /proc/$cpid/status 2>/dev/null || true); [ -n "$h" ] && chwm=$h; sleep 0.5
+  done
+  wait $cpid || { cat "$W/client-$name.txt"; tail -30 "$W/coordinator.log"; exit 1; }
+  local hwm h; hwm=$(awk '/VmHWM/ {print $2}' /proc/$COORD_PID/status)
+  kill -TERM "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
+  cp "$W/coordinator.log" "$W/coordinator-$name.log"
+  ROWS+=("$(T0="$t0" /usr/bin/python3 - "$W/client-$name.txt" "$W/coordinator-$name.log" <<PY
+import os, re, statistics, sys
+client = open(sys.argv[1]).read().splitlines()
+rounds = [l.split() for l in client if l.startswith("round ")]
+pull = statistics.median(float(r[5]) for r in rounds)
+push = statistics.median(float(r[7]) for r in rounds)
+ov = [float(r[9]) for r in rounds if float(r[9]) >= 0]
+outer = [float(m) for m in re.findall(r"outer step ([0-9.]+) s", open(sys.argv[2]).read())]
+model, R, tcp_r, tcp_1, mpass = $MODEL_BYTES, $R, $TCP_R, $TCP_1, $PASS
+import datetime
+def ts(pat):  # the time of the first log line matching pat
+    for l in open(sys.argv[2]):
+        if re.search(pat, l):
+            t = datetime.datetime.fromisoformat(re.search(r'"ts":"([^"]+)Z"', l).group(1))
+            return t.replace(tzinfo=datetime.timezone.utc).timestamp()
+started = ts(r"upload [0-9]+ started") or float(os.environ["T0"])
+up = $ST_BYTES / (ts(r"upload [0-9]+ stored") - started) / 1e9
+bound = R * model / (tcp_r * 1e9) + mpass
+om = statistics.median(outer)
+ovm = statistics.median(ov) if ov else float("nan")
+print(f"| $name | {$hwm * 1024 / model:.2f} | {om:.2f} s / {mpass:.2f} s = {om / mpass:.2f} | "
+      f"{pull:.2f} GB/s = {pull / tcp_r:.2f} | {push:.2f} GB/s = {push / tcp_r:.2f} | "
+      f"{up:.2f} GB/s = {up / tcp_1:.2f} | {ovm:.2f} s / {bound:.2f} s = {ovm / bound:.2f} | "
+      f"{$chwm / 1024:.0f} MiB |")
+PY
+)")
+  echo "${ROWS[-1]}"
+}
+
+[ -n "${BASE_BUILD:-}" ] && measure before "$BASE_BUILD"
+measure after "$BUILD"
+echo
+echo "case $CASE, R = $R, $ROUNDS rounds, model $((MODEL_BYTES >> 20)) MiB; loopback TCP $TCP_R GB/s ($R streams), $TCP_1 GB/s (1); memory pass $PASS s"
+echo "| build | coordinator RSS / model | outer step / memory pass | pull / TCP | push / TCP | upload / TCP | round overhead / bound | client RSS |"
+echo "|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${ROWS[@]}"

@@ -1,0 +1,386 @@
+/* dataplane_client.c — the data-plane benchmark's simulated workers (run by
+ * tests/bench/dataplane.sh): N workers, each a thread with its own TCP connection, speaking the
+ * real dipaco.v1.Coordinator protocol against a sync DiLoCo job of a real model size, without
+ * training, so that the coordinator's transfers, outer steps and round overhead are measured
+ * alone.
+ *
+ *   dataplane_client --coordinator ADDR --job ID --workers N [--token-file F] [--timeout-s S]
+ *   dataplane_client --memory-pass R FLOATS
+ *
+ * Per lease a worker pulls every fragment (chunks copied into a 4 MiB scratch buffer, CRC-32C
+ * checked incrementally: a worker holds no model copy, so N workers fit beside a 1B model),
+ * then pushes a delta of tiny finite values (one 4 MiB pattern sent zero-copy as every chunk;
+ * the stream's CRC is computed once per fragment length). It prints one line per lease
+ * ("lease ROUND REPLICA pull_start pull_end push_start push_end BYTES_PULLED BYTES_PUSHED",
+ * seconds on one monotonic clock) and, per round, the aggregate pull and push rates (bytes of
+ * every worker over the span from the first start to the last end) and the round overhead:
+ * the last push of round t acknowledged (durable at the coordinator) -> the last pull of round
+ * t + 1 done (every worker has the new version).
+ *
+ * --memory-pass R FLOATS: the plain memory pass the outer step is compared with: the weighted
+ * sum of R deltas (outer_average) and the Nesterov update over FLOATS floats, in memory, best
+ * of 3; prints "memory_pass_s SECONDS". */
+#include "common/auth.h"
+#include "common/checksum.h"
+#include "common/errors.h"
+#include "common/rpc.h"
+#include "kernels/outer.h"
+#include "proto/dipaco.pb-c.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SVC "/dipaco.v1.Coordinator/"
+#define MAX_FRAGS 64
+#define MAX_LEASES 4096
+#define PATTERN_BYTES RPC_CHUNK_DEFAULT
+
+typedef struct {
+  int round, replica;
+  double pull0, pull1, push0, push1;
+  uint64_t pulled, pushed;
+} lease_rec;
+
+static struct {
+  const char *target;
+  uint64_t job;
+  int n;
+  double deadline;
+  char bearer[DPC_TOKEN_MAX + 8];
+  unsigned char *pattern; /* PATTERN_BYTES of tiny finite floats, the bytes of every pushed chunk */
+  pthread_mutex_t mu;
+  lease_rec rec[MAX_LEASES];
+  int nrec;
+  atomic_int failed;
+  char why[300];
+  /* stream CRCs of a delta of n floats made of the pattern, memoised per length */
+  uint64_t crc_len[MAX_FRAGS];
+  uint32_t crc_val[MAX_FRAGS];
+  int ncrc;
+} G;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void fail(const char *what) {
+  pthread_mutex_lock(&G.mu);
+  if (!atomic_load(&G.failed)) snprintf(G.why, sizeof G.why, "%s: %s", what, dpc_errmsg());
+  atomic_store(&G.failed, 1);
+  pthread_mutex_unlock(&G.mu);
+}
+
+static void no_release(void *ud) { (void)ud; }
+
+/* CRC-32C of a delta stream of `bytes` bytes, chunked as the pattern repeated. */
+static uint32_t stream_crc(uint64_t bytes) {
+  pthread_mutex_lock(&G.mu);
+  for (int i = 0; i < G.ncrc; i++)
+    if (G.crc_len[i] == bytes) {
+      uint32_t v = G.crc_val[i];
+      pthread_mutex_unlock(&G.mu);
+      return v;
+    }
+  uint32_t crc = 0;
+  for (uint64_t off = 0; off < bytes; off += PATTERN_BYTES) {
+    uint64_t len = bytes - off < PATTERN_BYTES ? bytes - off : PATTERN_BYTES;
+    crc = dpc_crc32c(crc, G.pattern, (size_t)len);
+  }
+  if (G.ncrc < MAX_FRAGS) {
+    G.crc_len[G.ncrc] = bytes;
+    G.crc_val[G.ncrc++] = crc;
+  }
+  pthread_mutex_unlock(&G.mu);
+  return crc;
+}
+
+static int do_register(struct rpc_client *c, int idx) {
+  Dipaco__V1__RegisterRequest req = DIPACO__V1__REGISTER_REQUEST__INIT;
+  char host[32];
+  snprintf(host, sizeof host, "dataplane-%d", idx);
+  req.hostname = host;
+  req.backend = "cpu";
+  req.version = "dataplane_client";
+  req.threads = 1;
+  if (G.bearer[0]) rpc_client_set_md(c, RPC_MD_AUTHORIZATION, G.bearer);
+  ProtobufCMessage *pm = NULL;
+  int rc = rpc_unary(c, SVC "Register", &req.base, &dipaco__v1__register_response__descriptor, &pm, 30000);
+  rpc_client_set_md(c, RPC_MD_AUTHORIZATION, NULL);
+  if (rc) return rc;
+  Dipaco__V1__RegisterResponse *r = (Dipaco__V1__RegisterResponse *)pm;
+  char id[32];
+  snprintf(id, sizeof id, "%" PRIu64, r->worker_id);
+  rc = rpc_client_set_md(c, RPC_MD_WORKER_ID, id);
+  if (!rc) rc = rpc_client_set_md(c, RPC_MD_SESSION, r->session_token ? r->session_token : "");
+  protobuf_c_message_free_unpacked(pm, NULL);
+  return rc;
+}
+
+/* Pull fragment fi of lease L through a 4 MiB scratch buffer; *bytes gets its size. */
+static int pull_fragment(struct rpc_client *c, const Dipaco__V1__Lease *L, size_t fi, unsigned char *scratch,
+                         uint64_t *bytes) {
+  const Dipaco__V1__FragmentInfo *fr = L->fragments[fi];
+  Dipaco__V1__PullFragmentRequest pr = DIPACO__V1__PULL_FRAGMENT_REQUEST__INIT;
+  pr.lease_id = L->lease_id;
+  pr.fragment_id = fr->fragment_id;
+  pr.version = fr->version;
+  pr.codec = DIPACO__V1__CODEC__CODEC_FP32;
+  struct rpc_stream *s = NULL;
+  int rc = rpc_stream_open(c, SVC "PullFragment", &pr.base, 600000, &s);
+  if (rc) return rc;
+  uint64_t next = 0, total = fr->num_floats * 4;
+  uint32_t crc = 0, want = 0;
+  for (;;) {
+    struct grpc_byte_buffer *m = NULL;
+    rc = rpc_stream_read(s, &m);
+    if (rc <= 0) break;
+    struct rpc_chunk ch;
+    rc = rpc_chunk_parse(m, &ch);
+    if (!rc && (ch.offset != next || ch.total != total || ch.len > PATTERN_BYTES + 4096))
+      rc = dpc_err(DPC_EFORMAT, "pull: chunk at %" PRIu64 " of %" PRIu64 " (expected %" PRIu64 " of %" PRIu64 ")",
+                   ch.offset, ch.total, next, total);
+    if (!rc) rc = rpc_chunk_copy(m, &ch, scratch);
+    rpc_msg_free(m);
+    if (rc) break;
+    crc = dpc_crc32c(crc, scratch, (size_t)ch.len);
+    next += ch.len;
+    if (next == total) want = ch.crc32c;
+  }
+  int frc = rpc_stream_finish(s, NULL, NULL);
+  rpc_stream_free(s);
+  if (rc < 0) return rc;
+  if (frc) return frc;
+  if (next != total) return dpc_err(DPC_EFORMAT, "pull: stream ended at byte %" PRIu64 " of %" PRIu64, next, total);
+  if (crc != want) return dpc_err(DPC_ECHECKSUM, "pull: CRC-32C 0x%08x, the stream says 0x%08x", crc, want);
+  *bytes = total;
+  return 0;
+}
+
+/* Push every fragment's delta (the pattern, zero-copy) on one PushDelta stream. */
+static int push_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t *bytes) {
+  struct rpc_stream *s = NULL;
+  int rc = rpc_stream_open(c, SVC "PushDelta", NULL, 600000, &s);
+  if (rc) return rc;
+  *bytes = 0;
+  for (size_t f = 0; f < L->n_fragments && !rc; f++) {
+    const Dipaco__V1__FragmentInfo *fr = L->fragments[f];
+    uint64_t total = fr->num_floats * 4;
+    uint32_t crc = stream_crc(total);
+    for (uint64_t off = 0; off < total && !rc; off += PATTERN_BYTES) {
+      struct rpc_chunk h;
+      memset(&h, 0, sizeof h);
+      h.lease_id = L->lease_id;
+      h.fragment_id = fr->fragment_id;
+      h.version = fr->version;
+      h.codec = DIPACO__V1__CODEC__CODEC_FP32;
+      h.num_floats = fr->num_floats;
+      h.inner_steps = L->inner_steps;
+      h.tokens = 1;
+      h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA;
+      h.offset = off;
+      h.total = total;
+      h.len = total - off < PATTERN_BYTES ? total - off : PATTERN_BYTES;
+      if (off + h.len == total) h.crc32c = crc;
+      struct grpc_byte_buffer *m = rpc_chunk_encode(&h, G.pattern, no_release, NULL);
+      rc = m ? rpc_stream_write(s, m) : DPC_ENOMEM;
+    }
+    *bytes += total;
+  }
+  ProtobufCMessage *pm = NULL;
+  int frc = rpc_stream_finish(s, &dipaco__v1__push_delta_response__descriptor, &pm);
+  rpc_stream_free(s);
+  if (!frc && pm) {
+    Dipaco__V1__PushDeltaResponse *r = (Dipaco__V1__PushDeltaResponse *)pm;
+    for (size_t a = 0; a < r->n_acks && !rc; a++)
+      if (r->acks[a]->result != DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED)
+        rc = dpc_err(DPC_ESTATE, "push: fragment %" PRIu64 " ack %d, expected ACCEPTED", r->acks[a]->fragment_id,
+                     r->acks[a]->result);
+    protobuf_c_message_free_unpacked(pm, NULL);
+  }
+  return rc ? rc : frc;
+}
+
+/* One Lease call: 1 after a lease was served, 0 to ask again, 2 when no work is left. */
+static int one_lease(struct rpc_client *c, unsigned char *scratch) {
+  Dipaco__V1__LeaseRequest req = DIPACO__V1__LEASE_REQUEST__INIT;
+  req.max_wait_ms = 2000;
+  req.job_id = G.job;
+  ProtobufCMessage *pm = NULL;
+  int rc = rpc_unary(c, SVC "Lease", &req.base, &dipaco__v1__lease_response__descriptor, &pm, 30000);
+  if (rc) return rc;
+  Dipaco__V1__LeaseResponse *lr = (Dipaco__V1__LeaseResponse *)pm;
+  if (lr->outcome != DIPACO__V1__LEASE_OUTCOME__LEASE_GRANTED || !lr->lease) {
+    int outcome = lr->outcome;
+    protobuf_c_message_free_unpacked(pm, NULL);
+    if (outcome == DIPACO__V1__LEASE_OUTCOME__LEASE_NO_WORK) return 2;
+    if (outcome == DIPACO__V1__LEASE_OUTCOME__LEASE_WAIT) {
+      struct timespec ts = {0, 5000000};
+      nanosleep(&ts, NULL);
+      return 0;
+    }
+    return dpc_err(DPC_EFORMAT, "Lease: outcome %d without a lease", outcome);
+  }
+  const Dipaco__V1__Lease *L = lr->lease;
+  lease_rec r = {.round = (int)L->round, .replica = L->slot ? (int)L->slot->replica : -1};
+  if (L->n_fragments == 0 || L->n_fragments > MAX_FRAGS) rc = dpc_err(DPC_ERANGE, "Lease: %zu fragments", L->n_fragments);
+  r.pull0 = now_s();
+  for (size_t f = 0; f < L->n_fragments && !rc; f++) {
+    uint64_t b = 0;
+    rc = pull_fragment(c, L, f, scratch, &b);
+    r.pulled += b;
+  }
+  r.pull1 = now_s();
+  r.push0 = r.pull1;
+  if (!rc) rc = push_delta(c, L, &r.pushed);
+  r.push1 = now_s();
+  protobuf_c_message_free_unpacked(pm, NULL);
+  if (rc) return rc;
+  pthread_mutex_lock(&G.mu);
+  if (G.nrec < MAX_LEASES) G.rec[G.nrec++] = r;
+  pthread_mutex_unlock(&G.mu);
+  return 1;
+}
+
+static void *thread_main(void *ud) {
+  int idx = (int)(intptr_t)ud;
+  struct rpc_client_config cfg = {.target = G.target, .own_connection = 1};
+  struct rpc_client *c = NULL;
+  unsigned char *scratch = malloc(PATTERN_BYTES + 4096);
+  if (!scratch || rpc_client_open(&cfg, &c)) {
+    fail("open");
+    free(scratch);
+    return NULL;
+  }
+  if (do_register(c, idx)) fail("Register");
+  while (!atomic_load(&G.failed)) {
+    int rc = one_lease(c, scratch);
+    if (rc < 0) fail("lease");
+    if (rc == 2) break;
+    if (now_s() > G.deadline) {
+      dpc_err(DPC_ETIMEDOUT, "the job did not finish within --timeout-s");
+      fail("timeout");
+    }
+  }
+  rpc_client_close(c);
+  free(scratch);
+  return NULL;
+}
+
+static int memory_pass(int R, size_t n) {
+  float **d = calloc((size_t)R, sizeof *d);
+  float *theta = malloc(n * 4), *u = malloc(n * 4), *avg = malloc(n * 4);
+  if (!d || !theta || !u || !avg) return 1;
+  for (int i = 0; i < R; i++) {
+    if (!(d[i] = malloc(n * 4))) return 1;
+    for (size_t j = 0; j < n; j++) d[i][j] = 1e-6f * (float)((j + (size_t)i) & 255);
+  }
+  for (size_t j = 0; j < n; j++) {
+    theta[j] = 0.01f * (float)(j & 127);
+    u[j] = 0;
+  }
+  double best = 1e30;
+  for (int rep = 0; rep < 3; rep++) {
+    double t0 = now_s();
+    if (outer_average((const float *const *)d, NULL, R, n, avg)) return 1;
+    outer_nesterov_step(theta, u, avg, n, 0.7f, 0.9f, 1);
+    double t = now_s() - t0;
+    if (t < best) best = t;
+  }
+  printf("memory_pass_s %.6f (R %d, %zu floats)\n", best, R, n);
+  for (int i = 0; i < R; i++) free(d[i]);
+  free(d);
+  free(theta);
+  free(u);
+  free(avg);
+  return 0;
+}
+
+static int cmp_rec(const void *a, const void *b) {
+  const lease_rec *x = a, *y = b;
+  if (x->round != y->round) return x->round - y->round;
+  return x->replica - y->replica;
+}
+
+int main(int argc, char **argv) {
+  const char *token_file = NULL;
+  double timeout_s = 3600;
+  if (argc == 4 && !strcmp(argv[1], "--memory-pass")) return memory_pass(atoi(argv[2]), strtoull(argv[3], NULL, 10));
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const char *a = argv[i], *v = argv[i + 1];
+    if (!strcmp(a, "--coordinator")) G.target = v;
+    else if (!strcmp(a, "--job")) G.job = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--workers")) G.n = atoi(v);
+    else if (!strcmp(a, "--token-file")) token_file = v;
+    else if (!strcmp(a, "--timeout-s")) timeout_s = atof(v);
+    else {
+      fprintf(stderr, "dataplane_client: unknown flag %s\n", a);
+      return 2;
+    }
+  }
+  if (!G.target || !G.job || G.n < 1 || G.n > 64) {
+    fprintf(stderr, "usage: dataplane_client --coordinator ADDR --job ID --workers N(1..64) [--token-file F] "
+                    "[--timeout-s S]\n       dataplane_client --memory-pass R FLOATS\n");
+    return 2;
+  }
+  if (token_file) {
+    char tok[DPC_TOKEN_MAX + 1];
+    if (dpc_token_read_file(token_file, tok, sizeof tok)) {
+      fprintf(stderr, "dataplane_client: %s\n", dpc_errmsg());
+      return 2;
+    }
+    snprintf(G.bearer, sizeof G.bearer, "Bearer %s", tok);
+  }
+  rpc_tune_malloc();
+  G.pattern = malloc(PATTERN_BYTES);
+  if (!G.pattern) return 1;
+  for (size_t i = 0; i < PATTERN_BYTES / 4; i++) {
+    float v = 1e-7f * (float)((int)(i % 97) - 48);
+    memcpy(G.pattern + 4 * i, &v, 4);
+  }
+  pthread_mutex_init(&G.mu, NULL);
+  G.deadline = now_s() + timeout_s;
+  pthread_t tid[64];
+  int started = 0;
+  for (int t = 0; t < G.n; t++, started++)
+    if (pthread_create(&tid[t], NULL, thread_main, (void *)(intptr_t)t)) break;
+  for (int t = 0; t < started; t++) pthread_join(tid[t], NULL);
+  if (atomic_load(&G.failed)) {
+    printf("DATAPLANE FAILED: %s\n", G.why);
+    return 1;
+  }
+  qsort(G.rec, (size_t)G.nrec, sizeof G.rec[0], cmp_rec);
+  for (int i = 0; i < G.nrec; i++) {
+    const lease_rec *r = &G.rec[i];
+    printf("lease %d %d %.6f %.6f %.6f %.6f %" PRIu64 " %" PRIu64 "\n", r->round, r->replica, r->pull0, r->pull1,
+           r->push0, r->push1, r->pulled, r->pushed);
+  }
+  /* Per round: aggregate rates over each phase's span, and the overhead from the previous round. */
+  double prev_push_end = -1;
+  for (int i = 0; i < G.nrec;) {
+    int k = i;
+    double p0 = 1e30, p1 = 0, q0 = 1e30, q1 = 0;
+    uint64_t pb = 0, qb = 0;
+    for (; k < G.nrec && G.rec[k].round == G.rec[i].round; k++) {
+      const lease_rec *r = &G.rec[k];
+      if (r->pull0 < p0) p0 = r->pull0;
+      if (r->pull1 > p1) p1 = r->pull1;
+      if (r->push0 < q0) q0 = r->push0;
+      if (r->push1 > q1) q1 = r->push1;
+      pb += r->pulled;
+      qb += r->pushed;
+    }
+    printf("round %d workers %d pull_GBps %.3f push_GBps %.3f overhead_s %.3f\n", G.rec[i].round, k - i,
+           (double)pb / (p1 - p0) / 1e9, (double)qb / (q1 - q0) / 1e9, prev_push_end >= 0 ? p1 - prev_push_end : -1.0);
+    prev_push_end = q1;
+    i = k;
+  }
+  printf("DATAPLANE OK\n");
+  return 0;
+}
