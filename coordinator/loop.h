@@ -36,4 +36,9 @@ void loop_close(coord *c);
 int loop_queue_work(coord *c, uv_work_t *req, uv_work_cb work, uv_after_work_cb after);
 void loop_work_done(coord *c);
 
+/* Histograms (coord.hist, HIST_*): add one observation v to histogram h; the upper bounds of
+ * h's buckets (*n of them, ascending; +Inf is implied). Loop thread. */
+void coord_observe(coord *c, int h, double v);
+const double *coord_hist_bounds(int h, int *n);
+
 #endif

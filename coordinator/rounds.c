@@ -304,15 +304,6 @@ static void outer_failed(coord *c, coord_job *j, const outer_work *w) {
   pause_fragment(c, j, w->fragment, what);
 }
 
-/* One closed sync round's first-to-last delta time into dipaco_round_wait_seconds. */
-static void note_round_wait(coord *c, double s) {
-  static const double bounds[COORD_ROUND_WAIT_BUCKETS] = COORD_ROUND_WAIT_BOUNDS;
-  for (int i = 0; i < COORD_ROUND_WAIT_BUCKETS; i++)
-    if (s <= bounds[i]) c->round_wait_count[i]++;
-  c->round_wait_count[COORD_ROUND_WAIT_BUCKETS]++;
-  c->round_wait_sum += s;
-}
-
 static void outer_after(uv_work_t *req, int status) {
   outer_work *w = req->data;
   coord *c = w->c;
@@ -342,9 +333,9 @@ static void outer_after(uv_work_t *req, int status) {
   }
   c->rounds_total++;
   c->outer_steps++;
-  if (w->n > 0) note_round_wait(c, (double)(w->last_at - w->first_at) / 1000.0);
-  c->outer_seconds_sum += w->seconds;
-  c->outer_seconds_last = w->seconds;
+  if (w->n > 0) coord_observe(c, HIST_ROUND_WAIT, (double)(w->last_at - w->first_at) / 1000.0);
+  coord_observe(c, HIST_OUTER_STEP, w->seconds);
+  for (int i = 0; i < w->n; i++) coord_observe(c, HIST_STALENESS, 0); /* a sync round's deltas: its own base */
   double mean = record_round_loss(c, j, w);
   DPC_INFO("round %lld closed: job %lld fragment %d -> version %lld, %d deltas%s, mean loss %.4f, outer step %.3f s",
            (long long)w->round, (long long)w->job, w->fragment + 1, (long long)w->new_version, w->n,
@@ -597,8 +588,8 @@ out:
 /* The counters of an applied delta (/metrics and the job's loss). */
 static void async_account(coord *c, coord_job *j, const async_work *w) {
   c->outer_steps++;
-  c->outer_seconds_sum += w->seconds;
-  c->outer_seconds_last = w->seconds;
+  coord_observe(c, HIST_OUTER_STEP, w->seconds);
+  coord_observe(c, HIST_STALENESS, (double)w->staleness);
   if (!j) return;
   if (w->d.path < j->n_paths && isfinite(j->path_loss[w->d.path])) j->last_loss = j->path_loss[w->d.path];
   j->async_applied++;

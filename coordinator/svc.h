@@ -75,6 +75,7 @@ typedef struct out_stream {
   out_part part[3];
   uint64_t next, lease_id;
   uint32_t chunk;
+  double t0; /* dpc_mono_s at the start (a worker's pull, lease_id != 0: dipaco_pull_seconds) */
   void (*ref)(void *ud);
   void (*unref)(void *ud);
   void *ud;
