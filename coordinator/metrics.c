@@ -13,10 +13,11 @@
  *    dipaco_delta_staleness;
  *  - gauges: dipaco_workers{state}, dipaco_active_leases, dipaco_jobs{state},
  *    dipaco_jobs_unlabeled;
- *  - per job {job} — live jobs only (created, running, paused), the newest METRICS_MAX_JOBS,
- *    and per path / fragment the first METRICS_MAX_LABELS, so the label sets stay bounded:
- *    dipaco_job_info{job,name,algorithm} (1), dipaco_job_rounds, dipaco_job_rounds_target,
- *    dipaco_fragment_version{job,fragment}, dipaco_loss{job,path} (latest reported loss),
+ *  - per job {job_id} (not "job": Prometheus puts its own job label on every target) — live
+ *    jobs only (created, running, paused), the newest METRICS_MAX_JOBS, and per path /
+ *    fragment the first METRICS_MAX_LABELS, so the label sets stay bounded:
+ *    dipaco_job_info{job_id,name,algorithm} (1), dipaco_job_rounds, dipaco_job_rounds_target,
+ *    dipaco_fragment_version{job_id,fragment}, dipaco_loss{job_id,path} (latest reported loss),
  *    dipaco_job_loss (mean loss of the last closed round); diloco-async jobs:
  *    dipaco_async_staleness (last applied delta), dipaco_async_staleness_max,
  *    dipaco_async_staleness_versions_total, dipaco_async_deltas_applied_total,
@@ -194,7 +195,7 @@ static void fmt_progress(coord *c, sbuf *b, const coord_job *const *js, int nj, 
   head(b, "dipaco_job_info", "gauge",
        "1 per job with per-job series: live jobs (created, running, paused), the newest " METRICS_MAX_JOBS_S ".");
   for (int i = 0; i < nj; i++) {
-    sb_printf(b, "dipaco_job_info{job=\"%lld\",name=\"", (long long)js[i]->id);
+    sb_printf(b, "dipaco_job_info{job_id=\"%lld\",name=\"", (long long)js[i]->id);
     label_value(b, js[i]->spec.name);
     sb_printf(b, "\",algorithm=\"%s\"} 1\n", jobspec_algorithm_name(js[i]->spec.algorithm));
   }
@@ -211,16 +212,16 @@ static void fmt_progress(coord *c, sbuf *b, const coord_job *const *js, int nj, 
     for (int f = 0; f < nf; f++) {
       if (fr[f].version < mn) mn = fr[f].version;
       if (f < METRICS_MAX_LABELS)
-        sb_printf(&ver, "dipaco_fragment_version{job=\"%lld\",fragment=\"%d\"} %lld\n", (long long)js[i]->id,
+        sb_printf(&ver, "dipaco_fragment_version{job_id=\"%lld\",fragment=\"%d\"} %lld\n", (long long)js[i]->id,
                   fr[f].fragment + 1, (long long)fr[f].version);
     }
     if (js[i]->spec.algorithm == JOB_ALGO_DILOCO_ASYNC && js[i]->n_slots > 0) mn /= js[i]->n_slots;
-    sb_printf(b, "dipaco_job_rounds{job=\"%lld\"} %lld\n", (long long)js[i]->id, (long long)mn);
+    sb_printf(b, "dipaco_job_rounds{job_id=\"%lld\"} %lld\n", (long long)js[i]->id, (long long)mn);
     free(fr);
   }
   head(b, "dipaco_job_rounds_target", "gauge", "Rounds a job's spec asks for.");
   for (int i = 0; i < nj; i++)
-    sb_printf(b, "dipaco_job_rounds_target{job=\"%lld\"} %d\n", (long long)js[i]->id, js[i]->spec.rounds);
+    sb_printf(b, "dipaco_job_rounds_target{job_id=\"%lld\"} %d\n", (long long)js[i]->id, js[i]->spec.rounds);
   head(b, "dipaco_fragment_version", "gauge", "Current parameter version of a job's fragment (first 64 per job).");
   if (ver.s) sb_printf(b, "%s", ver.s);
   free(ver.s);
@@ -228,11 +229,11 @@ static void fmt_progress(coord *c, sbuf *b, const coord_job *const *js, int nj, 
   for (int i = 0; i < nj; i++)
     for (int p = 0; p < js[i]->n_paths && p < METRICS_MAX_LABELS; p++)
       if (isfinite(js[i]->path_loss[p]))
-        sb_printf(b, "dipaco_loss{job=\"%lld\",path=\"%d\"} %.6g\n", (long long)js[i]->id, p, js[i]->path_loss[p]);
+        sb_printf(b, "dipaco_loss{job_id=\"%lld\",path=\"%d\"} %.6g\n", (long long)js[i]->id, p, js[i]->path_loss[p]);
   head(b, "dipaco_job_loss", "gauge", "Mean training loss of a job's last closed round (absent until known).");
   for (int i = 0; i < nj; i++)
     if (isfinite(js[i]->last_loss))
-      sb_printf(b, "dipaco_job_loss{job=\"%lld\"} %.6g\n", (long long)js[i]->id, js[i]->last_loss);
+      sb_printf(b, "dipaco_job_loss{job_id=\"%lld\"} %.6g\n", (long long)js[i]->id, js[i]->last_loss);
 }
 
 /* Per live diloco-async job: staleness and delta counters; then jobs by state. */
@@ -240,27 +241,27 @@ static void fmt_async_and_states(coord *c, sbuf *b, const coord_job *const *js, 
   head(b, "dipaco_async_staleness", "gauge", "Staleness (current - base version) of the last applied async delta.");
   for (int i = 0; i < nj; i++)
     if (js[i]->spec.algorithm == JOB_ALGO_DILOCO_ASYNC)
-      sb_printf(b, "dipaco_async_staleness{job=\"%lld\"} %lld\n", (long long)js[i]->id, (long long)js[i]->stale_last);
+      sb_printf(b, "dipaco_async_staleness{job_id=\"%lld\"} %lld\n", (long long)js[i]->id, (long long)js[i]->stale_last);
   head(b, "dipaco_async_staleness_max", "gauge", "Largest staleness of an applied async delta since the start.");
   for (int i = 0; i < nj; i++)
     if (js[i]->spec.algorithm == JOB_ALGO_DILOCO_ASYNC)
-      sb_printf(b, "dipaco_async_staleness_max{job=\"%lld\"} %lld\n", (long long)js[i]->id, (long long)js[i]->stale_max);
+      sb_printf(b, "dipaco_async_staleness_max{job_id=\"%lld\"} %lld\n", (long long)js[i]->id, (long long)js[i]->stale_max);
   head(b, "dipaco_async_staleness_versions_total", "counter",
        "Sum of the staleness of the applied async deltas (divide by dipaco_async_deltas_applied_total for the mean).");
   for (int i = 0; i < nj; i++)
     if (js[i]->spec.algorithm == JOB_ALGO_DILOCO_ASYNC)
-      sb_printf(b, "dipaco_async_staleness_versions_total{job=\"%lld\"} %.0f\n", (long long)js[i]->id,
+      sb_printf(b, "dipaco_async_staleness_versions_total{job_id=\"%lld\"} %.0f\n", (long long)js[i]->id,
                 js[i]->stale_sum);
   head(b, "dipaco_async_deltas_applied_total", "counter", "Async deltas applied since the coordinator started.");
   for (int i = 0; i < nj; i++)
     if (js[i]->spec.algorithm == JOB_ALGO_DILOCO_ASYNC)
-      sb_printf(b, "dipaco_async_deltas_applied_total{job=\"%lld\"} %llu\n", (long long)js[i]->id,
+      sb_printf(b, "dipaco_async_deltas_applied_total{job_id=\"%lld\"} %llu\n", (long long)js[i]->id,
                 (unsigned long long)js[i]->async_applied);
   head(b, "dipaco_async_deltas_dropped_total", "counter",
        "Async deltas dropped as too stale (max_staleness) since the coordinator started.");
   for (int i = 0; i < nj; i++)
     if (js[i]->spec.algorithm == JOB_ALGO_DILOCO_ASYNC)
-      sb_printf(b, "dipaco_async_deltas_dropped_total{job=\"%lld\"} %llu\n", (long long)js[i]->id,
+      sb_printf(b, "dipaco_async_deltas_dropped_total{job_id=\"%lld\"} %llu\n", (long long)js[i]->id,
                 (unsigned long long)js[i]->async_dropped);
   head(b, "dipaco_jobs", "gauge", "Jobs in the store by state.");
   static const char *const names[] = {"created", "running", "paused", "finished", "canceled", "failed"};

@@ -515,7 +515,7 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
 
     # ---- metrics endpoint
     body_ = urllib.request.urlopen(f"http://127.0.0.1:{d.mport}/metrics", timeout=5).read().decode()
-    check("dipaco_rounds_total" in body_ and f'dipaco_fragment_version{{job="{jid}",fragment="1"}} 2' in body_,
+    check("dipaco_rounds_total" in body_ and f'dipaco_fragment_version{{job_id="{jid}",fragment="1"}} 2' in body_,
           "GET /metrics has rounds and fragment versions")
     try:
         urllib.request.urlopen(f"http://127.0.0.1:{d.mport}/nope", timeout=5)
