@@ -1,7 +1,8 @@
 /* loop.c — the coordinator's libuv glue: the loop that owns all state (gRPC completions via
  * uv_async, the housekeeping timer, signals), the count of thread-pool work in flight and the
  * graceful shutdown on SIGTERM/SIGINT: stop accepting work, let thread-pool work (delta
- * fsyncs, outer steps) finish, stop the gRPC server with a grace period. */
+ * fsyncs, outer steps) finish, stop the gRPC server with a grace period. Also the bucket
+ * bounds of the /metrics histograms and coord_observe (loop thread, like all coord state). */
 #include "coordinator/loop.h"
 
 #include "common/errors.h"

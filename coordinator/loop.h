@@ -1,6 +1,7 @@
 /* loop.h — the coordinator's libuv loop glue (layer 1, see coord.h): clocks, the loop and its
  * uv_async that runs gRPC completions, thread-pool work accounting, SIGTERM/SIGINT, the
- * housekeeping tick and the graceful shutdown once the loop is idle.
+ * housekeeping tick, the graceful shutdown once the loop is idle, and the /metrics
+ * histograms every layer above observes into (coord_observe).
  *
  * Contract: everything here runs on the loop thread except loop_notify (any thread) and the
  * clocks (any thread). Higher layers are reached only through coord's tick_cb, stop_cb and

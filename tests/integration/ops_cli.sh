@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ops_cli.sh COORDINATOR WORKER DIPACOCTL — issue 17 item 4: dipacoctl's live views of a real
 # job. `job watch` prints plain lines when stdout is not a terminal (rounds only move forward,
-# the last line is DONE 12/12) and redraws one screen on a terminal (a pty from util-linux
-# `script`): round bar, loss sparkline, tokens/s, bytes, ETA, workers; it exits 3 at
+# the last line is DONE 12/12) and redraws one screen on a terminal (a pty from Debian
+# bsdutils' `script`): round bar, loss sparkline, tokens/s, bytes, ETA, workers; it exits 3 at
 # --timeout. `job wait` draws a progress bar on a terminal and keeps its plain lines
 # otherwise. `job plot --out FILE.svg` draws the job's loss against inner steps and against
 # bytes exchanged, checked against the coordinator's own history (/api/status) and totals
@@ -15,7 +15,7 @@ source "$HERE/lib.sh"
 source "$HERE/ops_lib.sh"
 fail() { die_with_logs ops_cli 30 "$@"; }
 
-need script util-linux
+need script bsdutils
 ROUNDS=12
 ops_setup
 ops_spec "$W/spec.json" cli-demo diloco 2 $ROUNDS

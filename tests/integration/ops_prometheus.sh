@@ -27,7 +27,7 @@ sync=$("$CTL" --coordinator "$COORD" job create "$W/sync.json" 2>>"$W/ctl.log") 
 async=$("$CTL" --coordinator "$COORD" job create "$W/async.json" 2>>"$W/ctl.log") || fail "job create (async)"
 
 # 1. The exposition text is clean once every kind of series is there.
-for _ in $(seq 1 300); do
+for _ in $(seq 1 900); do
   curl -sf "http://127.0.0.1:$MPORT/metrics" > "$W/metrics.txt" || fail "GET /metrics"
   grep -q "^dipaco_job_loss{job_id=\"$sync\"}" "$W/metrics.txt" && grep -q "^dipaco_async_staleness{" "$W/metrics.txt" && break
   sleep 0.1
