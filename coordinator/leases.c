@@ -492,7 +492,8 @@ int lease_park(coord *c, void *call, int64_t worker, int64_t job, int64_t deadli
     c->parked = a;
     c->cap_parked = cap;
   }
-  c->parked[c->n_parked++] = (lease_wait){.call = call, .worker = worker, .job = job, .deadline = deadline, .since = dpc_mono_s()};
+  c->parked[c->n_parked++] =
+      (lease_wait){.call = call, .worker = worker, .job = job, .deadline = deadline, .since = dpc_mono_s()};
   return 0;
 }
 
