@@ -172,7 +172,7 @@ static void label_value(sbuf *b, const char *v) {
 
 /* The jobs that get per-job series: live ones (created, running, paused), the newest
  * METRICS_MAX_JOBS of them, so that the label sets stay bounded however many jobs the store
- * holds; their ids in ids[], oldest first; returns how many, *left the live jobs left out. */
+ * holds; into out[], oldest first; returns how many, *left = the live jobs left out. */
 static int labeled_jobs(const coord *c, const coord_job **out, int *left) {
   int n = 0;
   *left = 0;

@@ -119,7 +119,7 @@ static cJSON *job_object(coord *c, const coord_job *j, const store_lease *act, i
   cJSON_AddNumberToObject(o, "updated_unix_ms", have ? (double)sj.updated_at : 0);
   cJSON_AddStringToObject(o, "message", have && sj.error ? sj.error : "");
   cJSON *pl = cJSON_AddArrayToObject(o, "path_loss");
-  for (int p = 0; p < j->n_paths && p < 64 && pl; p++) {
+  for (int p = 0; p < j->n_paths && p < STATUSPAGE_MAX_PATH_ROWS && pl; p++) {
     double v = j->path_loss[p];
     cJSON_AddItemToArray(pl, isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
   }
@@ -181,17 +181,16 @@ static cJSON *snapshot(coord *c) {
   cJSON_AddNumberToObject(co, "bytes_out_total", (double)c->bytes_out);
   cJSON_AddNumberToObject(co, "active_leases", na);
   cJSON_AddNumberToObject(co, "jobs_total", c->n_jobs);
-  /* Jobs: the newest STATUSPAGE_MAX_JOBS, newest first; charts for live ones first. */
+  /* Jobs: STATUSPAGE_MAX_JOBS of them, the live ones first, each group newest first; the
+   * first STATUSPAGE_MAX_CHARTS get their loss history. */
   cJSON *jobs = cJSON_AddArrayToObject(root, "jobs");
-  int charts = 0;
+  int shown = 0;
   for (int pass = 0; pass < 2; pass++)
-    for (int i = c->n_jobs - 1; i >= 0 && c->n_jobs - i <= STATUSPAGE_MAX_JOBS; i--) {
+    for (int i = c->n_jobs - 1; i >= 0 && shown < STATUSPAGE_MAX_JOBS; i--) {
       const coord_job *j = c->jobs[i];
-      if (pass == 0 && !job_live(j)) continue;
-      if (pass == 1 && job_live(j)) continue;
-      int chart = charts < STATUSPAGE_MAX_CHARTS;
-      charts += chart;
-      cJSON_AddItemToArray(jobs, job_object(c, j, act, na, chart));
+      if (job_live(j) != (pass == 0)) continue;
+      cJSON_AddItemToArray(jobs, job_object(c, j, act, na, shown < STATUSPAGE_MAX_CHARTS));
+      shown++;
     }
   cJSON *wa = cJSON_AddArrayToObject(root, "workers");
   store_worker *ws;

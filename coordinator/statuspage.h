@@ -5,9 +5,10 @@
  * external asset, a meta refresh every STATUSPAGE_REFRESH_S seconds. metrics.c's listener
  * (--metrics-listen) serves both.
  *
- * Bounded: the newest STATUSPAGE_MAX_JOBS jobs, loss histories for the newest
- * STATUSPAGE_MAX_CHARTS of them (live jobs first) over their last STATUSPAGE_HISTORY_ROUNDS
- * rounds and first STATUSPAGE_MAX_PATHS paths, STATUSPAGE_MAX_WORKERS workers.
+ * Bounded: STATUSPAGE_MAX_JOBS jobs (live ones first, then the newest finished), loss
+ * histories for the first STATUSPAGE_MAX_CHARTS of them over their last
+ * STATUSPAGE_HISTORY_ROUNDS rounds and first STATUSPAGE_MAX_PATHS paths, the latest loss of
+ * the first STATUSPAGE_MAX_PATH_ROWS paths, STATUSPAGE_MAX_WORKERS workers.
  *
  * Contract: loop thread only: it reads struct coord and the store as the /metrics handler
  * does, so it never races the loop. Every string from a job spec or a worker is escaped
@@ -24,6 +25,7 @@
 #define STATUSPAGE_MAX_CHARTS 4
 #define STATUSPAGE_HISTORY_ROUNDS 500
 #define STATUSPAGE_MAX_PATHS 8
+#define STATUSPAGE_MAX_PATH_ROWS 64
 #define STATUSPAGE_MAX_WORKERS 200
 
 /* The status as JSON (/api/status) or HTML (/): *out is malloc'd (the caller frees it), *n
