@@ -17,7 +17,8 @@
  *       handlers by service: svc_worker.c (Register, Heartbeat, Lease, Release; calls
  *       svc_inner.c), svc_transfer.c (PullFragment, PushDelta), svc_inner.c (inner state),
  *       admin_upload.c, admin_jobs.c (calls admin_upload.c), admin_fleet.c; metrics.c
- *       (Prometheus HTTP).
+ *       (the HTTP listener: Prometheus /metrics; calls statuspage.c), statuspage.c (the
+ *       status page / and /api/status).
  *   (5) main.c: flags, start-up, wiring of the callbacks, shutdown.
  *
  * Threading: one libuv loop thread owns everything here. gRPC completions reach it through
@@ -111,6 +112,7 @@ typedef struct lease_note {
 typedef struct lease_wait {
   void *call; /* the held call (a struct rpc_call *; opaque below the RPC layer) */
   int64_t worker, job, deadline;
+  double since; /* dpc_mono_s when parked (dipaco_lease_wait_seconds) */
 } lease_wait;
 
 /* What lease_assign (leases.h) found for a worker, also handed to coord.park_answer_cb;
@@ -125,9 +127,19 @@ enum { SCHED_GRANTED = 0, SCHED_WAIT = 1, SCHED_NO_WORK = 2, SCHED_STOPPING = 3 
  * --reconnect-grace-ms. */
 enum { REVOKE_HEARTBEAT = 0, REVOKE_TTL, REVOKE_DEADLINE, REVOKE_GRACE, REVOKE_DISCONNECT, REVOKE_N };
 
-/* Upper bounds (seconds) of the dipaco_round_wait_seconds histogram buckets. */
-#define COORD_ROUND_WAIT_BUCKETS 12
-#define COORD_ROUND_WAIT_BOUNDS {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800}
+/* The histograms of /metrics (loop.h coord_observe; metrics.c prints them): durations in
+ * seconds of the outer steps, of receiving and recording a pushed delta fragment (first
+ * chunk to durable record), of sending a pulled fragment (first to last chunk), of a Lease
+ * call until its grant (0 when granted at once; else its time parked in the long-poll), of a
+ * closed sync round from its first to its last merged delta; and the staleness of every
+ * applied delta (versions; 0 for sync rounds). Bucket bounds: loop.c. */
+enum { HIST_OUTER_STEP = 0, HIST_PUSH, HIST_PULL, HIST_LEASE_WAIT, HIST_ROUND_WAIT, HIST_STALENESS,
+       HIST_ROUND_OVERHEAD, HIST_N };
+#define COORD_HIST_MAX_BUCKETS 16
+typedef struct coord_hist {
+  uint64_t count[COORD_HIST_MAX_BUCKETS + 1]; /* count[i]: observations <= bound i; [n_bounds]: all */
+  double sum;
+} coord_hist;
 
 struct rpc_server;
 struct create_work;
@@ -192,16 +204,7 @@ typedef struct coord {
   uint64_t rounds_total, bytes_in, bytes_out, outer_steps;
   uint64_t deltas_rejected; /* PushDelta streams refused as malformed or corrupt (nothing stored) */
   uint64_t revocations[REVOKE_N]; /* active leases taken away, by REVOKE_* reason */
-  /* dipaco_round_wait_seconds: per closed sync round, the time from its first to its last
-   * merged delta; round_wait_count[i] counts rounds with wait <= COORD_ROUND_WAIT_BOUNDS[i]
-   * (metrics.c), the last one all rounds (+Inf). */
-  uint64_t round_wait_count[COORD_ROUND_WAIT_BUCKETS + 1];
-  double round_wait_sum;
-  double outer_seconds_sum, outer_seconds_last;
-  /* dipaco_round_overhead_seconds: per sync round, last merged delta -> every slot of the
-   * next round has pulled the new version (rounds_note_pull); last value, sum and count. */
-  double round_overhead_last, round_overhead_sum;
-  uint64_t round_overhead_count;
+  coord_hist hist[HIST_N];        /* by HIST_* (coord_observe) */
 
   /* Callbacks by which a lower layer reaches a higher one (main.c sets them; NULL = none). */
   void (*tick_cb)(struct coord *c);     /* loop.c, every tick: housekeeping (rounds_tick) */

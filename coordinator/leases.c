@@ -554,7 +554,8 @@ int lease_park(coord *c, void *call, int64_t worker, int64_t job, int64_t deadli
     c->parked = a;
     c->cap_parked = cap;
   }
-  c->parked[c->n_parked++] = (lease_wait){.call = call, .worker = worker, .job = job, .deadline = deadline};
+  c->parked[c->n_parked++] =
+      (lease_wait){.call = call, .worker = worker, .job = job, .deadline = deadline, .since = dpc_mono_s()};
   return 0;
 }
 
@@ -590,6 +591,7 @@ void lease_retry_parked(coord *c, int flush) {
     }
     /* Off the registry before the answer: answering may end the call. */
     c->parked[i] = c->parked[--c->n_parked];
+    if (rc == SCHED_GRANTED) coord_observe(c, HIST_LEASE_WAIT, dpc_mono_s() - pk.since);
     if (c->park_answer_cb) c->park_answer_cb(c, pk.call, pk.worker, rc, rc == SCHED_GRANTED ? &l : NULL);
   }
 }

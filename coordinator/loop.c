@@ -1,7 +1,8 @@
 /* loop.c — the coordinator's libuv glue: the loop that owns all state (gRPC completions via
  * uv_async, the housekeeping timer, signals), the count of thread-pool work in flight and the
  * graceful shutdown on SIGTERM/SIGINT: stop accepting work, let thread-pool work (delta
- * fsyncs, outer steps) finish, stop the gRPC server with a grace period. */
+ * fsyncs, outer steps) finish, stop the gRPC server with a grace period. Also the bucket
+ * bounds of the /metrics histograms and coord_observe (loop thread, like all coord state). */
 #include "coordinator/loop.h"
 
 #include "common/errors.h"
@@ -37,6 +38,33 @@ int loop_queue_work(coord *c, uv_work_t *req, uv_work_cb work, uv_after_work_cb 
   if (rc < 0) return dpc_err(DPC_EINTERNAL, "uv_queue_work: %s", uv_strerror(rc));
   c->work_inflight++;
   return 0;
+}
+
+/* Seconds: 1 ms to 30 min (transfers and steps); versions for the staleness. */
+static const double DURATION_BOUNDS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800};
+static const double STALENESS_BOUNDS[] = {0, 1, 2, 4, 8, 16, 32, 64, 128, 256};
+_Static_assert(sizeof DURATION_BOUNDS / sizeof(double) <= COORD_HIST_MAX_BUCKETS &&
+                   sizeof STALENESS_BOUNDS / sizeof(double) <= COORD_HIST_MAX_BUCKETS,
+               "coord_hist holds COORD_HIST_MAX_BUCKETS bounds");
+
+const double *coord_hist_bounds(int h, int *n) {
+  if (h == HIST_STALENESS) {
+    *n = (int)(sizeof STALENESS_BOUNDS / sizeof STALENESS_BOUNDS[0]);
+    return STALENESS_BOUNDS;
+  }
+  *n = (int)(sizeof DURATION_BOUNDS / sizeof DURATION_BOUNDS[0]);
+  return DURATION_BOUNDS;
+}
+
+void coord_observe(coord *c, int h, double v) {
+  if (h < 0 || h >= HIST_N || !(v >= 0)) return; /* NaN and negative durations are not observations */
+  int n;
+  const double *b = coord_hist_bounds(h, &n);
+  coord_hist *x = &c->hist[h];
+  for (int i = 0; i < n; i++)
+    if (v <= b[i]) x->count[i]++;
+  x->count[n]++;
+  x->sum += v;
 }
 
 void loop_work_done(coord *c) {

@@ -1,6 +1,7 @@
 /* loop.h — the coordinator's libuv loop glue (layer 1, see coord.h): clocks, the loop and its
  * uv_async that runs gRPC completions, thread-pool work accounting, SIGTERM/SIGINT, the
- * housekeeping tick and the graceful shutdown once the loop is idle.
+ * housekeeping tick, the graceful shutdown once the loop is idle, and the /metrics
+ * histograms every layer above observes into (coord_observe).
  *
  * Contract: everything here runs on the loop thread except loop_notify (any thread) and the
  * clocks (any thread). Higher layers are reached only through coord's tick_cb, stop_cb and
@@ -35,5 +36,10 @@ void loop_close(coord *c);
  * callback must end with loop_work_done. */
 int loop_queue_work(coord *c, uv_work_t *req, uv_work_cb work, uv_after_work_cb after);
 void loop_work_done(coord *c);
+
+/* Histograms (coord.hist, HIST_*): add one observation v to histogram h; the upper bounds of
+ * h's buckets (*n of them, ascending; +Inf is implied). Loop thread. */
+void coord_observe(coord *c, int h, double v);
+const double *coord_hist_bounds(int h, int *n);
 
 #endif

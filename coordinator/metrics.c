@@ -1,26 +1,36 @@
-/* metrics.c — the coordinator's Prometheus endpoint: a tiny HTTP/1.0 server on libuv TCP
- * (--metrics-listen HOST:PORT) answering "GET /metrics" with the text exposition format and
- * 404 to anything else; one response per connection, then close. Requests are bounded
- * (8 KiB, must start with a request line) and read on the loop thread like everything else.
+/* metrics.c — the coordinator's HTTP listener (--metrics-listen HOST:PORT): a tiny HTTP/1.0
+ * server on libuv TCP answering "GET /metrics" with the Prometheus text exposition format,
+ * "GET /" and "GET /api/status" with the status page (statuspage.c), and 404 to anything
+ * else; one response per connection, then close. Requests are bounded (8 KiB, must start
+ * with a request line) and read on the loop thread like everything else.
  *
- * Series: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_deltas_rejected_total,
- * dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace, disconnect),
- * dipaco_round_wait_seconds (histogram: first to last merged delta of each closed sync round),
- * dipaco_bytes_in_total,
- * dipaco_bytes_out_total, dipaco_outer_step_seconds (last) and _sum, dipaco_round_overhead_seconds
- * (last; _sum, _count: last merged delta -> every slot holds the new version), dipaco_workers{state},
- * dipaco_active_leases, dipaco_jobs{state}, dipaco_fragment_version{job,fragment},
- * dipaco_loss{job,path} (latest reported loss; NaN until known), dipaco_job_loss{job} (mean
- * loss of the last closed round); diloco-async jobs: dipaco_async_staleness{job} (staleness of
- * the last applied delta), dipaco_async_staleness_max{job}, dipaco_async_staleness_sum{job},
- * dipaco_async_deltas_applied_total{job}, dipaco_async_deltas_dropped_total{job} (too stale)
- * — counted since the coordinator started; the durable per-delta record is the ledger. */
+ * Every family has HELP and TYPE (promtool check metrics is clean). Series:
+ *  - counters: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_deltas_rejected_total,
+ *    dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace, disconnect),
+ *    dipaco_bytes_in_total, dipaco_bytes_out_total;
+ *  - histograms (coord.hist): dipaco_outer_step_seconds, dipaco_push_seconds,
+ *    dipaco_pull_seconds, dipaco_lease_wait_seconds, dipaco_round_wait_seconds,
+ *    dipaco_round_overhead_seconds,
+ *    dipaco_delta_staleness;
+ *  - gauges: dipaco_workers{state}, dipaco_active_leases, dipaco_jobs{state},
+ *    dipaco_jobs_unlabeled;
+ *  - per job {job_id} (not "job": Prometheus puts its own job label on every target) — live
+ *    jobs only (created, running, paused), the newest METRICS_MAX_JOBS, and per path /
+ *    fragment the first METRICS_MAX_LABELS, so the label sets stay bounded:
+ *    dipaco_job_info{job_id,name,algorithm} (1), dipaco_job_rounds, dipaco_job_rounds_target,
+ *    dipaco_fragment_version{job_id,fragment}, dipaco_loss{job_id,path} (latest reported loss),
+ *    dipaco_job_loss (mean loss of the last closed round); diloco-async jobs:
+ *    dipaco_async_staleness (last applied delta), dipaco_async_staleness_max,
+ *    dipaco_async_staleness_versions_total, dipaco_async_deltas_applied_total,
+ *    dipaco_async_deltas_dropped_total
+ *  — counted since the coordinator started; the durable per-delta record is the ledger. */
 #include "coordinator/metrics.h"
 
 #include "common/errors.h"
 #include "common/log.h"
 #include "coordinator/leases.h"
 #include "coordinator/loop.h"
+#include "coordinator/statuspage.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -31,6 +41,12 @@
 #define REQ_MAX 8192
 
 #define CONN_TIMEOUT_MS 5000
+
+/* Per-job series exist for at most this many live jobs, and per-path/per-fragment series for
+ * the first METRICS_MAX_LABELS paths/fragments of each: a bounded label set. */
+#define METRICS_MAX_JOBS 16
+#define METRICS_MAX_JOBS_S "16"
+#define METRICS_MAX_LABELS 64
 
 typedef struct {
   uv_tcp_t tcp;
@@ -69,50 +85,57 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
   }
 }
 
-/* Process counters: rounds, outer steps, bytes, outer step time. */
+/* "# HELP" and "# TYPE" lines of a metric family. */
+static void head(sbuf *b, const char *name, const char *type, const char *help) {
+  sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A histogram family without labels: cumulative buckets, +Inf, _sum, _count. */
+static void fmt_hist(sbuf *b, const coord_hist *h, int which, const char *name, const char *help) {
+  int n;
+  const double *bounds = coord_hist_bounds(which, &n);
+  head(b, name, "histogram", help);
+  for (int i = 0; i < n; i++)
+    sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)h->count[i]);
+  sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)h->count[n], name,
+            h->sum, name, (unsigned long long)h->count[n]);
+}
+
+/* Process counters and histograms. */
 static void fmt_counters(coord *c, sbuf *b) {
-  sb_printf(b, "# HELP dipaco_rounds_total Outer rounds closed (sync; one per fragment round).\n"
-               "# TYPE dipaco_rounds_total counter\ndipaco_rounds_total %llu\n",
-            (unsigned long long)c->rounds_total);
-  sb_printf(b, "# TYPE dipaco_outer_steps_total counter\ndipaco_outer_steps_total %llu\n",
-            (unsigned long long)c->outer_steps);
-  sb_printf(b, "# HELP dipaco_deltas_rejected_total PushDelta streams refused as malformed or corrupt (nothing "
-               "stored).\n# TYPE dipaco_deltas_rejected_total counter\ndipaco_deltas_rejected_total %llu\n",
-            (unsigned long long)c->deltas_rejected);
+  head(b, "dipaco_rounds_total", "counter", "Outer rounds closed (sync; one per fragment round).");
+  sb_printf(b, "dipaco_rounds_total %llu\n", (unsigned long long)c->rounds_total);
+  head(b, "dipaco_outer_steps_total", "counter", "Outer steps applied (sync rounds and async deltas).");
+  sb_printf(b, "dipaco_outer_steps_total %llu\n", (unsigned long long)c->outer_steps);
+  head(b, "dipaco_deltas_rejected_total", "counter",
+       "PushDelta streams refused as malformed or corrupt (nothing stored).");
+  sb_printf(b, "dipaco_deltas_rejected_total %llu\n", (unsigned long long)c->deltas_rejected);
   static const char *const why[REVOKE_N] = {"heartbeat", "ttl", "deadline", "grace", "disconnect"};
-  sb_printf(b, "# HELP dipaco_lease_revocations_total Active leases taken from their workers: heartbeat (missed "
-               "--dead-after-heartbeats heartbeats), ttl (not renewed within --lease-ttl-ms), deadline (round closed "
-               "at round_timeout_s without it), grace (quorum round closed at quorum_grace_s without it), disconnect "
-               "(the worker's connection closed: no Watch within --reconnect-grace-ms).\n"
-               "# TYPE dipaco_lease_revocations_total counter\n");
+  head(b, "dipaco_lease_revocations_total", "counter",
+       "Active leases taken from their workers: heartbeat (missed --dead-after-heartbeats heartbeats), ttl (not "
+       "renewed within --lease-ttl-ms), deadline (round closed at round_timeout_s without it), grace (quorum round "
+       "closed at quorum_grace_s without it), disconnect (the worker's connection closed: no Watch within "
+       "--reconnect-grace-ms).");
   for (int i = 0; i < REVOKE_N; i++)
     sb_printf(b, "dipaco_lease_revocations_total{reason=\"%s\"} %llu\n", why[i], (unsigned long long)c->revocations[i]);
-  static const double bounds[COORD_ROUND_WAIT_BUCKETS] = COORD_ROUND_WAIT_BOUNDS;
-  sb_printf(b, "# HELP dipaco_round_wait_seconds Per closed sync round: time from its first to its last merged "
-               "delta.\n# TYPE dipaco_round_wait_seconds histogram\n");
-  for (int i = 0; i < COORD_ROUND_WAIT_BUCKETS; i++)
-    sb_printf(b, "dipaco_round_wait_seconds_bucket{le=\"%g\"} %llu\n", bounds[i],
-              (unsigned long long)c->round_wait_count[i]);
-  sb_printf(b, "dipaco_round_wait_seconds_bucket{le=\"+Inf\"} %llu\ndipaco_round_wait_seconds_sum %.6f\n"
-               "dipaco_round_wait_seconds_count %llu\n",
-            (unsigned long long)c->round_wait_count[COORD_ROUND_WAIT_BUCKETS], c->round_wait_sum,
-            (unsigned long long)c->round_wait_count[COORD_ROUND_WAIT_BUCKETS]);
-  sb_printf(b, "# HELP dipaco_bytes_in_total Tensor bytes received (deltas, uploads).\n"
-               "# TYPE dipaco_bytes_in_total counter\ndipaco_bytes_in_total %llu\n",
-            (unsigned long long)c->bytes_in);
-  sb_printf(b, "# HELP dipaco_bytes_out_total Tensor bytes sent (parameters, exports).\n"
-               "# TYPE dipaco_bytes_out_total counter\ndipaco_bytes_out_total %llu\n",
-            (unsigned long long)c->bytes_out);
-  sb_printf(b, "# HELP dipaco_outer_step_seconds Duration of the last outer step.\n"
-               "# TYPE dipaco_outer_step_seconds gauge\ndipaco_outer_step_seconds %.6f\n"
-               "# TYPE dipaco_outer_step_seconds_sum counter\ndipaco_outer_step_seconds_sum %.6f\n",
-            c->outer_seconds_last, c->outer_seconds_sum);
-  sb_printf(b, "# HELP dipaco_round_overhead_seconds Per sync round: its last merged delta to every slot of the next "
-               "round holding the new parameters (last value; _sum and _count over the rounds).\n"
-               "# TYPE dipaco_round_overhead_seconds gauge\ndipaco_round_overhead_seconds %.6f\n"
-               "# TYPE dipaco_round_overhead_seconds_sum counter\ndipaco_round_overhead_seconds_sum %.6f\n"
-               "# TYPE dipaco_round_overhead_seconds_count counter\ndipaco_round_overhead_seconds_count %llu\n",
-            c->round_overhead_last, c->round_overhead_sum, (unsigned long long)c->round_overhead_count);
+  head(b, "dipaco_bytes_in_total", "counter", "Tensor bytes received (deltas, uploads).");
+  sb_printf(b, "dipaco_bytes_in_total %llu\n", (unsigned long long)c->bytes_in);
+  head(b, "dipaco_bytes_out_total", "counter", "Tensor bytes sent (parameters, exports).");
+  sb_printf(b, "dipaco_bytes_out_total %llu\n", (unsigned long long)c->bytes_out);
+  fmt_hist(b, &c->hist[HIST_OUTER_STEP], HIST_OUTER_STEP, "dipaco_outer_step_seconds",
+           "Duration of an outer step (a sync round's or an applied async delta's), on the thread pool.");
+  fmt_hist(b, &c->hist[HIST_PUSH], HIST_PUSH, "dipaco_push_seconds",
+           "PushDelta: from a fragment's first chunk to its durable record (receive, decode, fsync, commit).");
+  fmt_hist(b, &c->hist[HIST_PULL], HIST_PULL, "dipaco_pull_seconds",
+           "PullFragment by a worker: from the call to its last chunk sent.");
+  fmt_hist(b, &c->hist[HIST_LEASE_WAIT], HIST_LEASE_WAIT, "dipaco_lease_wait_seconds",
+           "Lease calls that got a lease: time until the grant (0 when at once; else parked in the long-poll).");
+  fmt_hist(b, &c->hist[HIST_ROUND_WAIT], HIST_ROUND_WAIT, "dipaco_round_wait_seconds",
+           "Per closed sync round: time from its first to its last merged delta.");
+  fmt_hist(b, &c->hist[HIST_ROUND_OVERHEAD], HIST_ROUND_OVERHEAD, "dipaco_round_overhead_seconds",
+           "Per sync round: its last merged delta to every slot of the next round holding the new parameters.");
+  fmt_hist(b, &c->hist[HIST_STALENESS], HIST_STALENESS, "dipaco_delta_staleness",
+           "Staleness (versions behind) of every applied delta: 0 in a sync round; async: current - base version.");
 }
 
 /* Workers by state and the active leases. */
@@ -127,8 +150,8 @@ static void fmt_fleet(coord *c, sbuf *b) {
       cnt[s]++;
     }
     free(ws);
-    sb_printf(b, "# HELP dipaco_workers Registered workers by state.\n# TYPE dipaco_workers gauge\n"
-                 "dipaco_workers{state=\"active\"} %d\ndipaco_workers{state=\"draining\"} %d\n"
+    head(b, "dipaco_workers", "gauge", "Registered workers by state.");
+    sb_printf(b, "dipaco_workers{state=\"active\"} %d\ndipaco_workers{state=\"draining\"} %d\n"
                  "dipaco_workers{state=\"gone\"} %d\n",
               cnt[0], cnt[1], cnt[2]);
   }
@@ -136,51 +159,115 @@ static void fmt_fleet(coord *c, sbuf *b) {
   int nl;
   if (store_list_active_leases(c->st, 0, &ls, &nl) == 0) {
     free(ls);
-    sb_printf(b, "# TYPE dipaco_active_leases gauge\ndipaco_active_leases %d\n", nl);
+    head(b, "dipaco_active_leases", "gauge", "Leases active now (slots being trained).");
+    sb_printf(b, "dipaco_active_leases %d\n", nl);
   }
 }
 
-/* Per job: fragment versions, path and job losses. */
-static void fmt_progress(coord *c, sbuf *b) {
-  sb_printf(b, "# TYPE dipaco_fragment_version gauge\n");
-  for (int i = 0; i < c->n_jobs; i++) {
+/* A label value: backslash, double quote and newline escaped (the exposition format). */
+static void label_value(sbuf *b, const char *v) {
+  for (; *v; v++) {
+    if (*v == '\\') sb_printf(b, "\\\\");
+    else if (*v == '"') sb_printf(b, "\\\"");
+    else if (*v == '\n') sb_printf(b, "\\n");
+    else sb_printf(b, "%c", *v);
+  }
+}
+
+/* The jobs that get per-job series: live ones (created, running, paused), the newest
+ * METRICS_MAX_JOBS of them, so that the label sets stay bounded however many jobs the store
+ * holds; into out[], oldest first; returns how many, *left = the live jobs left out. */
+static int labeled_jobs(const coord *c, const coord_job **out, int *left) {
+  int n = 0;
+  *left = 0;
+  for (int i = c->n_jobs - 1; i >= 0; i--) {
+    const coord_job *j = c->jobs[i];
+    if (j->state != JOB_CREATED && j->state != JOB_RUNNING && j->state != JOB_PAUSED) continue;
+    if (n < METRICS_MAX_JOBS) out[n++] = j;
+    else (*left)++;
+  }
+  for (int i = 0; i < n / 2; i++) {
+    const coord_job *t = out[i];
+    out[i] = out[n - 1 - i];
+    out[n - 1 - i] = t;
+  }
+  return n;
+}
+
+/* Per live job: name, progress, fragment versions, path and job losses. */
+static void fmt_progress(coord *c, sbuf *b, const coord_job *const *js, int nj, int left) {
+  head(b, "dipaco_job_info", "gauge",
+       "1 per job with per-job series: live jobs (created, running, paused), the newest " METRICS_MAX_JOBS_S ".");
+  for (int i = 0; i < nj; i++) {
+    sb_printf(b, "dipaco_job_info{job_id=\"%lld\",name=\"", (long long)js[i]->id);
+    label_value(b, js[i]->spec.name);
+    sb_printf(b, "\",algorithm=\"%s\"} 1\n", jobspec_algorithm_name(js[i]->spec.algorithm));
+  }
+  head(b, "dipaco_jobs_unlabeled", "gauge", "Live jobs left out of the per-job series (over the cap).");
+  sb_printf(b, "dipaco_jobs_unlabeled %d\n", left);
+  head(b, "dipaco_job_rounds", "gauge",
+       "Rounds a job has completed: the lowest fragment version (async: deltas applied / slots).");
+  sbuf ver = {0};
+  for (int i = 0; i < nj; i++) {
     store_fragment *fr;
     int nf;
-    if (store_list_fragments(c->st, c->jobs[i]->id, &fr, &nf) < 0) continue;
-    for (int f = 0; f < nf; f++)
-      sb_printf(b, "dipaco_fragment_version{job=\"%lld\",fragment=\"%d\"} %lld\n", (long long)c->jobs[i]->id,
-                fr[f].fragment + 1, (long long)fr[f].version);
+    if (store_list_fragments(c->st, js[i]->id, &fr, &nf) < 0) continue;
+    int64_t mn = nf ? INT64_MAX : 0;
+    for (int f = 0; f < nf; f++) {
+      if (fr[f].version < mn) mn = fr[f].version;
+      if (f < METRICS_MAX_LABELS)
+        sb_printf(&ver, "dipaco_fragment_version{job_id=\"%lld\",fragment=\"%d\"} %lld\n", (long long)js[i]->id,
+                  fr[f].fragment + 1, (long long)fr[f].version);
+    }
+    if (js[i]->spec.algorithm == JOB_ALGO_DILOCO_ASYNC && js[i]->n_slots > 0) mn /= js[i]->n_slots;
+    sb_printf(b, "dipaco_job_rounds{job_id=\"%lld\"} %lld\n", (long long)js[i]->id, (long long)mn);
     free(fr);
   }
-  sb_printf(b, "# HELP dipaco_loss Latest training loss reported on a path.\n# TYPE dipaco_loss gauge\n");
-  for (int i = 0; i < c->n_jobs; i++)
-    for (int p = 0; p < c->jobs[i]->n_paths; p++)
-      if (isfinite(c->jobs[i]->path_loss[p]))
-        sb_printf(b, "dipaco_loss{job=\"%lld\",path=\"%d\"} %.6g\n", (long long)c->jobs[i]->id, p,
-                  c->jobs[i]->path_loss[p]);
-  sb_printf(b, "# TYPE dipaco_job_loss gauge\n");
-  for (int i = 0; i < c->n_jobs; i++)
-    if (isfinite(c->jobs[i]->last_loss))
-      sb_printf(b, "dipaco_job_loss{job=\"%lld\"} %.6g\n", (long long)c->jobs[i]->id, c->jobs[i]->last_loss);
+  head(b, "dipaco_job_rounds_target", "gauge", "Rounds a job's spec asks for.");
+  for (int i = 0; i < nj; i++)
+    sb_printf(b, "dipaco_job_rounds_target{job_id=\"%lld\"} %d\n", (long long)js[i]->id, js[i]->spec.rounds);
+  head(b, "dipaco_fragment_version", "gauge", "Current parameter version of a job's fragment (first 64 per job).");
+  if (ver.s) sb_printf(b, "%s", ver.s);
+  free(ver.s);
+  head(b, "dipaco_loss", "gauge", "Latest training loss reported on a path (first 64 paths per job; absent until known).");
+  for (int i = 0; i < nj; i++)
+    for (int p = 0; p < js[i]->n_paths && p < METRICS_MAX_LABELS; p++)
+      if (isfinite(js[i]->path_loss[p]))
+        sb_printf(b, "dipaco_loss{job_id=\"%lld\",path=\"%d\"} %.6g\n", (long long)js[i]->id, p, js[i]->path_loss[p]);
+  head(b, "dipaco_job_loss", "gauge", "Mean training loss of a job's last closed round (absent until known).");
+  for (int i = 0; i < nj; i++)
+    if (isfinite(js[i]->last_loss))
+      sb_printf(b, "dipaco_job_loss{job_id=\"%lld\"} %.6g\n", (long long)js[i]->id, js[i]->last_loss);
 }
 
-/* Per diloco-async job: staleness and delta counters; then jobs by state. */
-static void fmt_async_and_states(coord *c, sbuf *b) {
-  sb_printf(b, "# HELP dipaco_async_staleness Staleness (current - base version) of the last applied async delta.\n"
-               "# TYPE dipaco_async_staleness gauge\n# TYPE dipaco_async_staleness_max gauge\n"
-               "# TYPE dipaco_async_staleness_sum counter\n# TYPE dipaco_async_deltas_applied_total counter\n"
-               "# TYPE dipaco_async_deltas_dropped_total counter\n");
-  for (int i = 0; i < c->n_jobs; i++) {
-    const coord_job *j = c->jobs[i];
-    if (j->spec.algorithm != JOB_ALGO_DILOCO_ASYNC) continue;
-    long long id = (long long)j->id;
-    sb_printf(b, "dipaco_async_staleness{job=\"%lld\"} %lld\ndipaco_async_staleness_max{job=\"%lld\"} %lld\n"
-                 "dipaco_async_staleness_sum{job=\"%lld\"} %.0f\ndipaco_async_deltas_applied_total{job=\"%lld\"} %llu\n"
-                 "dipaco_async_deltas_dropped_total{job=\"%lld\"} %llu\n",
-              id, (long long)j->stale_last, id, (long long)j->stale_max, id, j->stale_sum, id,
-              (unsigned long long)j->async_applied, id, (unsigned long long)j->async_dropped);
-  }
-  sb_printf(b, "# TYPE dipaco_jobs gauge\n");
+/* Per live diloco-async job: staleness and delta counters; then jobs by state. */
+static void fmt_async_and_states(coord *c, sbuf *b, const coord_job *const *js, int nj) {
+  head(b, "dipaco_async_staleness", "gauge", "Staleness (current - base version) of the last applied async delta.");
+  for (int i = 0; i < nj; i++)
+    if (js[i]->spec.algorithm == JOB_ALGO_DILOCO_ASYNC)
+      sb_printf(b, "dipaco_async_staleness{job_id=\"%lld\"} %lld\n", (long long)js[i]->id, (long long)js[i]->stale_last);
+  head(b, "dipaco_async_staleness_max", "gauge", "Largest staleness of an applied async delta since the start.");
+  for (int i = 0; i < nj; i++)
+    if (js[i]->spec.algorithm == JOB_ALGO_DILOCO_ASYNC)
+      sb_printf(b, "dipaco_async_staleness_max{job_id=\"%lld\"} %lld\n", (long long)js[i]->id, (long long)js[i]->stale_max);
+  head(b, "dipaco_async_staleness_versions_total", "counter",
+       "Sum of the staleness of the applied async deltas (divide by dipaco_async_deltas_applied_total for the mean).");
+  for (int i = 0; i < nj; i++)
+    if (js[i]->spec.algorithm == JOB_ALGO_DILOCO_ASYNC)
+      sb_printf(b, "dipaco_async_staleness_versions_total{job_id=\"%lld\"} %.0f\n", (long long)js[i]->id,
+                js[i]->stale_sum);
+  head(b, "dipaco_async_deltas_applied_total", "counter", "Async deltas applied since the coordinator started.");
+  for (int i = 0; i < nj; i++)
+    if (js[i]->spec.algorithm == JOB_ALGO_DILOCO_ASYNC)
+      sb_printf(b, "dipaco_async_deltas_applied_total{job_id=\"%lld\"} %llu\n", (long long)js[i]->id,
+                (unsigned long long)js[i]->async_applied);
+  head(b, "dipaco_async_deltas_dropped_total", "counter",
+       "Async deltas dropped as too stale (max_staleness) since the coordinator started.");
+  for (int i = 0; i < nj; i++)
+    if (js[i]->spec.algorithm == JOB_ALGO_DILOCO_ASYNC)
+      sb_printf(b, "dipaco_async_deltas_dropped_total{job_id=\"%lld\"} %llu\n", (long long)js[i]->id,
+                (unsigned long long)js[i]->async_dropped);
+  head(b, "dipaco_jobs", "gauge", "Jobs in the store by state.");
   static const char *const names[] = {"created", "running", "paused", "finished", "canceled", "failed"};
   for (int s = 0; s < 6; s++) {
     int n = 0;
@@ -190,10 +277,13 @@ static void fmt_async_and_states(coord *c, sbuf *b) {
 }
 
 static void fmt_metrics(coord *c, sbuf *b) {
+  const coord_job *js[METRICS_MAX_JOBS];
+  int left;
+  int nj = labeled_jobs(c, js, &left);
   fmt_counters(c, b);
   fmt_fleet(c, b);
-  fmt_progress(c, b);
-  fmt_async_and_states(c, b);
+  fmt_progress(c, b, js, nj, left);
+  fmt_async_and_states(c, b, js, nj);
 }
 
 static void on_closed(uv_handle_t *h) {
@@ -220,8 +310,16 @@ static void respond(conn *k, int code, const char *ctype, const char *body, size
   k->answered = 1;
   uv_read_stop((uv_stream_t *)&k->tcp);
   sbuf b = {0};
-  sb_printf(&b, "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", code,
-            code == 200 ? "OK" : code == 404 ? "Not Found" : "Bad Request", ctype, blen);
+  /* The page is read-only and self-contained: no script runs, nothing loads from elsewhere. */
+  sb_printf(&b, "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n"
+               "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+               "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\r\n\r\n",
+            code,
+            code == 200   ? "OK"
+            : code == 404 ? "Not Found"
+            : code == 500 ? "Internal Server Error"
+                          : "Bad Request",
+            ctype, blen);
   if (!b.s) {
     conn_close(k);
     return;
@@ -237,6 +335,12 @@ static void respond(conn *k, int code, const char *ctype, const char *body, size
   uv_buf_t buf = uv_buf_init(all, (unsigned)(b.n + blen));
   k->wr.data = k;
   if (uv_write(&k->wr, (uv_stream_t *)&k->tcp, &buf, 1, on_written) < 0) conn_close(k);
+}
+
+/* 1 if the request line is "GET path" (with or without a query string). */
+static int is_get(const char *req, const char *path) {
+  size_t n = strlen(path);
+  return strncmp(req, "GET ", 4) == 0 && strncmp(req + 4, path, n) == 0 && (req[4 + n] == ' ' || req[4 + n] == '?');
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -259,13 +363,22 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (k->n >= REQ_MAX - 1) respond(k, 400, "text/plain", "request too large\n", 18);
     return;
   }
-  if (strncmp(k->req, "GET /metrics ", 13) == 0 || strncmp(k->req, "GET /metrics?", 13) == 0) {
+  if (is_get(k->req, "/metrics")) {
     sbuf b = {0};
     fmt_metrics(k->c, &b);
     respond(k, 200, "text/plain; version=0.0.4", b.s ? b.s : "", b.n);
     free(b.s);
+  } else if (is_get(k->req, "/") || is_get(k->req, "/index.html") || is_get(k->req, "/api/status")) {
+    const int json = is_get(k->req, "/api/status");
+    char *body = NULL;
+    size_t n = 0;
+    if ((json ? statuspage_json(k->c, &body, &n) : statuspage_html(k->c, &body, &n)) < 0)
+      respond(k, 500, "text/plain", "out of memory\n", 14);
+    else
+      respond(k, 200, json ? "application/json" : "text/html; charset=utf-8", body, n);
+    free(body);
   } else {
-    respond(k, 404, "text/plain", "not found; try /metrics\n", 24);
+    respond(k, 404, "text/plain", "not found; try /, /api/status or /metrics\n", 42);
   }
 }
 

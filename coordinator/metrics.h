@@ -1,5 +1,6 @@
-/* metrics.h — the coordinator's Prometheus endpoint (layer 4, see coord.h): GET /metrics on
- * --metrics-listen HOST:PORT, over libuv TCP on the loop.
+/* metrics.h — the coordinator's HTTP listener (layer 4, see coord.h): GET /metrics
+ * (Prometheus), GET / and /api/status (statuspage.h) on --metrics-listen HOST:PORT, over
+ * libuv TCP on the loop.
  *
  * Contract: loop thread only; the listener is c->metrics, closed by metrics_stop (main.c
  * makes it coord.shutdown_cb). */

@@ -243,15 +243,6 @@ static void outer_failed(coord *c, coord_job *j, const outer_work *w) {
   pause_fragment(c, j, w->fragment, what);
 }
 
-/* One closed sync round's first-to-last delta time into dipaco_round_wait_seconds. */
-static void note_round_wait(coord *c, double s) {
-  static const double bounds[COORD_ROUND_WAIT_BUCKETS] = COORD_ROUND_WAIT_BOUNDS;
-  for (int i = 0; i < COORD_ROUND_WAIT_BUCKETS; i++)
-    if (s <= bounds[i]) c->round_wait_count[i]++;
-  c->round_wait_count[COORD_ROUND_WAIT_BUCKETS]++;
-  c->round_wait_sum += s;
-}
-
 static void outer_after(uv_work_t *req, int status) {
   outer_work *w = req->data;
   coord *c = w->c;
@@ -281,9 +272,9 @@ static void outer_after(uv_work_t *req, int status) {
   }
   c->rounds_total++;
   c->outer_steps++;
-  if (w->n > 0) note_round_wait(c, (double)(w->last_at - w->first_at) / 1000.0);
-  c->outer_seconds_sum += w->seconds;
-  c->outer_seconds_last = w->seconds;
+  if (w->n > 0) coord_observe(c, HIST_ROUND_WAIT, (double)(w->last_at - w->first_at) / 1000.0);
+  coord_observe(c, HIST_OUTER_STEP, w->seconds);
+  for (int i = 0; i < w->n; i++) coord_observe(c, HIST_STALENESS, 0); /* a sync round's deltas: its own base */
   if (j) j->last_outer_s = w->seconds;
   double mean = record_round_loss(c, j, w);
   DPC_INFO("round %lld closed: job %lld fragment %d -> version %lld, %d deltas%s, mean loss %.4f, outer step %.3f s",
@@ -530,8 +521,8 @@ static void async_run(uv_work_t *req) {
 /* The counters of an applied delta (/metrics and the job's loss). */
 static void async_account(coord *c, coord_job *j, const async_work *w) {
   c->outer_steps++;
-  c->outer_seconds_sum += w->seconds;
-  c->outer_seconds_last = w->seconds;
+  coord_observe(c, HIST_OUTER_STEP, w->seconds);
+  coord_observe(c, HIST_STALENESS, (double)w->staleness);
   if (!j) return;
   if (w->d.path < j->n_paths && isfinite(j->path_loss[w->d.path])) j->last_loss = j->path_loss[w->d.path];
   j->async_applied++;
@@ -710,9 +701,7 @@ void rounds_note_pull(coord *c, int64_t job, int fragment, int64_t version) {
   if (++j->ov_pulled[fragment] < j->expected[fragment]) return;
   j->ov_pulled[fragment] = -1; /* counted once */
   double s = (double)(dpc_wall_ms() - j->ov_from_ms[fragment]) / 1000.0;
-  c->round_overhead_last = s;
-  c->round_overhead_sum += s;
-  c->round_overhead_count++;
+  coord_observe(c, HIST_ROUND_OVERHEAD, s);
   j->last_overhead_s = s;
   DPC_INFO("round overhead: job %lld fragment %d version %lld: %.3f s from the last delta of round %lld to every "
            "slot holding the new version", (long long)job, fragment + 1, (long long)version, s, (long long)version - 1);

@@ -148,6 +148,7 @@ Dipaco__V1__Algorithm svc_algorithm_wire(const jobspec *js) {
 
 static void stream_send_next(struct rpc_call *call, out_stream *os) {
   if (os->cur >= os->nparts) {
+    if (os->lease_id) coord_observe(os->c, HIST_PULL, dpc_mono_s() - os->t0);
     rpc_call_finish(call, RPC_OK, "%s", "");
     return;
   }
@@ -187,6 +188,7 @@ static void stream_send_next(struct rpc_call *call, out_stream *os) {
 
 void svc_stream_start(struct rpc_call *call, out_stream *os) {
   rpc_call_set_data(call, os);
+  os->t0 = dpc_mono_s();
   stream_send_next(call, os);
 }
 

@@ -76,6 +76,7 @@ typedef struct out_stream {
   uint64_t next, lease_id;
   int64_t job; /* the lease's job (PullFragment of parameters: round overhead accounting), 0 = none */
   uint32_t chunk;
+  double t0; /* dpc_mono_s at the start (a worker's pull, lease_id != 0: dipaco_pull_seconds) */
   void (*ref)(void *ud);
   void (*unref)(void *ud);
   void *ud;

@@ -341,6 +341,7 @@ typedef struct push {
   size_t total_floats;
   uint32_t crc;
   double ss, norm; /* sum of squares of the fragment's floats so far; its L2 norm at the end */
+  double t0;       /* dpc_mono_s at the fragment's first chunk (dipaco_push_seconds) */
   unsigned char carry[4];
   int ncarry;
   blob_writer *w;
@@ -540,6 +541,7 @@ static void push_commit_after(uv_work_t *req, int status) {
       push_ack(p, p->frag, rc == 0 ? DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED : DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE,
                (uint64_t)p->lease.round + 1);
       if (rc == 0) {
+        coord_observe(c, HIST_PUSH, dpc_mono_s() - p->t0);
         screen_window *sw = j ? push_screen_window(c, j, p->frag) : NULL;
         if (sw) screen_add(sw, p->norm);
         if (j && isfinite(loss) && p->lease.path < j->n_paths) j->path_loss[p->lease.path] = loss;
@@ -728,6 +730,7 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   const coord_job *j = coord_job_get(p->c, p->lease.job);
   if (push_check_header(p, j, frag, ch) < 0) return -1;
   p->frag = frag;
+  p->t0 = dpc_mono_s();
   p->total = ch->total;
   p->next = 0;
   p->crc = 0;

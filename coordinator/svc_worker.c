@@ -499,8 +499,10 @@ static void on_lease(struct rpc_call *call, const struct grpc_byte_buffer *req, 
   store_lease l;
   int rc = lease_assign(c, worker, (int64_t)r->job_id, &l);
   if (rc < 0) rpc_call_fail(call, rc);
-  else if (rc == SCHED_GRANTED) reply_lease(call, c, &l);
-  else if (rc != SCHED_WAIT || !lease_try_park(c, call, worker, r)) lease_wait_reply(call, c, rc);
+  else if (rc == SCHED_GRANTED) {
+    coord_observe(c, HIST_LEASE_WAIT, 0); /* granted at once */
+    reply_lease(call, c, &l);
+  } else if (rc != SCHED_WAIT || !lease_try_park(c, call, worker, r)) lease_wait_reply(call, c, rc);
   protobuf_c_message_free_unpacked(pm, NULL);
 }
 

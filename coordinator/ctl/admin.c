@@ -25,6 +25,8 @@ static const admin_cmd commands[] = {
     {"job", "resume", "reason", NULL, cmd_job_resume},
     {"job", "cancel", "reason", NULL, cmd_job_cancel},
     {"job", "wait", "timeout poll-ms", NULL, cmd_job_wait},
+    {"job", "watch", "timeout poll-ms", NULL, cmd_job_watch},
+    {"job", "plot", "out", NULL, cmd_job_plot},
     {"job", "export", "path out version all-paths router", cmd_job_export_check, cmd_job_export},
     {"job", "ledger", "", NULL, cmd_job_ledger},
     {"workers", NULL, "all job", NULL, cmd_workers},

@@ -1,6 +1,7 @@
 /* commands.h — the admin commands of dipacoctl, one entry point each, as admin.c's command
- * table calls them: jobs.c (job create/list/show/pause/resume/cancel/wait/ledger), export.c
- * (job export), fleet.c (workers, paths, modules, status).
+ * table calls them: jobs.c (job create/list/show/pause/resume/cancel/wait/ledger), watch.c
+ * (job watch), plot.c (job plot), export.c (job export), fleet.c (workers, paths, modules,
+ * status).
  *
  * Each takes the open connection (conn.h), the flag values and the positional arguments, and
  * returns the exit status: 0 ok, 1 runtime or server error, 2 usage error, 3 `job wait` timed
@@ -20,10 +21,10 @@ typedef struct {
                             paths counts each path's tokens */
   const char *state;     /* --state S: job list */
   const char *reason;    /* --reason TEXT: job pause|resume|cancel */
-  float timeout_s;       /* --timeout S: job wait (0 = no limit) */
-  int poll_ms;           /* --poll-ms N: job wait */
+  float timeout_s;       /* --timeout S: job wait|watch (0 = no limit) */
+  int poll_ms;           /* --poll-ms N: job wait|watch */
   int path;              /* --path P: job export (-1 = not given) */
-  const char *out;       /* --out DIR: job export */
+  const char *out;       /* --out DIR: job export; --out FILE.svg: job plot */
   long version;          /* --version V: job export (0 = latest) */
   int all_paths;         /* --all-paths: job export (a DiPaCo model directory) */
   const char *router;    /* --router DIR: job export --all-paths copies it in */
@@ -45,6 +46,10 @@ int cmd_job_resume(actx *a, const admin_args *o, char **pos, int npos);
 int cmd_job_cancel(actx *a, const admin_args *o, char **pos, int npos);
 int cmd_job_wait(actx *a, const admin_args *o, char **pos, int npos);
 int cmd_job_ledger(actx *a, const admin_args *o, char **pos, int npos);
+
+/* watch.c: job watch; plot.c: job plot */
+int cmd_job_watch(actx *a, const admin_args *o, char **pos, int npos);
+int cmd_job_plot(actx *a, const admin_args *o, char **pos, int npos);
 
 /* export.c. cmd_job_export_check runs before connecting: the flags export needs, and the malloc
  * tuning for a bulk transfer; it returns 0 or 2 (message printed). */

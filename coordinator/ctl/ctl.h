@@ -15,10 +15,12 @@
  *                 DiPaCo directory generate --dipaco samples from
  *   admin commands (gRPC client of dipaco.v1.Admin; built with DIPACO_DISTRIBUTED):
  *     admin.c     ctl_admin: the command table, the admin flags, dispatch
- *     commands.h  the admin commands' entry points (jobs.c, export.c, fleet.c)
+ *     commands.h  the admin commands' entry points (jobs.c, watch.c, plot.c, export.c, fleet.c)
  *     conn.c/.h   address, token, TLS, timeouts; the call, paging and error helpers
  *     view.c/.h   names, times, losses and jobs as text and JSON
  *     jobs.c      job create/list/show/pause/resume/cancel/wait/ledger
+ *     watch.c     job watch (live view: a redrawn screen on a terminal, else plain lines)
+ *     plot.c      job plot (loss per path against inner steps and bytes, as SVG)
  *     export.c    job export
  *     fleet.c     workers, paths, modules, status
  *     admin_stub.c  the ctl_admin of a build without gRPC: says what is missing

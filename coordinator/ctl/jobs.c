@@ -406,7 +406,7 @@ int cmd_job_wait(actx *a, const admin_args *o, char **pos, int npos) {
   if (timeout_s < 0) return conn_usage(a, "--timeout must be >= 0 seconds (0 = no limit)%s", "");
   if (poll_ms < 10 || poll_ms > 60000) return conn_usage(a, "--poll-ms must be in [10, 60000]%s", "");
   double t0 = dpc_mono_s();
-  int last_state = -1, warned = 0;
+  int last_state = -1, warned = 0, bar = isatty(STDERR_FILENO);
   uint64_t last_round = UINT64_MAX;
   for (;;) {
     double left = timeout_s > 0 ? (double)timeout_s - (dpc_mono_s() - t0) : 1e9;
@@ -426,7 +426,9 @@ int cmd_job_wait(actx *a, const admin_args *o, char **pos, int npos) {
     } else {
       const Dipaco__V1__JobSummary *s = view_job_summary(j);
       warned = 0;
-      if ((int)s->state != last_state || s->round != last_round) {
+      if (bar) {
+        view_progress_bar(stderr, id, s); /* a terminal: one line redrawn in place */
+      } else if ((int)s->state != last_state || s->round != last_round) {
         char loss[32];
         fprintf(stderr, "job %llu: %s round %llu/%llu, %u active leases, loss %s\n",
                 (unsigned long long)id, view_job_state_name(s->state), (unsigned long long)s->round,
@@ -438,6 +440,7 @@ int cmd_job_wait(actx *a, const admin_args *o, char **pos, int npos) {
       int st = s->state;
       if (st == DIPACO__V1__JOB_STATE__JOB_DONE || st == DIPACO__V1__JOB_STATE__JOB_FAILED ||
           st == DIPACO__V1__JOB_STATE__JOB_CANCELLED) {
+        if (bar) fputc('\n', stderr);
         if (a->json) view_print_job(a->json, j);
         else printf("job %llu %s\n", (unsigned long long)id, view_job_state_name(st));
         if (st != DIPACO__V1__JOB_STATE__JOB_DONE)
@@ -450,6 +453,7 @@ int cmd_job_wait(actx *a, const admin_args *o, char **pos, int npos) {
     }
     left = timeout_s > 0 ? (double)timeout_s - (dpc_mono_s() - t0) : 1e9;
     if (left <= 0) {
+      if (bar) fputc('\n', stderr);
       fprintf(stderr, "dipacoctl %s: timed out after %g s waiting for job %llu (last state %s)\n",
               a->cmd, (double)timeout_s, (unsigned long long)id,
               last_state < 0 ? "unknown" : view_job_state_name(last_state));

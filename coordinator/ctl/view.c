@@ -260,3 +260,16 @@ void view_print_job(int json, const Dipaco__V1__Job *j) {
   }
 }
 
+
+void view_progress_bar(FILE *f, uint64_t id, const Dipaco__V1__JobSummary *s) {
+  const int width = 30;
+  double frac = s->rounds_total ? (double)s->round / (double)s->rounds_total : 0;
+  if (frac > 1) frac = 1;
+  int fill = (int)(frac * width + 0.5);
+  char loss[32];
+  fprintf(f, "\rjob %llu %-9s [", (unsigned long long)id, view_job_state_name(s->state));
+  for (int i = 0; i < width; i++) fputc(i < fill ? '#' : '.', f);
+  fprintf(f, "] %llu/%llu rounds (%3.0f%%) loss %s\033[K", (unsigned long long)s->round,
+          (unsigned long long)s->rounds_total, 100 * frac, view_fmt_loss(s->last_loss, loss, sizeof loss));
+  fflush(f);
+}

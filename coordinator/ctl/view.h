@@ -31,6 +31,9 @@ const char *view_worker_state_name(int s);   /* "IDLE" */
 void view_summary_fields(FILE *f, const Dipaco__V1__JobSummary *s);
 /* j's summary, or an empty one when the server sent none. */
 const Dipaco__V1__JobSummary *view_job_summary(const Dipaco__V1__Job *j);
+/* One progress line for a terminal, drawn over the previous one ("\r", no newline):
+ * "job ID STATE [#####.....] ROUND/TOTAL rounds (P%) loss L". */
+void view_progress_bar(FILE *f, uint64_t id, const Dipaco__V1__JobSummary *s);
 /* A job on stdout: one JSON object per line with json, else a text table of the summary and
  * the spec. */
 void view_print_job(int json, const Dipaco__V1__Job *j);
