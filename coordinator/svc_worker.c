@@ -26,7 +26,8 @@
  *    first_step = round · H. Hyper.total_steps = rounds · H, grad_accum = 1, seed = model seed.
  *  - Lease end. A lease ends (finished; the slot advances one round) as soon as deltas of all
  *    its fragments are durable; Release after that is an OK no-op. Release of an active lease
- *    returns the slot for the same round (no advance).
+ *    returns the slot for the same round (no advance). Release with RELEASE_DRAINING (the
+ *    worker is shutting down) also marks the worker gone: the slots kept for it are free.
  *  - Heartbeat. Renews an active lease (expiry = now + lease_ttl_ms); a lease with no heartbeat
  *    for dead_after_ms (--dead-after-heartbeats intervals) is revoked sooner (leases.c). A
  *    heartbeat for a revoked (expired) lease says STOP. command: DRAIN when the
@@ -513,6 +514,14 @@ static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req
       DPC_INFO("lease %lld released by worker %lld (reason %d%s%s): slot (path %d, replica %d) round %lld is free",
                (long long)l.id, (long long)worker, (int)r->reason, msg[0] ? ": " : "", msg, l.path, l.replica,
                (long long)l.round);
+    }
+    /* RELEASE_DRAINING: the worker is shutting down (SIGTERM: preemption, scancel, pod
+     * deletion). It is gone from now on, so that a slot kept for it (inner_state keep) goes
+     * to another worker at once rather than after the lease TTL; a call of it brings it back
+     * (svc_touch), as for a worker revoked for silence. */
+    if (r->reason == DIPACO__V1__RELEASE_REASON__RELEASE_DRAINING && store_set_worker_state(c->st, worker, WORKER_GONE) == 0) {
+      DPC_INFO("worker %lld is shutting down: the slots kept for it are free", (long long)worker);
+      rounds_check(c);
     }
     Dipaco__V1__ReleaseResponse resp = DIPACO__V1__RELEASE_RESPONSE__INIT;
     rpc_call_reply(call, &resp.base);

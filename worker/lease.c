@@ -52,6 +52,15 @@ static void release(lease_runner *r, uint64_t lease_id, int reason, uint64_t ste
     DPC_DEBUG("lease %" PRIu64 ": release after push: %s", lease_id, dpc_errmsg());
 }
 
+/* The release after a completed push: DONE, or DRAINING when the worker is shutting down
+ * (SIGTERM), so that the coordinator hands the slots it keeps for this worker to others now. */
+static void release_pushed(lease_runner *r, uint64_t lease_id, uint64_t step) {
+  if (worker_stopping(r->ctl))
+    release(r, lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_DRAINING, step, "worker shutting down");
+  else
+    release(r, lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_DONE, step, "");
+}
+
 /* The error of rc as text, copied (a release may overwrite dpc_errmsg()). */
 static void error_text(char *msg, size_t n, int rc) {
   snprintf(msg, n, "%s", dpc_errmsg()[0] ? dpc_errmsg() : dpc_strerror(rc));
@@ -229,7 +238,7 @@ static int lease_stream(lease_work *x, int *rc_out) {
   *rc_out = rc;
   if (rc || x->st.steps_done != (int)L->inner_steps) return 0;
   r->local_failures = 0;
-  release(r, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_DONE, L->first_step + (uint64_t)x->st.steps_done, "");
+  release_pushed(r, L->lease_id, L->first_step + (uint64_t)x->st.steps_done);
   x->snap = NULL; /* the trainer's moments are now the slot's */
   if (x->keep) slot_forget(&r->slots, L->job_id, L->slot->path, L->slot->replica);
   return 1;
@@ -282,7 +291,7 @@ static int lease_push(lease_work *x) {
     }
     log_acks(x, dpc_mono_ms() - t0);
     r->local_failures = 0;
-    release(r, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_DONE, L->first_step + (uint64_t)x->st.steps_done, "");
+    release_pushed(r, L->lease_id, L->first_step + (uint64_t)x->st.steps_done);
     x->snap = NULL; /* the trainer's moments are now the slot's */
     if (x->keep) slot_forget(&r->slots, L->job_id, L->slot->path, L->slot->replica);
   }
@@ -319,7 +328,7 @@ static int lease_finish_abandoned(lease_work *x, int rc) {
              rc ? dpc_errmsg() : "");
   } else if (worker_stopping(r->ctl)) {
     DPC_INFO("lease %" PRIu64 ": stopping: releasing it at step %" PRIu64, L->lease_id, step);
-    release(r, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_PREEMPTED, step, "worker shutting down");
+    release(r, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_DRAINING, step, "worker shutting down");
   } else if (ab == AB_STOP) {
     DPC_INFO("lease %" PRIu64 ": stopped by the coordinator: releasing it at step %" PRIu64, L->lease_id, step);
     release(r, L->lease_id, DIPACO__V1__RELEASE_REASON__RELEASE_PREEMPTED, step, "stopped by the coordinator");

@@ -58,7 +58,9 @@
  *    lease_ttl_ms drop the lease without Release. Any other failure of a lease (bad lease,
  *    missing data, refused push) releases it with RELEASE_ERROR and the error message.
  *  - SIGTERM (worker_stop): training stops after the current step. Sync: the lease is
- *    released with RELEASE_PREEMPTED (no partial delta: a sync round averages whole rounds).
+ *    released with RELEASE_DRAINING, "worker shutting down" (no partial delta: a sync round
+ *    averages whole rounds); a lease pushed while stopping is released with RELEASE_DRAINING
+ *    too, so the coordinator frees the slots it keeps for this worker at once.
  *    Async (Lease.algorithm not SYNC): the delta of the inner steps completed so far is pushed
  *    (Chunk.inner_steps = those steps; the coordinator counts the lease as that many steps), as
  *    is the inner state first with inner.state checkpoint. A round already trained is pushed
