@@ -13,3 +13,8 @@ if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
            $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
   set_tests_properties(deploy_slurm PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77 LABELS deploy)
 endif()
+if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
+  add_test(NAME deploy_systemd COMMAND bash ${CMAKE_SOURCE_DIR}/tests/deploy/systemd_unit.sh
+           $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
+  set_tests_properties(deploy_systemd PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 LABELS deploy)
+endif()
