@@ -9,6 +9,7 @@
 #     its own PID namespace, /proc, a /dev with null/zero/random/urandom, a tmpfs /tmp, the
 #     shards bind-mounted read-only at /data, and the coordinator reachable only through its
 #     unix socket bind-mounted at /run/dipaco (the coordinator runs outside, from the build);
+#     its --health-listen (a unix socket in the same folder) answers Health/Check SERVING, and
 #     the job (R=1, H=4, 3 rounds) ends DONE with every round applied;
 #  3. control: the same tree without libopenblas.so.0 cannot start the worker (the check above
 #     would notice a missing library).
@@ -46,7 +47,8 @@ chmod -R a+rX "$W/corpus"
 mkdir -p "$W/sock"
 COORD=unix:$W/sock/coord.sock
 launch_coordinator "$W/state" --heartbeat-ms 200 --lease-ttl-ms 5000 || fail "the coordinator did not start"
-chmod 0666 "$W/sock/coord.sock" # the worker runs as uid 10001
+chmod 0666 "$W/sock/coord.sock" # the worker runs as uid 10001 (and makes its health socket here)
+chmod 1777 "$W/sock"
 cat >"$W/spec.json" <<JSON
 {"name": "image", "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "n_positions": 16, "vocab_size": 256, "seed": 5},
  "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco", "replicas": 1, "inner_steps": 4,
@@ -69,9 +71,20 @@ run_in_image() {
     mount --bind "$D" "$R/data"; mount -o remount,bind,ro "$R/data"
     exec chroot --userspec=10001:10001 "$R" "$@"' run_in_image "$rootfs" "$W/sock" "$W/corpus" "$@"
 }
-rc=0
 DIPACO_JOIN_TOKEN=$DIPACO_JOIN_TOKEN run_in_image "$ROOTFS" /opt/dipaco/bin/dipaco-worker --coordinator unix:/run/dipaco/coord.sock \
-  --data-dir /data --name boxed --threads 1 --exit-when-done >"$W/worker.log" 2>&1 || rc=$?
+  --data-dir /data --name boxed --threads 1 --exit-when-done --min-step-ms 250 \
+  --health-listen unix:/run/dipaco/health.sock >"$W/worker.log" 2>&1 &
+boxed=$!
+PIDS+=("$boxed")
+# Its liveness endpoint (what a gRPC probe calls), reached through the same bind-mounted folder.
+health=
+for _ in $(seq 1 100); do
+  health=$($PY "$HERE/health_check.py" "unix:$W/sock/health.sock" 2>/dev/null) && break
+  kill -0 "$boxed" 2>/dev/null || break
+  sleep 0.1
+done
+[ "$health" = SERVING ] || fail "the worker's --health-listen did not answer SERVING ('$health')"
+rc=0; wait "$boxed" || rc=$?
 [ $rc = 0 ] || fail "the worker in the image exited $rc"
 "$CTL" --coordinator "$COORD" job show "$JOB" | grep -Eq '^state +DONE' || fail "job $JOB is not DONE"
 versions=$("$CTL" --coordinator "$COORD" job ledger "$JOB" | grep -Ec '^[1-9][0-9]* ' || true)
@@ -79,7 +92,7 @@ versions=$("$CTL" --coordinator "$COORD" job ledger "$JOB" | grep -Ec '^[1-9][0-
 n_push=$(grep -Ec 'pushed [0-9]+ bytes in [0-9]+ ms: accepted' "$W/worker.log" || true)
 [ "$n_push" -ge 3 ] || fail "the worker pushed $n_push accepted deltas, expected 3"
 "$CTL" --coordinator "$COORD" workers | grep -q boxed || fail "the coordinator does not list worker 'boxed'"
-echo "ok: 2: the worker in the image (uid 10001, own net/pid/mount namespaces, coordinator over a unix socket) finished job $JOB: DONE, 3 outer steps"
+echo "ok: 2: the worker in the image (uid 10001, own net/pid/mount namespaces, coordinator over a unix socket) answered Health/Check SERVING and finished job $JOB: DONE, 3 outer steps"
 
 # ---- 3: control: a library less and the worker cannot start
 cp -a "$ROOTFS" "$W/broken"
