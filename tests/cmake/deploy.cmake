@@ -1,12 +1,12 @@
-# Deployment with the real components (tests/deploy/): the worker image's root file system
-# run with unshare + chroot, Slurm (slurmctld + slurmd on localhost), the Kubernetes manifests
+# Deployment with the real components (tests/deploy/): the coordinator and worker images' root
+# file systems run with unshare + chroot, Slurm (slurmctld + slurmd on localhost), the Kubernetes manifests
 # (kubectl kustomize + offline schema validation) and the systemd unit (verify, security, and
 # the unit run under systemd). Each installs its Debian packages when missing and exits 77
 # (skipped), printing why, when it cannot get them or is not root.
 if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
-  add_test(NAME deploy_worker_image COMMAND bash ${CMAKE_SOURCE_DIR}/tests/deploy/worker_image.sh
+  add_test(NAME deploy_images COMMAND bash ${CMAKE_SOURCE_DIR}/tests/deploy/images.sh
            $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
-  set_tests_properties(deploy_worker_image PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 LABELS deploy)
+  set_tests_properties(deploy_images PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 LABELS deploy)
 endif()
 if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
   add_test(NAME deploy_slurm COMMAND bash ${CMAKE_SOURCE_DIR}/tests/deploy/slurm.sh

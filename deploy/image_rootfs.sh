@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# deploy/worker_rootfs.sh OUT BINARY... — assembles the worker image's root file system in OUT:
-# the given binaries (dipaco-worker, dipacoctl) in /opt/dipaco/bin and exactly the shared
-# libraries they load (the dynamic loader's closure as ldd reports it, copied with their
-# contents under /usr/lib, Debian's merged-/usr layout: /lib and /lib64 are links into it),
-# plus /etc/passwd and /etc/group naming the unprivileged user dipaco (uid/gid 10001),
-# /etc/nsswitch.conf (host names from /etc/hosts, then DNS) and the empty mount points a
-# container runtime fills (/dev, /proc, /tmp, /run, /data). Nothing else: no shell, no
-# package manager. deploy/Containerfile.worker copies this tree into a `FROM scratch` image,
-# so the image is this directory; tests/deploy/worker_image.sh runs the worker from it with
-# unshare + chroot.
+# deploy/image_rootfs.sh OUT BINARY... — assembles the root file system of a dipaco image in
+# OUT: the given binaries in /opt/dipaco/bin (worker image: dipaco-worker and dipacoctl;
+# coordinator image: dipaco-coordinator and dipacoctl) and exactly the shared libraries they
+# load (the dynamic loader's closure as ldd reports it, copied with their contents under
+# /usr/lib, Debian's merged-/usr layout: /lib and /lib64 are links into it), plus /etc/passwd
+# and /etc/group naming the unprivileged user dipaco (uid/gid 10001), /etc/nsswitch.conf (host
+# names from /etc/hosts, then DNS) and the empty mount points a container runtime fills
+# (/dev, /proc, /sys, /tmp, /run, /data, /var/lib/dipaco). Nothing else: no shell, no package manager.
+# deploy/Containerfile.worker and deploy/Containerfile.coordinator copy this tree into a
+# `FROM scratch` image, so the image is this directory; tests/deploy/worker_image.sh runs the
+# worker from it with unshare + chroot.
 #
 # For the CUDA plugin, pass lib/dipaco/libdipaco-cuda.so as a BINARY too: it is put beside
 # bin/ (/opt/dipaco/lib/dipaco/) where dipaco-worker looks for it, and its libraries (cuBLAS,
@@ -17,8 +18,8 @@
 # Needs bash, coreutils and ldd (Debian libc-bin). OUT must be absent or empty.
 set -euo pipefail
 
-die() { echo "worker_rootfs: $*" >&2; exit 2; }
-[ $# -ge 2 ] || die "usage: worker_rootfs.sh OUT BINARY..."
+die() { echo "image_rootfs: $*" >&2; exit 2; }
+[ $# -ge 2 ] || die "usage: image_rootfs.sh OUT BINARY..."
 OUT=$1; shift
 if [ -e "$OUT" ] && [ -n "$(ls -A "$OUT")" ]; then die "$OUT is not empty"; fi
 mkdir -p "$OUT"
@@ -81,8 +82,10 @@ printf 'root:x:0:0:root:/nonexistent:/usr/sbin/nologin\ndipaco:x:10001:10001:dip
 printf 'root:x:0:\ndipaco:x:10001:\n' >"$OUT/etc/group"
 printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$OUT/etc/nsswitch.conf"
 chmod 0644 "$OUT/etc/passwd" "$OUT/etc/group" "$OUT/etc/nsswitch.conf"
-mkdir -p "$OUT/dev" "$OUT/proc" "$OUT/sys" "$OUT/run" "$OUT/data" "$OUT/tmp"
+mkdir -p "$OUT/dev" "$OUT/proc" "$OUT/sys" "$OUT/run" "$OUT/data" "$OUT/tmp" "$OUT/var/lib/dipaco"
 chmod 1777 "$OUT/tmp"
+chmod 0700 "$OUT/var/lib/dipaco" # the coordinator's state (a volume), owned by dipaco
+if [ "$(id -u)" = 0 ]; then chown 10001:10001 "$OUT/var/lib/dipaco"; fi
 
 n=$(find "$OUT/usr" -type f | wc -l)
-echo "worker_rootfs: $OUT: $# binaries, $n libraries, $(du -sh "$OUT" | cut -f1)"
+echo "image_rootfs: $OUT: $# binaries, $n libraries, $(du -sh "$OUT" | cut -f1)"
