@@ -18,3 +18,8 @@ if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
            $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
   set_tests_properties(deploy_systemd PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 LABELS deploy)
 endif()
+if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
+  add_test(NAME deploy_k8s COMMAND bash ${CMAKE_SOURCE_DIR}/tests/deploy/k8s.sh
+           $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
+  set_tests_properties(deploy_k8s PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77 LABELS deploy)
+endif()
