@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # k8s.sh COORDINATOR WORKER DIPACOCTL — deploy/k8s (GPU workers) and deploy/k8s/cpu (CPU
 # workers), offline (no API server here):
-#  1. `kubectl kustomize` renders both (kubectl from Debian kubernetes-client, installed when
-#     no kubectl is on PATH), with tokens generated the way the kustomization's header says;
+#  1. `kubectl kustomize` of Debian's kubernetes-client (1.20, kustomize v2.0.3) renders both,
+#     with tokens generated the way the kustomization's header says (the package is installed
+#     when no kubectl is on PATH; when another kubectl is, the package is unpacked into
+#     tests/.cache instead, and that kubectl must render the same objects);
 #  2. every rendered document is validated against the Kubernetes API schemas (npm
 #     kubernetes-models 5.1.0 + js-yaml 4.1.0, pinned, installed once into tests/.cache);
 #     control: a port given as a string is rejected;
@@ -25,10 +27,28 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT_SRC=$(cd "$HERE/../.." && pwd)
 CACHE=$ROOT_SRC/tests/.cache/k8s-models
 skip() { echo "k8s: SKIP: $*"; exit 77; }
-if ! command -v kubectl >/dev/null; then
-  echo "k8s: no kubectl: installing Debian kubernetes-client (apt-get)"
+# Debian's kubectl (kubernetes-client) renders; when another kubectl owns /usr/bin/kubectl
+# (installing the package would clash with it), Debian's is unpacked into tests/.cache instead
+# and the other one renders too, for comparison.
+KUBECTLS=()
+if dpkg-query -W -f='${Status}' kubernetes-client 2>/dev/null | grep -q "install ok installed"; then
+  KUBECTLS+=(/usr/bin/kubectl)
+elif ! command -v kubectl >/dev/null; then
+  echo "k8s: installing Debian kubernetes-client (apt-get)"
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubernetes-client; } \
     >/dev/null 2>&1 || skip "no kubectl and apt-get install kubernetes-client failed"
+  KUBECTLS+=(/usr/bin/kubectl)
+else
+  KC=$ROOT_SRC/tests/.cache/kubernetes-client
+  if [ ! -x "$KC/usr/bin/kubectl" ]; then
+    d=$(mktemp -d)
+    (cd "$d" && chmod 0755 . && timeout 300 apt-get download kubernetes-client >/dev/null 2>&1 &&
+      mkdir -p "$KC" && dpkg -x kubernetes-client_*.deb "$KC") || true
+    rm -rf "$d"
+  fi
+  if [ -x "$KC/usr/bin/kubectl" ]; then KUBECTLS+=("$KC/usr/bin/kubectl")
+  else echo "k8s: skipped: Debian kubernetes-client (apt-get download failed); using $(command -v kubectl) only"; fi
+  KUBECTLS+=("$(command -v kubectl)")
 fi
 W=$(mktemp -d)
 source "$ROOT_SRC/tests/integration/lib.sh"
@@ -38,10 +58,43 @@ fail() { die_with_logs k8s 25 "$@"; }
 cp -r "$ROOT_SRC/deploy/k8s" "$W/k8s"
 rm -f "$W/k8s/base/tokens/"*.token
 for t in join admin; do $PY -c 'import secrets; print(secrets.token_hex(32))' >"$W/k8s/base/tokens/$t.token"; done
-kubectl kustomize "$W/k8s" >"$W/gpu.yaml" 2>"$W/kustomize.log" || fail "kubectl kustomize deploy/k8s failed: $(cat "$W/kustomize.log")"
-kubectl kustomize "$W/k8s/cpu" >"$W/cpu.yaml" 2>>"$W/kustomize.log" || fail "kubectl kustomize deploy/k8s/cpu failed: $(cat "$W/kustomize.log")"
-[ ! -s "$W/kustomize.log" ] || fail "kubectl kustomize warned: $(cat "$W/kustomize.log")"
-echo "ok: 1: kubectl kustomize ($(kubectl version --client 2>/dev/null | head -1)): deploy/k8s $(grep -c '^kind:' "$W/gpu.yaml") documents, deploy/k8s/cpu $(grep -c '^kind:' "$W/cpu.yaml")"
+# render KUBECTL TAG — deploy/k8s and deploy/k8s/cpu into $W/gpu.TAG.yaml, $W/cpu.TAG.yaml; only
+# the deprecation notes of newer kustomize for `bases`/`patchesJson6902` may be printed.
+render() {
+  local k=$1 tag=$2 v
+  for v in gpu cpu; do
+    local dir=$W/k8s; [ $v = cpu ] && dir=$W/k8s/cpu
+    "$k" kustomize "$dir" >"$W/$v.$tag.yaml" 2>"$W/kustomize.err" || fail "$k kustomize deploy/k8s${dir#$W/k8s} failed: $(cat "$W/kustomize.err")"
+    ! grep -v "^# Warning: '\(bases\|patchesJson6902\)' is deprecated" "$W/kustomize.err" | grep -q . ||
+      fail "$k kustomize deploy/k8s${dir#$W/k8s} warned: $(cat "$W/kustomize.err")"
+  done
+}
+render "${KUBECTLS[0]}" 0
+cp "$W/gpu.0.yaml" "$W/gpu.yaml"; cp "$W/cpu.0.yaml" "$W/cpu.yaml"
+kv() { "$1" version --client -o json 2>/dev/null | $PY -c 'import json, sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])' || echo "?"; }
+echo "ok: 1: ${KUBECTLS[0]} kustomize ($(kv "${KUBECTLS[0]}")): deploy/k8s $(grep -c '^kind:' "$W/gpu.yaml") documents, deploy/k8s/cpu $(grep -c '^kind:' "$W/cpu.yaml")"
+if [ ${#KUBECTLS[@]} = 2 ]; then
+  render "${KUBECTLS[1]}" 1
+  for v in gpu cpu; do
+    # Same objects, in any order; Secret data base64 unwrapped, and the generated Secret's name
+    # suffix (a content hash, computed differently by each kustomize) replaced.
+    $PY - "$W/$v.0.yaml" "$W/$v.1.yaml" <<'PY' || fail "the two kubectl versions render deploy/k8s ($v) differently"
+import json, sys, yaml
+def load(p):
+    docs = [d for d in yaml.safe_load_all(open(p)) if d]
+    for d in docs:
+        if d["kind"] == "Secret":
+            d["data"] = {k: "".join(str(v).split()) for k, v in d.get("data", {}).items()}
+    text = json.dumps(sorted(docs, key=lambda d: (d["kind"], d["metadata"]["name"])), sort_keys=True)
+    for d in docs:
+        if d["kind"] == "Secret":
+            text = text.replace(f'"{d["metadata"]["name"]}"', '"SECRET"')
+    return text
+sys.exit(0 if load(sys.argv[1]) == load(sys.argv[2]) else 1)
+PY
+  done
+  echo "ok: 1: ${KUBECTLS[1]} ($(kv "${KUBECTLS[1]}")) renders the same objects"
+fi
 echo "k8s: not run: kubectl apply --dry-run=client (needs an API server for discovery, none here); schemas checked offline instead"
 
 # ---- 2: schemas
