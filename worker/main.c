@@ -5,7 +5,7 @@
  * threads exist before main() (OpenBLAS starts its pool in a constructor) and keep them
  * unblocked, so the signals also get a handler, which only writes the signal number to a
  * pipe; a signal thread reads the pipe. The first signal asks the worker to stop (a lease in
- * progress is released, RELEASE_PREEMPTED) and starts the grace period (--grace-s); a second
+ * progress is released, RELEASE_DRAINING) and starts the grace period (--grace-s); a second
  * signal, or the end of the grace period, exits at once with status 1.
  *
  * --health-listen serves only grpc.health.v1.Health/Check (the rpc layer's, answered on its
