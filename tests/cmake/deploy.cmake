@@ -23,3 +23,11 @@ if(TARGET dipaco-coordinator AND TARGET dipaco-worker AND TARGET dipacoctl)
            $<TARGET_FILE:dipaco-coordinator> $<TARGET_FILE:dipaco-worker> $<TARGET_FILE:dipacoctl>)
   set_tests_properties(deploy_k8s PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77 LABELS deploy)
 endif()
+# The coordinator's default memory budget from its cgroup (what a systemd MemoryMax= or a
+# container limit sets), on fake /proc and /sys/fs/cgroup trees.
+if(TARGET dipaco-coordinator)
+  add_executable(test_membudget ${CMAKE_SOURCE_DIR}/tests/unit/test_membudget.c ${CMAKE_SOURCE_DIR}/coordinator/membudget.c)
+  target_link_libraries(test_membudget PRIVATE dpc_common)
+  add_test(NAME deploy_membudget COMMAND test_membudget)
+  set_tests_properties(deploy_membudget PROPERTIES TIMEOUT 30 LABELS deploy)
+endif()

@@ -12,9 +12,10 @@
 #     sends stdout to a file and turns LeakSanitizer off (it needs ptrace, which the unit's
 #     system call filter refuses). `systemctl start` returns once the coordinator said READY
 #     (Type=notify); its process runs as a dynamic user with no capabilities, no_new_privs and
-#     a seccomp filter; a worker in the same network namespace finishes a tiny job (R=1, H=4,
-#     3 rounds) with the state in StateDirectory; SIGKILL of the main process is followed by a
-#     restart (Restart=on-failure) that still knows the job; `systemctl stop` ends it cleanly.
+#     a seccomp filter, and takes MemoryMax= as its job memory budget; a worker in the same
+#     network namespace finishes a tiny job (R=1, H=4, 3 rounds) with the state in
+#     StateDirectory; SIGKILL of the main process is followed by a restart (Restart=on-failure)
+#     that still knows the job; `systemctl stop` ends it cleanly.
 # Needs root (namespaces, systemd as PID 1) and the Debian systemd package: skipped, with the
 # reason, otherwise.
 set -euo pipefail
@@ -160,6 +161,12 @@ uid=$(awk '/^Uid:/ {print $2}' <<<"$st")
   [ "$(awk '/^CapEff:/ {print $2}' <<<"$st")" = 0000000000000000 ] && [ "$(awk '/^CapBnd:/ {print $2}' <<<"$st")" = 0000000000000000 ] ||
   fail "the coordinator is not confined: $(grep -E '^(Uid|NoNewPrivs|Seccomp|Cap)' <<<"$st" | tr '\n' ' ')"
 echo "ok: 3: systemctl start: ready (Type=notify); runs as dynamic uid $uid, no capabilities, no_new_privs, seccomp filter"
+# MemoryMax= is the coordinator's default job memory budget (read from its own cgroup).
+mm=$(sed -n 's/^MemoryMax=\([0-9]*\)G$/\1/p' "$UNIT")
+[ -n "$mm" ] || fail "the unit has no MemoryMax=NG"
+grep -q "memory budget for jobs: $((mm * 1024)) MiB (the cgroup's memory" "$LOG" ||
+  fail "the memory budget is not MemoryMax=${mm}G: $(grep -o 'memory budget for jobs: [^"]*' "$LOG")"
+echo "ok: 3: the coordinator's job memory budget is the unit's MemoryMax=${mm}G ($(grep -o 'memory budget for jobs: [^"]*' "$LOG"))"
 
 NET="nsenter -t $SPID -n"
 STATE=$ROOTV/var/lib/private/dipaco
