@@ -142,7 +142,7 @@ for _ in $(seq 1 50); do SPID=$(pgrep -P "$UPID" || true); [ -n "$SPID" ] && bre
 [ -n "$SPID" ] || skip "parts 1-2 passed; systemd did not start in its namespaces: $(tail -3 "$W/systemd.log")"
 IN="nsenter -t $SPID -m -p"
 state=
-for _ in $(seq 1 100); do
+for _ in $(seq 1 300); do
   state=$($IN systemctl is-system-running 2>/dev/null || true)
   case $state in running | degraded) break ;; esac
   sleep 0.2
