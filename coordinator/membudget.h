@@ -20,8 +20,14 @@
  * that has n_slots slots (saturates at UINT64_MAX). */
 uint64_t membudget_job_bytes(size_t n_params, size_t max_frag, int n_slots);
 
-/* The default budget: the cgroup's memory.max when set (cgroup v2, the unit's MemoryMax=),
- * else 80% of MemTotal; 0 when neither can be read (no limit). *source names which. */
+/* The default budget: the memory limit of the process's own cgroup when set (cgroup v2
+ * memory.max or v1 memory.limit_in_bytes, found through /proc/self/cgroup: a systemd unit's
+ * MemoryMax=, a container's limit), else 80% of MemTotal; 0 when neither can be read (no
+ * limit). *source names which. */
 uint64_t membudget_default(const char **source);
+
+/* The same, with every path (/proc/self/cgroup, /sys/fs/cgroup, /proc/meminfo) under the
+ * folder root ("" for this machine; tests pass a fake tree). */
+uint64_t membudget_default_at(const char *root, const char **source);
 
 #endif

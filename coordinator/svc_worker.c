@@ -569,7 +569,8 @@ static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req
      * deletion). It is gone from now on, so that a slot kept for it (inner_state keep) goes
      * to another worker at once rather than after the lease TTL; a call of it brings it back
      * (svc_touch), as for a worker revoked for silence. */
-    if (r->reason == DIPACO__V1__RELEASE_REASON__RELEASE_DRAINING && store_set_worker_state(c->st, worker, WORKER_GONE) == 0) {
+    if (r->reason == DIPACO__V1__RELEASE_REASON__RELEASE_DRAINING &&
+        store_set_worker_state(c->st, worker, WORKER_GONE) == 0) {
       DPC_INFO("worker %lld is shutting down: the slots kept for it are free", (long long)worker);
       rounds_check(c);
     }

@@ -5,8 +5,11 @@
  * threads exist before main() (OpenBLAS starts its pool in a constructor) and keep them
  * unblocked, so the signals also get a handler, which only writes the signal number to a
  * pipe; a signal thread reads the pipe. The first signal asks the worker to stop (a lease in
- * progress is released, RELEASE_PREEMPTED) and starts the grace period (--grace-s); a second
- * signal, or the end of the grace period, exits at once with status 1. */
+ * progress is released, RELEASE_DRAINING) and starts the grace period (--grace-s); a second
+ * signal, or the end of the grace period, exits at once with status 1.
+ *
+ * --health-listen serves only grpc.health.v1.Health/Check (the rpc layer's, answered on its
+ * pump thread): the process and its gRPC core are alive, for liveness probes. */
 #include "common/args.h"
 #include "common/auth.h"
 #include "common/errors.h"
@@ -51,6 +54,8 @@ static const char usage[] =
     "                           default $DIPACO_JOIN_TOKEN), presented to Register\n"
     "  --tls-ca FILE            use TLS; verify the coordinator's certificate against this CA\n"
     "  --tls-cert FILE --tls-key FILE  client certificate and key (mutual TLS)\n"
+    "  --health-listen HOST:PORT  serve grpc.health.v1.Health/Check there (SERVING while the\n"
+    "                           worker runs), e.g. for a Kubernetes gRPC liveness probe; or unix:PATH\n"
     "  --log-level L            debug, info, warn or error (default info)\n"
     "  --log-json               JSON log lines (default: when stderr is not a terminal)\n"
     "  --help                   this text\n";
@@ -65,6 +70,7 @@ struct cli {
   int log_json; /* -1: when stderr is not a terminal */
   int grace_s;
   const char *token_file;
+  const char *health_listen;
   struct rpc_tls tls;
   enum dpc_log_level level;
 };
@@ -95,6 +101,7 @@ static int parse_flags(int argc, char **argv, struct cli *c) {
       {.name = "tls-ca", .kind = DPC_ARG_STR, .dst = &c->tls.ca_file},
       {.name = "tls-cert", .kind = DPC_ARG_STR, .dst = &c->tls.cert_file},
       {.name = "tls-key", .kind = DPC_ARG_STR, .dst = &c->tls.key_file},
+      {.name = "health-listen", .kind = DPC_ARG_STR, .dst = &c->health_listen},
       {.name = "log-json", .kind = DPC_ARG_FLAG, .dst = &c->log_json},
       DPC_ARGS_END,
   };
@@ -225,10 +232,21 @@ int main(int argc, char **argv) {
   if ((st = set_credentials(&c))) return st;
   c.o.progress = isatty(STDERR_FILENO) && c.log_json != 1;
   if ((st = start_signal_thread(c.grace_s))) return st;
+  /* Started after the signal thread: gRPC's threads inherit the blocked SIGTERM/SIGINT. */
+  struct rpc_server *health = NULL;
+  if (c.health_listen) {
+    struct rpc_server_config hc = {.addr = c.health_listen};
+    if (rpc_server_start(&hc, NULL, 0, &health)) {
+      fprintf(stderr, "dipaco-worker: --health-listen %s: %s\n", c.health_listen, dpc_errmsg());
+      return 2;
+    }
+    DPC_INFO("health service (grpc.health.v1) on %s", c.health_listen);
+  }
   const struct worker_opts *o = &c.o;
   DPC_INFO("dipaco-worker starting: coordinator %s, data %s, backend %s, threads %d", o->coordinator, o->data_dir,
            o->backend == GPT_BACKEND_CUDA ? "cuda" : "cpu", o->threads);
   int rc = worker_run(o, g_sig.ctl);
+  rpc_server_stop(health, 0);
   if (rc) {
     DPC_ERROR("%s", dpc_errmsg()[0] ? dpc_errmsg() : dpc_strerror(rc));
     return 1;
