@@ -14,10 +14,6 @@
  * writes each gradient with its first contribution instead of adding to it. The optimizer
  * makes two passes: the global norm, then clip and AdamW together.
  *
- * OpenBLAS 0.3.21 runs its AVX2 ("Haswell") kernels on AVX-512 AMD cores (Zen 4/5); unless
- * OPENBLAS_CORETYPE is set, the first CPU model switches it to its AVX-512 ("SkylakeX") ones
- * (cpu_blas_core).
- *
  * Activations are packed for the actual (B, T) of the last forward (N = B*T rows), inside
  * buffers sized for (maxB, maxT). Backward turns the logits buffer into dlogits in place, so
  * logits are readable only until backward. */
@@ -26,10 +22,8 @@
 #include "kernels/gpt.h"
 
 #include <cblas.h>
-#include <dlfcn.h>
 #include <math.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,32 +126,6 @@ static void cpu_destroy(gpt_model *m) {
   m->impl = NULL;
 }
 
-/* OpenBLAS's dynamic-arch entry points (exported by its DYNAMIC_ARCH builds, as Debian's). */
-static void blas_switch_core(void) {
-  if (getenv("OPENBLAS_CORETYPE")) return; /* the operator's choice stands */
-  const char *core = openblas_get_corename();
-  if (!core || (strcmp(core, "Haswell") != 0 && strcmp(core, "Zen") != 0)) return;
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
-    return;
-  void (*quit)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit");
-  void (*init)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init");
-  if (!quit || !init) return;
-  /* gotoblas_dynamic_init picks the core from OPENBLAS_CORETYPE; the variable stays set, so
-   * child processes (and other OpenBLAS users in this one) see the same choice. */
-  setenv("OPENBLAS_CORETYPE", "SkylakeX", 0);
-  quit();
-  init();
-#endif
-}
-
-static pthread_once_t blas_core_once = PTHREAD_ONCE_INIT;
-
-/* Called at every CPU model creation; switches OpenBLAS's kernels once per process. */
-static void cpu_blas_core(void) { pthread_once(&blas_core_once, blas_switch_core); }
-
 static int cpu_create(gpt_model *m) {
   const gpt_config *cfg = &m->lay.cfg;
   const size_t L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, V = cfg->vocab_size;
@@ -231,7 +199,6 @@ static int cpu_create(gpt_model *m) {
     }
   }
   c->state = ST_NONE;
-  cpu_blas_core();
   return 0;
 }
 

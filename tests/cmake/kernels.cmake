@@ -23,6 +23,9 @@ set_tests_properties(kernels_adamw_simd PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 7
 # Micro-benchmark of one train step (not a test): tests/bench/cpu_kernels.c, twin cpu_kernels_torch.py.
 add_executable(bench_cpu_kernels EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/cpu_kernels.c)
 target_link_libraries(bench_cpu_kernels PRIVATE dpc_kernels dpc_common)
+# The sgemm peak of tests/bench/cpu_train.sh (not a test): tests/bench/cpu_sgemm_peak.c.
+add_executable(bench_cpu_sgemm_peak EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/cpu_sgemm_peak.c)
+target_link_libraries(bench_cpu_sgemm_peak PRIVATE dpc_kernels)
 
 # DiPaCo routing: k-means / product k-means on planted clusters, routing features, router
 # directories (kernels/kmeans.h, kernels/router.h).
