@@ -15,9 +15,14 @@ target_link_libraries(test_cpu_determinism PRIVATE dpc_kernels dpc_common)
 add_test(NAME cpu_determinism COMMAND test_cpu_determinism)
 set_tests_properties(cpu_determinism PROPERTIES TIMEOUT 60)
 
-# Build check: the AVX-512 and AVX2 copies of the AdamW loop are vector code (no libm sqrtf).
-add_test(NAME kernels_adamw_simd COMMAND ${CMAKE_SOURCE_DIR}/tests/unit/check_adamw_simd.sh
-         $<TARGET_FILE:test_cpu_determinism>)
+# Build check: the AVX-512 and AVX2 copies of the AdamW loop are vector code (no libm sqrtf), in
+# the kernels a test program links, or in the sanitizer build their sanitizer-free twin.
+if(TARGET dpc_cpu_kernels_plain)
+  set(_dpc_simd_bin $<TARGET_OBJECTS:dpc_cpu_kernels_plain>)
+else()
+  set(_dpc_simd_bin $<TARGET_FILE:test_cpu_determinism>)
+endif()
+add_test(NAME kernels_adamw_simd COMMAND ${CMAKE_SOURCE_DIR}/tests/unit/check_adamw_simd.sh ${_dpc_simd_bin})
 set_tests_properties(kernels_adamw_simd PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
 
 # Micro-benchmark of one train step (not a test): tests/bench/cpu_kernels.c, twin cpu_kernels_torch.py.
