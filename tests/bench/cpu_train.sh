@@ -18,7 +18,10 @@
 # Environment: CONFIGS ("small 124m"), THREADS_LIST ("1 2"), ROUNDS (3), STEPS (5 timed),
 #   WARM (2 untimed), PEERS ("torch torch_passive llmc"), LLMC_DIR (an llm.c checkout; default
 #   tests/.cache/llm.c, cloned when missing; the llmc peer is skipped, with the reason, if it
-#   cannot be had), OUT (file for the markdown table; default: stdout only).
+#   cannot be had), OUT (file for the markdown table; default: stdout only), RESULTS (a file that
+#   keeps every measurement as a JSON line, appended as it is taken, so a later run adds
+#   rounds to it: give it ROUND0, the number of its first round; SUMMARY_ONLY=1 only prints the
+#   table of RESULTS).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CONFIGS=${CONFIGS:-"small 124m"}; THREADS_LIST=${THREADS_LIST:-"1 2"}; ROUNDS=${ROUNDS:-3}
@@ -27,9 +30,11 @@ LLMC_DIR=${LLMC_DIR:-tests/.cache/llm.c}
 LLMC_COMMIT=${LLMC_COMMIT:-f1e2ace} # the llm.c commit this was written against (cloned when missing)
 py=/usr/bin/python3
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+results=${RESULTS:-$work/results.jsonl}; ROUND0=${ROUND0:-0}
+[ "${SUMMARY_ONLY:-0}" = 1 ] && CONFIGS="" PEERS=""
 
-cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DDIPACO_DISTRIBUTED=OFF >/dev/null
-cmake --build build-bench -j"$(nproc)" --target dipacoctl bench_cpu_sgemm_peak >/dev/null
+[ -n "$CONFIGS" ] && cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DDIPACO_DISTRIBUTED=OFF >/dev/null
+[ -n "$CONFIGS" ] && cmake --build build-bench -j"$(nproc)" --target dipacoctl bench_cpu_sgemm_peak >/dev/null
 ctl=build-bench/coordinator/dipacoctl
 peak=build-bench/tests/bench_cpu_sgemm_peak
 
@@ -50,9 +55,9 @@ if [[ " $PEERS " == *" llmc "* ]]; then
   fi
 fi
 
-assets=$(bash deploy/fetch_assets.sh tests/.cache)
+[ -n "$CONFIGS" ] && assets=$(bash deploy/fetch_assets.sh tests/.cache) &&
 "$ctl" data prepare --tokenizer byte --out "$work/data" --val-fraction 0 $(ls "$assets"/sotu/*.txt | head -n 20) 2>/dev/null
-data=$(ls "$work"/data/train_*.bin)
+data=$(ls "$work"/data/train_*.bin 2>/dev/null || true)
 
 # name L NH C V maxT B T
 cfg_of() {
@@ -63,17 +68,15 @@ cfg_of() {
   esac
 }
 
-results=$work/results.jsonl
-uptime_before=$(uptime)
 for cname in $CONFIGS; do
   read -r name L NH C V maxT B T <<<"$(cfg_of "$cname")"
   "$ctl" init --n-layer "$L" --n-head "$NH" --n-embd "$C" --n-positions "$maxT" --vocab-size "$V" --seed 1 \
     --out "$work/init_$name" 2>/dev/null
   [[ " $PEERS " == *" llmc "* ]] && "$py" tests/bench/cpu_llmc_ckpt.py "$work/init_$name" "$work/init_$name.llmc.bin"
   for th in $THREADS_LIST; do
-    for ((r = 0; r < ROUNDS; r++)); do
+    for ((r = ROUND0; r < ROUND0 + ROUNDS; r++)); do
       p=$("$peak" "$th" 3)
-      echo "{\"config\":\"$name\",\"threads\":$th,\"round\":$r,\"peer\":\"sgemm\",\"out\":$p}" >>"$results"
+      echo "{\"config\":\"$name\",\"threads\":$th,\"round\":$r,\"peer\":\"sgemm\",\"out\":$p,\"load\":$(cut -d' ' -f1 /proc/loadavg)}" >>"$results"
       all=(dipaco $PEERS); n=${#all[@]}
       for ((k = 0; k < n; k++)); do
         peer=${all[$(((k + r) % n))]}
@@ -105,16 +108,15 @@ PY
               2>"$work/err" | tail -n 1) || { cat "$work/err" >&2; exit 1; }
             ;;
         esac
-        echo "{\"config\":\"$name\",\"threads\":$th,\"round\":$r,\"peer\":\"$peer\",\"out\":$out}" >>"$results"
+        echo "{\"config\":\"$name\",\"threads\":$th,\"round\":$r,\"peer\":\"$peer\",\"out\":$out,\"load\":$(cut -d' ' -f1 /proc/loadavg)}" >>"$results"
         echo "cpu_train: $name ${th}t round $r $peer $out" >&2
       done
     done
   done
 done
-uptime_after=$(uptime)
 
-"$py" - "$results" "$uptime_before" "$uptime_after" "${OUT:-}" <<'PY'
-import json, statistics, sys
+"$py" - "$results" "${OUT:-}" <<'PY'
+import json, os, statistics, sys
 from collections import defaultdict
 rows = [json.loads(l) for l in open(sys.argv[1])]
 cfgs = {"small": (6, 384, 256, 256, "L6 C384 V256, B8 T256"), "124m": (12, 768, 50257, 64, "GPT-2 124M, B4 T64")}
@@ -151,10 +153,13 @@ l0 = {(r["config"]): r["out"]["step0_loss"] for r in rows if r["peer"] == "dipac
 lines.append("")
 lines.append("step-0 loss (all peers, same init and batch): " + ", ".join("%s %.6f" % kv for kv in l0.items()) +
              ("" if not bad else "; MISMATCH: " + "; ".join(bad)))
-lines.append("load: before `%s`; after `%s`" % (sys.argv[2].strip(), sys.argv[3].strip()))
+loads = [r["load"] for r in rows if "load" in r]
+if loads:
+    lines.append("1-minute load average after each measurement (%d cores): %.1f to %.1f, median %.1f" % (
+        os.cpu_count(), min(loads), max(loads), statistics.median(loads)))
 text = "\n".join(lines)
 print(text)
-if sys.argv[4]:
-    open(sys.argv[4], "w").write(text + "\n")
+if sys.argv[2]:
+    open(sys.argv[2], "w").write(text + "\n")
 sys.exit(1 if bad else 0)
 PY
