@@ -128,6 +128,8 @@ lines = ["| config | threads | sgemm peak GFLOP/s (core) | peer | tok/s median (
          "dipaco / peer min / median / max |", "|---|---|---|---|---|---|---|---|"]
 bad = []
 for (cfg, th), peers in by.items():
+    if not peers["sgemm"] or not peers["dipaco"]:
+        continue  # a round cut short before dipaco ran
     L, C, V, T, label = cfgs[cfg]
     fpt = 6 * (12 * L * C * C + C * V) + 12 * L * T * C
     sg = [o["gflops"] for o in peers["sgemm"].values()]
