@@ -2,11 +2,17 @@
  * the canonical flat layout, after llm.c's train_gpt2.c.
  *
  * Threading: one runtime does the parallel work. OpenBLAS is kept single-threaded and every
- * matrix product is split by rows (or columns) into a few blocks per OpenMP thread, each
- * block one cblas_sgemm call; attention runs one (batch, head) pair per task. Work items are
- * fixed by the thread count alone and every reduction runs in a fixed order, so a fixed thread
- * count gives bit-identical results whatever the (dynamic) assignment of items to threads. Memory: parameters, gradients, AdamW moments and activations are each
- * one allocation made at create; no call allocates afterwards.
+ * matrix product is split along its larger output dimension into blocks, each one
+ * cblas_sgemm call (see plan_split: enough rows or columns per block that packing the other
+ * operand stays cheap); attention runs one (batch, head) pair per task. Work items are fixed
+ * by the thread count and the shapes alone and every reduction runs in a fixed order, so a
+ * fixed thread count gives bit-identical results whatever the (dynamic) assignment of items to
+ * threads. Memory: parameters, gradients, AdamW moments and activations are each one
+ * allocation made at create; no call allocates afterwards.
+ *
+ * Passes over memory: zero_grad only marks the gradients as zero; the next backward then
+ * writes each gradient with its first contribution instead of adding to it. The optimizer
+ * makes two passes: the global norm, then clip and AdamW together.
  *
  * Activations are packed for the actual (B, T) of the last forward (N = B*T rows), inside
  * buffers sized for (maxB, maxT). Backward turns the logits buffer into dlogits in place, so
@@ -28,11 +34,16 @@ void openblas_set_num_threads(int num_threads);
 
 #define ATT_BLOCK 64     /* query/key block of the causal attention products */
 #define OPT_SEG 16384    /* floats per optimizer work item */
-/* Work items per thread for the large products: a few, handed out dynamically, so a thread
- * that loses its core to another process does not hold the others at the barrier. Chunk
- * bounds depend only on the thread count, and a chunk computes the same whichever thread runs
- * it, so results stay deterministic. */
+/* Work items per thread for the large products and the LayerNorm backward: up to a few,
+ * handed out dynamically, so a thread that loses its core to another process does not hold
+ * the others at the barrier. Chunk bounds depend only on the thread count and the shapes, and
+ * a chunk computes the same whichever thread runs it, so results stay deterministic. */
 #define CHUNKS_PER_THREAD 4
+/* A product block keeps at least this many rows (or columns) of the output: each block packs
+ * the whole other operand, so thinner blocks spend their time packing (issue #16: a 256x768
+ * by 768x3072 product in 32-row blocks ran at 126 GFLOP/s on 2 threads, against 180-188 in
+ * one block per thread or in column blocks). */
+#define MIN_BLOCK 256
 #define ROWS_PER_ITEM 16 /* rows per dynamic work item of the row-wise kernels */
 
 enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, FPW, FPB, NLAYER_T };
@@ -80,6 +91,8 @@ typedef struct {
   int *inputs;        /* (N) copy of the last forward's inputs */
   int *targets;       /* (N) */
   int B, T, state;
+  int grads_zero;     /* zero_grad since the last backward: gradients read as zero, and the
+                       * next backward overwrites instead of accumulating */
   cpu_seg *segs;      /* optimizer work items covering [0, n_params) */
   int nseg;
   double *seg_sumsq;  /* (nseg) */
@@ -204,7 +217,8 @@ static int cpu_get_params(gpt_model *m, float *dst, size_t off, size_t n) {
 
 static int cpu_get_grads(gpt_model *m, float *dst, size_t off, size_t n) {
   cpu_impl *c = m->impl;
-  memcpy(dst, c->grads + off, n * sizeof(float));
+  if (c->grads_zero) memset(dst, 0, n * sizeof(float));
+  else memcpy(dst, c->grads + off, n * sizeof(float));
   return 0;
 }
 
@@ -215,7 +229,26 @@ static inline int split_chunk(int n, int parts) {
   return (ch + 15) & ~15; /* whole micro-kernel panels per chunk */
 }
 
-/* Cm[M,N] = op(A) op(B) + beta * Cm, row-major, split over the larger output dimension. */
+/* How a product with an M x N output is shared out: along the larger output dimension (a row
+ * block packs the whole right operand, a column block the whole left one, so this packs the
+ * least), in CHUNKS_PER_THREAD, 2 or 1 blocks per thread: the most that keep MIN_BLOCK rows
+ * or columns each. Depends on nt and the shape only. */
+typedef struct {
+  int by_rows, ch, nch;
+} mm_split;
+
+static mm_split plan_split(int nt, int M, int N) {
+  mm_split s;
+  s.by_rows = M >= N;
+  const int dim = s.by_rows ? M : N;
+  int per = CHUNKS_PER_THREAD;
+  while (per > 1 && dim / (nt * per) < MIN_BLOCK) per /= 2;
+  s.ch = split_chunk(dim, nt * per);
+  s.nch = (dim + s.ch - 1) / s.ch;
+  return s;
+}
+
+/* Cm[M,N] = op(A) op(B) + beta * Cm, row-major, split as plan_split says. */
 static void mm(int nt, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                float beta, float *Cm, int ldc) {
   const enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
@@ -223,12 +256,12 @@ static void mm(int nt, int ta, int tb, int M, int N, int K, const float *A, int 
     cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
     return;
   }
-  const int by_rows = M >= N, dim = by_rows ? M : N;
-  const int ch = split_chunk(dim, nt * CHUNKS_PER_THREAD), nch = (dim + ch - 1) / ch;
+  const mm_split sp = plan_split(nt, M, N);
+  const int dim = sp.by_rows ? M : N;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (int i = 0; i < nch; i++) {
-    const int lo = i * ch, hi = lo + ch < dim ? lo + ch : dim;
-    if (by_rows) {
+  for (int i = 0; i < sp.nch; i++) {
+    const int lo = i * sp.ch, hi = lo + sp.ch < dim ? lo + sp.ch : dim;
+    if (sp.by_rows) {
       const float *a = ta ? A + lo : A + (size_t)lo * lda;
       cblas_sgemm(CblasRowMajor, TA, TB, hi - lo, N, K, 1.0f, a, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
     } else {
@@ -239,35 +272,41 @@ static void mm(int nt, int ta, int tb, int M, int N, int K, const float *A, int 
 }
 
 /* out[N,OC] = inp[N,IC] @ W[IC,OC] + bias (+ res[N,OC]); with act, out keeps the pre-activation
- * and act = GELU(out). Rows are split across threads and the epilogue runs on each thread's
- * own block right after its product. */
+ * and act = GELU(out). Split as plan_split says; the epilogue runs on each block right after
+ * its product, while the block is in cache. */
 static void linear_fwd(const cpu_impl *c, float *out, const float *inp, const float *W, const float *bias,
                        const float *res, float *act, int N, int IC, int OC) {
-  const int nt = c->nt, ch = split_chunk(N, nt * CHUNKS_PER_THREAD), nch = (N + ch - 1) / ch;
+  const int nt = c->nt;
+  const mm_split sp = nt == 1 ? (mm_split){1, N, 1} : plan_split(nt, N, OC);
+  const int dim = sp.by_rows ? N : OC;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (int i = 0; i < nch; i++) {
-    const int lo = i * ch, hi = lo + ch < N ? lo + ch : N;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, OC, IC, 1.0f, inp + (size_t)lo * IC, IC, W, OC,
-                0.0f, out + (size_t)lo * OC, OC);
-    for (int r = lo; r < hi; r++) {
-      float *o = out + (size_t)r * OC;
-      if (act) cpuk_bias_gelu_row(o, act + (size_t)r * OC, bias, OC);
-      else cpuk_add_bias_row(o, bias, res ? res + (size_t)r * OC : NULL, OC);
+  for (int i = 0; i < sp.nch; i++) {
+    const int lo = i * sp.ch, hi = lo + sp.ch < dim ? lo + sp.ch : dim;
+    const int r0 = sp.by_rows ? lo : 0, r1 = sp.by_rows ? hi : N; /* rows of the block */
+    const int c0 = sp.by_rows ? 0 : lo, c1 = sp.by_rows ? OC : hi; /* and its columns */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, c1 - c0, IC, 1.0f, inp + (size_t)r0 * IC, IC,
+                W + c0, OC, 0.0f, out + (size_t)r0 * OC + c0, OC);
+    for (int r = r0; r < r1; r++) {
+      float *o = out + (size_t)r * OC + c0;
+      if (act) cpuk_bias_gelu_row(o, act + (size_t)r * OC + c0, bias + c0, c1 - c0);
+      else cpuk_add_bias_row(o, bias + c0, res ? res + (size_t)r * OC + c0 : NULL, c1 - c0);
     }
   }
 }
 
-/* dinp[N,IC] = dout @ W^T; dW[IC,OC] += inp^T @ dout; db[OC] += column sums of dout. */
+/* dinp[N,IC] = dout @ W^T; dW[IC,OC] += inp^T @ dout; db[OC] += column sums of dout (with
+ * fresh, dW and db are overwritten instead: their first write after zero_grad). */
 static void linear_bwd(const cpu_impl *c, float *dinp, float *dW, float *db, const float *dout, const float *inp,
-                       const float *W, int N, int IC, int OC) {
+                       const float *W, int N, int IC, int OC, int fresh) {
   mm(c->nt, 0, 1, N, IC, OC, dout, OC, W, OC, 0.0f, dinp, IC);
-  mm(c->nt, 1, 0, IC, OC, N, inp, IC, dout, OC, 1.0f, dW, OC);
+  mm(c->nt, 1, 0, IC, OC, N, inp, IC, dout, OC, fresh ? 0.0f : 1.0f, dW, OC);
   const int nt = c->nt, ch = split_chunk(OC, nt);
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int i = 0; i < nt; i++) {
     int lo = i * ch, hi = lo + ch < OC ? lo + ch : OC;
     if (lo >= hi) continue;
-    for (int r = 0; r < N; r++) cpuk_acc(db + lo, dout + (size_t)r * OC + lo, (size_t)(hi - lo));
+    if (fresh) memcpy(db + lo, dout + lo, (size_t)(hi - lo) * sizeof(float));
+    for (int r = fresh ? 1 : 0; r < N; r++) cpuk_acc(db + lo, dout + (size_t)r * OC + lo, (size_t)(hi - lo));
   }
 }
 
@@ -280,10 +319,11 @@ static void layernorm_fwd(const cpu_impl *c, float *out, float *mean, float *rst
     cpuk_layernorm_row(out + (size_t)n * C, mean + n, rstd + n, x + (size_t)n * C, w, b, C);
 }
 
-/* dx += LayerNorm backward; dw, db += partial sums over fixed row chunks, reduced in chunk
- * order (deterministic under the dynamic schedule). */
+/* dx += LayerNorm backward (dx = with !dx_acc); dw, db += partial sums over fixed row chunks,
+ * reduced in chunk order (deterministic under the dynamic schedule); with fresh, dw and db are
+ * overwritten instead. */
 static void layernorm_bwd(const cpu_impl *c, float *dx, float *dw, float *db, const float *dout, const float *x,
-                          const float *w, const float *mean, const float *rstd, int N, int C) {
+                          const float *w, const float *mean, const float *rstd, int N, int C, int dx_acc, int fresh) {
   const int nch0 = c->nt * CHUNKS_PER_THREAD, ch = (N + nch0 - 1) / nch0, nch = (N + ch - 1) / ch;
 #pragma omp parallel num_threads(c->nt)
   {
@@ -294,7 +334,7 @@ static void layernorm_bwd(const cpu_impl *c, float *dx, float *dw, float *db, co
       const int hi = (k + 1) * ch < N ? (k + 1) * ch : N;
       for (int n = k * ch; n < hi; n++)
         cpuk_layernorm_bwd_row(dx + (size_t)n * C, pw, pb, dout + (size_t)n * C, x + (size_t)n * C, w, mean[n],
-                               rstd[n], C);
+                               rstd[n], C, dx_acc);
     }
 #pragma omp for schedule(static)
     for (int i = 0; i < C; i++) {
@@ -303,8 +343,8 @@ static void layernorm_bwd(const cpu_impl *c, float *dx, float *dw, float *db, co
         sw += c->ln_part[(size_t)k * 2 * C + i];
         sb += c->ln_part[(size_t)k * 2 * C + C + i];
       }
-      dw[i] += sw;
-      db[i] += sb;
+      dw[i] = fresh ? sw : dw[i] + sw;
+      db[i] = fresh ? sb : db[i] + sb;
     }
   }
 }
@@ -446,11 +486,20 @@ static int cpu_hidden(gpt_model *m, int b, int t, float *dst) {
   return 0;
 }
 
+/* Marks the gradients zero; the memory is written by the next backward (or by
+ * grads_materialise if something reads them first). */
 static int cpu_zero_grad(gpt_model *m) {
   cpu_impl *c = m->impl;
+  c->grads_zero = 1;
+  return 0;
+}
+
+/* Turns a pending zero_grad into zeros in memory. */
+static void grads_materialise(cpu_impl *c) {
+  if (!c->grads_zero) return;
 #pragma omp parallel for num_threads(c->nt) schedule(static)
   for (int s = 0; s < c->nseg; s++) memset(c->grads + c->segs[s].off, 0, c->segs[s].n * sizeof(float));
-  return 0;
+  c->grads_zero = 0;
 }
 
 static int cpu_backward(gpt_model *m) {
@@ -463,6 +512,7 @@ static int cpu_backward(gpt_model *m) {
   const size_t NC = (size_t)N * C;
   openblas_set_num_threads(1);
   c->state = ST_BACKWARD;
+  const int fresh = c->grads_zero; /* first writes overwrite the gradients */
 
   float *wte = c->params, *wpe = wte + (size_t)V * C, *lnfw = wpe + (size_t)cfg->n_positions * C;
   float *dwte = c->grads, *dwpe = dwte + (size_t)V * C, *dlnfw = dwpe + (size_t)cfg->n_positions * C;
@@ -473,10 +523,9 @@ static int cpu_backward(gpt_model *m) {
 #pragma omp parallel for num_threads(nt) schedule(dynamic, ROWS_PER_ITEM)
   for (int n = 0; n < N; n++) cpuk_xent_bwd_row(c->logits + (size_t)n * V, V, c->targets[n], c->lse[n], dloss);
   mm(nt, 0, 0, N, C, V, c->logits, V, wte, C, 0.0f, c->dtmp, C);       /* dlnf */
-  mm(nt, 1, 0, V, C, N, c->logits, V, c->lnf, C, 1.0f, dwte, C);       /* dwte += dlogits^T lnf */
-  memset(c->dres, 0, NC * sizeof(float));
+  mm(nt, 1, 0, V, C, N, c->logits, V, c->lnf, C, fresh ? 0.0f : 1.0f, dwte, C); /* dwte += dlogits^T lnf */
   const float *last = c->res3 + (size_t)(L - 1) * NC;
-  layernorm_bwd(c, c->dres, dlnfw, dlnfb, c->dtmp, last, lnfw, c->lnf_mean, c->lnf_rstd, N, C);
+  layernorm_bwd(c, c->dres, dlnfw, dlnfb, c->dtmp, last, lnfw, c->lnf_mean, c->lnf_rstd, N, C, 0, fresh);
 
   for (int l = L - 1; l >= 0; l--) {
     float *w[NLAYER_T], *dw[NLAYER_T];
@@ -487,26 +536,31 @@ static int cpu_backward(gpt_model *m) {
     const float *res2 = c->res2 + l * NC, *ln2 = c->ln2 + l * NC, *fch = c->fch + 4 * l * NC;
     const float *fchg = c->fch_gelu + 4 * l * NC, *att = c->att + (size_t)l * B * NH * T * T;
 
-    linear_bwd(c, c->dfch, dw[FPW], dw[FPB], c->dres, fchg, w[FPW], N, 4 * C, C);
+    linear_bwd(c, c->dfch, dw[FPW], dw[FPB], c->dres, fchg, w[FPW], N, 4 * C, C, fresh);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, ROWS_PER_ITEM)
     for (int n = 0; n < N; n++) cpuk_gelu_bwd_row(c->dfch + (size_t)n * 4 * C, fch + (size_t)n * 4 * C, 4 * C);
-    linear_bwd(c, c->dtmp, dw[FCW], dw[FCB], c->dfch, ln2, w[FCW], N, C, 4 * C);
+    linear_bwd(c, c->dtmp, dw[FCW], dw[FCB], c->dfch, ln2, w[FCW], N, C, 4 * C, fresh);
     layernorm_bwd(c, c->dres, dw[LN2W], dw[LN2B], c->dtmp, res2, w[LN2W], c->ln2_mean + (size_t)l * N,
-                  c->ln2_rstd + (size_t)l * N, N, C);
-    linear_bwd(c, c->dtmp, dw[APW], dw[APB], c->dres, atty, w[APW], N, C, C);
+                  c->ln2_rstd + (size_t)l * N, N, C, 1, fresh);
+    linear_bwd(c, c->dtmp, dw[APW], dw[APB], c->dres, atty, w[APW], N, C, C, fresh);
     attention_bwd(c, c->dqkv, c->dtmp, att, qkv, B, T, C, NH, m->maxT);
-    linear_bwd(c, c->dtmp, dw[QKVW], dw[QKVB], c->dqkv, ln1, w[QKVW], N, C, 3 * C);
+    linear_bwd(c, c->dtmp, dw[QKVW], dw[QKVB], c->dqkv, ln1, w[QKVW], N, C, 3 * C, fresh);
     layernorm_bwd(c, c->dres, dw[LN1W], dw[LN1B], c->dtmp, residual, w[LN1W], c->ln1_mean + (size_t)l * N,
-                  c->ln1_rstd + (size_t)l * N, N, C);
+                  c->ln1_rstd + (size_t)l * N, N, C, 1, fresh);
   }
 
-  /* Embeddings: wpe rows by position; wte by column blocks so repeated tokens never race. */
+  /* Embeddings: wpe rows by position; wte by column blocks so repeated tokens never race (dwte
+   * already holds its logits part). With fresh, wpe rows past T are zero. */
   const int ch = split_chunk(C, nt);
+  if (fresh && T < cfg->n_positions)
+    memset(dwpe + (size_t)T * C, 0, (size_t)(cfg->n_positions - T) * C * sizeof(float));
 #pragma omp parallel num_threads(nt)
   {
 #pragma omp for schedule(static) nowait
-    for (int t = 0; t < T; t++)
-      for (int b = 0; b < B; b++) cpuk_acc(dwpe + (size_t)t * C, c->dres + ((size_t)b * T + t) * C, (size_t)C);
+    for (int t = 0; t < T; t++) {
+      if (fresh) memcpy(dwpe + (size_t)t * C, c->dres + (size_t)t * C, (size_t)C * sizeof(float));
+      for (int b = fresh ? 1 : 0; b < B; b++) cpuk_acc(dwpe + (size_t)t * C, c->dres + ((size_t)b * T + t) * C, (size_t)C);
+    }
 #pragma omp for schedule(static)
     for (int i = 0; i < nt; i++) {
       int lo = i * ch, hi = lo + ch < C ? lo + ch : C;
@@ -515,6 +569,7 @@ static int cpu_backward(gpt_model *m) {
           cpuk_acc(dwte + (size_t)c->inputs[n] * C + lo, c->dres + (size_t)n * C + lo, (size_t)(hi - lo));
     }
   }
+  c->grads_zero = 0;
   return 0;
 }
 
@@ -523,6 +578,7 @@ static int cpu_backward(gpt_model *m) {
 static int cpu_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, float *grad_norm) {
   cpu_impl *c = m->impl;
   const int nt = c->nt;
+  grads_materialise(c); /* a step without a backward since zero_grad: zero gradients */
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
   for (int s = 0; s < c->nseg; s++) c->seg_sumsq[s] = cpuk_sumsq(c->grads + c->segs[s].off, c->segs[s].n);
   double sumsq = 0.0;

@@ -2,9 +2,9 @@
  * cross-entropy and AdamW. Loops are written so that GCC vectorises them (`omp simd` for the
  * reductions, a polynomial expf instead of the libm call); every reduction runs in a fixed
  * order, so results are deterministic. */
-/* sqrtf without errno handling, so the AdamW loop vectorises (its argument is never < 0). */
-#pragma GCC optimize("no-math-errno")
-
+/* Built with -fno-math-errno (kernels/CMakeLists.txt), which, unlike a `#pragma GCC optimize`,
+ * reaches every target_clones copy: so sqrtf in AdamW is a vector square root, not a call to
+ * libm (its argument is never < 0). The adamw_simd test checks the AVX-512 clone's code. */
 #include "kernels/cpu/cpu_kernels.h"
 
 #include <math.h>
@@ -67,7 +67,7 @@ CPU_HOT void cpuk_layernorm_row(float *out, float *mean, float *rstd, const floa
 }
 
 CPU_HOT void cpuk_layernorm_bwd_row(float *dx, float *dw_acc, float *db_acc, const float *dout,
-                                    const float *x, const float *w, float mean, float rstd, int C) {
+                                    const float *x, const float *w, float mean, float rstd, int C, int dx_acc) {
   float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
 #pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
   for (int i = 0; i < C; i++) {
@@ -83,7 +83,8 @@ CPU_HOT void cpuk_layernorm_bwd_row(float *dx, float *dw_acc, float *db_acc, con
     float dn = w[i] * dout[i];
     dw_acc[i] += dout[i] * xhat;
     db_acc[i] += dout[i];
-    dx[i] += (dn - dnorm_mean - xhat * dnorm_norm_mean) * rstd;
+    float d = (dn - dnorm_mean - xhat * dnorm_norm_mean) * rstd;
+    dx[i] = dx_acc ? dx[i] + d : d;
   }
 }
 
@@ -169,14 +170,19 @@ CPU_HOT double cpuk_sumsq(const float *g, size_t n) {
 
 /* Mirrors torch 1.13 _single_tensor_adamw in float32 arithmetic: p *= decay_mul;
  * m = m*b1 + g*(1-b1); v = v*b2 + (1-b2)*g*g; denom = sqrt(v)/bc2_sqrt + eps;
- * p += neg_step_size * (m / denom). */
-CPU_HOT void cpuk_adamw(float *p, float *g, float *m, float *v, size_t n, float clip, float decay_mul,
-                        float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
-                        float bc2_sqrt, float eps, float neg_step_size) {
-  if (clip != 1.0f)
-    for (size_t i = 0; i < n; i++) g[i] *= clip;
+ * p += neg_step_size * (m / denom). With `clipped`, g is first scaled by clip and written
+ * back (what clip_grad_norm_ leaves in .grad), in the same pass. */
+static inline __attribute__((always_inline)) void adamw_loop(float *p, float *g, float *m, float *v, size_t n,
+                                                             const int clipped, float clip, float decay_mul,
+                                                             float beta1, float one_minus_beta1, float beta2,
+                                                             float one_minus_beta2, float bc2_sqrt, float eps,
+                                                             float neg_step_size) {
   for (size_t i = 0; i < n; i++) {
     float gi = g[i];
+    if (clipped) {
+      gi *= clip;
+      g[i] = gi;
+    }
     float pi = p[i] * decay_mul;
     float mi = m[i] * beta1 + gi * one_minus_beta1;
     float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
@@ -185,4 +191,15 @@ CPU_HOT void cpuk_adamw(float *p, float *g, float *m, float *v, size_t n, float 
     m[i] = mi;
     v[i] = vi;
   }
+}
+
+CPU_HOT void cpuk_adamw(float *p, float *g, float *m, float *v, size_t n, float clip, float decay_mul,
+                        float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
+                        float bc2_sqrt, float eps, float neg_step_size) {
+  if (clip != 1.0f)
+    adamw_loop(p, g, m, v, n, 1, clip, decay_mul, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps,
+               neg_step_size);
+  else
+    adamw_loop(p, g, m, v, n, 0, 1.0f, decay_mul, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps,
+               neg_step_size);
 }

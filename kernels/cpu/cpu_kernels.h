@@ -21,9 +21,10 @@ void cpuk_encode_row(float *out, const float *wte_row, const float *wpe_row, int
 void cpuk_layernorm_row(float *out, float *mean, float *rstd, const float *x, const float *w,
                         const float *b, int C);
 
-/* LayerNorm backward of one row: dx += ...; dw_acc += dout * xhat; db_acc += dout. */
+/* LayerNorm backward of one row: dx += ... (dx = ... when dx_acc is 0); dw_acc += dout * xhat;
+ * db_acc += dout. */
 void cpuk_layernorm_bwd_row(float *dx, float *dw_acc, float *db_acc, const float *dout,
-                            const float *x, const float *w, float mean, float rstd, int C);
+                            const float *x, const float *w, float mean, float rstd, int C, int dx_acc);
 
 /* out = out + bias (+ res when res != NULL), n columns. */
 void cpuk_add_bias_row(float *out, const float *bias, const float *res, int n);
@@ -55,8 +56,8 @@ void cpuk_acc(float *dst, const float *src, size_t n);
 /* sum of g[i]^2 over n floats, in double. */
 double cpuk_sumsq(const float *g, size_t n);
 
-/* One torch.optim.AdamW step over n floats (see cpu_backend.c for the scalar derivation).
- * g is first scaled by clip (and written back when clip != 1). */
+/* One torch.optim.AdamW step over n floats (see cpu_backend.c for the scalar derivation), in
+ * one pass: g is first scaled by clip (and written back when clip != 1). */
 void cpuk_adamw(float *p, float *g, float *m, float *v, size_t n, float clip, float decay_mul,
                 float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
                 float bc2_sqrt, float eps, float neg_step_size);

@@ -1,8 +1,8 @@
 /* cpu_kernels.c — micro-benchmark of one CPU train step (zero_grad, forward, backward, clipped
  * AdamW) of the GPT-2 backend; twin of tests/bench/cpu_kernels_torch.py for PyTorch eager.
  * Usage: bench_cpu_kernels [L NH C V B T threads steps]   (defaults 6 6 384 256 8 256 2 5)
- * OpenBLAS picks its kernels at load time; OpenBLAS 0.3.21 on Zen 5 picks AVX2 ("Haswell")
- * ones, and OPENBLAS_CORETYPE=SkylakeX in the environment selects the AVX-512 ones. */
+ * OpenBLAS picks its kernels at load time: OpenBLAS 0.3.21 picks AVX-512 ("Cooperlake") ones on
+ * Zen 5, and OPENBLAS_CORETYPE in the environment (e.g. Haswell: AVX2) overrides that. */
 #include "common/errors.h"
 #include "kernels/gpt.h"
 

@@ -1,35 +1,167 @@
 #!/usr/bin/env bash
-# tests/bench/cpu_train.sh — tokens/s of `dipacoctl train` vs PyTorch on the CPU, side by side
-# in one run: same ~10M-parameter GPT-2 (L=6, NH=6, C=384, byte vocab), same batch, sequence
-# length, thread count and step count, same shards of the demo corpus. Prints both and the
-# ratio. Environment: THREADS (default: nproc), STEPS (default 20), B (8), T (256).
+# tests/bench/cpu_train.sh — CPU training throughput of `dipacoctl train` against its peers,
+# side by side in one run, same weights, same data, same batches:
+#   torch         PyTorch eager (tests/bench/torch_train.py), OpenMP's default wait policy
+#   torch_passive the same with OMP_WAIT_POLICY=PASSIVE (its OpenMP workers then sleep
+#                 instead of spinning against OpenBLAS's threads)
+#   llmc          llm.c's CPU reference train_gpt2.c (tests/bench/cpu_llmc.c drives it), on a
+#                 checkpoint converted from dipaco's init (tests/bench/cpu_llmc_ckpt.py)
+# for two configurations (small: GPT-2 L6 C384 byte vocab, B8 T256; 124m: GPT-2 124M, B4 T64)
+# at 1 and 2 threads. Every peer starts from dipaco's init and reads the same llm.c shards in
+# the same batch order; their step-0 losses must agree (checked, the run fails otherwise).
+# Rounds are interleaved (each round runs every peer once, in a rotated order, and measures
+# the sgemm peak again), so load from other processes hits all peers alike; the table gives
+# the median tokens/s, the achieved model GFLOP/s (6 * non-embedding-and-head parameters + the
+# head's, plus attention, per token: (6 (12 L C^2 + C V) + 12 L T C) flops) and its share of
+# the measured sgemm peak, and dipaco's ratio to each peer as min / median / max over rounds.
+# OpenBLAS runs the kernels it picks for this CPU (or OPENBLAS_CORETYPE, when set) in every peer.
+# Environment: CONFIGS ("small 124m"), THREADS_LIST ("1 2"), ROUNDS (3), STEPS (5 timed),
+#   WARM (2 untimed), PEERS ("torch torch_passive llmc"), LLMC_DIR (an llm.c checkout; default
+#   tests/.cache/llm.c, cloned when missing; the llmc peer is skipped, with the reason, if it
+#   cannot be had), OUT (file for the markdown table; default: stdout only), RESULTS (a file that
+#   keeps every measurement as a JSON line, appended as it is taken, so a later run adds
+#   rounds to it: give it ROUND0, the number of its first round; SUMMARY_ONLY=1 only prints the
+#   table of RESULTS).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-THREADS=${THREADS:-$(nproc)}; STEPS=${STEPS:-20}; B=${B:-8}; T=${T:-256}; WARM=3
-L=6; NH=6; C=384; V=256
+CONFIGS=${CONFIGS:-"small 124m"}; THREADS_LIST=${THREADS_LIST:-"1 2"}; ROUNDS=${ROUNDS:-3}
+STEPS=${STEPS:-5}; WARM=${WARM:-2}; PEERS=${PEERS:-"torch torch_passive llmc"}
+LLMC_DIR=${LLMC_DIR:-tests/.cache/llm.c}
+LLMC_COMMIT=${LLMC_COMMIT:-f1e2ace} # the llm.c commit this was written against (cloned when missing)
+py=/usr/bin/python3
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+results=${RESULTS:-$work/results.jsonl}; ROUND0=${ROUND0:-0}
+[ "${SUMMARY_ONLY:-0}" = 1 ] && CONFIGS="" PEERS=""
 
-cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DDIPACO_DISTRIBUTED=OFF >/dev/null
-cmake --build build-bench -j"$(nproc)" --target dipacoctl >/dev/null
+[ -n "$CONFIGS" ] && cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DDIPACO_DISTRIBUTED=OFF >/dev/null
+[ -n "$CONFIGS" ] && cmake --build build-bench -j"$(nproc)" --target dipacoctl bench_cpu_sgemm_peak >/dev/null
 ctl=build-bench/coordinator/dipacoctl
-assets=$(bash deploy/fetch_assets.sh tests/.cache)
-"$ctl" data prepare --tokenizer byte --out "$work/data" --val-fraction 0 $(ls "$assets"/sotu/*.txt | head -n 20) 2>/dev/null
-"$ctl" init --n-layer $L --n-head $NH --n-embd $C --n-positions $T --vocab-size $V --seed 1 --out "$work/init" 2>/dev/null
+peak=build-bench/tests/bench_cpu_sgemm_peak
 
-echo "cpu_train: GPT-2 L=$L NH=$NH C=$C V=$V, B=$B T=$T, $THREADS threads, $STEPS timed steps after $WARM warm-up"
-# dipaco: time the steps after the warm-up ones from the per-step JSON timing.
-"$ctl" train --model "$work/init" --data "$work"/data/train_*.bin --out "$work/out" --steps $((STEPS + WARM)) \
-  --batch $B --seq-len $T --threads "$THREADS" --json >"$work/dipaco.jsonl" 2>/dev/null
-dipaco_tps=$(/usr/bin/python3 - "$work/dipaco.jsonl" $WARM $B $T <<'PY'
+# llm.c: its train_gpt2.c and llmc/ headers, built with its Makefile's flags.
+if [[ " $PEERS " == *" llmc "* ]]; then
+  if [ ! -f "$LLMC_DIR/train_gpt2.c" ] && [ "$LLMC_DIR" = tests/.cache/llm.c ]; then
+    timeout 120 git clone -q https://github.com/karpathy/llm.c "$LLMC_DIR" 2>/dev/null &&
+      git -C "$LLMC_DIR" checkout -q "$LLMC_COMMIT" 2>/dev/null || rm -rf "$LLMC_DIR"
+  fi
+  if [ -f "$LLMC_DIR/train_gpt2.c" ] &&
+     cc -Ofast -march=native -fopenmp -DOMP -DTESTING -Wno-unused-result -I"$LLMC_DIR" tests/bench/cpu_llmc.c -lm \
+        -o "$work/cpu_llmc" 2>"$work/llmc_build.log"; then
+    :
+  else
+    echo "cpu_train: llm.c peer SKIPPED: no llm.c source at $LLMC_DIR (set LLMC_DIR to a checkout of" \
+         "github.com/karpathy/llm.c) or it did not build: $(tail -n 3 "$work/llmc_build.log" 2>/dev/null)" >&2
+    PEERS=${PEERS//llmc/}
+  fi
+fi
+
+[ -n "$CONFIGS" ] && assets=$(bash deploy/fetch_assets.sh tests/.cache) &&
+"$ctl" data prepare --tokenizer byte --out "$work/data" --val-fraction 0 $(ls "$assets"/sotu/*.txt | head -n 20) 2>/dev/null
+data=$(ls "$work"/data/train_*.bin 2>/dev/null || true)
+
+# name L NH C V maxT B T
+cfg_of() {
+  case $1 in
+    small) echo "small 6 6 384 256 256 8 256" ;;
+    124m) echo "124m 12 12 768 50257 1024 4 64" ;;
+    *) echo "cpu_train: unknown config $1 (small, 124m)" >&2; exit 2 ;;
+  esac
+}
+
+for cname in $CONFIGS; do
+  read -r name L NH C V maxT B T <<<"$(cfg_of "$cname")"
+  "$ctl" init --n-layer "$L" --n-head "$NH" --n-embd "$C" --n-positions "$maxT" --vocab-size "$V" --seed 1 \
+    --out "$work/init_$name" 2>/dev/null
+  [[ " $PEERS " == *" llmc "* ]] && "$py" tests/bench/cpu_llmc_ckpt.py "$work/init_$name" "$work/init_$name.llmc.bin"
+  for th in $THREADS_LIST; do
+    for ((r = ROUND0; r < ROUND0 + ROUNDS; r++)); do
+      p=$("$peak" "$th" 3)
+      echo "{\"config\":\"$name\",\"threads\":$th,\"round\":$r,\"peer\":\"sgemm\",\"out\":$p,\"load\":$(cut -d' ' -f1 /proc/loadavg)}" >>"$results"
+      all=(dipaco $PEERS); n=${#all[@]}
+      for ((k = 0; k < n; k++)); do
+        peer=${all[$(((k + r) % n))]}
+        case $peer in
+          dipaco)
+            "$ctl" train --model "$work/init_$name" --data $data --out "$work/out" --steps $((STEPS + WARM)) \
+              --batch "$B" --seq-len "$T" --threads "$th" --json >"$work/dipaco.jsonl" 2>"$work/err" ||
+              { cat "$work/err" >&2; exit 1; }
+            out=$("$py" - "$work/dipaco.jsonl" "$WARM" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])][int(sys.argv[2]):]
-bt = int(sys.argv[3]) * int(sys.argv[4])
-print("%.1f" % (len(rows) * bt / sum(bt / r["tokens_per_s"] for r in rows)))
+rows = [json.loads(l) for l in open(sys.argv[1])]
+timed = rows[int(sys.argv[2]):]
+# tokens/s over the timed steps: total tokens / total time (each row's rate is per step)
+print(json.dumps({"tokens_per_s": len(timed) / sum(1.0 / r["tokens_per_s"] for r in timed),
+                  "step0_loss": rows[0]["loss"]}))
 PY
 )
-torch_tps=$(/usr/bin/python3 tests/bench/torch_train.py --n-layer $L --n-head $NH --n-embd $C --n-positions $T \
-  --vocab-size $V --batch $B --seq-len $T --steps "$STEPS" --warmup-steps $WARM --threads "$THREADS" \
-  --data "$work"/data/train_*.bin | /usr/bin/python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["tokens_per_s"])')
-echo "dipaco  tokens/s: $dipaco_tps"
-echo "pytorch tokens/s: $torch_tps ($(/usr/bin/python3 -c 'import torch; print("torch", torch.__version__)'))"
-/usr/bin/python3 -c "print('ratio dipaco/pytorch: %.2fx' % ($dipaco_tps / $torch_tps))"
+            ;;
+          torch | torch_passive)
+            wait_policy=()
+            [ "$peer" = torch_passive ] && wait_policy=(OMP_WAIT_POLICY=PASSIVE)
+            out=$(env "${wait_policy[@]}" OMP_NUM_THREADS="$th" OPENBLAS_NUM_THREADS="$th" "$py" tests/bench/torch_train.py \
+              --n-layer "$L" --n-head "$NH" --n-embd "$C" --n-positions "$maxT" --vocab-size "$V" --batch "$B" \
+              --seq-len "$T" --steps "$STEPS" --warmup-steps "$WARM" --threads "$th" --data $data \
+              --init "$work/init_$name" 2>"$work/err") || { cat "$work/err" >&2; exit 1; }
+            ;;
+          llmc)
+            out=$(OMP_NUM_THREADS="$th" "$work/cpu_llmc" "$work/init_$name.llmc.bin" "$B" "$T" "$WARM" "$STEPS" $data \
+              2>"$work/err" | tail -n 1) || { cat "$work/err" >&2; exit 1; }
+            ;;
+        esac
+        echo "{\"config\":\"$name\",\"threads\":$th,\"round\":$r,\"peer\":\"$peer\",\"out\":$out,\"load\":$(cut -d' ' -f1 /proc/loadavg)}" >>"$results"
+        echo "cpu_train: $name ${th}t round $r $peer $out" >&2
+      done
+    done
+  done
+done
+
+"$py" - "$results" "${OUT:-}" <<'PY'
+import json, os, statistics, sys
+from collections import defaultdict
+rows = [json.loads(l) for l in open(sys.argv[1])]
+cfgs = {"small": (6, 384, 256, 256, "L6 C384 V256, B8 T256"), "124m": (12, 768, 50257, 64, "GPT-2 124M, B4 T64")}
+names = {"dipaco": "dipaco", "torch": "PyTorch", "torch_passive": "PyTorch PASSIVE", "llmc": "llm.c"}
+by = defaultdict(lambda: defaultdict(dict))  # (config, threads) -> peer -> round -> out
+for r in rows:
+    by[(r["config"], r["threads"])][r["peer"]][r["round"]] = r["out"]
+lines = ["| config | threads | sgemm peak GFLOP/s (core) | peer | tok/s median (min-max) | GFLOP/s | share of peak | "
+         "dipaco / peer min / median / max |", "|---|---|---|---|---|---|---|---|"]
+bad = []
+for (cfg, th), peers in by.items():
+    if not peers["sgemm"] or not peers["dipaco"]:
+        continue  # a round cut short before dipaco ran
+    L, C, V, T, label = cfgs[cfg]
+    fpt = 6 * (12 * L * C * C + C * V) + 12 * L * T * C
+    sg = [o["gflops"] for o in peers["sgemm"].values()]
+    pk = statistics.median(sg)
+    core = next(iter(peers["sgemm"].values()))["core"]
+    d = peers["dipaco"]
+    for peer in [p for p in ("dipaco", "torch", "torch_passive", "llmc") if p in peers]:
+        runs = peers[peer]
+        tps = [o["tokens_per_s"] for o in runs.values()]
+        med = statistics.median(tps)
+        for o in runs.values():
+            l0, ld = o["step0_loss"], next(iter(d.values()))["step0_loss"]
+            if abs(l0 - ld) > 1e-4 * abs(ld):
+                bad.append(f"{cfg} {th}t {peer}: step-0 loss {l0:.6f} vs dipaco {ld:.6f}")
+        ratio = ""
+        if peer != "dipaco":
+            rs = sorted(d[k]["tokens_per_s"] / runs[k]["tokens_per_s"] for k in runs if k in d)
+            ratio = "%.2fx / %.2fx / %.2fx" % (rs[0], statistics.median(rs), rs[-1])
+        lines.append("| %s | %d | %.0f (%s, %.0f-%.0f) | %s | %.0f (%.0f-%.0f) | %.1f | %.0f%% | %s |" % (
+            label, th, pk, core, min(sg), max(sg), names[peer], med, min(tps), max(tps), med * fpt / 1e9,
+            100 * med * fpt / 1e9 / pk, ratio))
+l0 = {(r["config"]): r["out"]["step0_loss"] for r in rows if r["peer"] == "dipaco"}
+lines.append("")
+lines.append("step-0 loss (all peers, same init and batch): " + ", ".join("%s %.6f" % kv for kv in l0.items()) +
+             ("" if not bad else "; MISMATCH: " + "; ".join(bad)))
+loads = [r["load"] for r in rows if "load" in r]
+if loads:
+    lines.append("1-minute load average after each measurement (%d cores): %.1f to %.1f, median %.1f" % (
+        os.cpu_count(), min(loads), max(loads), statistics.median(loads)))
+text = "\n".join(lines)
+print(text)
+if sys.argv[2]:
+    open(sys.argv[2], "w").write(text + "\n")
+sys.exit(1 if bad else 0)
+PY

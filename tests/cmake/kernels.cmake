@@ -15,9 +15,22 @@ target_link_libraries(test_cpu_determinism PRIVATE dpc_kernels dpc_common)
 add_test(NAME cpu_determinism COMMAND test_cpu_determinism)
 set_tests_properties(cpu_determinism PROPERTIES TIMEOUT 60)
 
+# Build check: the AVX-512 and AVX2 copies of the AdamW loop are vector code (no libm sqrtf), in
+# the kernels a test program links, or in the sanitizer build their sanitizer-free twin.
+if(TARGET dpc_cpu_kernels_plain)
+  set(_dpc_simd_bin $<TARGET_OBJECTS:dpc_cpu_kernels_plain>)
+else()
+  set(_dpc_simd_bin $<TARGET_FILE:test_cpu_determinism>)
+endif()
+add_test(NAME kernels_adamw_simd COMMAND ${CMAKE_SOURCE_DIR}/tests/unit/check_adamw_simd.sh ${_dpc_simd_bin})
+set_tests_properties(kernels_adamw_simd PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+
 # Micro-benchmark of one train step (not a test): tests/bench/cpu_kernels.c, twin cpu_kernels_torch.py.
 add_executable(bench_cpu_kernels EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/cpu_kernels.c)
 target_link_libraries(bench_cpu_kernels PRIVATE dpc_kernels dpc_common)
+# The sgemm peak of tests/bench/cpu_train.sh (not a test): tests/bench/cpu_sgemm_peak.c.
+add_executable(bench_cpu_sgemm_peak EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/cpu_sgemm_peak.c)
+target_link_libraries(bench_cpu_sgemm_peak PRIVATE dpc_kernels)
 
 # DiPaCo routing: k-means / product k-means on planted clusters, routing features, router
 # directories (kernels/kmeans.h, kernels/router.h).

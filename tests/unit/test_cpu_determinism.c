@@ -1,6 +1,8 @@
 /* test_cpu_determinism.c — CPU backend run-to-run behaviour and API state: two runs with the
  * same thread count give bit-identical parameters, gradients and moments; other thread counts
- * and a smaller (B, T) than the model was built for agree numerically; misuse is refused. */
+ * and a smaller (B, T) than the model was built for agree numerically; zero_grad (which only
+ * marks the gradients) reads as zeros and backward overwrites or accumulates as it should;
+ * misuse is refused. */
 #include "common/errors.h"
 #include "kernels/gpt.h"
 #include "tests/unit/test.h"
@@ -132,6 +134,45 @@ int main(void) {
     gpt_get_grads(big, g1, 0, P);
     gpt_get_grads(small, g2, 0, P);
     CHECK(max_rel(g1, g2, P) <= 1e-5);
+
+    /* zero_grad only marks the gradients: they read as zero, the next backward overwrites them
+     * (wpe rows past its T included), a backward without zero_grad adds, and a step taken
+     * with no backward since zero_grad sees zero gradients. */
+    float *g3 = malloc(P * sizeof(float)), *mv = malloc(P * sizeof(float));
+    CHECK_EQ_INT(gpt_zero_grad(big), 0);
+    CHECK_EQ_INT(gpt_forward(big, in[1], tg[1], B, T, &l1), 0); /* full T: every wpe row */
+    CHECK_EQ_INT(gpt_backward(big), 0);
+    CHECK_EQ_INT(gpt_zero_grad(big), 0);
+    gpt_get_grads(big, g1, 0, P);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < P; i++) nonzero += g1[i] != 0.0f;
+    CHECK_EQ_INT((int)nonzero, 0);
+    CHECK_EQ_INT(gpt_forward(big, sin, stg, 2, 10, &l1), 0);
+    CHECK_EQ_INT(gpt_backward(big), 0);
+    gpt_get_grads(big, g1, 0, P);
+    CHECK(max_rel(g1, g2, P) <= 1e-5); /* as the small model's, from its zeroed memory */
+    const size_t wpe = (size_t)CFG.vocab_size * CFG.n_embd;
+    nonzero = 0;
+    for (size_t i = wpe + 10 * (size_t)CFG.n_embd; i < wpe + (size_t)CFG.n_positions * CFG.n_embd; i++)
+      nonzero += g1[i] != 0.0f;
+    CHECK_EQ_INT((int)nonzero, 0);
+    CHECK_EQ_INT(gpt_forward(big, sin, stg, 2, 10, &l1), 0);
+    CHECK_EQ_INT(gpt_backward(big), 0); /* no zero_grad: accumulates */
+    gpt_get_grads(big, g3, 0, P);
+    for (size_t i = 0; i < P; i++) g1[i] *= 2.0f;
+    CHECK(max_rel(g3, g1, P) <= 1e-5);
+    CHECK_EQ_INT(gpt_reset_opt_state(big), 0);
+    CHECK_EQ_INT(gpt_zero_grad(big), 0);
+    float norm = -1.0f;
+    CHECK_EQ_INT(gpt_adamw_step(big, &HP, 1e-3f, 1, &norm), 0);
+    CHECK(norm == 0.0f);
+    CHECK_EQ_INT(gpt_get_opt_state(big, mv, NULL), 0);
+    nonzero = 0;
+    for (size_t i = 0; i < P; i++) nonzero += mv[i] != 0.0f;
+    CHECK_EQ_INT((int)nonzero, 0);
+    free(g3);
+    free(mv);
+
     int bad[2] = {0, CFG.vocab_size};
     CHECK_EQ_INT(gpt_forward(big, bad, NULL, 1, 2, &l1), DPC_ERANGE);
     CHECK_EQ_INT(gpt_forward(big, sin, NULL, 1, T + 1, &l1), DPC_EINVAL);

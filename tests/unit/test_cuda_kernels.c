@@ -117,7 +117,7 @@ static void test_layernorm(void) {
   float *dx0 = malloc(N * C * 4), *dw0 = malloc(C * 4), *db0 = malloc(C * 4);
   memcpy(dx0, dx, N * C * 4), memcpy(dw0, dw, C * 4), memcpy(db0, db, C * 4);
   for (int n = 0; n < N; n++) cpuk_layernorm_row(out + n * C, &mean[n], &rstd[n], x + n * C, w, b, C);
-  for (int n = 0; n < N; n++) cpuk_layernorm_bwd_row(dx + n * C, dw, db, dout + n * C, x + n * C, w, mean[n], rstd[n], C);
+  for (int n = 0; n < N; n++) cpuk_layernorm_bwd_row(dx + n * C, dw, db, dout + n * C, x + n * C, w, mean[n], rstd[n], C, 1);
   float *d_x = dev(x, N * C * 4), *d_w = dev(w, C * 4), *d_b = dev(b, C * 4), *d_out = dev(NULL, N * C * 4);
   float *d_mean = dev(NULL, N * 4), *d_rstd = dev(NULL, N * 4), *d_dout = dev(dout, N * C * 4);
   float *d_dx = dev(dx0, N * C * 4), *d_dw = dev(dw0, C * 4), *d_db = dev(db0, C * 4);
