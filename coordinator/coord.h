@@ -210,6 +210,7 @@ typedef struct coord {
   void (*tick_cb)(struct coord *c);     /* loop.c, every tick: housekeeping (rounds_tick) */
   void (*stop_cb)(struct coord *c);     /* loop.c, on SIGTERM/SIGINT: answer parked calls */
   void (*shutdown_cb)(struct coord *c); /* loop.c, idle after a stop: close other listeners */
+  void (*wake_cb)(struct coord *c);     /* loop.c, at a time asked by loop_wake_at: rounds_check */
   /* leases.c: answer a parked Lease call taken off the registry; outcome is SCHED_* or a
    * negative DPC_E* code; l is the lease when SCHED_GRANTED. */
   void (*park_answer_cb)(struct coord *c, void *call, int64_t worker, int outcome, const store_lease *l);
@@ -218,6 +219,8 @@ typedef struct coord {
 
   uv_async_t async;
   uv_timer_t tick;
+  uv_timer_t wake; /* loop_wake_at's one-shot timer */
+  int64_t wake_at; /* when it fires (dpc_wall_ms; 0 = not armed) */
   uv_signal_t sigterm, sigint;
   uv_tcp_t metrics;
   int metrics_on;

@@ -28,6 +28,7 @@ static void maybe_shutdown(coord *c) {
   c->srv = NULL;
   close_handle((uv_handle_t *)&c->async);
   close_handle((uv_handle_t *)&c->tick);
+  close_handle((uv_handle_t *)&c->wake);
   close_handle((uv_handle_t *)&c->sigterm);
   close_handle((uv_handle_t *)&c->sigint);
   if (c->shutdown_cb) c->shutdown_cb(c);
@@ -93,6 +94,7 @@ static void on_signal(uv_signal_t *s, int signum) {
   sd_notify(0, "STOPPING=1");
   if (c->srv) rpc_server_set_health(c->srv, "", 0);
   uv_timer_stop(&c->tick);
+  if (c->wake.loop) uv_timer_stop(&c->wake);
   if (c->stop_cb) c->stop_cb(c);
   maybe_shutdown(c);
 }
@@ -131,6 +133,23 @@ void loop_start_tick(coord *c, int tick_ms) {
   uv_timer_init(c->loop, &c->tick);
   c->tick.data = c;
   uv_timer_start(&c->tick, on_tick, (uint64_t)tick_ms, (uint64_t)tick_ms);
+  uv_timer_init(c->loop, &c->wake);
+  c->wake.data = c;
+  c->wake_at = 0;
+}
+
+static void on_wake(uv_timer_t *t) {
+  coord *c = t->data;
+  c->wake_at = 0;
+  if (c->wake_cb && !c->stopping) c->wake_cb(c);
+}
+
+void loop_wake_at(coord *c, int64_t at_ms) {
+  if (c->stopping || !c->wake.loop || uv_is_closing((uv_handle_t *)&c->wake)) return;
+  if (c->wake_at != 0 && c->wake_at <= at_ms) return; /* an earlier wake-up is armed */
+  const int64_t now = dpc_wall_ms();
+  c->wake_at = at_ms;
+  uv_timer_start(&c->wake, on_wake, (uint64_t)(at_ms > now ? at_ms - now : 0), 0);
 }
 
 void loop_stop_now(coord *c) {

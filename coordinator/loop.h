@@ -23,8 +23,11 @@ void loop_init(coord *c);
 void loop_notify(void *ud);
 /* Unblock SIGTERM/SIGINT and watch them: the first one starts the graceful stop. */
 void loop_watch_signals(coord *c);
-/* Call c->tick_cb every tick_ms. */
+/* Call c->tick_cb every tick_ms (and set up loop_wake_at's timer). */
 void loop_start_tick(coord *c, int tick_ms);
+/* Call c->wake_cb at dpc_wall_ms() time at_ms (once; the earliest of the times asked wins),
+ * for what must happen on time rather than at the next tick: a quorum round's grace window. */
+void loop_wake_at(coord *c, int64_t at_ms);
 /* Stop at once (a start-up step failed after the server started): as after a signal, minus
  * the callbacks. */
 void loop_stop_now(coord *c);

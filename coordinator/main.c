@@ -305,6 +305,7 @@ static void raise_nofile(void) {
 
 static int serve(coord *c, const opts *o) {
   c->tick_cb = rounds_tick;
+  c->wake_cb = rounds_check;
   c->stop_cb = on_stop;
   c->shutdown_cb = metrics_stop;
   /* gRPC's threads inherit this mask, so signals reach only the loop thread (unblocked

@@ -397,6 +397,8 @@ static int closing_deltas(coord *c, const coord_job *j, int f, int64_t t, int64_
     } else if (k > 0 && k >= need && grace_ms >= 0 && quorum_at != INT64_MAX && now >= quorum_at + grace_ms) {
       *short_reason = REVOKE_GRACE;
     } else {
+      /* The window closes the round on time, not at the next tick (up to 500 ms later). */
+      if (k > 0 && k >= need && grace_ms >= 0 && quorum_at != INT64_MAX) loop_wake_at(c, quorum_at + grace_ms);
       free(d);
       *ds = NULL;
       return -1;
