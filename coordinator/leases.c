@@ -178,16 +178,8 @@ static int job_slots(coord *c, const coord_job *j, const store_fragment *frags, 
 
 /* The worker's own slot first; only without one, the first free slot (which may look up the
  * last worker of every slot before it: not once per slot for every Lease call). */
-/* 1 if worker w holds an active lease among act[0..na). */
-static int worker_busy(const store_lease *act, int na, int64_t w) {
-  for (int i = 0; i < na; i++)
-    if (act[i].worker == w && act[i].state == LEASE_ACTIVE) return 1;
-  return 0;
-}
-
 static const store_slot *pick_slot(coord *c, coord_job *j, const store_slot *slots, int ns, int64_t worker,
-                                   const store_fragment *frags, const store_lease *act, int na, int64_t now,
-                                   int *any_work) {
+                                   const store_fragment *frags, int64_t now, int *any_work) {
   int async = j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC;
   for (int i = 0; i < ns; i++) {
     const store_slot *s = &slots[i];
@@ -201,11 +193,11 @@ static const store_slot *pick_slot(coord *c, coord_job *j, const store_slot *slo
     if (!async && !path_ready(c, j, s->path, s->round, frags)) continue;
     store_worker lw;
     /* inner_state keep: a slot whose last worker is alive stays reserved for it (its AdamW
-     * state is there). Other policies carry no state in the worker. But not while that
-     * worker trains another slot (it took over a dead worker's): then the slot goes to the
-     * idle worker asking, whose AdamW state for it starts afresh, rather than have every
-     * round wait for one worker to train two slots in turn. */
-    if (j->spec.inner.state != INNER_STATE_KEEP || s->last_worker == 0 || worker_busy(act, na, s->last_worker) ||
+     * state is there), even while that worker trains another slot: moving it would silently
+     * change the result (a worker that started before the others, or took over a dead
+     * worker's slot, trains two slots in turn). Other policies carry no state in the worker;
+     * inner_state checkpoint moves the state with the slot, exactly. */
+    if (j->spec.inner.state != INNER_STATE_KEEP || s->last_worker == 0 ||
         store_get_worker(c->st, s->last_worker, &lw) < 0 || !lease_worker_alive(c, &lw, now) ||
         lw.state == WORKER_DRAINING)
       return s;
@@ -248,7 +240,7 @@ static int assign_in_job(coord *c, coord_job *j, int64_t worker, const store_wor
     if (steps > left) steps = (int)left;
     sched = lease_async_progress(j, left);
   }
-  const store_slot *pick = pick_slot(c, j, slots, ns, worker, frags, act, na, now, any_work);
+  const store_slot *pick = pick_slot(c, j, slots, ns, worker, frags, now, any_work);
   /* Async: never hand out a version older than an acknowledged delta would make it. */
   int settled = pick && async ? async_path_settled(c, j, pick->path) : 1;
   if (settled < 0) rc = settled;
