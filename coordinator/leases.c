@@ -178,8 +178,23 @@ static int job_slots(coord *c, const coord_job *j, const store_fragment *frags, 
 
 /* The worker's own slot first; only without one, the first free slot (which may look up the
  * last worker of every slot before it: not once per slot for every Lease call). */
+/* 1 if worker w holds an active lease among act[0..na). */
+static int worker_busy(const store_lease *act, int na, int64_t w) {
+  for (int i = 0; i < na; i++)
+    if (act[i].worker == w && act[i].state == LEASE_ACTIVE) return 1;
+  return 0;
+}
+
+/* 1 if two or more workers have finished leases of slot s (durable): its AdamW state (keep)
+ * has been restarted at least once. */
+static int slot_retrained(coord *c, const coord_job *j, const store_slot *s) {
+  int64_t n = 0;
+  return store_slot_trainers(c->st, j->id, s->path, s->replica, &n) == 0 && n >= 2;
+}
+
 static const store_slot *pick_slot(coord *c, coord_job *j, const store_slot *slots, int ns, int64_t worker,
-                                   const store_fragment *frags, int64_t now, int *any_work) {
+                                   const store_fragment *frags, const store_lease *act, int na, int64_t now,
+                                   int *any_work) {
   int async = j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC;
   for (int i = 0; i < ns; i++) {
     const store_slot *s = &slots[i];
@@ -194,10 +209,14 @@ static const store_slot *pick_slot(coord *c, coord_job *j, const store_slot *slo
     store_worker lw;
     /* inner_state keep: a slot whose last worker is alive stays reserved for it (its AdamW
      * state is there), even while that worker trains another slot: moving it would silently
-     * change the result (a worker that started before the others, or took over a dead
-     * worker's slot, trains two slots in turn). Other policies carry no state in the worker;
-     * inner_state checkpoint moves the state with the slot, exactly. */
+     * change the result (e.g. a worker that started before the others trains two slots in
+     * turn, exactly). Other policies carry no state in the worker; inner_state checkpoint
+     * moves the state with the slot, exactly. Except a slot that two workers have trained
+     * already (its state was lost once, with a dead worker): while its worker trains another
+     * slot, it goes to the idle worker asking rather than make every round wait for one
+     * worker to train two slots in turn; that costs a second AdamW restart, no exactness. */
     if (j->spec.inner.state != INNER_STATE_KEEP || s->last_worker == 0 ||
+        (worker_busy(act, na, s->last_worker) && slot_retrained(c, j, s)) ||
         store_get_worker(c->st, s->last_worker, &lw) < 0 || !lease_worker_alive(c, &lw, now) ||
         lw.state == WORKER_DRAINING)
       return s;
@@ -240,7 +259,7 @@ static int assign_in_job(coord *c, coord_job *j, int64_t worker, const store_wor
     if (steps > left) steps = (int)left;
     sched = lease_async_progress(j, left);
   }
-  const store_slot *pick = pick_slot(c, j, slots, ns, worker, frags, now, any_work);
+  const store_slot *pick = pick_slot(c, j, slots, ns, worker, frags, act, na, now, any_work);
   /* Async: never hand out a version older than an acknowledged delta would make it. */
   int settled = pick && async ? async_path_settled(c, j, pick->path) : 1;
   if (settled < 0) rc = settled;

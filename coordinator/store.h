@@ -394,6 +394,8 @@ int store_count_dropped(store *st, int64_t job, int64_t *n);
  * deltas it applied in count[i]; *n rounds. */
 int store_round_spreads(store *st, int64_t job, int fragment, int64_t round, int max, int64_t *spread, int *count,
                         int *n);
+/* How many distinct workers finished a lease of slot (job, path, replica) in *n. */
+int store_slot_trainers(store *st, int64_t job, int path, int replica, int64_t *n);
 /* Goodput of job's ended leases: *leased = the inner steps they were granted, *merged = the
  * steps of those whose delta was applied (a partial delta: the steps it covers). */
 int store_job_goodput(store *st, int64_t job, int64_t *leased, int64_t *merged);

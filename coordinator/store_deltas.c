@@ -115,6 +115,14 @@ int store_round_spreads(store *st, int64_t job, int fragment, int64_t round, int
   return rc < 0 ? rc : 0;
 }
 
+int store_slot_trainers(store *st, int64_t job, int path, int replica, int64_t *n) {
+  *n = 0;
+  sqlite3_stmt *s = sq_stmt(st, S_SLOT_TRAINERS);
+  if (!s) return DPC_EINTERNAL;
+  BIND_I64S(s, job, path, replica);
+  return sq_get_i64(st, s, "slot trainers", n);
+}
+
 int store_job_goodput(store *st, int64_t job, int64_t *leased, int64_t *merged) {
   *leased = *merged = 0;
   sqlite3_stmt *s = sq_stmt(st, S_GOODPUT);

@@ -283,6 +283,8 @@ typedef struct {
   X(ROUND_SPREADS, "SELECT max(received_at) - min(received_at), count(*) FROM deltas WHERE job = ?1 AND "       \
                    "fragment = ?2 AND state = 'applied' AND round < ?3 GROUP BY round ORDER BY round DESC "      \
                    "LIMIT ?4")                                                                                  \
+  X(SLOT_TRAINERS, "SELECT count(DISTINCT worker) FROM leases WHERE job = ?1 AND path = ?2 AND replica = ?3 "   \
+                   "AND state = 'finished'")                                                                    \
   X(GOODPUT, "SELECT coalesce(sum(CASE WHEN granted_steps > 0 THEN granted_steps ELSE inner_steps END), 0), "  \
              "coalesce(sum(CASE WHEN EXISTS (SELECT 1 FROM deltas d WHERE d.lease = leases.id AND "           \
              "d.state = 'applied') THEN inner_steps ELSE 0 END), 0) FROM leases "                             \
