@@ -120,7 +120,8 @@ int store_slot_trainers(store *st, int64_t job, int path, int replica, int64_t *
   sqlite3_stmt *s = sq_stmt(st, S_SLOT_TRAINERS);
   if (!s) return DPC_EINTERNAL;
   BIND_I64S(s, job, path, replica);
-  return sq_get_i64(st, s, "slot trainers", n);
+  int rc = sq_get_i64(st, s, "slot trainers", n);
+  return rc < 0 ? rc : 0;
 }
 
 int store_job_goodput(store *st, int64_t job, int64_t *leased, int64_t *merged) {
