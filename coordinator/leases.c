@@ -196,12 +196,19 @@ static const store_slot *pick_slot(coord *c, coord_job *j, const store_slot *slo
                                    const store_fragment *frags, const store_lease *act, int na, int64_t now,
                                    int *any_work) {
   int async = j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC;
+  /* Its own slot first; of several (it took over a dead worker's), one it has trained from the
+   * start, so that the retrained one can go to an idle worker meanwhile (below). */
+  const store_slot *own = NULL;
   for (int i = 0; i < ns; i++) {
     const store_slot *s = &slots[i];
     if (!async && s->round < j->spec.rounds) *any_work = 1;
     if (s->state != SLOT_IDLE || (!async && s->round >= j->spec.rounds)) continue;
-    if (s->last_worker == worker && (async || path_ready(c, j, s->path, s->round, frags))) return s;
+    if (s->last_worker == worker && (async || path_ready(c, j, s->path, s->round, frags))) {
+      if (j->spec.inner.state != INNER_STATE_KEEP || !slot_retrained(c, j, s)) return s;
+      if (!own) own = s;
+    }
   }
+  if (own) return own;
   for (int i = 0; i < ns; i++) {
     const store_slot *s = &slots[i];
     if (s->state != SLOT_IDLE || (!async && s->round >= j->spec.rounds)) continue;
