@@ -28,6 +28,7 @@
 #include "coordinator/rounds.h"
 #include "coordinator/svc.h"
 #include "coordinator/svc_inner.h"
+#include "coordinator/svc_pull.h"
 #include "coordinator/svc_transfer.h"
 #include "coordinator/svc_worker.h"
 #include "coordinator/selfcheck.h"
@@ -314,6 +315,7 @@ static int serve(coord *c, const opts *o) {
   loop_init(c);
   struct rpc_method methods[SVC_MAX_METHODS];
   int nm = svc_worker_methods(c, methods);
+  nm += svc_pull_methods(c, methods + nm);
   nm += svc_transfer_methods(c, methods + nm);
   nm += svc_inner_methods(c, methods + nm);
   nm += admin_upload_methods(c, methods + nm);

@@ -1,5 +1,5 @@
-/* svc_transfer.h — the dipaco.v1.Coordinator tensor transfers (layer 4, see coord.h):
- * PullFragment and PushDelta.
+/* svc_transfer.h — the dipaco.v1.Coordinator PushDelta (layer 4, see coord.h; PullFragment
+ * is svc_pull.h).
  *
  * Contract: the handlers run on the loop thread with ud = the coord; a push's state is the
  * call's data (rpc_call_set_data) and outlives the call while its commit is in the pool. */

@@ -1,0 +1,309 @@
+/* svc_pull.c — the dipaco.v1.Coordinator PullFragment: a lease's parameters (zero-copy from
+ * the parameter cache), its fragment's momentum, or a SparseLoCo round's sparse deltas. The
+ * handler runs on the loop thread; ud is the coord.
+ *
+ * Semantics: requires an active lease of the caller covering the fragment; version = the
+ * lease's base version unless latest = true or version given; CODEC_FP32 only; chunk crc32c
+ * on the last chunk is the CRC-32C of the whole fp32 stream. */
+#include "coordinator/svc_pull.h"
+
+#include "common/checksum.h"
+#include "common/errors.h"
+#include "common/log.h"
+#include "common/sparse.h"
+#include "coordinator/jobs.h"
+#include "coordinator/leases.h"
+#include "coordinator/pcache.h"
+#include "coordinator/rounds.h"
+#include "coordinator/svc.h"
+#include "coordinator/testhook.h"
+#include "proto/dipaco.pb-c.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A momentum blob read for one pull, freed when the stream and its chunks let go. */
+typedef struct {
+  atomic_int refs;
+  float *data;
+} mom_buf;
+#include "proto/dipaco.pb-c.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- PullFragment ------------------------------------------------------------------------------- */
+
+static void mom_ref(void *ud) { atomic_fetch_add(&((mom_buf *)ud)->refs, 1); }
+
+static void mom_unref(void *ud) {
+  mom_buf *b = ud;
+  if (atomic_fetch_sub(&b->refs, 1) != 1) return;
+  free(b->data);
+  free(b);
+}
+
+/* Eager updates: the outer momentum of fragment frag at version r->version (an eager job
+ * only; zeros at version 0), read from its blob and streamed like parameters. */
+static void pull_momentum(struct rpc_call *call, coord *c, const store_lease *l, int frag,
+                          const Dipaco__V1__PullFragmentRequest *r) {
+  coord_job *j = coord_job_get(c, l->job);
+  store_fragment f;
+  if (!j || !j->spec.streaming.eager) {
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "job %lld has no eager updates: its momentum is not served",
+                    (long long)l->job);
+    return;
+  }
+  if (r->version > INT64_MAX || store_get_version(c->st, l->job, frag, (int64_t)r->version, &f) < 0) {
+    store_fragment cur;
+    int later = store_get_fragment(c->st, l->job, frag, &cur) == 0 && r->version > (uint64_t)cur.version;
+    rpc_call_finish(call, later ? RPC_FAILED_PRECONDITION : RPC_NOT_FOUND, "fragment %d momentum version %llu is %s",
+                    frag + 1, (unsigned long long)r->version, later ? "not made yet; ask again" : "not kept");
+    return;
+  }
+  mom_buf *b = calloc(1, sizeof *b);
+  size_t n = j->fragments[frag].len;
+  int rc = b ? 0 : DPC_ENOMEM;
+  if (!rc && f.momentum_blob[0]) {
+    size_t got = 0;
+    rc = blob_read_alloc(c->bs, f.momentum_blob, BLOB_MOMENTUM, &b->data, &got, NULL);
+    if (!rc && got != n) rc = dpc_err(DPC_EFORMAT, "momentum blob %s holds %zu floats, want %zu", f.momentum_blob, got, n);
+  } else if (!rc && !(b->data = calloc(n ? n : 1, sizeof(float)))) {
+    rc = DPC_ENOMEM;
+  }
+  out_stream *os = rc == 0 ? calloc(1, sizeof *os) : NULL;
+  if (rc == 0 && !os) rc = DPC_ENOMEM;
+  if (rc < 0) {
+    rpc_call_fail(call, rc);
+    if (b) {
+      free(b->data);
+      free(b);
+    }
+    return;
+  }
+  if (r->offset > (uint64_t)n * 4) {
+    rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)r->offset,
+                    n * 4);
+    free(b->data);
+    free(b);
+    free(os);
+    return;
+  }
+  atomic_init(&b->refs, 1);
+  os->c = c;
+  os->nparts = 1;
+  os->part[0] = (out_part){.data = (const uint8_t *)b->data, .total = (uint64_t)n * 4,
+                           .crc = dpc_crc32c(0, b->data, n * 4), .payload = DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM,
+                           .fragment_id = r->fragment_id, .version = (uint64_t)f.version, .num_floats = n};
+  os->next = r->offset;
+  os->lease_id = (uint64_t)l->id;
+  os->chunk = svc_chunk_size(r->max_chunk_bytes);
+  os->ref = mom_ref;
+  os->unref = mom_unref;
+  os->ud = b;
+  svc_stream_start(call, os);
+}
+
+static void put_le(unsigned char *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* The applied sparse deltas of round t of (j, frag), as PAYLOAD_SPARSE_ROUND's bytes (proto:
+ * [u32 n][n x (f64 weight, u64 bytes)][streams]) in the order and with the weights the outer
+ * step averaged them, into *out (malloc'd; *len bytes); lease skip's delta (the caller's own)
+ * as bytes 0 without its stream. DPC_ENOENT once they are collected. */
+static int sparse_round_bytes(coord *c, const coord_job *j, int frag, int64_t t, int64_t skip, unsigned char **out,
+                              size_t *len) {
+  store_delta *ds = NULL;
+  int n = 0, rc = store_list_deltas(c->st, j->id, frag, t, DELTA_APPLIED, &ds, &n);
+  if (rc < 0) return rc;
+  const size_t sb = j->sp_bytes[frag], head = 4 + (size_t)n * 16;
+  unsigned char *b = n > 0 ? calloc(1, head + (size_t)n * sb + 4) : NULL;
+  if (n == 0) rc = dpc_err(DPC_ENOENT, "round %lld of fragment %d applied no deltas here", (long long)t, frag + 1);
+  else if (!b) rc = DPC_ENOMEM;
+  if (!rc) put_le(b, (uint64_t)n, 4);
+  size_t at = head; /* where the next stream goes */
+  for (int i = 0; i < n && !rc; i++) {
+    double w = coord_job_delta_weight(j, ds[i].tokens); /* the weight the outer step gave it */
+    uint64_t wb;
+    memcpy(&wb, &w, 8);
+    put_le(b + 4 + (size_t)i * 16, wb, 8);
+    if (skip > 0 && ds[i].lease == skip) continue; /* the caller's own: weight only, bytes 0 */
+    blob_kind kind;
+    float *enc = NULL;
+    size_t nf = 0;
+    uint32_t crc = 0;
+    if (blob_kind_of_name(ds[i].blob, &kind) < 0 || kind != BLOB_SPARSE) {
+      rc = dpc_err(DPC_ENOENT, "round %lld of fragment %d applied a dense delta", (long long)t, frag + 1);
+      break;
+    }
+    if ((rc = blob_read_alloc(c->bs, ds[i].blob, BLOB_SPARSE, &enc, &nf, &crc)) < 0) break;
+    if (nf != (sb + 3) / 4 || crc != ds[i].checksum)
+      rc = dpc_err(DPC_ECHECKSUM, "sparse delta blob %s does not hold the recorded delta", ds[i].blob);
+    put_le(b + 12 + (size_t)i * 16, (uint64_t)sb, 8);
+    if (!rc) memcpy(b + at, enc, sb);
+    at += sb;
+    free(enc);
+  }
+  free(ds);
+  if (rc < 0) {
+    free(b);
+    return rc;
+  }
+  *out = b;
+  *len = at;
+  return 0;
+}
+
+/* SparseLoCo sparse pull: the deltas that made version r->version of fragment frag (a job with
+ * jobspec_sparse_pull only), while the coordinator keeps them (SPARSE_KEEP_ROUNDS). */
+static void pull_sparse_round(struct rpc_call *call, coord *c, const store_lease *l, int frag,
+                              const Dipaco__V1__PullFragmentRequest *r) {
+  coord_job *j = coord_job_get(c, l->job);
+  store_fragment cur;
+  if (!j || !jobspec_sparse_pull(&j->spec)) {
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "job %lld does not serve sparse rounds (a SparseLoCo job with outer "
+                    "momentum 0 does); pull the parameters", (long long)l->job);
+    return;
+  }
+  if (r->version == 0 || r->version > INT64_MAX || store_get_fragment(c->st, l->job, frag, &cur) < 0 ||
+      r->version > (uint64_t)cur.version) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "version %llu: a sparse round makes a version in 1 .. the current one",
+                    (unsigned long long)r->version);
+    return;
+  }
+  unsigned char *data = NULL;
+  size_t len = 0;
+  int64_t skip = r->skip_lease <= INT64_MAX ? (int64_t)r->skip_lease : 0;
+  int rc = sparse_round_bytes(c, j, frag, (int64_t)r->version - 1, skip, &data, &len);
+  mom_buf *b = rc == 0 ? calloc(1, sizeof *b) : NULL;
+  out_stream *os = b ? calloc(1, sizeof *os) : NULL;
+  if (rc == 0 && !os) rc = DPC_ENOMEM;
+  if (rc < 0) {
+    if (rc == DPC_ENOENT || rc == DPC_ECHECKSUM)
+      rpc_call_finish(call, RPC_NOT_FOUND, "the sparse round that made fragment %d version %llu is not kept (%s); pull "
+                      "the parameters", frag + 1, (unsigned long long)r->version, dpc_errmsg());
+    else rpc_call_fail(call, rc);
+    free(data);
+    free(b);
+    return;
+  }
+  if (rc == 0 && r->offset > (uint64_t)len) {
+    rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)r->offset,
+                    len);
+    free(data);
+    free(b);
+    free(os);
+    return;
+  }
+  atomic_init(&b->refs, 1);
+  b->data = (float *)(void *)data;
+  os->c = c;
+  os->nparts = 1;
+  os->part[0] = (out_part){.data = data, .total = (uint64_t)len, .crc = dpc_crc32c(0, data, len),
+                           .payload = DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND, .fragment_id = r->fragment_id,
+                           .version = r->version, .num_floats = j->fragments[frag].len};
+  os->next = r->offset;
+  os->lease_id = (uint64_t)l->id;
+  os->chunk = svc_chunk_size(r->max_chunk_bytes);
+  os->ref = mom_ref;
+  os->unref = mom_unref;
+  os->ud = b;
+  DPC_DEBUG("lease %lld pulls the sparse round of fragment %d version %llu (%zu bytes)", (long long)l->id, frag + 1,
+            (unsigned long long)r->version, len);
+  svc_stream_start(call, os);
+}
+
+static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
+  coord *c = ud;
+  int64_t worker;
+  if (svc_authenticate(c, call, &worker, 0) < 0) return;
+  ProtobufCMessage *pm;
+  if (svc_unpack(call, req, &dipaco__v1__pull_fragment_request__descriptor, &pm)) return;
+  Dipaco__V1__PullFragmentRequest *r = (Dipaco__V1__PullFragmentRequest *)pm;
+  svc_touch(c, worker, -1);
+  store_lease l;
+  int64_t base;
+  int frag = (int)(r->fragment_id - 1);
+  if (r->lease_id == 0 || r->lease_id > INT64_MAX || store_get_lease(c->st, (int64_t)r->lease_id, &l) < 0) {
+    rpc_call_finish(call, RPC_NOT_FOUND, "lease_id %llu: no such lease", (unsigned long long)r->lease_id);
+  } else if (l.worker != worker) {
+    rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l.id);
+  } else if (l.state != LEASE_ACTIVE) {
+    rpc_call_finish(call, RPC_ABORTED, "lease %lld is no longer active; ask for a new lease", (long long)l.id);
+  } else if (r->fragment_id == 0 || r->fragment_id > 1u << 30 ||
+             store_lease_base_version(c->st, l.id, frag, &base) < 0) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "fragment_id %llu is not a fragment of lease %lld",
+                    (unsigned long long)r->fragment_id, (long long)l.id);
+  } else if (r->codec != DIPACO__V1__CODEC__CODEC_FP32) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "codec %d: this coordinator serves CODEC_FP32 only", (int)r->codec);
+  } else if (r->payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM) {
+    pull_momentum(call, c, &l, frag, r);
+  } else if (r->payload == DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND) {
+    pull_sparse_round(call, c, &l, frag, r);
+  } else if (r->payload != DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "payload %d: PullFragment serves PAYLOAD_PARAMS, PAYLOAD_OUTER_MOMENTUM "
+                    "or PAYLOAD_SPARSE_ROUND",
+                    (int)r->payload);
+  } else {
+    store_fragment f;
+    int rc;
+    if (r->latest) rc = store_get_fragment(c->st, l.job, frag, &f);
+    else rc = store_get_version(c->st, l.job, frag, r->version ? (int64_t)r->version : base, &f);
+    if (r->version > INT64_MAX) rc = DPC_ENOENT;
+    pcache_entry *e = NULL;
+    store_fragment cur;
+    const uint64_t want = r->version ? r->version : (uint64_t)base;
+    if (rc < 0 && !r->latest && store_get_fragment(c->st, l.job, frag, &cur) == 0 && want > (uint64_t)cur.version) {
+      /* Streaming: the worker asks for the version its merge needs before the round closed. */
+      rpc_call_finish(call, RPC_FAILED_PRECONDITION, "fragment %llu version %llu is not made yet (current %lld); ask again",
+                      (unsigned long long)r->fragment_id, (unsigned long long)want, (long long)cur.version);
+    } else if (rc < 0) {
+      rpc_call_finish(call, RPC_NOT_FOUND, "fragment %llu version %llu is not kept", (unsigned long long)r->fragment_id,
+                      (unsigned long long)want);
+    } else if ((rc = pcache_get(c, &f, &e)) < 0) {
+      rpc_call_fail(call, rc);
+    } else if (r->offset > (uint64_t)e->n * 4) {
+      rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)r->offset,
+                      e->n * 4);
+      pcache_unref(e);
+    } else {
+      out_stream *os = calloc(1, sizeof *os);
+      if (!os) {
+        pcache_unref(e);
+        rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+      } else {
+        os->c = c;
+        os->nparts = 1;
+        os->part[0] = (out_part){.data = (const uint8_t *)e->data, .total = (uint64_t)e->n * 4, .crc = e->crc,
+                                 .payload = DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, .fragment_id = r->fragment_id,
+                                 .version = (uint64_t)f.version, .num_floats = e->n};
+        os->next = r->offset;
+        os->lease_id = (uint64_t)l.id;
+        os->job = l.job;
+        os->chunk = svc_chunk_size(r->max_chunk_bytes);
+        os->ref = pcache_ref;
+        os->unref = pcache_unref;
+        os->ud = e;
+        DPC_DEBUG("lease %lld pulls fragment %d version %lld from byte %llu", (long long)l.id, frag, (long long)f.version,
+                  (unsigned long long)r->offset);
+        svc_stream_start(call, os);
+      }
+    }
+  }
+  protobuf_c_message_free_unpacked(pm, NULL);
+}
+
+static const struct rpc_method methods[] = {
+    {.path = "/dipaco.v1.Coordinator/PullFragment", .kind = RPC_SERVER_STREAM, .on_call = on_pull,
+     .on_sent = svc_stream_on_sent, .on_done = svc_stream_on_done},
+};
+
+int svc_pull_methods(coord *c, struct rpc_method *out) {
+  return svc_methods_add(out, methods, (int)(sizeof methods / sizeof methods[0]), c);
+}
