@@ -630,20 +630,21 @@ static int wait_push(lease_wait **a, int *n, int *cap, lease_wait w) {
   return 0;
 }
 
-void lease_watch_seen(coord *c, int64_t worker) {
+/* The index of worker's entry on c->lost, or -1. */
+static int lost_find(const coord *c, int64_t worker) {
   for (int i = 0; i < c->n_lost; i++)
-    if (c->lost[i].worker == worker) {
-      c->lost[i] = c->lost[--c->n_lost];
-      return;
-    }
+    if (c->lost[i].worker == worker) return i;
+  return -1;
+}
+
+void lease_watch_seen(coord *c, int64_t worker) {
+  int i = lost_find(c, worker);
+  if (i >= 0) c->lost[i] = c->lost[--c->n_lost];
 }
 
 void lease_watch_heard(coord *c, int64_t worker) {
-  for (int i = 0; i < c->n_lost; i++)
-    if (c->lost[i].worker == worker) {
-      if (dpc_wall_ms() - c->lost[i].job >= LEASE_WATCH_HEARD_MS) c->lost[i] = c->lost[--c->n_lost];
-      return;
-    }
+  int i = lost_find(c, worker);
+  if (i >= 0 && dpc_wall_ms() - c->lost[i].job >= LEASE_WATCH_HEARD_MS) c->lost[i] = c->lost[--c->n_lost];
 }
 
 int lease_watch_add(coord *c, void *call, int64_t worker) {
@@ -664,12 +665,12 @@ static int watch_open(const coord *c, int64_t worker) {
 static void call_lost(coord *c, int64_t worker) {
   if (c->stopping || c->reconnect_grace_ms <= 0 || watch_open(c, worker)) return;
   const int64_t now = dpc_wall_ms(), at = now + c->reconnect_grace_ms;
-  for (int i = 0; i < c->n_lost; i++)
-    if (c->lost[i].worker == worker) {
-      c->lost[i].deadline = at;
-      c->lost[i].job = now;
-      return;
-    }
+  int i = lost_find(c, worker);
+  if (i >= 0) {
+    c->lost[i].deadline = at;
+    c->lost[i].job = now;
+    return;
+  }
   if (wait_push(&c->lost, &c->n_lost, &c->cap_lost, (lease_wait){.worker = worker, .job = now, .deadline = at}) == 0)
     DPC_DEBUG("worker %lld: its Watch or Lease call ended without an answer (its lease ended, or its connection "
               "closed); its active leases are revoked in %d ms unless it calls again", (long long)worker,

@@ -253,8 +253,7 @@ static void push_commit_after(uv_work_t *req, int status) {
                           .metric = &m};
     /* Async: a delta of fewer steps than leased (a preempted worker's partial work) counts
      * for the steps it covers; sync rounds always take the lease's steps. */
-    if (j && coord_job_partial_ok(j) && !jobspec_streaming(&j->spec) && p->inner_steps > 0)
-      nd.inner_steps = (int)p->inner_steps;
+    if (j && coord_job_partial_ok(j) && p->inner_steps > 0) nd.inner_steps = (int)p->inner_steps;
     int64_t did;
     int rc = store_record_delta(c->st, &nd, &did);
     /* Only a recorded push (rc 0) leaves its spool file named by a row: a duplicate's row
