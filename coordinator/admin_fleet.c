@@ -186,7 +186,7 @@ static void on_drain_worker(struct rpc_call *call, const struct grpc_byte_buffer
     for (int i = 0; i < na; i++)
       if (act[i].worker == w.id) {
         store_end_lease(c->st, act[i].id, LEASE_RELEASED, 0, 0, dpc_wall_ms());
-        coord_note_drop(c, act[i].id);
+        lease_ended(c, act[i].id, 1);
       }
   DPC_INFO("worker %lld (%s) draining%s", (long long)w.id, w.name, r->immediate ? " now (lease released)" : "");
   free(act);

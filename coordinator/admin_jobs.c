@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "coordinator/admin_upload.h"
 #include "coordinator/jobs.h"
+#include "coordinator/leases.h"
 #include "coordinator/membudget.h"
 #include "coordinator/loop.h"
 #include "coordinator/pcache.h"
@@ -472,7 +473,7 @@ static void job_op(coord *c, struct rpc_call *call, const struct grpc_byte_buffe
       if (rc == 0 && store_list_active_leases(c->st, j->id, &ls, &nl) == 0) {
         for (int i = 0; i < nl; i++) {
           store_end_lease(c->st, ls[i].id, LEASE_RELEASED, 0, 0, dpc_wall_ms());
-          coord_note_drop(c, ls[i].id);
+          lease_ended(c, ls[i].id, 1);
         }
         free(ls);
       }

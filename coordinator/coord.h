@@ -113,12 +113,16 @@ typedef struct lease_note {
 typedef struct lease_wait {
   void *call; /* the held call (a struct rpc_call *; opaque below the RPC layer) */
   int64_t worker, job, deadline;
+  int64_t lease; /* Watch: the lease the worker trains (0: none) */
   double since; /* dpc_mono_s when parked (dipaco_lease_wait_seconds) */
 } lease_wait;
 
 /* What lease_assign (leases.h) found for a worker, also handed to coord.park_answer_cb;
  * SCHED_STOPPING only there: the coordinator is shutting down, answer UNAVAILABLE. */
 enum { SCHED_GRANTED = 0, SCHED_WAIT = 1, SCHED_NO_WORK = 2, SCHED_STOPPING = 3 };
+
+/* How coord.watch_answer_cb answers a held Watch call. */
+enum { WATCH_HOLD_OVER = 0, WATCH_LEASE_ENDED = 1, WATCH_STOPPING = 2 };
 
 /* Why the coordinator took an active lease away (dipaco_lease_revocations_total{reason}):
  * its worker missed dead_after_heartbeats heartbeats in a row; its TTL ran out with no
@@ -215,8 +219,9 @@ typedef struct coord {
   /* leases.c: answer a parked Lease call taken off the registry; outcome is SCHED_* or a
    * negative DPC_E* code; l is the lease when SCHED_GRANTED. */
   void (*park_answer_cb)(struct coord *c, void *call, int64_t worker, int outcome, const store_lease *l);
-  /* leases.c: answer a held Watch call taken off the registry (stopping: UNAVAILABLE). */
-  void (*watch_answer_cb)(struct coord *c, void *call, int stopping);
+  /* leases.c: answer a held Watch call taken off the registry: WATCH_HOLD_OVER (the worker
+   * calls again), WATCH_LEASE_ENDED (its lease ended here), WATCH_STOPPING (UNAVAILABLE). */
+  void (*watch_answer_cb)(struct coord *c, void *call, int how);
 
   uv_async_t async;
   uv_timer_t tick;

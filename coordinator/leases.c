@@ -315,7 +315,7 @@ void lease_pushed(coord *c, int64_t lease_id) {
   if (rc < 0) DPC_ERROR("lease %lld: cannot finish: %s", (long long)lease_id, dpc_errmsg());
   coord_job *j = coord_job_get(c, l.job);
   if (j) j->lease_errors = 0;
-  coord_note_drop(c, lease_id);
+  lease_ended(c, lease_id, 0); /* the worker's own push */
 }
 
 int lease_maybe_pushed(coord *c, const store_lease *l) {
@@ -451,7 +451,7 @@ static int revoke_lease(coord *c, store_lease *l, int64_t now, int reason, const
   lease_count_revocation(c, reason);
   DPC_WARN("lease %lld revoked: worker %lld %s; job %lld slot (path %d, replica %d) round %lld is free again",
            (long long)l->id, (long long)l->worker, why, (long long)l->job, l->path, l->replica, (long long)l->round);
-  coord_note_drop(c, l->id);
+  lease_ended(c, l->id, 1);
   return 1;
 }
 
@@ -550,7 +550,7 @@ void lease_expire(coord *c) {
       else
         DPC_WARN("lease %lld expired", (long long)ids[i]);
       lease_count_revocation(c, REVOKE_TTL);
-      coord_note_drop(c, ids[i]);
+      lease_ended(c, ids[i], 1);
     }
     free(ids);
   }
@@ -637,6 +637,8 @@ static int lost_find(const coord *c, int64_t worker) {
   return -1;
 }
 
+int lease_worker_lost(const coord *c, int64_t worker) { return lost_find(c, worker) >= 0; }
+
 void lease_watch_seen(coord *c, int64_t worker) {
   int i = lost_find(c, worker);
   if (i >= 0) c->lost[i] = c->lost[--c->n_lost];
@@ -647,10 +649,24 @@ void lease_watch_heard(coord *c, int64_t worker) {
   if (i >= 0 && dpc_wall_ms() - c->lost[i].job >= LEASE_WATCH_HEARD_MS) c->lost[i] = c->lost[--c->n_lost];
 }
 
-int lease_watch_add(coord *c, void *call, int64_t worker) {
+int lease_watch_add(coord *c, void *call, int64_t worker, int64_t lease) {
   lease_watch_seen(c, worker);
   return wait_push(&c->watches, &c->n_watches, &c->cap_watches,
-                   (lease_wait){.call = call, .worker = worker, .deadline = dpc_wall_ms() + LEASE_WATCH_HOLD_MS});
+                   (lease_wait){.call = call, .worker = worker, .lease = lease,
+                                .deadline = dpc_wall_ms() + LEASE_WATCH_HOLD_MS});
+}
+
+void lease_ended(coord *c, int64_t lease, int tell) {
+  coord_note_drop(c, lease);
+  for (int i = 0; tell && i < c->n_watches;) {
+    lease_wait w = c->watches[i];
+    if (w.lease != lease) {
+      i++;
+      continue;
+    }
+    c->watches[i] = c->watches[--c->n_watches]; /* off the registry before the answer ends it */
+    if (c->watch_answer_cb) c->watch_answer_cb(c, w.call, WATCH_LEASE_ENDED);
+  }
 }
 
 static int watch_open(const coord *c, int64_t worker) {
@@ -671,10 +687,12 @@ static void call_lost(coord *c, int64_t worker) {
     c->lost[i].job = now;
     return;
   }
-  if (wait_push(&c->lost, &c->n_lost, &c->cap_lost, (lease_wait){.worker = worker, .job = now, .deadline = at}) == 0)
-    DPC_DEBUG("worker %lld: its Watch or Lease call ended without an answer (its lease ended, or its connection "
-              "closed); its active leases are revoked in %d ms unless it calls again", (long long)worker,
-              c->reconnect_grace_ms);
+  if (wait_push(&c->lost, &c->n_lost, &c->cap_lost, (lease_wait){.worker = worker, .job = now, .deadline = at}) != 0)
+    return;
+  loop_wake_at(c, now); /* a quorum round waiting only for this worker may close now (rounds.c) */
+  DPC_DEBUG("worker %lld: its Watch or Lease call ended without an answer (its lease ended, or its connection "
+            "closed); its active leases are revoked in %d ms unless it calls again", (long long)worker,
+            c->reconnect_grace_ms);
 }
 
 int lease_watch_ended(coord *c, void *call, int cancelled) {
@@ -699,7 +717,7 @@ void lease_answer_watches(coord *c, int flush) {
       continue;
     }
     c->watches[i] = c->watches[--c->n_watches]; /* off the registry before the answer ends it */
-    if (c->watch_answer_cb) c->watch_answer_cb(c, w.call, flush);
+    if (c->watch_answer_cb) c->watch_answer_cb(c, w.call, flush ? WATCH_STOPPING : WATCH_HOLD_OVER);
   }
 }
 

@@ -73,11 +73,19 @@ void lease_parked_free(coord *c);  /* at exit (the Watch registries too) */
  * leases (REVOKE_DISCONNECT), and marks it gone if it made no call since (so that a slot kept
  * for it goes to another worker at once). */
 #define LEASE_WATCH_HOLD_MS 30000
-/* Hold Watch call `call` of `worker` (it also takes the worker off c->lost); 0 or DPC_ENOMEM
- * (then answer it now). */
-int lease_watch_add(coord *c, void *call, int64_t worker);
+/* Hold Watch call `call` of `worker`, which trains `lease` (0: none) (it also takes the worker
+ * off c->lost); 0 or DPC_ENOMEM (then answer it now). */
+int lease_watch_add(coord *c, void *call, int64_t worker, int64_t lease);
+/* Lease `lease` is no longer active (finished, released, revoked, its job cancelled): drop its
+ * progress note (coord_note_drop). Every place that ends an active lease calls it; tell = 1
+ * when the coordinator ended it (not the worker's own push or Release): then a Watch held for
+ * it is answered with WATCH_LEASE_ENDED, so its worker stops training it now. */
+void lease_ended(coord *c, int64_t lease, int tell);
 /* The Watch call ended (cancelled: without an answer); 1 if it was held. */
 int lease_watch_ended(coord *c, void *call, int cancelled);
+/* 1 if `worker` is on c->lost (its Watch or parked Lease ended without an answer, no call
+ * since). */
+int lease_worker_lost(const coord *c, int64_t worker);
 /* The worker showed it is alive on a new connection (Register): take it off c->lost. */
 void lease_watch_seen(coord *c, int64_t worker);
 /* A heartbeat of `worker` arrived: if it came LEASE_WATCH_HEARD_MS or more after its Watch

@@ -64,6 +64,7 @@ typedef struct {
   uint32_t param_crc, momentum_crc;
   double seconds;
   int short_reason; /* 0: every expected delta; REVOKE_DEADLINE / REVOKE_GRACE: closed without some */
+  int early;        /* REVOKE_GRACE before the window's end: no missing slot could deliver */
   int64_t first_at, last_at; /* earliest and latest received_at of the merged deltas */
 } outer_work;
 
@@ -154,7 +155,7 @@ static void gc_fragment(coord *c, int64_t job, int fragment, int64_t round) {
 /* The round closed at its deadline or at the end of its quorum grace window (reason:
  * REVOKE_DEADLINE / REVOKE_GRACE) without some slots: revoke their leases for the round and
  * move every slot of the fragment's paths that has not reached the next round. */
-static void skip_missing_slots(coord *c, coord_job *j, int fragment, int64_t round, int reason) {
+static void skip_missing_slots(coord *c, coord_job *j, int fragment, int64_t round, int reason, int early) {
   store_lease *act;
   int na;
   if (store_list_active_leases(c->st, j->id, &act, &na) == 0) {
@@ -162,10 +163,12 @@ static void skip_missing_slots(coord *c, coord_job *j, int fragment, int64_t rou
       if (act[i].round == round && coord_job_path_has_fragment(j, act[i].path, fragment)) {
         DPC_WARN("lease %lld revoked: round %lld of job %lld closed %s without it", (long long)act[i].id,
                  (long long)round, (long long)j->id,
-                 reason == REVOKE_GRACE ? "at the end of its quorum grace window" : "at its deadline");
+                 early                   ? "at its quorum (its worker's connection had closed)"
+                 : reason == REVOKE_GRACE ? "at the end of its quorum grace window"
+                                          : "at its deadline");
         if (store_end_lease(c->st, act[i].id, LEASE_RELEASED, 1, act[i].inner_steps, dpc_wall_ms()) == 0)
           lease_count_revocation(c, reason);
-        coord_note_drop(c, act[i].id);
+        lease_ended(c, act[i].id, 1);
       }
     free(act);
   }
@@ -279,7 +282,11 @@ static void outer_after(uv_work_t *req, int status) {
   double mean = record_round_loss(c, j, w);
   DPC_INFO("round %lld closed: job %lld fragment %d -> version %lld, %d deltas%s, mean loss %.4f, outer step %.3f s",
            (long long)w->round, (long long)w->job, w->fragment + 1, (long long)w->new_version, w->n,
-           w->short_reason == REVOKE_GRACE ? " (quorum grace)" : w->short_reason ? " (deadline)" : "", mean,
+           w->early ? " (quorum; the rest had no connected worker)"
+           : w->short_reason == REVOKE_GRACE ? " (quorum grace)"
+           : w->short_reason ? " (deadline)"
+                             : "",
+           mean,
            w->seconds);
   pcache_put_blob(c, w->job, w->fragment, w->new_version, w->new_param, w->len, w->param_crc);
   if (j && w->new_version < j->spec.rounds && w->n > 0) { /* the next round's pulls end its overhead */
@@ -287,7 +294,7 @@ static void outer_after(uv_work_t *req, int status) {
     j->ov_from_ms[w->fragment] = w->last_at;
     j->ov_pulled[w->fragment] = 0;
   }
-  if (j && w->short_reason) skip_missing_slots(c, j, w->fragment, w->round, w->short_reason);
+  if (j && w->short_reason) skip_missing_slots(c, j, w->fragment, w->round, w->short_reason, w->early);
   gc_fragment(c, w->job, w->fragment, w->round);
   if (j) check_job_done(c, j);
 done:
@@ -356,18 +363,44 @@ static int64_t grace_window_ms(coord *c, const coord_job *j, int f, int64_t t) {
   return g < GRACE_MIN_MS ? GRACE_MIN_MS : g > GRACE_MAX_MS ? GRACE_MAX_MS : g;
 }
 
+/* Whether a slot of round t of (j, f) missing from d[0..k) (the slots in, (path, replica)
+ * order) can still deliver: an active lease of round t for it whose worker is connected (not
+ * on c->lost). A quorum round need not wait out its grace window for slots that cannot: no
+ * worker trains them (none was free; a SIGTERMed worker released its lease), or the one that
+ * does has closed its connection. On an error it answers yes (the window decides). Not for
+ * streaming jobs, whose leases span the rounds of several fragments. */
+static int missing_can_arrive(coord *c, const coord_job *j, int f, int64_t t, const store_delta *d, int k) {
+  store_lease *act;
+  int na;
+  if (store_list_active_leases(c->st, j->id, &act, &na) < 0) return 1;
+  int can = 0;
+  for (int i = 0; i < na && !can; i++) {
+    if (act[i].round != t || !coord_job_path_has_fragment(j, act[i].path, f) || lease_worker_lost(c, act[i].worker))
+      continue;
+    int in = 0;
+    for (int q = 0; q < k && !in; q++) in = d[q].path == act[i].path && d[q].replica == act[i].replica;
+    can = !in;
+  }
+  free(act);
+  return can;
+}
+
 /* The deltas that close round t of (j, f) now — one per slot (the newest), in (path, replica)
  * order: all expected ones; or, with at least ceil(quorum · expected), those in at the round
- * deadline (*short_reason = REVOKE_DEADLINE) or quorum_grace_s after the quorum was reached
- * (REVOKE_GRACE). 0 with *ds (caller frees) and *n set, or -1 when the round stays open. The
- * close is decided from durable facts only (the received rows, their received_at, the round's
- * deadline), and the set merged is what store_commit_outer records (applied; the rest of the
- * round's deltas dropped), so a restart replays every closed round as it was. */
+ * deadline (*short_reason = REVOKE_DEADLINE), or quorum_grace_s after the quorum was reached,
+ * or as soon as no missing slot can still deliver (missing_can_arrive) (REVOKE_GRACE; *early
+ * set in that last case). 0 with *ds (caller frees) and *n set, or -1 when the round stays
+ * open. The deadline and the window are durable facts (the received rows, their received_at,
+ * the round's deadline); the early close depends on which workers are connected, which a
+ * restarted coordinator does not know (it then waits for the window). Either way the set
+ * merged is what store_commit_outer records (applied; the rest of the round's deltas
+ * dropped), so a restart replays every closed round as it was. */
 static int closing_deltas(coord *c, const coord_job *j, int f, int64_t t, int64_t now, store_delta **ds, int *n,
-                          int *short_reason) {
+                          int *short_reason, int *early) {
   /* Called after every push: count first (one index scan), read the rows only when the round
    * can close. */
   int have;
+  *early = 0;
   if (store_count_received_slots(c->st, j->id, f, t, &have) < 0 || have == 0) return -1;
   const int need = quorum_need(j, f);
   int past_deadline = 0;
@@ -377,7 +410,6 @@ static int closing_deltas(coord *c, const coord_job *j, int f, int64_t t, int64_
     store_round r;
     past_deadline = store_get_round(c->st, j->id, f, t, &r) == 0 && r.deadline_at != 0 && now >= r.deadline_at;
     if (!past_deadline) grace_ms = grace_window_ms(c, j, f, t);
-    if (!past_deadline && grace_ms < 0) return -1;
   }
   int nd;
   if (store_list_deltas(c->st, j->id, f, t, DELTA_RECEIVED, ds, &nd) < 0) return -1;
@@ -392,13 +424,17 @@ static int closing_deltas(coord *c, const coord_job *j, int f, int64_t t, int64_
   *n = k;
   *short_reason = 0;
   if (k < j->expected[f]) {
-    if (k > 0 && k >= need && past_deadline) {
+    const int quorum = k > 0 && k >= need;
+    if (quorum && past_deadline) {
       *short_reason = REVOKE_DEADLINE;
-    } else if (k > 0 && k >= need && grace_ms >= 0 && quorum_at != INT64_MAX && now >= quorum_at + grace_ms) {
+    } else if (quorum && grace_ms >= 0 && quorum_at != INT64_MAX && now >= quorum_at + grace_ms) {
       *short_reason = REVOKE_GRACE;
+    } else if (quorum && !jobspec_streaming(&j->spec) && !missing_can_arrive(c, j, f, t, d, k)) {
+      *short_reason = REVOKE_GRACE;
+      *early = 1;
     } else {
       /* The window closes the round on time, not at the next tick (up to 500 ms later). */
-      if (k > 0 && k >= need && grace_ms >= 0 && quorum_at != INT64_MAX) loop_wake_at(c, quorum_at + grace_ms);
+      if (quorum && grace_ms >= 0 && quorum_at != INT64_MAX) loop_wake_at(c, quorum_at + grace_ms);
       free(d);
       *ds = NULL;
       return -1;
@@ -466,9 +502,10 @@ static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
   if (store_get_fragment(c->st, j->id, f, &fr) < 0) return;
   if (fr.version >= j->spec.rounds) return;
   store_delta *ds;
-  int n, short_reason;
-  if (closing_deltas(c, j, f, fr.version, now, &ds, &n, &short_reason) < 0) return;
+  int n, short_reason, early;
+  if (closing_deltas(c, j, f, fr.version, now, &ds, &n, &short_reason, &early) < 0) return;
   outer_work *w = outer_work_new(c, j, f, &fr, ds, n, short_reason);
+  if (w) w->early = early;
   free(ds);
   if (!w) {
     DPC_ERROR("out of memory starting an outer step");

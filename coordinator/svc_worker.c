@@ -36,9 +36,11 @@
  *    stops new leases, leases in flight finish their round). HeartbeatRequest.loss is kept
  *    and recorded with the slot's delta as the slot's loss for the round.
  *  - Watch. A worker keeps one open while it trains a lease; it is held (lease_watch_add) and
- *    answered after LEASE_WATCH_HOLD_MS. One that ends without an answer (the connection
- *    closed: the process died) revokes the worker's active leases after --reconnect-grace-ms
- *    unless a new Watch, a Register or a granted Lease of the worker comes first (leases.c).
+ *    answered after LEASE_WATCH_HOLD_MS, or at once with lease_ended when its lease ends here
+ *    (lease_ended: revoked, its round closed without it). One that ends without an answer (the
+ *    connection closed: the process died) revokes the worker's active leases after
+ *    --reconnect-grace-ms unless a new Watch, a Register or a granted Lease of the worker comes
+ *    first (leases.c).
  *  - Draining (Admin DrainWorker): Lease answers LEASE_NO_WORK; heartbeats say DRAIN (or the
  *    lease is released at once and heartbeats say STOP with immediate = true).
  *  - While shutting down every new call gets UNAVAILABLE. */
@@ -204,7 +206,7 @@ static void on_heartbeat(struct rpc_call *call, const struct grpc_byte_buffer *r
     if (l.state == LEASE_ACTIVE) {
       if (j && (j->state == JOB_CANCELED || j->state == JOB_FAILED)) {
         store_end_lease(c->st, l.id, LEASE_RELEASED, 0, 0, dpc_wall_ms());
-        coord_note_drop(c, l.id);
+        lease_ended(c, l.id, 1);
         resp.command = DIPACO__V1__COMMAND__COMMAND_STOP;
       } else {
         const int64_t now = dpc_wall_ms();
@@ -227,17 +229,19 @@ static void on_heartbeat(struct rpc_call *call, const struct grpc_byte_buffer *r
 
 /* ---- Watch -------------------------------------------------------------------------------------- */
 
-/* Held until its hold is over (lease_answer_watches), then answered; at shutdown UNAVAILABLE. */
-static void answer_watch(coord *c, void *call_, int stopping) {
+/* Held until its hold is over (lease_answer_watches), then answered; answered with
+ * lease_ended as soon as the lease it names ends here (lease_ended); at shutdown UNAVAILABLE. */
+static void answer_watch(coord *c, void *call_, int how) {
   (void)c;
   struct rpc_call *call = call_;
   rpc_call_set_data(call, NULL); /* no longer held */
-  if (stopping) {
+  if (how == WATCH_STOPPING) {
     rpc_call_finish(call, RPC_UNAVAILABLE, "coordinator is shutting down; retry with backoff");
     return;
   }
   Dipaco__V1__WatchResponse resp = DIPACO__V1__WATCH_RESPONSE__INIT;
   resp.hold_ms = LEASE_WATCH_HOLD_MS;
+  resp.lease_ended = how == WATCH_LEASE_ENDED;
   rpc_call_reply(call, &resp.base);
 }
 
@@ -252,6 +256,7 @@ static void on_watch(struct rpc_call *call, const struct grpc_byte_buffer *req, 
   if (svc_authenticate(c, call, &worker, 0) < 0) return;
   ProtobufCMessage *pm;
   if (svc_unpack(call, req, &dipaco__v1__watch_request__descriptor, &pm)) return;
+  const uint64_t lease_id = ((Dipaco__V1__WatchRequest *)pm)->lease_id;
   protobuf_c_message_free_unpacked(pm, NULL);
   svc_touch(c, worker, -1);
   if (rpc_call_deadline_ms(call) < LEASE_WATCH_HOLD_MS + 1000) {
@@ -259,7 +264,18 @@ static void on_watch(struct rpc_call *call, const struct grpc_byte_buffer *req, 
                     "coordinator holds a Watch that long)", LEASE_WATCH_HOLD_MS + 1000);
     return;
   }
-  if (lease_watch_add(c, call, worker) < 0) {
+  /* The lease it names: this worker's, else none. One that already ended is answered now. */
+  int64_t lease = 0;
+  store_lease l;
+  if (lease_id && lease_id <= INT64_MAX && store_get_lease(c->st, (int64_t)lease_id, &l) == 0 && l.worker == worker) {
+    if (l.state != LEASE_ACTIVE) {
+      lease_watch_seen(c, worker);
+      answer_watch(c, call, WATCH_LEASE_ENDED);
+      return;
+    }
+    lease = l.id;
+  }
+  if (lease_watch_add(c, call, worker, lease) < 0) {
     rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
@@ -556,7 +572,7 @@ static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req
         protobuf_c_message_free_unpacked(pm, NULL);
         return;
       }
-      coord_note_drop(c, l.id);
+      lease_ended(c, l.id, 0); /* the worker's own Release */
       rounds_check(c);
       if (r->reason == DIPACO__V1__RELEASE_REASON__RELEASE_ERROR) lease_error(c, &l, r->message);
       char msg[128];

@@ -157,15 +157,19 @@ int wc_lease(wclient *c, uint32_t max_wait_ms, Dipaco__V1__LeaseResponse **out, 
   return 0;
 }
 
-int wc_watch(wclient *c, uint64_t lease_id, int *code, int (*stop)(void *ud), void *ud) {
+int wc_watch(wclient *c, uint64_t lease_id, int *code, int *lease_ended, int (*stop)(void *ud), void *ud) {
   Dipaco__V1__WatchRequest req = DIPACO__V1__WATCH_REQUEST__INIT;
   req.lease_id = lease_id;
   ProtobufCMessage *pm = NULL;
+  *lease_ended = 0;
   /* The deadline must outlast the coordinator's hold (LEASE_WATCH_HOLD_MS, 30 s). */
   int rc = rpc_unary_stoppable(c->rpc, SVC "Watch", &req.base, &dipaco__v1__watch_response__descriptor, &pm, 90000,
                                stop, ud);
   *code = rpc_last_code();
-  if (pm) protobuf_c_message_free_unpacked(pm, NULL);
+  if (pm) {
+    *lease_ended = rc == 0 && ((Dipaco__V1__WatchResponse *)pm)->lease_ended;
+    protobuf_c_message_free_unpacked(pm, NULL);
+  }
   return rc;
 }
 

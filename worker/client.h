@@ -66,9 +66,10 @@ int wc_lease(wclient *c, uint32_t max_wait_ms, Dipaco__V1__LeaseResponse **out, 
              void *ud);
 
 /* Watch (the worker's liveness line while it trains lease lease_id): returns when the
- * coordinator answers (after its hold, ~30 s), on an error (*code: the RPC status), or
- * DPC_ECANCELED once stop(ud) is non-zero (polled every 50 ms). */
-int wc_watch(wclient *c, uint64_t lease_id, int *code, int (*stop)(void *ud), void *ud);
+ * coordinator answers (after its hold, ~30 s; at once with *lease_ended = 1 when the lease
+ * ended on its side), on an error (*code: the RPC status), or DPC_ECANCELED once stop(ud) is
+ * non-zero (polled every 50 ms). */
+int wc_watch(wclient *c, uint64_t lease_id, int *code, int *lease_ended, int (*stop)(void *ud), void *ud);
 int wc_heartbeat(wclient *c, const Dipaco__V1__HeartbeatRequest *req,
                  Dipaco__V1__HeartbeatResponse **out, int *code);
 

@@ -13,7 +13,7 @@
 static int interval_ok(uint32_t ms) { return ms >= 50 && ms <= 60000; }
 
 void hb_init(heartbeat *hb, wclient *wc, worker_ctl *ctl, const Dipaco__V1__Lease *L, float sps, int progress,
-             double slowdown, double min_step_ms) {
+             double slowdown, double min_step_ms, double finish_s) {
   memset(hb, 0, sizeof *hb);
   hb->wc = wc;
   hb->ctl = ctl;
@@ -30,15 +30,18 @@ void hb_init(heartbeat *hb, wclient *wc, worker_ctl *ctl, const Dipaco__V1__Leas
   hb->sps = sps;
   hb->slowdown = slowdown;
   hb->min_step_ms = min_step_ms;
+  hb->finish_s = L->streaming ? 0 : finish_s;
   atomic_store(&hb->interval_ms, wc->heartbeat_ms);
 }
 
 static void handle_command(heartbeat *hb, int cmd) {
   switch (cmd) {
-  case DIPACO__V1__COMMAND__COMMAND_STOP:
-    if (atomic_load(&hb->abort) == AB_NONE) DPC_INFO("lease %" PRIu64 ": coordinator says STOP", hb->lease_id);
-    atomic_store(&hb->abort, AB_STOP);
+  case DIPACO__V1__COMMAND__COMMAND_STOP: {
+    int none = AB_NONE; /* a lease already known lost stays lost (no Release for it) */
+    if (atomic_compare_exchange_strong(&hb->abort, &none, AB_STOP))
+      DPC_INFO("lease %" PRIu64 ": coordinator says STOP", hb->lease_id);
     break;
+  }
   case DIPACO__V1__COMMAND__COMMAND_DRAIN:
     if (!atomic_exchange(&hb->drain, 1)) DPC_INFO("coordinator says DRAIN: finishing this lease, then exiting");
     break;
@@ -105,14 +108,23 @@ static void *hb_main(void *arg) {
 static int watch_quit(void *ud) { return atomic_load(&((heartbeat *)ud)->wquit); }
 
 /* Keep one Watch call open until hb_stop: the coordinator answers it every hold period (then
- * the next one starts at once); a failed one is retried after a short pause; a coordinator
- * without Watch (UNIMPLEMENTED) leaves liveness to the heartbeats. */
+ * the next one starts at once), or at once when the lease ended on its side (revoked, its
+ * round closed without it): then the lease is lost and the trainer stops at its next step. A
+ * failed one is retried after a short pause; a coordinator without Watch (UNIMPLEMENTED)
+ * leaves liveness to the heartbeats. */
 static void *watch_main(void *arg) {
   heartbeat *hb = arg;
   while (!atomic_load(&hb->wquit)) {
-    int code = 0;
-    int rc = wc_watch(hb->wc, hb->lease_id, &code, watch_quit, hb);
+    int code = 0, ended = 0;
+    int rc = wc_watch(hb->wc, hb->lease_id, &code, &ended, watch_quit, hb);
     if (atomic_load(&hb->wquit)) break;
+    if (ended) {
+      int none = AB_NONE;
+      if (atomic_compare_exchange_strong(&hb->abort, &none, AB_LOST))
+        DPC_INFO("lease %" PRIu64 ": the coordinator ended it (revoked, or its round closed without it): dropping "
+                 "it", hb->lease_id);
+      break;
+    }
     if (rc && code == RPC_UNIMPLEMENTED) {
       DPC_DEBUG("lease %" PRIu64 ": the coordinator has no Watch call; liveness by heartbeats only", hb->lease_id);
       break;
@@ -183,6 +195,28 @@ void hb_set_tokens(heartbeat *hb, uint64_t tokens) {
 
 void hb_mark(heartbeat *hb) { hb->mark_ns = dpc_mono_ns(); }
 
+/* The worker was asked to stop (SIGTERM) before global step `next`: finish the lease when its
+ * remaining steps should take at most finish_s at the measured speed (a spot notice usually
+ * leaves time for the rest of a round: nothing is lost, nobody has to take the slot over),
+ * else stop now. Decided once per lease. */
+static void finish_or_stop(heartbeat *hb, long next) {
+  hb->stop_seen = 1;
+  const long left = hb->end_step - next;
+  pthread_mutex_lock(&hb->mu);
+  const float sps = hb->sps;
+  pthread_mutex_unlock(&hb->mu);
+  if (left <= 0 || hb->finish_s <= 0 || !(sps > 0)) return;
+  const double est = (double)left / (double)sps;
+  if (est > hb->finish_s) {
+    DPC_INFO("lease %" PRIu64 ": stopping: %ld inner steps left would take ~%.1f s, more than --drain-finish-s %g",
+             hb->lease_id, left, est, hb->finish_s);
+    return;
+  }
+  hb->finishing = 1;
+  DPC_INFO("lease %" PRIu64 ": stopping after this lease: finishing its %ld inner steps left (~%.1f s, within "
+           "--drain-finish-s %g), then pushing it", hb->lease_id, left, est, hb->finish_s);
+}
+
 int hb_on_step(void *ctx, long step, int h, float loss, float lr) {
   (void)lr;
   heartbeat *hb = ctx;
@@ -213,7 +247,8 @@ int hb_on_step(void *ctx, long step, int h, float loss, float lr) {
             hb->job, hb->round, hb->path, hb->replica, step + 1, hb->end_step, h + 1, loss,
             (double)hb->sps * (double)hb->tok_per_step);
   }
-  return worker_stopping(hb->ctl) || atomic_load(&hb->abort) != AB_NONE;
+  if (worker_stopping(hb->ctl) && !hb->stop_seen) finish_or_stop(hb, step + 1);
+  return (worker_stopping(hb->ctl) && !hb->finishing) || atomic_load(&hb->abort) != AB_NONE;
 }
 
 int hb_idle(wclient *wc, int *command, int *code) {

@@ -51,6 +51,10 @@ typedef struct {
   /* --slowdown / --min-step-ms: end of the previous step's sleep (CLOCK_MONOTONIC ns) */
   double slowdown, min_step_ms;
   int64_t mark_ns;
+  /* After SIGTERM: finish the lease when its remaining steps should take at most finish_s
+   * (--drain-finish-s; 0 for streaming leases). Owner thread only: stop_seen, finishing. */
+  double finish_s;
+  int stop_seen, finishing;
   /* The Watch thread: keeps one Watch call open while the lease runs, so that the coordinator
    * sees at once when this process or its connection is gone (svc_worker.c). */
   pthread_t wth;
@@ -61,7 +65,7 @@ typedef struct {
 /* Fill hb for lease L (not started): step = L's first step, steps/s carried over from the
  * previous lease, progress line and --slowdown as given. */
 void hb_init(heartbeat *hb, wclient *wc, worker_ctl *ctl, const Dipaco__V1__Lease *L, float sps, int progress,
-             double slowdown, double min_step_ms);
+             double slowdown, double min_step_ms, double finish_s);
 /* Start the heartbeat thread and the Watch thread. */
 int hb_start(heartbeat *hb);
 /* Send a heartbeat now (the lease's last step and loss, before its push) instead of at the

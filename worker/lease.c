@@ -359,7 +359,7 @@ int lease_run(lease_runner *r, const Dipaco__V1__Lease *L) {
   x.L = L;
   x.keep = L->inner_state != DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_RESET;
   x.sparse = L->delta_codec == (Dipaco__V1__Codec)DPC_CODEC_SPARSE;
-  hb_init(&x.hb, r->wc, r->ctl, L, r->sps, r->o->progress, r->o->slowdown, r->o->min_step_ms);
+  hb_init(&x.hb, r->wc, r->ctl, L, r->sps, r->o->progress, r->o->slowdown, r->o->min_step_ms, r->o->drain_finish_s);
   int rc = lease_plan_phase(&x);
   if (rc) {
     hb_stop(&x.hb);

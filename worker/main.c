@@ -5,7 +5,8 @@
  * threads exist before main() (OpenBLAS starts its pool in a constructor) and keep them
  * unblocked, so the signals also get a handler, which only writes the signal number to a
  * pipe; a signal thread reads the pipe. The first signal asks the worker to stop (a lease in
- * progress is released, RELEASE_DRAINING) and starts the grace period (--grace-s); a second
+ * training is finished and pushed if it should be done within --drain-finish-s, else released,
+ * RELEASE_DRAINING, or its partial delta pushed) and starts the grace period (--grace-s); a second
  * signal, or the end of the grace period, exits at once with status 1.
  *
  * --health-listen serves only grpc.health.v1.Health/Check (the rpc layer's, answered on its
@@ -46,6 +47,10 @@ static const char usage[] =
     "  --max-chunk-bytes N      largest chunk payload sent or asked for (default 4193280)\n"
     "  --poll-ms N              Lease long-poll wait (default 5000)\n"
     "  --grace-s N              after SIGTERM, exit within N seconds (default 30)\n"
+    "  --drain-finish-s S       after SIGTERM, finish the lease in training if its remaining inner\n"
+    "                           steps should take at most S s at the measured speed, push it,\n"
+    "                           then exit (default: 10 or half of --grace-s, the smaller; 0: stop\n"
+    "                           after the current step)\n"
     "  --slowdown X             X >= 1: each inner step takes X times as long (sleeps (X-1) times\n"
     "                           the measured step time; simulates a slower machine; default 1)\n"
     "  --min-step-ms N          each inner step takes at least N ms (sleeps the rest; a device of\n"
@@ -95,6 +100,7 @@ static int parse_flags(int argc, char **argv, struct cli *c) {
       {.name = "slowdown", .kind = DPC_ARG_DOUBLE, .dst = &o->slowdown, .lo = 1, .hi = 1000},
       {.name = "min-step-ms", .kind = DPC_ARG_DOUBLE, .dst = &o->min_step_ms, .lo = 0, .hi = 3600000},
       {.name = "grace-s", .kind = DPC_ARG_INT, .dst = &c->grace_s, .lo = 1, .hi = 86400},
+      {.name = "drain-finish-s", .kind = DPC_ARG_DOUBLE, .dst = &o->drain_finish_s, .lo = 0, .hi = 86400},
       {.name = "log-level", .kind = DPC_ARG_FN, .dst = &c->level, .fn = parse_level,
        .expects = "debug, info, warn or error"},
       {.name = "token-file", .kind = DPC_ARG_STR, .dst = &c->token_file},
@@ -111,6 +117,13 @@ static int parse_flags(int argc, char **argv, struct cli *c) {
     return 0;
   }
   if (r < 0) return 2;
+  if (o->drain_finish_s < 0) {
+    o->drain_finish_s = c->grace_s / 2.0 < 10 ? c->grace_s / 2.0 : 10;
+  } else if (o->drain_finish_s >= c->grace_s) {
+    fprintf(stderr, "dipaco-worker: --drain-finish-s %g must be below --grace-s %d (the push and the release "
+            "come after the steps, within the grace period)\n", o->drain_finish_s, c->grace_s);
+    return 2;
+  }
   if (access(o->data_dir, R_OK | X_OK) != 0) {
     fprintf(stderr, "dipaco-worker: --data-dir %s: %s\n", o->data_dir, strerror(errno));
     return 2;
@@ -225,7 +238,7 @@ static int start_signal_thread(int grace_s) {
 }
 
 int main(int argc, char **argv) {
-  struct cli c = {.o = {.backend = GPT_BACKEND_CPU}, .log_json = -1, .grace_s = 30, .level = DPC_LOG_INFO};
+  struct cli c = {.o = {.backend = GPT_BACKEND_CPU, .drain_finish_s = -1}, .log_json = -1, .grace_s = 30, .level = DPC_LOG_INFO};
   int st = parse_flags(argc, argv, &c);
   if (st >= 0) return st;
   dpc_log_init("worker", c.log_json, c.level);

@@ -29,6 +29,8 @@ struct worker_opts {
                                step's measured time (simulated heterogeneity) */
   double min_step_ms;       /* > 0: each inner step takes at least this long (a device of a fixed
                                speed, whatever else runs on this machine) */
+  double drain_finish_s;    /* after SIGTERM, finish the lease in training when its remaining
+                               steps should take at most this long (0: stop after the step) */
 };
 
 #endif

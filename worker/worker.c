@@ -57,7 +57,9 @@
  *    NOT_FOUND on a lease call, any refused heartbeat, or no heartbeat getting through for
  *    lease_ttl_ms drop the lease without Release. Any other failure of a lease (bad lease,
  *    missing data, refused push) releases it with RELEASE_ERROR and the error message.
- *  - SIGTERM (worker_stop): training stops after the current step. Sync: the lease is
+ *  - SIGTERM (worker_stop): a lease whose remaining inner steps should take at most
+ *    --drain-finish-s (heartbeat.c, finish_or_stop) is trained to its end and pushed, then the
+ *    worker exits. Otherwise training stops after the current step. Sync: the lease is
  *    released with RELEASE_DRAINING, "worker shutting down" (no partial delta: an exact round
  *    averages whole rounds), unless the lease says partial_push (a sync job weighted by
  *    tokens, no streaming); a lease pushed while stopping is released with RELEASE_DRAINING

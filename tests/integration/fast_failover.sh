@@ -98,8 +98,8 @@ echo "slot re-leased to the spare $ms ms after the SIGKILL (heartbeat $HB ms, re
 [ -n "$ms" ] && [ "$ms" -lt $(( WINDOW + 2800 )) ] || fail "failover took $ms ms: want a few heartbeat intervals, well under the 30 s TTL"
 
 # 3. A worker declared dead that comes back: SIGSTOP the spare mid-lease in round 1, let a
-#    second spare take the slot, then SIGCONT it: its heartbeat hears STOP (or its push is
-#    refused), and nothing it trained under the revoked lease is stored.
+#    second spare take the slot, then SIGCONT it: its Watch call was answered with
+#    lease_ended (or its heartbeat hears STOP, or its push is refused), and nothing it trained under the revoked lease is stored.
 wait_for_line "$W/coordinator.log" "lease [0-9]+ granted: .* round 1 .* to worker $spare\"" 60 \
   || fail "the spare got no lease in round 1"
 lease2=$(sed -n "s/.*lease \([0-9]*\) granted: .* round 1 .* to worker $spare\".*/\1/p" "$W/coordinator.log" | head -1)
@@ -115,7 +115,7 @@ wait_for_line "$W/coordinator.log" "lease [0-9]+ granted: .* round 1 .* to worke
   || fail "spare2 did not get the stopped spare's slot"
 kill -CONT "$sparepid"
 echo "SIGCONTed the spare"
-wait_for_line "$W/worker-spare.log" "lease $lease2: (coordinator says STOP|lease expired or revoked|heartbeat refused)" 20 \
+wait_for_line "$W/worker-spare.log" "lease $lease2: (the coordinator ended it|coordinator says STOP|lease expired or revoked|heartbeat refused)" 20 \
   || fail "the spare was not told that lease $lease2 is gone"
 "$CTL" --coordinator "$COORD" job wait "$job" --timeout 180 >/dev/null || fail "the job did not finish after the kill"
 ! grep -Eq "delta received: lease $lease2 " "$W/coordinator.log" || fail "a delta of the revoked lease $lease2 was stored"

@@ -5,7 +5,10 @@
 # round 0 merges it beside the other slot's whole round (two deltas, nothing missed), and
 # `job show` counts it in the goodput: of the rounds x R x H inner steps leased, exactly
 # H - K are not merged. The same SIGTERM in an exact job (uniform weighting, the default)
-# releases the lease instead: no partial delta, and the slot's round is trained again.
+# releases the lease instead: no partial delta, and the slot's round is trained again. (Both
+# with --drain-finish-s 0.) With the worker's default --drain-finish-s (the rest of the round
+# takes ~1 s here), the SIGTERMed worker of an exact job finishes its round and pushes it
+# instead: every inner step leased is merged and no round is trained twice.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -24,14 +27,16 @@ JSON
 }
 spec tokens ', "weighting": "tokens", "quorum": 0.5, "quorum_grace_s": 60' > "$W/tokens.json"
 spec exact '' > "$W/exact.json"
+spec finish '' > "$W/finish.json"
 start_coordinator "$W/state" --heartbeat-ms 200 || fail "coordinator"
 
-# preempt JOB TAG — start two workers on JOB (20 ms steps: a round takes 2 s), SIGTERM the
-# second mid-round 0; it must exit 0. Then a third worker takes over; wait for the job.
+# preempt JOB TAG [FLAGS...] — start two workers on JOB (20 ms steps: a round takes 2 s),
+# SIGTERM the second (started with FLAGS) mid-round 0; it must exit 0. Then a third worker
+# takes over; wait for the job.
 preempt() {
-  local job=$1 tag=$2
+  local job=$1 tag=$2; shift 2
   start_worker "${tag}a" "$W/corpus" --min-step-ms 20 --exit-when-done; local a=$LAST_WORKER_PID
-  start_worker "${tag}b" "$W/corpus" --min-step-ms 20 --grace-s 20; local b=$LAST_WORKER_PID
+  start_worker "${tag}b" "$W/corpus" --min-step-ms 20 --grace-s 20 "$@"; local b=$LAST_WORKER_PID
   wait_for_line "$W/worker-${tag}b.log" "lease [0-9]+ pulled" 60 || fail "$tag: worker b never started training"
   sleep 0.6
   kill -TERM "$b"
@@ -43,7 +48,7 @@ preempt() {
 
 # ---- 1: token-weighted quorum job: the partial delta merges
 JOB=$("$CTL" --coordinator "$COORD" job create "$W/tokens.json")
-preempt "$JOB" t
+preempt "$JOB" t --drain-finish-s 0
 K=$(sed -n "s/.*pushing the partial delta of \([0-9]*\) of $H inner steps.*/\1/p" "$W/worker-tb.log" | head -n 1)
 [ -n "$K" ] && [ "$K" -gt 0 ] && [ "$K" -lt $H ] || fail "the SIGTERMed worker pushed no partial delta (K='$K')"
 grep -Eq "pushed [0-9]+ bytes in [0-9]+ ms: accepted" "$W/worker-tb.log" || fail "the partial delta was not accepted"
@@ -62,7 +67,7 @@ echo "ok: round 0 merged both slots; goodput $merged / $leased inner steps"
 
 # ---- 2: exact job: the SIGTERM releases the lease; the slot's round is trained again
 JOB2=$("$CTL" --coordinator "$COORD" job create "$W/exact.json")
-preempt "$JOB2" e
+preempt "$JOB2" e --drain-finish-s 0
 ! grep -q "pushing the partial delta" "$W/worker-eb.log" || fail "the exact job's worker pushed a partial delta"
 grep -Eq "stopping: releasing it at step" "$W/worker-eb.log" || fail "the exact job's worker did not release its lease"
 ledger=$("$CTL" --coordinator "$COORD" job ledger "$JOB2")
@@ -72,4 +77,18 @@ read -r leased merged <<<"$($PY -c 'import json,sys; j=json.loads(sys.argv[1]); 
 [ "$merged" = $(( ROUNDS * R * H )) ] && [ "$leased" = $(( ROUNDS * R * H + H )) ] \
   || fail "exact goodput: steps leased $leased (want $(( ROUNDS * R * H + H ))), merged $merged (want $(( ROUNDS * R * H )))"
 echo "ok: exact job: lease released, round trained again; goodput $merged / $leased inner steps"
+
+# ---- 3: exact job, default --drain-finish-s: the SIGTERMed worker finishes its round
+JOB3=$("$CTL" --coordinator "$COORD" job create "$W/finish.json")
+preempt "$JOB3" f
+grep -Eq "stopping after this lease: finishing its [0-9]+ inner steps left" "$W/worker-fb.log" \
+  || fail "the SIGTERMed worker did not finish its lease"
+! grep -q "stopping: releasing it at step" "$W/worker-fb.log" || fail "the SIGTERMed worker released its lease"
+grep -Eq "pushed [0-9]+ bytes in [0-9]+ ms: accepted" "$W/worker-fb.log" || fail "the finished round was not accepted"
+[ "$(grep -c "granted" "$W/worker-fb.log")" = 1 ] || fail "the SIGTERMed worker took another lease"
+show=$("$CTL" --coordinator "$COORD" job show "$JOB3" --json)
+read -r leased merged <<<"$($PY -c 'import json,sys; j=json.loads(sys.argv[1]); print(j["steps_leased"], j["steps_merged"])' "$show")"
+[ "$merged" = $(( ROUNDS * R * H )) ] && [ "$leased" = "$merged" ] \
+  || fail "finish on SIGTERM: steps leased $leased, merged $merged (want both $(( ROUNDS * R * H )))"
+echo "ok: exact job, SIGTERM mid-round: the worker finished its round, pushed it and exited 0; goodput $merged / $leased"
 echo "partial_push: OK"

@@ -28,7 +28,7 @@ start_coordinator "$W/state" --lease-ttl-ms 5000 --heartbeat-ms 200
 JOB=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
 
 # ---- 1: SIGTERM mid-round
-start_worker w1 "$W/corpus" --slowdown 10 --grace-s 20; w1=$LAST_WORKER_PID
+start_worker w1 "$W/corpus" --slowdown 10 --grace-s 20 --drain-finish-s 0; w1=$LAST_WORKER_PID
 wait_for_line "$W/worker-w1.log" "lease [0-9]+ pulled" 60 || fail "w1 never started training"
 sleep 0.5
 t0=$(now_ms)
