@@ -27,7 +27,8 @@
  *  - Lease end. A lease ends (finished; the slot advances one round) as soon as deltas of all
  *    its fragments are durable; Release after that is an OK no-op. Release of an active lease
  *    returns the slot for the same round (no advance). Release with RELEASE_DRAINING (the
- *    worker is shutting down) also marks the worker gone: the slots kept for it are free.
+ *    worker is shutting down) also marks the worker gone: the slots kept for it are free;
+ *    with lease_id 0 it only does that (a worker stopped between leases).
  *  - Heartbeat. Renews an active lease (expiry = now + lease_ttl_ms); a lease with no heartbeat
  *    for dead_after_ms (--dead-after-heartbeats intervals) is revoked sooner (leases.c). A
  *    heartbeat for a revoked (expired) lease says STOP. command: DRAIN when the
@@ -556,7 +557,16 @@ static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req
   Dipaco__V1__ReleaseRequest *r = (Dipaco__V1__ReleaseRequest *)pm;
   svc_touch(c, worker, -1);
   store_lease l;
-  if (r->lease_id == 0 || r->lease_id > INT64_MAX || store_get_lease(c->st, (int64_t)r->lease_id, &l) < 0) {
+  if (r->lease_id == 0 && r->reason == DIPACO__V1__RELEASE_REASON__RELEASE_DRAINING) {
+    /* A worker shutting down between leases (SIGTERM in a Lease long-poll): gone now, so a
+     * slot kept for it goes to another worker at once. */
+    if (store_set_worker_state(c->st, worker, WORKER_GONE) == 0) {
+      DPC_INFO("worker %lld is shutting down (no lease): the slots kept for it are free", (long long)worker);
+      rounds_check(c); /* answers parked Lease calls too */
+    }
+    Dipaco__V1__ReleaseResponse resp = DIPACO__V1__RELEASE_RESPONSE__INIT;
+    rpc_call_reply(call, &resp.base);
+  } else if (r->lease_id == 0 || r->lease_id > INT64_MAX || store_get_lease(c->st, (int64_t)r->lease_id, &l) < 0) {
     rpc_call_finish(call, RPC_NOT_FOUND, "lease_id %llu: no such lease", (unsigned long long)r->lease_id);
   } else if (l.worker != worker) {
     rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l.id);

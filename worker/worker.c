@@ -282,8 +282,18 @@ int worker_run(const struct worker_opts *o, worker_ctl *ctl) {
     if (!w->registered || w->draining) continue;
     if (ask_for_lease(w)) break;
   }
-  if (w->draining) DPC_INFO("drained: exiting");
-  else if (worker_stopping(ctl)) DPC_INFO("stopped");
+  if (w->draining) {
+    DPC_INFO("drained: exiting");
+  } else if (worker_stopping(ctl)) {
+    /* Between leases (a SIGTERM in the Lease long-poll): say so, so that a slot kept for this
+     * worker goes to another at once, not after its connection's reconnect grace. (After a
+     * lease the Release already said it; saying it twice is harmless.) */
+    int code;
+    if (w->registered &&
+        wc_release(&w->wc, 0, DIPACO__V1__RELEASE_REASON__RELEASE_DRAINING, 0, "worker shutting down", &code))
+      DPC_DEBUG("release at exit: %s", dpc_errmsg());
+    DPC_INFO("stopped");
+  }
   worker_free(w);
   return 0;
 }

@@ -5,7 +5,9 @@
 #     (0 < K < H), exits 0 within its grace period; the coordinator applies it (version 1 in
 #     the ledger) and counts K steps for the slot: the slot's next lease starts at step K;
 #  2. SIGTERM while a worker waits in a Lease long-poll (--poll-ms 20000; the only slot is
-#     leased to another worker): it exits 0 at once (under 2 s), not when the poll ends;
+#     leased to another worker): it exits 0 at once (under 2 s), not when the poll ends, and
+#     tells the coordinator it is leaving (Release with lease 0: counted gone at once);
+# (1 and 3 with --drain-finish-s 0: the worker stops instead of finishing its lease.)
 #  3. a second preempted worker, then a fresh one: the job ends DONE after exactly
 #     rounds x H x R = 2000 inner steps in all.
 # (Sync mode, where a SIGTERM releases the lease and pushes nothing, is checked by
@@ -47,7 +49,7 @@ done
 "$CTL" --coordinator "$COORD" job ledger "$JOB" | grep -Eq '^1 ' || fail "the partial delta was not applied (no version 1 in the ledger)"
 
 # ---- 2: SIGTERM during a Lease long-poll
-start_worker w2 "$W/corpus" --slowdown 8; w2=$LAST_WORKER_PID # holds the only slot meanwhile
+start_worker w2 "$W/corpus" --slowdown 8 --drain-finish-s 0; w2=$LAST_WORKER_PID # holds the only slot meanwhile
 wait_for_line "$W/worker-w2.log" "lease [0-9]+ granted" 60 || fail "w2 got no lease"
 grep -Eq "lease [0-9]+ granted: job $JOB round 1 slot \(0,0\) steps $K\.\." "$W/worker-w2.log" ||
   fail "the slot's next lease does not start at step $K: $(grep granted "$W/worker-w2.log")"
@@ -62,7 +64,10 @@ rc=0; wait "$w3" || rc=$?
 dt=$(( $(now_ms) - t0 ))
 [ $rc = 0 ] || fail "w3 exited $rc after SIGTERM in a long-poll, expected 0"
 [ $dt -lt 2000 ] || fail "w3 took $dt ms to exit from a Lease long-poll"
-echo "ok: 2: SIGTERM during a Lease long-poll: exit 0 after $dt ms"
+w3id=$(sed -n 's/.*registered with .* as worker \([0-9]*\) .*/\1/p' "$W/worker-w3.log" | head -1)
+grep -Eq "worker $w3id is shutting down \(no lease\)" "$W/coordinator.log" \
+  || fail "w3 did not tell the coordinator it was leaving (Release with lease 0)"
+echo "ok: 2: SIGTERM during a Lease long-poll: exit 0 after $dt ms; the coordinator counts the worker gone"
 
 # ---- 3: w2 is preempted too; w4 finishes the job with the right amount of compute
 kill -TERM "$w2"
