@@ -7,6 +7,10 @@
 #                   same math (dataplane_client --memory-pass)
 #   pull, push / TCP  aggregate rate of R concurrent workers over loopback TCP with R streams
 #                   (iperf3 -P R), medians over the rounds
+#   outer/(pass+disk) the same over the memory pass plus writing the new version and momentum
+#                   at the durable-write rate of the state's file system (dd conv=fdatasync)
+#   push, upload / disk  the same rates over that durable-write rate: a delta is acknowledged,
+#                   and an upload stored, only once it is on disk
 #   upload / TCP    job create's upload (UploadInitialModel, from its first chunk to the file
 #                   stored durably, by the coordinator's log) over loopback TCP with one
 #                   stream (iperf3 -P 1); the baseline build logs only the end: its upload is
@@ -54,7 +58,13 @@ TCP_R=$(iperf "$R"); TCP_1=$(iperf 1)
 # The memory pass over min(model, 32M floats), scaled to the model.
 N=$((MODEL_BYTES / 4)); M=$((N < 33554432 ? N : 33554432))
 PASS=$("$CLIENT" --memory-pass "$R" "$M" | awk -v n="$N" -v m="$M" '{print $2 * n / m}')
-echo "loopback TCP: $TCP_R GB/s with $R streams, $TCP_1 GB/s with one; memory pass $PASS s"
+# Durable writes on the state directory's file system: what every delta (acknowledged only once
+# it is on disk), the upload and each outer step's new version and momentum must go through.
+DD_MB=$(( MODEL_BYTES * 2 >> 20 )); [ $DD_MB -gt 2048 ] && DD_MB=2048
+DISK=$(dd if=/dev/zero of="$W/ddtest" bs=1M count=$DD_MB conv=fdatasync 2>&1 |
+  awk '/copied/ {for (i = 1; i <= NF; i++) if ($i == "copied,") {print $1 / $(i + 1) / 1e9; exit}}')
+rm -f "$W/ddtest"
+echo "loopback TCP: $TCP_R GB/s with $R streams, $TCP_1 GB/s with one; memory pass $PASS s; durable write $DISK GB/s"
 
 # measure NAME BUILD — one coordinator, one job, R simulated workers; appends a table row.
 ROWS=()
@@ -89,7 +99,7 @@ pull = statistics.median(float(r[5]) for r in rounds)
 push = statistics.median(float(r[7]) for r in rounds)
 ov = [float(r[9]) for r in rounds if float(r[9]) >= 0]
 outer = [float(m) for m in re.findall(r"outer step ([0-9.]+) s", open(sys.argv[2]).read())]
-model, R, tcp_r, tcp_1, mpass = $MODEL_BYTES, $R, $TCP_R, $TCP_1, $PASS
+model, R, tcp_r, tcp_1, mpass, disk = $MODEL_BYTES, $R, $TCP_R, $TCP_1, $PASS, $DISK
 import datetime
 def ts(pat):  # the time of the first log line matching pat
     for l in open(sys.argv[2]):
@@ -101,9 +111,11 @@ up = $ST_BYTES / (ts(r"upload [0-9]+ stored") - started) / 1e9
 bound = R * model / (tcp_r * 1e9) + mpass
 om = statistics.median(outer)
 ovm = statistics.median(ov) if ov else float("nan")
+dbound = mpass + 2 * model / (disk * 1e9)  # the pass, plus writing θ and u durably
 print(f"| $name | {$hwm * 1024 / model:.2f} | {om:.2f} s / {mpass:.2f} s = {om / mpass:.2f} | "
-      f"{pull:.2f} GB/s = {pull / tcp_r:.2f} | {push:.2f} GB/s = {push / tcp_r:.2f} | "
-      f"{up:.2f} GB/s = {up / tcp_1:.2f} | {ovm:.2f} s / {bound:.2f} s = {ovm / bound:.2f} | "
+      f"{om / dbound:.2f} | "
+      f"{pull:.2f} GB/s = {pull / tcp_r:.2f} | {push:.2f} GB/s = {push / tcp_r:.2f} ({push / disk:.2f}) | "
+      f"{up:.2f} GB/s = {up / tcp_1:.2f} ({up / disk:.2f}) | {ovm:.2f} s / {bound:.2f} s = {ovm / bound:.2f} | "
       f"{$chwm / 1024:.0f} MiB |")
 PY
 )")
@@ -113,7 +125,7 @@ PY
 [ -n "${BASE_BUILD:-}" ] && measure before "$BASE_BUILD"
 measure after "$BUILD"
 echo
-echo "case $CASE, R = $R, $ROUNDS rounds, model $((MODEL_BYTES >> 20)) MiB; loopback TCP $TCP_R GB/s ($R streams), $TCP_1 GB/s (1); memory pass $PASS s"
-echo "| build | coordinator RSS / model | outer step / memory pass | pull / TCP | push / TCP | upload / TCP | round overhead / bound | client RSS |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "case $CASE, R = $R, $ROUNDS rounds, model $((MODEL_BYTES >> 20)) MiB; loopback TCP $TCP_R GB/s ($R streams), $TCP_1 GB/s (1); memory pass $PASS s; durable write $DISK GB/s"
+echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS |"
+echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
