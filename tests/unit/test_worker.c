@@ -8,8 +8,10 @@
  *     data and options (the oracle is the network-free trainer; the test checks the network
  *     path around it), with the right chunk headers, identity metadata on every call, and
  *     Release(DONE); then LEASE_NO_WORK with --exit-when-done ends it with status 0;
- *  2. SIGTERM during a long round: heartbeats arrive with progress, the worker releases the
- *     lease with RELEASE_DRAINING ("worker shutting down") at a step inside the round, pushes nothing, exits 0;
+ *  2. SIGTERM during a long round (far more than --drain-finish-s left): heartbeats arrive
+ *     with progress, the worker releases the lease with RELEASE_DRAINING ("worker shutting
+ *     down") at a step inside the round, pushes nothing, says it is leaving (Release of lease
+ *     0, RELEASE_DRAINING) and exits 0;
  *  3. COMMAND_DRAIN on heartbeats: the worker finishes the round, pushes, exits 0;
  *  4. a job whose data glob matches nothing: Release(RELEASE_ERROR) naming the pattern;
  *  5. a push refused by the delta norm screen (FAILED_PRECONDITION): the worker does not push
@@ -676,9 +678,12 @@ static void test_sigterm(int port) {
   CHECK(time(NULL) - t0 < 10);
   pthread_mutex_lock(&g_mu);
   CHECK_EQ_INT(S.pushes, 0);
-  CHECK_EQ_INT(S.releases, 1);
+  /* The lease's Release, then the one at exit (lease 0: the worker itself is leaving). */
+  CHECK_EQ_INT(S.releases, 2);
   CHECK_EQ_INT(S.release_lease[0], 8);
   CHECK_EQ_INT(S.release_reason[0], DIPACO__V1__RELEASE_REASON__RELEASE_DRAINING);
+  CHECK_EQ_INT(S.release_lease[1], 0);
+  CHECK_EQ_INT(S.release_reason[1], DIPACO__V1__RELEASE_REASON__RELEASE_DRAINING);
   CHECK(S.release_step[0] > 6 && S.release_step[0] < 6 + 1000000);
   CHECK(S.release_step[0] >= S.hb_last_step);
   CHECK_EQ_INT(S.bad_md, 0);
