@@ -445,7 +445,7 @@ static int closing_deltas(coord *c, const coord_job *j, int f, int64_t t, int64_
 
 /* The outer step of round fr->version of (j, f) over ds[0..n); NULL when out of memory. */
 static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const store_fragment *fr, const store_delta *ds,
-                                  int n, int short_reason) {
+                                  int n, int short_reason, int early) {
   outer_work *w = calloc(1, sizeof *w);
   if (!w || !(w->delta_blobs = calloc((size_t)n, sizeof *w->delta_blobs)) ||
       !(w->weights = calloc((size_t)n, sizeof *w->weights)) ||
@@ -463,6 +463,7 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
   w->len = fr->len;
   w->n = n;
   w->short_reason = short_reason;
+  w->early = early;
   w->first_at = INT64_MAX;
   w->last_at = INT64_MIN;
   for (int i = 0; i < n; i++) {
@@ -504,8 +505,7 @@ static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
   store_delta *ds;
   int n, short_reason, early;
   if (closing_deltas(c, j, f, fr.version, now, &ds, &n, &short_reason, &early) < 0) return;
-  outer_work *w = outer_work_new(c, j, f, &fr, ds, n, short_reason);
-  if (w) w->early = early;
+  outer_work *w = outer_work_new(c, j, f, &fr, ds, n, short_reason, early);
   free(ds);
   if (!w) {
     DPC_ERROR("out of memory starting an outer step");

@@ -548,6 +548,40 @@ static void lease_error(coord *c, const store_lease *l, const char *msg) {
   coord_job_set_state(c, j, JOB_PAUSED, why);
 }
 
+/* The lease part of a Release: end an active lease of this worker (the slot is free for the
+ * same round). 0, or -1 with the call answered with the error. */
+static int release_lease(coord *c, struct rpc_call *call, int64_t worker, const Dipaco__V1__ReleaseRequest *r) {
+  store_lease l;
+  if (r->lease_id == 0 || r->lease_id > INT64_MAX || store_get_lease(c->st, (int64_t)r->lease_id, &l) < 0) {
+    rpc_call_finish(call, RPC_NOT_FOUND, "lease_id %llu: no such lease", (unsigned long long)r->lease_id);
+    return -1;
+  }
+  if (l.worker != worker) {
+    rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l.id);
+    return -1;
+  }
+  if (l.state == LEASE_ACTIVE && lease_maybe_pushed(c, &l)) {
+    /* Every delta of the lease is already durable (e.g. acknowledged just before a
+     * coordinator restart): the lease is done, the slot moves on; the Release is a no-op. */
+    rounds_check(c);
+  } else if (l.state == LEASE_ACTIVE) {
+    int rc = store_end_lease(c->st, l.id, LEASE_RELEASED, 0, 0, dpc_wall_ms());
+    if (rc < 0) {
+      rpc_call_fail(call, rc);
+      return -1;
+    }
+    lease_ended(c, l.id, 0); /* the worker's own Release */
+    rounds_check(c);
+    if (r->reason == DIPACO__V1__RELEASE_REASON__RELEASE_ERROR) lease_error(c, &l, r->message);
+    char msg[128];
+    snprintf(msg, sizeof msg, "%.*s", 100, r->message);
+    DPC_INFO("lease %lld released by worker %lld (reason %d%s%s): slot (path %d, replica %d) round %lld is free",
+             (long long)l.id, (long long)worker, (int)r->reason, msg[0] ? ": " : "", msg, l.path, l.replica,
+             (long long)l.round);
+  }
+  return 0;
+}
+
 static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   coord *c = ud;
   int64_t worker;
@@ -556,53 +590,24 @@ static void on_release(struct rpc_call *call, const struct grpc_byte_buffer *req
   if (svc_unpack(call, req, &dipaco__v1__release_request__descriptor, &pm)) return;
   Dipaco__V1__ReleaseRequest *r = (Dipaco__V1__ReleaseRequest *)pm;
   svc_touch(c, worker, -1);
-  store_lease l;
-  if (r->lease_id == 0 && r->reason == DIPACO__V1__RELEASE_REASON__RELEASE_DRAINING) {
-    /* A worker shutting down between leases (SIGTERM in a Lease long-poll): gone now, so a
-     * slot kept for it goes to another worker at once. */
-    if (store_set_worker_state(c->st, worker, WORKER_GONE) == 0) {
-      DPC_INFO("worker %lld is shutting down (no lease): the slots kept for it are free", (long long)worker);
-      rounds_check(c); /* answers parked Lease calls too */
-    }
-    Dipaco__V1__ReleaseResponse resp = DIPACO__V1__RELEASE_RESPONSE__INIT;
-    rpc_call_reply(call, &resp.base);
-  } else if (r->lease_id == 0 || r->lease_id > INT64_MAX || store_get_lease(c->st, (int64_t)r->lease_id, &l) < 0) {
-    rpc_call_finish(call, RPC_NOT_FOUND, "lease_id %llu: no such lease", (unsigned long long)r->lease_id);
-  } else if (l.worker != worker) {
-    rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l.id);
-  } else {
-    if (l.state == LEASE_ACTIVE && lease_maybe_pushed(c, &l)) {
-      /* Every delta of the lease is already durable (e.g. acknowledged just before a
-       * coordinator restart): the lease is done, the slot moves on; the Release is a no-op. */
-      rounds_check(c);
-    } else if (l.state == LEASE_ACTIVE) {
-      int rc = store_end_lease(c->st, l.id, LEASE_RELEASED, 0, 0, dpc_wall_ms());
-      if (rc < 0) {
-        rpc_call_fail(call, rc);
-        protobuf_c_message_free_unpacked(pm, NULL);
-        return;
-      }
-      lease_ended(c, l.id, 0); /* the worker's own Release */
-      rounds_check(c);
-      if (r->reason == DIPACO__V1__RELEASE_REASON__RELEASE_ERROR) lease_error(c, &l, r->message);
-      char msg[128];
-      snprintf(msg, sizeof msg, "%.*s", 100, r->message);
-      DPC_INFO("lease %lld released by worker %lld (reason %d%s%s): slot (path %d, replica %d) round %lld is free",
-               (long long)l.id, (long long)worker, (int)r->reason, msg[0] ? ": " : "", msg, l.path, l.replica,
-               (long long)l.round);
-    }
-    /* RELEASE_DRAINING: the worker is shutting down (SIGTERM: preemption, scancel, pod
-     * deletion). It is gone from now on, so that a slot kept for it (inner_state keep) goes
-     * to another worker at once rather than after the lease TTL; a call of it brings it back
-     * (svc_touch), as for a worker revoked for silence. */
-    if (r->reason == DIPACO__V1__RELEASE_REASON__RELEASE_DRAINING &&
-        store_set_worker_state(c->st, worker, WORKER_GONE) == 0) {
-      DPC_INFO("worker %lld is shutting down: the slots kept for it are free", (long long)worker);
-      rounds_check(c);
-    }
-    Dipaco__V1__ReleaseResponse resp = DIPACO__V1__RELEASE_RESPONSE__INIT;
-    rpc_call_reply(call, &resp.base);
+  const int leaving = r->reason == DIPACO__V1__RELEASE_REASON__RELEASE_DRAINING;
+  /* Lease 0 with RELEASE_DRAINING: a worker stopped between leases holds none; only the
+   * leaving below applies. */
+  if ((r->lease_id != 0 || !leaving) && release_lease(c, call, worker, r) < 0) {
+    protobuf_c_message_free_unpacked(pm, NULL);
+    return;
   }
+  /* RELEASE_DRAINING: the worker is shutting down (SIGTERM: preemption, scancel, pod
+   * deletion). It is gone from now on, so that a slot kept for it (inner_state keep) goes
+   * to another worker at once rather than after the lease TTL; a call of it brings it back
+   * (svc_touch), as for a worker revoked for silence. */
+  if (leaving && store_set_worker_state(c->st, worker, WORKER_GONE) == 0) {
+    DPC_INFO("worker %lld is shutting down%s: the slots kept for it are free", (long long)worker,
+             r->lease_id ? "" : " (no lease)");
+    rounds_check(c); /* answers parked Lease calls too */
+  }
+  Dipaco__V1__ReleaseResponse resp = DIPACO__V1__RELEASE_RESPONSE__INIT;
+  rpc_call_reply(call, &resp.base);
   protobuf_c_message_free_unpacked(pm, NULL);
 }
 

@@ -202,9 +202,7 @@ void hb_mark(heartbeat *hb) { hb->mark_ns = dpc_mono_ns(); }
 static void finish_or_stop(heartbeat *hb, long next) {
   hb->stop_seen = 1;
   const long left = hb->end_step - next;
-  pthread_mutex_lock(&hb->mu);
-  const float sps = hb->sps;
-  pthread_mutex_unlock(&hb->mu);
+  const float sps = hb->sps; /* written only by this (the owner's) thread */
   if (left <= 0 || hb->finish_s <= 0 || !(sps > 0)) return;
   const double est = (double)left / (double)sps;
   if (est > hb->finish_s) {
