@@ -97,17 +97,16 @@ int blob_read_alloc(blob_store *bs, const char *name, blob_kind kind, float **ou
 
 /* Sequential reader for arrays too large to hold whole (the streamed outer step reads a range
  * of every input at a time): open validates the file's size, magic, version, kind, length (n
- * floats, else DPC_ESHAPE) and header checksum and maps the file read-only (sequential
- * access advised); view hands out a pointer to the next nbytes of the payload, valid until
- * close/abort, and read copies them; both checksum them as they go (so a view's bytes are in
- * the CPU cache when the caller uses them). Pages behind the cursor are given back to the page
- * cache every 32 MiB, so a reader keeps at most that much of the file resident in the process.
+ * floats, else DPC_ESHAPE) and header checksum (sequential access advised); view reads the
+ * next nbytes of the payload into the reader's buffer (grown to the largest view asked for)
+ * and points at it, valid until the next view, close or abort; read reads them into dst; both
+ * checksum them as they go (so a view's bytes are in the CPU cache when the caller uses them).
+ * A reader holds no more of the file than its largest view.
  * close compares the payload checksum with the trailer once every byte was read (DPC_ESHAPE
  * if some were not, DPC_ECHECKSUM on a mismatch) and gives it in *crc_out (may be NULL).
  * Data handed out before close is unverified: callers must not let it escape (publish, commit)
  * until close succeeded. Close and abort free the reader (and invalidate views). */
 typedef struct blob_reader blob_reader;
-#define BLOB_READER_RESIDENT_BYTES (32u << 20) /* the most of its file a reader keeps resident */
 int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_reader **out);
 int blob_reader_view(blob_reader *r, size_t nbytes, const void **view);
 int blob_reader_read(blob_reader *r, void *dst, size_t nbytes);

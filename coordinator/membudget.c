@@ -14,7 +14,7 @@ static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UI
 uint64_t membudget_job_bytes(size_t n_params, size_t max_frag, int n_slots) {
   uint64_t d = n_slots > 0 ? (uint64_t)n_slots : 1;
   uint64_t range = max_frag < OUTERIO_RANGE_FLOATS ? max_frag : OUTERIO_RANGE_FLOATS;
-  uint64_t resident = sat_mul(4, max_frag) < BLOB_READER_RESIDENT_BYTES ? sat_mul(4, max_frag) : BLOB_READER_RESIDENT_BYTES;
+  uint64_t resident = sat_mul(4, range); /* each input's reader holds one range (blob_reader_view) */
   uint64_t floats = sat_add(sat_mul(2, n_params), sat_mul(sat_add(4, d), range));
   return sat_add(sat_mul(floats, sizeof(float)), sat_mul(sat_add(2, d), resident));
 }

@@ -5,8 +5,8 @@
  * while it is created and the parameter cache's mapping of the current version afterwards
  * (2 × P floats; the mapping's pages are the page cache's, counted to be safe), and the
  * streamed outer step (outerio.h): D + 4 ranges of min(F, OUTERIO_RANGE_FLOATS) floats for a
- * largest fragment of F floats and D deltas, plus BLOB_READER_RESIDENT_BYTES of each of its
- * D + 2 input mappings; D is bounded by the job's slots. Transfers in flight (pull chunks,
+ * largest fragment of F floats and D deltas, plus one such range in each of its D + 2 input
+ * readers; D is bounded by the job's slots. Transfers in flight (pull chunks,
  * quantized deltas being decoded) come on top and are not counted: the budget should leave
  * room for them.
  * Pure functions except membudget_default, which reads /sys/fs/cgroup and /proc. */

@@ -13,7 +13,7 @@
  * is bit-identical to the whole-array computation for any range size. Memory: 3 ranges of
  * floats (default OUTERIO_RANGE_FLOATS each; one more per sparse delta) plus one fp64 block
  * inside outer_average, the encoded sparse streams (a few per cent of the fragment each), and
- * at most 32 MiB of each input's mapping resident at a time (blob_reader).
+ * one range in each input's reader (blob_reader).
  *
  * Nothing is published before everything is checked: the new blobs are committed (fsync,
  * rename) only after every input's checksum matched (the blob trailers and, for deltas, the
