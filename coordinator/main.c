@@ -364,6 +364,16 @@ static int verify_blob(coord *c, const char *name, blob_kind kind, size_t len, u
   return rc;
 }
 
+/* Fragment f's current blobs (parameters into the parameter cache, momentum, delayed-Nesterov
+ * buffer) against the checksums its row recorded. */
+static int verify_fragment(coord *c, int64_t job, int f, const store_fragment *fr) {
+  int rc = verify_blob(c, fr->param_blob, BLOB_PARAMS, fr->len, fr->param_crc, 1, job, f, fr->version);
+  if (rc == 0 && fr->momentum_blob[0])
+    rc = verify_blob(c, fr->momentum_blob, BLOB_MOMENTUM, fr->len, fr->momentum_crc, 0, 0, 0, 0);
+  if (rc == 0 && fr->dnbuf_blob[0]) rc = verify_blob(c, fr->dnbuf_blob, BLOB_DN_BUF, fr->len, fr->dnbuf_crc, 0, 0, 0, 0);
+  return rc;
+}
+
 /* Start-up: every running or paused job's current parameters, momentum and delayed-Nesterov
  * buffer are read back and checked against their rows (issue 13, finding 7). A job with a
  * corrupt or missing blob is PAUSED with the reason instead of failing its pulls and outer
@@ -371,6 +381,14 @@ static int verify_blob(coord *c, const char *name, blob_kind kind, size_t len, u
  * after a restart cost nothing more. */
 static void verify_jobs(coord *c) {
   double t0 = dpc_mono_s();
+  /* What an earlier run published without fsync (rounds.c) and a process crash left in the
+   * page cache is made durable first, before anything that could collect its inputs. */
+  {
+    const char *dir = blob_store_dir(c->bs);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || syncfs(fd) != 0) DPC_WARN("recovery: cannot sync the file system of %s: %s", dir, strerror(errno));
+    if (fd >= 0) close(fd);
+  }
   size_t floats = 0;
   for (int ji = 0; ji < c->n_jobs; ji++) {
     coord_job *j = c->jobs[ji];
@@ -378,11 +396,18 @@ static void verify_jobs(coord *c) {
     store_fragment *fr = NULL;
     int nf = 0, rc = store_list_fragments(c->st, j->id, &fr, &nf);
     for (int f = 0; f < nf && rc == 0; f++) {
-      rc = verify_blob(c, fr[f].param_blob, BLOB_PARAMS, fr[f].len, fr[f].param_crc, 1, j->id, f, fr[f].version);
-      if (rc == 0 && fr[f].momentum_blob[0])
-        rc = verify_blob(c, fr[f].momentum_blob, BLOB_MOMENTUM, fr[f].len, fr[f].momentum_crc, 0, 0, 0, 0);
-      if (rc == 0 && fr[f].dnbuf_blob[0])
-        rc = verify_blob(c, fr[f].dnbuf_blob, BLOB_DN_BUF, fr[f].len, fr[f].dnbuf_crc, 0, 0, 0, 0);
+      rc = verify_fragment(c, j->id, f, &fr[f]);
+      if (rc < 0 && rc != DPC_ENOMEM) {
+        /* A sync version is published before its fsync (rounds.c): after a power loss its blobs
+         * may be missing or torn. Make it again from the version before it and its deltas. */
+        char first[512];
+        snprintf(first, sizeof first, "%s", dpc_errmsg());
+        DPC_WARN("job %lld: fragment %d version %lld: %s; making it again", (long long)j->id, f + 1,
+                 (long long)fr[f].version, first);
+        rc = rounds_recompute_version(c, j, f, &fr[f]);
+        if (rc == 0) rc = verify_fragment(c, j->id, f, &fr[f]);
+        else rc = dpc_err(rc, "%s; %s", first, dpc_errmsg());
+      }
       floats += rc == 0 ? fr[f].len : 0;
       if (rc < 0) {
         char why[768];

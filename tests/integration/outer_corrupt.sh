@@ -5,9 +5,12 @@
 # the coordinator resumes. The outer step fails on the blob's checksum, is tried again a few
 # times, then the job is PAUSED with a message naming the fragment, the round and the
 # checksum failure (`job show`), and no further outer step is attempted while it stays paused.
-# Then start-up verification: with a second job past round 1, the coordinator is SIGKILLed,
-# that job's current parameter blob is corrupted, and the restarted coordinator pauses the job
-# at start-up with a message naming the fragment, the version and the checksum.
+# Then start-up verification: with a second job past round 1, the coordinator is SIGKILLed and
+# that job's current parameter blob is torn and its momentum blob removed (what a power loss
+# can leave of a version published before its fsync): the restarted coordinator makes the
+# version again, bit-identically, and the job goes on. With the version before it corrupt too,
+# the restarted coordinator pauses the job at start-up with a message naming the fragment, the
+# version and the checksum.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -56,15 +59,46 @@ for _ in $(seq 1 300); do
   [ "${r:-0}" -ge 2 ] && break
   sleep 0.1
 done
+# blob_of JOB K KIND: the blob (params or momentum) of fragment 1's current version minus K,
+# as the database names it (a newer file may be an uncommitted one that start-up sweeps away).
+blob_of() {
+  $PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT v.' + sys.argv[4] + '_blob FROM fragments f JOIN fragment_versions v ON v.job = f.job AND v.fragment = f.fragment AND v.version = f.version - ? WHERE f.job = ? AND f.fragment = 0', (int(sys.argv[3]), int(sys.argv[2]))).fetchone()[0])" "$W/state/dipaco.db" "$1" "$2" "$3"
+}
+flip() { # flip one byte in the middle of blob $1's payload
+  local size; size=$(stat -c %s "$1")
+  printf '\x7f' | dd of="$1" bs=1 seek=$((size / 2)) conv=notrunc status=none
+}
 kill -9 "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
-# The current version's blob, as the database names it (a newer file may be an uncommitted one
-# that start-up sweeps away).
-cur=$($PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT v.param_blob FROM fragments f JOIN fragment_versions v ON v.job = f.job AND v.fragment = f.fragment AND v.version = f.version WHERE f.job = ? AND f.fragment = 0', (int(sys.argv[2]),)).fetchone()[0])" "$W/state/dipaco.db" "$job2")
-pblob="$W/state/blobs/$cur"
-[ -f "$pblob" ] || { echo "FAIL: no parameter blob for job $job2"; exit 1; }
-size=$(stat -c %s "$pblob")
-printf '\x7f' | dd of="$pblob" bs=1 seek=$((size / 2)) conv=notrunc status=none
-echo "corrupted job $job2's $cur with the coordinator down"
+# What a power loss can do to a version published before its fsync: a torn parameter blob and
+# a missing momentum blob. Start-up makes the version again from the one before it and its
+# deltas, with the checksums its row recorded, and the job goes on.
+cur=$(blob_of "$job2" 0 param); mom=$(blob_of "$job2" 0 momentum)
+[ -f "$W/state/blobs/$cur" ] && [ -f "$W/state/blobs/$mom" ] || { echo "FAIL: no current blobs for job $job2"; exit 1; }
+sum_before=$(sha256sum < "$W/state/blobs/$cur")
+flip "$W/state/blobs/$cur"; rm "$W/state/blobs/$mom"
+echo "corrupted job $job2's $cur and removed $mom with the coordinator down"
+restart_coordinator "$W/state" --lease-ttl-ms 20000
+grep -q "recovery: job $job2 fragment 1 version [0-9]* made again from version" "$W/coordinator.log" ||
+  { echo "FAIL: start-up did not make the version again"; tail -20 "$W/coordinator.log"; exit 1; }
+[ "$(sha256sum < "$W/state/blobs/$cur")" = "$sum_before" ] && [ -f "$W/state/blobs/$mom" ] ||
+  { echo "FAIL: the version made again differs from the one written before"; exit 1; }
+r0=$("$CTL" --coordinator "$COORD" job show "$job2" --json | sed -n 's/.*"round":\([0-9]*\).*/\1/p')
+for _ in $(seq 1 300); do
+  "$CTL" --coordinator "$COORD" job show "$job2" --json > "$W/show2.json" 2>/dev/null || true
+  r=$(sed -n 's/.*"round":\([0-9]*\).*/\1/p' "$W/show2.json")
+  [ "${r:-0}" -ge $((r0 + 2)) ] && break
+  sleep 0.1
+done
+grep -q '"state":"RUNNING"' "$W/show2.json" && [ "${r:-0}" -ge $((r0 + 2)) ] ||
+  { echo "FAIL: the job did not go on after the version was made again"; cat "$W/show2.json"; exit 1; }
+echo "start-up made the torn version again bit-identically (round $r0) and the job went on (round $r)"
+
+# When the version before it is corrupt too, it cannot be made again: start-up pauses the job
+# with a message naming the fragment, the version and the checksum.
+kill -9 "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
+cur=$(blob_of "$job2" 0 param); prev=$(blob_of "$job2" 1 param)
+flip "$W/state/blobs/$cur"; flip "$W/state/blobs/$prev"
+echo "corrupted job $job2's $cur and $prev with the coordinator down"
 restart_coordinator "$W/state" --lease-ttl-ms 20000
 "$CTL" --coordinator "$COORD" job show "$job2" --json > "$W/show2.json"
 "$CTL" --coordinator "$COORD" job show "$job2" | sed -n 3,4p
