@@ -210,11 +210,9 @@ void dpc_afile_abort(dpc_afile *f) {
   afile_free(f);
 }
 
-/* Commit with durable != 0 (fsync the file, rename, fsync the directory) or without any
- * fsync (dpc_afile_publish). */
-static int afile_finish(dpc_afile *f, int durable) {
+int dpc_afile_commit(dpc_afile *f) {
   int rc = 0;
-  if (durable && (fault_hit(DPC_FS_FAULT_FSYNC, f->path) || fsync(f->fd) != 0)) {
+  if (fault_hit(DPC_FS_FAULT_FSYNC, f->path) || fsync(f->fd) != 0) {
     rc = errno_err("fsync", f->path, errno);
   } else if (close(f->fd) != 0) {
     f->fd = -1;
@@ -223,9 +221,6 @@ static int afile_finish(dpc_afile *f, int durable) {
     f->fd = -1;
     if (fault_hit(DPC_FS_FAULT_RENAME, f->path) || rename(f->tmp, f->path) != 0) {
       rc = errno_err("rename temporary over", f->path, errno);
-    } else if (!durable) {
-      afile_free(f);
-      return 0;
     } else {
       char *dir = dir_of(f->path);
       rc = dir ? dpc_fsync_dir(dir) : dpc_err(DPC_ENOMEM, "fsync directory of %s", f->path);
@@ -235,24 +230,6 @@ static int afile_finish(dpc_afile *f, int durable) {
     }
   }
   dpc_afile_abort(f);
-  return rc;
-}
-
-int dpc_afile_commit(dpc_afile *f) { return afile_finish(f, 1); }
-
-int dpc_afile_publish(dpc_afile *f) { return afile_finish(f, 0); }
-
-int dpc_fsync_file(const char *path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno_err("open", path, errno);
-  int rc = 0;
-  if (fault_hit(DPC_FS_FAULT_FSYNC, path) || fsync(fd) != 0) rc = errno_err("fsync", path, errno);
-  close(fd);
-  if (rc == 0) {
-    char *dir = dir_of(path);
-    rc = dir ? dpc_fsync_dir(dir) : dpc_err(DPC_ENOMEM, "fsync directory of %s", path);
-    free(dir);
-  }
   return rc;
 }
 

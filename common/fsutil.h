@@ -23,13 +23,6 @@ typedef struct dpc_afile dpc_afile;
 int dpc_afile_open(const char *path, dpc_afile **out);
 int dpc_afile_write(dpc_afile *f, const void *data, size_t n);
 int dpc_afile_commit(dpc_afile *f);
-/* Commit without waiting for the disk: rename the temporary over `path`, no fsync. A process
- * crash keeps the content (the page cache has it); a power loss may leave `path` missing,
- * short or holding garbage, so callers must be able to detect and redo it (checksums) and
- * make it durable later with dpc_fsync_file. Frees the handle like commit. */
-int dpc_afile_publish(dpc_afile *f);
-/* fsync the file at `path`, then its directory: after it, a published file is durable. */
-int dpc_fsync_file(const char *path);
 /* Start writing back what was written so far, without waiting (Linux sync_file_range; a no-op
  * elsewhere): a large file written in steps then has little left for the commit's fsync. */
 void dpc_afile_writeback(dpc_afile *f);

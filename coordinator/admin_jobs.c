@@ -115,7 +115,6 @@ static void fill_summary(coord *c, const store_job *sj, Dipaco__V1__JobSummary *
   s->peak_sync_bytes = j->peak_sync_bytes;
   s->last_outer_step_s = (float)j->last_outer_s;
   s->last_round_overhead_s = (float)j->last_overhead_s;
-  s->last_durable_s = (float)j->last_durable_s;
   store_slot *sl;
   int ns;
   if (store_list_slots(c->st, sj->id, &sl, &ns) == 0) {

@@ -203,7 +203,7 @@ void blob_writer_abort(blob_writer *w) {
   free(w);
 }
 
-static int writer_finish(blob_writer *w, uint32_t *crc_out, int durable) {
+int blob_writer_commit(blob_writer *w, uint32_t *crc_out) {
   if (w->got != w->want) {
     int rc = dpc_err(DPC_ESHAPE, "blob %s: got %" PRIu64 " of %" PRIu64 " payload bytes", w->name, w->got, w->want);
     blob_writer_abort(w);
@@ -217,15 +217,11 @@ static int writer_finish(blob_writer *w, uint32_t *crc_out, int durable) {
     blob_writer_abort(w);
     return rc;
   }
-  rc = durable ? dpc_afile_commit(w->f) : dpc_afile_publish(w->f);
+  rc = dpc_afile_commit(w->f);
   if (rc == 0 && crc_out) *crc_out = w->crc;
   free(w);
   return rc;
 }
-
-int blob_writer_commit(blob_writer *w, uint32_t *crc_out) { return writer_finish(w, crc_out, 1); }
-
-int blob_writer_publish(blob_writer *w, uint32_t *crc_out) { return writer_finish(w, crc_out, 0); }
 
 int blob_write(blob_store *bs, const char *name, blob_kind kind, const float *data, size_t n, uint32_t *crc_out) {
   blob_writer *w;
@@ -591,50 +587,6 @@ int blob_reader_close(blob_reader *r, uint32_t *crc_out) {
     *crc_out = r->crc;
   blob_reader_abort(r);
   return rc;
-}
-
-/* Copy blob `name` over itself durably, checking its checksum on the way. */
-static int rewrite_durably(blob_store *bs, const char *name, blob_kind kind, size_t n, uint32_t crc) {
-  blob_reader *r;
-  blob_writer *w;
-  int rc = blob_reader_open(bs, name, kind, n, &r);
-  if (rc) return rc;
-  if ((rc = blob_writer_open(bs, name, kind, n, &w))) {
-    blob_reader_abort(r);
-    return rc;
-  }
-  const size_t step = (size_t)1 << 20;
-  for (uint64_t left = (uint64_t)n * 4; left > 0 && rc == 0;) {
-    const size_t k = left < step ? (size_t)left : step;
-    const void *v;
-    if ((rc = blob_reader_view(r, k, &v)) == 0) rc = blob_writer_append(w, v, k);
-    left -= k;
-  }
-  uint32_t got = 0;
-  if (rc == 0) rc = blob_reader_close(r, &got);
-  else blob_reader_abort(r);
-  if (rc == 0 && got != crc)
-    rc = dpc_err(DPC_ECHECKSUM, "blob %s: payload checksum 0x%08x, its row recorded 0x%08x", name, got, crc);
-  if (rc) {
-    blob_writer_abort(w);
-    return rc;
-  }
-  return blob_writer_commit(w, NULL);
-}
-
-int blob_make_durable(blob_store *bs, const char *name, blob_kind kind, size_t n, uint32_t crc) {
-  char path[4096];
-  int rc = blob_path(bs, name, path, sizeof path);
-  if (rc) return rc;
-  rc = dpc_fsync_file(path);
-  if (rc == 0 || rc == DPC_ENOENT) return rc;
-  /* After a failed fsync the kernel may have dropped the dirty pages' error state: a second
-   * fsync would succeed without the data on disk. Write the file again instead. */
-  char first[512];
-  snprintf(first, sizeof first, "%s", dpc_errmsg());
-  rc = rewrite_durably(bs, name, kind, n, crc);
-  if (rc) return dpc_err(rc, "%s; writing it again: %s", first, dpc_errmsg());
-  return 0;
 }
 
 int blob_map(blob_store *bs, const char *name, blob_kind kind, size_t n, int verify, const float **data, void **map,

@@ -95,15 +95,6 @@ int blob_read(blob_store *bs, const char *name, blob_kind kind, float *dst, size
 /* Same, allocating: *out (caller frees) holds *n floats. */
 int blob_read_alloc(blob_store *bs, const char *name, blob_kind kind, float **out, size_t *n, uint32_t *crc_out);
 
-/* Publish instead of commit: the same, without any fsync (dpc_afile_publish): readers see the
- * complete blob at once, a process crash keeps it, a power loss may not (the caller must be
- * able to make it again). blob_make_durable makes it durable later. */
-int blob_writer_publish(blob_writer *w, uint32_t *crc_out);
-/* Make a published blob durable: fsync it and its directory. Should the fsync fail, the blob
- * is copied over itself durably (its payload checked against crc) instead of trusting a second
- * fsync. DPC_ENOENT when the blob is gone (collected with its job). */
-int blob_make_durable(blob_store *bs, const char *name, blob_kind kind, size_t n, uint32_t crc);
-
 /* Sequential reader for arrays too large to hold whole (the streamed outer step reads a range
  * of every input at a time): open validates the file's size, magic, version, kind, length (n
  * floats, else DPC_ESHAPE) and header checksum (sequential access advised); view reads the

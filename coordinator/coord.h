@@ -65,8 +65,6 @@ typedef struct coord_job {
   jobspec_module *modules;     /* [n_modules] */
   jobspec_fragment *fragments; /* [n_fragments] */
   int *outer_busy;             /* [n_fragments]: an outer step is in flight */
-  int *outer_syncing;          /* [n_fragments]: the last outer step's new version is being made durable
-                                  (rounds.c); the next outer step of the fragment waits for it */
   int *outer_fails;            /* [n_fragments]: outer steps in a row that found a corrupt or missing blob */
   int64_t *outer_retry_at;     /* [n_fragments]: after a failed outer step (e.g. a full disk), no new
                                   try before this time (dpc_wall_ms) */
@@ -77,7 +75,6 @@ typedef struct coord_job {
   int64_t *ov_version, *ov_from_ms;
   int *ov_pulled;
   double last_outer_s, last_overhead_s; /* job show: the last outer step's and round overhead's seconds */
-  double last_durable_s;       /* job show: seconds from the last sync outer step's publication to its fsync */
   float *path_loss;            /* [n_paths]: latest loss reported on the path (NaN unknown) */
   float last_loss;             /* mean loss of the last closed round */
   int lease_errors;            /* leases in a row given back with RELEASE_ERROR (0 after one finishes) */

@@ -381,14 +381,6 @@ static int verify_fragment(coord *c, int64_t job, int f, const store_fragment *f
  * after a restart cost nothing more. */
 static void verify_jobs(coord *c) {
   double t0 = dpc_mono_s();
-  /* What an earlier run published without fsync (rounds.c) and a process crash left in the
-   * page cache is made durable first, before anything that could collect its inputs. */
-  {
-    const char *dir = blob_store_dir(c->bs);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || syncfs(fd) != 0) DPC_WARN("recovery: cannot sync the file system of %s: %s", dir, strerror(errno));
-    if (fd >= 0) close(fd);
-  }
   size_t floats = 0;
   for (int ji = 0; ji < c->n_jobs; ji++) {
     coord_job *j = c->jobs[ji];
@@ -398,8 +390,8 @@ static void verify_jobs(coord *c) {
     for (int f = 0; f < nf && rc == 0; f++) {
       rc = verify_fragment(c, j->id, f, &fr[f]);
       if (rc < 0 && rc != DPC_ENOMEM) {
-        /* A sync version is published before its fsync (rounds.c): after a power loss its blobs
-         * may be missing or torn. Make it again from the version before it and its deltas. */
+        /* A sync version whose blobs are corrupt or missing is made again from the version
+         * before it and the deltas its round applied, when those are intact (rounds.c). */
         char first[512];
         snprintf(first, sizeof first, "%s", dpc_errmsg());
         DPC_WARN("job %lld: fragment %d version %lld: %s; making it again", (long long)j->id, f + 1,

@@ -206,7 +206,7 @@ int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *mome
     }
     if ((rc = blob_writer_append(pw, theta, m * sizeof *theta)) < 0 || (rc = blob_writer_append(uw, u, m * sizeof *u)) < 0)
       goto out;
-    if (!a->publish && (since_wb += m) >= WRITEBACK_FLOATS) {
+    if ((since_wb += m) >= WRITEBACK_FLOATS) {
       blob_writer_writeback(pw);
       blob_writer_writeback(uw);
       since_wb = 0;
@@ -227,11 +227,10 @@ int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *mome
   }
   if (rc == DPC_ENUMERIC && numeric) dpc_err(DPC_ENUMERIC, "%s", msg);
   if (rc < 0) goto out;
-  int (*finish)(blob_writer *, uint32_t *) = a->publish ? blob_writer_publish : blob_writer_commit;
-  rc = finish(pw, param_crc);
+  rc = blob_writer_commit(pw, param_crc);
   pw = NULL;
   if (rc < 0) goto out;
-  rc = finish(uw, momentum_crc);
+  rc = blob_writer_commit(uw, momentum_crc);
   uw = NULL;
 out:
   blob_writer_abort(pw);

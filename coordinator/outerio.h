@@ -21,9 +21,7 @@
  * writers are aborted and the error (DPC_ECHECKSUM, DPC_EFORMAT, DPC_ENOENT, DPC_ESHAPE,
  * DPC_ENUMERIC, DPC_EIO ...) is returned with dpc_errmsg set. The two (or three) output blobs
  * are fsync'd at their commits, at the end; the kernel is asked to start writing each range
- * back as soon as it is appended, so most of the write-back overlaps the computation. With
- * `publish` (sync outer steps in the daemon) they are only published (no fsync, no write-back
- * hints): the caller overlaps their fsync with serving the new version (rounds.c).
+ * back as soon as it is appended, so most of the write-back overlaps the computation.
  *
  * Thread-safety: reentrant; runs on the coordinator's thread pool (one call per fragment at a
  * time; the blob store allows concurrent use on distinct names). */
@@ -57,8 +55,6 @@ typedef struct {
   float lr, mu;
   int nesterov;
   const char *new_param, *new_momentum; /* θ_{t+1}, u_{t+1} */
-  int publish;                 /* 1: publish the new blobs without fsync (blob_writer_publish; the caller
-                                  makes them durable later with blob_make_durable), no write-back hints */
 } outerio_sync;
 
 /* The sync outer step: θ_{t+1}, u_{t+1} written durably; *param_crc / *momentum_crc get

@@ -35,7 +35,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* ---- outer step ----------------------------------------------------------------------------- */
 
@@ -66,7 +65,6 @@ typedef struct {
   double seconds;
   int short_reason; /* 0: every expected delta; REVOKE_DEADLINE / REVOKE_GRACE: closed without some */
   int early;        /* REVOKE_GRACE before the window's end: no missing slot could deliver */
-  int publish;      /* publish θ_{t+1}, u_{t+1} without fsync; durable_start makes them durable */
   int64_t first_at, last_at; /* earliest and latest received_at of the merged deltas */
 } outer_work;
 
@@ -86,7 +84,7 @@ static void outer_run(uv_work_t *req) {
                     .n = w->n, .delta_blobs = (const char (*)[BLOB_NAME_MAX])w->delta_blobs,
                     .delta_crcs = w->delta_crcs, .weights = w->weights, .sp_cfg = w->sp_tlen ? &w->sp_cfg : NULL,
                     .sp_tlen = w->sp_tlen, .sp_nt = w->sp_nt, .lr = w->lr, .mu = w->mu, .nesterov = w->nesterov,
-                    .new_param = w->new_param, .new_momentum = w->new_momentum, .publish = w->publish};
+                    .new_param = w->new_param, .new_momentum = w->new_momentum};
   int rc = outerio_sync_step(&a, &w->param_crc, &w->momentum_crc);
   if (rc < 0) snprintf(w->err, sizeof w->err, "%s", dpc_errmsg());
   w->rc = rc;
@@ -248,99 +246,6 @@ static void outer_failed(coord *c, coord_job *j, const outer_work *w) {
   pause_fragment(c, j, w->fragment, what);
 }
 
-/* ---- durability of a published version -------------------------------------------------------
- *
- * A sync outer step publishes θ_{t+1} and u_{t+1} without fsync (outerio's `publish`), commits
- * the version and serves it at once; their fsync then runs here, on the thread pool, while the
- * workers pull. A process crash loses nothing (the page cache keeps the files). A power loss
- * before the fsync can leave the committed version's blobs missing or torn: start-up finds
- * that by their checksums and makes them again from version t and round t's applied deltas
- * (rounds_recompute_version), bit-identically, which is why version t and those deltas are
- * collected only after the fsync, and why the fragment's next outer step waits for it
- * (outer_syncing): at most one version per fragment is ever not durable. */
-#define DURABLE_TRIES 3
-
-typedef struct {
-  uv_work_t req;
-  coord *c;
-  int64_t job, round, version;
-  int fragment;
-  size_t len;
-  char param[BLOB_NAME_MAX], momentum[BLOB_NAME_MAX];
-  uint32_t param_crc, momentum_crc;
-  int rc;
-  char err[512];
-  double seconds;
-} durable_work;
-
-static void durable_run(uv_work_t *req) {
-  durable_work *d = req->data;
-  double t0 = dpc_mono_s();
-  for (int i = 0; i < DURABLE_TRIES; i++) {
-    if (i) sleep(1);
-    d->rc = blob_make_durable(d->c->bs, d->param, BLOB_PARAMS, d->len, d->param_crc);
-    if (d->rc == 0) d->rc = blob_make_durable(d->c->bs, d->momentum, BLOB_MOMENTUM, d->len, d->momentum_crc);
-    if (d->rc == 0 || d->rc == DPC_ENOENT) break; /* ENOENT: collected with its job */
-    snprintf(d->err, sizeof d->err, "%s", dpc_errmsg());
-  }
-  d->seconds = dpc_mono_s() - t0;
-}
-
-static void durable_after(uv_work_t *req, int status) {
-  durable_work *d = req->data;
-  coord *c = d->c;
-  coord_job *j = coord_job_get(c, d->job);
-  if (j) j->outer_syncing[d->fragment] = 0;
-  if (status == 0 && d->rc == 0) {
-    DPC_INFO("job %lld fragment %d version %lld durable %.3f s after it was published", (long long)d->job,
-              d->fragment + 1, (long long)d->version, d->seconds);
-    if (j) j->last_durable_s = d->seconds;
-    gc_fragment(c, d->job, d->fragment, d->round);
-  } else if (j && d->rc != DPC_ENOENT) {
-    char what[768];
-    snprintf(what, sizeof what, "cannot make fragment %d version %lld durable: %s", d->fragment + 1,
-             (long long)d->version, status ? "canceled" : d->err);
-    DPC_ERROR("job %lld: %s", (long long)d->job, what);
-    pause_fragment(c, j, d->fragment, what);
-    j->outer_retry_at[d->fragment] = 0; /* resume goes on; a power loss before the disk is fixed costs a recompute */
-  }
-  free(d);
-  loop_work_done(c);
-  if (!c->stopping) rounds_check(c);
-}
-
-/* Queue the fsync of w's published blobs; the fragment's next outer step waits for it. */
-static void durable_start(coord *c, coord_job *j, const outer_work *w) {
-  durable_work *d = calloc(1, sizeof *d);
-  if (!d) {
-    DPC_ERROR("out of memory: making job %lld fragment %d version %lld durable inline", (long long)w->job,
-              w->fragment + 1, (long long)w->new_version);
-    if (blob_make_durable(c->bs, w->new_param, BLOB_PARAMS, w->len, w->param_crc) < 0 ||
-        blob_make_durable(c->bs, w->new_momentum, BLOB_MOMENTUM, w->len, w->momentum_crc) < 0)
-      DPC_ERROR("job %lld: %s", (long long)w->job, dpc_errmsg());
-    gc_fragment(c, w->job, w->fragment, w->round);
-    return;
-  }
-  d->req.data = d;
-  d->c = c;
-  d->job = w->job;
-  d->fragment = w->fragment;
-  d->round = w->round;
-  d->version = w->new_version;
-  d->len = w->len;
-  snprintf(d->param, sizeof d->param, "%s", w->new_param);
-  snprintf(d->momentum, sizeof d->momentum, "%s", w->new_momentum);
-  d->param_crc = w->param_crc;
-  d->momentum_crc = w->momentum_crc;
-  if (j) j->outer_syncing[w->fragment] = 1;
-  if (loop_queue_work(c, &d->req, durable_run, durable_after) == 0) return;
-  if (j) j->outer_syncing[w->fragment] = 0;
-  durable_run(&d->req); /* no threadpool (stopping): inline */
-  if (d->rc < 0 && d->rc != DPC_ENOENT) DPC_ERROR("job %lld: %s", (long long)w->job, d->err);
-  else gc_fragment(c, w->job, w->fragment, w->round);
-  free(d);
-}
-
 static void outer_after(uv_work_t *req, int status) {
   outer_work *w = req->data;
   coord *c = w->c;
@@ -390,8 +295,7 @@ static void outer_after(uv_work_t *req, int status) {
     j->ov_pulled[w->fragment] = 0;
   }
   if (j && w->short_reason) skip_missing_slots(c, j, w->fragment, w->round, w->short_reason, w->early);
-  if (w->publish) durable_start(c, j, w);
-  else gc_fragment(c, w->job, w->fragment, w->round);
+  gc_fragment(c, w->job, w->fragment, w->round);
   if (j) check_job_done(c, j);
 done:
   outer_work_free(w);
@@ -594,7 +498,7 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
 
 /* Start the outer step of (j, f) for its open round if it is complete. */
 static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
-  if (j->outer_busy[f] || j->outer_syncing[f] || now < j->outer_retry_at[f]) return;
+  if (j->outer_busy[f] || now < j->outer_retry_at[f]) return;
   store_fragment fr;
   if (store_get_fragment(c->st, j->id, f, &fr) < 0) return;
   if (fr.version >= j->spec.rounds) return;
@@ -607,7 +511,6 @@ static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
     DPC_ERROR("out of memory starting an outer step");
     return;
   }
-  w->publish = 1;
   j->outer_busy[f] = 1;
   if (loop_queue_work(c, &w->req, outer_run, outer_after) < 0) {
     j->outer_busy[f] = 0;
@@ -617,8 +520,7 @@ static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
 
 int rounds_recompute_version(coord *c, coord_job *j, int f, const store_fragment *cur) {
   if (j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC)
-    return dpc_err(DPC_EUNSUPPORTED, "an async job's versions are made durably before they are published; none is "
-                   "made again");
+    return dpc_err(DPC_EUNSUPPORTED, "start-up does not make an async job's versions again");
   if (cur->version < 1) return dpc_err(DPC_ENOENT, "version 0 comes from the job's creation, not from an outer step");
   store_fragment prev;
   store_delta *ds = NULL;
@@ -639,7 +541,7 @@ int rounds_recompute_version(coord *c, coord_job *j, int f, const store_fragment
     outer_work_free(w);
     return dpc_err(DPC_ESTATE, "cannot make it again: its blobs are not named as an outer step names them");
   }
-  outer_run(&w->req); /* durable: publish = 0 */
+  outer_run(&w->req);
   rc = w->rc;
   if (rc < 0) rc = dpc_err(rc, "making it again failed: %s", w->err);
   else if (w->param_crc != cur->param_crc || w->momentum_crc != cur->momentum_crc)

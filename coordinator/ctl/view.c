@@ -110,8 +110,6 @@ void view_summary_fields(FILE *f, const Dipaco__V1__JobSummary *s) {
   view_jnum(f, s->last_outer_step_s > 0 ? s->last_outer_step_s : NAN);
   fprintf(f, ",\"last_round_overhead_s\":");
   view_jnum(f, s->last_round_overhead_s > 0 ? s->last_round_overhead_s : NAN);
-  fprintf(f, ",\"last_durable_s\":");
-  view_jnum(f, s->last_durable_s > 0 ? s->last_durable_s : NAN);
 }
 
 const Dipaco__V1__JobSummary *view_job_summary(const Dipaco__V1__Job *j) {
@@ -223,8 +221,7 @@ static void text_job(FILE *f, const Dipaco__V1__Job *j) {
           (unsigned long long)s->bytes_out, (unsigned long long)s->peak_sync_bytes);
   if (s->last_outer_step_s > 0 || s->last_round_overhead_s > 0)
     fprintf(f, "%-18s last outer step %.3f s, last round overhead %.3f s (last delta in -> every slot has the new "
-               "version), new version durable %.3f s after it was published\n", "data plane",
-            (double)s->last_outer_step_s, (double)s->last_round_overhead_s, (double)s->last_durable_s);
+               "version)\n", "data plane", (double)s->last_outer_step_s, (double)s->last_round_overhead_s);
   const char *spec = j->spec_json ? j->spec_json : "";
   jobspec *js = malloc(sizeof *js);
   int have_spec = js && spec[0] && jobspec_parse(spec, strlen(spec), js) == 0;

@@ -2,12 +2,9 @@
 # dataplane.sh — the coordinator's data plane at a real model size (issue 15), measured against
 # peers in the same run and reported as ratios:
 #   RSS/model       the coordinator's peak RSS (VmHWM) over the model's fp32 bytes
-#   outer/pass      median outer step (from its log: read R deltas, sum, Nesterov, write the
-#                   new version and momentum; a build that publishes before the fsync logs
-#                   that later, "durable ... after it was published": the fsync then overlaps
-#                   the pulls, and its median is the "durable after" column; an older build
-#                   fsyncs inside the step) over a plain in-memory pass of the same math
-#                   (dataplane_client --memory-pass)
+#   outer/pass      median outer step (from its log: read R deltas, sum, Nesterov, write and
+#                   fsync the new version and momentum) over a plain in-memory pass of the
+#                   same math (dataplane_client --memory-pass)
 #   pull, push / TCP  aggregate rate of R concurrent workers over loopback TCP with R streams
 #                   (iperf3 -P R), medians over the rounds
 #   outer/(pass+disk) the same over the memory pass plus writing the new version and momentum
@@ -102,7 +99,6 @@ pull = statistics.median(float(r[5]) for r in rounds)
 push = statistics.median(float(r[7]) for r in rounds)
 ov = [float(r[9]) for r in rounds if float(r[9]) >= 0]
 outer = [float(m) for m in re.findall(r"outer step ([0-9.]+) s", open(sys.argv[2]).read())]
-dur = [float(m) for m in re.findall(r"durable ([0-9.]+) s after it was published", open(sys.argv[2]).read())]
 model, R, tcp_r, tcp_1, mpass, disk = $MODEL_BYTES, $R, $TCP_R, $TCP_1, $PASS, $DISK
 import datetime
 def ts(pat):  # the time of the first log line matching pat
@@ -120,7 +116,7 @@ print(f"| $name | {$hwm * 1024 / model:.2f} | {om:.2f} s / {mpass:.2f} s = {om /
       f"{om / dbound:.2f} | "
       f"{pull:.2f} GB/s = {pull / tcp_r:.2f} | {push:.2f} GB/s = {push / tcp_r:.2f} ({push / disk:.2f}) | "
       f"{up:.2f} GB/s = {up / tcp_1:.2f} ({up / disk:.2f}) | {ovm:.2f} s / {bound:.2f} s = {ovm / bound:.2f} | "
-      f"{$chwm / 1024:.0f} MiB | " + (f"{statistics.median(dur):.2f} s |" if dur else "(in the step) |"))
+      f"{$chwm / 1024:.0f} MiB |")
 PY
 )")
   echo "${ROWS[-1]}"
@@ -130,6 +126,6 @@ PY
 measure after "$BUILD"
 echo
 echo "case $CASE, R = $R, $ROUNDS rounds, model $((MODEL_BYTES >> 20)) MiB; loopback TCP $TCP_R GB/s ($R streams), $TCP_1 GB/s (1); memory pass $PASS s; durable write $DISK GB/s"
-echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS | durable after |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS |"
+echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"

@@ -6,9 +6,9 @@
 # times, then the job is PAUSED with a message naming the fragment, the round and the
 # checksum failure (`job show`), and no further outer step is attempted while it stays paused.
 # Then start-up verification: with a second job past round 1, the coordinator is SIGKILLed and
-# that job's current parameter blob is torn and its momentum blob removed (what a power loss
-# can leave of a version published before its fsync): the restarted coordinator makes the
-# version again, bit-identically, and the job goes on. With the version before it corrupt too,
+# that job's current parameter blob is corrupted and its momentum blob removed (a bad disk, a
+# careless hand): the restarted coordinator makes the version again from the version before
+# it and the deltas its round applied, bit-identically, and the job goes on. With the version before it corrupt too,
 # the restarted coordinator pauses the job at start-up with a message naming the fragment, the
 # version and the checksum.
 set -euo pipefail
@@ -69,9 +69,8 @@ flip() { # flip one byte in the middle of blob $1's payload
   printf '\x7f' | dd of="$1" bs=1 seek=$((size / 2)) conv=notrunc status=none
 }
 kill -9 "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
-# What a power loss can do to a version published before its fsync: a torn parameter blob and
-# a missing momentum blob. Start-up makes the version again from the one before it and its
-# deltas, with the checksums its row recorded, and the job goes on.
+# A corrupt parameter blob and a missing momentum blob: start-up makes the version again from
+# the one before it and its deltas, with the checksums its row recorded, and the job goes on.
 cur=$(blob_of "$job2" 0 param); mom=$(blob_of "$job2" 0 momentum)
 [ -f "$W/state/blobs/$cur" ] && [ -f "$W/state/blobs/$mom" ] || { echo "FAIL: no current blobs for job $job2"; exit 1; }
 sum_before=$(sha256sum < "$W/state/blobs/$cur")
@@ -91,7 +90,7 @@ for _ in $(seq 1 300); do
 done
 grep -q '"state":"RUNNING"' "$W/show2.json" && [ "${r:-0}" -ge $((r0 + 2)) ] ||
   { echo "FAIL: the job did not go on after the version was made again"; cat "$W/show2.json"; exit 1; }
-echo "start-up made the torn version again bit-identically (round $r0) and the job went on (round $r)"
+echo "start-up made the corrupt version again bit-identically (round $r0) and the job went on (round $r)"
 
 # When the version before it is corrupt too, it cannot be made again: start-up pauses the job
 # with a message naming the fragment, the version and the checksum.
