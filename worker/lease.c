@@ -21,6 +21,7 @@ typedef struct lease_work {
   heartbeat hb;
   int keep;              /* the slot's AdamW state outlives the lease (not RESET) */
   slot_state *snap;      /* the moments training started from, while the lease can still fail */
+  int push_tried;        /* the delta was sent at least once: it may have landed */
   trainer_stats st;
   int partial;           /* stopped mid-round (async, or Lease.partial_push): push the steps done so far */
   enum wc_class cls;     /* how the last call failed */
@@ -284,6 +285,7 @@ static int lease_push(lease_work *x) {
   }
   if (!rc) {
     hb_set_tokens(&x->hb, (uint64_t)x->st.tokens);
+    x->push_tried = 1;
     rc = xfer_retry(x, push_deltas, 1);
   }
   if (!rc) {
@@ -318,6 +320,8 @@ static int stop_heartbeat(lease_work *x) {
 static int lease_finish_abandoned(lease_work *x, int rc) {
   lease_runner *r = x->r;
   const Dipaco__V1__Lease *L = x->L;
+  if (x->snap && x->push_tried && slot_keep_trained(&r->slots, L))
+    DPC_WARN("lease %" PRIu64 ": cannot keep the trained AdamW state: %s", L->lease_id, dpc_errmsg());
   if (x->snap) slot_restore(&r->slots, x->snap);
   x->snap = NULL;
   uint64_t step = L->first_step + (uint64_t)x->st.steps_done;

@@ -32,6 +32,7 @@ void slot_cache_free(slot_cache *c) {
   trainer_free(c->tr);
   key_free(&c->key);
   for (int i = 0; i < SLOT_STATES_MAX; i++) slot_drop(&c->states[i]);
+  slot_drop(&c->pending);
   free(c->theta);
   free(c->delta);
   memset(c, 0, sizeof *c);
@@ -156,15 +157,61 @@ int slot_fit_trainer(slot_cache *c, const struct worker_opts *o, const Dipaco__V
   return 0;
 }
 
+/* Lease L's slot has moments kept by slot_keep_trained: 1 and the trainer holds them when L
+ * starts where they end; otherwise they are dropped (0), or the error. */
+static int take_pending(slot_cache *c, const Dipaco__V1__Lease *L) {
+  slot_state *p = &c->pending;
+  uint32_t path = L->slot->path, rep = L->slot->replica;
+  if (!p->used || p->job != L->job_id || p->path != path || p->replica != rep) return 0;
+  if ((uint64_t)p->adam_step != L->first_step) {
+    slot_drop(p); /* the slot did not move on: its delta was not merged */
+    return 0;
+  }
+  int rc = c->have_slot && c->cur_path == path && c->cur_replica == rep ? 0 : stash_current(c);
+  if (!rc) rc = trainer_set_state(c->tr, p->m, p->v, p->adam_step);
+  DPC_INFO("job %" PRIu64 " slot (%u,%u): its last delta was merged although its push got no answer; resuming "
+           "the AdamW state trained for it (step %ld)", L->job_id, path, rep, p->adam_step);
+  slot_drop(p);
+  slot_forget(c, L->job_id, path, rep);
+  if (rc) {
+    c->have_slot = 0;
+    return rc;
+  }
+  hold_slot(c, L);
+  return 1;
+}
+
+int slot_keep_trained(slot_cache *c, const Dipaco__V1__Lease *L) {
+  slot_state *s = &c->pending;
+  slot_drop(s);
+  s->m = malloc(c->n_params * sizeof(float));
+  s->v = malloc(c->n_params * sizeof(float));
+  int rc = s->m && s->v ? trainer_get_state(c->tr, s->m, s->v, &s->adam_step)
+                        : dpc_err(DPC_ENOMEM, "worker: out of memory for AdamW state (%zu floats)", c->n_params);
+  if (rc) {
+    slot_drop(s);
+    return rc;
+  }
+  s->used = 1;
+  s->job = L->job_id;
+  s->path = L->slot->path;
+  s->replica = L->slot->replica;
+  s->n = c->n_params;
+  return 0;
+}
+
 int slot_select_state(slot_cache *c, const Dipaco__V1__Lease *L) {
   uint32_t path = L->slot->path, rep = L->slot->replica;
   if (L->inner_state == DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_RESET) {
     c->have_slot = 0;
     slot_forget(c, L->job_id, path, rep);
+    slot_drop(&c->pending);
     return trainer_reset_state(c->tr);
   }
+  int rc = take_pending(c, L);
+  if (rc) return rc < 0 ? rc : 0;
   if (c->have_slot && c->cur_path == path && c->cur_replica == rep) return 0;
-  int rc = stash_current(c);
+  rc = stash_current(c);
   if (rc) return rc;
   slot_state *s = slot_find(c, L->job_id, path, rep);
   if (s) {

@@ -51,6 +51,7 @@ typedef struct {
   int have_slot; /* the trainer's moments belong to cur_path/cur_replica of key.job */
   uint32_t cur_path, cur_replica;
   slot_state states[SLOT_STATES_MAX];
+  slot_state pending; /* moments trained by an abandoned lease whose push may have landed */
   float *theta, *delta; /* (n_params) */
   size_t n_params;
 } slot_cache;
@@ -96,5 +97,11 @@ int slot_snapshot(slot_cache *c, const Dipaco__V1__Lease *L, slot_state **snap);
 /* The lease was abandoned: put the snapshot's moments back in the trainer (or, failing that,
  * say it holds no slot's) and free the snapshot. */
 void slot_restore(slot_cache *c, slot_state *snap);
+/* Before slot_restore, when lease L trained its round and its push may have landed although no
+ * answer came back (the coordinator went away mid-push): keep a copy of the trained moments.
+ * The next lease of the slot resumes them instead of the restored ones if it starts where
+ * they end (the coordinator merged the delta and moved the slot on), and drops them if it
+ * starts where the restored ones do. */
+int slot_keep_trained(slot_cache *c, const Dipaco__V1__Lease *L);
 
 #endif

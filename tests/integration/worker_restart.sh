@@ -5,7 +5,9 @@
 # TTL 2 s: the restarted coordinator must give the leases in flight one TTL for their workers
 # to reconnect, not expire them at once); the two workers must ride it out
 # (retry with backoff on a fresh channel, re-send the delta in flight, keep their slots and
-# AdamW state) so that the exported model is bit-identical to the single-process run.
+# AdamW state) so that the exported model is bit-identical to the single-process run. Case 2
+# makes the harder ending deterministic: a worker gives a lease up mid-push although its delta
+# had landed, and must resume the AdamW state it trained (see below).
 set -euo pipefail
 CTL=$1; CO=$2; WK=$3; LOCAL=$4
 W=$(mktemp -d)
@@ -76,7 +78,8 @@ grep -q 'UNAVAILABLE' "$W"/worker*.log || fail "the workers never saw the coordi
 "$CTL" job export "$JOB" --path 0 --out "$W/out" >>"$W/ctl.log" 2>&1 || fail "export"
 "$LOCAL" "$W/init" "$W/data/train_000.bin" "$W/local" 2 40 8 2 16 0.01 2 0.1 0.1 0.9 0.95 1e-8 0.5 0.7 0.9 keep \
   2>/dev/null
-/usr/bin/python3 - "$W/out" "$W/local" <<'PY' || fail "the result differs from diloco_local"
+same_as_local() { # $1: an exported model directory
+/usr/bin/python3 - "$1" "$W/local" <<'PY' || fail "the result differs from diloco_local"
 import glob, json, struct, sys
 import numpy as np
 def read(d):
@@ -90,3 +93,43 @@ worst = max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
 print(f"worker_restart: max |distributed - diloco_local| = {worst:.3g} over {len(a)} tensors")
 sys.exit(0 if worst == 0.0 else 1)
 PY
+}
+same_as_local "$W/out"
+
+# Case 2, deterministic: the coordinator stops (test hook) right after the 5th delta is durable
+# and before its answer, is SIGKILLed once the pushing worker has given the lease up (its
+# heartbeats unanswered for longer than the TTL), and comes back 1 s later. It finishes that
+# lease at start-up (every delta in), so the slot moves on; the worker, whose push got no
+# answer, must resume the AdamW state it trained, not the one it started the round from.
+kill -TERM $CP; wait $CP 2>/dev/null || true
+rm -rf "$W/state" "$W/out"; mv "$W/coord1.log" "$W/coord1-case1.log"; mv "$W/coord2.log" "$W/coord2-case1.log"
+for w in 1 2; do mv "$W/worker$w.log" "$W/worker$w-case1.log"; done
+DIPACO_TEST_STOP_AT=push-ack:5 start_coordinator "127.0.0.1:$PORT" "$W/coord1.log"
+DIPACO_ADMIN_TOKEN=$(cat "$W/state/admin.token"); export DIPACO_ADMIN_TOKEN
+JOB=$("$CTL" job create "$W/spec.json" 2>>"$W/ctl.log")
+WP=()
+for w in 1 2; do
+  "$WK" --coordinator "127.0.0.1:$PORT" --data-dir "$W" --threads 1 --name "w$w" --token-file "$W/state/join.token" --exit-when-done --log-json \
+    2> "$W/worker$w.log" &
+  WP+=($!)
+  PIDS+=($!)
+done
+for _ in $(seq 1 300); do grep -q "test hook: stopped at push-ack" "$W/coord1.log" && break; sleep 0.1; done
+grep -q "test hook: stopped at push-ack" "$W/coord1.log" || fail "the coordinator never stopped at push-ack"
+for _ in $(seq 1 100); do grep -q "lease expired or revoked" "$W"/worker*.log && break; sleep 0.1; done
+kill -9 $CP
+wait $CP 2>/dev/null || true
+for _ in $(seq 1 100); do grep -q "lease expired or revoked" "$W"/worker*.log && break; sleep 0.1; done
+grep -q "lease expired or revoked" "$W"/worker*.log || fail "no worker gave its lease up while the coordinator was stopped"
+sleep 1
+start_coordinator "127.0.0.1:$PORT" "$W/coord2.log"
+"$CTL" job wait "$JOB" --timeout 120 >>"$W/ctl.log" 2>&1 || fail "case 2: the job did not finish after the restart"
+for p in "${WP[@]}"; do
+  wait "$p" || fail "case 2: a worker exited with status $?"
+done
+grep -q "had all its deltas in; finished it" "$W/coord2.log" || fail "case 2: the restarted coordinator did not finish the lease"
+"$CTL" job export "$JOB" --path 0 --out "$W/out" >>"$W/ctl.log" 2>&1 || fail "case 2: export"
+same_as_local "$W/out"
+grep -q "its last delta was merged although its push got no answer" "$W"/worker*.log ||
+  fail "case 2: the worker did not resume the AdamW state it trained"
+echo "worker_restart: a lease given up mid-push whose delta had landed resumes the trained AdamW state"
