@@ -57,6 +57,22 @@ void slot_forget(slot_cache *c, uint64_t job, uint32_t path, uint32_t replica) {
   if (s) slot_drop(s);
 }
 
+/* Make the empty entry s hold room for n floats of moments of (job, path, replica). */
+static int state_alloc(slot_state *s, uint64_t job, uint32_t path, uint32_t replica, size_t n) {
+  s->m = malloc(n * sizeof(float));
+  s->v = malloc(n * sizeof(float));
+  if (!s->m || !s->v) {
+    slot_drop(s);
+    return dpc_err(DPC_ENOMEM, "worker: out of memory for AdamW state (%zu floats)", n);
+  }
+  s->used = 1;
+  s->n = n;
+  s->job = job;
+  s->path = path;
+  s->replica = replica;
+  return 0;
+}
+
 slot_state *slot_get(slot_cache *c, uint64_t job, uint32_t path, uint32_t replica, size_t n) {
   slot_state *s = slot_find(c, job, path, replica);
   if (!s) {
@@ -71,20 +87,7 @@ slot_state *slot_get(slot_cache *c, uint64_t job, uint32_t path, uint32_t replic
     }
   }
   if (s->used && s->n != n) slot_drop(s);
-  if (!s->used) {
-    s->m = malloc(n * sizeof(float));
-    s->v = malloc(n * sizeof(float));
-    if (!s->m || !s->v) {
-      slot_drop(s);
-      dpc_err(DPC_ENOMEM, "worker: out of memory for AdamW state (%zu floats)", n);
-      return NULL;
-    }
-    s->used = 1;
-    s->n = n;
-    s->job = job;
-    s->path = path;
-    s->replica = replica;
-  }
+  if (!s->used && state_alloc(s, job, path, replica, n)) return NULL;
   s->last_used = dpc_mono_ms();
   return s;
 }
@@ -169,8 +172,9 @@ static int take_pending(slot_cache *c, const Dipaco__V1__Lease *L) {
   }
   int rc = c->have_slot && c->cur_path == path && c->cur_replica == rep ? 0 : stash_current(c);
   if (!rc) rc = trainer_set_state(c->tr, p->m, p->v, p->adam_step);
-  DPC_INFO("job %" PRIu64 " slot (%u,%u): its last delta was merged although its push got no answer; resuming "
-           "the AdamW state trained for it (step %ld)", L->job_id, path, rep, p->adam_step);
+  if (!rc)
+    DPC_INFO("job %" PRIu64 " slot (%u,%u): its last delta was merged although its push got no answer; resuming "
+             "the AdamW state trained for it (step %ld)", L->job_id, path, rep, p->adam_step);
   slot_drop(p);
   slot_forget(c, L->job_id, path, rep);
   if (rc) {
@@ -184,20 +188,9 @@ static int take_pending(slot_cache *c, const Dipaco__V1__Lease *L) {
 int slot_keep_trained(slot_cache *c, const Dipaco__V1__Lease *L) {
   slot_state *s = &c->pending;
   slot_drop(s);
-  s->m = malloc(c->n_params * sizeof(float));
-  s->v = malloc(c->n_params * sizeof(float));
-  int rc = s->m && s->v ? trainer_get_state(c->tr, s->m, s->v, &s->adam_step)
-                        : dpc_err(DPC_ENOMEM, "worker: out of memory for AdamW state (%zu floats)", c->n_params);
-  if (rc) {
-    slot_drop(s);
-    return rc;
-  }
-  s->used = 1;
-  s->job = L->job_id;
-  s->path = L->slot->path;
-  s->replica = L->slot->replica;
-  s->n = c->n_params;
-  return 0;
+  int rc = state_alloc(s, L->job_id, L->slot->path, L->slot->replica, c->n_params);
+  if (!rc && (rc = trainer_get_state(c->tr, s->m, s->v, &s->adam_step))) slot_drop(s);
+  return rc;
 }
 
 int slot_select_state(slot_cache *c, const Dipaco__V1__Lease *L) {
