@@ -26,9 +26,10 @@ void rounds_check(coord *c);
 void rounds_note_pull(coord *c, int64_t job, int fragment, int64_t version);
 /* Start-up repair: make fragment f's current version `cur` of sync job j again, durably, from
  * the version before it and the deltas its round applied (both kept until the next round
- * closes), when its blobs failed verification (corrupt on disk, missing). 0 when the result has the checksums cur's row recorded;
- * a DPC_E* code with dpc_errmsg saying why not (async job, version 0, inputs collected, or a
- * different result). Blocks the calling thread for one outer step. */
+ * closes), when its blobs failed verification (corrupt on disk, missing). 0 when the result
+ * has the checksums cur's row recorded; a DPC_E* code with dpc_errmsg saying why not (async
+ * job, version 0, inputs collected, or a different result). Blocks the calling thread for one
+ * outer step. */
 int rounds_recompute_version(coord *c, coord_job *j, int f, const store_fragment *cur);
 /* Periodic housekeeping (coord.tick_cb): lease expiry, worker liveness, round deadlines. */
 void rounds_tick(coord *c);
