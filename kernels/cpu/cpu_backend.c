@@ -1,10 +1,11 @@
 /* cpu_backend.c — the CPU compute backend (gpt_cpu_ops): GPT-2 forward, backward and AdamW on
  * the canonical flat layout, after llm.c's train_gpt2.c.
  *
- * Threading: one runtime does the parallel work. OpenBLAS is kept single-threaded and every
- * matrix product is split along its larger output dimension into blocks, each one
- * cblas_sgemm call (see plan_split: enough rows or columns per block that packing the other
- * operand stays cheap); attention runs one (batch, head) pair per task. Work items are fixed
+ * Threading: one runtime does the parallel work. Products run single-threaded in cpu_gemm
+ * (dipaco's AVX-512 kernel, or OpenBLAS kept single-threaded), each thread in its own
+ * workspace, and every large product is split along its larger output dimension into blocks,
+ * one cpu_gemm call each (see plan_split: enough rows or columns per block that packing the
+ * other operand stays cheap); attention runs one (batch, head) pair per task. Work items are fixed
  * by the thread count and the shapes alone and every reduction runs in a fixed order, so a
  * fixed thread count gives bit-identical results whatever the (dynamic) assignment of items to
  * threads. Memory: parameters, gradients, AdamW moments and activations are each one
@@ -18,10 +19,10 @@
  * buffers sized for (maxB, maxT). Backward turns the logits buffer into dlogits in place, so
  * logits are readable only until backward. */
 #include "common/errors.h"
+#include "kernels/cpu/cpu_gemm.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/gpt.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -96,7 +97,16 @@ typedef struct {
   cpu_seg *segs;      /* optimizer work items covering [0, n_params) */
   int nseg;
   double *seg_sumsq;  /* (nseg) */
+  int gemm;           /* cpu_gemm implementation (cpu_gemm_pick at create) */
+  float *gemm_ws;     /* (nt, cpu_gemm_ws_floats()) one product workspace per thread */
 } cpu_impl;
+
+/* C = alpha op(A) op(B) + beta C on the calling thread, in its own workspace. */
+static void gemm(const cpu_impl *c, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc) {
+  float *ws = c->gemm_ws + (size_t)omp_get_thread_num() * cpu_gemm_ws_floats();
+  cpu_gemm(c->gemm, ws, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 static void *alloc_floats(size_t n) {
   void *p = NULL;
@@ -123,6 +133,7 @@ static void cpu_destroy(gpt_model *m) {
   free(c->targets);
   free(c->segs);
   free(c->seg_sumsq);
+  free(c->gemm_ws);
   free(c);
   m->impl = NULL;
 }
@@ -179,8 +190,10 @@ static int cpu_create(gpt_model *m) {
   for (int k = 0; k < m->lay.n_tensors; k++) nseg += (m->lay.tensors[k].numel + OPT_SEG - 1) / OPT_SEG;
   c->segs = calloc(nseg, sizeof *c->segs);
   c->seg_sumsq = calloc(nseg, sizeof *c->seg_sumsq);
+  c->gemm = cpu_gemm_pick();
+  c->gemm_ws = alloc_floats((size_t)c->nt * cpu_gemm_ws_floats());
   if (!c->params || !c->grads || !c->adam_m || !c->adam_v || !c->acts || !c->inputs || !c->targets ||
-      !c->segs || !c->seg_sumsq || nseg > INT32_MAX) {
+      !c->segs || !c->seg_sumsq || !c->gemm_ws || nseg > INT32_MAX) {
     cpu_destroy(m);
     return dpc_err(DPC_ENOMEM, "cpu backend: cannot allocate %zu parameters and %zu activation floats "
                    "(B=%zu T=%zu); lower B or T", P, total, B, T);
@@ -249,11 +262,11 @@ static mm_split plan_split(int nt, int M, int N) {
 }
 
 /* Cm[M,N] = op(A) op(B) + beta * Cm, row-major, split as plan_split says. */
-static void mm(int nt, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
-               float beta, float *Cm, int ldc) {
-  const enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+static void mm(const cpu_impl *c, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+               int ldb, float beta, float *Cm, int ldc) {
+  const int nt = c->nt;
   if (nt == 1 || (double)M * N * K < 262144.0) {
-    cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
+    gemm(c, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
     return;
   }
   const mm_split sp = plan_split(nt, M, N);
@@ -263,10 +276,10 @@ static void mm(int nt, int ta, int tb, int M, int N, int K, const float *A, int 
     const int lo = i * sp.ch, hi = lo + sp.ch < dim ? lo + sp.ch : dim;
     if (sp.by_rows) {
       const float *a = ta ? A + lo : A + (size_t)lo * lda;
-      cblas_sgemm(CblasRowMajor, TA, TB, hi - lo, N, K, 1.0f, a, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
+      gemm(c, ta, tb, hi - lo, N, K, 1.0f, a, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
     } else {
       const float *b = tb ? B + (size_t)lo * ldb : B + lo;
-      cblas_sgemm(CblasRowMajor, TA, TB, M, hi - lo, K, 1.0f, A, lda, b, ldb, beta, Cm + lo, ldc);
+      gemm(c, ta, tb, M, hi - lo, K, 1.0f, A, lda, b, ldb, beta, Cm + lo, ldc);
     }
   }
 }
@@ -284,8 +297,8 @@ static void linear_fwd(const cpu_impl *c, float *out, const float *inp, const fl
     const int lo = i * sp.ch, hi = lo + sp.ch < dim ? lo + sp.ch : dim;
     const int r0 = sp.by_rows ? lo : 0, r1 = sp.by_rows ? hi : N; /* rows of the block */
     const int c0 = sp.by_rows ? 0 : lo, c1 = sp.by_rows ? OC : hi; /* and its columns */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, c1 - c0, IC, 1.0f, inp + (size_t)r0 * IC, IC,
-                W + c0, OC, 0.0f, out + (size_t)r0 * OC + c0, OC);
+    gemm(c, 0, 0, r1 - r0, c1 - c0, IC, 1.0f, inp + (size_t)r0 * IC, IC, W + c0, OC, 0.0f,
+         out + (size_t)r0 * OC + c0, OC);
     for (int r = r0; r < r1; r++) {
       float *o = out + (size_t)r * OC + c0;
       if (act) cpuk_bias_gelu_row(o, act + (size_t)r * OC + c0, bias + c0, c1 - c0);
@@ -298,8 +311,8 @@ static void linear_fwd(const cpu_impl *c, float *out, const float *inp, const fl
  * fresh, dW and db are overwritten instead: their first write after zero_grad). */
 static void linear_bwd(const cpu_impl *c, float *dinp, float *dW, float *db, const float *dout, const float *inp,
                        const float *W, int N, int IC, int OC, int fresh) {
-  mm(c->nt, 0, 1, N, IC, OC, dout, OC, W, OC, 0.0f, dinp, IC);
-  mm(c->nt, 1, 0, IC, OC, N, inp, IC, dout, OC, fresh ? 0.0f : 1.0f, dW, OC);
+  mm(c, 0, 1, N, IC, OC, dout, OC, W, OC, 0.0f, dinp, IC);
+  mm(c, 1, 0, IC, OC, N, inp, IC, dout, OC, fresh ? 0.0f : 1.0f, dW, OC);
   const int nt = c->nt, ch = split_chunk(OC, nt);
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int i = 0; i < nt; i++) {
@@ -364,11 +377,9 @@ static void attention_fwd(const cpu_impl *c, float *out, float *att, const float
     float *o = out + (size_t)b * T * C + (size_t)h * hs;
     for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
       const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bm, i1, hs, scale, q + (size_t)i0 * C3, C3, k, C3, 0.0f,
-                  A + (size_t)i0 * T, T);
+      gemm(c, 0, 1, bm, i1, hs, scale, q + (size_t)i0 * C3, C3, k, C3, 0.0f, A + (size_t)i0 * T, T);
       for (int t = i0; t < i1; t++) cpuk_causal_softmax_row(A + (size_t)t * T, t, i1);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bm, hs, i1, 1.0f, A + (size_t)i0 * T, T, v, C3, 0.0f,
-                  o + (size_t)i0 * C, C);
+      gemm(c, 0, 0, bm, hs, i1, 1.0f, A + (size_t)i0 * T, T, v, C3, 0.0f, o + (size_t)i0 * C, C);
     }
   }
 }
@@ -390,19 +401,17 @@ static void attention_bwd(const cpu_impl *c, float *dqkv, const float *dout, con
       const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
       for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
         const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bm, i1, hs, 1.0f, dO + (size_t)i0 * C, C, v, C3, 0.0f,
-                    D + (size_t)i0 * T, T);
+        gemm(c, 0, 1, bm, i1, hs, 1.0f, dO + (size_t)i0 * C, C, v, C3, 0.0f, D + (size_t)i0 * T, T);
         for (int t = i0; t < i1; t++) cpuk_causal_softmax_bwd_row(D + (size_t)t * T, A + (size_t)t * T, t, i1, scale);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bm, hs, i1, 1.0f, D + (size_t)i0 * T, T, k, C3, 0.0f,
-                    dq + (size_t)i0 * C3, C3);
+        gemm(c, 0, 0, bm, hs, i1, 1.0f, D + (size_t)i0 * T, T, k, C3, 0.0f, dq + (size_t)i0 * C3, C3);
       }
       /* Key block [j0, j1) receives from queries [j0, T) only. */
       for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
         const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T, bn = j1 - j0;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bn, hs, T - j0, 1.0f, A + (size_t)j0 * T + j0, T,
-                    dO + (size_t)j0 * C, C, 0.0f, dv + (size_t)j0 * C3, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bn, hs, T - j0, 1.0f, D + (size_t)j0 * T + j0, T,
-                    q + (size_t)j0 * C3, C3, 0.0f, dk + (size_t)j0 * C3, C3);
+        gemm(c, 1, 0, bn, hs, T - j0, 1.0f, A + (size_t)j0 * T + j0, T, dO + (size_t)j0 * C, C, 0.0f,
+             dv + (size_t)j0 * C3, C3);
+        gemm(c, 1, 0, bn, hs, T - j0, 1.0f, D + (size_t)j0 * T + j0, T, q + (size_t)j0 * C3, C3, 0.0f,
+             dk + (size_t)j0 * C3, C3);
       }
     }
   }
@@ -447,7 +456,7 @@ static int cpu_forward(gpt_model *m, const int *inputs, const int *targets, int 
     residual = res3;
   }
   layernorm_fwd(c, c->lnf, c->lnf_mean, c->lnf_rstd, residual, lnfw, lnfb, N, C);
-  mm(nt, 0, 1, N, V, C, c->lnf, C, wte, C, 0.0f, c->logits, V);
+  mm(c, 0, 1, N, V, C, c->lnf, C, wte, C, 0.0f, c->logits, V);
 
   if (!targets) {
     c->state = ST_LOGITS;
@@ -522,8 +531,8 @@ static int cpu_backward(gpt_model *m) {
   const float dloss = 1.0f / (float)N;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, ROWS_PER_ITEM)
   for (int n = 0; n < N; n++) cpuk_xent_bwd_row(c->logits + (size_t)n * V, V, c->targets[n], c->lse[n], dloss);
-  mm(nt, 0, 0, N, C, V, c->logits, V, wte, C, 0.0f, c->dtmp, C);       /* dlnf */
-  mm(nt, 1, 0, V, C, N, c->logits, V, c->lnf, C, fresh ? 0.0f : 1.0f, dwte, C); /* dwte += dlogits^T lnf */
+  mm(c, 0, 0, N, C, V, c->logits, V, wte, C, 0.0f, c->dtmp, C);       /* dlnf */
+  mm(c, 1, 0, V, C, N, c->logits, V, c->lnf, C, fresh ? 0.0f : 1.0f, dwte, C); /* dwte += dlogits^T lnf */
   const float *last = c->res3 + (size_t)(L - 1) * NC;
   layernorm_bwd(c, c->dres, dlnfw, dlnfb, c->dtmp, last, lnfw, c->lnf_mean, c->lnf_rstd, N, C, 0, fresh);
 

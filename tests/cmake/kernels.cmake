@@ -15,6 +15,11 @@ target_link_libraries(test_cpu_determinism PRIVATE dpc_kernels dpc_common)
 add_test(NAME cpu_determinism COMMAND test_cpu_determinism)
 set_tests_properties(cpu_determinism PROPERTIES TIMEOUT 60)
 
+add_executable(test_cpu_gemm ${CMAKE_SOURCE_DIR}/tests/unit/test_cpu_gemm.c)
+target_link_libraries(test_cpu_gemm PRIVATE dpc_kernels dpc_common)
+add_test(NAME cpu_gemm COMMAND test_cpu_gemm)
+set_tests_properties(cpu_gemm PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+
 # Build check: the AVX-512 and AVX2 copies of the AdamW loop are vector code (no libm sqrtf), in
 # the kernels a test program links, or in the sanitizer build their sanitizer-free twin.
 if(TARGET dpc_cpu_kernels_plain)
