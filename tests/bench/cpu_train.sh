@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # tests/bench/cpu_train.sh — CPU training throughput of `dipacoctl train` against its peers,
 # side by side in one run, same weights, same data, same batches:
+#   dipaco_openblas  dipaco with DIPACO_CPU_GEMM=openblas: OpenBLAS's products instead of its own
 #   torch         PyTorch eager (tests/bench/torch_train.py), OpenMP's default wait policy
 #   torch_passive the same with OMP_WAIT_POLICY=PASSIVE (its OpenMP workers then sleep
 #                 instead of spinning against OpenBLAS's threads)
+#   torch_passive_native  PASSIVE, and OpenBLAS free to pick its kernels for this CPU
+#                 (OPENBLAS_CORETYPE unset; only when the environment sets it)
 #   llmc          llm.c's CPU reference train_gpt2.c (tests/bench/cpu_llmc.c drives it), on a
 #                 checkpoint converted from dipaco's init (tests/bench/cpu_llmc_ckpt.py)
 # for two configurations (small: GPT-2 L6 C384 byte vocab, B8 T256; 124m: GPT-2 124M, B4 T64)
@@ -13,10 +16,13 @@
 # the sgemm peak again), so load from other processes hits all peers alike; the table gives
 # the median tokens/s, the achieved model GFLOP/s (6 * non-embedding-and-head parameters + the
 # head's, plus attention, per token: (6 (12 L C^2 + C V) + 12 L T C) flops) and its share of
-# the measured sgemm peak, and dipaco's ratio to each peer as min / median / max over rounds.
-# OpenBLAS runs the kernels it picks for this CPU (or OPENBLAS_CORETYPE, when set) in every peer.
+# the measured sgemm peaks, and dipaco's ratio to each peer as min / median / max over rounds.
+# OpenBLAS runs the kernels it picks for this CPU (or OPENBLAS_CORETYPE, when set) in every peer
+# but torch_passive_native. Peaks (tests/bench/cpu_sgemm_peak.c, every round): OpenBLAS with the
+# environment's kernels (the first share), and the best of that, OpenBLAS with its own pick for
+# this CPU and dipaco's product (the second share).
 # Environment: CONFIGS ("small 124m"), THREADS_LIST ("1 2"), ROUNDS (3), STEPS (5 timed),
-#   WARM (2 untimed), PEERS ("torch torch_passive llmc"), LLMC_DIR (an llm.c checkout; default
+#   WARM (2 untimed), PEERS ("dipaco_openblas torch torch_passive torch_passive_native llmc"), LLMC_DIR (an llm.c checkout; default
 #   tests/.cache/llm.c, cloned when missing; the llmc peer is skipped, with the reason, if it
 #   cannot be had), OUT (file for the markdown table; default: stdout only), RESULTS (a file that
 #   keeps every measurement as a JSON line, appended as it is taken, so a later run adds
@@ -25,7 +31,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CONFIGS=${CONFIGS:-"small 124m"}; THREADS_LIST=${THREADS_LIST:-"1 2"}; ROUNDS=${ROUNDS:-3}
-STEPS=${STEPS:-5}; WARM=${WARM:-2}; PEERS=${PEERS:-"torch torch_passive llmc"}
+STEPS=${STEPS:-5}; WARM=${WARM:-2}; PEERS=${PEERS:-"dipaco_openblas torch torch_passive torch_passive_native llmc"}
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [[ " $PEERS " == *" torch_passive_native "* ]]; then
+  echo "cpu_train: torch_passive_native SKIPPED: OPENBLAS_CORETYPE is not set, so it would equal torch_passive" >&2
+  PEERS=${PEERS//torch_passive_native/}
+fi
 LLMC_DIR=${LLMC_DIR:-tests/.cache/llm.c}
 LLMC_COMMIT=${LLMC_COMMIT:-f1e2ace} # the llm.c commit this was written against (cloned when missing)
 py=/usr/bin/python3
@@ -75,14 +85,22 @@ for cname in $CONFIGS; do
   [[ " $PEERS " == *" llmc "* ]] && "$py" tests/bench/cpu_llmc_ckpt.py "$work/init_$name" "$work/init_$name.llmc.bin"
   for th in $THREADS_LIST; do
     for ((r = ROUND0; r < ROUND0 + ROUNDS; r++)); do
-      p=$("$peak" "$th" 3)
-      echo "{\"config\":\"$name\",\"threads\":$th,\"round\":$r,\"peer\":\"sgemm\",\"out\":$p,\"load\":$(cut -d' ' -f1 /proc/loadavg)}" >>"$results"
+      for pk in sgemm sgemm_native sgemm_dipaco; do
+        case $pk in
+          sgemm) p=$("$peak" "$th" 3) ;;
+          sgemm_native) [ -n "${OPENBLAS_CORETYPE:-}" ] || continue; p=$(env -u OPENBLAS_CORETYPE "$peak" "$th" 3) ;;
+          sgemm_dipaco) p=$("$peak" "$th" 3 dipaco 2>/dev/null) || continue ;;
+        esac
+        echo "{\"config\":\"$name\",\"threads\":$th,\"round\":$r,\"peer\":\"$pk\",\"out\":$p,\"load\":$(cut -d' ' -f1 /proc/loadavg)}" >>"$results"
+      done
       all=(dipaco $PEERS); n=${#all[@]}
       for ((k = 0; k < n; k++)); do
         peer=${all[$(((k + r) % n))]}
         case $peer in
-          dipaco)
-            "$ctl" train --model "$work/init_$name" --data $data --out "$work/out" --steps $((STEPS + WARM)) \
+          dipaco | dipaco_openblas)
+            gemm=()
+            [ "$peer" = dipaco_openblas ] && gemm=(DIPACO_CPU_GEMM=openblas)
+            env "${gemm[@]}" "$ctl" train --model "$work/init_$name" --data $data --out "$work/out" --steps $((STEPS + WARM)) \
               --batch "$B" --seq-len "$T" --threads "$th" --json >"$work/dipaco.jsonl" 2>"$work/err" ||
               { cat "$work/err" >&2; exit 1; }
             out=$("$py" - "$work/dipaco.jsonl" "$WARM" <<'PY'
@@ -95,9 +113,10 @@ print(json.dumps({"tokens_per_s": len(timed) / sum(1.0 / r["tokens_per_s"] for r
 PY
 )
             ;;
-          torch | torch_passive)
-            wait_policy=()
-            [ "$peer" = torch_passive ] && wait_policy=(OMP_WAIT_POLICY=PASSIVE)
+          torch | torch_passive | torch_passive_native)
+            wait_policy=() # env's options before its assignments
+            [ "$peer" = torch_passive_native ] && wait_policy=(-u OPENBLAS_CORETYPE)
+            [ "$peer" != torch ] && wait_policy+=(OMP_WAIT_POLICY=PASSIVE)
             out=$(env "${wait_policy[@]}" OMP_NUM_THREADS="$th" OPENBLAS_NUM_THREADS="$th" "$py" tests/bench/torch_train.py \
               --n-layer "$L" --n-head "$NH" --n-embd "$C" --n-positions "$maxT" --vocab-size "$V" --batch "$B" \
               --seq-len "$T" --steps "$STEPS" --warmup-steps "$WARM" --threads "$th" --data $data \
@@ -120,12 +139,16 @@ import json, os, statistics, sys
 from collections import defaultdict
 rows = [json.loads(l) for l in open(sys.argv[1])]
 cfgs = {"small": (6, 384, 256, 256, "L6 C384 V256, B8 T256"), "124m": (12, 768, 50257, 64, "GPT-2 124M, B4 T64")}
-names = {"dipaco": "dipaco", "torch": "PyTorch", "torch_passive": "PyTorch PASSIVE", "llmc": "llm.c"}
+names = {"dipaco": "dipaco", "dipaco_openblas": "dipaco, OpenBLAS products", "torch": "PyTorch",
+         "torch_passive": "PyTorch PASSIVE", "torch_passive_native": "PyTorch PASSIVE, OpenBLAS's own kernels",
+         "llmc": "llm.c"}
+order = ("dipaco", "dipaco_openblas", "torch", "torch_passive", "torch_passive_native", "llmc")
 by = defaultdict(lambda: defaultdict(dict))  # (config, threads) -> peer -> round -> out
 for r in rows:
     by[(r["config"], r["threads"])][r["peer"]][r["round"]] = r["out"]
-lines = ["| config | threads | sgemm peak GFLOP/s (core) | peer | tok/s median (min-max) | GFLOP/s | share of peak | "
-         "dipaco / peer min / median / max |", "|---|---|---|---|---|---|---|---|"]
+lines = ["| config | threads | sgemm peak GFLOP/s: OpenBLAS (core, min-max) / best (which) | peer | "
+         "tok/s median (min-max) | GFLOP/s | share of OpenBLAS peak | share of best peak | "
+         "dipaco / peer min / median / max |", "|---|---|---|---|---|---|---|---|---|"]
 bad = []
 for (cfg, th), peers in by.items():
     if not peers["sgemm"] or not peers["dipaco"]:
@@ -135,8 +158,14 @@ for (cfg, th), peers in by.items():
     sg = [o["gflops"] for o in peers["sgemm"].values()]
     pk = statistics.median(sg)
     core = next(iter(peers["sgemm"].values()))["core"]
+    best, best_name = pk, core
+    for k in ("sgemm_native", "sgemm_dipaco"):
+        if peers[k]:
+            m = statistics.median(o["gflops"] for o in peers[k].values())
+            if m > best:
+                best, best_name = m, next(iter(peers[k].values()))["core"]
     d = peers["dipaco"]
-    for peer in [p for p in ("dipaco", "torch", "torch_passive", "llmc") if p in peers]:
+    for peer in [p for p in order if p in peers]:
         runs = peers[peer]
         tps = [o["tokens_per_s"] for o in runs.values()]
         med = statistics.median(tps)
@@ -148,9 +177,9 @@ for (cfg, th), peers in by.items():
         if peer != "dipaco":
             rs = sorted(d[k]["tokens_per_s"] / runs[k]["tokens_per_s"] for k in runs if k in d)
             ratio = "%.2fx / %.2fx / %.2fx" % (rs[0], statistics.median(rs), rs[-1])
-        lines.append("| %s | %d | %.0f (%s, %.0f-%.0f) | %s | %.0f (%.0f-%.0f) | %.1f | %.0f%% | %s |" % (
-            label, th, pk, core, min(sg), max(sg), names[peer], med, min(tps), max(tps), med * fpt / 1e9,
-            100 * med * fpt / 1e9 / pk, ratio))
+        lines.append("| %s | %d | %.0f (%s, %.0f-%.0f) / %.0f (%s) | %s | %.0f (%.0f-%.0f) | %.1f | %.0f%% | %.0f%% | %s |" % (
+            label, th, pk, core, min(sg), max(sg), best, best_name, names[peer], med, min(tps), max(tps),
+            med * fpt / 1e9, 100 * med * fpt / 1e9 / pk, 100 * med * fpt / 1e9 / best, ratio))
 l0 = {(r["config"]): r["out"]["step0_loss"] for r in rows if r["peer"] == "dipaco"}
 lines.append("")
 lines.append("step-0 loss (all peers, same init and batch): " + ", ".join("%s %.6f" % kv for kv in l0.items()) +
