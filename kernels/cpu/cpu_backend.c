@@ -5,10 +5,10 @@
  * (dipaco's AVX-512 kernel, or OpenBLAS kept single-threaded), each thread in its own
  * workspace, and every large product is split along its larger output dimension into blocks,
  * one cpu_gemm call each (see plan_split: enough rows or columns per block that packing the
- * other operand stays cheap); attention runs one (batch, head) pair per task. Work items are fixed
- * by the thread count and the shapes alone and every reduction runs in a fixed order, so a
- * fixed thread count gives bit-identical results whatever the (dynamic) assignment of items to
- * threads. Memory: parameters, gradients, AdamW moments and activations are each one
+ * other operand stays cheap); attention runs one (batch, head) pair per task. Work items are
+ * fixed by the thread count and the shapes alone and every reduction runs in a fixed order,
+ * so a fixed thread count gives bit-identical results whatever the (dynamic) assignment of
+ * items to threads. Memory: parameters, gradients, AdamW moments and activations are each one
  * allocation made at create; no call allocates afterwards.
  *
  * Passes over memory: zero_grad only marks the gradients as zero; the next backward then
@@ -35,11 +35,16 @@ void openblas_set_num_threads(int num_threads);
 
 #define ATT_BLOCK 64     /* query/key block of the causal attention products */
 #define OPT_SEG 16384    /* floats per optimizer work item */
-/* Work items per thread for the large products and the LayerNorm backward: up to a few,
- * handed out dynamically, so a thread that loses its core to another process does not hold
- * the others at the barrier. Chunk bounds depend only on the thread count and the shapes, and
- * a chunk computes the same whichever thread runs it, so results stay deterministic. */
+/* Work items per thread for the LayerNorm backward, and at most for the large products: a
+ * few, handed out dynamically, so a thread that loses its core to another process does not
+ * hold the others at the barrier. Chunk bounds depend only on the thread count and the
+ * shapes, and a chunk computes the same whichever thread runs it, so results stay
+ * deterministic. */
 #define CHUNKS_PER_THREAD 4
+/* Products get 2: each block re-packs an operand, which costs more against cpu_gemm's kernel
+ * than the finer balance gains (124M at 2 threads, steps alternating in one process: 1.3-3.4%
+ * faster than 4 per thread; the small config 1.5-3.1%). */
+#define PRODUCT_BLOCKS_PER_THREAD 2
 /* A product block keeps at least this many rows (or columns) of the output: each block packs
  * the whole other operand, so thinner blocks spend their time packing (issue #16: a 256x768
  * by 768x3072 product in 32-row blocks ran at 126 GFLOP/s on 2 threads, against 180-188 in
@@ -244,7 +249,7 @@ static inline int split_chunk(int n, int parts) {
 
 /* How a product with an M x N output is shared out: along the larger output dimension (a row
  * block packs the whole right operand, a column block the whole left one, so this packs the
- * least), in CHUNKS_PER_THREAD, 2 or 1 blocks per thread: the most that keep MIN_BLOCK rows
+ * least), in PRODUCT_BLOCKS_PER_THREAD or 1 blocks per thread: the most that keep MIN_BLOCK rows
  * or columns each. Depends on nt and the shape only. */
 typedef struct {
   int by_rows, ch, nch;
@@ -254,7 +259,7 @@ static mm_split plan_split(int nt, int M, int N) {
   mm_split s;
   s.by_rows = M >= N;
   const int dim = s.by_rows ? M : N;
-  int per = CHUNKS_PER_THREAD;
+  int per = PRODUCT_BLOCKS_PER_THREAD;
   while (per > 1 && dim / (nt * per) < MIN_BLOCK) per /= 2;
   s.ch = split_chunk(dim, nt * per);
   s.nch = (dim + s.ch - 1) / s.ch;

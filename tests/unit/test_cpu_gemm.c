@@ -26,8 +26,12 @@ static int irand(int lo, int hi) {
 static float *ws;
 
 /* element (i, k) of op(A) and (k, j) of op(B) */
-static float opa(const float *A, int lda, int ta, int i, int k) { return ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]; }
-static float opb(const float *B, int ldb, int tb, int k, int j) { return tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]; }
+static float opa(const float *A, int lda, int ta, int i, int k) {
+  return ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+}
+static float opb(const float *B, int ldb, int tb, int k, int j) {
+  return tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+}
 
 /* One random case; returns the number of bad elements. */
 static int one_case(int M, int N, int K, int ta, int tb, float alpha, float beta, int pad) {
@@ -129,7 +133,8 @@ int main(void) {
   for (int c = 0; c < 120; c++) {
     const int ta = c & 1, tb = (c >> 1) & 1;
     const int M = irand(1, 70), N = irand(1, c % 10 == 0 ? 1300 : 130), K = irand(1, c % 7 == 0 ? 700 : 90);
-    const float alpha = c % 3 == 0 ? 0.37f : 1.0f, beta = c % 4 == 0 ? 0.0f : c % 4 == 1 ? 1.0f : c % 4 == 2 ? -0.5f : 0.0f;
+    const float alpha = c % 3 == 0 ? 0.37f : 1.0f;
+    const float beta = c % 4 == 1 ? 1.0f : c % 4 == 2 ? -0.5f : 0.0f;
     CHECK_EQ_INT(one_case(M, N, K, ta, tb, alpha, beta, c % 5 == 0 ? 5 : 0), 0);
   }
   /* Splits as the backend makes them (16-aligned) and at odd places. */
