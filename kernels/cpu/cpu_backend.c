@@ -640,7 +640,8 @@ static int cpu_reset_opt_state(gpt_model *m) {
   return 0;
 }
 
-/* The first "model name" of /proc/cpuinfo and the thread count; physical memory. */
+/* The first "model name" of /proc/cpuinfo, the thread count and which matrix product runs
+ * (cpu_gemm_name); physical memory. */
 static int cpu_describe(gpt_model *m, char *name, size_t len, uint64_t *mem_bytes) {
   cpu_impl *c = m->impl;
   char model[160] = "CPU";
@@ -658,7 +659,7 @@ static int cpu_describe(gpt_model *m, char *name, size_t len, uint64_t *mem_byte
     }
     fclose(f);
   }
-  snprintf(name, len, "%s (%d threads)", model, c->nt);
+  snprintf(name, len, "%s (%d threads, %s products)", model, c->nt, cpu_gemm_name(c->gemm));
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
   if (mem_bytes && pages > 0 && psz > 0) *mem_bytes = (uint64_t)pages * (uint64_t)psz;
   return 0;

@@ -64,13 +64,15 @@ for p in "${WP[@]}"; do
   wait "$p" || fail "a worker exited with status $?"
 done
 grep -q '"level":"error"' "$W"/worker*.log && fail "a worker logged an error"
-# Each worker registered what it computes on (gpt_describe: CPU model and thread count).
+# Each worker registered what it computes on (gpt_describe: CPU model, thread count and the
+# matrix product it runs).
 "$CTL" workers --all --json > "$W/workers.json" 2>>"$W/ctl.log" || fail "dipacoctl workers"
 /usr/bin/python3 - "$W/workers.json" <<'PY' || fail "workers do not report their device: $(cat "$W/workers.json")"
-import json, sys
+import json, re, sys
 ws = json.load(open(sys.argv[1]))
 ws = ws.get("workers", ws) if isinstance(ws, dict) else ws
-assert len(ws) >= 2 and all(w.get("device", "").endswith("(1 threads)") for w in ws), ws
+dev = re.compile(r".+ \(1 threads, (dipaco-avx512|openblas) products\)$")
+assert len(ws) >= 2 and all(dev.match(w.get("device", "")) for w in ws), ws
 PY
 
 for state in keep reset; do
