@@ -24,8 +24,8 @@ cat > "$W/spec.json" <<JSON
  "batch": 2, "seq_len": 16}
 JSON
 DIPACO_TEST_STOP_AT=push-ack:2 start_coordinator "$W/state" --lease-ttl-ms 20000
-start_worker w1 "$W/corpus"
-start_worker w2 "$W/corpus"
+start_worker w1 "$W/corpus"; W1=$LAST_WORKER_PID
+start_worker w2 "$W/corpus"; W2=$LAST_WORKER_PID
 job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
 wait_for_line "$W/coordinator.log" "test hook: stopped at push-ack" 60 || { echo "FAIL: never reached push-ack"; exit 1; }
 blob=$(find "$W/state/blobs" -name '*.delta' | head -1)
@@ -76,11 +76,15 @@ cur=$(blob_of "$job2" 0 param); mom=$(blob_of "$job2" 0 momentum)
 sum_before=$(sha256sum < "$W/state/blobs/$cur")
 flip "$W/state/blobs/$cur"; rm "$W/state/blobs/$mom"
 echo "corrupted job $job2's $cur and removed $mom with the coordinator down"
+# The workers are held while the version made again is compared: a round closed in between
+# would supersede it and its blobs could be collected before the comparison.
+kill -STOP "$W1" "$W2"
 restart_coordinator "$W/state" --lease-ttl-ms 20000
 grep -q "recovery: job $job2 fragment 1 version [0-9]* made again from version" "$W/coordinator.log" ||
   { echo "FAIL: start-up did not make the version again"; tail -20 "$W/coordinator.log"; exit 1; }
 [ "$(sha256sum < "$W/state/blobs/$cur")" = "$sum_before" ] && [ -f "$W/state/blobs/$mom" ] ||
   { echo "FAIL: the version made again differs from the one written before"; exit 1; }
+kill -CONT "$W1" "$W2"
 r0=$("$CTL" --coordinator "$COORD" job show "$job2" --json | sed -n 's/.*"round":\([0-9]*\).*/\1/p')
 for _ in $(seq 1 300); do
   "$CTL" --coordinator "$COORD" job show "$job2" --json > "$W/show2.json" 2>/dev/null || true
