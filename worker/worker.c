@@ -1,76 +1,9 @@
-/* worker.c — the dipaco-worker lease loop (see worker.h): register, idle heartbeats, ask for a
- * lease and hand it to lease.c, with retries, re-registration and a clean stop.
+/* worker.c — the dipaco-worker lease loop (see worker.h): register, send idle heartbeats, ask
+ * for a lease and hand it to lease.c, with retries, re-registration and a clean stop.
  *
- * Protocol assumptions, where proto/dipaco.proto leaves a choice open (to reconcile with
- * coordinator/svc_worker.c and svc.c):
- *  - Identity: after Register, every call carries dipaco-worker-id / dipaco-session. A
- *    re-registration (UNAUTHENTICATED, or COMMAND_REREGISTER) sends previous_worker_id /
- *    previous_session.
- *  - Lease: long-poll with max_wait_ms = 5000 (job_id 0 = any job). LEASE_WAIT: ask again
- *    after wait_ms (clamped to [10 ms, 30 s]). LEASE_NO_WORK: ask again after wait_ms (2 s
- *    when 0), or exit 0 with --exit-when-done once some job was seen running (a lease was
- *    granted or LEASE_WAIT answered): a worker started before any job exists waits for one.
- *  - Placement: a lease lists every fragment of the path; a path's modules, one per level,
- *    concatenated level 0 first, are the canonical layout. FragmentInfo.offset_floats is read
- *    as relative to its module (the proto's wording) or, when that does not tile the path, as
- *    the offset in the whole canonical layout (coordinator/svc.c's reading); the two
- *    readings coincide for plain DiLoCo and cannot both fit otherwise.
- *  - Pull: PullFragment(lease_id, fragment_id, version = the lease's base version,
- *    latest = false, codec fp32); the served version, size and (when non-zero) the lease's
- *    crc32c must match. Transient failures resume from the last byte received.
- *  - Train: steps first_step .. first_step + inner_steps − 1; the data batch of step s is s
- *    (DataWindow.first_batch must equal first_step); LR schedule over hyper.total_steps.
- *    Unsupported and refused with Release(RELEASE_ERROR): grad_accum > 1, shuffle,
- *    path_index (DiPaCo routing), a delta codec common/codec.c does not implement.
- *  - Streaming (Lease.streaming): stream.c replaces pull, train and push — the slot trains
- *    on from its local parameters, pushes each fragment's delta (encoded with
- *    Lease.delta_codec) at its sync step from a push thread and merges the new global
- *    version overlap_steps later (stream.h).
- *  - Inner state: KEEP keeps AdamW moments per (job, slot) in this worker (fresh state, with a
- *    warning, for a slot it never trained; stale state, with a warning, when another worker
- *    trained the slot in between); a lease that is abandoned restores the state it started
- *    with. RESET starts every lease fresh. CHECKPOINT: after training, the AdamW state of
- *    every fragment (m, v, step) goes up with PushInnerState BEFORE the delta is pushed (so a
- *    finished round always has its state durable); a lease with has_inner_checkpoint pulls
- *    the slot's state of the previous round (PullInnerState) and resumes it exactly, whoever
- *    trained the slot; without one it behaves as KEEP.
- *  - Push: one PushDelta stream carrying every fragment (Chunk: lease_id, fragment_id,
- *    version = base version, inner_steps, tokens = B·T·steps, payload DELTA, codec and
- *    block_floats of the lease, crc32c of the bytes as sent). PUSH_ACCEPTED / PUSH_DUPLICATE are success; PUSH_LATE / PUSH_STALE are
- *    logged and dropped. After the push the worker sends Release(RELEASE_DONE, step) and
- *    ignores its errors: the coordinator may equally end the lease on a complete push.
- *  - Steps on the wire: HeartbeatRequest.step and ReleaseRequest.step are the global step
- *    the slot has reached, first_step + inner steps done (one past the last completed step,
- *    so that "nothing done" is first_step rather than first_step − 1).
- *  - Heartbeat: a thread sends HeartbeatRequest(lease_id, step = global step reached,
- *    steps_per_sec EWMA, loss, tokens) every heartbeat_interval_ms during a lease (pull,
- *    train and push), and an idle one (lease_id 0) before a Lease call when a heartbeat
- *    interval has passed since the last one. COMMAND_STOP: stop the lease now, push nothing,
- *    Release(RELEASE_PREEMPTED, "stopped by the coordinator") and keep leasing (the proto
- *    calls it a lease-level command; the coordinator drains a worker with COMMAND_DRAIN,
- *    which may also answer an idle heartbeat). COMMAND_DRAIN: finish the round, push, then
- *    exit 0. COMMAND_REREGISTER: drop the lease, register again.
- *  - Errors: UNAVAILABLE / DEADLINE_EXCEEDED / CANCELLED / DATA_LOSS are retried with
- *    jittered exponential backoff (100 ms doubling, cap 5 s; from the second UNAVAILABLE on
- *    the retry uses a fresh channel, see wc_reconnect; a pull or push gives up after 10
- *    tries and the worker registers again). UNAUTHENTICATED re-registers. ABORTED /
- *    NOT_FOUND on a lease call, any refused heartbeat, or no heartbeat getting through for
- *    lease_ttl_ms drop the lease without Release. Any other failure of a lease (bad lease,
- *    missing data, refused push) releases it with RELEASE_ERROR and the error message.
- *  - SIGTERM (worker_stop): a lease whose remaining inner steps should take at most
- *    --drain-finish-s (heartbeat.c, finish_or_stop) is trained to its end and pushed, then the
- *    worker exits. Otherwise training stops after the current step. Sync: the lease is
- *    released with RELEASE_DRAINING, "worker shutting down" (no partial delta: an exact round
- *    averages whole rounds), unless the lease says partial_push (a sync job weighted by
- *    tokens, no streaming); a lease pushed while stopping is released with RELEASE_DRAINING
- *    too, so the coordinator frees the slots it keeps for this worker at once.
- *    Async (Lease.algorithm not SYNC) and partial_push leases: the delta of the inner steps
- *    completed so far is pushed (Chunk.inner_steps = those steps; the coordinator counts the
- *    lease as that many steps and merges it with its tokens' weight), as
- *    is the inner state first with inner.state checkpoint. A round already trained is pushed
- *    in both modes; pushes go on being retried on transient errors while stopping (the grace
- *    period of main.c bounds them). A Lease long-poll in flight is cancelled at once.
- *    worker_run then returns 0. */
+ * The protocol it follows — identity, long-polls, pulls, pushes, inner state, heartbeat
+ * commands, error handling and SIGTERM — is the worker's side of the wire API in
+ * docs/design.md §4 (§4.4 in particular). */
 #include "worker/worker.h"
 #include "common/codec.h"
 #include "common/errors.h"
