@@ -25,12 +25,14 @@ import tempfile
 TEXT_EXT = (".c", ".h", ".cu", ".cuh", ".py", ".sh", ".cmake", ".txt", ".md", ".proto",
             ".service", ".yaml", ".yml", ".json", ".mjs", ".toml", ".conf", ".in")
 PRODUCT = re.compile(r"^(common|kernels|coordinator|worker|proto|deploy)/|(^|/)CMakeLists\.txt$")
+SELF = "tests/arch/refs.py"
 SKIP_DIRS = {".git", "tests/.cache", "demo"}
 
 # A Markdown path: a run of path characters ending in .md (not part of a URL).
-MD_REF = re.compile(r"(?<![\w/.:-])((?:\.\./|[\w-]+/)*[\w.-]+\.md)\b(?:\s+§(\d+(?:\.\d+)?))?")
+MD_REF = re.compile(r"(?<![\w/.:-])((?:\.\./|[\w-]+/)*[\w.-]+\.md)\b(?:\s+§(\d+(?:\.\d+)?)|#([\w-]+))?")
 # README "Heading" / docs/x.md "Heading" (the quoted words must be in a heading of that file).
 NAMED_REF = re.compile(r"\b((?:[\w-]+/)*(?:README|[\w-]+\.md))\s+\"([^\"\n]{2,80})\"")
+LINK_TEXT = re.compile(r"\[[^\]]*\]\(")
 ISSUE_REF = re.compile(r"\b(?:issues?|findings?|tasks?)\s+#?\d+\b|(?:(?<=\s)|(?<=\())#\d+(?=[\s:),;])",
                        re.IGNORECASE)
 
@@ -47,12 +49,19 @@ def tracked_files(root):
             dirs[:] = [x for x in dirs if os.path.normpath(os.path.join(rel, x)) not in SKIP_DIRS
                        and not x.startswith("build")]
             files += [os.path.normpath(os.path.join(rel, n)) for n in names]
+    files = [f for f in files if f != SELF]  # its docstring and self-test plant bad references
     return [f for f in files if f.endswith(TEXT_EXT) or os.path.basename(f) == "CMakeLists.txt"]
 
 
 def headings(path):
     with open(path, encoding="utf-8", errors="replace") as fh:
         return [ln.lstrip("#").strip() for ln in fh if ln.startswith("#")]
+
+
+def slug(heading):
+    """The anchor a Markdown renderer (GitHub's rule) gives a heading."""
+    h = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return h.replace(" ", "-")
 
 
 def resolve(root, citing, ref):
@@ -79,12 +88,16 @@ def check(root):
             continue
         for lineno, line in enumerate(text.splitlines(), 1):
             where = f"{rel}:{lineno}"
+            if rel.endswith(".md"):
+                line = LINK_TEXT.sub("(", line)  # a link's words are not a path; its target is
             for m in MD_REF.finditer(line):
-                ref, sec = m.group(1), m.group(2)
+                ref, sec, anchor = m.group(1), m.group(2), m.group(3)
                 target = resolve(root, rel, ref)
                 if target is None:
                     errors.append(f"{where}: cites {ref}, which is not a file in the repository")
                     continue
+                if anchor and anchor not in {slug(h) for h in headings(target)}:
+                    errors.append(f"{where}: links {ref}#{anchor}, which has no such heading")
                 if sec:
                     depth = "##" if "." not in sec else "###"
                     pat = re.compile(r"^" + depth + r"\s+" + re.escape(sec) + r"[.\s]")
@@ -113,7 +126,8 @@ def self_test():
         with open(os.path.join(d, "docs", "design.md"), "w") as fh:
             fh.write("# design\n## 1. Processes\n### 1.2 Workers\n## 3. Math\n")
         with open(os.path.join(d, "README.md"), "w") as fh:
-            fh.write("# x\n## Two commands\nSee docs/design.md §3 and docs/design.md §1.2.\n")
+            fh.write("# x\n## Two commands\nSee docs/design.md §3 and docs/design.md §1.2, "
+                     "[maths](docs/design.md#3-math).\n")
         good = ('/* a.c — see docs/design.md §1 and README "Two commands"; '
                 'color:#222 "#1f77b4" */\n')
         with open(os.path.join(d, "common", "a.c"), "w") as fh:
@@ -121,24 +135,27 @@ def self_test():
         if check(d):
             print("refs self-test: a clean tree failed:", check(d))
             return 1
+        planted_md = {"missing anchor"}
         bad = {
             "missing file": "/* see notes/codec_spec.md */\n",
             "outside the tree": "/* see ../shared/DESIGN.md */\n",
             "missing section": "/* see docs/design.md §4 */\n",
             "missing subsection": "/* see docs/design.md §3.1 */\n",
             "missing named heading": '/* see README "Architecture" */\n',
+            "missing anchor": "see [x](docs/design.md#2-vocabulary)\n",
             "issue number": "/* the limit (issue 23) */\n",
             "issue hash": "/* packing costs more (#16: a 256x768 block) */\n",
             "finding": "/* issue 13, finding 7 */\n",
         }
         failed = 0
         for what, planted in bad.items():
-            with open(os.path.join(d, "common", "b.c"), "w") as fh:
+            name = os.path.join(d, "common", "b.md" if what in planted_md else "b.c")
+            with open(name, "w") as fh:
                 fh.write(planted)
             if not check(d):
                 print(f"refs self-test: a planted {what} was not caught")
                 failed = 1
-            os.remove(os.path.join(d, "common", "b.c"))
+            os.remove(name)
         if failed:
             return 1
     print("refs self-test: every planted reference caught, the clean tree passed")
