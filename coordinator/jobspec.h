@@ -49,10 +49,13 @@ typedef enum { INNER_STATE_KEEP = 0, INNER_STATE_RESET = 1, INNER_STATE_CHECKPOI
 typedef enum { OUTER_ASYNC_DN = 0, OUTER_ASYNC_NESTEROV = 1, OUTER_ASYNC_SGD = 2 } jobspec_async_rule;
 typedef enum { WEIGHTING_UNIFORM = 0, WEIGHTING_TOKENS = 1 } jobspec_weighting;
 
+/* The parsed spec. What each member means, its default and its range: its entry in the field
+ * table (jobspec_fields.c, rendered as docs/jobspec.md), which names the JSON path. Only the
+ * storage is described here. */
 typedef struct {
   int stem;        /* 1 for level 0 (holds the stem), 0 otherwise */
-  int layer_begin; /* transformer layers [layer_begin, layer_end) */
-  int layer_end;
+  int layer_begin; /* transformer layers [layer_begin, layer_end); layer_end -1 in the default */
+  int layer_end;   /* level of a model whose "init" shape is not resolved yet */
   int n_modules;   /* K_l */
 } jobspec_level;
 
@@ -65,36 +68,33 @@ typedef struct {
 typedef struct {
   double lr, momentum;
   int nesterov;
-  jobspec_async_rule async_rule; /* diloco-async only */
-  int buffer;                    /* delayed-Nesterov N; 0 = number of slots */
-  double c;                      /* delayed-Nesterov c in [0, 1/N] */
-  double delta_norm_screen;      /* k: refuse deltas with L2 norm > k · median of recent ones (0 = off) */
+  jobspec_async_rule async_rule; /* "rule" */
+  int buffer;                    /* "delay_buffer" */
+  double c;
+  double delta_norm_screen;
 } jobspec_outer;
 
 typedef struct {
   char name[JOBSPEC_NAME_MAX];
-  /* model */
-  char init_dir[JOBSPEC_PATH_MAX]; /* "" unless {"init": DIR} */
+  char init_dir[JOBSPEC_PATH_MAX]; /* model.init; "" without one */
   int has_shape;                   /* 0 only for an unresolved "init" model */
-  gpt_config model;
-  uint64_t seed;                   /* init seed for a shape-only model (< 2^53) */
-  /* data, relative to the worker's --data-dir */
+  gpt_config model;                /* model.n_layer .. model.vocab_size */
+  uint64_t seed;                   /* model.seed */
   int n_train, n_val;
   char train[JOBSPEC_MAX_DATA][JOBSPEC_PATH_MAX];
   char val[JOBSPEC_MAX_DATA][JOBSPEC_PATH_MAX];
-  /* data.paths (DiPaCo routed data): 0, or the number of paths, which then read only their
-   * own list and data.train is empty. Path p's entries are
-   * path_glob[path_first[p] .. path_first[p + 1]). */
+  /* data.paths: 0, or the number of paths, which then read only their own list and
+   * data.train is empty. Path p's entries are path_glob[path_first[p] .. path_first[p + 1]). */
   int n_data_paths;
   int path_first[JOBSPEC_MAX_DATA_PATHS + 1];
   char path_glob[JOBSPEC_MAX_PATH_GLOBS][JOBSPEC_PATH_MAX];
   jobspec_algorithm algorithm;
   int replicas;    /* R */
   int inner_steps; /* H */
-  int rounds;      /* N outer rounds (async: total compute = rounds × H × R inner steps) */
-  int max_staleness; /* diloco-async: deltas with staleness > this are dropped (0 = no limit) */
+  int rounds;      /* N */
+  int max_staleness;
   struct {
-    int enabled;     /* DyLU: H_w = max(min_steps, floor(H · v_w / v_max)) */
+    int enabled;
     int min_steps;
   } dylu;
   int batch;       /* B */
@@ -104,38 +104,32 @@ typedef struct {
   int n_levels;
   jobspec_level levels[JOBSPEC_MAX_LEVELS];
   struct {
-    int keep_last;  /* parameter versions kept per fragment: the newest keep_last (>= 2) */
-    int keep_every; /* ... and every version that is a multiple of it (0 = none), for export */
+    int keep_last, keep_every;
   } versions;
-  /* "streaming" (docs/design.md §3, Streaming DiLoCo): F sync groups
-   * (layer l syncs with group l mod F, the stem with group 0), the overlap τ in steps, the
-   * merge weight α, eager updates, and the wire codec of deltas (also for plain sync and
-   * async jobs) with its scale block. Streaming mode — per-layer fragments and continuous
-   * training — is on when F > 1, τ > 0, α != 0 or eager; F = 1, τ = 0, α = 0 is plain
-   * DiLoCo (one fragment per module), whatever the codec. */
+  /* Streaming DiLoCo (docs/design.md §3.7): streaming mode — per-layer fragments and continuous
+   * training — is on when F > 1, τ > 0, α != 0 or eager (jobspec_streaming); F = 1, τ = 0,
+   * α = 0 is plain DiLoCo (one fragment per module), whatever the codec. */
   struct {
-    int fragments;      /* F >= 1 */
-    int overlap_steps;  /* τ in [0, H) */
-    double alpha;       /* α in [0, 1) */
-    int eager;          /* eager outer updates (needs τ >= 1) */
+    int fragments;      /* F */
+    int overlap_steps;  /* τ */
+    double alpha;       /* α */
+    int eager;
     int codec;          /* dpc_codec of PushDelta */
-    int block_floats;   /* floats per scale block of the block codecs */
-    int pull_codec;     /* dpc_codec of PullFragment parameters: fp32 (the only one served) */
+    int block_floats;
+    int pull_codec;     /* dpc_codec of PullFragment parameters */
   } streaming;
-  /* "sparse" (common/sparse.h): each slot keeps an error-feedback
-   * buffer e (e <- ef_beta·e + Δ) and pushes the chunked top-k of it with value_bits values
-   * (CODEC_SPARSE); for sync DiLoCo and DiPaCo jobs without streaming. */
+  /* SparseLoCo (common/sparse.h): on when the spec has a "sparse" block. */
   struct {
     int enabled;
-    double density;  /* kept fraction per chunk, (0, 1] */
-    int chunk;       /* values per chunk, [2, 65536] */
-    int value_bits;  /* [1, 8] */
-    double ef_beta;  /* error-feedback decay, [0, 1); 0 = top-k without error feedback */
+    double density;
+    int chunk;
+    int value_bits;
+    double ef_beta;
   } sparse;
-  double quorum;          /* fraction of expected deltas needed at the deadline, (0, 1] */
-  double round_timeout_s; /* 0 = no deadline */
+  double quorum;
+  double round_timeout_s;
   int has_quorum_grace;   /* quorum_grace_s was given */
-  double quorum_grace_s;  /* [0, 30 days]: wait this long for the rest once the quorum is in */
+  double quorum_grace_s;
   jobspec_weighting weighting;
 } jobspec;
 

@@ -87,8 +87,8 @@ const jobspec_field jobspec_fields[] = {
      .doc = "the model: a directory to start from (init), or a shape to initialize from seed"},
     {"model", "init", .type = JF_STRING, .flags = JF_OMIT_EMPTY, AT(init_dir), .check = check_init,
      .range_doc = "a path, no control characters",
-     .doc = "directory with config.json and the weights; the shape then comes from its config.json (a canonical "
-            "spec carries both, and they must agree)"},
+     .doc = "a model directory (config.json and weights, relative to the spec file) that dipacoctl uploads as version "
+            "0; the shape then comes from its config.json (a canonical spec carries both; they must agree)"},
     {"model", "n_layer", .type = JF_INT, .flags = JF_SHAPE, AT(model.n_layer), CLOSED(1, 256), .doc = "transformer layers L"},
     {"model", "n_head", .type = JF_INT, .flags = JF_SHAPE, AT(model.n_head), CLOSED(1, 1024), .doc = "attention heads"},
     {"model", "n_embd", .type = JF_INT, .flags = JF_SHAPE, AT(model.n_embd), CLOSED(1, 65536),
@@ -132,9 +132,10 @@ const jobspec_field jobspec_fields[] = {
     {"inner", "beta2", .type = JF_NUMBER, AT(inner.beta2), .def = 0.95, CLOSED_OPEN(0, 1), .doc = "AdamW beta2"},
     {"inner", "eps", .type = JF_NUMBER, AT(inner.eps), .def = 1e-8, OPEN_CLOSED(0, 1), .doc = "AdamW epsilon"},
     {"inner", "grad_clip", .type = JF_NUMBER, AT(inner.grad_clip), .def = 1.0, CLOSED(0, 1e6),
-     .doc = "clip each step's gradient to this global L2 norm"},
+     .doc = "clip each step's gradients to this global L2 norm (0 = off)"},
     {"inner", "state", .type = JF_ENUM, AT(inner.state), .def = INNER_STATE_KEEP, ENUM(STATE_NAMES),
-     .doc = "a slot's AdamW state across rounds: kept in memory, reset each round, or checkpointed with the round"},
+     .doc = "a slot's AdamW state across rounds: kept by its worker, fresh each round, or uploaded each round so any "
+            "worker that takes the slot resumes it exactly"},
 
     /* Sync outer step (diloco, dipaco): Nesterov lr 0.6, momentum 0.7, from the DiLoCo quality
      * study (tests/bench/diloco_quality.sh): at small scale and tens of rounds, momentum 0.9
@@ -159,7 +160,8 @@ const jobspec_field jobspec_fields[] = {
     /* A factor below 2 would refuse honest deltas near the median. */
     {"outer", "delta_norm_screen", .type = JF_NUMBER, .flags = JF_ZERO_OFF, AT(outer.delta_norm_screen), .def = 0,
      CLOSED(2, 1e6),
-     .doc = "refuse a delta whose L2 norm exceeds this times the median of recent ones (coordinator/screen.h)"},
+     .doc = "refuse a delta whose L2 norm exceeds this times the median of the fragment's recent ones "
+            "(coordinator/screen.h)"},
 
     {"", "max_staleness", .type = JF_INT, AT(max_staleness), .def = 0, CLOSED(0, 1000000000),
      .doc = "diloco-async: drop deltas with staleness above this (0 = no limit)"},
@@ -222,8 +224,8 @@ const jobspec_field jobspec_fields[] = {
      .doc = "a round's deadline in seconds (0 = none)"},
     {"", "quorum_grace_s", .type = JF_NUMBER, .flags = JF_PRESENCE, AT(quorum_grace_s),
      .count_off = offsetof(jobspec, has_quorum_grace), .check = check_grace, CLOSED(0, DAYS_30),
-     .doc = "sync jobs: once the quorum is in, wait this long for the rest, then close (unset: wait until the "
-            "deadline; round_timeout_s stays the hard cap)"},
+     .doc = "sync jobs: once ceil(quorum × expected) deltas are in, close the round when the rest are in or this many "
+            "seconds later (unset, with quorum < 1: adaptive, coordinator/rounds.c); round_timeout_s stays the hard cap"},
     {"", "weighting", .type = JF_ENUM, AT(weighting), .def = WEIGHTING_UNIFORM, ENUM(WEIGHT_NAMES),
      .doc = "how deltas are averaged: equally, or by the tokens each was trained on"},
 };

@@ -1,6 +1,6 @@
 /* jobspec_json.c — a jobspec's canonical JSON: compact, every field in the field table's order
  * (jobspec_fields.h), every default written out. The coordinator stores this text and compares
- * specs by it, so its bytes are part of the durable state (docs/design.md §5). */
+ * specs by it, so its bytes are part of the durable state (docs/design.md §6.6). */
 #include "coordinator/jobspec_fields.h"
 #include "common/codec.h"
 #include "common/errors.h"
