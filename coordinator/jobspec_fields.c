@@ -17,7 +17,7 @@ _Static_assert(sizeof(jobspec_algorithm) == sizeof(int) && sizeof(jobspec_inner_
 
 const char *const jobspec_algo_names[] = {"diloco", "diloco-async", "dipaco"};
 static const char *const STATE_NAMES[] = {"keep", "reset", "checkpoint"};
-const char *const jobspec_rule_names[] = {"delayed-nesterov", "nesterov", "sgd"};
+static const char *const RULE_NAMES[] = {"delayed-nesterov", "nesterov", "sgd"};
 static const char *const WEIGHT_NAMES[] = {"uniform", "tokens"};
 
 const char *jobspec_algorithm_name(jobspec_algorithm a) { return (unsigned)a < 3 ? jobspec_algo_names[a] : "?"; }
@@ -152,7 +152,7 @@ const jobspec_field jobspec_fields[] = {
     {"outer", "nesterov", .type = JF_BOOL, .flags = JF_ALT_DEFAULT, AT(outer.nesterov), .def = 1, .def_async = 1,
      .def_sparse = 0, .doc = "Nesterov momentum (else heavy ball)"},
     {"outer", "rule", .alias = "async", .type = JF_ENUM, AT(outer.async_rule), .def = OUTER_ASYNC_DN,
-     ENUM(jobspec_rule_names), .doc = "diloco-async: how each delta is applied"},
+     ENUM(RULE_NAMES), .doc = "diloco-async: how each delta is applied"},
     {"outer", "delay_buffer", .alias = "buffer", .type = JF_INT, AT(outer.buffer), .def = 0,
      CLOSED(0, JOBSPEC_MAX_SLOTS), .doc = "delayed Nesterov: deltas buffered between momentum steps (0 = number of slots)"},
     {"outer", "c", .type = JF_NUMBER, AT(outer.c), .def = 0, CLOSED(0, 1),
@@ -240,13 +240,6 @@ const char *jf_path(char *buf, size_t cap, const char *prefix, const char *key) 
 }
 
 int jf_in(const jobspec_field *f, const char *sect) { return strcmp(f->sect, sect) == 0; }
-
-const jobspec_field *jf_find(const char *path) {
-  char p[96];
-  for (int i = 0; i < jobspec_n_fields; i++)
-    if (strcmp(jf_path(p, sizeof p, jobspec_fields[i].sect, jobspec_fields[i].key), path) == 0) return &jobspec_fields[i];
-  return NULL;
-}
 
 int jf_get_int(const jobspec_field *f, const void *base) {
   int v;

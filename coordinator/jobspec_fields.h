@@ -46,7 +46,7 @@ enum {
   JF_REQUIRED = 1 << 0,   /* no default: the JSON must give it */
   JF_SHAPE = 1 << 1,      /* an int of jobspec.model: required unless "init" is given without any
                              shape field; model.init's config.json gives it then */
-  JF_PRESENCE = 1 << 2,   /* optional with a "given" flag (int at presence_off): the JSON omits it
+  JF_PRESENCE = 1 << 2,   /* optional with a "given" flag (int at count_off): the JSON omits it
                              while unset, and validation skips it */
   JF_ALT_DEFAULT = 1 << 3, /* default def_async for diloco-async, def_sparse with a "sparse" block */
   JF_ZERO_OFF = 1 << 4,   /* 0 turns it off; the range applies to other values */
@@ -73,9 +73,10 @@ typedef struct jobspec_field {
   jf_type type;
   unsigned flags;
   size_t off, size;  /* in jobspec, or in jobspec_level for sect "levels[]" */
-  size_t count_off;  /* JF_PATHS: the int count; JF_PRESENCE: the int "given" flag */
-  const char *excl;  /* a sibling key that replaces this one: give exactly one of them */
-  const char *excl_why;
+  size_t count_off;  /* JF_PATHS: its int count; JF_PRESENCE: the int "given" flag (in jobspec) */
+  const char *excl;  /* a sibling key that replaces this one: never both; a required field is
+                        then required only without the sibling */
+  const char *excl_why; /* why, for the message that refuses both */
   double def, def_async, def_sparse;
   jf_range range;
   const char *const *names; /* JF_ENUM */
@@ -89,12 +90,9 @@ extern const jobspec_field jobspec_fields[];
 extern const int jobspec_n_fields;
 
 extern const char *const jobspec_algo_names[];
-extern const char *const jobspec_rule_names[];
 
 /* "sect.key" (or "key" at the top level) into buf. */
 const char *jf_path(char *buf, size_t cap, const char *prefix, const char *key);
-/* The field at full path `path` (e.g. "inner.lr", "levels[].modules"), or NULL. */
-const jobspec_field *jf_find(const char *path);
 /* 1 if f is a child of section path `sect` (a JF_OBJECT's or JF_LEVELS' path + "[]"). */
 int jf_in(const jobspec_field *f, const char *sect);
 /* The field's storage in the struct at base (a jobspec, or a jobspec_level). */
