@@ -1,7 +1,9 @@
 /* jobspec_fields.c — the job spec's field table: every field once, with its JSON path, type,
  * default, range and meaning (jobspec_fields.h says who reads it), and the rules of single
  * fields that a range cannot say. The table's order is the canonical JSON's key order, which
- * stored specs are compared by: append new fields, never reorder. */
+ * stored specs are compared by: add new fields, never reorder old ones. After a change,
+ * `cmake --build BUILD --target jobspec-doc` rewrites docs/jobspec.md (the test jobspec_doc
+ * fails until it is committed). */
 #include "coordinator/jobspec_fields.h"
 #include "common/codec.h"
 #include "common/errors.h"
