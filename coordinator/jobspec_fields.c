@@ -192,7 +192,8 @@ const jobspec_field jobspec_fields[] = {
      .doc = "also keep every version that is a multiple of this, for export (0 = none)"},
 
     {"", "streaming", .type = JF_OBJECT,
-     .doc = "Streaming DiLoCo (on when fragments > 1, overlap_steps > 0, alpha != 0 or eager) and the delta codec"},
+     .doc = "Streaming DiLoCo (on when fragments > 1, overlap_steps > 0, alpha != 0 or eager; algorithm diloco "
+            "only: dipaco and diloco-async take the codec alone) and the delta codec"},
     {"streaming", "fragments", .type = JF_INT, AT(streaming.fragments), .def = 1, UPTO(1, JF_HI_H),
      .doc = "F sync groups: layer l syncs with group l mod F, the stem with group 0 (<= model.n_layer)"},
     {"streaming", "overlap_steps", .type = JF_INT, AT(streaming.overlap_steps), .def = 0, UPTO(0, JF_HI_H_MINUS_1),

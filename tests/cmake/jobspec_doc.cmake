@@ -11,5 +11,5 @@ if(TARGET dpc_coord)
   add_test(NAME jobspec_doc
     COMMAND sh -c "\"$0\" \"$2\" && diff -u \"$1\" \"$2\" || { echo \"docs/jobspec.md is stale: regenerate it with 'cmake --build <build dir> --target jobspec-doc' and commit it\"; exit 1; }"
             $<TARGET_FILE:jobspec_doc> ${CMAKE_SOURCE_DIR}/docs/jobspec.md ${CMAKE_CURRENT_BINARY_DIR}/jobspec.md)
-  set_tests_properties(jobspec_doc PROPERTIES TIMEOUT 60)
+  set_tests_properties(jobspec_doc PROPERTIES TIMEOUT 60 LABELS unit)
 endif()
