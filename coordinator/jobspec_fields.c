@@ -94,7 +94,7 @@ const jobspec_field jobspec_fields[] = {
     {"model", "n_layer", .type = JF_INT, .flags = JF_SHAPE, AT(model.n_layer), CLOSED(1, 256), .doc = "transformer layers L"},
     {"model", "n_head", .type = JF_INT, .flags = JF_SHAPE, AT(model.n_head), CLOSED(1, 1024), .doc = "attention heads"},
     {"model", "n_embd", .type = JF_INT, .flags = JF_SHAPE, AT(model.n_embd), CLOSED(1, 65536),
-     .doc = "embedding width C (a shape kernels/gpt.h accepts: gpt_config_validate)"},
+     .doc = "embedding width C, a multiple of n_head (and at most 4e10 parameters in all: gpt_config_validate)"},
     {"model", "n_positions", .type = JF_INT, .flags = JF_SHAPE, AT(model.n_positions), CLOSED(1, 1 << 20),
      .doc = "longest context the position table holds (>= seq_len)"},
     {"model", "vocab_size", .type = JF_INT, .flags = JF_SHAPE, AT(model.vocab_size), CLOSED(2, 1 << 24),
