@@ -216,6 +216,8 @@ static int validate_sparse(const jobspec *js) {
   return 0;
 }
 
+/* The table pass first (each field's own type, range and rule, in table order), then the
+ * rules across fields. */
 int jobspec_validate(const jobspec *js) {
   JS_TRY(jf_validate_section(js, "", js, ""));
   if (js->has_shape && gpt_config_validate(&js->model)) return dpc_err(DPC_EINVAL, "field \"model\": %s", dpc_errmsg());
@@ -231,7 +233,7 @@ int jobspec_validate(const jobspec *js) {
   return validate_sparse(js);
 }
 
-/* ---- streaming ------------------------------------------------------------------------- */
+/* ---- sparse and streaming -------------------------------------------------------------- */
 
 int jobspec_sparse_pull(const jobspec *js) { return js->sparse.enabled && js->outer.momentum == 0.0; }
 
