@@ -1,6 +1,7 @@
 /* jobspec_doc.c — docs/jobspec.md rendered from the field table (jobspec_fields.h): every
  * field's path, type, default, range and meaning. tests/unit/jobspec_doc.c prints it; the
  * ctest jobspec_doc (tests/cmake/jobspec_doc.cmake) fails when the checked-in file differs. */
+#include "coordinator/jobspec_doc.h"
 #include "coordinator/jobspec_fields.h"
 #include "common/codec.h"
 #include "common/errors.h"

@@ -1,21 +1,20 @@
 /* jobspec_fields.h — the job spec's field table and what the jobspec*.c files share. Not for
- * use outside them (and the doc generator, tests/unit/jobspec_doc.c); the public contract is
- * jobspec.h.
+ * use outside them (and the tests); the public contract is jobspec.h.
  *
  * Every field of the job spec is declared once, as one entry of jobspec_fields[]
  * (jobspec_fields.c): its JSON path, type, default, range and one-line meaning. From that one
  * table
- *   jobspec_parse.c   reads the JSON (known keys, types, required fields, defaults),
- *   jobspec.c         validates the struct (types and ranges; then the rules that tie several
- *                     fields together, written by hand after the table pass),
- *   jobspec_json.c    writes the canonical JSON (the table's order is the key order),
- *   jobspec_doc.c     renders docs/jobspec.md (the ctest jobspec_doc fails when it is stale),
- * as store_internal.h's column lists do for the store's rows. A new field is one entry here
- * plus its member in jobspec.h's struct.
+ *   jobspec_parse.c     reads the JSON (known keys, types, required fields, defaults),
+ *   jobspec_validate.c  validates the struct (types and ranges, then the rules that tie several
+ *                       fields together, written by hand after the table pass),
+ *   jobspec_json.c      writes the canonical JSON (the table's order is the key order),
+ *   jobspec_doc.c       renders docs/jobspec.md (the test jobspec_doc fails when it is stale),
+ * as store_internal.h's column lists do for the store's rows. A new field is one entry in the
+ * table plus its member in jobspec.h's struct.
  *
- * Map: jobspec_fields.c (the table, enum names, defaults), jobspec_parse.c (JSON in),
- * jobspec_json.c (canonical JSON out), jobspec_doc.c (markdown), jobspec.c (validation,
- * model.init, module / path / fragment structure). */
+ * Calls go one way: jobspec_parse.c calls jobspec_validate.c; both, jobspec_json.c and
+ * jobspec_doc.c read the table (jobspec_fields.c); jobspec_validate.c also asks jobspec.c
+ * (the module / path / fragment structure), which reads no table. */
 #ifndef DPC_JOBSPEC_FIELDS_H
 #define DPC_JOBSPEC_FIELDS_H
 
@@ -106,17 +105,7 @@ double jf_hi(const jobspec_field *f, const jobspec *js);
  * then). */
 void jf_defaults(const char *sect, void *base, int alt);
 
-/* Reading, and the per-field checks of jobspec_validate (jobspec.c). */
-int jf_check_range_i(const char *field, long v, long lo, long hi);
-int jf_check_range_d(const char *field, double v, double lo, int lo_open, double hi, int hi_open);
-int jf_validate_section(const jobspec *js, const char *sect, const void *base, const char *prefix);
-int jf_check_data_path(const char *field, int i, const char *s);
 int jf_has_ctl(const char *s); /* 1 if s holds a control character */
-
-/* The markdown of docs/jobspec.md (malloc'd, the caller frees it), and the example spec it
- * shows (test_jobspec parses it). */
-int jobspec_doc_markdown(char **out);
-extern const char jobspec_doc_example[];
 
 #define JS_TRY(x)            \
   do {                       \

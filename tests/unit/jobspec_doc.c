@@ -3,7 +3,7 @@
  * the checked-in file with it; the test jobspec_doc compares that file with its output
  * (tests/cmake/jobspec_doc.cmake). */
 #include "common/errors.h"
-#include "coordinator/jobspec_fields.h"
+#include "coordinator/jobspec_doc.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,6 +6,7 @@
 #include "common/codec.h"
 #include "common/errors.h"
 #include "coordinator/jobspec.h"
+#include "coordinator/jobspec_doc.h"
 #include "coordinator/jobspec_fields.h"
 #include "tests/unit/test.h"
 
