@@ -4,6 +4,8 @@
 # scheduling, loop, main).
 # The admin CLI lives in ctl/ and is built from coordinator/CMakeLists.txt.
 set(DPC_COORD_CORE jobspec.c blobs.c outerio.c screen.c)
+# The job spec's other files: its field table, JSON in and out, docs/jobspec.md.
+list(APPEND DPC_COORD_CORE jobspec_fields.c jobspec_parse.c jobspec_validate.c jobspec_json.c jobspec_doc.c)
 if(DIPACO_DISTRIBUTED)
   pkg_check_modules(SQLITE3 REQUIRED IMPORTED_TARGET sqlite3)
   file(GLOB DPC_STORE_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/store*.c)

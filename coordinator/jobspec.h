@@ -2,36 +2,10 @@
  * back in one canonical form (the one stored in the database), and derive the module /
  * path / fragment structure from it and the canonical GPT layout (kernels/gpt.h).
  *
- * JSON (unknown fields are rejected at every level, naming the field path):
- *   {"name": "run-1",                       required, 1..63 chars of [A-Za-z0-9._-]
- *    "model": {"init": DIR}                 weights + config.json from a directory, or
- *           | {"n_layer","n_head","n_embd","n_positions","vocab_size","seed"} (seed default 0)
- *    "data": {"train": [paths|globs], "val": [...]}   relative to each worker's --data-dir
- *          | {"paths": [[paths|globs], ...], "val": [...]}  DiPaCo per-path data: one list per
- *            path in path numbering (below); slot (p, r) reads only list p's stream
- *    "algorithm": "diloco" | "diloco-async" | "dipaco",
- *    "replicas": R, "inner_steps": H, "rounds": N, "batch": B, "seq_len": T,   all required
- *    "inner": {"lr", "warmup", "lr_min_frac", "weight_decay", "beta1", "beta2", "eps",
- *              "grad_clip", "state": "keep"|"reset"|"checkpoint"},
- *    "outer": {"lr", "momentum", "nesterov",                      (diloco-async below)
- *              "rule": "delayed-nesterov"|"nesterov"|"sgd", "delay_buffer": N_buf, "c": c,
- *              "delta_norm_screen": k},      0 = off, else k in [2, 1e6] (coordinator/screen.h)
- *              ("async" / "buffer" are accepted as older names of "rule" / "delay_buffer")
- *    "max_staleness": S,                     diloco-async: drop deltas with staleness > S (0 = off)
- *    "dylu": {"enabled": bool, "min_steps": H_min},   diloco-async dynamic local updates
- *    "levels": [{"stem": bool, "layers": [first, end), "modules": K}, ...],
- *    "quorum": q, "round_timeout_s": s, "quorum_grace_s": g, "weighting": "uniform"|"tokens"}
- *
- * Defaults (JOBSPEC_DEFAULT_*): inner lr 3e-4, warmup 0, lr_min_frac 0.1, weight_decay 0.1,
- * beta1 0.9, beta2 0.95, eps 1e-8, grad_clip 1.0, state keep; outer lr 0.7, momentum 0.9,
- * nesterov true, rule delayed-nesterov, delay_buffer 0 (= number of slots), c 0, delta_norm_screen 0;
- * max_staleness 0 (off); dylu disabled, min_steps 1 (must be <= inner_steps); quorum 1.0;
- * round_timeout_s 3600 (0 = no deadline); quorum_grace_s unset (a round waits for every delta
- * until its deadline; g >= 0, sync jobs only: once ceil(quorum × expected) deltas are in, the
- * round closes when the rest are in or g seconds after the quorum was reached, whichever comes
- * first; round_timeout_s stays the hard cap); weighting uniform; data.val empty; levels: one
- * level {"stem": true, "layers": [0, n_layer], "modules": 1}.
- * The LR schedule's total_steps is rounds × inner_steps.
+ * The fields — JSON path, type, default, range, meaning — are declared once, in the field
+ * table of coordinator/jobspec_fields.c; docs/jobspec.md is generated from it. Unknown fields
+ * are rejected at every level, naming the field path. The LR schedule's total_steps is
+ * rounds × inner_steps.
  *
  * Module structure. Levels cut the model into consecutive pieces: level 0 always holds the
  * stem (wte, wpe, ln_f — which the canonical layout puts first) plus layers [0, e0), and level
@@ -70,44 +44,18 @@
 #define JOBSPEC_MAX_REPLICAS 4096
 #define JOBSPEC_MAX_SLOTS 65536  /* paths × replicas */
 
-#define JOBSPEC_DEFAULT_INNER_LR 3e-4
-#define JOBSPEC_DEFAULT_WARMUP 0
-#define JOBSPEC_DEFAULT_LR_MIN_FRAC 0.1
-#define JOBSPEC_DEFAULT_WEIGHT_DECAY 0.1
-#define JOBSPEC_DEFAULT_BETA1 0.9
-#define JOBSPEC_DEFAULT_BETA2 0.95
-#define JOBSPEC_DEFAULT_EPS 1e-8
-#define JOBSPEC_DEFAULT_GRAD_CLIP 1.0
-/* Sync outer step (diloco, dipaco): Nesterov lr 0.6, momentum 0.7, from the DiLoCo quality
- * study (tests/bench/diloco_quality.sh, README "DiLoCo quality"): at small scale and tens of
- * rounds, momentum 0.9 overshoots. diloco-async (delayed Nesterov, DyLU): lr 0.4, momentum 0.7,
- * from the heterogeneity study (tests/bench/async_heterogeneity.sh, README "Async Local-SGD"):
- * the paper's 0.7 / 0.9 ended 3-5% above sync there; stale deltas want a smaller step. */
-#define JOBSPEC_DEFAULT_OUTER_LR 0.6
-#define JOBSPEC_DEFAULT_OUTER_MOMENTUM 0.7
-#define JOBSPEC_DEFAULT_ASYNC_OUTER_LR 0.4
-#define JOBSPEC_DEFAULT_ASYNC_OUTER_MOMENTUM 0.7
-/* SparseLoCo (README "SparseLoCo"): the codec's settings and, for a job with a "sparse"
- * block, the outer rule's defaults: plain SGD with lr 3 (no momentum: the error-feedback
- * buffer takes its place, as in the SparseLoCo paper; lr 3 was best in tests/bench/sparse.sh at
- * H = 20 and 100, README "SparseLoCo") and ef_beta 0.9 (best in tests/oracle/SPARSE.md). */
-#define JOBSPEC_DEFAULT_SPARSE_DENSITY 0.02
-#define JOBSPEC_DEFAULT_SPARSE_CHUNK 4096
-#define JOBSPEC_DEFAULT_SPARSE_VALUE_BITS 2
-#define JOBSPEC_DEFAULT_SPARSE_EF_BETA 0.9
-#define JOBSPEC_DEFAULT_SPARSE_OUTER_LR 3.0
-#define JOBSPEC_DEFAULT_QUORUM 1.0
-#define JOBSPEC_DEFAULT_ROUND_TIMEOUT_S 3600.0
-
 typedef enum { JOB_ALGO_DILOCO = 0, JOB_ALGO_DILOCO_ASYNC = 1, JOB_ALGO_DIPACO = 2 } jobspec_algorithm;
 typedef enum { INNER_STATE_KEEP = 0, INNER_STATE_RESET = 1, INNER_STATE_CHECKPOINT = 2 } jobspec_inner_state;
 typedef enum { OUTER_ASYNC_DN = 0, OUTER_ASYNC_NESTEROV = 1, OUTER_ASYNC_SGD = 2 } jobspec_async_rule;
 typedef enum { WEIGHTING_UNIFORM = 0, WEIGHTING_TOKENS = 1 } jobspec_weighting;
 
+/* The parsed spec. What each member means, its default and its range: its entry in the field
+ * table (jobspec_fields.c, rendered as docs/jobspec.md), which names the JSON path. Only the
+ * storage is described here. */
 typedef struct {
   int stem;        /* 1 for level 0 (holds the stem), 0 otherwise */
-  int layer_begin; /* transformer layers [layer_begin, layer_end) */
-  int layer_end;
+  int layer_begin; /* transformer layers [layer_begin, layer_end); layer_end -1 in the default */
+  int layer_end;   /* level of a model whose "init" shape is not resolved yet */
   int n_modules;   /* K_l */
 } jobspec_level;
 
@@ -120,36 +68,33 @@ typedef struct {
 typedef struct {
   double lr, momentum;
   int nesterov;
-  jobspec_async_rule async_rule; /* diloco-async only */
-  int buffer;                    /* delayed-Nesterov N; 0 = number of slots */
-  double c;                      /* delayed-Nesterov c in [0, 1/N] */
-  double delta_norm_screen;      /* k: refuse deltas with L2 norm > k · median of recent ones (0 = off) */
+  jobspec_async_rule async_rule; /* "rule" */
+  int buffer;                    /* "delay_buffer" */
+  double c;
+  double delta_norm_screen;
 } jobspec_outer;
 
 typedef struct {
   char name[JOBSPEC_NAME_MAX];
-  /* model */
-  char init_dir[JOBSPEC_PATH_MAX]; /* "" unless {"init": DIR} */
+  char init_dir[JOBSPEC_PATH_MAX]; /* model.init; "" without one */
   int has_shape;                   /* 0 only for an unresolved "init" model */
-  gpt_config model;
-  uint64_t seed;                   /* init seed for a shape-only model (< 2^53) */
-  /* data, relative to the worker's --data-dir */
+  gpt_config model;                /* model.n_layer .. model.vocab_size */
+  uint64_t seed;                   /* model.seed */
   int n_train, n_val;
   char train[JOBSPEC_MAX_DATA][JOBSPEC_PATH_MAX];
   char val[JOBSPEC_MAX_DATA][JOBSPEC_PATH_MAX];
-  /* data.paths (DiPaCo routed data): 0, or the number of paths, which then read only their
-   * own list and data.train is empty. Path p's entries are
-   * path_glob[path_first[p] .. path_first[p + 1]). */
+  /* data.paths: 0, or the number of paths, which then read only their own list and
+   * data.train is empty. Path p's entries are path_glob[path_first[p] .. path_first[p + 1]). */
   int n_data_paths;
   int path_first[JOBSPEC_MAX_DATA_PATHS + 1];
   char path_glob[JOBSPEC_MAX_PATH_GLOBS][JOBSPEC_PATH_MAX];
   jobspec_algorithm algorithm;
   int replicas;    /* R */
   int inner_steps; /* H */
-  int rounds;      /* N outer rounds (async: total compute = rounds × H × R inner steps) */
-  int max_staleness; /* diloco-async: deltas with staleness > this are dropped (0 = no limit) */
+  int rounds;      /* N */
+  int max_staleness;
   struct {
-    int enabled;     /* DyLU: H_w = max(min_steps, floor(H · v_w / v_max)) */
+    int enabled;
     int min_steps;
   } dylu;
   int batch;       /* B */
@@ -159,38 +104,32 @@ typedef struct {
   int n_levels;
   jobspec_level levels[JOBSPEC_MAX_LEVELS];
   struct {
-    int keep_last;  /* parameter versions kept per fragment: the newest keep_last (>= 2) */
-    int keep_every; /* ... and every version that is a multiple of it (0 = none), for export */
+    int keep_last, keep_every;
   } versions;
-  /* "streaming" (DESIGN.md §3, Streaming DiLoCo; README "Streaming DiLoCo"): F sync groups
-   * (layer l syncs with group l mod F, the stem with group 0), the overlap τ in steps, the
-   * merge weight α, eager updates, and the wire codec of deltas (also for plain sync and
-   * async jobs) with its scale block. Streaming mode — per-layer fragments and continuous
-   * training — is on when F > 1, τ > 0, α != 0 or eager; F = 1, τ = 0, α = 0 is plain
-   * DiLoCo (one fragment per module), whatever the codec. */
+  /* Streaming DiLoCo (docs/design.md §3.7): streaming mode — per-layer fragments and continuous
+   * training — is on when F > 1, τ > 0, α != 0 or eager (jobspec_streaming); F = 1, τ = 0,
+   * α = 0 is plain DiLoCo (one fragment per module), whatever the codec. */
   struct {
-    int fragments;      /* F >= 1 */
-    int overlap_steps;  /* τ in [0, H) */
-    double alpha;       /* α in [0, 1) */
-    int eager;          /* eager outer updates (needs τ >= 1) */
+    int fragments;      /* F */
+    int overlap_steps;  /* τ */
+    double alpha;       /* α */
+    int eager;
     int codec;          /* dpc_codec of PushDelta */
-    int block_floats;   /* floats per scale block of the block codecs */
-    int pull_codec;     /* dpc_codec of PullFragment parameters: fp32 (the only one served) */
+    int block_floats;
+    int pull_codec;     /* dpc_codec of PullFragment parameters */
   } streaming;
-  /* "sparse" (README "SparseLoCo", common/sparse.h): each slot keeps an error-feedback
-   * buffer e (e <- ef_beta·e + Δ) and pushes the chunked top-k of it with value_bits values
-   * (CODEC_SPARSE); for sync DiLoCo and DiPaCo jobs without streaming. */
+  /* SparseLoCo (common/sparse.h): on when the spec has a "sparse" block. */
   struct {
     int enabled;
-    double density;  /* kept fraction per chunk, (0, 1] */
-    int chunk;       /* values per chunk, [2, 65536] */
-    int value_bits;  /* [1, 8] */
-    double ef_beta;  /* error-feedback decay, [0, 1); 0 = top-k without error feedback */
+    double density;
+    int chunk;
+    int value_bits;
+    double ef_beta;
   } sparse;
-  double quorum;          /* fraction of expected deltas needed at the deadline, (0, 1] */
-  double round_timeout_s; /* 0 = no deadline */
+  double quorum;
+  double round_timeout_s;
   int has_quorum_grace;   /* quorum_grace_s was given */
-  double quorum_grace_s;  /* [0, 30 days]: wait this long for the rest once the quorum is in */
+  double quorum_grace_s;
   jobspec_weighting weighting;
 } jobspec;
 

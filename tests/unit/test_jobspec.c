@@ -1,9 +1,13 @@
 /* test_jobspec.c — job spec parsing: valid specs and defaults, canonical round trip, every
- * kind of bad spec with its message, init-directory resolution, and the module / path /
- * fragment structure against the canonical layout. */
+ * kind of bad spec with its message, init-directory resolution, the module / path / fragment
+ * structure against the canonical layout, and the field table (coordinator/jobspec_fields.c)
+ * field by field: each range refused just outside, each default applied, each field written
+ * in the canonical JSON and listed in docs/jobspec.md. */
 #include "common/codec.h"
 #include "common/errors.h"
 #include "coordinator/jobspec.h"
+#include "coordinator/jobspec_doc.h"
+#include "coordinator/jobspec_fields.h"
 #include "tests/unit/test.h"
 
 #include <stdlib.h>
@@ -31,18 +35,88 @@ static void expect_bad(const char *s, int code, const char *want) {
   test_checks++;
 }
 
+/* The spec BASE with `"key": value` added to section sect (at the top level for ""). */
+static void with_field(char *buf, size_t cap, const jobspec_field *f, const char *value) {
+  if (f->sect[0]) snprintf(buf, cap, "{" BASE ",\"%s\":{\"%s\":%s}}", f->sect, f->key, value);
+  else snprintf(buf, cap, "{" BASE ",\"%s\":%s}", f->key, value);
+}
+
+/* Every ranged field of the table, just below and just above its range, is refused naming
+ * its path; its default (for each algorithm / sparse variant) is what the struct holds. */
+static void test_field_table(void) {
+  static jobspec js;
+  static char spec[4096];
+  const double H = 5, STEPS = 15; /* BASE: inner_steps 5, rounds 3 */
+  for (int i = 0; i < jobspec_n_fields; i++) {
+    const jobspec_field *f = &jobspec_fields[i];
+    const jf_range *r = &f->range;
+    if (!r->on || (f->flags & (JF_REQUIRED | JF_SHAPE | JF_PARSE_RANGE)) || strcmp(f->sect, "levels[]") == 0) continue;
+    if (f->type != JF_INT && f->type != JF_NUMBER) continue;
+    double hi = r->hi_ref == JF_HI_STEPS ? STEPS : r->hi_ref == JF_HI_H ? H : r->hi_ref == JF_HI_H_MINUS_1 ? H - 1 : r->hi;
+    double step = f->type == JF_INT ? 1 : 0.5;
+    double outside[2] = {r->lo_open ? r->lo : r->lo - step, r->hi_open ? hi : hi + step};
+    char path[96], want[128], val[64];
+    snprintf(want, sizeof want, "field \"%s\"", jf_path(path, sizeof path, f->sect, f->key));
+    for (int k = 0; k < 2; k++) {
+      snprintf(val, sizeof val, "%.17g", outside[k]);
+      with_field(spec, sizeof spec, f, val);
+      expect_bad(spec, DPC_EINVAL, want);
+    }
+  }
+  /* Defaults: plain, diloco-async, and with a "sparse" block (JF_ALT_DEFAULT). */
+  static const char *const variants[] = {"{" BASE "}",
+                                         "{\"name\":\"t1\"," MODEL "," DATA ",\"algorithm\":\"diloco-async\",\"replicas\":2,"
+                                         "\"inner_steps\":5,\"rounds\":3,\"batch\":4,\"seq_len\":8}",
+                                         "{" BASE ",\"sparse\":{}}"};
+  for (int v = 0; v < 3; v++) {
+    CHECK_EQ_INT(parse(variants[v], &js), 0);
+    for (int i = 0; i < jobspec_n_fields; i++) {
+      const jobspec_field *f = &jobspec_fields[i];
+      if ((f->flags & (JF_REQUIRED | JF_SHAPE)) || strcmp(f->sect, "levels[]") == 0) continue;
+      double def = (f->flags & JF_ALT_DEFAULT) && v ? (v == 1 ? f->def_async : f->def_sparse) : f->def, got;
+      if (f->type == JF_NUMBER) memcpy(&got, jf_at(f, &js), sizeof got);
+      else if (f->type == JF_INT || f->type == JF_BOOL || f->type == JF_ENUM || f->type == JF_CODEC) got = jf_get_int(f, &js);
+      else continue;
+      if (got != def) fprintf(stderr, "default of %s.%s: %g, expected %g\n", f->sect, f->key, got, def);
+      CHECK(got == def);
+    }
+  }
+  /* The outer defaults that jobspec.h once documented apart from their values. */
+  CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
+  CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7 && js.outer.nesterov == 1);
+  /* Every field is written in the canonical JSON (sparse and quorum_grace_s once given) and
+   * listed in the generated docs/jobspec.md. */
+  char *canon = NULL, *md = NULL;
+  CHECK_EQ_INT(parse("{" BASE ",\"sparse\":{},\"quorum\":0.5,\"quorum_grace_s\":3,\"levels\":[{\"stem\":true,"
+                     "\"layers\":[0,4]}]}", &js), 0);
+  CHECK_EQ_INT(jobspec_to_json(&js, &canon), 0);
+  CHECK_EQ_INT(jobspec_doc_markdown(&md), 0);
+  for (int i = 0; canon && md && i < jobspec_n_fields; i++) {
+    const jobspec_field *f = &jobspec_fields[i];
+    char key[96], row[128], path[96];
+    snprintf(key, sizeof key, "\"%s\":", f->key);
+    snprintf(row, sizeof row, "| `%s` |", jf_path(path, sizeof path, f->sect, f->key));
+    if (f->type != JF_PATH_LISTS && f->type != JF_STRING) CHECK(strstr(canon, key) != NULL);
+    CHECK(strstr(md, row) != NULL);
+  }
+  free(canon);
+  free(md);
+  /* The example spec the doc shows is a valid spec. */
+  CHECK_EQ_INT(jobspec_parse(jobspec_doc_example, strlen(jobspec_doc_example), &js), 0);
+}
+
 int main(void) {
   static jobspec js, js2;
   static gpt_layout lay;
 
-  /* Data globs that could expand to ".." are refused at job create (issue 13); a hidden
+  /* Data globs that could expand to ".." are refused at job create; a hidden
    * directory is fine. */
   expect_bad("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[\"a/.?/x.bin\"]}," CORE "}", DPC_EINVAL,
              "could match \"..\"");
   expect_bad("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[\".*/etc/passwd\"]}," CORE "}", DPC_EINVAL,
              "the component \".*\"");
   CHECK_EQ_INT(parse("{\"name\":\"t1\"," MODEL ",\"data\":{\"train\":[\".cache/x*.bin\"]}," CORE "}", &js), 0);
-  /* Loose bytes are refused (issue 13): text after the object, NUL raw or escaped, bad UTF-8. */
+  /* Loose bytes are refused: text after the object, NUL raw or escaped, bad UTF-8. */
   expect_bad("{" BASE "} x", DPC_EFORMAT, "text after the JSON object");
   expect_bad("{" BASE ",\"name\":\"a\\u0000b\"}", DPC_EFORMAT, "escaped NUL");
   {
@@ -233,7 +307,7 @@ int main(void) {
   }
   expect_bad("{" BASE ",\"quorum\":0}", DPC_EINVAL, "field \"quorum\" = 0 out of range (0, 1]");
   expect_bad("{" BASE ",\"quorum\":1.5}", DPC_EINVAL, "field \"quorum\" = 1.5 out of range (0, 1]");
-  /* quorum_grace_s (issue 23): optional, >= 0, sync jobs only; written back only when given. */
+  /* quorum_grace_s: optional, >= 0, sync jobs only; written back only when given. */
   expect_bad("{" BASE ",\"quorum\":0.5,\"quorum_grace_s\":-1}", DPC_EINVAL,
              "field \"quorum_grace_s\" = -1: must be >= 0");
   expect_bad("{" BASE ",\"quorum_grace_s\":\"2\"}", DPC_EINVAL, "field \"quorum_grace_s\": expected a number");
@@ -440,5 +514,6 @@ int main(void) {
   unlink(cfg);
   rmdir(sub);
   rmdir(dir);
+  test_field_table();
   TEST_DONE();
 }

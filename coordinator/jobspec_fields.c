@@ -1,0 +1,283 @@
+/* jobspec_fields.c — the job spec's field table: every field once, with its JSON path, type,
+ * default, range and meaning (jobspec_fields.h says who reads it), and the rules of single
+ * fields that a range cannot say. The table's order is the canonical JSON's key order, which
+ * stored specs are compared by: add new fields, never reorder old ones. After a change,
+ * `cmake --build BUILD --target jobspec-doc` rewrites docs/jobspec.md (the test jobspec_doc
+ * fails until it is committed). */
+#include "coordinator/jobspec_fields.h"
+#include "common/codec.h"
+#include "common/errors.h"
+#include "common/sparse.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+_Static_assert(sizeof(jobspec_algorithm) == sizeof(int) && sizeof(jobspec_inner_state) == sizeof(int) &&
+                   sizeof(jobspec_async_rule) == sizeof(int) && sizeof(jobspec_weighting) == sizeof(int),
+               "JF_ENUM fields are read and written as int");
+
+const char *const jobspec_algo_names[] = {"diloco", "diloco-async", "dipaco"};
+static const char *const STATE_NAMES[] = {"keep", "reset", "checkpoint"};
+static const char *const RULE_NAMES[] = {"delayed-nesterov", "nesterov", "sgd"};
+static const char *const WEIGHT_NAMES[] = {"uniform", "tokens"};
+
+const char *jobspec_algorithm_name(jobspec_algorithm a) { return (unsigned)a < 3 ? jobspec_algo_names[a] : "?"; }
+const char *jobspec_inner_state_name(jobspec_inner_state s) { return (unsigned)s < 3 ? STATE_NAMES[s] : "?"; }
+
+int jf_has_ctl(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
+  return 0;
+}
+
+/* ---- rules of single fields ------------------------------------------------------------ */
+
+static int check_name(const jobspec *js) {
+  const char *s = js->name;
+  size_t n = strlen(s);
+  if (n == 0) return dpc_err(DPC_EINVAL, "field \"name\" is empty");
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+      return dpc_err(DPC_EINVAL, "field \"name\" = \"%s\": use only letters, digits, '.', '_' and '-'", s);
+  }
+  return 0;
+}
+
+static int check_init(const jobspec *js) {
+  if (js->init_dir[0] && jf_has_ctl(js->init_dir))
+    return dpc_err(DPC_EINVAL, "field \"model.init\": contains control characters");
+  if (!js->init_dir[0] && !js->has_shape) return dpc_err(DPC_EINVAL, "field \"model\": needs \"init\" or the shape fields");
+  return 0;
+}
+
+/* Quantized pulls would round every replica's delta base: not offered until measured. */
+static int check_pull_codec(const jobspec *js) {
+  if (js->streaming.pull_codec != DPC_CODEC_FP32)
+    return dpc_err(DPC_EINVAL, "field \"streaming.pull_codec\": parameters travel as fp32 only (got %s)",
+                   dpc_codec_name(js->streaming.pull_codec));
+  return 0;
+}
+
+static int check_grace(const jobspec *js) {
+  if (js->algorithm == JOB_ALGO_DILOCO_ASYNC)
+    return dpc_err(DPC_EINVAL, "field \"quorum_grace_s\": a diloco-async job applies every delta as it comes and "
+                   "has no rounds to close; remove it (or use algorithm \"diloco\" with \"quorum\")");
+  if (!isfinite(js->quorum_grace_s) || js->quorum_grace_s < 0)
+    return dpc_err(DPC_EINVAL, "field \"quorum_grace_s\" = %g: must be >= 0 (seconds a round waits for the rest of "
+                   "its deltas once the quorum is in)", js->quorum_grace_s);
+  return 0;
+}
+
+/* ---- the table ------------------------------------------------------------------------- */
+
+#define AT(m) .off = offsetof(jobspec, m), .size = sizeof(((jobspec *)0)->m)
+#define LV(m) .off = offsetof(jobspec_level, m), .size = sizeof(((jobspec_level *)0)->m)
+#define CLOSED(a, b) .range = {1, (a), 0, (b), 0, JF_HI_CONST}
+#define OPEN_CLOSED(a, b) .range = {1, (a), 1, (b), 0, JF_HI_CONST}
+#define CLOSED_OPEN(a, b) .range = {1, (a), 0, (b), 1, JF_HI_CONST}
+#define UPTO(a, ref) .range = {1, (a), 0, 0, 0, (ref)}
+#define ENUM(n) .names = (n), .n_names = (int)(sizeof(n) / sizeof(n)[0])
+#define DAYS_30 (30 * 86400.0)
+
+const jobspec_field jobspec_fields[] = {
+    {"", "name", .type = JF_STRING, .flags = JF_REQUIRED, AT(name), .check = check_name,
+     .range_doc = "1 to 63 characters of A-Z a-z 0-9 . _ -", .doc = "the job's name"},
+
+    {"", "model", .type = JF_OBJECT, .flags = JF_REQUIRED,
+     .doc = "the model: a directory to start from (init), or a shape to initialize from seed"},
+    {"model", "init", .type = JF_STRING, .flags = JF_OMIT_EMPTY, AT(init_dir), .check = check_init,
+     .range_doc = "a path, no control characters",
+     .doc = "a model directory (config.json and weights, relative to the spec file) that dipacoctl uploads as version "
+            "0; the shape then comes from its config.json (a canonical spec carries both; they must agree)"},
+    {"model", "n_layer", .type = JF_INT, .flags = JF_SHAPE, AT(model.n_layer), CLOSED(1, 256), .doc = "transformer layers L"},
+    {"model", "n_head", .type = JF_INT, .flags = JF_SHAPE, AT(model.n_head), CLOSED(1, 1024), .doc = "attention heads"},
+    {"model", "n_embd", .type = JF_INT, .flags = JF_SHAPE, AT(model.n_embd), CLOSED(1, 65536),
+     .doc = "embedding width C, a multiple of n_head (and at most 4e10 parameters in all: gpt_config_validate)"},
+    {"model", "n_positions", .type = JF_INT, .flags = JF_SHAPE, AT(model.n_positions), CLOSED(1, 1 << 20),
+     .doc = "longest context the position table holds (>= seq_len)"},
+    {"model", "vocab_size", .type = JF_INT, .flags = JF_SHAPE, AT(model.vocab_size), CLOSED(2, 1 << 24),
+     .doc = "vocabulary size V"},
+    {"model", "seed", .type = JF_SEED, AT(seed), .def = 0, .doc = "seed of a shape-only model's initial weights"},
+
+    {"", "data", .type = JF_OBJECT, .flags = JF_REQUIRED,
+     .doc = "training and validation data, paths or globs relative to each worker's --data-dir"},
+    {"data", "train", .type = JF_PATHS, .flags = JF_REQUIRED, AT(train), .count_off = offsetof(jobspec, n_train),
+     .excl = "paths", .excl_why = "data.paths gives each path its own data",
+     .doc = "token shards every path trains on (or data.paths instead)"},
+    {"data", "paths", .type = JF_PATH_LISTS, AT(path_glob),
+     .doc = "DiPaCo routed data: one list per path in path numbering; slot (p, r) reads only list p"},
+    {"data", "val", .type = JF_PATHS, AT(val), .count_off = offsetof(jobspec, n_val), .doc = "validation shards"},
+
+    {"", "algorithm", .type = JF_ENUM, .flags = JF_REQUIRED, AT(algorithm), ENUM(jobspec_algo_names),
+     .doc = "sync DiLoCo, asynchronous DiLoCo (deltas applied as they come), or DiPaCo (paths over modules)"},
+    {"", "replicas", .type = JF_INT, .flags = JF_REQUIRED, AT(replicas), CLOSED(1, JOBSPEC_MAX_REPLICAS),
+     .doc = "R: replicas of each path (paths × replicas <= 65536 slots)"},
+    {"", "inner_steps", .type = JF_INT, .flags = JF_REQUIRED, AT(inner_steps), CLOSED(1, 1000000),
+     .doc = "H: inner steps per round"},
+    {"", "rounds", .type = JF_INT, .flags = JF_REQUIRED, AT(rounds), CLOSED(1, 10000000),
+     .doc = "N: outer rounds (rounds × inner_steps <= 2^31 - 1; async: N × H × R inner steps in all)"},
+    {"", "batch", .type = JF_INT, .flags = JF_REQUIRED, AT(batch), CLOSED(1, 65536), .doc = "B: sequences per inner step"},
+    {"", "seq_len", .type = JF_INT, .flags = JF_REQUIRED, AT(seq_len), CLOSED(1, 1 << 20),
+     .doc = "T: tokens per sequence (<= model.n_positions)"},
+
+    {"", "inner", .type = JF_OBJECT, .doc = "the inner optimizer: AdamW on a warmup + cosine LR schedule of rounds × "
+                                            "inner_steps steps"},
+    {"inner", "lr", .type = JF_NUMBER, AT(inner.lr), .def = 3e-4, OPEN_CLOSED(0, 10), .doc = "peak learning rate"},
+    {"inner", "warmup", .type = JF_INT, AT(inner.warmup), .def = 0, UPTO(0, JF_HI_STEPS), .doc = "linear warmup steps"},
+    {"inner", "lr_min_frac", .type = JF_NUMBER, AT(inner.lr_min_frac), .def = 0.1, CLOSED(0, 1),
+     .doc = "the schedule's final learning rate, as a fraction of lr"},
+    {"inner", "weight_decay", .type = JF_NUMBER, AT(inner.weight_decay), .def = 0.1, CLOSED(0, 10),
+     .doc = "AdamW weight decay"},
+    {"inner", "beta1", .type = JF_NUMBER, AT(inner.beta1), .def = 0.9, CLOSED_OPEN(0, 1), .doc = "AdamW beta1"},
+    {"inner", "beta2", .type = JF_NUMBER, AT(inner.beta2), .def = 0.95, CLOSED_OPEN(0, 1), .doc = "AdamW beta2"},
+    {"inner", "eps", .type = JF_NUMBER, AT(inner.eps), .def = 1e-8, OPEN_CLOSED(0, 1), .doc = "AdamW epsilon"},
+    {"inner", "grad_clip", .type = JF_NUMBER, AT(inner.grad_clip), .def = 1.0, CLOSED(0, 1e6),
+     .doc = "clip each step's gradients to this global L2 norm (0 = off)"},
+    {"inner", "state", .type = JF_ENUM, AT(inner.state), .def = INNER_STATE_KEEP, ENUM(STATE_NAMES),
+     .doc = "a slot's AdamW state across rounds: kept by its worker, fresh each round, or uploaded each round so any "
+            "worker that takes the slot resumes it exactly"},
+
+    /* Sync outer step (diloco, dipaco): Nesterov lr 0.6, momentum 0.7, from the DiLoCo quality
+     * study (tests/bench/diloco_quality.sh): at small scale and tens of rounds, momentum 0.9
+     * overshoots. diloco-async (delayed Nesterov, DyLU): lr 0.4, momentum 0.7, from the
+     * heterogeneity study (tests/bench/async_heterogeneity.sh): the paper's 0.7 / 0.9 ended
+     * 3-5% above sync there; stale deltas want a smaller step. With a "sparse" block
+     * (SparseLoCo): plain SGD with lr 3 — the error-feedback buffer takes momentum's place, as
+     * in the SparseLoCo paper; lr 3 was best in tests/bench/sparse.sh at H = 20 and 100. */
+    {"", "outer", .type = JF_OBJECT, .doc = "the outer optimizer, applied to the averaged deltas"},
+    {"outer", "lr", .type = JF_NUMBER, .flags = JF_ALT_DEFAULT, AT(outer.lr), .def = 0.6, .def_async = 0.4,
+     .def_sparse = 3.0, OPEN_CLOSED(0, 10), .doc = "outer learning rate"},
+    {"outer", "momentum", .type = JF_NUMBER, .flags = JF_ALT_DEFAULT, AT(outer.momentum), .def = 0.7, .def_async = 0.7,
+     .def_sparse = 0.0, CLOSED_OPEN(0, 1), .doc = "outer momentum"},
+    {"outer", "nesterov", .type = JF_BOOL, .flags = JF_ALT_DEFAULT, AT(outer.nesterov), .def = 1, .def_async = 1,
+     .def_sparse = 0, .doc = "Nesterov momentum (else heavy ball)"},
+    {"outer", "rule", .alias = "async", .type = JF_ENUM, AT(outer.async_rule), .def = OUTER_ASYNC_DN,
+     ENUM(RULE_NAMES), .doc = "diloco-async: how each delta is applied"},
+    {"outer", "delay_buffer", .alias = "buffer", .type = JF_INT, AT(outer.buffer), .def = 0,
+     CLOSED(0, JOBSPEC_MAX_SLOTS), .doc = "delayed Nesterov: deltas buffered between momentum steps (0 = number of slots)"},
+    {"outer", "c", .type = JF_NUMBER, AT(outer.c), .def = 0, CLOSED(0, 1),
+     .doc = "delayed Nesterov: share of momentum applied on each buffered delta (<= 1 / delay_buffer)"},
+    /* A factor below 2 would refuse honest deltas near the median. */
+    {"outer", "delta_norm_screen", .type = JF_NUMBER, .flags = JF_ZERO_OFF, AT(outer.delta_norm_screen), .def = 0,
+     CLOSED(2, 1e6),
+     .doc = "refuse a delta whose L2 norm exceeds this times the median of the fragment's recent ones "
+            "(coordinator/screen.h)"},
+
+    {"", "max_staleness", .type = JF_INT, AT(max_staleness), .def = 0, CLOSED(0, 1000000000),
+     .doc = "diloco-async: drop deltas with staleness above this (0 = no limit)"},
+
+    {"", "dylu", .type = JF_OBJECT, .doc = "diloco-async dynamic local updates: H_w = max(min_steps, floor(H · v_w / v_max))"},
+    {"dylu", "enabled", .type = JF_BOOL, AT(dylu.enabled), .def = 0, .doc = "give slower workers fewer inner steps"},
+    {"dylu", "min_steps", .type = JF_INT, AT(dylu.min_steps), .def = 1, UPTO(1, JF_HI_H),
+     .doc = "the fewest inner steps a worker is given"},
+
+    {"", "levels", .type = JF_LEVELS,
+     .doc = "module structure: consecutive layer ranges with K alternative modules each; P = Π K paths (default: one "
+            "level holding the whole model, one module)"},
+    {"levels[]", "stem", .type = JF_BOOL, LV(stem), .def = 0,
+     .doc = "holds the stem (wte, wpe, ln_f): true at level 0, false elsewhere"},
+    {"levels[]", "layers", .type = JF_SPAN, .flags = JF_REQUIRED | JF_PARSE_RANGE, LV(layer_begin), CLOSED(0, 256),
+     .doc = "the level's transformer layers [first, end): level 0 starts at 0, each next level where the last ended, "
+            "the last ends at model.n_layer"},
+    {"levels[]", "modules", .type = JF_INT, LV(n_modules), .def = 1, CLOSED(1, JOBSPEC_MAX_K),
+     .doc = "K: alternative modules (algorithm dipaco only, at most 1024 modules and 65536 paths in all)"},
+
+    {"", "versions", .type = JF_OBJECT, .doc = "which parameter versions the coordinator keeps"},
+    /* keep_last >= 2: the version before the newest may still be streaming to a late worker. */
+    {"versions", "keep_last", .type = JF_INT, AT(versions.keep_last), .def = 2, CLOSED(2, 10000),
+     .doc = "the newest versions kept per fragment"},
+    {"versions", "keep_every", .type = JF_INT, AT(versions.keep_every), .def = 0, CLOSED(0, 1000000000),
+     .doc = "also keep every version that is a multiple of this, for export (0 = none)"},
+
+    {"", "streaming", .type = JF_OBJECT,
+     .doc = "Streaming DiLoCo (on when fragments > 1, overlap_steps > 0, alpha != 0 or eager; algorithm diloco "
+            "only: dipaco and diloco-async take the codec alone) and the delta codec"},
+    {"streaming", "fragments", .type = JF_INT, AT(streaming.fragments), .def = 1, UPTO(1, JF_HI_H),
+     .doc = "F sync groups: layer l syncs with group l mod F, the stem with group 0 (<= model.n_layer)"},
+    {"streaming", "overlap_steps", .type = JF_INT, AT(streaming.overlap_steps), .def = 0, UPTO(0, JF_HI_H_MINUS_1),
+     .doc = "τ: inner steps a fragment's sync overlaps with training"},
+    {"streaming", "alpha", .type = JF_NUMBER, AT(streaming.alpha), .def = 0, CLOSED_OPEN(0, 1),
+     .doc = "α: merge weight of the local parameters with the outer result"},
+    {"streaming", "eager", .type = JF_BOOL, AT(streaming.eager), .def = 0,
+     .doc = "eager outer updates (needs overlap_steps >= 1 and inner.state keep)"},
+    {"streaming", "codec", .type = JF_CODEC, AT(streaming.codec), .def = DPC_CODEC_FP32,
+     .doc = "wire codec of pushed deltas (also for plain sync and async jobs; fp32 with sparse)"},
+    {"streaming", "block_floats", .type = JF_INT, AT(streaming.block_floats), .def = DPC_CODEC_BLOCK_DEFAULT,
+     CLOSED(16, 1 << 20), .doc = "floats per scale block of the block codecs"},
+    {"streaming", "pull_codec", .type = JF_CODEC, AT(streaming.pull_codec), .def = DPC_CODEC_FP32, .check = check_pull_codec,
+     .range_doc = "fp32 only", .doc = "codec of pulled parameters"},
+
+    {"", "sparse", .type = JF_OBJECT, .flags = JF_PRESENCE, .count_off = offsetof(jobspec, sparse.enabled),
+     .doc = "SparseLoCo (common/sparse.h): push the chunked top-k of an error-feedback buffer; sync diloco or dipaco "
+            "without Streaming DiLoCo; its presence turns it on"},
+    {"sparse", "density", .type = JF_NUMBER, AT(sparse.density), .def = 0.02, OPEN_CLOSED(0, 1),
+     .doc = "kept fraction of each chunk"},
+    {"sparse", "chunk", .type = JF_INT, AT(sparse.chunk), .def = 4096, CLOSED(2, DPC_SPARSE_MAX_CHUNK),
+     .doc = "values per chunk"},
+    {"sparse", "value_bits", .type = JF_INT, AT(sparse.value_bits), .def = 2, CLOSED(1, 8), .doc = "bits per kept value"},
+    /* 0.9 was best in tests/oracle/SPARSE.md. */
+    {"sparse", "ef_beta", .type = JF_NUMBER, AT(sparse.ef_beta), .def = 0.9, CLOSED_OPEN(0, 1),
+     .doc = "error-feedback decay: e <- ef_beta · e + Δ (0 = top-k without error feedback)"},
+
+    {"", "quorum", .type = JF_NUMBER, AT(quorum), .def = 1.0, OPEN_CLOSED(0, 1),
+     .doc = "fraction of a round's expected deltas needed to close it at the deadline"},
+    {"", "round_timeout_s", .type = JF_NUMBER, AT(round_timeout_s), .def = 3600.0, CLOSED(0, DAYS_30),
+     .doc = "a round's deadline in seconds (0 = none)"},
+    {"", "quorum_grace_s", .type = JF_NUMBER, .flags = JF_PRESENCE, AT(quorum_grace_s),
+     .count_off = offsetof(jobspec, has_quorum_grace), .check = check_grace, CLOSED(0, DAYS_30),
+     .doc = "sync jobs: once ceil(quorum × expected) deltas are in, close the round when the rest are in or this many "
+            "seconds later (unset, with quorum < 1: adaptive, coordinator/rounds.c); round_timeout_s stays the hard cap"},
+    {"", "weighting", .type = JF_ENUM, AT(weighting), .def = WEIGHTING_UNIFORM, ENUM(WEIGHT_NAMES),
+     .doc = "how deltas are averaged: equally, or by the tokens each was trained on"},
+};
+const int jobspec_n_fields = (int)(sizeof jobspec_fields / sizeof jobspec_fields[0]);
+
+/* ---- helpers --------------------------------------------------------------------------- */
+
+const char *jf_path(char *buf, size_t cap, const char *prefix, const char *key) {
+  if (prefix && prefix[0]) snprintf(buf, cap, "%s.%s", prefix, key);
+  else snprintf(buf, cap, "%s", key);
+  return buf;
+}
+
+int jf_in(const jobspec_field *f, const char *sect) { return strcmp(f->sect, sect) == 0; }
+
+int jf_get_int(const jobspec_field *f, const void *base) {
+  int v;
+  memcpy(&v, jf_at(f, base), sizeof v);
+  return v;
+}
+
+void jf_set_int(const jobspec_field *f, void *base, int v) { memcpy(jf_at(f, base), &v, sizeof v); }
+
+double jf_hi(const jobspec_field *f, const jobspec *js) {
+  switch (f->range.hi_ref) {
+  case JF_HI_STEPS: return (double)((long)js->rounds * js->inner_steps);
+  case JF_HI_H: return js->inner_steps;
+  case JF_HI_H_MINUS_1: return js->inner_steps - 1;
+  default: return f->range.hi;
+  }
+}
+
+void jf_defaults(const char *sect, void *base, int alt) {
+  for (int i = 0; i < jobspec_n_fields; i++) {
+    const jobspec_field *f = &jobspec_fields[i];
+    if ((sect ? !jf_in(f, sect) : jf_in(f, "levels[]")) || (f->flags & JF_REQUIRED) || (alt && !(f->flags & JF_ALT_DEFAULT))) continue;
+    double d = alt == 1 ? f->def_async : alt == 2 ? f->def_sparse : f->def;
+    switch (f->type) {
+    case JF_INT:
+    case JF_BOOL:
+    case JF_ENUM:
+    case JF_CODEC: jf_set_int(f, base, (int)d); break;
+    case JF_NUMBER: memcpy(jf_at(f, base), &d, sizeof d); break;
+    case JF_SEED: {
+      uint64_t u = (uint64_t)d;
+      memcpy(jf_at(f, base), &u, sizeof u);
+      break;
+    }
+    default: break; /* strings and lists start empty; sections have no value */
+    }
+  }
+}
