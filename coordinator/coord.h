@@ -16,7 +16,7 @@
  *   (4) svc.c: what every RPC handler shares (authentication, unpacking, streaming out);
  *       handlers by service: svc_worker.c (Register, Heartbeat, Lease, Release; calls
  *       svc_inner.c), svc_pull.c (PullFragment),
- *       svc_transfer.c (PushDelta), svc_inner.c (inner state),
+ *       svc_push.c (PushDelta), svc_inner.c (inner state),
  *       admin_upload.c, admin_jobs.c (calls admin_upload.c), admin_fleet.c; metrics.c
  *       (the HTTP listener: Prometheus /metrics; calls statuspage.c), statuspage.c (the
  *       status page / and /api/status).
@@ -86,7 +86,7 @@ typedef struct coord_job {
   uint64_t async_applied, async_dropped;
   int64_t stale_last, stale_max;
   double stale_sum;
-  struct screen_window_s *screen; /* [n_fragments] delta norm screen windows (svc_transfer.c); NULL until used */
+  struct screen_window_s *screen; /* [n_fragments] delta norm screen windows (svc_push.c); NULL until used */
   /* SparseLoCo jobs (spec.sparse.enabled): the codec settings and each fragment's tensor
    * lengths (sp_tlen[sp_first[f] .. sp_first[f] + sp_nt[f])) and encoded stream size. */
   dpc_sparse_cfg sp_cfg;
@@ -166,7 +166,7 @@ typedef struct coord {
   uint64_t memory_budget_bytes; /* job create refuses jobs estimated above it (membudget.h); 0 = none */      /* when lease_expire next looks for such workers */
   int64_t started_ms;    /* dpc_wall_ms() at start */
   int64_t push_seq;      /* the last push attempt number (delta spool names; starts at start-ms·1000) */
-  /* Leases with a PushDelta stream writing a delta now (svc_transfer.c): one per lease, at
+  /* Leases with a PushDelta stream writing a delta now (svc_push.c): one per lease, at
    * most COORD_MAX_PUSHES in all, so no worker can hold open spools without bound. */
   int64_t push_leases[256];
   int n_push_leases;

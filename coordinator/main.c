@@ -29,7 +29,7 @@
 #include "coordinator/svc.h"
 #include "coordinator/svc_inner.h"
 #include "coordinator/svc_pull.h"
-#include "coordinator/svc_transfer.h"
+#include "coordinator/svc_push.h"
 #include "coordinator/svc_worker.h"
 #include "coordinator/selfcheck.h"
 #include "coordinator/testhook.h"
@@ -316,7 +316,7 @@ static int serve(coord *c, const opts *o) {
   struct rpc_method methods[SVC_MAX_METHODS];
   int nm = svc_worker_methods(c, methods);
   nm += svc_pull_methods(c, methods + nm);
-  nm += svc_transfer_methods(c, methods + nm);
+  nm += svc_push_methods(c, methods + nm);
   nm += svc_inner_methods(c, methods + nm);
   nm += admin_upload_methods(c, methods + nm);
   nm += admin_jobs_methods(c, methods + nm);

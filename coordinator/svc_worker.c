@@ -1,5 +1,5 @@
 /* svc_worker.c — the dipaco.v1.Coordinator handlers of a worker's life: Register, Heartbeat,
- * Lease (with its long-poll) and Release (transfers: svc_transfer.c; inner state:
+ * Lease (with its long-poll) and Release (transfers: svc_push.c; inner state:
  * svc_inner.c). Every handler runs on the coordinator's loop thread (rpc_server_dispatch from
  * the uv_async callback); ud is the coord.
  *

@@ -1,4 +1,4 @@
-/* svc_transfer.c — the dipaco.v1.Coordinator PushDelta: a lease's deltas, spooled, checked
+/* svc_push.c — the dipaco.v1.Coordinator PushDelta: a lease's deltas, spooled, checked
  * and recorded durably before the answer (PullFragment is svc_pull.c). Handlers run on the
  * loop thread; ud is the coord.
  *
@@ -28,7 +28,7 @@
  *    max_staleness > 0 a delta staler than it is read and dropped (PUSH_STALE; the lease
  *    ends and the slot's step counter moves on). Heartbeat steps_per_sec feeds the
  *    coordinator's per-worker speed EWMA (DyLU). */
-#include "coordinator/svc_transfer.h"
+#include "coordinator/svc_push.h"
 
 #include "common/checksum.h"
 #include "common/codec.h"
@@ -936,6 +936,6 @@ static const struct rpc_method methods[] = {
      .on_message = push_on_message, .on_done = push_on_done},
 };
 
-int svc_transfer_methods(coord *c, struct rpc_method *out) {
+int svc_push_methods(coord *c, struct rpc_method *out) {
   return svc_methods_add(out, methods, (int)(sizeof methods / sizeof methods[0]), c);
 }
