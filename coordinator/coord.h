@@ -4,7 +4,7 @@
  *
  * Map, lowest layer first; a module calls only modules on its own line or below it, and a
  * lower one reaches a higher one only through a callback stored here (struct coord's *_cb):
- *   (0) dpc_coord (jobspec, blobs, outerio, screen, store*) and testhook: the core library
+ *   (0) dpc_coord (jobspec, blobs, outerio, delta_screen, store*) and testhook: the core library
  *       (outerio: the outer steps streamed range by range over blobs, run in the thread pool);
  *       membudget.c: the memory a job needs and the budget it must fit.
  *   (1) loop.c: the libuv loop glue, clocks, thread-pool work accounting, signals, the tick

@@ -3,7 +3,7 @@
 # screen; and the daemon dipaco-coordinator (every other coordinator/*.c: RPC handlers,
 # scheduling, loop, main).
 # The admin CLI lives in ctl/ and is built from coordinator/CMakeLists.txt.
-set(DPC_COORD_CORE jobspec.c blobs.c outerio.c screen.c)
+set(DPC_COORD_CORE jobspec.c blobs.c outerio.c delta_screen.c)
 if(DIPACO_DISTRIBUTED)
   pkg_check_modules(SQLITE3 REQUIRED IMPORTED_TARGET sqlite3)
   file(GLOB DPC_STORE_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/store*.c)

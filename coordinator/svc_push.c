@@ -11,7 +11,7 @@
  *    or a non-finite value → INVALID_ARGUMENT naming it, nothing stored) and spooled as fp32;
  *    its row's checksum is the CRC-32C of the decoded fp32 payload. With outer.delta_norm_screen = k > 0 a
  *    delta whose L2 norm exceeds k × the median norm of the fragment's last accepted deltas
- *    (screen.h) → FAILED_PRECONDITION naming the norm and the bound; it is not stored. The
+ *    (delta_screen.h) → FAILED_PRECONDITION naming the norm and the bound; it is not stored. The
  *    answer comes only after every fragment of the stream is fsync'd and recorded.
  *    Chunk.inner_steps below the lease's (a worker stopped mid-round) makes the lease count
  *    as that many steps where partial deltas are taken (coord_job_partial_ok: async, and sync
@@ -39,7 +39,7 @@
 #include "coordinator/leases.h"
 #include "coordinator/loop.h"
 #include "coordinator/rounds.h"
-#include "coordinator/screen.h"
+#include "coordinator/delta_screen.h"
 #include "coordinator/svc.h"
 #include "coordinator/testhook.h"
 #include "proto/dipaco.pb-c.h"
@@ -185,7 +185,7 @@ static int push_ack(push *p, int frag, int result, uint64_t version) {
   return 0;
 }
 
-/* The fragment's norm screen window (coordinator/screen.h), loaded from the store on first use
+/* The fragment's norm screen window (coordinator/delta_screen.h), loaded from the store on first use
  * after a start; NULL (logged) when it cannot be had — the screen then lets deltas through
  * rather than refuse honest work for a local failure. */
 static screen_window *push_screen_window(coord *c, coord_job *j, int frag) {

@@ -28,7 +28,7 @@ ROOMS = [
     ("kernels", r"^kernels/"),
     ("worker", r"^worker/"),
     ("ctl", r"^coordinator/ctl/"),
-    ("coord-core", r"^coordinator/(jobspec|blobs|outerio|screen|testhook|store[^/]*)\.[ch]$"),
+    ("coord-core", r"^coordinator/(jobspec|blobs|outerio|delta_screen|testhook|store[^/]*)\.[ch]$"),
     ("coordinator", r"^coordinator/"),
 ]
 # What each room may include (itself always). The coordinator daemon and the CLI sit on the

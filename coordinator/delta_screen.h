@@ -1,4 +1,4 @@
-/* screen.h — the delta norm screen (job spec "outer.delta_norm_screen" = k).
+/* delta_screen.h — the delta norm screen (job spec "outer.delta_norm_screen" = k).
  *
  * A delta whose L2 norm is more than k times the reference norm of its fragment is refused
  * before it is stored (a corrupt, diverged or hostile worker's delta must never reach the
@@ -15,8 +15,8 @@
  * way whether or not the coordinator restarted.
  *
  * Ownership: a screen_window is a plain value. Thread-safety: none (the loop thread owns it). */
-#ifndef DPC_SCREEN_H
-#define DPC_SCREEN_H
+#ifndef DPC_DELTA_SCREEN_H
+#define DPC_DELTA_SCREEN_H
 
 #include <stddef.h>
 
