@@ -16,7 +16,8 @@
  *   (4) svc.c: what every RPC handler shares (authentication, unpacking, streaming out);
  *       handlers by service: svc_worker.c (Register, Heartbeat, Lease, Release; calls
  *       svc_inner.c), svc_pull.c (PullFragment),
- *       svc_push.c (PushDelta), svc_inner.c (inner state),
+ *       svc_push.c (PushDelta: receiving; calls svc_push_commit.c: decode, screen, commit),
+ *       svc_inner.c (inner state),
  *       admin_upload.c, admin_jobs.c (calls admin_upload.c), admin_fleet.c; metrics.c
  *       (the HTTP listener: Prometheus /metrics; calls statuspage.c), statuspage.c (the
  *       status page / and /api/status).

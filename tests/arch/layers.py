@@ -52,7 +52,7 @@ SUBLAYERS = {
         "loop": 1, "selfcheck": 1,
         "jobs": 2, "pcache": 2,
         "leases": 3, "rounds": 3,
-        "svc": 4, "svc_worker": 4, "svc_push": 4, "svc_pull": 4, "svc_inner": 4,
+        "svc": 4, "svc_worker": 4, "svc_push": 4, "svc_push_commit": 4, "svc_pull": 4, "svc_inner": 4,
         "admin_upload": 4, "admin_jobs": 4, "admin_fleet": 4, "metrics": 4, "statuspage": 4,
         "main": 5,
     },
