@@ -2,11 +2,26 @@
  * passes around (struct coord, coord_job, pcache_entry, lease_note). Functions live in each
  * module's own header, so that a file's #include lines show what it calls.
  *
- * Map, lowest layer first; a module calls only modules on its own line or below it, and a
- * lower one reaches a higher one only through a callback stored here (struct coord's *_cb):
- *   (0) dpc_coord (jobspec, blobs, outerio, delta_screen, store*) and testhook: the core library
- *       (outerio: the outer steps streamed range by range over blobs, run in the thread pool);
- *       membudget.c: the memory a job needs and the budget it must fit.
+ * Map. These "core:" and "layer N:" lines are the one list of coordinator/'s modules (x.c
+ * with its x.h; store* matches every store file): tests/arch/layers.py checks includes
+ * against them and coordinator.cmake builds the core library dpc_coord from the core line.
+ * The core library (no gRPC, no libuv) is shared with dipacoctl; the layers are the daemon.
+ * A daemon module calls only modules on its own layer or below it, and a lower one reaches a
+ * higher one only through a callback stored here (struct coord's *_cb).
+ *   core: jobspec blobs outerio delta_screen store*
+ *   layer 0: coord membudget testhook
+ *   layer 1: loop selfcheck
+ *   layer 2: jobs pcache
+ *   layer 3: leases rounds
+ *   layer 4: svc svc_worker svc_pull svc_push svc_push_commit svc_inner
+ *   layer 4: admin_upload admin_jobs admin_fleet metrics statuspage
+ *   layer 5: main
+ * What they hold:
+ *   (core) job specs (jobspec), the blob store (blobs), the outer steps streamed range by
+ *       range over blobs and run in the thread pool (outerio), the delta norm screen
+ *       (delta_screen), the SQLite store (store*).
+ *   (0) coord.h: this shared state; membudget.c: the memory a job needs and the budget it
+ *       must fit; testhook.c: crash-point hooks for the fault tests.
  *   (1) loop.c: the libuv loop glue, clocks, thread-pool work accounting, signals, the tick
  *       timer and the shutdown once idle; selfcheck.c: the listener's self-check thread.
  *   (2) jobs.c: loaded jobs (coord_job) and heartbeat notes; pcache.c: parameter buffers.
@@ -15,9 +30,8 @@
  *       the sync outer step, the async apply, garbage collection, the tick's work.
  *   (4) svc.c: what every RPC handler shares (authentication, unpacking, streaming out);
  *       handlers by service: svc_worker.c (Register, Heartbeat, Lease, Release; calls
- *       svc_inner.c), svc_pull.c (PullFragment),
- *       svc_push.c (PushDelta: receiving; calls svc_push_commit.c: decode, screen, commit),
- *       svc_inner.c (inner state),
+ *       svc_inner.c), svc_pull.c (PullFragment), svc_push.c (PushDelta: receiving; calls
+ *       svc_push_commit.c: decode, screen, commit), svc_inner.c (inner state),
  *       admin_upload.c, admin_jobs.c (calls admin_upload.c), admin_fleet.c; metrics.c
  *       (the HTTP listener: Prometheus /metrics; calls statuspage.c), statuspage.c (the
  *       status page / and /api/status).

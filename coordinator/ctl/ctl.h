@@ -24,7 +24,9 @@
  *     export.c    job export
  *     fleet.c     workers, paths, modules, status
  *     admin_stub.c  the ctl_admin of a build without gRPC: says what is missing
- * The offline and admin halves never call each other; both call only ctl.c.
+ * The offline and admin halves never call each other; what both use is ctl.c. Besides it,
+ * the offline tools call dipaco_dir.c (the DiPaCo commands), and the admin commands call
+ * conn.c, view.c and the core library's job specs (coordinator/jobspec.h).
  * Thread-safety: none needed (a single-threaded command-line program). */
 #ifndef DPC_CTL_H
 #define DPC_CTL_H
