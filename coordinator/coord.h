@@ -84,7 +84,7 @@ typedef struct coord_job {
   int64_t *outer_retry_at;     /* [n_fragments]: after a failed outer step (e.g. a full disk), no new
                                   try before this time (dpc_wall_ms) */
   int *expected;               /* [n_fragments]: deltas per round (slots through the module) */
-  /* Round overhead (issue 15): after a sync outer step made version ov_version[f], the time
+  /* Round overhead: after a sync outer step made version ov_version[f], the time
    * from its last merged delta (ov_from_ms, dpc_wall_ms) until ov_pulled[f] reaches
    * expected[f] (every slot through the fragment has pulled that version whole). */
   int64_t *ov_version, *ov_from_ms;

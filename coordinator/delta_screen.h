@@ -40,7 +40,7 @@ double screen_reference(const screen_window *w);
  * or +Inf when nothing is screened. */
 int screen_reject(const screen_window *w, double k, double norm, double *bound);
 
-/* The AdamW bound, always on (issue 13): no honest delta of `steps` AdamW steps over n
+/* The AdamW bound, always on: no honest delta of `steps` AdamW steps over n
  * parameters is larger. Per step AdamW moves a parameter by lr·(|m̂/(√v̂+ε)| + wd·|θ|), and
  * |m̂/√v̂| ≤ 1/√(1−β2); with a factor 10 of margin and |θ| ≤ 100, the delta's L2 norm is at most
  * steps·lr·(10/√(1−β2) + 100·wd)·√n. A SparseLoCo stream sends part of an error-feedback buffer

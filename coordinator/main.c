@@ -375,7 +375,7 @@ static int verify_fragment(coord *c, int64_t job, int f, const store_fragment *f
 }
 
 /* Start-up: every running or paused job's current parameters, momentum and delayed-Nesterov
- * buffer are read back and checked against their rows (issue 13, finding 7). A job with a
+ * buffer are read back and checked against their rows. A job with a
  * corrupt or missing blob is PAUSED with the reason instead of failing its pulls and outer
  * steps over and over; the parameter mappings go to the parameter cache, so the first pulls
  * after a restart cost nothing more. */

@@ -1,4 +1,4 @@
-/* store.h — the coordinator's durable state in SQLite (DESIGN.md §5).
+/* store.h — the coordinator's durable state in SQLite (docs/design.md §5).
  *
  * One database STATE/dipaco.db in WAL mode with foreign keys on and a busy timeout; the
  * schema is versioned (PRAGMA user_version plus a `migrations` history table) and migrated

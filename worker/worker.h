@@ -1,4 +1,4 @@
-/* worker.h — the dipaco-worker lease loop (DESIGN.md §1, proto/dipaco.proto): register, ask
+/* worker.h — the dipaco-worker lease loop (docs/design.md §1, proto/dipaco.proto): register, ask
  * for a lease, pull the path's fragments, run the inner steps with worker/trainer.c while a
  * heartbeat thread renews the lease, push the deltas, repeat; with retries, re-registration
  * and a clean stop on request. main() (worker/main.c) parses flags, handles signals and calls

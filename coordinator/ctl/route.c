@@ -1,4 +1,4 @@
-/* route.c — dipacoctl's DiPaCo routing tools (DESIGN.md §3 "DiPaCo routing"):
+/* route.c — dipacoctl's DiPaCo routing tools (docs/design.md §3 "DiPaCo routing"):
  *   route fit    features of every sequence under a base model, k-means or product k-means,
  *                a router directory (kernels/router.h) holding a copy of the base model;
  *                (--discriminative: route_discriminative.c);
