@@ -871,7 +871,7 @@ static void test_resolve_data(void) {
   CHECK_EQ_INT(worker_resolve_data(g_tmp, pp, 2, NULL, &p, &n), DPC_EINVAL);
   CHECK(strstr(dpc_errmsg(), "2 lists") != NULL);
   CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"paths\":[[]]}}", 0, NULL, &p, &n), DPC_EINVAL);
-  /* Containment by resolved path (issue 13): glob's ".?" matches "..", and a symlink may lead
+  /* Containment by resolved path: glob's ".?" matches "..", and a symlink may lead
    * anywhere; both are refused once resolved, naming where they lead. */
   char inner[300], link[320], out[300];
   snprintf(inner, sizeof inner, "%s/inner", g_tmp);
