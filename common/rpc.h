@@ -80,9 +80,9 @@ struct rpc_tls {
   const char *ca_file, *cert_file, *key_file;
 };
 
-/* Process-wide malloc tuning for bulk transfers: keeps multi-MB chunk
- * buffers in the heap instead of mmap/munmap + trim churn, which otherwise makes page faults
- * dominate (measured here: 0.2–0.4 GB/s without, 1.3–1.8 GB/s with, 256 MiB over loopback).
+/* Process-wide malloc tuning for bulk transfers: keeps multi-MB chunk buffers in the heap
+ * instead of mmap/munmap + trim churn, which otherwise makes page faults dominate (measured
+ * here: 0.2–0.4 GB/s without, 1.3–1.8 GB/s with, 256 MiB over loopback).
  * Call once from main() of a process that moves tensors (coordinator, worker, CLI export)
  * before other threads start. */
 void rpc_tune_malloc(void);

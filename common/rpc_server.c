@@ -9,10 +9,9 @@
  *
  * Call life: an armed request (TAG_REQUEST) → RECV_CLOSE_ON_SERVER posted first, so that
  * cancellation is always observed (gRPC reports it only through that op and failed ops) →
- * the method's on_call → sends,
- * receives and the status, each a batch counted in `pending` → when nothing is pending the
- * call is over (the close op completes only once the status went out or the call was
- * cancelled): on_done, unref, free. */
+ * the method's on_call → sends, receives and the status, each a batch counted in `pending` →
+ * when nothing is pending the call is over (the close op completes only once the status went
+ * out or the call was cancelled): on_done, unref, free. */
 #include "common/rpc_internal.h"
 
 #include "common/errors.h"
