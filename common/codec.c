@@ -1,5 +1,5 @@
 /* codec.c — the wire codecs of common/codec.h: fp32, bf16 and the block codecs int8, fp8 e4m3
- * and e3m0 (math in notes/codec_spec.md, issue #14), and the sizing and header checks every
+ * and e3m0 (math in docs/design.md §3), and the sizing and header checks every
  * codec shares. All arithmetic is fp32 without contraction; the inner loops have no per-value
  * branches (selects, clamps and table lookups only), so they vectorize and run at memory
  * speed when the coordinator decodes a large delta. */

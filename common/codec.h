@@ -1,9 +1,9 @@
-/* codec.h — wire codecs for float streams (proto/dipaco.proto enum Codec, DESIGN.md §3): how
- * a fragment's parameters, deltas or optimizer moments become the bytes of a chunk stream and
- * back. Both daemons use these functions and nothing else to encode, size and check a stream,
- * so a new codec is added here once.
+/* codec.h — wire codecs for float streams (proto/dipaco.proto enum Codec, docs/design.md
+ * §3): how a fragment's parameters, deltas or optimizer moments become the bytes of a chunk
+ * stream and back. Both daemons use these functions and nothing else to encode, size and
+ * check a stream, so a new codec is added here once.
  *
- * Every codec is implemented (the normative math is notes/codec_spec.md, issue #14):
+ * Every codec is implemented (the normative math is docs/design.md §3):
  *  - DPC_CODEC_FP32: little-endian IEEE fp32, exact; the default.
  *  - DPC_CODEC_BF16: bfloat16, round to nearest even (the upper 16 bits of the fp32 pattern
  *    after rounding).
@@ -23,9 +23,9 @@
  *    dpc_codec_bytes sizes them so a stream header can be checked. An int8 or fp8 scale
  *    rounds to 0 in fp32 for a block of tiny subnormals (amax <= 127 * 2^-150, resp.
  *    448 * 2^-150): such a block is written as zeros too, which is what it decodes to.
- * Decoding always yields fp32; accumulation is fp32 (DESIGN.md §3). Encoding and decoding are
- * deterministic: fp32 arithmetic only, no contraction, no dependence on the rounding mode
- * beyond the default round-to-nearest-even.
+ * Decoding always yields fp32; accumulation is fp32 (docs/design.md §3). Encoding and
+ * decoding are deterministic: fp32 arithmetic only, no contraction, no dependence on the
+ * rounding mode beyond the default round-to-nearest-even.
  *
  * Ownership: callers own every buffer. Thread-safety: all functions are reentrant. */
 #ifndef DPC_CODEC_H

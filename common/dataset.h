@@ -1,5 +1,5 @@
 /* dataset.h — a list of token shards read as one concatenated stream of N tokens, and the
- * batch order of DESIGN.md §3 ("Data order"):
+ * batch order of docs/design.md §3 ("Data order"):
  *
  *   nb = floor((N - 1) / (B*T)) whole batches; batch b of replica r of R starts at
  *   o = ((b*R + r) mod nb) * B*T; sequence j has inputs tokens[o + j*T .. o + j*T + T - 1]

@@ -1,6 +1,6 @@
 /* rpc.h — the thin gRPC call layer shared by the coordinator, the worker and dipacoctl.
  *
- * It wraps the gRPC C core (Debian libgrpc 1.51; see /work/shared/GRPC.md) and protobuf-c:
+ * It wraps the gRPC C core (Debian libgrpc 1.51) and protobuf-c:
  *
  *  - messages: pack/unpack protobuf-c messages to/from gRPC byte buffers, with a size bound;
  *  - chunks: the dipaco.v1.Chunk message encoded and decoded by hand so that tensor bytes are
@@ -80,9 +80,9 @@ struct rpc_tls {
   const char *ca_file, *cert_file, *key_file;
 };
 
-/* Process-wide malloc tuning for bulk transfers (GRPC.md pitfall 2): keeps multi-MB chunk
- * buffers in the heap instead of mmap/munmap + trim churn, which otherwise makes page faults
- * dominate (measured here: 0.2–0.4 GB/s without, 1.3–1.8 GB/s with, 256 MiB over loopback).
+/* Process-wide malloc tuning for bulk transfers: keeps multi-MB chunk buffers in the heap
+ * instead of mmap/munmap + trim churn, which otherwise makes page faults dominate (measured
+ * here: 0.2–0.4 GB/s without, 1.3–1.8 GB/s with, 256 MiB over loopback).
  * Call once from main() of a process that moves tensors (coordinator, worker, CLI export)
  * before other threads start. */
 void rpc_tune_malloc(void);
@@ -197,7 +197,7 @@ struct rpc_server_config {
 /* Create, bind and start a server with n methods (copied; `path` strings too). The
  * services named by the method paths and "" report SERVING to Health/Check. Calls grpc_init
  * (balanced by rpc_server_stop). Block SIGTERM/SIGINT in the calling thread before this so
- * that gRPC's threads inherit the mask (GRPC.md pitfall 7). */
+ * that gRPC's threads inherit the mask (a signal must never land on one of them). */
 int rpc_server_start(const struct rpc_server_config *cfg, const struct rpc_method *methods,
                      size_t n, struct rpc_server **out);
 

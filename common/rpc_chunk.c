@@ -1,4 +1,5 @@
-/* rpc_chunk.c — dipaco.v1.Chunk encoded and decoded by hand (GRPC.md pitfall 3).
+/* rpc_chunk.c — dipaco.v1.Chunk encoded and decoded by hand, so that tensor bytes are copied
+ * once (copying the slices straight into the tensor doubled 4 MiB-chunk throughput).
  *
  * A received message arrives as many small slices; protobuf-c would need them gathered into
  * one buffer and would then copy the data field again. Here the header fields are parsed in

@@ -15,7 +15,9 @@ int rpc_creds_server(const struct rpc_tls *tls, grpc_server_credentials **out);
 int rpc_creds_channel(const struct rpc_tls *tls, grpc_channel_credentials **out);
 
 /* Channel arguments common to both peers: message size limits both ways, SO_REUSEPORT off
- * (GRPC.md pitfall 9) and, on request, a private subchannel pool (pitfall 10). */
+ * (gRPC turns it on by default, so a second coordinator would silently bind the same port)
+ * and, on request, a private subchannel pool (channels with identical arguments otherwise
+ * share one TCP connection). */
 struct rpc_args {
   grpc_arg arg[4];
   grpc_channel_args set;

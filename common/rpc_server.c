@@ -8,10 +8,10 @@
  * shutdown (starting a batch on a shut-down queue is a gRPC assertion).
  *
  * Call life: an armed request (TAG_REQUEST) → RECV_CLOSE_ON_SERVER posted first, so that
- * cancellation is always observed (GRPC.md pitfall 8) → the method's on_call → sends,
- * receives and the status, each a batch counted in `pending` → when nothing is pending the
- * call is over (the close op completes only once the status went out or the call was
- * cancelled): on_done, unref, free. */
+ * cancellation is always observed (gRPC reports it only through that op and failed ops) →
+ * the method's on_call → sends, receives and the status, each a batch counted in `pending` →
+ * when nothing is pending the call is over (the close op completes only once the status went
+ * out or the call was cancelled): on_done, unref, free. */
 #include "common/rpc_internal.h"
 
 #include "common/errors.h"
@@ -456,9 +456,8 @@ static void server_free_memory(struct rpc_server *s) {
   free(s);
 }
 
-int rpc_server_start(const struct rpc_server_config *cfg, const struct rpc_method *methods,
-                     size_t n, struct rpc_server **out) {
-  *out = NULL;
+/* The configuration and the method table, checked before anything is allocated. */
+static int check_start_args(const struct rpc_server_config *cfg, const struct rpc_method *methods, size_t n) {
   if (!cfg || !cfg->addr) return dpc_err(DPC_EINVAL, "rpc_server_start: no address");
   if (n > 0 && !methods) return dpc_err(DPC_EINVAL, "rpc_server_start: no methods");
   if (cfg->armed < 0 || cfg->armed > MAX_ARMED)
@@ -479,7 +478,13 @@ int rpc_server_start(const struct rpc_server_config *cfg, const struct rpc_metho
       if (strcmp(methods[j].path, m->path) == 0)
         return dpc_err(DPC_EINVAL, "rpc method %s registered twice", m->path);
   }
+  return 0;
+}
 
+/* The server's memory: its settings, the method table (the caller's n methods plus the health
+ * check, paths copied) and every service marked serving. Nothing of gRPC yet. */
+static int server_alloc(const struct rpc_server_config *cfg, const struct rpc_method *methods, size_t n,
+                        struct rpc_server **out) {
   struct rpc_server *s = calloc(1, sizeof *s);
   if (!s) return dpc_err(DPC_ENOMEM, "rpc_server_start: out of memory");
   pthread_mutex_init(&s->mu, NULL);
@@ -512,6 +517,7 @@ int rpc_server_start(const struct rpc_server_config *cfg, const struct rpc_metho
     }
   }
   int rc = rpc_server_set_health(s, "", 1);
+  char svc[200];
   for (size_t i = 0; i <= n && rc == 0; i++) {
     service_of(s->methods[i].m.path, svc, sizeof svc);
     rc = rpc_server_set_health(s, svc, 1);
@@ -520,13 +526,14 @@ int rpc_server_start(const struct rpc_server_config *cfg, const struct rpc_metho
     server_free_memory(s);
     return rc;
   }
+  *out = s;
+  return 0;
+}
 
-  grpc_server_credentials *creds;
-  if ((rc = rpc_creds_server(cfg->tls, &creds))) {
-    server_free_memory(s);
-    return rc;
-  }
-  grpc_init();
+/* Create the gRPC server and its completion queue with the layer's channel arguments, register
+ * every method and bind cfg->addr (s->port). After grpc_init; on failure the caller destroys
+ * the never-started server. */
+static int server_listen(struct rpc_server *s, const struct rpc_server_config *cfg, grpc_server_credentials *creds) {
   struct rpc_args args;
   rpc_args_init(&args, s->max_msg, 0);
   grpc_arg sa[16];
@@ -546,23 +553,33 @@ int rpc_server_start(const struct rpc_server_config *cfg, const struct rpc_metho
   s->server = grpc_server_create(&server_args, NULL);
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->server, s->cq, NULL);
-  for (size_t i = 0; i <= n; i++) {
+  for (size_t i = 0; i <= s->n_methods; i++) {
     struct method_entry *me = &s->methods[i];
     me->reg = grpc_server_register_method(
         s->server, me->m.path, NULL,
         me->m.kind == RPC_CLIENT_STREAM ? GRPC_SRM_PAYLOAD_NONE
                                         : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
         0);
-    if (!me->reg) {
-      rc = dpc_err(DPC_EINVAL, "rpc: cannot register method %s", me->m.path);
-      break;
-    }
+    if (!me->reg) return dpc_err(DPC_EINVAL, "rpc: cannot register method %s", me->m.path);
   }
-  if (rc == 0) {
-    s->port = grpc_server_add_http2_port(s->server, cfg->addr, creds);
-    if (s->port <= 0)
-      rc = dpc_err(DPC_EIO, "rpc: cannot listen on %s (address in use or invalid?)", cfg->addr);
+  s->port = grpc_server_add_http2_port(s->server, cfg->addr, creds);
+  if (s->port <= 0) return dpc_err(DPC_EIO, "rpc: cannot listen on %s (address in use or invalid?)", cfg->addr);
+  return 0;
+}
+
+int rpc_server_start(const struct rpc_server_config *cfg, const struct rpc_method *methods,
+                     size_t n, struct rpc_server **out) {
+  *out = NULL;
+  struct rpc_server *s = NULL;
+  int rc = check_start_args(cfg, methods, n);
+  if (rc || (rc = server_alloc(cfg, methods, n, &s))) return rc;
+  grpc_server_credentials *creds;
+  if ((rc = rpc_creds_server(cfg->tls, &creds))) {
+    server_free_memory(s);
+    return rc;
   }
+  grpc_init();
+  rc = server_listen(s, cfg, creds);
   grpc_server_credentials_release(creds);
   if (rc) { /* never started: destroy directly */
     grpc_server_destroy(s->server);

@@ -1,4 +1,4 @@
-/* sparse.h — SparseLoCo's sparse delta codec (issue #21, README "SparseLoCo"): chunked top-k
+/* sparse.h — SparseLoCo's sparse delta codec (docs/design.md §3): chunked top-k
  * of an error-feedback accumulator, 2-bit (value_bits) values with a per-chunk lookup table,
  * packed indices. Both daemons use these functions and nothing else to size, encode, check and
  * decode a sparse stream, so the worker, the coordinator and the oracle agree bit for bit.

@@ -458,10 +458,10 @@ int blob_delete(blob_store *bs, const char *name) {
 
 /* A reader reads the blob with pread into a buffer as large as the largest view asked for, and
  * hands out views of that buffer: the bytes are checksummed right after they are copied and
- * the caller computes from them while they are still in the CPU cache. (It used to map the
- * file: touching a mapping's pages costs a page fault per few pages, which in a guest VM made
- * reading a spool through the mapping 2-3x slower than pread.) The process keeps no more of
- * the file than one view. */
+ * the caller computes from them while they are still in the CPU cache. It does not map the
+ * file: touching a mapping's pages costs a page fault per few pages, which in a guest VM makes
+ * reading a spool through a mapping 2-3x slower than pread. The process keeps no more of the
+ * file than one view. */
 struct blob_reader {
   int fd;
   unsigned char *buf;

@@ -2,11 +2,26 @@
  * passes around (struct coord, coord_job, pcache_entry, lease_note). Functions live in each
  * module's own header, so that a file's #include lines show what it calls.
  *
- * Map, lowest layer first; a module calls only modules on its own line or below it, and a
- * lower one reaches a higher one only through a callback stored here (struct coord's *_cb):
- *   (0) dpc_coord (jobspec, blobs, outerio, screen, store*) and testhook: the core library
- *       (outerio: the outer steps streamed range by range over blobs, run in the thread pool);
- *       membudget.c: the memory a job needs and the budget it must fit.
+ * Map. These "core:" and "layer N:" lines are the one list of coordinator/'s modules (x.c
+ * with its x.h; a trailing * matches every file of that stem): tests/arch/layers.py checks includes
+ * against them and coordinator.cmake builds the core library dpc_coord from the core line.
+ * The core library (no gRPC, no libuv) is shared with dipacoctl; the layers are the daemon.
+ * A daemon module calls only modules on its own layer or below it, and a lower one reaches a
+ * higher one only through a callback stored here (struct coord's *_cb).
+ *   core: jobspec* blobs outerio delta_screen store*
+ *   layer 0: coord membudget testhook
+ *   layer 1: loop selfcheck
+ *   layer 2: jobs pcache
+ *   layer 3: leases rounds
+ *   layer 4: svc svc_worker svc_pull svc_push svc_push_commit svc_inner
+ *   layer 4: admin_upload admin_jobs admin_fleet metrics statuspage
+ *   layer 5: main
+ * What they hold:
+ *   (core) job specs (jobspec), the blob store (blobs), the outer steps streamed range by
+ *       range over blobs and run in the thread pool (outerio), the delta norm screen
+ *       (delta_screen), the SQLite store (store*).
+ *   (0) coord.h: this shared state; membudget.c: the memory a job needs and the budget it
+ *       must fit; testhook.c: crash-point hooks for the fault tests.
  *   (1) loop.c: the libuv loop glue, clocks, thread-pool work accounting, signals, the tick
  *       timer and the shutdown once idle; selfcheck.c: the listener's self-check thread.
  *   (2) jobs.c: loaded jobs (coord_job) and heartbeat notes; pcache.c: parameter buffers.
@@ -15,8 +30,8 @@
  *       the sync outer step, the async apply, garbage collection, the tick's work.
  *   (4) svc.c: what every RPC handler shares (authentication, unpacking, streaming out);
  *       handlers by service: svc_worker.c (Register, Heartbeat, Lease, Release; calls
- *       svc_inner.c), svc_pull.c (PullFragment),
- *       svc_transfer.c (PushDelta), svc_inner.c (inner state),
+ *       svc_inner.c), svc_pull.c (PullFragment), svc_push.c (PushDelta: receiving; calls
+ *       svc_push_commit.c: decode, screen, commit), svc_inner.c (inner state),
  *       admin_upload.c, admin_jobs.c (calls admin_upload.c), admin_fleet.c; metrics.c
  *       (the HTTP listener: Prometheus /metrics; calls statuspage.c), statuspage.c (the
  *       status page / and /api/status).
@@ -69,7 +84,7 @@ typedef struct coord_job {
   int64_t *outer_retry_at;     /* [n_fragments]: after a failed outer step (e.g. a full disk), no new
                                   try before this time (dpc_wall_ms) */
   int *expected;               /* [n_fragments]: deltas per round (slots through the module) */
-  /* Round overhead (issue 15): after a sync outer step made version ov_version[f], the time
+  /* Round overhead: after a sync outer step made version ov_version[f], the time
    * from its last merged delta (ov_from_ms, dpc_wall_ms) until ov_pulled[f] reaches
    * expected[f] (every slot through the fragment has pulled that version whole). */
   int64_t *ov_version, *ov_from_ms;
@@ -86,7 +101,7 @@ typedef struct coord_job {
   uint64_t async_applied, async_dropped;
   int64_t stale_last, stale_max;
   double stale_sum;
-  struct screen_window_s *screen; /* [n_fragments] delta norm screen windows (svc_transfer.c); NULL until used */
+  struct screen_window_s *screen; /* [n_fragments] delta norm screen windows (svc_push.c); NULL until used */
   /* SparseLoCo jobs (spec.sparse.enabled): the codec settings and each fragment's tensor
    * lengths (sp_tlen[sp_first[f] .. sp_first[f] + sp_nt[f])) and encoded stream size. */
   dpc_sparse_cfg sp_cfg;
@@ -166,7 +181,7 @@ typedef struct coord {
   uint64_t memory_budget_bytes; /* job create refuses jobs estimated above it (membudget.h); 0 = none */      /* when lease_expire next looks for such workers */
   int64_t started_ms;    /* dpc_wall_ms() at start */
   int64_t push_seq;      /* the last push attempt number (delta spool names; starts at start-ms·1000) */
-  /* Leases with a PushDelta stream writing a delta now (svc_transfer.c): one per lease, at
+  /* Leases with a PushDelta stream writing a delta now (svc_push.c): one per lease, at
    * most COORD_MAX_PUSHES in all, so no worker can hold open spools without bound. */
   int64_t push_leases[256];
   int n_push_leases;

@@ -1,16 +1,26 @@
-# coordinator/coordinator.cmake — the coordinator's core library dpc_coord (no gRPC, no libuv):
-# job spec, blob store, streamed outer steps (outerio.c), SQLite store (store*.c), delta norm
-# screen; and the daemon dipaco-coordinator (every other coordinator/*.c: RPC handlers,
-# scheduling, loop, main).
+# coordinator/coordinator.cmake — the coordinator's core library dpc_coord (no gRPC, no libuv)
+# and the daemon dipaco-coordinator (every other coordinator/*.c: RPC handlers, scheduling,
+# loop, main). The core library's members are the "core:" line of the map in coord.h, the one
+# list (tests/arch/layers.py reads the same line).
 # The admin CLI lives in ctl/ and is built from coordinator/CMakeLists.txt.
-set(DPC_COORD_CORE jobspec.c blobs.c outerio.c screen.c)
-# The job spec's other files: its field table, JSON in and out, docs/jobspec.md.
-list(APPEND DPC_COORD_CORE jobspec_fields.c jobspec_parse.c jobspec_validate.c jobspec_json.c jobspec_doc.c)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/coord.h)
+file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/coord.h _core_line REGEX "^ \\*   core: ")
+if(NOT _core_line)
+  message(FATAL_ERROR "coordinator/coord.h: no ' *   core: ...' line in its map")
+endif()
+string(REGEX REPLACE "^ \\*   core: +" "" _core_line "${_core_line}")
+string(REPLACE " " ";" _core_mods "${_core_line}")
+set(DPC_COORD_CORE)
+foreach(_m ${_core_mods})
+  file(GLOB _f CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${_m}.c)
+  if(NOT _f)
+    message(FATAL_ERROR "coordinator/coord.h: the core line names '${_m}', which matches no coordinator/*.c")
+  endif()
+  list(APPEND DPC_COORD_CORE ${_f})
+endforeach()
 if(DIPACO_DISTRIBUTED)
   pkg_check_modules(SQLITE3 REQUIRED IMPORTED_TARGET sqlite3)
-  file(GLOB DPC_STORE_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/store*.c)
-  list(TRANSFORM DPC_COORD_CORE PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/)
-  add_library(dpc_coord STATIC ${DPC_COORD_CORE} ${DPC_STORE_SRC})
+  add_library(dpc_coord STATIC ${DPC_COORD_CORE})
   target_link_libraries(dpc_coord PUBLIC dpc_kernels dpc_common PkgConfig::SQLITE3 OpenMP::OpenMP_C m)
 endif()
 
@@ -20,7 +30,7 @@ if(DIPACO_DISTRIBUTED AND TARGET dpc_rpc AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/
   pkg_check_modules(LIBSYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
   pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
   file(GLOB DPC_COORDD_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.c)
-  list(REMOVE_ITEM DPC_COORDD_SRC ${DPC_COORD_CORE} ${DPC_STORE_SRC})
+  list(REMOVE_ITEM DPC_COORDD_SRC ${DPC_COORD_CORE})
   add_executable(dipaco-coordinator ${DPC_COORDD_SRC})
   target_link_libraries(dipaco-coordinator PRIVATE dpc_coord dpc_rpc dpc_kernels dpc_common
     PkgConfig::LIBUV PkgConfig::LIBSYSTEMD PkgConfig::LIBCRYPTO Threads::Threads m)

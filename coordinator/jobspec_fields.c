@@ -163,7 +163,7 @@ const jobspec_field jobspec_fields[] = {
     {"outer", "delta_norm_screen", .type = JF_NUMBER, .flags = JF_ZERO_OFF, AT(outer.delta_norm_screen), .def = 0,
      CLOSED(2, 1e6),
      .doc = "refuse a delta whose L2 norm exceeds this times the median of the fragment's recent ones "
-            "(coordinator/screen.h)"},
+            "(coordinator/delta_screen.h)"},
 
     {"", "max_staleness", .type = JF_INT, AT(max_staleness), .def = 0, CLOSED(0, 1000000000),
      .doc = "diloco-async: drop deltas with staleness above this (0 = no limit)"},

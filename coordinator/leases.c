@@ -10,7 +10,7 @@
  * (inner steps (t·H, (t+1)·H], one sync of every fragment, each against version t) while
  * round t − 1 may still be closing, and pulls version t when its merge step comes.
  *
- * Async rule (algorithm "diloco-async", DESIGN.md §3): any idle slot may be leased from the
+ * Async rule (algorithm "diloco-async", docs/design.md §3): any idle slot may be leased from the
  * CURRENT versions of its fragments once those include every acknowledged delta (while a
  * delta is queued or being applied the Lease waits: staleness counts only other workers'
  * deltas); the lease's first step is the slot's own

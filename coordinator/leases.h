@@ -65,7 +65,7 @@ void lease_retry_parked(coord *c, int flush);
 void lease_flush_parked(coord *c); /* lease_retry_parked(c, 1), as a stop callback */
 void lease_parked_free(coord *c);  /* at exit (the Watch registries too) */
 
-/* Watch calls (the workers' liveness line, issue 23): a worker holding a lease keeps one open;
+/* Watch calls (the workers' liveness line): a worker holding a lease keeps one open;
  * the registry holds it for LEASE_WATCH_HOLD_MS, then lease_answer_watches hands it to
  * c->watch_answer_cb and the worker calls again. A Watch that ends without an answer
  * (cancelled: the worker's connection closed) puts its worker on c->lost: unless a new Watch

@@ -29,7 +29,7 @@
 #include "coordinator/svc.h"
 #include "coordinator/svc_inner.h"
 #include "coordinator/svc_pull.h"
-#include "coordinator/svc_transfer.h"
+#include "coordinator/svc_push.h"
 #include "coordinator/svc_worker.h"
 #include "coordinator/selfcheck.h"
 #include "coordinator/testhook.h"
@@ -316,7 +316,7 @@ static int serve(coord *c, const opts *o) {
   struct rpc_method methods[SVC_MAX_METHODS];
   int nm = svc_worker_methods(c, methods);
   nm += svc_pull_methods(c, methods + nm);
-  nm += svc_transfer_methods(c, methods + nm);
+  nm += svc_push_methods(c, methods + nm);
   nm += svc_inner_methods(c, methods + nm);
   nm += admin_upload_methods(c, methods + nm);
   nm += admin_jobs_methods(c, methods + nm);
@@ -375,7 +375,7 @@ static int verify_fragment(coord *c, int64_t job, int f, const store_fragment *f
 }
 
 /* Start-up: every running or paused job's current parameters, momentum and delayed-Nesterov
- * buffer are read back and checked against their rows (issue 13, finding 7). A job with a
+ * buffer are read back and checked against their rows. A job with a
  * corrupt or missing blob is PAUSED with the reason instead of failing its pulls and outer
  * steps over and over; the parameter mappings go to the parameter cache, so the first pulls
  * after a restart cost nothing more. */

@@ -1,5 +1,5 @@
-/* membudget.h — what a job costs the coordinator in memory, and how much it may use (issue
- * 13, finding 8: a spec too big for the machine got the coordinator OOM-killed mid-create).
+/* membudget.h — what a job costs the coordinator in memory, and how much it may use (a spec
+ * too big for the machine must be refused, not get the coordinator OOM-killed mid-create).
  *
  * The estimate counts the memory the coordinator holds for a job: version 0's parameters
  * while it is created and the parameter cache's mapping of the current version afterwards

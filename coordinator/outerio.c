@@ -127,6 +127,130 @@ static void close_reader(blob_reader **r, int *rc, uint32_t *crc) {
   if (e < 0 && (*rc == 0 || *rc == DPC_ENUMERIC)) *rc = e;
 }
 
+/* A sync outer step's buffers and open files: one range of each (theta, u, the average, a
+ * decode buffer per sparse delta), the inputs being read and the outputs being written. */
+typedef struct {
+  size_t maxr; /* the longest range, in floats */
+  float *theta, *u, *avg;
+  float **d;           /* [n] decode buffers of sparse deltas (NULL for fp32 spools, read in place) */
+  const float **dc;    /* [n] the current range of each delta */
+  unsigned char **enc; /* [n] a sparse delta's whole stream */
+  blob_reader **dr;    /* [n] an fp32 delta's reader */
+  blob_reader *pr, *ur;
+  blob_writer *pw, *uw;
+} sync_io;
+
+static void sync_io_free(sync_io *io, int n) {
+  blob_writer_abort(io->pw);
+  blob_writer_abort(io->uw);
+  blob_reader_abort(io->pr);
+  blob_reader_abort(io->ur);
+  for (int i = 0; i < n; i++) {
+    if (io->dr) blob_reader_abort(io->dr[i]);
+    if (io->enc) free(io->enc[i]);
+    if (io->d) free(io->d[i]);
+  }
+  free(io->dr);
+  free(io->enc);
+  free(io->dc);
+  free(io->d);
+  free(io->theta);
+  free(io->u);
+  free(io->avg);
+}
+
+/* Allocate the range buffers and open every input and both outputs. */
+static int sync_io_open(const outerio_sync *a, size_t maxr, size_t sp_bytes, sync_io *io) {
+  const int n = a->n;
+  io->maxr = maxr;
+  io->theta = malloc(maxr * sizeof *io->theta);
+  io->u = malloc(maxr * sizeof *io->u);
+  io->avg = malloc(maxr * sizeof *io->avg);
+  io->d = calloc((size_t)n, sizeof *io->d);
+  io->dc = calloc((size_t)n, sizeof *io->dc);
+  io->enc = calloc((size_t)n, sizeof *io->enc);
+  io->dr = calloc((size_t)n, sizeof *io->dr);
+  if (!io->theta || !io->u || !io->avg || !io->d || !io->dc || !io->enc || !io->dr)
+    return dpc_err(DPC_ENOMEM, "out of memory for the outer step (%zu-float ranges)", maxr);
+  for (int i = 0; i < n; i++) /* a decode buffer for sparse deltas; fp32 spools are read in place */
+    if (is_sparse(a->delta_blobs[i]) && !(io->d[i] = malloc(maxr * sizeof **io->d)))
+      return dpc_err(DPC_ENOMEM, "out of memory for the outer step (%zu-float ranges)", maxr);
+  int rc;
+  if ((rc = blob_reader_open(a->bs, a->param_blob, BLOB_PARAMS, a->len, &io->pr)) < 0) return rc;
+  if (a->momentum_blob && a->momentum_blob[0] &&
+      (rc = blob_reader_open(a->bs, a->momentum_blob, BLOB_MOMENTUM, a->len, &io->ur)) < 0)
+    return rc;
+  for (int i = 0; i < n; i++) {
+    if (is_sparse(a->delta_blobs[i])) rc = read_sparse(a, i, sp_bytes, &io->enc[i]);
+    else rc = blob_reader_open(a->bs, a->delta_blobs[i], BLOB_DELTA, a->len, &io->dr[i]);
+    if (rc < 0) return rc;
+  }
+  if ((rc = blob_writer_open(a->bs, a->new_param, BLOB_PARAMS, a->len, &io->pw)) < 0) return rc;
+  return blob_writer_open(a->bs, a->new_momentum, BLOB_MOMENTUM, a->len, &io->uw);
+}
+
+/* Step every range: read theta, u and the deltas' range, average, Nesterov, write. Returns a
+ * negative code for an I/O or format failure; otherwise 0, or DPC_ENUMERIC in *numeric (the
+ * message set) after a non-finite result: the inputs are then still read to their end (no
+ * more computing or writing), so that a corrupt input is reported as such rather than as a
+ * numeric failure. */
+static int sync_ranges(const outerio_sync *a, const orange *rg, size_t nr, sync_io *io, int *numeric) {
+  const int n = a->n;
+  size_t since_wb = 0;
+  int rc = 0;
+  *numeric = 0;
+  for (size_t k = 0; k < nr; k++) {
+    const size_t lo = rg[k].lo, m = rg[k].len;
+    if ((rc = read_or_zero(io->pr, io->theta, m)) < 0 || (rc = read_or_zero(io->ur, io->u, m)) < 0) return rc;
+    for (int i = 0; i < n; i++) {
+      const void *v = io->d[i];
+      if (io->dr[i]) rc = blob_reader_view(io->dr[i], m * sizeof(float), &v);
+      else if (!*numeric) {
+        uint64_t piece = m;
+        rc = dpc_sparse_decode(a->sp_cfg, &piece, 1, io->enc[i] + rg[k].sp_off, rg[k].sp_bytes, io->d[i]);
+      }
+      if (rc < 0) return rc;
+      io->dc[i] = v;
+    }
+    if (*numeric) continue;
+    if ((rc = outer_average(io->dc, a->weights, n, m, io->avg)) < 0) {
+      if (rc != DPC_ENUMERIC) return rc;
+      *numeric = dpc_err(DPC_ENUMERIC, "the average of the deltas is not finite in floats %zu..%zu (%s)", lo, lo + m,
+                         dpc_errmsg());
+      continue;
+    }
+    outer_nesterov_step(io->theta, io->u, io->avg, m, a->lr, a->mu, a->nesterov);
+    if ((rc = all_finite(io->theta, m, lo, "outer step")) < 0) {
+      *numeric = rc;
+      continue;
+    }
+    if ((rc = blob_writer_append(io->pw, io->theta, m * sizeof *io->theta)) < 0 ||
+        (rc = blob_writer_append(io->uw, io->u, m * sizeof *io->u)) < 0)
+      return rc;
+    if ((since_wb += m) >= WRITEBACK_FLOATS) {
+      blob_writer_writeback(io->pw);
+      blob_writer_writeback(io->uw);
+      since_wb = 0;
+    }
+  }
+  return 0;
+}
+
+/* Close every input, checking each fp32 delta's CRC against its row: the first error, with a
+ * checksum error winning over the numeric one (rc = numeric on entry). */
+static int sync_close_inputs(const outerio_sync *a, sync_io *io, int rc) {
+  close_reader(&io->pr, &rc, NULL);
+  close_reader(&io->ur, &rc, NULL);
+  for (int i = 0; i < a->n; i++) {
+    uint32_t crc = 0;
+    int e = 0;
+    close_reader(&io->dr[i], &e, &crc);
+    if (!e && !io->enc[i]) e = matches_row(a->delta_blobs[i], crc, a->delta_crcs[i]);
+    if (e < 0 && (rc == 0 || rc == DPC_ENUMERIC)) rc = e;
+  }
+  return rc;
+}
+
 int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *momentum_crc) {
   const size_t rf = a->range_floats ? a->range_floats : OUTERIO_RANGE_FLOATS;
   const int n = a->n;
@@ -148,107 +272,22 @@ int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *mome
   for (size_t k = 0; k < nr; k++)
     if (rg[k].len > maxr) maxr = rg[k].len;
   if (maxr == 0) maxr = 1;
-  float *theta = malloc(maxr * sizeof *theta), *u = malloc(maxr * sizeof *u), *avg = malloc(maxr * sizeof *avg);
-  float **d = calloc((size_t)n, sizeof *d);
-  const float **dc = calloc((size_t)n, sizeof *dc);
-  unsigned char **enc = calloc((size_t)n, sizeof *enc);
-  blob_reader **dr = calloc((size_t)n, sizeof *dr);
-  blob_reader *pr = NULL, *ur = NULL;
-  blob_writer *pw = NULL, *uw = NULL;
-  if (!theta || !u || !avg || !d || !dc || !enc || !dr) {
-    rc = dpc_err(DPC_ENOMEM, "out of memory for the outer step (%zu-float ranges)", maxr);
-    goto out;
-  }
-  for (int i = 0; i < n; i++) /* a decode buffer for sparse deltas; fp32 spools are read in place */
-    if (is_sparse(a->delta_blobs[i]) && !(d[i] = malloc(maxr * sizeof **d))) {
-      rc = dpc_err(DPC_ENOMEM, "out of memory for the outer step (%zu-float ranges)", maxr);
-      goto out;
-    }
-  if ((rc = blob_reader_open(a->bs, a->param_blob, BLOB_PARAMS, a->len, &pr)) < 0) goto out;
-  if (a->momentum_blob && a->momentum_blob[0] &&
-      (rc = blob_reader_open(a->bs, a->momentum_blob, BLOB_MOMENTUM, a->len, &ur)) < 0)
-    goto out;
-  for (int i = 0; i < n; i++) {
-    if (is_sparse(a->delta_blobs[i])) rc = read_sparse(a, i, sp_bytes, &enc[i]);
-    else rc = blob_reader_open(a->bs, a->delta_blobs[i], BLOB_DELTA, a->len, &dr[i]);
-    if (rc < 0) goto out;
-  }
-  if ((rc = blob_writer_open(a->bs, a->new_param, BLOB_PARAMS, a->len, &pw)) < 0) goto out;
-  if ((rc = blob_writer_open(a->bs, a->new_momentum, BLOB_MOMENTUM, a->len, &uw)) < 0) goto out;
-  /* After a non-finite result the inputs are still read to their end (no more computing or
-   * writing), so that a corrupt input is reported as such rather than as a numeric failure. */
+  sync_io io = {0};
   int numeric = 0;
-  size_t since_wb = 0;
-  for (size_t k = 0; k < nr; k++) {
-    const size_t lo = rg[k].lo, m = rg[k].len;
-    if ((rc = read_or_zero(pr, theta, m)) < 0 || (rc = read_or_zero(ur, u, m)) < 0) goto out;
-    for (int i = 0; i < n; i++) {
-      const void *v = d[i];
-      if (dr[i]) rc = blob_reader_view(dr[i], m * sizeof(float), &v);
-      else if (!numeric) {
-        uint64_t piece = m;
-        rc = dpc_sparse_decode(a->sp_cfg, &piece, 1, enc[i] + rg[k].sp_off, rg[k].sp_bytes, d[i]);
-      }
-      if (rc < 0) goto out;
-      dc[i] = v;
-    }
-    if (numeric) continue;
-    if ((rc = outer_average(dc, a->weights, n, m, avg)) < 0) {
-      if (rc != DPC_ENUMERIC) goto out;
-      numeric = dpc_err(DPC_ENUMERIC, "the average of the deltas is not finite in floats %zu..%zu (%s)", lo, lo + m,
-                        dpc_errmsg());
-      continue;
-    }
-    outer_nesterov_step(theta, u, avg, m, a->lr, a->mu, a->nesterov);
-    if ((rc = all_finite(theta, m, lo, "outer step")) < 0) {
-      numeric = rc;
-      continue;
-    }
-    if ((rc = blob_writer_append(pw, theta, m * sizeof *theta)) < 0 || (rc = blob_writer_append(uw, u, m * sizeof *u)) < 0)
-      goto out;
-    if ((since_wb += m) >= WRITEBACK_FLOATS) {
-      blob_writer_writeback(pw);
-      blob_writer_writeback(uw);
-      since_wb = 0;
-    }
-  }
+  if ((rc = sync_io_open(a, maxr, sp_bytes, &io)) < 0 || (rc = sync_ranges(a, rg, nr, &io, &numeric)) < 0) goto out;
   /* Every input checked before anything is published. */
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", numeric ? dpc_errmsg() : "");
-  rc = numeric;
-  close_reader(&pr, &rc, NULL);
-  close_reader(&ur, &rc, NULL);
-  for (int i = 0; i < n; i++) {
-    uint32_t crc = 0;
-    int e = 0;
-    close_reader(&dr[i], &e, &crc);
-    if (!e && !enc[i]) e = matches_row(a->delta_blobs[i], crc, a->delta_crcs[i]);
-    if (e < 0 && (rc == 0 || rc == DPC_ENUMERIC)) rc = e;
-  }
+  rc = sync_close_inputs(a, &io, numeric);
   if (rc == DPC_ENUMERIC && numeric) dpc_err(DPC_ENUMERIC, "%s", msg);
   if (rc < 0) goto out;
-  rc = blob_writer_commit(pw, param_crc);
-  pw = NULL;
+  rc = blob_writer_commit(io.pw, param_crc);
+  io.pw = NULL;
   if (rc < 0) goto out;
-  rc = blob_writer_commit(uw, momentum_crc);
-  uw = NULL;
+  rc = blob_writer_commit(io.uw, momentum_crc);
+  io.uw = NULL;
 out:
-  blob_writer_abort(pw);
-  blob_writer_abort(uw);
-  blob_reader_abort(pr);
-  blob_reader_abort(ur);
-  for (int i = 0; i < n; i++) {
-    if (dr) blob_reader_abort(dr[i]);
-    if (enc) free(enc[i]);
-    if (d) free(d[i]);
-  }
-  free(dr);
-  free(enc);
-  free(dc);
-  free(d);
-  free(theta);
-  free(u);
-  free(avg);
+  sync_io_free(&io, n);
   free(rg);
   return rc;
 }

@@ -1,7 +1,7 @@
 /* outerio.h — the outer steps streamed over the blob store (core library, see coord.h): the
  * sync step (DiLoCo / DiPaCo / Streaming, dense or SparseLoCo deltas) and the async apply of
  * one delta (delayed Nesterov, Nesterov, SGD), computed range by range so that the memory they
- * take is bounded whatever the model size and the number of deltas (issue 15).
+ * take is bounded whatever the model size and the number of deltas.
  *
  * For each range [lo, hi) of the fragment, in order: read that range of θ_t, of the momentum
  * (zeros without a blob) and of every delta in the caller's fixed order (an fp32 spool through
@@ -80,7 +80,7 @@ typedef struct {
   const char *new_param, *new_momentum, *new_dnbuf; /* momentum unused for SGD, Δbuf unless DN */
 } outerio_async;
 
-/* One async application (rounds.c's rules, DESIGN.md §3): the new blobs written durably with
+/* One async application (rounds.c's rules, docs/design.md §3): the new blobs written durably with
  * their checksums; *dn_t_out (DN only) gets the counter after it. 0 or a negative DPC_E*. */
 int outerio_async_step(const outerio_async *a, uint32_t *param_crc, uint32_t *momentum_crc, uint32_t *dnbuf_crc,
                        int64_t *dn_t_out);

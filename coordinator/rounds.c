@@ -9,7 +9,7 @@
  * ceil(quorum · expected)-th slot's delta arrived — when at least ceil(quorum · expected)
  * have (slot rules: leases.c).
  *
- * Async rule (algorithm "diloco-async", DESIGN.md §3): every received delta is applied on its
+ * Async rule (algorithm "diloco-async", docs/design.md §3): every received delta is applied on its
  * own, in arrival order (delta id), one at a time per fragment, with the job's outer.rule:
  * delayed-nesterov (outer_dn_apply; N = outer.delay_buffer or the number of slots), nesterov
  * (outer_nesterov_step per delta) or sgd (outer_sgd_step). Each application makes version + 1;
@@ -223,9 +223,10 @@ static double record_round_loss(coord *c, coord_job *j, const outer_work *w) {
 }
 
 /* A sync outer step that cannot succeed by trying again pauses the job with the reason, where
- * `job show` prints it (issue 13, finding 7): a non-finite result at once, a corrupt or missing
- * blob (checksum, format, not found) after OUTER_CORRUPT_TRIES steps in a row. I/O errors such
- * as a full disk keep being retried: they clear when the disk does. `job resume` tries again. */
+ * `job show` prints it, rather than fail over and over: a non-finite result at once, a corrupt
+ * or missing blob (checksum, format, not found) after OUTER_CORRUPT_TRIES steps in a row. I/O
+ * errors such as a full disk keep being retried: they clear when the disk does. `job resume`
+ * tries again. */
 #define OUTER_CORRUPT_TRIES 3
 
 /* Hold fragment f's outer steps until `job resume` and pause the running job with `what`. */

@@ -1,4 +1,4 @@
-/* selfcheck.h — the listener's self-check (issue 13, finding 1).
+/* selfcheck.h — the listener's self-check: notice a listener that stopped accepting.
  *
  * gRPC's listener stops accepting for good after accept() fails with EMFILE (too many open
  * files): the process stays up, old connections keep working, every new one hangs in the

@@ -194,7 +194,7 @@ int store_open(const char *state_dir, store **out) {
   sqlite3_extended_result_codes(st->db, 1);
   sqlite3_busy_timeout(st->db, 5000);
   /* WAL: readers never block the writer; synchronous=FULL makes every commit durable, which
-   * the "acknowledge only after commit" rule of DESIGN.md §5 relies on. */
+   * the "acknowledge only after commit" rule of docs/design.md §5 relies on. */
   rc = exec_sql(st, "PRAGMA journal_mode = WAL", "enable WAL");
   if (rc == 0) rc = exec_sql(st, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON", "set pragmas");
   if (rc == 0) rc = migrate(st);

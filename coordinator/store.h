@@ -1,4 +1,4 @@
-/* store.h — the coordinator's durable state in SQLite (DESIGN.md §5).
+/* store.h — the coordinator's durable state in SQLite (docs/design.md §5).
  *
  * One database STATE/dipaco.db in WAL mode with foreign keys on and a busy timeout; the
  * schema is versioned (PRAGMA user_version plus a `migrations` history table) and migrated
@@ -318,7 +318,7 @@ int store_find_delta(store *st, int64_t lease, int fragment, uint32_t *crc);
  * decides whether a round can close without reading every delta row. */
 int store_count_received_slots(store *st, int64_t job, int fragment, int64_t round, int *n);
 /* The L2 norms recorded with the last (up to) max deltas of (job, fragment), oldest first,
- * into norms[max]; *n = how many. For the delta norm screen (coordinator/screen.h). */
+ * into norms[max]; *n = how many. For the delta norm screen (coordinator/delta_screen.h). */
 int store_delta_norms(store *st, int64_t job, int fragment, int max, double *norms, int *n);
 /* Deltas of (job, fragment, round) in the reduction order (path, replica); state < 0 for all
  * states, else only that state. free() the array. */

@@ -5,8 +5,9 @@
  * Wire ids. fragment_id and module_id on the wire are the job spec's 0-based fragment /
  * module ids + 1 (0 means "none" in the proto). Slot.path / Slot.replica are 0-based.
  * FragmentInfo.offset_floats is the fragment's offset in the canonical flat layout of the
- * WHOLE model (kernels/gpt.h), which is also the path's flat buffer (a path's modules tile
- * the layout); num_floats its length. Plain DiLoCo: one fragment, offset 0, all params.
+ * whole model (kernels/gpt.h), which is also the path's flat buffer (a path's modules tile
+ * the layout), as proto/dipaco.proto says; num_floats its length. Plain DiLoCo: one
+ * fragment, offset 0, all params.
  *
  * Admin authentication: every Admin call needs metadata "authorization: Bearer <admin token>"
  * (STATE/admin.token unless --admin-token-file; none with --insecure-no-auth). Missing or

@@ -1,5 +1,5 @@
 /* svc_worker.c — the dipaco.v1.Coordinator handlers of a worker's life: Register, Heartbeat,
- * Lease (with its long-poll) and Release (transfers: svc_transfer.c; inner state:
+ * Lease (with its long-poll) and Release (transfers: svc_push.c; inner state:
  * svc_inner.c). Every handler runs on the coordinator's loop thread (rpc_server_dispatch from
  * the uv_async callback); ud is the coord.
  *
@@ -526,9 +526,9 @@ static void on_lease(struct rpc_call *call, const struct grpc_byte_buffer *req, 
 /* ---- Release ------------------------------------------------------------------------------------ */
 
 /* Leases given back with RELEASE_ERROR this many times in a row (no lease of the job finished
- * in between) pause the job with the last worker's reason (issue 13, finding 7: a job whose
- * data cannot be read used to stay RUNNING, its slots taken and given back every few seconds
- * forever). `job resume` tries again. */
+ * in between) pause the job with the last worker's reason, so that a job whose data cannot be
+ * read does not stay RUNNING with its slots taken and given back every few seconds forever.
+ * `job resume` tries again. */
 #define LEASE_ERRORS_PAUSE 6
 
 static void lease_error(coord *c, const store_lease *l, const char *msg) {

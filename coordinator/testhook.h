@@ -1,6 +1,6 @@
 /* testhook.h — crash-point test hooks: make the coordinator stop itself at a named point so a
- * test can SIGKILL it exactly there (issue 4: kill -9 mid-pull, mid-push, mid-outer-step,
- * mid-GC) and check that a restart on the same state directory loses and doubles nothing.
+ * test can SIGKILL it exactly there (kill -9 mid-pull, mid-push, mid-outer-step, mid-GC) and
+ * check that a restart on the same state directory loses and doubles nothing.
  *
  * Armed by the environment variable DIPACO_TEST_STOP_AT=<point>[:<nth>] (nth ≥ 1, default
  * 1), read once by testhook_init() at start-up. When the daemon reaches <point> for the nth

@@ -1,4 +1,4 @@
-/* gpt.h — the GPT-2 model and the compute-backend interface (DESIGN.md §3).
+/* gpt.h — the GPT-2 model and the compute-backend interface (docs/design.md §3).
  *
  * The model's parameters have one canonical flat layout, the same on every backend and on
  * the wire: the stem first (wte, wpe, ln_f), then each layer's tensors in order, every tensor
@@ -60,7 +60,7 @@ int gpt_layout_build(const gpt_config *cfg, gpt_layout *lay);
 /* Index of the tensor called `name` (an optional "transformer." prefix is accepted), or -1. */
 int gpt_layout_find(const gpt_layout *lay, const char *name);
 
-/* GPT-2 initialisation of DESIGN.md §3 into params[n_params], deterministic in `seed`:
+/* GPT-2 initialisation of docs/design.md §3 into params[n_params], deterministic in `seed`:
  * weights N(0, 0.02), attn.c_proj / mlp.c_proj weights N(0, 0.02/sqrt(2L)), biases 0,
  * LayerNorm weights 1 and biases 0. */
 void gpt_init_params(const gpt_layout *lay, float *params, uint64_t seed);
@@ -163,7 +163,7 @@ int gpt_reset_opt_state(gpt_model *m);
  * or "AMD EPYC 7B13 (16 threads)", *mem_bytes the device's (or host's) memory (may be NULL). */
 int gpt_describe(gpt_model *m, char *name, size_t len, uint64_t *mem_bytes);
 
-/* Learning rate at global inner step s (0-based) per DESIGN.md §3: linear warmup, then cosine
+/* Learning rate at global inner step s (0-based) per docs/design.md §3: linear warmup, then cosine
  * to lr_min_frac·lr at total_steps (lr_min_frac = 1 gives a constant rate). */
 float gpt_lr_at(float lr, int warmup, int total_steps, float lr_min_frac, long s);
 

@@ -1,10 +1,9 @@
-/* gpt_layout.c — the canonical flat parameter layout, GPT-2 initialisation, the learning
- * rate schedule and AdamW's per-step scalars: the backend-independent parts of the model,
- * which gpt.c and every backend call (and which call no backend). */
+/* gpt_layout.c — the canonical flat parameter layout (gpt.h): the config's bounds, the tensors
+ * in wire order, lookups by name and by flat range. Backend-independent: gpt.c, every backend
+ * and the coordinator call it, and it calls no backend. */
 #include "kernels/gpt.h"
 #include "common/errors.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -89,60 +88,6 @@ int gpt_layout_decays(const gpt_layout *lay, size_t i) {
     if (i >= t->offset && i < t->offset + t->numel) return t->decay;
   }
   return 0;
-}
-
-/* splitmix64: a small, well-mixed generator; enough for initialisation. */
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1), never 0 so that log() is finite. */
-static double uniform01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-
-void gpt_init_params(const gpt_layout *lay, float *params, uint64_t seed) {
-  uint64_t s = seed ^ 0xD1B54A32D192ED03ull;
-  const double resid_std = 0.02 / sqrt(2.0 * lay->cfg.n_layer);
-  for (int k = 0; k < lay->n_tensors; k++) {
-    const gpt_tensor *t = &lay->tensors[k];
-    float *p = params + t->offset;
-    size_t len = strlen(t->name);
-    int is_ln = strstr(t->name, "ln_") != NULL;
-    int is_bias = len > 5 && strcmp(t->name + len - 5, ".bias") == 0;
-    if (is_bias) {
-      memset(p, 0, t->numel * sizeof *p);
-    } else if (is_ln) {
-      for (size_t i = 0; i < t->numel; i++) p[i] = 1.0f;
-    } else {
-      double std = strstr(t->name, "c_proj.weight") ? resid_std : 0.02;
-      for (size_t i = 0; i < t->numel; i += 2) {
-        /* Box-Muller: two normals per pair of uniforms. */
-        double u1 = uniform01(&s), u2 = uniform01(&s);
-        double r = sqrt(-2.0 * log(u1));
-        p[i] = (float)(std * r * cos(2.0 * M_PI * u2));
-        if (i + 1 < t->numel) p[i + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
-      }
-    }
-  }
-}
-
-float gpt_lr_at(float lr, int warmup, int total_steps, float lr_min_frac, long s) {
-  if (s < warmup) return lr * (float)(s + 1) / (float)warmup;
-  double p = total_steps > warmup ? (double)(s - warmup) / (double)(total_steps - warmup) : 1.0;
-  if (p > 1.0) p = 1.0;
-  double f = lr_min_frac;
-  return (float)(lr * (f + (1.0 - f) * 0.5 * (1.0 + cos(M_PI * p))));
-}
-
-void gpt_adamw_scalars_at(const gpt_adamw_hparams *hp, float lr, int t, gpt_adamw_scalars *s) {
-  const double lr_d = lr, b1 = hp->beta1, b2 = hp->beta2;
-  s->decay_mul = (float)(1.0 - lr_d * (double)hp->weight_decay);
-  s->one_minus_beta1 = (float)(1.0 - b1);
-  s->one_minus_beta2 = (float)(1.0 - b2);
-  s->neg_step_size = (float)(-(lr_d / (1.0 - pow(b1, t))));
-  s->bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
 }
 
 int gpt_layout_range_tensors(const gpt_layout *lay, size_t off, size_t len, uint64_t *tlen, int cap) {

@@ -1,4 +1,4 @@
-/* kmeans.h — k-means for DiPaCo routing (DESIGN.md §3): k-means++ seeding from a seed, then
+/* kmeans.h — k-means for DiPaCo routing (docs/design.md §3): k-means++ seeding from a seed, then
  * Lloyd iterations until no assignment changes or a cap; and product k-means for a 2-level
  * K1 × K2 grid (one k-means on each half of the feature vector; the pair (c1, c2) is path
  * c1·K2 + c2, the job's path numbering with the last level varying fastest).

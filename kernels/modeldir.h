@@ -1,6 +1,6 @@
 /* modeldir.h — a model directory: model.safetensors (Hugging Face GPT-2 tensor names, Conv1D
  * [in, out] weights, F32) plus config.json (HF GPT2Config keys), so an exported model loads
- * in Hugging Face transformers and HF GPT-2 checkpoints import (DESIGN.md §6).
+ * in Hugging Face transformers and HF GPT-2 checkpoints import (docs/design.md §6).
  *
  * Loading accepts names with or without the "transformer." prefix, F32/BF16/F16 data, and
  * skips the non-parameter buffers HF may store ("h.N.attn.bias", "h.N.attn.masked_bias");

@@ -1,4 +1,4 @@
-/* outer.c — outer-optimizer kernels (DESIGN.md §3): deterministic weighted delta average,
+/* outer.c — outer-optimizer kernels (docs/design.md §3): deterministic weighted delta average,
  * SGD/Nesterov steps, the async delayed-Nesterov rule and the streaming merge, one streaming
  * pass each. */
 #include "kernels/outer.h"

@@ -1,4 +1,4 @@
-/* outer.h — the outer optimizer of DESIGN.md §3 over flat fp32 arrays.
+/* outer.h — the outer optimizer of docs/design.md §3 over flat fp32 arrays.
  *
  * Sync (DiLoCo/DiPaCo): outer_average reduces the round's deltas in the caller's fixed order
  * (path, then replica) into Δ̄, then outer_nesterov_step applies torch.optim.SGD(momentum=μ,
@@ -58,7 +58,7 @@ typedef struct {
 int outer_dn_init(outer_dn_state *s, float *buf, float *m, size_t len, int N, double c, int64_t t,
                   int fresh);
 
-/* Apply one arriving delta g[len] to theta[len] (DESIGN.md §3, async):
+/* Apply one arriving delta g[len] to theta[len] (docs/design.md §3, async):
  *   Δbuf += g
  *   if (t+1) mod N == 0: m ← β·m + Δbuf/N; θ ← θ − ε·((1 − c·N + c)·β·m + g/N); Δbuf ← 0
  *   else:                θ ← θ − ε·(c·β·m + g/N)
@@ -68,7 +68,7 @@ int outer_dn_init(outer_dn_state *s, float *buf, float *m, size_t len, int N, do
  * c == 0 this is bit-identical to outer_nesterov_step(nesterov=1). */
 int outer_dn_apply(outer_dn_state *s, float *theta, const float *g, float lr, float mu);
 
-/* Streaming merge of a new global fragment into a replica's local copy (DESIGN.md §3,
+/* Streaming merge of a new global fragment into a replica's local copy (docs/design.md §3,
  * Streaming): local ← α·local + (1 − α)·global, in place, as the fp32 operations
  * t = local·α; local = t + b·global with b = fl32(1 − α) (formed in double). This is PyTorch's
  * local.mul_(α).add_(global, alpha=1 − α) up to one rounding: torch's vectorised add fuses

@@ -1,4 +1,4 @@
-/* router.h — DiPaCo routers (DESIGN.md §3 "DiPaCo routing"): the routing feature of a
+/* router.h — DiPaCo routers (docs/design.md §3 "DiPaCo routing"): the routing feature of a
  * sequence, a router directory on disk, and the path a feature goes to.
  *
  * Feature: the mean of a base model's final hidden states (after ln_f) over the first

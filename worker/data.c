@@ -146,83 +146,39 @@ int worker_resolve_data(const char *data_dir, const char *spec_json, int path, c
 
 /* ------------------------------------------------------------------------- placement */
 
-/* FragmentInfo.offset_floats relative to the fragment's module (the proto's wording). */
-static int place_module_relative(size_t n, const uint32_t *level, const uint64_t *module, const uint64_t *off,
-                                 const uint64_t *len, size_t n_params, const size_t *ord, size_t *abs_off) {
-  uint64_t base = 0, expect = 0; /* module base in the path buffer; next offset in the module */
-  for (size_t q = 0; q < n; q++) {
-    size_t i = ord[q];
-    if (q > 0 && level[i] != level[ord[q - 1]]) {
-      base += expect;
-      expect = 0;
-    } else if (q > 0 && module[i] != module[ord[q - 1]]) {
-      return dpc_err(DPC_EFORMAT, "lease: modules %" PRIu64 " and %" PRIu64 " both at level %u (a path has one "
-                     "module per level)", module[ord[q - 1]], module[i], level[i]);
-    }
-    if (len[i] == 0 || off[i] != expect || len[i] > n_params || base + expect + len[i] > n_params)
-      return dpc_err(DPC_EFORMAT, "lease: fragment %zu (module %" PRIu64 ", level %u) covers [%" PRIu64 ", +%" PRIu64
-                     ") of its module, expected it to start at %" PRIu64 "; the path has %zu parameters", i,
-                     module[i], level[i], off[i], len[i], expect, n_params);
-    abs_off[i] = (size_t)(base + expect);
-    expect += len[i];
-  }
-  if (base + expect != n_params)
-    return dpc_err(DPC_EFORMAT, "lease: fragments cover %" PRIu64 " of the path's %zu parameters", base + expect,
-                   n_params);
-  return 0;
-}
-
-/* offset_floats as an offset in the whole canonical layout (= the path buffer). */
-static int place_absolute(size_t n, const uint32_t *level, const uint64_t *off, const uint64_t *len,
-                          size_t n_params, const size_t *ord, size_t *abs_off) {
-  uint64_t expect = 0;
-  for (size_t q = 0; q < n; q++) {
-    size_t i = ord[q];
-    if (len[i] == 0 || off[i] != expect || len[i] > n_params || expect + len[i] > n_params ||
-        (q > 0 && level[i] < level[ord[q - 1]]))
-      return dpc_err(DPC_EFORMAT, "lease: fragment %zu covers [%" PRIu64 ", +%" PRIu64 ") of the path buffer, "
-                     "expected it to start at %" PRIu64, i, off[i], len[i], expect);
-    abs_off[i] = (size_t)off[i];
-    expect += len[i];
-  }
-  if (expect != n_params)
-    return dpc_err(DPC_EFORMAT, "lease: fragments cover %" PRIu64 " of the path's %zu parameters", expect, n_params);
-  return 0;
-}
-
 int worker_place_fragments(size_t n, const uint32_t *level, const uint64_t *module, const uint64_t *off,
                            const uint64_t *len, size_t n_params, size_t *abs_off) {
   if (n == 0) return dpc_err(DPC_EFORMAT, "lease has no fragments");
   size_t *ord = malloc(n * sizeof *ord);
   if (!ord) return dpc_err(DPC_ENOMEM, "worker: out of memory");
-  /* Module-relative: insertion sort by (level, offset); n is small. */
+  /* By offset (insertion sort: n is small); the fragments must then tile [0, n_params). */
   for (size_t i = 0; i < n; i++) ord[i] = i;
   for (size_t i = 1; i < n; i++) {
     size_t k = ord[i], j = i;
-    while (j > 0 && (level[ord[j - 1]] > level[k] || (level[ord[j - 1]] == level[k] && off[ord[j - 1]] > off[k]))) {
+    while (j > 0 && off[ord[j - 1]] > off[k]) {
       ord[j] = ord[j - 1];
       j--;
     }
     ord[j] = k;
   }
-  int rc = place_module_relative(n, level, module, off, len, n_params, ord, abs_off);
-  if (rc == DPC_EFORMAT) {
-    /* Absolute offsets tile [0, n_params) by offset alone. The two readings never both fit
-     * unless they agree: with two or more levels, module-relative offsets repeat 0. */
-    char first[512];
-    snprintf(first, sizeof first, "%s", dpc_errmsg());
-    for (size_t i = 0; i < n; i++) ord[i] = i;
-    for (size_t i = 1; i < n; i++) {
-      size_t k = ord[i], j = i;
-      while (j > 0 && off[ord[j - 1]] > off[k]) {
-        ord[j] = ord[j - 1];
-        j--;
-      }
-      ord[j] = k;
-    }
-    if (place_absolute(n, level, off, len, n_params, ord, abs_off) == 0) rc = 0;
-    else rc = dpc_err(DPC_EFORMAT, "%s (nor do the offsets tile the path as absolute offsets)", first);
+  int rc = 0;
+  uint64_t expect = 0;
+  for (size_t q = 0; q < n && !rc; q++) {
+    size_t i = ord[q], prev = q > 0 ? ord[q - 1] : i;
+    if (len[i] == 0 || off[i] != expect || len[i] > n_params || expect + len[i] > n_params)
+      rc = dpc_err(DPC_EFORMAT, "lease: fragment %zu covers [%" PRIu64 ", +%" PRIu64 ") of the path buffer, "
+                   "expected it to start at %" PRIu64, i, off[i], len[i], expect);
+    else if (level[i] < level[prev]) /* the path's modules lie in the layout level 0 first */
+      rc = dpc_err(DPC_EFORMAT, "lease: fragment %zu (level %u) lies after a fragment of level %u in the layout", i,
+                   level[i], level[prev]);
+    else if (level[i] == level[prev] && module[i] != module[prev])
+      rc = dpc_err(DPC_EFORMAT, "lease: modules %" PRIu64 " and %" PRIu64 " both at level %u (a path has one "
+                   "module per level)", module[prev], module[i], level[i]);
+    abs_off[i] = (size_t)off[i];
+    expect += len[i];
   }
+  if (!rc && expect != n_params)
+    rc = dpc_err(DPC_EFORMAT, "lease: fragments cover %" PRIu64 " of the path's %zu parameters", expect, n_params);
   free(ord);
   return rc;
 }

@@ -22,12 +22,12 @@ int worker_resolve_data(const char *data_dir, const char *spec_json, int path, c
 void worker_free_paths(char **paths, int n);
 
 /* Where each fragment of a lease goes in the path's flat parameter buffer. A path's modules
- * (one per level) are consecutive ranges of the canonical layout, level 0 first, so the
- * path buffer is their concatenation. FragmentInfo.offset_floats is relative to its module
- * (the proto) or, failing that, absolute in the path buffer (the two readings agree for one
- * level and cannot both fit for several). level[i], module[i], off[i], len[i] describe
- * fragment i of n; abs_off[i] receives its offset in the path buffer. Fragments must tile
- * [0, n_params) exactly (DPC_EFORMAT with the first gap or overlap otherwise). */
+ * (one per level) are consecutive ranges of the canonical layout, level 0 first, so the path
+ * buffer is the whole model's layout and FragmentInfo.offset_floats (an offset in that
+ * layout, proto/dipaco.proto) is the fragment's place in it. level[i], module[i], off[i],
+ * len[i] describe fragment i of n; abs_off[i] receives its offset in the path buffer. The
+ * fragments must tile [0, n_params) exactly, in level order, one module per level
+ * (DPC_EFORMAT naming the first fragment that does not). */
 int worker_place_fragments(size_t n, const uint32_t *level, const uint64_t *module, const uint64_t *off,
                            const uint64_t *len, size_t n_params, size_t *abs_off);
 

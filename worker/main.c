@@ -1,7 +1,7 @@
 /* main.c — dipaco-worker: flags (a common/args.h table), logging, credentials, signals; the
  * lease loop is worker/worker.c (map in worker.h).
  *
- * Signals: SIGTERM/SIGINT are blocked before gRPC starts any thread (GRPC.md pitfall 7). Some
+ * Signals: SIGTERM/SIGINT are blocked before gRPC starts any thread, which inherits the mask. Some
  * threads exist before main() (OpenBLAS starts its pool in a constructor) and keep them
  * unblocked, so the signals also get a handler, which only writes the signal number to a
  * pipe; a signal thread reads the pipe. The first signal asks the worker to stop (a lease in

@@ -1,4 +1,4 @@
-/* sparseloco.h — the worker's side of SparseLoCo (README "SparseLoCo", common/sparse.h): each
+/* sparseloco.h — the worker's side of SparseLoCo (docs/design.md §3, common/sparse.h): each
  * slot's error-feedback buffer e kept between leases, the push (e <- beta·e + Δ, chunked top-k
  * with value_bits values, e <- e − s), and sparse pulls: a worker that holds version v of a
  * fragment replays the outer steps v+1 .. base from the rounds' sparse deltas instead of

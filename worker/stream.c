@@ -280,7 +280,7 @@ static int ensure_global(stream_lease *x, size_t i, int64_t v) {
   return rc;
 }
 
-/* ---- eager updates (README "Streaming DiLoCo"): the eager base E_v = G_v + (1 + μ)(G_v − G_{v−1})
+/* ---- eager updates (docs/design.md §3): the eager base E_v = G_v + (1 + μ)(G_v − G_{v−1})
  * + η·μ·u_v — the global the coordinator would make next if the next mean delta equalled the
  * last one — with E_0 = G_0; `prev` holds G_{v−1} (v > 0), `g` G_v. */
 static void eager_base_of(stream_lease *x, float *E, const float *g, const float *prev, const float *u, size_t len,

@@ -1,14 +1,15 @@
-/* stream.h — one Streaming DiLoCo lease (DESIGN.md §3, README "Streaming DiLoCo"): the slot
+/* stream.h — one Streaming DiLoCo lease (docs/design.md §3): the slot
  * trains on from its own local parameters without pausing; after each inner step n (counted
  * from 1) every fragment whose sync step it is sends its delta (global − local, against the
  * global version it merged last) from a background push thread, and every fragment whose
  * sync was τ steps ago merges the new global version: local ← α·local + (1 − α)·global. A
  * fetch thread pulls that version from the sync on (waiting while the round closes), so the
  * merge blocks only if it has not arrived. With eager updates the sync also merges an
- * estimate of the next global at once (README). A lease covers steps (t·H, (t+1)·H]: one sync
- * of every fragment. Merges due at the lease's last step are done at the start of the next
- * lease, so that a lease ends in a state another worker can resume from: the local
- * parameters (and AdamW moments) after step (t+1)·H, which inner.state checkpoint uploads.
+ * estimate of the next global at once (docs/design.md §3). A lease covers steps
+ * (t·H, (t+1)·H]: one sync of every fragment. Merges due at the lease's last step are done at
+ * the start of the next lease, so that a lease ends in a state another worker can resume
+ * from: the local parameters (and AdamW moments) after step (t+1)·H, which inner.state
+ * checkpoint uploads.
  *
  * Ownership: a stream_keep belongs to the lease runner and is freed with stream_keep_free (a
  * zeroed one is empty). Thread-safety: stream_run runs on the lease loop's thread; it starts
@@ -37,7 +38,7 @@ typedef struct {
   float *global;      /* (n_params) fragment i's global parameters at version have_ver[i] */
   float *stage;       /* (n_params) prefetched global versions on their way to `global` */
   int64_t *have_ver;  /* (nf) −1: none */
-  /* Eager updates (README "Streaming DiLoCo"), per fragment i at its offset: */
+  /* Eager updates (docs/design.md §3), per fragment i at its offset: */
   float *eager_prev;  /* (n_params) the slot's decoded delta of its previous sync (0 before the first) */
   float *eager_est;   /* (n_params) the eager estimate ĝ of the global version on its way */
   float *eager_base;  /* (n_params) the eager base E at version have_e[i] */

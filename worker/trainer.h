@@ -1,6 +1,6 @@
 /* trainer.h — a worker's inner loop, independent of the network: given the global parameters
  * of its path at the start of a round, run H inner AdamW steps on the slot's data and produce
- * the outer gradient Δ = θ_start − θ_end (DESIGN.md §3).
+ * the outer gradient Δ = θ_start − θ_end (docs/design.md §3).
  *
  * The step counter s of a slot is global (round·H + h): it picks the data batch (batch index
  * s, replica r of R, llm.c's strided order) and the learning rate (warmup + cosine over

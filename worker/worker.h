@@ -1,4 +1,4 @@
-/* worker.h — the dipaco-worker lease loop (DESIGN.md §1, proto/dipaco.proto): register, ask
+/* worker.h — the dipaco-worker lease loop (docs/design.md §1, proto/dipaco.proto): register, ask
  * for a lease, pull the path's fragments, run the inner steps with worker/trainer.c while a
  * heartbeat thread renews the lease, push the deltas, repeat; with retries, re-registration
  * and a clean stop on request. main() (worker/main.c) parses flags, handles signals and calls
@@ -12,8 +12,18 @@
  * trainer and AdamW state kept between leases (and inner.state checkpoint transfers);
  * heartbeat.c the heartbeat thread and the coordinator's commands; data.c training files and
  * fragment placement; stop.c stop control, sleeps and backoff; client.c the Coordinator RPCs;
- * trainer.c the network-free inner loop. Calls go one way: worker → lease →
- * {stream, sparseloco} → {plan, slot, heartbeat} → {data, client, stop, trainer}.
+ * trainer.c the network-free inner loop; opts.h the flags' values.
+ *
+ * Layers, lowest first: a module includes and calls only modules on its own line or below.
+ * These "layer N:" lines are the one list of worker/'s modules; tests/arch/layers.py checks
+ * the includes against them.
+ *   layer 0: opts trainer
+ *   layer 1: data client stop
+ *   layer 2: plan slot heartbeat
+ *   layer 3: stream sparseloco
+ *   layer 4: lease
+ *   layer 5: worker
+ *   layer 6: main
  *
  * Ownership: worker_run owns everything it creates and frees it before returning.
  * Thread-safety: worker_run drives one worker on the calling thread (plus the heartbeat

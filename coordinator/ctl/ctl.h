@@ -24,7 +24,9 @@
  *     export.c    job export
  *     fleet.c     workers, paths, modules, status
  *     admin_stub.c  the ctl_admin of a build without gRPC: says what is missing
- * The offline and admin halves never call each other; both call only ctl.c.
+ * The offline and admin halves never call each other; what both use is ctl.c. Besides it,
+ * the offline tools call dipaco_dir.c (the DiPaCo commands), and the admin commands call
+ * conn.c, view.c and the core library's job specs (coordinator/jobspec.h).
  * Thread-safety: none needed (a single-threaded command-line program). */
 #ifndef DPC_CTL_H
 #define DPC_CTL_H
@@ -32,7 +34,6 @@
 #include "common/args.h"
 #include "common/clock.h"
 #include "common/errors.h"
-#include "kernels/gpt.h"
 
 #include <stdio.h>
 
@@ -59,17 +60,6 @@ int ctl_generate(int argc, char **argv);
 int ctl_route(int argc, char **argv); /* argv[0] is "fit" or "assign" */
 int ctl_eval_dipaco(int argc, char **argv); /* `eval` with --dipaco DIR */
 int ctl_route_discriminative(int argc, char **argv); /* `route fit` with --discriminative */
-
-/* A DiPaCo model directory loaded for generation (dipaco_eval.c): every path's model (batch 1,
- * n_positions) and the router with its feature model. ctl_dipaco_route gives the path of a
- * context from its first min(n, prefix) tokens (or a negative DPC_E* code). */
-typedef struct ctl_dipaco ctl_dipaco;
-int ctl_dipaco_open(const char *dir, const gpt_backend_opts *bo, ctl_dipaco **out);
-void ctl_dipaco_close(ctl_dipaco *g);
-const gpt_config *ctl_dipaco_config(const ctl_dipaco *g);
-int ctl_dipaco_prefix(const ctl_dipaco *g);
-gpt_model *ctl_dipaco_model(ctl_dipaco *g, int path);
-int ctl_dipaco_route(ctl_dipaco *g, const int *tokens, int n);
 
 /* Admin commands over gRPC (argv[0] is the command word: "job", "workers", ...). A build
  * without gRPC supplies a ctl_admin that explains what is missing (admin_stub.c). */

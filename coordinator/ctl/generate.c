@@ -7,8 +7,10 @@
 #include "common/errors.h"
 #include "common/tokenizer.h"
 #include "coordinator/ctl/ctl.h"
+#include "coordinator/ctl/dipaco_dir.h"
 #include "kernels/gpt.h"
 #include "kernels/modeldir.h"
+#include "kernels/router.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -51,6 +53,58 @@ static int sample(const float *logits, int V, float temp, int top_k, uint64_t *r
   return c[k - 1].id;
 }
 
+/* A DiPaCo model directory loaded for generation: every path's model (batch 1, n_positions)
+ * and the router with its feature model. */
+typedef struct {
+  dipaco_dir d;
+  gpt_model *base;  /* feature model, B = 1, T = prefix */
+  gpt_model **path; /* path models, B = 1, T = n_positions */
+  float *feat;
+} gen_dipaco;
+
+static void gen_dipaco_close(gen_dipaco *g) {
+  if (!g) return;
+  for (int p = 0; g->path && p < g->d.n_paths; p++) gpt_free(g->path[p]);
+  free(g->path);
+  gpt_free(g->base);
+  free(g->feat);
+  dipaco_dir_free(&g->d);
+  free(g);
+}
+
+static int gen_dipaco_open(const char *dir, const gpt_backend_opts *bo, gen_dipaco **out) {
+  *out = NULL;
+  gen_dipaco *g = calloc(1, sizeof *g);
+  if (!g) return dpc_err(DPC_ENOMEM, "out of memory");
+  int rc = dipaco_dir_load(dir, &g->d);
+  static gpt_layout blay, lay;
+  if (!rc) rc = gpt_layout_build(&g->d.base_cfg, &blay);
+  if (!rc) rc = gpt_layout_build(&g->d.cfg, &lay);
+  if (!rc) rc = gpt_create(&g->base, &g->d.base_cfg, bo, 1, g->d.r.prefix);
+  if (!rc) rc = gpt_set_params(g->base, g->d.base, 0, blay.n_params);
+  if (!rc && !(g->path = calloc((size_t)g->d.n_paths, sizeof *g->path))) rc = dpc_err(DPC_ENOMEM, "out of memory");
+  if (!rc && !(g->feat = malloc((size_t)g->d.base_cfg.n_embd * sizeof *g->feat)))
+    rc = dpc_err(DPC_ENOMEM, "out of memory");
+  for (int p = 0; !rc && p < g->d.n_paths; p++) {
+    rc = gpt_create(&g->path[p], &g->d.cfg, bo, 1, g->d.cfg.n_positions);
+    if (!rc) rc = gpt_set_params(g->path[p], g->d.path[p], 0, lay.n_params);
+  }
+  if (rc) {
+    gen_dipaco_close(g);
+    return rc;
+  }
+  *out = g;
+  return 0;
+}
+
+/* The path of a context from its first min(n, prefix) tokens, or a negative DPC_E* code. */
+static int gen_dipaco_route(gen_dipaco *g, const int *tokens, int n) {
+  if (n < 1) return dpc_err(DPC_EINVAL, "routing needs at least one token");
+  if (n > g->d.r.prefix) n = g->d.r.prefix;
+  int rc = router_features(g->base, tokens, 1, n, n, g->feat, NULL, NULL);
+  return rc ? rc : router_route(&g->d.r, g->feat, NULL);
+}
+
 /* The flags of `generate`. */
 typedef struct {
   const char *model_dir, *dipaco_dir, *tokname, *vocab_dir, *prompt, *backend, *precision;
@@ -61,7 +115,7 @@ typedef struct {
 
 /* Extends ctx[0..n) by o->ntok sampled tokens (ctx holds n + ntok), printing each one; the
  * model sees at most its last n_positions tokens. Returns 0 or a DPC_E* code. */
-static int sample_tokens(const gen_opts *o, gpt_model *model, ctl_dipaco *dp, const gpt_config *cfg,
+static int sample_tokens(const gen_opts *o, gpt_model *model, gen_dipaco *dp, const gpt_config *cfg,
                          dpc_tokenizer *tok, int *ctx, size_t n, float *logits, cand *cands) {
   const int maxT = cfg->n_positions, V = cfg->vocab_size;
   uint64_t rng = (uint64_t)o->seed;
@@ -69,13 +123,13 @@ static int sample_tokens(const gen_opts *o, gpt_model *model, ctl_dipaco *dp, co
   for (int k = 0; k < o->ntok; k++) {
     if (dp && (k == 0 || (o->reroute > 0 && k % o->reroute == 0))) {
       /* The prompt's first prefix tokens, then the last prefix tokens of the context. */
-      int m = ctl_dipaco_prefix(dp);
+      int m = dp->d.r.prefix;
       size_t from = k == 0 ? 0 : (n > (size_t)m ? n - (size_t)m : 0);
-      int p = ctl_dipaco_route(dp, ctx + from, (int)(n - from < (size_t)m ? n - from : (size_t)m));
+      int p = gen_dipaco_route(dp, ctx + from, (int)(n - from < (size_t)m ? n - from : (size_t)m));
       if (p < 0) return p;
       if (p != path) fprintf(stderr, "%sgenerate --dipaco: %s path %d\n", k ? "\n" : "", k ? "re-routed to" : "routed to", p);
       path = p;
-      model = ctl_dipaco_model(dp, path);
+      model = dp->path[path];
     }
     size_t start = n > (size_t)maxT ? n - (size_t)maxT : 0;
     int t = (int)(n - start);
@@ -96,7 +150,7 @@ static int generate(const gen_opts *o) {
   int status = 1, rc;
   dpc_tokenizer *tok = NULL;
   gpt_model *model = NULL;
-  ctl_dipaco *dp = NULL;
+  gen_dipaco *dp = NULL;
   float *params = NULL, *logits = NULL;
   int *ids = NULL, *ctx = NULL;
   cand *cands = NULL;
@@ -111,11 +165,11 @@ static int generate(const gen_opts *o) {
   }
   if (rc || gpt_backend_parse(o->backend, &bo.kind) || gpt_precision_parse(o->precision, &bo.precision) ||
       (o->model_dir && modeldir_load(o->model_dir, &cfg, &params)) ||
-      (o->dipaco_dir && ctl_dipaco_open(o->dipaco_dir, &bo, &dp))) {
+      (o->dipaco_dir && gen_dipaco_open(o->dipaco_dir, &bo, &dp))) {
     CTL_FAIL("generate");
     goto done;
   }
-  if (dp) cfg = *ctl_dipaco_config(dp);
+  if (dp) cfg = dp->d.cfg;
   if (tok_vocab_size(tok) > cfg.vocab_size) {
     fprintf(stderr, "dipacoctl generate: tokenizer vocab %d exceeds the model's vocab_size %d\n", tok_vocab_size(tok),
             cfg.vocab_size);
@@ -152,7 +206,7 @@ static int generate(const gen_opts *o) {
   status = 0;
 done:
   gpt_free(model);
-  ctl_dipaco_close(dp);
+  gen_dipaco_close(dp);
   tok_free(tok);
   free(params);
   free(ids);

@@ -1,7 +1,7 @@
-/* route.c — dipacoctl's DiPaCo routing tools (DESIGN.md §3 "DiPaCo routing"):
+/* route.c — dipacoctl's DiPaCo routing tools (docs/design.md §3 "DiPaCo routing"):
  *   route fit    features of every sequence under a base model, k-means or product k-means,
  *                a router directory (kernels/router.h) holding a copy of the base model;
- *                (--discriminative: dipaco_eval.c);
+ *                (--discriminative: route_discriminative.c);
  *   route assign every sequence to its path (or two paths with --top 2), written as llm.c
  *                shards OUT/path_<p>/train_000.bin in the original order, a manifest, and
  *                the job spec's data.paths value on stdout.

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""layers.py — checks that the tree keeps its architecture (README "Architecture").
+"""layers.py — checks that the tree keeps its architecture (the layer maps in
+coordinator/coord.h and worker/worker.h, and the rooms below).
 
 Two checks, each a ctest:
   layers.py src ROOT
-      Reads every `#include "..."` of the project's C/CUDA sources and fails on
-      (1) an include from a lower room into a higher one (the ROOMS table below), and
+      Reads the maps from the headers and every `#include "..."` of the project's C/CUDA
+      sources, and fails on
+      (0) a module of coordinator/ or worker/ missing from its folder's map, or a map entry
+          that names no file,
+      (1) an include from a lower room into a higher one (rooms_and_layers below), or from a
+          lower layer of a daemon's map into a higher one, and
       (2) an include cycle between modules (x.c, x.h and x.cu are one module), which is how two
           files that call each other show up once every module declares its functions in its
           own header.
@@ -13,7 +18,8 @@ Two checks, each a ctest:
       modules of one target call each other, directly or around a longer circle: calls must go
       one way (a lower module that must reach up takes a callback).
   layers.py self-test
-      Proves both checks fail on a planted upward include, an include circle and a call circle.
+      Proves both checks fail on a planted upward include, an include circle, a call circle and
+      a module missing from its map.
 """
 import os
 import re
@@ -21,16 +27,52 @@ import subprocess
 import sys
 import tempfile
 
-# Rooms, first match wins: (name, path regex relative to the root).
-ROOMS = [
-    ("proto", r"^proto/"),
-    ("common", r"^common/"),
-    ("kernels", r"^kernels/"),
-    ("worker", r"^worker/"),
-    ("ctl", r"^coordinator/ctl/"),
-    ("coord-core", r"^coordinator/(jobspec(_[a-z]+)?|blobs|outerio|screen|testhook|store[^/]*)\.[ch]$"),
-    ("coordinator", r"^coordinator/"),
-]
+# The two daemons' maps live in their folders' headers, nowhere else: comment lines
+# "core: a b store*" (coordinator/ only: the core library dpc_coord, which coordinator.cmake
+# builds from the same line) and "layer N: a b" list every module of the folder (x.c with its
+# x.h; a trailing * is a glob). Inside a folder a module may include modules of its own layer
+# or lower ones, never a higher one; a new file must be given its layer there.
+MAP_HEADERS = {"coordinator": "coordinator/coord.h", "worker": "worker/worker.h"}
+MAP_LINE = re.compile(r"^ \*   (core|layer (\d+)): ((?:[A-Za-z_][A-Za-z0-9_]*\*? ?)+)$")
+
+
+def read_map(root, folder):
+    """[(name pattern, layer)] from the folder's map header, layer None for the core library."""
+    path = os.path.join(root, MAP_HEADERS[folder])
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = MAP_LINE.match(line.rstrip("\n"))
+            if m:
+                layer = None if m.group(1) == "core" else int(m.group(2))
+                out += [(name, layer) for name in m.group(3).split()]
+    if not out:
+        raise SystemExit(f"layers: {MAP_HEADERS[folder]} has no ' *   layer N: ...' map lines")
+    return out
+
+
+def name_rx(name):
+    return re.escape(name.rstrip("*")) + ("[^/]*" if name.endswith("*") else "")
+
+
+def rooms_and_layers(root):
+    """Rooms (first match wins: (name, path regex relative to the root)) and each daemon
+    folder's {module: layer}, both from the map headers."""
+    maps = {folder: read_map(root, folder) for folder in MAP_HEADERS}
+    core = "|".join(name_rx(n) for n, layer in maps["coordinator"] if layer is None)
+    rooms = [
+        ("proto", r"^proto/"),
+        ("common", r"^common/"),
+        ("kernels", r"^kernels/"),
+        ("worker", r"^worker/"),
+        ("ctl", r"^coordinator/ctl/"),
+        ("coord-core", rf"^coordinator/({core})\.[ch]$" if core else r"^$"),
+        ("coordinator", r"^coordinator/"),
+    ]
+    layers = {folder: {n: layer for n, layer in m if layer is not None} for folder, m in maps.items()}
+    return rooms, layers, maps
+
+
 # What each room may include (itself always). The coordinator daemon and the CLI sit on the
 # coordinator's core library (job specs, SQLite store, blobs); the worker and the coordinator
 # never include each other; common/ depends on nothing above it.
@@ -43,36 +85,13 @@ MAY_INCLUDE = {
     "coordinator": {"coord-core", "kernels", "common", "proto"},
     "ctl": {"coord-core", "kernels", "common", "proto"},
 }
-# Inside the two daemons, the layers their maps describe (coordinator/coord.h, worker/worker.h):
-# a module may include modules of its own layer or lower ones, never a higher one. A new file
-# in either folder must be given its layer here (the check says so).
-SUBLAYERS = {
-    "coordinator": {
-        "coord": 0, "membudget": 0,
-        "loop": 1, "selfcheck": 1,
-        "jobs": 2, "pcache": 2,
-        "leases": 3, "rounds": 3,
-        "svc": 4, "svc_worker": 4, "svc_transfer": 4, "svc_pull": 4, "svc_inner": 4,
-        "admin_upload": 4, "admin_jobs": 4, "admin_fleet": 4, "metrics": 4, "statuspage": 4,
-        "main": 5,
-    },
-    "worker": {
-        "opts": 0, "trainer": 0,
-        "data": 1, "client": 1, "stop": 1,
-        "plan": 2, "slot": 2, "heartbeat": 2,
-        "stream": 3, "sparseloco": 3,
-        "lease": 4,
-        "worker": 5,
-        "main": 6,
-    },
-}
 SOURCE_DIRS = ["common", "kernels", "worker", "coordinator", "proto"]
 EXTS = (".c", ".h", ".cu", ".cuh")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
-def room_of(rel):
-    for name, rx in ROOMS:
+def room_of(rel, rooms):
+    for name, rx in rooms:
         if re.search(rx, rel):
             return name
     return None
@@ -139,25 +158,41 @@ def witness(graph, comp, why):
     return "\n".join(lines)
 
 
-def sublayer_problems(room, rel, line, inc):
-    layers = SUBLAYERS[room]
+def sublayer_problems(layers, room, rel, line, inc):
     a, b = os.path.basename(module_of(rel)), os.path.basename(module_of(inc))
     for name, path in ((a, rel), (b, inc)):
         if name not in layers:
-            return [f"{path}: module '{name}' has no layer in tests/arch/layers.py SUBLAYERS['{room}'] "
-                    f"(add it, and to the map in the folder's header)"]
+            return [f"{path}: module '{name}' has no layer in the map of {MAP_HEADERS[room]} (add it to a "
+                    f"' *   layer N:' line)"]
     if layers[b] > layers[a]:
         return [f"{rel}:{line}: upward include inside {room}/: '{a}' (layer {layers[a]}) includes "
                 f"\"{inc}\" (layer {layers[b]})"]
     return []
 
 
-def check_src(root):
+def map_problems(root, files, maps):
+    """Every module directly in a mapped folder is on its map, and every map entry names a file."""
     errors = []
-    graph, edges = {}, {}
+    for folder, entries in maps.items():
+        mods = sorted({os.path.basename(module_of(f)) for f in files if os.path.dirname(f) == folder})
+        rxs = [(n, re.compile(name_rx(n) + "$")) for n, _ in entries]
+        for m in mods:
+            if not any(rx.match(m) for _, rx in rxs):
+                errors.append(f"{folder}/{m}: module not on the map in {MAP_HEADERS[folder]} (add it to a "
+                              f"' *   layer N:' line{' or the core line' if folder == 'coordinator' else ''})")
+        for n, rx in rxs:
+            if not any(rx.match(m) for m in mods):
+                errors.append(f"{MAP_HEADERS[folder]}: map names '{n}', which is no module of {folder}/")
+    return errors
+
+
+def check_src(root):
+    rooms, layers, maps = rooms_and_layers(root)
     files = sources(root)
+    errors = map_problems(root, files, maps)
+    graph, edges = {}, {}
     for rel in files:
-        room = room_of(rel)
+        room = room_of(rel, rooms)
         if room is None:
             continue
         with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
@@ -168,7 +203,7 @@ def check_src(root):
             if inc.startswith("proto/") and inc.endswith(".pb-c.h"):
                 target_room = "proto"  # generated into the build tree
             elif os.path.exists(os.path.join(root, inc)):
-                target_room = room_of(inc)
+                target_room = room_of(inc, rooms)
             else:
                 errors.append(f"{rel}:{line}: includes \"{inc}\", which is not a path from the root")
                 continue
@@ -177,8 +212,8 @@ def check_src(root):
             if target_room != room and target_room not in MAY_INCLUDE[room]:
                 errors.append(f"{rel}:{line}: upward include: room '{room}' includes \"{inc}\" of room "
                               f"'{target_room}' (allowed: {', '.join(sorted(MAY_INCLUDE[room])) or 'nothing'})")
-            elif target_room == room and room in SUBLAYERS:
-                errors.extend(sublayer_problems(room, rel, line, inc))
+            elif target_room == room and room in layers:
+                errors.extend(sublayer_problems(layers[room], room, rel, line, inc))
             a, b = module_of(rel), module_of(inc)
             if a != b:
                 graph.setdefault(a, set()).add(b)
@@ -249,6 +284,11 @@ def self_test():
             os.makedirs(os.path.dirname(p), exist_ok=True)
             with open(p, "w") as f:
                 f.write(text)
+        write("coordinator/coord.h", "/* map\n *   core: jobspec\n *   layer 0: coord x y\n"
+                                     " *   layer 1: loop\n *   layer 3: rounds\n */\n")
+        for m in ("jobspec", "y", "loop", "rounds"):  # every module the map names
+            write(f"coordinator/{m}.h", "#pragma once\n")
+        write("worker/worker.h", "/* map\n *   layer 0: worker\n */\n")
         write("common/a.h", "#pragma once\n")
         write("kernels/k.h", '#include "common/a.h"\n')
         write("coordinator/x.h", '#include "kernels/k.h"\n')
@@ -280,6 +320,17 @@ def self_test():
         if not any("room 'ctl'" in e for e in errs):
             print("self-test: the CLI including the daemon was not caught:", errs)
             failures += 1
+        write("coordinator/z.c", '#include "coordinator/x.h"\n')
+        errs, _ = check_src(t)
+        if not any("coordinator/z: module not on the map" in e for e in errs):
+            print("self-test: coordinator/z.c, on no line of coord.h's map, was not caught:", errs)
+            failures += 1
+        os.remove(os.path.join(t, "coordinator/z.c"))
+        os.remove(os.path.join(t, "coordinator/rounds.h"))
+        errs, _ = check_src(t)
+        if not any("map names 'rounds'" in e for e in errs):
+            print("self-test: coord.h's map naming a module that is gone was not caught:", errs)
+            failures += 1
         # A call circle through object files (only when a C compiler is at hand).
         cc = os.environ.get("CC", "cc")
         srcs = {"a": "int b(void); int a(void) { return b(); }\n",
@@ -298,7 +349,8 @@ def self_test():
         if errs:
             print("self-test: one-way calls a -> b were refused:", errs)
             failures += 1
-    print("self-test:", "FAILED" if failures else "ok (upward include, include circle, CLI→daemon, call circle caught)")
+    print("self-test:", "FAILED" if failures else "ok (upward include, include circle, CLI→daemon, call circle, "
+          "module off the map, stale map entry caught)")
     return 1 if failures else 0
 
 

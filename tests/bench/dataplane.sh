@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dataplane.sh — the coordinator's data plane at a real model size (issue 15), measured against
+# dataplane.sh — the coordinator's data plane at a real model size, measured against
 # peers in the same run and reported as ratios:
 #   RSS/model       the coordinator's peak RSS (VmHWM) over the model's fp32 bytes
 #   outer/pass      median outer step (from its log: read R deltas, sum, Nesterov, write and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/bench/goodput.sh — goodput under preemption (issue 23), tried as a user would, on the
+# tests/bench/goodput.sh — goodput under preemption, tried as a user would, on the
 # daemons' default flags: a sync DiLoCo job, R = 4 slots served by 5 workers (scenario
 # "spare") or by 4 (scenario "nospare"), a tiny GPT-2, ROUNDS rounds of H inner steps; every
 # ~MEAN_STOP_S seconds (exponential, seeded: the same schedule for every mode and stop kind of a

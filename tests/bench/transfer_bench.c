@@ -203,7 +203,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: transfer_bench [MiB 1..4096] [runs] [nomallopt]\n");
     return 2;
   }
-  if (use_mallopt) rpc_tune_malloc(); /* GRPC.md pitfall 2 */
+  if (use_mallopt) rpc_tune_malloc(); /* keep multi-MB buffers in the heap */
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGPIPE);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# chaos.sh COORDINATOR WORKER DIPACOCTL [--long] — the reliability test of record (DESIGN.md
-# §5, issue 4 item 4). A tiny sync DiLoCo job (R=3 replicas, 4 workers, inner.state
+# chaos.sh COORDINATOR WORKER DIPACOCTL [--long] — the reliability test of record (docs/design.md
+# §5). A tiny sync DiLoCo job (R=3 replicas, 4 workers, inner.state
 # "checkpoint", CPU backend, one thread per worker) runs fault-free and is exported; then the
 # same job runs again while a driver SIGKILLs random workers (>= 20 times) and the coordinator
 # (>= 5 times) at random moments, restarting each at once (workers under the same name, a new

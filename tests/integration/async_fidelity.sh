@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # async_fidelity.sh DIPACOCTL DIPACO_COORDINATOR DIPACO_WORKER — asynchronous Local-SGD has no
-# self-inflicted staleness (issue 11, DESIGN.md §3: a lease includes every acknowledged delta):
+# self-inflicted staleness (docs/design.md §3: a lease includes every acknowledged delta):
 #  1. one worker, diloco-async with delayed Nesterov N = 1, c = 0, equals the sync Nesterov
 #     DiLoCo job with the same spec (R = 1): exported parameters within 1e-6 (max |a − b| over
 #     max |b|, per tensor), and the async ledger shows staleness 0 for every delta;

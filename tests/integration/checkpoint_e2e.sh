@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# checkpoint_e2e.sh COORDINATOR WORKER DIPACOCTL — inner.state "checkpoint" (issue 4 item 3):
+# checkpoint_e2e.sh COORDINATOR WORKER DIPACOCTL — inner.state "checkpoint":
 # a tiny sync DiLoCo job (R=2, H=3, 6 rounds) whose workers are BOTH swapped after round 0
 # (SIGTERM w1, w2: they release their leases and exit 0; fresh w3, w4 take the slots and pull
 # the slots' AdamW state with PullInnerState) must export parameters byte-identical to the same

@@ -2,7 +2,7 @@
 """codec_push.py — quantized deltas in PushDelta (job spec streaming.codec / block_floats) on a
 real dipaco-coordinator, driven by python grpcio playing the workers of sync DiLoCo jobs
 (streaming.fragments 1, overlap_steps 0, alpha 0: plain sync DiLoCo, R = 2). The encoders and
-decoders below are numpy, written from notes/codec_spec.md (fp32 arithmetic).
+decoders below are numpy, written from docs/design.md §3 (fp32 arithmetic).
 
   * e3m0 job (block_floats 256, a model whose one fragment has an odd length, so the last
     block pads a nibble): the lease names the codec and block size. Refused with
@@ -38,7 +38,7 @@ LR, MU = 0.7, 0.9
 BLOCK = 256
 
 
-# ---- numpy codecs from notes/codec_spec.md --------------------------------------------------------
+# ---- numpy codecs from docs/design.md §3 --------------------------------------------------------
 def encode(np, codec, x, bf=BLOCK):
     """(stream bytes, decoded float32) of x under int8 or e3m0 with bf floats per block."""
     F = np.float32

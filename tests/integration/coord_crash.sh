@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # coord_crash.sh COORDINATOR WORKER DIPACOCTL POINT[:NTH] [async] — kill -9 of the coordinator
-# at a named point (issue 4 item 2). A tiny sync DiLoCo job (R=2, H=3, 5 rounds, inner.state
+# at a named point. A tiny sync DiLoCo job (R=2, H=3, 5 rounds, inner.state
 # checkpoint, CPU, one thread per worker) runs once fault-free; then again with the
 # coordinator's test hook armed (DIPACO_TEST_STOP_AT=POINT[:NTH], coordinator/testhook.h):
 # when the daemon reaches the point it logs "test hook: stopped at" and SIGSTOPs itself, the

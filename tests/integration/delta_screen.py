@@ -18,8 +18,8 @@ k = 4):
     median; a smaller one (e.g. a preempted worker's partial work) passes;
   * a spec with outer.delta_norm_screen = 1 is refused with INVALID_ARGUMENT naming the field;
   * with no delta_norm_screen in the spec, the AdamW bound still refuses a finite poison
-    (3.4e38 everywhere; issue 13), and the same lease's normal delta is accepted after it;
-  * two PushDelta streams of one lease at once with different data (issue 13): one stream per
+    (3.4e38 everywhere), and the same lease's normal delta is accepted after it;
+  * two PushDelta streams of one lease at once with different data: one stream per
     lease writes at a time, so the second gets UNAVAILABLE ("one at a time") while the first
     writes; the first is acknowledged, other data after it gets ALREADY_EXISTS, and the outer
     step applies the acknowledged delta (no other file of the lease is left).
@@ -220,7 +220,7 @@ def body(grpc, np, pb, coord_bin, d, state, log):
     # After the first is answered, another stream with other data gets ALREADY_EXISTS.
     c2, m2 = push(mds[2], La, B)
     check(c2 == grpc.StatusCode.ALREADY_EXISTS, f"race: other data after the ack → ALREADY_EXISTS ({c2}: {m2})")
-    # The AdamW bound is on without outer.delta_norm_screen (issue 13): a finite poison
+    # The AdamW bound is on without outer.delta_norm_screen: a finite poison
     # (3.4e38 everywhere) is refused before it is stored; the same lease then pushes normally.
     poison = np.full(n, 3.4e38, dtype=np.float32)
     ok, detail = refused(push(mds[3], Lc, poison))

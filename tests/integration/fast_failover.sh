@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fast_failover.sh COORDINATOR WORKER DIPACOCTL — issue 23 item 1: a worker SIGKILLed while it
+# fast_failover.sh COORDINATOR WORKER DIPACOCTL — a worker SIGKILLed while it
 # holds a lease loses it as soon as its connection closes (its Watch call ends without an
 # answer; revoked after --reconnect-grace-ms, 1 s by default), not after the lease TTL (30 s
 # here), and the idle spare worker gets the slot at once; a worker that stops answering with

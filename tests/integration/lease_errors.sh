@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # lease_errors.sh COORDINATOR WORKER DIPACOCTL — a job its workers cannot run stops being handed
-# out and says why (issue 13, finding 7): a job whose data.train matches no file on the workers
+# out and says why: a job whose data.train matches no file on the workers
 # made them take a lease and give it back (RELEASE_ERROR) every few seconds, forever, with the
 # job RUNNING. Now, after 6 such leases in a row, the job is PAUSED with the worker's reason in
 # `job show`; once the data is there, `job resume` runs it to the end.

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """ledger_check.py — after a sync DiLoCo job that lived through crashes, check the
-coordinator's durable record (issue 4: no lost or doubled delta, nothing half written).
+coordinator's durable record (no lost or doubled delta, nothing half written).
 
 usage: ledger_check.py [--async] LEDGER_JSON STATE_DIR JOB ROUNDS REPLICAS [WORKER_LOG...]
 

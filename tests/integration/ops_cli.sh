@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ops_cli.sh COORDINATOR WORKER DIPACOCTL — issue 17 item 4: dipacoctl's live views of a real
+# ops_cli.sh COORDINATOR WORKER DIPACOCTL — dipacoctl's live views of a real
 # job. `job watch` prints plain lines when stdout is not a terminal (rounds only move forward,
 # the last line is DONE 12/12) and redraws one screen on a terminal (a pty from Debian
 # bsdutils' `script`): round bar, loss sparkline, tokens/s, bytes, ETA, workers; it exits 3 at

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ops_prometheus.sh COORDINATOR WORKER DIPACOCTL — issue 17 items 1 and 2, against the real
+# ops_prometheus.sh COORDINATOR WORKER DIPACOCTL — Prometheus metrics, against the real
 # programs (Debian `prometheus`, installed here when missing; skipped with the reason when it
 # cannot be): the coordinator's /metrics passes `promtool check metrics` while a sync and a
 # diloco-async job train; a real Prometheus scrapes it and its HTTP API shows the sync job's

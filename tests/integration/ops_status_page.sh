@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ops_status_page.sh COORDINATOR WORKER DIPACOCTL — issue 17 item 3: the coordinator's
+# ops_status_page.sh COORDINATOR WORKER DIPACOCTL — the coordinator's
 # read-only status page at / and /api/status while a job trains. /api/status agrees with
 # `dipacoctl job show` and lists the workers with their devices; the page is self-contained
 # (no script, no external asset, a refresh) and escapes what workers send (one registers with

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # outer_corrupt.sh COORDINATOR WORKER DIPACOCTL — a job whose outer step cannot succeed stops
-# retrying and says why (issue 13, finding 7): the coordinator is held (test hook) right after
+# retrying and says why: the coordinator is held (test hook) right after
 # round 0's last delta is acknowledged, one acknowledged delta blob is corrupted on disk, and
 # the coordinator resumes. The outer step fails on the blob's checksum, is tried again a few
 # times, then the job is PAUSED with a message naming the fragment, the round and the

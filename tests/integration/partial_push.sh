@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# partial_push.sh COORDINATOR WORKER DIPACOCTL — issue 23 item 3: in a sync DiLoCo job whose
+# partial_push.sh COORDINATOR WORKER DIPACOCTL — in a sync DiLoCo job whose
 # deltas are weighted by tokens ("weighting": "tokens", "quorum": 0.5), a worker that gets
 # SIGTERM mid-round pushes the delta of the K inner steps it trained (0 < K < H) and exits 0;
 # round 0 merges it beside the other slot's whole round (two deltas, nothing missed), and

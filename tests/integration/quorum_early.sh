@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# quorum_early.sh COORDINATOR WORKER DIPACOCTL — issue 23: what a quorum round does about the
+# quorum_early.sh COORDINATOR WORKER DIPACOCTL — what a quorum round does about the
 # slots it closes without, and about slots that cannot deliver.
 #  1. A worker cut off by the grace window stops at once: job "cut" (R = 2, quorum 0.5,
 #     quorum_grace_s 1) has a fast worker (50 ms steps) and a slow one (1500 ms steps, H = 5:

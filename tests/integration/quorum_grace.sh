@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# quorum_grace.sh COORDINATOR WORKER DIPACOCTL — issue 23 item 2: a sync job with "quorum": 0.5
+# quorum_grace.sh COORDINATOR WORKER DIPACOCTL — a sync job with "quorum": 0.5
 # and "quorum_grace_s": 1 (round_timeout_s 120: the hard cap, never reached here) closes round
 # 0 about 1 s after its first delta while the other worker of two is stalled (SIGSTOP), not
 # at the deadline; the stalled worker's lease is revoked for the round (reason grace), and

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""resources_conn.py — issue 13, finding 1 (connection exhaustion), against a real
+"""resources_conn.py — connection exhaustion, against a real
 dipaco-coordinator and dipacoctl:
 
  - under an open-file limit of 64, idle TCP connections exhaust the coordinator's

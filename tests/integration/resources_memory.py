@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""resources_memory.py — issue 13, finding 8 (memory), against a real dipaco-coordinator over
+"""resources_memory.py — the coordinator's memory budget, against a real dipaco-coordinator over
 python grpcio: with --memory-budget-mb 64, CreateJob of a model whose estimated coordinator
 memory (~16M parameters: ~130 MiB) exceeds the budget is refused with RESOURCE_EXHAUSTED and a
 message naming the estimate and the budget, before anything is allocated or stored; a small

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""resources_workers.py — issue 13, finding 5 (unbounded growth), against a real
+"""resources_workers.py — no unbounded growth with many workers, against a real
 dipaco-coordinator over python grpcio, and dipacoctl:
 
  - 5000 workers registered through Register: ListWorkers answers in pages (500 by default,

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """async_replay.py — replays a diloco-async job's ledger through an independent reference of
-the async outer rules (DESIGN.md §3) and compares with the coordinator's parameters.
+the async outer rules (docs/design.md §3) and compares with the coordinator's parameters.
 
 The coordinator's ledger is its deltas table (state 'applied', ordered by applied_version:
 lease, slot, base version, version produced, blob). Starting from version 0's parameter blob,

@@ -5,7 +5,7 @@ bf16: test_codec --dump prints random fp32 patterns and the bf16 codes dipaco ma
 converts the same floats with .to(torch.bfloat16) (round to nearest even) and every code must
 match.
 
-int8, fp8 e4m3fn, e3m0 (notes/codec_spec.md): the reference below is written from the spec in
+int8, fp8 e4m3fn, e3m0 (docs/design.md §3): the reference below is written from the spec in
 numpy float32 arithmetic, without the C code's tricks: int8 rounds with np.rint, fp8 picks the
 nearest of the 127 finite positive e4m3fn values listed one by one (ties to the even code, which
 is the even mantissa), e3m0 takes the argmin of the distances to its 8 levels (ties to the

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""diloco_ref.py — PyTorch reference of synchronous DiLoCo (DESIGN.md §3), the oracle for
+"""diloco_ref.py — PyTorch reference of synchronous DiLoCo (docs/design.md §3), the oracle for
 dipaco's distributed and single-process DiLoCo tests.
 
 R replicas, each a torch GPT-2 (functional, from Hugging Face-named tensors in Conv1D layout)
@@ -51,7 +51,7 @@ def load_tokens(paths):
 
 
 def hidden(P, cfg, idx):
-    """ln_f output (B, T, C) of the GPT-2 of DESIGN.md §3 (also the DiPaCo routing feature)."""
+    """ln_f output (B, T, C) of the GPT-2 of docs/design.md §3 (also the DiPaCo routing feature)."""
     B, T = idx.shape
     C, NH, L = cfg["n_embd"], cfg["n_head"], cfg["n_layer"]
     x = P["wte.weight"][idx] + P["wpe.weight"][:T]
@@ -94,7 +94,7 @@ def make_adamw(P, inner):
 
 
 def batch_at(tokens, s, r, R, nb, B, T):
-    """Inputs and targets of batch s of replica r of R (DESIGN.md §3 data order)."""
+    """Inputs and targets of batch s of replica r of R (docs/design.md §3 data order)."""
     o = ((s * R + r) % nb) * B * T
     return tokens[o:o + B * T].view(B, T), tokens[o + 1:o + B * T + 1].view(B, T)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""dipaco_ref.py — PyTorch reference of synchronous DiPaCo with per-path data (DESIGN.md §3),
+"""dipaco_ref.py — PyTorch reference of synchronous DiPaCo with per-path data (docs/design.md §3),
 the oracle for the distributed DiPaCo test (tests/integration/dipaco_dist.sh).
 
 Levels cut the model into modules (level 0: the stem wte/wpe/ln_f plus layers [0, e0); level l:

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""formats_interop.py — PyTorch interop of dipaco's model directories (DESIGN.md §6).
+"""formats_interop.py — PyTorch interop of dipaco's model directories (docs/design.md §6).
 
 The python side reads and writes safetensors with its own struct+json code (no safetensors
 package), following the format spec, and knows the Hugging Face GPT-2 names and shapes on

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""gpt_oracle.py — the PyTorch reference for the GPT-2 of DESIGN.md §3.
+"""gpt_oracle.py — the PyTorch reference for the GPT-2 of docs/design.md §3.
 
 Used by tests/unit/test_cpu_oracle.c: the C test writes a case into a directory (config.txt,
 params.bin in the canonical flat layout of kernels/gpt.h, inputs.bin/targets.bin with one
@@ -76,7 +76,7 @@ def gpt_forward(P, idx, L, NH):
 
 
 def lr_at(lr, warmup, total, fmin, s):
-    """DESIGN.md §3 schedule, rounded like gpt_lr_at (float32 result)."""
+    """docs/design.md §3 schedule, rounded like gpt_lr_at (float32 result)."""
     if s < warmup:
         return float(np.float32(np.float32(lr) * np.float32(s + 1) / np.float32(warmup)))
     p = (s - warmup) / (total - warmup) if total > warmup else 1.0

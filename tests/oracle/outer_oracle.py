@@ -5,7 +5,7 @@
    outer_nesterov_step vs torch.optim.SGD(momentum=0.9, nesterov=True, lr=0.7) with
    p.grad = the weighted average (and nesterov=False), <= 1e-6 relative.
 2. Delayed Nesterov with N=1 (c=0) is bit-identical to plain Nesterov applied per delta.
-3. Delayed Nesterov with N=4, c=0.1 and c=0 vs a direct transcription of DESIGN.md §3's async
+3. Delayed Nesterov with N=4, c=0.1 and c=0 vs a direct transcription of docs/design.md §3's async
    rule in float32 torch ops, on a recorded (fixed, seeded) sequence of deltas.
 4. c = 1/N spreads the momentum evenly: every application (not only every N-th) moves θ by
    ε·β·m/N + ε·g/N, with m the momentum after the last update; and over each window of N
@@ -105,9 +105,9 @@ for t in range(ND):
     worst = max(worst, rel_err(nes[t * LEN:(t + 1) * LEN], p.detach().numpy()))
 check("async Nesterov per delta vs torch SGD", worst <= 1e-6, f"rel err {worst:.3g}")
 
-# ---- 3. delayed Nesterov, N=4, vs DESIGN.md §3 transcription on a recorded delta sequence ------
+# ---- 3. delayed Nesterov, N=4, vs docs/design.md §3 transcription on a recorded delta sequence ------
 def dn_reference(theta0, gs, N, c, eps, beta):
-    """DESIGN.md §3 async rule, float32 torch ops; returns θ after each delta and the final m."""
+    """docs/design.md §3 async rule, float32 torch ops; returns θ after each delta and the final m."""
     theta = torch.from_numpy(theta0.copy())
     dbuf = torch.zeros(theta.numel())
     m = torch.zeros(theta.numel())
@@ -137,7 +137,7 @@ for c in (0.1, 0.0):
     ours = run(["dn", LEN, ND, N, c, eps, beta], theta0.tobytes() + gs.tobytes(), (ND + 1) * LEN)
     thetas, ms = dn_reference(theta0, gs, N, c, eps, beta)
     worst = max(rel_err(ours[t * LEN:(t + 1) * LEN], thetas[t]) for t in range(ND))
-    check(f"delayed Nesterov N={N} c={c} vs DESIGN.md transcription over {ND} deltas", worst <= 1e-6,
+    check(f"delayed Nesterov N={N} c={c} vs docs/design.md transcription over {ND} deltas", worst <= 1e-6,
           f"rel err {worst:.3g}")
     e = rel_err(ours[ND * LEN:], ms[-1])
     check(f"delayed Nesterov N={N} c={c}: momentum m", e <= 1e-6, f"rel err {e:.3g}")

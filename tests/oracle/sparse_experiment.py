@@ -2,7 +2,7 @@
 """sparse_experiment.py — final held-out loss of a tiny GPT-2 under DiLoCo fp32 (Nesterov) and
 SparseLoCo (sparse_ref.py: chunked top-k of an error-feedback buffer, 2-bit values, plain SGD
 outer step) over a grid of density, outer lr alpha and ef_beta, plus top-k without error feedback;
-all from one init, one data order and the same inner steps (issue 21's study; table in SPARSE.md).
+all from one init, one data order and the same inner steps (the study whose table is in SPARSE.md).
 
 Byte tokens (vocab 256) of the State of the Union corpus (deploy/fetch_assets.sh puts it in
 tests/.cache/sotu): the files in name order, concatenated; the last --val-bytes are held out.

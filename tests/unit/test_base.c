@@ -10,7 +10,7 @@ int main(void) {
   CHECK(strcmp(dpc_strerror(12345), "unknown error") == 0);
   CHECK_EQ_INT(dpc_err(DPC_EIO, "x %d", 7), DPC_EIO);
   CHECK(strcmp(dpc_errmsg(), "x 7") == 0);
-  /* Wrapping the previous detail (issue 13): the message reads whole, not garbled. */
+  /* Wrapping the previous detail: the message reads whole, not garbled. */
   dpc_err(DPC_EINVAL, "n_embd %d must be divisible by n_head %d", 8, 3);
   CHECK_EQ_INT(dpc_err(DPC_EIO, "loading the model: %s", dpc_errmsg()), DPC_EIO);
   CHECK(strcmp(dpc_errmsg(), "loading the model: n_embd 8 must be divisible by n_head 3") == 0);

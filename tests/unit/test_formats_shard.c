@@ -1,5 +1,5 @@
 /* test_formats_shard.c — llm.c token shards (round trip, hostile files) and the dataset batch
- * order of DESIGN.md §3 checked by hand across shard boundaries. */
+ * order of docs/design.md §3 checked by hand across shard boundaries. */
 #include "common/dataset.h"
 #include "common/errors.h"
 #include "common/shard.h"

@@ -1,6 +1,6 @@
 /* test_outer.c — outer-optimizer kernels: hand-computed steps, a long-double reference for
  * the weighted average, argument and non-finite checks, and bit-identical results for any
- * thread count or chunking (the determinism DESIGN.md §5 relies on). The PyTorch comparison
+ * thread count or chunking (the determinism docs/design.md §5 relies on). The PyTorch comparison
  * lives in tests/oracle/outer_oracle.py. */
 #include "common/errors.h"
 #include "kernels/outer.h"

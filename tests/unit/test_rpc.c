@@ -659,7 +659,7 @@ static void run_suite(int dispatch_mode) {
 }
 
 int main(void) {
-  /* Block the signals before gRPC starts its threads (GRPC.md pitfall 7); SIGPIPE too. */
+  /* Block the signals before gRPC starts its threads (so that they inherit the mask); SIGPIPE too. */
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);

@@ -1,8 +1,8 @@
-/* test_screen.c — the delta norm screen (coordinator/screen.h): the median reference, the
+/* test_screen.c — the delta norm screen (coordinator/delta_screen.h): the median reference, the
  * bound k · median, the first delta of a fragment (no reference: passes), the ring keeping
  * only the last SCREEN_WINDOW norms, and the window reloaded from the store's recorded norms
  * (store_delta_norms) deciding like the one kept in memory. */
-#include "coordinator/screen.h"
+#include "coordinator/delta_screen.h"
 #include "coordinator/store.h"
 #include "test.h"
 

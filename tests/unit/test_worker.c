@@ -55,7 +55,7 @@ static gpt_config g_cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .n_positions
 static gpt_layout g_lay;
 static float *g_theta; /* (n_params) the parameters served, version 1 */
 
-/* Fragment f: id, level, module, module-relative offset, length, absolute offset. */
+/* Fragment f: id, level, module, offset_floats as sent (the whole layout's), length, place in the path buffer. */
 static uint64_t f_id[NFRAG] = {11, 12, 13}, f_mod[NFRAG] = {1, 2, 2};
 static uint32_t f_level[NFRAG] = {0, 1, 1};
 static uint64_t f_off[NFRAG], f_len[NFRAG], f_abs[NFRAG];
@@ -871,7 +871,7 @@ static void test_resolve_data(void) {
   CHECK_EQ_INT(worker_resolve_data(g_tmp, pp, 2, NULL, &p, &n), DPC_EINVAL);
   CHECK(strstr(dpc_errmsg(), "2 lists") != NULL);
   CHECK_EQ_INT(worker_resolve_data(g_tmp, "{\"data\":{\"paths\":[[]]}}", 0, NULL, &p, &n), DPC_EINVAL);
-  /* Containment by resolved path (issue 13): glob's ".?" matches "..", and a symlink may lead
+  /* Containment by resolved path: glob's ".?" matches "..", and a symlink may lead
    * anywhere; both are refused once resolved, naming where they lead. */
   char inner[300], link[320], out[300];
   snprintf(inner, sizeof inner, "%s/inner", g_tmp);
@@ -893,23 +893,22 @@ static void test_resolve_data(void) {
 
 static void test_place(void) {
   size_t abs[4];
-  /* Two levels, listed out of order; level 1 split in two. */
+  /* Two levels, listed out of order; level 1 split in two. offset_floats is an offset in the
+   * whole model's layout (proto/dipaco.proto). */
   uint32_t lv[3] = {1, 0, 1};
-  uint64_t mo[3] = {5, 1, 5}, of[3] = {40, 0, 0}, ln[3] = {60, 100, 40};
+  uint64_t mo[3] = {5, 1, 5}, of[3] = {140, 0, 100}, ln[3] = {60, 100, 40};
   CHECK_EQ_INT(worker_place_fragments(3, lv, mo, of, ln, 200, abs), 0);
   CHECK_EQ_INT(abs[0], 140);
   CHECK_EQ_INT(abs[1], 0);
   CHECK_EQ_INT(abs[2], 100);
-  /* Absolute offsets (coordinator/svc.c's reading) give the same placement. */
-  uint64_t of2[3] = {140, 0, 100};
-  size_t abs2[3] = {0};
-  CHECK_EQ_INT(worker_place_fragments(3, lv, mo, of2, ln, 200, abs2), 0);
-  CHECK(abs2[0] == 140 && abs2[1] == 0 && abs2[2] == 100);
-  /* Absolute offsets whose level order disagrees with the layout are refused. */
+  /* Offsets within each module (one reading only: these repeat 0 and leave a gap) are refused. */
+  uint64_t rel[3] = {40, 0, 0};
+  CHECK_EQ_INT(worker_place_fragments(3, lv, mo, rel, ln, 200, abs), DPC_EFORMAT);
+  /* Offsets whose level order disagrees with the layout are refused. */
   uint32_t lv5[3] = {0, 1, 1};
-  CHECK_EQ_INT(worker_place_fragments(3, lv5, mo, of2, ln, 200, abs2), DPC_EFORMAT);
-  /* A gap, a short cover, two modules on one level. */
-  uint64_t of3[3] = {41, 0, 0};
+  CHECK_EQ_INT(worker_place_fragments(3, lv5, mo, of, ln, 200, abs), DPC_EFORMAT);
+  /* A gap, a short cover, two modules on one level, no fragments. */
+  uint64_t of3[3] = {141, 0, 100};
   CHECK_EQ_INT(worker_place_fragments(3, lv, mo, of3, ln, 200, abs), DPC_EFORMAT);
   CHECK_EQ_INT(worker_place_fragments(3, lv, mo, of, ln, 201, abs), DPC_EFORMAT);
   uint64_t mo4[3] = {5, 1, 6};
@@ -966,8 +965,8 @@ int main(int argc, char **argv) {
   /* Level 0: stem + layer 0; level 1: layer 1 in two fragments. */
   size_t l1 = g_lay.layer_off[1], rest = g_lay.n_params - l1, half = rest / 2;
   f_off[0] = 0, f_len[0] = l1, f_abs[0] = 0;
-  f_off[1] = 0, f_len[1] = half, f_abs[1] = l1;
-  f_off[2] = half, f_len[2] = rest - half, f_abs[2] = l1 + half;
+  f_off[1] = l1, f_len[1] = half, f_abs[1] = l1;
+  f_off[2] = l1 + half, f_len[2] = rest - half, f_abs[2] = l1 + half;
 
   test_resolve_data();
   test_place();

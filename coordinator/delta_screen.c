@@ -1,6 +1,6 @@
-/* screen.c — the delta norm screen: a ring of recent accepted norms and its median (see
- * screen.h). */
-#include "coordinator/screen.h"
+/* delta_screen.c — the delta norm screen: a ring of recent accepted norms and its median (see
+ * delta_screen.h). */
+#include "coordinator/delta_screen.h"
 
 #include <math.h>
 #include <stdlib.h>

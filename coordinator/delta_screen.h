@@ -1,4 +1,4 @@
-/* screen.h — the delta norm screen (job spec "outer.delta_norm_screen" = k).
+/* delta_screen.h — the delta norm screen (job spec "outer.delta_norm_screen" = k).
  *
  * A delta whose L2 norm is more than k times the reference norm of its fragment is refused
  * before it is stored (a corrupt, diverged or hostile worker's delta must never reach the
@@ -15,8 +15,8 @@
  * way whether or not the coordinator restarted.
  *
  * Ownership: a screen_window is a plain value. Thread-safety: none (the loop thread owns it). */
-#ifndef DPC_SCREEN_H
-#define DPC_SCREEN_H
+#ifndef DPC_DELTA_SCREEN_H
+#define DPC_DELTA_SCREEN_H
 
 #include <stddef.h>
 
@@ -40,7 +40,7 @@ double screen_reference(const screen_window *w);
  * or +Inf when nothing is screened. */
 int screen_reject(const screen_window *w, double k, double norm, double *bound);
 
-/* The AdamW bound, always on (issue 13): no honest delta of `steps` AdamW steps over n
+/* The AdamW bound, always on: no honest delta of `steps` AdamW steps over n
  * parameters is larger. Per step AdamW moves a parameter by lr·(|m̂/(√v̂+ε)| + wd·|θ|), and
  * |m̂/√v̂| ≤ 1/√(1−β2); with a factor 10 of margin and |θ| ≤ 100, the delta's L2 norm is at most
  * steps·lr·(10/√(1−β2) + 100·wd)·√n. A SparseLoCo stream sends part of an error-feedback buffer
