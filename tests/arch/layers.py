@@ -8,7 +8,7 @@ Two checks, each a ctest:
       sources, and fails on
       (0) a module of coordinator/ or worker/ missing from its folder's map, or a map entry
           that names no file,
-      (1) an include from a lower room into a higher one (rooms_and_layers below), or from a
+      (1) an include from a lower room into a higher one (the room table of docs/design.md §7), or from a
           lower layer of a daemon's map into a higher one, and
       (2) an include cycle between modules (x.c, x.h and x.cu are one module), which is how two
           files that call each other show up once every module declares its functions in its
@@ -55,36 +55,53 @@ def name_rx(name):
     return re.escape(name.rstrip("*")) + ("[^/]*" if name.endswith("*") else "")
 
 
+# The rooms and what each may include live once, in the table of docs/design.md §7: one row per
+# room, first match wins, "| `room` | `path/` ... | `room`, `room` |"; the coordinator's core
+# library is the row whose files cell names the "core:" line of coordinator/coord.h's map.
+DESIGN = "docs/design.md"
+ROOM_ROW = re.compile(r"^\|\s*`([a-z-]+)`\s*\|([^|]*)\|([^|]*)\|\s*$")
+
+
+def read_rooms(root):
+    """[(room, path prefix, or None for the core library)] in table order, and
+    {room: rooms it may include}, from docs/design.md §7."""
+    rooms, may, in_layout = [], {}, False
+    with open(os.path.join(root, DESIGN), encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("## "):
+                in_layout = line.startswith("## 7.")
+            m = ROOM_ROW.match(line.strip()) if in_layout else None
+            if not m:
+                continue
+            name, files, allowed = m.group(1), m.group(2), m.group(3)
+            paths = re.findall(r"`([^`]+)`", files)
+            rooms.append((name, None if "core:" in files else (paths[0] if paths else "")))
+            may[name] = set(re.findall(r"`([a-z-]+)`", allowed))
+    if not rooms:
+        raise SystemExit(f"layers: {DESIGN} §7 has no room table (rows '| `room` | `path/` | `room`, ... |')")
+    for name, allowed in may.items():
+        unknown = allowed - set(may)
+        if unknown:
+            raise SystemExit(f"layers: {DESIGN} §7: room '{name}' may include unknown room(s) {sorted(unknown)}")
+    return rooms, may
+
+
 def rooms_and_layers(root):
-    """Rooms (first match wins: (name, path regex relative to the root)) and each daemon
-    folder's {module: layer}, both from the map headers."""
+    """Rooms (first match wins: (name, path regex relative to the root)) from docs/design.md §7,
+    each room's allowed includes, and each daemon folder's {module: layer} from the map headers."""
     maps = {folder: read_map(root, folder) for folder in MAP_HEADERS}
     core = "|".join(name_rx(n) for n, layer in maps["coordinator"] if layer is None)
-    rooms = [
-        ("proto", r"^proto/"),
-        ("common", r"^common/"),
-        ("kernels", r"^kernels/"),
-        ("worker", r"^worker/"),
-        ("ctl", r"^coordinator/ctl/"),
-        ("coord-core", rf"^coordinator/({core})\.[ch]$" if core else r"^$"),
-        ("coordinator", r"^coordinator/"),
-    ]
+    table, may = read_rooms(root)
+    rooms = []
+    for name, prefix in table:
+        if prefix is None:
+            rooms.append((name, rf"^coordinator/({core})\.[ch]$" if core else r"^$"))
+        else:
+            rooms.append((name, "^" + re.escape(prefix)))
     layers = {folder: {n: layer for n, layer in m if layer is not None} for folder, m in maps.items()}
-    return rooms, layers, maps
+    return rooms, may, layers, maps
 
 
-# What each room may include (itself always). The coordinator daemon and the CLI sit on the
-# coordinator's core library (job specs, SQLite store, blobs); the worker and the coordinator
-# never include each other; common/ depends on nothing above it.
-MAY_INCLUDE = {
-    "proto": set(),
-    "common": {"proto"},
-    "kernels": {"common", "proto"},
-    "worker": {"kernels", "common", "proto"},
-    "coord-core": {"kernels", "common", "proto"},
-    "coordinator": {"coord-core", "kernels", "common", "proto"},
-    "ctl": {"coord-core", "kernels", "common", "proto"},
-}
 SOURCE_DIRS = ["common", "kernels", "worker", "coordinator", "proto"]
 EXTS = (".c", ".h", ".cu", ".cuh")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -187,7 +204,7 @@ def map_problems(root, files, maps):
 
 
 def check_src(root):
-    rooms, layers, maps = rooms_and_layers(root)
+    rooms, may_include, layers, maps = rooms_and_layers(root)
     files = sources(root)
     errors = map_problems(root, files, maps)
     graph, edges = {}, {}
@@ -209,9 +226,9 @@ def check_src(root):
                 continue
             if target_room is None:
                 continue
-            if target_room != room and target_room not in MAY_INCLUDE[room]:
+            if target_room != room and target_room not in may_include[room]:
                 errors.append(f"{rel}:{line}: upward include: room '{room}' includes \"{inc}\" of room "
-                              f"'{target_room}' (allowed: {', '.join(sorted(MAY_INCLUDE[room])) or 'nothing'})")
+                              f"'{target_room}' (allowed: {', '.join(sorted(may_include[room])) or 'nothing'})")
             elif target_room == room and room in layers:
                 errors.extend(sublayer_problems(layers[room], room, rel, line, inc))
             a, b = module_of(rel), module_of(inc)
@@ -289,6 +306,9 @@ def self_test():
         for m in ("jobspec", "y", "loop", "rounds"):  # every module the map names
             write(f"coordinator/{m}.h", "#pragma once\n")
         write("worker/worker.h", "/* map\n *   layer 0: worker\n */\n")
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", DESIGN),
+                  encoding="utf-8") as f:
+            write(DESIGN, f.read())  # the real room table
         write("common/a.h", "#pragma once\n")
         write("kernels/k.h", '#include "common/a.h"\n')
         write("coordinator/x.h", '#include "kernels/k.h"\n')
