@@ -248,6 +248,21 @@ static void make_tables(const kcase *cs, float **cos_t, float **sin_t) {
   double *inv = xcalloc((size_t)H, sizeof(double));
   CHECK_EQ_INT(llamak_rope_inv_freq(inv, cs->D, &cs->rope), 0);
   compare_inv_freq(inv, H);
+  if (cs->rope.type == LLAMAK_ROPE_LLAMA3) { /* each case's frequencies fall in all three bands */
+    llamak_rope plain = cs->rope;
+    plain.type = LLAMAK_ROPE_DEFAULT;
+    double *f0 = xcalloc((size_t)H, sizeof(double));
+    CHECK_EQ_INT(llamak_rope_inv_freq(f0, cs->D, &plain), 0);
+    int kept = 0, divided = 0, between = 0;
+    for (int i = 0; i < H; i++) {
+      if (inv[i] == f0[i]) kept++;
+      else if (inv[i] == f0[i] / cs->rope.factor) divided++;
+      else between++;
+    }
+    fprintf(stderr, "  llama3 bands: %d kept, %d interpolated, %d divided by factor\n", kept, between, divided);
+    CHECK(kept > 0 && between > 0 && divided > 0);
+    free(f0);
+  }
   *cos_t = xcalloc((size_t)cs->T * H, sizeof(float));
   *sin_t = xcalloc((size_t)cs->T * H, sizeof(float));
   llamak_rope_table(*cos_t, *sin_t, inv, cs->T, cs->D);
@@ -475,8 +490,8 @@ static void check_accumulation_and_repeats(void) {
   free(g), free(u), free(dh), free(dg), free(du), free(g2), free(u2);
 
   /* RoPE backward undoes the forward (a rotation's transpose is its inverse). */
-  double inv[64];
-  float cos_t[7 * 4], sin_t[7 * 4];
+  double *inv = xcalloc((size_t)D / 2, sizeof(double));
+  float *cos_t = xcalloc((size_t)T * D / 2, sizeof(float)), *sin_t = xcalloc((size_t)T * D / 2, sizeof(float));
   CHECK_EQ_INT(llamak_rope_inv_freq(inv, D, &cs->rope), 0);
   llamak_rope_table(cos_t, sin_t, inv, T, D);
   float *q = randn(nq, 1.0f, 0.0f), *q2 = xcalloc(nq, sizeof(float));
@@ -508,7 +523,7 @@ static void check_accumulation_and_repeats(void) {
     CHECK_NEAR(dv[1][i], 2.0f * dv[0][i], 1e-5);
   }
   for (int r = 0; r < 2; r++) free(out[r]), free(att[r]), free(dq[r]), free(dk[r]), free(dv[r]);
-  free(scratch), free(q), free(q2), free(k), free(v), free(dout);
+  free(scratch), free(q), free(q2), free(k), free(v), free(dout), free(inv), free(cos_t), free(sin_t);
 }
 
 int main(int argc, char **argv) {
