@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """llama_ops_oracle.py — the PyTorch reference for the Llama-class leaf kernels
 (kernels/cpu/llama_kernels.h, docs/design.md §3.12), written from Hugging Face transformers'
-modeling_llama.py and modeling_rope_utils.py definitions (LlamaRMSNorm, the default and
-"llama3" inverse frequencies, LlamaRotaryEmbedding, rotate_half / apply_rotary_pos_emb,
+Llama definitions (LlamaRMSNorm, the default and "llama3" inverse frequencies of its rope
+utilities, LlamaRotaryEmbedding, rotate_half / apply_rotary_pos_emb,
 LlamaMLP's act_fn(gate) * up with SiLU, repeat_kv and the eager attention with a causal mask),
 in float64, with torch autograd for every backward. transformers itself is not needed.
 
