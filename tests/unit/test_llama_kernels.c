@@ -347,7 +347,7 @@ static void check_attention(const kcase *cs, const kinputs *in) {
 static void check_rope_attention(const kcase *cs, const kinputs *in, const float *cos_t, const float *sin_t) {
   const int T = cs->T, NH = cs->NH, NKV = cs->NKV, D = cs->D;
   const int QW = NH * D, KW = NKV * D, W = QW + 2 * KW + 3;
-  const size_t nq = (size_t)T * QW, nk = (size_t)T * KW;
+  const size_t nq = (size_t)T * QW;
   float *qkv = xcalloc((size_t)T * W, sizeof(float)), *dqkv = xcalloc((size_t)T * W, sizeof(float));
   float *out = xcalloc(nq, sizeof(float)), *att = xcalloc((size_t)NH * T * T, sizeof(float));
   float *scratch = xcalloc((size_t)T, sizeof(float)), *g = xcalloc(nq, sizeof(float));
@@ -380,7 +380,6 @@ static void check_rope_attention(const kcase *cs, const kinputs *in, const float
   }
   for (int t = 0; t < T; t++) /* the unused floats stay untouched */
     for (int i = QW + 2 * KW; i < W; i++) CHECK(dqkv[(size_t)t * W + i] == 0.0f);
-  (void)nk;
   free(qkv), free(dqkv), free(out), free(att), free(scratch), free(g);
 }
 
