@@ -8,11 +8,10 @@
 #  - a test that skipped (exit 77) fails the run unless tests/expected_skips.txt lists it.
 # The last line is "N passed, N failed" (unlisted skips count as failed).
 # Environment: BUILD_DIR (default build-test), DPC_PYTHON (the python3 with torch and grpcio the
-# tests use; default /usr/bin/python3, tests/CMakeLists.txt), ASAN_OPTIONS, UBSAN_OPTIONS.
+# tests use; its default is tests/CMakeLists.txt's), ASAN_OPTIONS, UBSAN_OPTIONS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-PY=${DPC_PYTHON:-/usr/bin/python3}
 summary_fail() { echo "tests/run.sh: $*" >&2; echo "0 passed, 1 failed"; exit 1; }
 
 bash deploy/install_deps.sh --test || summary_fail "deploy/install_deps.sh --test failed"
@@ -22,9 +21,10 @@ bash deploy/fetch_assets.sh tests/.cache >/dev/null || summary_fail "deploy/fetc
 
 BUILD=${BUILD_DIR:-build-test}
 mkdir -p "$BUILD"
-cmake -S . -B "$BUILD" -DDIPACO_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DDPC_PYTHON="$PY" >"$BUILD/configure.log" 2>&1 ||
+cmake -S . -B "$BUILD" -DDIPACO_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug ${DPC_PYTHON:+-DDPC_PYTHON="$DPC_PYTHON"} >"$BUILD/configure.log" 2>&1 ||
   { grep -A6 "CMake Error" "$BUILD/configure.log" | head -40; summary_fail "configure failed (log: $BUILD/configure.log)"; }
 cmake --build "$BUILD" -j"$(nproc)" || summary_fail "build failed"
+PY=$(sed -n 's/^DPC_PYTHON:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 cd "$BUILD"

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """dipaco_ref.py — PyTorch reference of synchronous DiPaCo with per-path data (DESIGN.md §3),
 the oracle for the distributed DiPaCo test (tests/integration/dipaco_dist.sh).
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """streaming_ref.py — PyTorch reference of Streaming DiLoCo (DESIGN.md §3, arXiv 2501.18512) with
 quantized deltas (notes/codec_spec.md) and eager updates (arXiv 2502.12996, see EAGER.md): the
 oracle the C coordinator and workers must match to 1e-4.
