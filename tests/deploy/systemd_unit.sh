@@ -6,8 +6,11 @@
 #     check the unit does not pass, and must stay at or below MAX_EXPOSURE (1.5);
 #  3. the unit runs, with all of its hardening, under a real systemd: systemd is PID 1 of its own
 #     PID, mount, cgroup, network, UTS and IPC namespaces ("container" mode), in a read-only view
-#     of this machine (writable: tmpfs on /run, /tmp, /var/tmp, /var/log, /var/lib/private,
-#     /var/lib/systemd, /dev, and its cgroups; /sys and /proc/sys read-only), and loads units only from this test's folder
+#     of this machine (writable: tmpfs on /run, /tmp, /var/tmp, /var/log, /var/lib, /dev, and
+#     its cgroups; /sys and /proc/sys read-only; nothing it writes reaches this machine, and
+#     nothing an earlier run left is seen: DynamicUser= + StateDirectory= make
+#     /var/lib/private/dipaco and the symlink /var/lib/dipaco in the empty /var/lib, as on a
+#     machine that never ran the unit), and loads units only from this test's folder
 #     (SYSTEMD_UNIT_PATH, no generators), so nothing of the machine's boot runs. A drop-in only
 #     sends stdout to a file and turns LeakSanitizer off (it needs ptrace, which the unit's
 #     system call filter refuses). `systemctl start` returns once the coordinator said READY
@@ -116,10 +119,13 @@ unshare --pid --fork --mount --cgroup --net --uts --ipc --propagation private \
     # The test folder ($W, under /tmp) is hidden below: its units move to /run first.
     mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
     mkdir -p /run/dipaco-test/empty && cp -r "$W/units" "$W/cgroups.sh" /run/dipaco-test/
-    for d in /tmp /var/tmp /var/log /var/lib/private /var/lib/systemd; do
-      mkdir -p "$d" 2>/dev/null || true; mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$d"
+    # Existing folders only: a mkdir here would land on this machine, whose / is still writable.
+    for d in /tmp /var/tmp /var/log /var/lib; do
+      [ -d "$d" ] || { echo "systemd_unit: $d is missing on this machine" >&2; exit 1; }
+      mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$d"
     done
-    chmod 1777 /tmp /var/tmp; chmod 0700 /var/lib/private
+    chmod 1777 /tmp /var/tmp
+    mkdir -m 0700 /var/lib/private && mkdir /var/lib/systemd
     mkdir /run/.host-dev && mount --rbind /dev /run/.host-dev
     mount -t tmpfs -o mode=0755,nosuid tmpfs /dev
     for n in null zero full random urandom tty; do touch /dev/$n; mount --bind /run/.host-dev/$n /dev/$n; done
