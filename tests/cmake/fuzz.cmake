@@ -89,3 +89,14 @@ dpc_test(NAME fuzz_codec LABEL fuzz TIMEOUT ${DPC_FUZZ_TIMEOUT} REQUIRES FUZZ
          COMMAND ${DPC_FUZZ_RUN} ${DPC_FUZZ_DIR}/fuzz_codec codec ${DIPACO_FUZZ_SECONDS})
 dpc_test(NAME fuzz_sparse LABEL fuzz TIMEOUT ${DPC_FUZZ_TIMEOUT} REQUIRES FUZZ
          COMMAND ${DPC_FUZZ_RUN} ${DPC_FUZZ_DIR}/fuzz_sparse sparse ${DIPACO_FUZZ_SECONDS})
+
+# Every tests/fuzz/fuzz_<x>.c has its test above, and every test above its source.
+file(GLOB _dpc_fuzz_srcs RELATIVE ${CMAKE_SOURCE_DIR}/tests/fuzz CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_*.c)
+string(REGEX REPLACE "\\.c(;|$)" "\\1" _dpc_fuzz_srcs "${_dpc_fuzz_srcs}")
+get_property(_dpc_fuzz_tests GLOBAL PROPERTY DPC_REGISTERED_TESTS)
+list(FILTER _dpc_fuzz_tests INCLUDE REGEX "^fuzz_")
+list(SORT _dpc_fuzz_srcs)
+list(SORT _dpc_fuzz_tests)
+if(NOT _dpc_fuzz_srcs STREQUAL _dpc_fuzz_tests)
+  message(FATAL_ERROR "tests/cmake/fuzz.cmake registers ${_dpc_fuzz_tests}, but tests/fuzz/ holds ${_dpc_fuzz_srcs}: one test per fuzz_*.c")
+endif()
