@@ -25,7 +25,7 @@ if(DIPACO_DISTRIBUTED)
 endif()
 
 # The coordinator daemon: every coordinator/*.c that is neither core nor CLI.
-if(DIPACO_DISTRIBUTED AND TARGET dpc_rpc AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/main.c)
+if(DIPACO_DISTRIBUTED)
   pkg_check_modules(LIBUV REQUIRED IMPORTED_TARGET libuv)
   pkg_check_modules(LIBSYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
   pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)

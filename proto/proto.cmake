@@ -1,6 +1,6 @@
 # proto/proto.cmake — generated protobuf-c code for the wire API (library dpc_proto) and the
 # gRPC call layer (library dpc_rpc, from ${DPC_RPC_SRC} = common/rpc*.c). Included from
-# common/CMakeLists.txt when DIPACO_DISTRIBUTED is on and common/rpc*.c exist.
+# common/CMakeLists.txt when DIPACO_DISTRIBUTED is on.
 #
 # C is generated from a copy without the service blocks (see strip_services.cmake).
 # Generated files go to ${CMAKE_BINARY_DIR}/proto/ and are included as
