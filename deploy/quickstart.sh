@@ -22,6 +22,7 @@ say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
 say "Installing missing Debian packages (if any)"
 bash deploy/install_deps.sh
+PY="${DPC_PYTHON:-python3}"  # the standard library is all this script asks of Python
 
 say "Building (Release)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -41,10 +42,10 @@ rm -rf "$DEMO/state" "$DEMO/init" "$DEMO/final" "$DEMO"/*.log
 "$CTL" init --n-layer $L --n-head $NH --n-embd $C --n-positions $T --vocab-size 256 --seed 1 --out "$DEMO/init" 2>/dev/null
 
 PORT=${PORT:-7070}
-if /usr/bin/python3 -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1',$PORT))" 2>/dev/null; then :; else
-  PORT=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+if "$PY" -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1',$PORT))" 2>/dev/null; then :; else
+  PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 fi
-MPORT=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+MPORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 ADDR=127.0.0.1:$PORT
 PIDS=()
 stop_all() {
@@ -119,8 +120,8 @@ if [ "${BASELINES:-1}" = 1 ]; then
   eone=$("$CTL" eval --model "$(ls -d "$DEMO"/baseline-one-*)" --data "$DEMO"/data/val_*.bin --batch $B --seq-len $T --batches 20 --json 2>/dev/null)
   edp=$("$CTL" eval --model "$(ls -d "$DEMO"/baseline-dp-*)" --data "$DEMO"/data/val_*.bin --batch $B --seq-len $T --batches 20 --json 2>/dev/null)
 fi
-metrics=$(/usr/bin/python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$MPORT/metrics', timeout=5).read().decode())" 2>/dev/null || true)
-/usr/bin/python3 - "$e0" "$e1" "$DEMO/final/config.json" "$ROUNDS" "$H" "$NW" "$secs" "$eone" "$edp" <<PY
+metrics=$("$PY" -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$MPORT/metrics', timeout=5).read().decode())" 2>/dev/null || true)
+"$PY" - "$e0" "$e1" "$DEMO/final/config.json" "$ROUNDS" "$H" "$NW" "$secs" "$eone" "$edp" <<PY
 import json, sys
 e0, e1 = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 cfg = json.load(open(sys.argv[3]))
