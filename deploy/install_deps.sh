@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/install_deps.sh [--test] — installs, with apt-get, the Debian packages dipaco needs to
+# deploy/install_deps.sh [--test | --bench] — installs, with apt-get, the Debian packages dipaco needs to
 # build and run when any is missing. Uses sudo when not root.
 # --test adds everything the tests use (tests/run.sh runs it; no test installs anything, and a
 # test whose tool is missing fails naming it — docs/testing.md):
@@ -12,15 +12,24 @@
 #            package owns /usr/bin/kubectl, Debian's is unpacked into tests/.cache/kubernetes-client
 #            instead) and the npm packages kubernetes-models 5.1.0 + js-yaml 4.1.0 in
 #            tests/.cache/k8s-models for the offline schema check.
+# --bench adds, on top of --test, what the benchmarks under tests/bench use: the King James
+# text (bible-kjv) for the DiPaCo study and iperf3 for the data-plane peer.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-TEST=""; [ "${1:-}" = "--test" ] && TEST=1
+TEST=""; BENCH=""
+case "${1:-}" in
+  "") ;;
+  --test) TEST=1 ;;
+  --bench) TEST=1; BENCH=1 ;;
+  *) echo "usage: deploy/install_deps.sh [--test | --bench]" >&2; exit 2 ;;
+esac
 PKGS="build-essential cmake pkg-config libgrpc-dev protobuf-c-compiler libprotobuf-c-dev \
 protobuf-compiler libuv1-dev libsqlite3-dev libopenblas-dev libcjson-dev libpcre2-dev \
 libsystemd-dev python3"
 [ -n "$TEST" ] && PKGS="$PKGS python3-torch python3-numpy python3-grpcio python3-protobuf python3-yaml \
 python3-pil clang libclang-rt-dev binutils openssl procps util-linux bsdutils prometheus chromium \
 tesseract-ocr slurm-wlm munge systemd"
+[ -n "$BENCH" ] && PKGS="$PKGS bible-kjv-text bible-kjv iperf3"
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=""
 for p in $PKGS; do installed "$p" || missing="$missing $p"; done

@@ -33,7 +33,7 @@ case $CASE in
   1b) SHAPE=(--n-layer 18 --n-head 16 --n-embd 2048 --n-positions 1024 --vocab-size 50257) ;;
   *) echo "usage: $0 [124m|1b] [R] [ROUNDS]" >&2; exit 2 ;;
 esac
-command -v iperf3 >/dev/null || apt-get install -y iperf3 >/dev/null
+bash "$(dirname "$0")/../../deploy/install_deps.sh" --bench
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDIPACO_SANITIZE=OFF >/dev/null
 cmake --build "$BUILD" --target dipaco-coordinator dipacoctl dataplane_client -j"$(nproc)" >/dev/null
 CLIENT=$BUILD/tests/dataplane_client

@@ -19,8 +19,8 @@
 #
 # Environment: STUDY_DIR (default /tmp/dipaco_bench), STEPS (per slot, 480), BASE_STEPS (200),
 # H (inner steps per round, 30), SOURCE_BYTES (bytes of each source, 1000000), MODEL ("L:NH:C",
-# default 4:4:64), DISC_SEQUENCES (2048). Results are cached in STUDY_DIR (delete it to rerun). The King James text needs `apt-get install -y bible-kjv-text bible-kjv`
-# (the script installs it when missing and it may).
+# default 4:4:64), DISC_SEQUENCES (2048). Results are cached in STUDY_DIR (delete it to rerun). The King James
+# text comes from `deploy/install_deps.sh --bench`, which the script runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -36,10 +36,7 @@ INNER=(--lr 0.003 --warmup 20 --lr-min-frac 0.1 --weight-decay 0.1 --grad-clip 1
 ROUNDS=$((STEPS / H))
 [ $((ROUNDS * H)) = "$STEPS" ] || { echo "STEPS ($STEPS) must be a multiple of H ($H)"; exit 2; }
 
-if ! command -v bible >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then apt-get install -y bible-kjv-text bible-kjv >/dev/null
-  else sudo apt-get install -y bible-kjv-text bible-kjv >/dev/null; fi
-fi
+bash "$(dirname "$0")/../../deploy/install_deps.sh" --bench
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target dipacoctl dipaco-coordinator dipaco-worker >/dev/null
