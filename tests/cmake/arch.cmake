@@ -24,3 +24,9 @@ dpc_test(NAME arch_refs_selftest LABEL arch TIMEOUT 60
          COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/arch/refs.py self-test)
 dpc_test(NAME arch_refs LABEL arch TIMEOUT 60
          COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/arch/refs.py check ${CMAKE_SOURCE_DIR})
+# Product code stays in pieces a reader can hold (tests/arch/sizes.py): no file over 900 lines, no
+# function over 120; the self-test plants one of each.
+dpc_test(NAME arch_sizes_selftest LABEL arch TIMEOUT 60
+         COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/arch/sizes.py self-test)
+dpc_test(NAME arch_sizes LABEL arch TIMEOUT 60
+         COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/arch/sizes.py check ${CMAKE_SOURCE_DIR})
