@@ -1,0 +1,7 @@
+# The Llama family end to end in the training core: the CPU backend's whole-model forward,
+# backward and AdamW against PyTorch (tests/oracle/llama_oracle.py; torch missing is a
+# failure), and Hugging Face model directories in and out (tests/unit/test_llama_modeldir.c).
+add_executable(test_llama_oracle ${CMAKE_SOURCE_DIR}/tests/unit/test_llama_oracle.c)
+target_link_libraries(test_llama_oracle PRIVATE dpc_kernels dpc_common)
+add_test(NAME llama_oracle COMMAND test_llama_oracle ${CMAKE_SOURCE_DIR}/tests/oracle/llama_oracle.py ${DPC_PYTHON})
+set_tests_properties(llama_oracle PROPERTIES TIMEOUT 120 LABELS oracle)
