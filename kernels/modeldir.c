@@ -34,6 +34,10 @@ static int check_config(const char *path, const cJSON *root, gpt_config *cfg) {
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
   if (cJSON_IsString(mt) && (strcmp(mt->valuestring, "llama") == 0 || strcmp(mt->valuestring, "qwen2") == 0))
     return modeldir_hf_read_config(path, root, cfg);
+  if (mt && !(cJSON_IsString(mt) && strcmp(mt->valuestring, "gpt2") == 0))
+    return dpc_err(DPC_EUNSUPPORTED, "%s: model_type %s%s%s is not supported (\"gpt2\", \"llama\" or \"qwen2\")", path,
+                   cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "(not a string)",
+                   cJSON_IsString(mt) ? "\"" : "");
   memset(cfg, 0, sizeof *cfg);
   int rc;
   if ((rc = get_int(path, root, "n_layer", &cfg->n_layer)) || (rc = get_int(path, root, "n_head", &cfg->n_head)) ||
@@ -41,9 +45,7 @@ static int check_config(const char *path, const cJSON *root, gpt_config *cfg) {
       (rc = get_int(path, root, "n_positions", &cfg->n_positions)) ||
       (rc = get_int(path, root, "vocab_size", &cfg->vocab_size)))
     return rc;
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-  if (v && !(cJSON_IsString(v) && strcmp(v->valuestring, "gpt2") == 0))
-    return dpc_err(DPC_EUNSUPPORTED, "%s: model_type must be \"gpt2\", \"llama\" or \"qwen2\"", path);
+  const cJSON *v;
   v = cJSON_GetObjectItemCaseSensitive(root, "activation_function");
   if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "gelu_new") == 0 ||
                                    strcmp(v->valuestring, "gelu_pytorch_tanh") == 0)))
@@ -197,8 +199,9 @@ static int load_file(const char *path, load_state *ls) {
   return rc;
 }
 
-/* The tensors of `files` (full paths) into params; every layout tensor must be found. */
-static int load_weights(char *const *files, int nfiles, const gpt_layout *lay, float *params) {
+/* The tensors of `files` (full paths) into params; every layout tensor must be found (a missing
+ * one is reported against `where`: the file, or the index naming the shards). */
+static int load_weights(char *const *files, int nfiles, const char *where, const gpt_layout *lay, float *params) {
   load_state *ls = calloc(1, sizeof *ls);
   unsigned char *found = calloc((size_t)lay->n_tensors, 1);
   int rc = 0;
@@ -209,8 +212,8 @@ static int load_weights(char *const *files, int nfiles, const gpt_layout *lay, f
     if (!found[k]) {
       int missing = 0;
       for (int q = k; q < lay->n_tensors; q++) missing += !found[q];
-      rc = dpc_err(DPC_ENOENT, "%s%s: tensor \"%s\" is missing (%d of the %d tensors config.json implies are missing)",
-                   files[0], nfiles > 1 ? " and the other shards" : "", lay->tensors[k].name, missing, lay->n_tensors);
+      rc = dpc_err(DPC_ENOENT, "%s: tensor \"%s\" is missing (%d of the %d tensors config.json implies are missing)",
+                   where, lay->tensors[k].name, missing, lay->n_tensors);
     }
   if (!rc && ls->lm_head) {
     st_file *st;
@@ -270,7 +273,10 @@ int modeldir_load(const char *dir, gpt_config *cfg, float **params) {
     rc = dpc_err(DPC_ENOMEM, "%s: cannot allocate %zu parameters", dir, lay->n_params);
     goto out;
   }
-  rc = load_weights(files, nfiles, lay, p);
+  char *idx = join(dir, MODELDIR_INDEX);
+  const int sharded = strcmp(files[0] + strlen(dir) + 1, MODELDIR_WEIGHTS) != 0;
+  rc = idx ? load_weights(files, nfiles, sharded ? idx : files[0], lay, p) : dpc_err(DPC_ENOMEM, "out of memory");
+  free(idx);
 out:
   if (rc) free(p);
   else *params = p;

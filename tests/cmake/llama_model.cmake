@@ -5,3 +5,8 @@ add_executable(test_llama_oracle ${CMAKE_SOURCE_DIR}/tests/unit/test_llama_oracl
 target_link_libraries(test_llama_oracle PRIVATE dpc_kernels dpc_common)
 add_test(NAME llama_oracle COMMAND test_llama_oracle ${CMAKE_SOURCE_DIR}/tests/oracle/llama_oracle.py ${DPC_PYTHON})
 set_tests_properties(llama_oracle PROPERTIES TIMEOUT 120 LABELS oracle)
+
+add_executable(test_llama_modeldir ${CMAKE_SOURCE_DIR}/tests/unit/test_llama_modeldir.c)
+target_link_libraries(test_llama_modeldir PRIVATE dpc_kernels dpc_common)
+add_test(NAME llama_modeldir COMMAND test_llama_modeldir)
+set_tests_properties(llama_modeldir PROPERTIES TIMEOUT 60)
