@@ -1,6 +1,6 @@
 /* cpu_backend.c — the CPU compute backend (gpt_cpu_ops): GPT-2 forward, backward and AdamW on
  * the canonical flat layout, after llm.c's train_gpt2.c. The Llama family's passes live in
- * cpu_llama.c (same state, products and optimizer; cpu_internal.h).
+ * cpu_llama.c (same state, products and optimizer; cpu_shared.h).
  *
  * Threading: one runtime does the parallel work. Products run single-threaded in cpu_gemm
  * (dipaco's AVX-512 kernel, or OpenBLAS kept single-threaded), each thread in its own
@@ -21,7 +21,8 @@
  * logits are readable only until backward. */
 #include "common/errors.h"
 #include "kernels/cpu/cpu_gemm.h"
-#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_llama.h"
+#include "kernels/cpu/cpu_shared.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/gpt.h"
 
@@ -34,21 +35,6 @@
 
 /* The Debian/OpenBLAS cblas.h declares this; other cblas headers may not. */
 void openblas_set_num_threads(int num_threads);
-
-/* C = alpha op(A) op(B) + beta C on the calling thread, in its own workspace. */
-void cpu_thread_gemm(const cpu_impl *c, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                     const float *B, int ldb, float beta, float *C, int ldc) {
-  float *ws = c->gemm_ws + (size_t)omp_get_thread_num() * cpu_gemm_ws_floats();
-  cpu_gemm(c->gemm, ws, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-void *cpu_alloc_floats(size_t n) {
-  void *p = NULL;
-  if (n == 0) n = 1;
-  if (n > SIZE_MAX / sizeof(float) || posix_memalign(&p, 64, n * sizeof(float)) != 0) return NULL;
-  memset(p, 0, n * sizeof(float));
-  return p;
-}
 
 static void layer_ptrs(const gpt_layout *lay, float *base, int l, float *w[NLAYER_T]) {
   const gpt_tensor *t = &lay->tensors[4 + NLAYER_T * l];
@@ -176,62 +162,13 @@ static int cpu_get_grads(gpt_model *m, float *dst, size_t off, size_t n) {
   return 0;
 }
 
-/* ---- matrix products ------------------------------------------------------------------- */
-
-int cpu_split_chunk(int n, int parts) {
-  int ch = (n + parts - 1) / parts;
-  return (ch + 15) & ~15; /* whole micro-kernel panels per chunk */
-}
-
-/* How a product with an M x N output is shared out: along the larger output dimension (a row
- * block packs the whole right operand, a column block the whole left one, so this packs the
- * least), in PRODUCT_BLOCKS_PER_THREAD or 1 blocks per thread: the most that keep MIN_BLOCK rows
- * or columns each. Depends on nt and the shape only. */
-typedef struct {
-  int by_rows, ch, nch;
-} mm_split;
-
-static mm_split plan_split(int nt, int M, int N) {
-  mm_split s;
-  s.by_rows = M >= N;
-  const int dim = s.by_rows ? M : N;
-  int per = PRODUCT_BLOCKS_PER_THREAD;
-  while (per > 1 && dim / (nt * per) < MIN_BLOCK) per /= 2;
-  s.ch = cpu_split_chunk(dim, nt * per);
-  s.nch = (dim + s.ch - 1) / s.ch;
-  return s;
-}
-
-/* Cm[M,N] = op(A) op(B) + beta * Cm, row-major, split as plan_split says. */
-void cpu_mm(const cpu_impl *c, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
-            int ldb, float beta, float *Cm, int ldc) {
-  const int nt = c->nt;
-  if (nt == 1 || (double)M * N * K < 262144.0) {
-    cpu_thread_gemm(c, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
-    return;
-  }
-  const mm_split sp = plan_split(nt, M, N);
-  const int dim = sp.by_rows ? M : N;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (int i = 0; i < sp.nch; i++) {
-    const int lo = i * sp.ch, hi = lo + sp.ch < dim ? lo + sp.ch : dim;
-    if (sp.by_rows) {
-      const float *a = ta ? A + lo : A + (size_t)lo * lda;
-      cpu_thread_gemm(c, ta, tb, hi - lo, N, K, 1.0f, a, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
-    } else {
-      const float *b = tb ? B + (size_t)lo * ldb : B + lo;
-      cpu_thread_gemm(c, ta, tb, M, hi - lo, K, 1.0f, A, lda, b, ldb, beta, Cm + lo, ldc);
-    }
-  }
-}
-
 /* out[N,OC] = inp[N,IC] @ W[IC,OC] + bias (+ res[N,OC]); with act, out keeps the pre-activation
  * and act = GELU(out). Split as plan_split says; the epilogue runs on each block right after
  * its product, while the block is in cache. */
 static void linear_fwd(const cpu_impl *c, float *out, const float *inp, const float *W, const float *bias,
                        const float *res, float *act, int N, int IC, int OC) {
   const int nt = c->nt;
-  const mm_split sp = nt == 1 ? (mm_split){1, N, 1} : plan_split(nt, N, OC);
+  const mm_split sp = nt == 1 ? (mm_split){1, N, 1} : cpu_plan_split(nt, N, OC);
   const int dim = sp.by_rows ? N : OC;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int i = 0; i < sp.nch; i++) {
@@ -407,17 +344,6 @@ static int cpu_forward(gpt_model *m, const int *inputs, const int *targets, int 
   return cpu_xent_forward(c, N, V, loss);
 }
 
-int cpu_xent_forward(cpu_impl *c, int N, int V, float *loss) {
-#pragma omp parallel for num_threads(c->nt) schedule(dynamic, ROWS_PER_ITEM)
-  for (int n = 0; n < N; n++)
-    c->losses[n] = cpuk_xent_row(c->logits + (size_t)n * V, V, c->targets[n], &c->lse[n]);
-  double sum = 0.0;
-  for (int n = 0; n < N; n++) sum += c->losses[n];
-  *loss = (float)(sum / N);
-  c->state = ST_LOSS;
-  if (!isfinite(*loss)) return dpc_err(DPC_ENUMERIC, "forward: loss is %f (diverged; lower the learning rate)", *loss);
-  return 0;
-}
 
 static int cpu_logits(gpt_model *m, int b, int t, float *dst) {
   cpu_impl *c = m->impl;

@@ -4,7 +4,7 @@
  * them in fp32. The optimizer, parameter access and loss are cpu_backend.c's.
  *
  * Same discipline as the GPT-2 path: every product goes through cpu_mm / cpu_thread_gemm
- * (cpu_internal.h); q/k/v and gate/up are stored back to back in the layout, so each pair is
+ * (cpu_shared.h); q/k/v and gate/up are stored back to back in the layout, so each pair is
  * one product [N, C] x [QKV, C]^T and [N, C] x [2I, C]^T. Row-wise work (norms, rotation,
  * SwiGLU) uses the leaf kernels of llama_kernels.h, split in fixed row items. Attention runs
  * one (sequence, query head) per task forward and one (sequence, KV head) per task backward,
@@ -12,7 +12,7 @@
  * has a fixed order, so a fixed thread count gives bit-identical results. All buffers are
  * allocated at create (RoPE tables included); no pass allocates. */
 #include "common/errors.h"
-#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_llama.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/llama_kernels.h"
 

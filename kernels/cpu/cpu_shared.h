@@ -1,9 +1,10 @@
-/* cpu_internal.h — what the CPU backend's two model families share inside kernels/cpu:
- * the backend state (cpu_impl), the per-thread and split matrix products and the constants
- * of the work split. cpu_backend.c holds the vtable, GPT-2 and the optimizer; cpu_llama.c the
- * Llama-class forward and backward (docs/design.md §3.12). Not part of the kernels' API. */
-#ifndef DPC_CPU_INTERNAL_H
-#define DPC_CPU_INTERNAL_H
+/* cpu_shared.h — what the CPU backend's two model families share inside kernels/cpu: the
+ * backend state (cpu_impl), the per-thread and split matrix products (cpu_shared.c) and the
+ * constants of the work split. cpu_backend.c holds the vtable, GPT-2 and the optimizer;
+ * cpu_llama.c the Llama-class forward and backward (docs/design.md §3.12). Not part of the
+ * kernels' API. */
+#ifndef DPC_CPU_SHARED_H
+#define DPC_CPU_SHARED_H
 
 #include "kernels/gpt.h"
 
@@ -95,15 +96,17 @@ void cpu_mm(const cpu_impl *c, int ta, int tb, int M, int N, int K, const float 
 void *cpu_alloc_floats(size_t n);
 /* ceil(n / parts) rounded up to whole micro-kernel panels. */
 int cpu_split_chunk(int n, int parts);
+/* How a product with an M x N output is shared out: along the larger output dimension (a row
+ * block packs the whole right operand, a column block the whole left one, so this packs the
+ * least), in PRODUCT_BLOCKS_PER_THREAD or 1 blocks per thread: the most that keep MIN_BLOCK rows
+ * or columns each. Depends on nt and the shape only. */
+typedef struct {
+  int by_rows, ch, nch;
+} mm_split;
+mm_split cpu_plan_split(int nt, int M, int N);
 /* Cross-entropy of the N rows of c->logits against c->targets into c->losses and c->lse;
  * *loss gets the mean. DPC_ENUMERIC when it is not finite. */
 int cpu_xent_forward(cpu_impl *c, int N, int V, float *loss);
 
-/* cpu_llama.c: activations for the Llama family at create (sets c->logits, c->losses, c->lse
- * and c->lnf into its own block), their release, and the passes. */
-int cpu_llama_create(gpt_model *m, cpu_impl *c);
-void cpu_llama_destroy(cpu_impl *c);
-int cpu_llama_forward(gpt_model *m, const int *inputs, const int *targets, int B, int T, float *loss);
-int cpu_llama_backward(gpt_model *m);
 
 #endif
