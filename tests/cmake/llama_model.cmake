@@ -10,3 +10,10 @@ add_executable(test_llama_modeldir ${CMAKE_SOURCE_DIR}/tests/unit/test_llama_mod
 target_link_libraries(test_llama_modeldir PRIVATE dpc_kernels dpc_common)
 add_test(NAME llama_modeldir COMMAND test_llama_modeldir)
 set_tests_properties(llama_modeldir PROPERTIES TIMEOUT 60)
+
+# dipacoctl init/train/eval/generate with a Llama model, and its export read by the PyTorch
+# module of tests/oracle/llama_oracle.py (tests/integration/ctl_llama.sh).
+if(TARGET dipacoctl)
+  add_test(NAME ctl_llama COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/ctl_llama.sh $<TARGET_FILE:dipacoctl> ${DPC_PYTHON})
+  set_tests_properties(ctl_llama PROPERTIES TIMEOUT 300 LABELS oracle)
+endif()
