@@ -168,6 +168,21 @@ static int write_case(const oracle_case *cs, const gpt_layout *lay, const float 
   return 0;
 }
 
+/* Init with matrices scaled up so attention is far from uniform, and norm gains and biases
+ * moved off 1 and 0 so that every gradient path carries signal. */
+static void init_params(const gpt_layout *lay, float *params) {
+  gpt_init_params(lay, params, 7);
+  for (int k = 0; k < lay->n_tensors; k++) {
+    const gpt_tensor *t = &lay->tensors[k];
+    int is_bias = strstr(t->name, ".bias") != NULL;
+    for (size_t i = 0; i < t->numel; i++) {
+      float *p = &params[t->offset + i];
+      if (t->ndim == 2) *p *= 5.0f;
+      else *p += (is_bias ? 0.05f : 0.2f) * next_normal();
+    }
+  }
+}
+
 static void run_case(const oracle_case *cs, const char *python, const char *script) {
   const int B = cs->B, T = cs->T;
   fprintf(stderr, "== case %s: L=%d NH=%d NKV=%d C=%d I=%d maxT=%d V=%d tied=%d bias=%d rope=%d B=%d T=%d\n",
@@ -199,18 +214,7 @@ static void run_case(const oracle_case *cs, const char *python, const char *scri
     fprintf(stderr, "out of memory\n");
     exit(1);
   }
-  /* Init with matrices scaled up so attention is far from uniform, and norm gains and biases
-   * moved off 1 and 0 so that every gradient path carries signal. */
-  gpt_init_params(lay, params, 7);
-  for (int k = 0; k < lay->n_tensors; k++) {
-    const gpt_tensor *t = &lay->tensors[k];
-    int is_bias = strstr(t->name, ".bias") != NULL;
-    for (size_t i = 0; i < t->numel; i++) {
-      float *p = &params[t->offset + i];
-      if (t->ndim == 2) *p *= 5.0f;
-      else *p += (is_bias ? 0.05f : 0.2f) * next_normal();
-    }
-  }
+  init_params(lay, params);
   for (size_t i = 0; i < STEPS * BT; i++) inputs[i] = (int)(next_u32() % V);
   for (size_t i = 0; i < STEPS * BT; i++)
     targets[i] = (i + 1) % T != 0 && next_u32() % 4 != 0 ? inputs[i + 1] : (int)(next_u32() % V);
