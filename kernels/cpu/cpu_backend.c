@@ -96,7 +96,7 @@ static int cpu_create(gpt_model *m) {
   }
   size_t sizes[sizeof dsizes / sizeof dsizes[0]];
   size_t total = 0;
-  for (int i = 0; i < nbuf; i++) {
+  for (int i = 0; i < nbuf && !llama; i++) {
     sizes[i] = ((size_t)dsizes[i] + 15) & ~(size_t)15; /* 64-byte aligned starts */
     total += sizes[i];
   }
