@@ -121,14 +121,14 @@ static int write_shard(const char *dir, const char *file, int from, int to, st_d
     }
   }
   if (inv_freq) ts[n++] = (st_write_tensor){"model.layers.0.self_attn.rotary_emb.inv_freq", ST_F32, 1, {D / 2}, inv};
-  char path[512];
+  char path[1100];
   snprintf(path, sizeof path, "%s/%s", dir, file);
   const char *meta[] = {"format", "pt"};
   return st_write(path, ts, n, meta, 1);
 }
 
 static int write_text(const char *dir, const char *file, const char *text) {
-  char path[512];
+  char path[1100];
   snprintf(path, sizeof path, "%s/%s", dir, file);
   return dpc_write_file_atomic(path, text, strlen(text));
 }
@@ -172,7 +172,7 @@ static void check_values(const gpt_config *cfg, const float *params) {
 
 /* The export's tensors are exactly HF's names and shapes, and its config.json has HF's keys. */
 static void check_export(const char *out, const char *model_type, int tied) {
-  char path[512];
+  char path[1100];
   snprintf(path, sizeof path, "%s/model.safetensors", out);
   st_file *st = NULL;
   CHECK_EQ_INT(st_open(path, &st), 0);
