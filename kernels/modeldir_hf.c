@@ -20,14 +20,15 @@
 static const char *const HARMLESS[] = {
     "architectures", "model_type",   "_name_or_path",  "transformers_version", "torch_dtype", "dtype",
     "bos_token_id",  "eos_token_id", "pad_token_id",   "initializer_range",    "use_cache",   "is_llama_config",
-    "tokenizer_class", "max_window_layers", "output_attentions", "output_hidden_states", "return_dict"};
+    "tokenizer_class", "max_window_layers", "output_attentions", "output_hidden_states", "return_dict",
+    "transformers.js_config"};
 
 /* Keys read or checked below. */
 static const char *const KNOWN[] = {
     "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings",
     "attention_bias", "hidden_act", "head_dim", "mlp_bias", "attention_dropout", "pretraining_tp", "sliding_window",
-    "use_sliding_window", "rope_interleaved"};
+    "use_sliding_window", "rope_interleaved", "layer_types"};
 
 static int in_list(const char *key, const char *const *list, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -118,6 +119,14 @@ static int check_fixed(const char *path, const cJSON *root, int qwen2, const gpt
   v = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
   if (!qwen2 && v && !cJSON_IsNull(v))
     return dpc_err(DPC_EUNSUPPORTED, "%s: sliding_window is not supported (must be null)", path);
+  v = cJSON_GetObjectItemCaseSensitive(root, "layer_types"); /* newer configs: every layer's attention kind */
+  if (v && !cJSON_IsNull(v)) {
+    int all_full = cJSON_IsArray(v);
+    for (const cJSON *e = cJSON_IsArray(v) ? v->child : NULL; e; e = e->next)
+      all_full &= cJSON_IsString(e) && strcmp(e->valuestring, "full_attention") == 0;
+    if (!all_full)
+      return dpc_err(DPC_EUNSUPPORTED, "%s: layer_types must all be \"full_attention\" (no sliding windows)", path);
+  }
   double x = 0.0;
   if ((rc = get_num(path, root, "attention_dropout", 0.0, 0, &x))) return rc;
   if (x != 0.0) return dpc_err(DPC_EUNSUPPORTED, "%s: attention_dropout %g is not supported (must be 0)", path, x);

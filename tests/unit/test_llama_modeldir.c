@@ -323,7 +323,8 @@ static void test_tied_f16(void) {
                           " \"num_key_value_heads\": 2, \"vocab_size\": 40, \"max_position_embeddings\": 32,"
                           " \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"sliding_window\": 32768,"
                           " \"use_sliding_window\": false, \"max_window_layers\": 21, \"tie_word_embeddings\": true,"
-                          " \"hidden_act\": \"silu\", \"torch_dtype\": \"bfloat16\", \"rope_scaling\": null}"),
+                          " \"hidden_act\": \"silu\", \"torch_dtype\": \"bfloat16\", \"rope_scaling\": null,"
+                          " \"layer_types\": [\"full_attention\", \"full_attention\"]}"),
                0);
   CHECK_EQ_INT(write_shard(dir, "model.safetensors", 0, ntens, ST_F32, NULL, NULL, 0), 0);
   CHECK_EQ_INT(import_export(dir, out, &cfg, &p), 0);
@@ -347,6 +348,7 @@ static void test_bad(void) {
       {", \"quantization_config\": {}", "quantization_config"},
       {", \"attention_dropout\": 0.1", "attention_dropout"},
       {", \"rope_interleaved\": true", "rope_interleaved"},
+      {", \"layer_types\": [\"full_attention\", \"sliding_attention\"]", "layer_types"},
   };
   for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
     write_sharded(dir, keys[i].extra, NULL, NULL);
