@@ -36,6 +36,9 @@
 /* The Debian/OpenBLAS cblas.h declares this; other cblas headers may not. */
 void openblas_set_num_threads(int num_threads);
 
+/* GPT-2's tensors of one layer, in layout order. */
+enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, FPW, FPB, NLAYER_T };
+
 static void layer_ptrs(const gpt_layout *lay, float *base, int l, float *w[NLAYER_T]) {
   const gpt_tensor *t = &lay->tensors[4 + NLAYER_T * l];
   for (int i = 0; i < NLAYER_T; i++) w[i] = base + t[i].offset;

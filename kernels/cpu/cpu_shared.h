@@ -29,7 +29,6 @@
 #define MIN_BLOCK 256
 #define ROWS_PER_ITEM 16 /* rows per dynamic work item of the row-wise kernels */
 
-enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, FPW, FPB, NLAYER_T };
 enum { ST_NONE, ST_LOGITS, ST_LOSS, ST_BACKWARD };
 
 typedef struct {
