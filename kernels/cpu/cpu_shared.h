@@ -45,7 +45,8 @@ typedef struct {
   float *grads;       /* (n_params) */
   float *adam_m;      /* (n_params) */
   float *adam_v;      /* (n_params) */
-  float *acts;        /* the one activation allocation the pointers below live in */
+  float *acts;        /* the one activation allocation the pointers below live in (GPT-2; for
+                       * Llama NULL, and logits, losses, lse and lnf point into cpu_llama.c's) */
   float *encoded;     /* (N, C) */
   float *ln1;         /* (L, N, C) */
   float *ln1_mean;    /* (L, N) */
