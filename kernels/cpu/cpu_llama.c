@@ -7,9 +7,9 @@
  * (cpu_shared.h); q/k/v and gate/up are stored back to back in the layout, so each pair is
  * one product [N, C] x [QKV, C]^T and [N, C] x [2I, C]^T. Row-wise work (norms, rotation,
  * SwiGLU) uses the leaf kernels of llama_kernels.h, split in fixed row items. Attention runs
- * one (sequence, query head) per task forward and one (sequence, KV head) per task backward,
- * where the KV head's rep query heads add into dk and dv in ascending order; every reduction
- * has a fixed order, so a fixed thread count gives bit-identical results. All buffers are
+ * one (sequence, query head) per task, forward and backward; in the backward each query head
+ * keeps its own dk and dv, and the rep heads of a KV head are summed after, in ascending order.
+ * Every reduction has a fixed order, so a fixed thread count gives bit-identical results. All buffers are
  * allocated at create (RoPE tables included); no pass allocates. */
 #include "common/errors.h"
 #include "kernels/cpu/cpu_llama.h"
@@ -40,6 +40,7 @@ struct cpu_llama {
   float *logits, *losses, *lse;
   float *dres, *dtmp;    /* (N, C) residual gradient; dlnf / dln2 / datty / dln1 in turn */
   float *dqkv, *dgu, *dh; /* (N, QKV), (N, 2I), (N, I) */
+  float *dkv_part;       /* (2, N, NH*D) each query head's dk and dv, summed per KV head after */
   float *att_scratch;    /* (nt, maxT, maxT) dscores per thread */
   float *norm_part;      /* (nt * CHUNKS_PER_THREAD, C) RMSNorm gain gradient partials */
   float *cos_t, *sin_t;  /* (maxT, D/2) RoPE tables */
@@ -103,14 +104,14 @@ int cpu_llama_create(gpt_model *m, cpu_impl *c) {
                           L * N * d.I, L * N * C, N * C,        N,              N * d.V,
                           N,         N,         N * C,          N * C,          N * d.QKV,
                           2 * N * d.I, N * d.I, nt * T * T,     nt * CHUNKS_PER_THREAD * C, T * (d.D / 2),
-                          T * (d.D / 2)};
+                          T * (d.D / 2), d.NKV < d.NH ? 2 * N * C : 0};
   cpu_llama *ll = calloc(1, sizeof *ll);
   if (!ll) return dpc_err(DPC_ENOMEM, "cpu backend: out of memory for the Llama activations");
   c->ll = ll;
   float **ptrs[] = {&ll->encoded, &ll->ln1,  &ll->rstd1,  &ll->qkv,  &ll->att,    &ll->atty, &ll->res2,
                     &ll->ln2,     &ll->rstd2, &ll->gu,    &ll->hm,   &ll->res3,   &ll->lnf,  &ll->rstdf,
                     &ll->logits,  &ll->losses, &ll->lse,  &ll->dres, &ll->dtmp,   &ll->dqkv, &ll->dgu,
-                    &ll->dh,      &ll->att_scratch, &ll->norm_part, &ll->cos_t, &ll->sin_t};
+                    &ll->dh,      &ll->att_scratch, &ll->norm_part, &ll->cos_t, &ll->sin_t, &ll->dkv_part};
   enum { NBUF = sizeof sizes / sizeof sizes[0] };
   _Static_assert(sizeof sizes / sizeof sizes[0] == sizeof ptrs / sizeof ptrs[0], "one size per buffer");
   double need = 0.0;
@@ -248,41 +249,59 @@ static void attn_fwd(const cpu_impl *c, const llama_dims *d, float *out, float *
 }
 
 /* Backward of attn_fwd: dout (N, NH*D) -> dqkv (N, QKV), every element written. One task per
- * (sequence, KV head): its query heads in ascending order, the first writing dk and dv, the
- * others adding. */
+ * (sequence, query head), so B*NH tasks share the threads even with few KV heads. Each head
+ * writes its dq, and its dk and dv into dqkv directly when it has its KV head to itself (rep 1),
+ * else into ll->dkv_part, summed per KV head afterwards in ascending query head order. */
 static void attn_bwd(const cpu_impl *c, const llama_dims *d, float *dqkv, const float *dout, const float *att,
                      const float *qkv, int B, int T, int maxT) {
   const int D = d->D, QKV = d->QKV, C = d->NH * D, NH = d->NH, NKV = d->NKV, rep = NH / NKV;
   const float scale = 1.0f / sqrtf((float)D);
+  float *dkp = rep > 1 ? c->ll->dkv_part : NULL, *dvp = rep > 1 ? dkp + (size_t)B * T * C : NULL;
 #pragma omp parallel num_threads(c->nt)
   {
     float *S = c->ll->att_scratch + (size_t)omp_get_thread_num() * maxT * maxT; /* dscores (T, T) */
 #pragma omp for schedule(dynamic, 1)
-    for (int bj = 0; bj < B * NKV; bj++) {
-      const int b = bj / NKV, j = bj % NKV;
+    for (int bh = 0; bh < B * NH; bh++) {
+      const int b = bh / NH, h = bh % NH, j = llamak_kv_head(h, NH, NKV);
       const float *base = qkv + (size_t)b * T * QKV;
-      const float *k = base + C + (size_t)j * D, *v = k + (size_t)NKV * D;
-      float *dbase = dqkv + (size_t)b * T * QKV;
-      float *dk = dbase + C + (size_t)j * D, *dv = dk + (size_t)NKV * D;
-      for (int h = j * rep; h < (j + 1) * rep; h++) {
-        const float *q = base + (size_t)h * D, *A = att + ((size_t)b * NH + h) * T * T;
-        const float *dO = dout + (size_t)b * T * C + (size_t)h * D;
-        float *dq = dbase + (size_t)h * D;
-        const float beta = h == j * rep ? 0.0f : 1.0f;
-        for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-          const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
-          cpu_thread_gemm(c, 0, 1, bm, i1, D, 1.0f, dO + (size_t)i0 * C, C, v, QKV, 0.0f, S + (size_t)i0 * T, T);
-          for (int t = i0; t < i1; t++)
-            cpuk_causal_softmax_bwd_row(S + (size_t)t * T, A + (size_t)t * T, t, i1, scale);
-          cpu_thread_gemm(c, 0, 0, bm, D, i1, 1.0f, S + (size_t)i0 * T, T, k, QKV, 0.0f, dq + (size_t)i0 * QKV, QKV);
-        }
-        /* Key block [j0, j1) receives from queries [j0, T) only. */
-        for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
-          const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T, bn = j1 - j0;
-          cpu_thread_gemm(c, 1, 0, bn, D, T - j0, 1.0f, A + (size_t)j0 * T + j0, T, dO + (size_t)j0 * C, C, beta,
-                          dv + (size_t)j0 * QKV, QKV);
-          cpu_thread_gemm(c, 1, 0, bn, D, T - j0, 1.0f, S + (size_t)j0 * T + j0, T, q + (size_t)j0 * QKV, QKV, beta,
-                          dk + (size_t)j0 * QKV, QKV);
+      const float *q = base + (size_t)h * D, *k = base + C + (size_t)j * D, *v = k + (size_t)NKV * D;
+      const float *A = att + (size_t)bh * T * T, *dO = dout + (size_t)b * T * C + (size_t)h * D;
+      float *dq = dqkv + (size_t)b * T * QKV + (size_t)h * D;
+      float *dk = dqkv + (size_t)b * T * QKV + C + (size_t)j * D, *dv = dk + (size_t)NKV * D;
+      int ldk = QKV;
+      if (rep > 1) {
+        dk = dkp + (size_t)b * T * C + (size_t)h * D;
+        dv = dvp + (size_t)b * T * C + (size_t)h * D;
+        ldk = C;
+      }
+      for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+        const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
+        cpu_thread_gemm(c, 0, 1, bm, i1, D, 1.0f, dO + (size_t)i0 * C, C, v, QKV, 0.0f, S + (size_t)i0 * T, T);
+        for (int t = i0; t < i1; t++) cpuk_causal_softmax_bwd_row(S + (size_t)t * T, A + (size_t)t * T, t, i1, scale);
+        cpu_thread_gemm(c, 0, 0, bm, D, i1, 1.0f, S + (size_t)i0 * T, T, k, QKV, 0.0f, dq + (size_t)i0 * QKV, QKV);
+      }
+      /* Key block [j0, j1) receives from queries [j0, T) only. */
+      for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
+        const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T, bn = j1 - j0;
+        cpu_thread_gemm(c, 1, 0, bn, D, T - j0, 1.0f, A + (size_t)j0 * T + j0, T, dO + (size_t)j0 * C, C, 0.0f,
+                        dv + (size_t)j0 * ldk, ldk);
+        cpu_thread_gemm(c, 1, 0, bn, D, T - j0, 1.0f, S + (size_t)j0 * T + j0, T, q + (size_t)j0 * QKV, QKV, 0.0f,
+                        dk + (size_t)j0 * ldk, ldk);
+      }
+    }
+    if (rep > 1) {
+#pragma omp for schedule(dynamic, ROWS_PER_ITEM)
+      for (int n = 0; n < B * T; n++) {
+        float *dk = dqkv + (size_t)n * QKV + C, *dv = dk + (size_t)NKV * D;
+        const float *pk = dkp + (size_t)n * C, *pv = dvp + (size_t)n * C;
+        for (int jj = 0; jj < NKV; jj++) {
+          float *ok = dk + (size_t)jj * D, *ov = dv + (size_t)jj * D;
+          memcpy(ok, pk + (size_t)jj * rep * D, (size_t)D * sizeof(float));
+          memcpy(ov, pv + (size_t)jj * rep * D, (size_t)D * sizeof(float));
+          for (int h = jj * rep + 1; h < (jj + 1) * rep; h++) {
+            cpuk_acc(ok, pk + (size_t)h * D, (size_t)D);
+            cpuk_acc(ov, pv + (size_t)h * D, (size_t)D);
+          }
         }
       }
     }
