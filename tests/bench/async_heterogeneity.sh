@@ -62,7 +62,7 @@ run() {
  "outer": {$outer}$dy}
 JSON
   local port
-  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$("${DPC_PYTHON:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   "$CO" --listen "127.0.0.1:$port" --state-dir "$d/state" --heartbeat-ms 200 --insecure-no-auth \
     2>"$d/coord.log" >/dev/null &
   local cpid=$!
@@ -77,7 +77,7 @@ JSON
     # A device of fixed speed: every inner step takes STEP_MS × the worker's slowdown factor
     # (sleeping what the computation leaves), whatever else the machine runs.
     # (SPEED=slowdown: --slowdown factor × the measured step time instead.)
-    local speed=(--min-step-ms "$(/usr/bin/python3 -c "print($STEP_MS * $x)")")
+    local speed=(--min-step-ms "$("${DPC_PYTHON:-python3}" -c "print($STEP_MS * $x)")")
     [ "${SPEED:-}" != slowdown ] || speed=(--slowdown "$x")
     "$WK" --coordinator "127.0.0.1:$port" --data-dir "$work" --threads 1 --name "w$i" "${speed[@]}" \
       --exit-when-done --poll-ms 200 --log-json 2>"$d/worker$i.log" &
@@ -93,14 +93,14 @@ JSON
   local stale="- -"
   if [ "$algo" != sync ]; then
     stale=$("$CTL" job ledger "$job" --json 2>/dev/null |
-            /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin)["summary"]; print("%.2f %d" % (s["staleness_mean"], s["staleness_max"]))')
+            "${DPC_PYTHON:-python3}" -c 'import json,sys; s=json.load(sys.stdin)["summary"]; print("%.2f %d" % (s["staleness_mean"], s["staleness_max"]))')
   fi
   for p in "${wp[@]}"; do wait "$p" || true; done
   kill "$cpid" 2>/dev/null; wait "$cpid" 2>/dev/null || true
   local loss
   loss=$("$CTL" eval --model "$d/out" --data $VAL --batch $B --seq-len $T --batches "$EVAL_BATCHES" --threads 2 --json 2>/dev/null |
-         /usr/bin/python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["loss"])')
-  echo "$loss $(/usr/bin/python3 -c "print('%.1f' % ($t1 - $t0))") $stale"
+         "${DPC_PYTHON:-python3}" -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["loss"])')
+  echo "$loss $("${DPC_PYTHON:-python3}" -c "print('%.1f' % ($t1 - $t0))") $stale"
 }
 
 for seed in $SEEDS; do
@@ -124,4 +124,4 @@ for level in $LEVELS; do
     done
   done
 done
-/usr/bin/python3 "$(dirname "$0")/async_table.py" "$all" --algos "$ALGOS" ${MD:+--markdown}
+"${DPC_PYTHON:-python3}" "$(dirname "$0")/async_table.py" "$all" --algos "$ALGOS" ${MD:+--markdown}

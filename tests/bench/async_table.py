@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """async_table.py — the table of tests/bench/async_heterogeneity.sh from its result lines
 ("level algo seed loss wall staleness_mean staleness_max", one per run): per heterogeneity
 level and algorithm, eval loss and wall clock as mean ± half the range over the seeds, the

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """cpu_kernels_torch.py — PyTorch eager twin of tests/bench/cpu_kernels.c: one train step
 (zero_grad, forward, backward, clip_grad_norm_, AdamW) of the same GPT-2 on the CPU.
 Usage: cpu_kernels_torch.py [L NH C V B T threads steps]   (defaults 6 6 384 256 8 256 2 5)"""

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """cpu_llmc_ckpt.py — converts a dipaco model directory (model.safetensors in Hugging Face
 GPT-2 names, Conv1D [in, out] weights; config.json) into llm.c's train_gpt2.c checkpoint
 (header magic 20240326 version 3, then float32 wte padded to Vp rows, wpe, and the per-layer

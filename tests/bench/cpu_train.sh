@@ -38,7 +38,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && [[ " $PEERS " == *" torch_passive_native "
 fi
 LLMC_DIR=${LLMC_DIR:-tests/.cache/llm.c}
 LLMC_COMMIT=${LLMC_COMMIT:-f1e2ace} # the llm.c commit this was written against (cloned when missing)
-py=/usr/bin/python3
+py=${DPC_PYTHON:-python3}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 results=${RESULTS:-$work/results.jsonl}; ROUND0=${ROUND0:-0}
 [ "${SUMMARY_ONLY:-0}" = 1 ] && CONFIGS="" PEERS=""

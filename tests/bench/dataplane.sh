@@ -41,7 +41,7 @@ W=$(mktemp -d "${TMPDIR:-/var/tmp}/dataplane.XXXXXX")
 source "$ROOT/tests/integration/lib.sh"
 
 "$BUILD/coordinator/dipacoctl" init "${SHAPE[@]}" --seed 1 --out "$W/init" >/dev/null
-MODEL_BYTES=$(/usr/bin/python3 -c "import json; c=json.load(open('$W/init/config.json')); L,C,V,T=c['n_layer'],c['n_embd'],c['vocab_size'],c['n_positions']; print(4*(V*C+T*C+L*(12*C*C+13*C)+2*C))")
+MODEL_BYTES=$("${DPC_PYTHON:-python3}" -c "import json; c=json.load(open('$W/init/config.json')); L,C,V,T=c['n_layer'],c['n_embd'],c['vocab_size'],c['n_positions']; print(4*(V*C+T*C+L*(12*C*C+13*C)+2*C))")
 ST_BYTES=$(stat -c %s "$W/init/model.safetensors")
 echo "case $CASE: model $((MODEL_BYTES >> 20)) MiB fp32, R = $R, $ROUNDS rounds, $(nproc) cores"
 
@@ -51,7 +51,7 @@ iperf() {
   iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
   local spid=$!
   sleep 0.3
-  iperf3 -c 127.0.0.1 -p "$port" -P "$1" -t 4 -J | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)'
+  iperf3 -c 127.0.0.1 -p "$port" -P "$1" -t 4 -J | "${DPC_PYTHON:-python3}" -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)'
   wait $spid 2>/dev/null || true
 }
 TCP_R=$(iperf "$R"); TCP_1=$(iperf 1)
@@ -91,7 +91,7 @@ JSON
   local hwm h; hwm=$(awk '/VmHWM/ {print $2}' /proc/$COORD_PID/status)
   kill -TERM "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
   cp "$W/coordinator.log" "$W/coordinator-$name.log"
-  ROWS+=("$(T0="$t0" /usr/bin/python3 - "$W/client-$name.txt" "$W/coordinator-$name.log" <<PY
+  ROWS+=("$(T0="$t0" "${DPC_PYTHON:-python3}" - "$W/client-$name.txt" "$W/coordinator-$name.log" <<PY
 import os, re, statistics, sys
 client = open(sys.argv[1]).read().splitlines()
 rounds = [l.split() for l in client if l.startswith("round ")]

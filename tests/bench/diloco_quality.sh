@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/bench/diloco_quality.sh — the DiLoCo quality study (README "DiLoCo quality"): on the
+# tests/bench/diloco_quality.sh — the DiLoCo quality study (docs/benchmarks.md §3): on the
 # quickstart's corpus, model and inner hyperparameters, one worker, the data-parallel
 # equivalent (batch × R, same steps) and DiLoCo over a grid of R, H, outer learning rate and
 # momentum and inner-state policy, at equal inner steps per replica; eval loss on held-out
@@ -58,7 +58,7 @@ run_one() {
   t0=$(date +%s)
   "$@" >"$out.log" 2>&1 || { echo "run $key failed (log: $out.log)" >&2; return 1; }
   loss=$("$CTL" eval --model "$out" --data "$STUDY"/data/val_*.bin --batch $B --seq-len $T --batches 20 --json \
-         2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["loss"])')
+         2>/dev/null | "${DPC_PYTHON:-python3}" -c 'import json,sys; print(json.load(sys.stdin)["loss"])')
   printf '%s\t%s\t%s\n' "$key" "$loss" "$(( $(date +%s) - t0 ))" >>"$RES"
   echo "  $key: eval loss $loss"
 }
@@ -79,7 +79,7 @@ echo "diloco_quality: ${#runs[@]} runs ($JOBS at a time; cached ones are skipped
 export -f run_one; export RES STUDY CTL B T
 printf '%s\n' "${runs[@]}" | sort -u | xargs -P "$JOBS" -I{} bash -c 'run_one {}'
 
-/usr/bin/python3 - "$RES" "$TAG" "$SVG" "$L" "$C" "$V" "$T" "$STEPS" <<'PY'
+"${DPC_PYTHON:-python3}" - "$RES" "$TAG" "$SVG" "$L" "$C" "$V" "$T" "$STEPS" <<'PY'
 import sys
 res, tag, svg = sys.argv[1], sys.argv[2], sys.argv[3]
 L, C, V, T, steps = map(int, sys.argv[4:9])

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/bench/dipaco.sh — the DiPaCo result at small scale (README "DiPaCo quality"): on a
+# tests/bench/dipaco.sh — the DiPaCo result at small scale (docs/benchmarks.md §4): on a
 # corpus of three clearly different sources (State of the Union addresses, the King James
 # Bible from Debian's bible-kjv-text, C headers from /usr/include), byte tokens, compare at
 # equal per-path size and equal inner steps per slot:
@@ -69,7 +69,7 @@ if [ ! -s data/mix_train.bin ]; then
   for f in src/sotu.txt src/kjv.txt src/c.txt; do
     [ "$(wc -c < $f)" = "$SOURCE_BYTES" ] || { echo "$f: only $(wc -c < $f) bytes of $SOURCE_BYTES"; exit 1; }
   done
-  /usr/bin/python3 - "$SOURCE_BYTES" <<'PY'
+  "${DPC_PYTHON:-python3}" - "$SOURCE_BYTES" <<'PY'
 import struct, sys
 def shard(path, data):
     with open(path, "wb") as f:
@@ -165,7 +165,7 @@ echo "training sequences per path: k-means $(grep -o 'top 1): .*' routed_k4.log 
 grep -h "discriminative:" router_disc.log | sed 's/^route fit --discriminative: /discriminative re-routing: /'
 echo "held-out sequences per path (prefix routing), k-means / product / discriminative:" \
   "$(for r in k4 pk disc; do "$CTL" eval --dipaco model_$r --data "${VAL[@]}" --seq-len $T --threads 2 --json |
-       /usr/bin/python3 -c 'import json,sys; print(" ".join(str(p["tokens"] // '$T') for p in json.load(sys.stdin)["paths"]), end=" / ")'; done)"
+       "${DPC_PYTHON:-python3}" -c 'import json,sys; print(" ".join(str(p["tokens"] // '$T') for p in json.load(sys.stdin)["paths"]), end=" / ")'; done)"
 echo
 echo "| run | held-out loss | SOTU | KJV | C headers |"
 echo "|---|---|---|---|---|"

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """goodput.py — the driver of tests/bench/goodput.sh: a sync DiLoCo job run as a
 user would, on the daemons' default flags, while a seeded schedule stops random live workers
 (SIGTERM: a spot notice; SIGKILL: none) and starts a replacement worker a few seconds later;

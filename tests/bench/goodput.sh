@@ -41,4 +41,4 @@ echo "goodput: work directory $work; $(uptime)" >&2
 # From here the driver owns the work directory (and removes it unless KEEP is set).
 trap - EXIT
 rm_work=--rm-work; [ -z "${KEEP:-}" ] || rm_work=
-exec /usr/bin/python3 tests/bench/goodput.py run --co "$CO" --wk "$WK" --ctl "$CTL" --work "$work" $rm_work
+exec "${DPC_PYTHON:-python3}" tests/bench/goodput.py run --co "$CO" --wk "$WK" --ctl "$CTL" --work "$work" $rm_work

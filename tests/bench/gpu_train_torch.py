@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """gpu_train_torch.py — the PyTorch side of tests/bench/gpu_train.sh: the same GPT-2 124M
 (learned positions, pre-LayerNorm, tanh GELU, tied embeddings, biases) written nanoGPT-style,
 bf16 autocast (or fp32 / tf32 to match gpu_train.c's precision), F.scaled_dot_product_attention

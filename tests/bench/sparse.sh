@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/bench/sparse.sh — SparseLoCo against DiLoCo (README "SparseLoCo"): the same data, model,
+# tests/bench/sparse.sh — SparseLoCo against DiLoCo (docs/benchmarks.md §7): the same data, model,
 # inner steps and workers through real daemons on loopback, per row one job; eval loss on
 # held-out text and the bytes the coordinator counted as sent both ways (deltas in,
 # parameters / sparse rounds out), per trained token, and the ratio to data-parallel (a ring
@@ -47,7 +47,7 @@ assets=$(bash deploy/fetch_assets.sh tests/.cache)
   --out "$work/init" 2>"$work/init.log"
 NPARAM=$(grep -o '[0-9]* parameters' "$work/init.log" | cut -d' ' -f1)
 
-PORT=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+PORT=$("${DPC_PYTHON:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$CO" --listen "127.0.0.1:$PORT" --state-dir "$work/state" --insecure-no-auth >"$work/coordinator.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 1 100); do "$CTL" --coordinator "127.0.0.1:$PORT" status >/dev/null 2>&1 && break; sleep 0.1; done
@@ -89,10 +89,10 @@ JSON
     "$CTL" --coordinator "127.0.0.1:$PORT" job export "$job" --path 0 --out "$work/$row-$H.out" >/dev/null
     show=$("$CTL" --coordinator "127.0.0.1:$PORT" job show "$job" --json)
     loss=$("$CTL" eval --model "$work/$row-$H.out" --data "$work"/data/val_*.bin --batch "$B" --seq-len "$T" \
-           --batches "$EVAL_BATCHES" --json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["loss"])')
-    io=$(/usr/bin/python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["bytes_in"], d["bytes_out"], d["tokens"])' "$show")
+           --batches "$EVAL_BATCHES" --json 2>/dev/null | "${DPC_PYTHON:-python3}" -c 'import json,sys; print(json.load(sys.stdin)["loss"])')
+    io=$("${DPC_PYTHON:-python3}" -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["bytes_in"], d["bytes_out"], d["tokens"])' "$show")
     printf '%s\t%s\t%s\t%s\t%s\n' "$H" "$row" "$loss" "$io" "$(( $(date +%s) - t0 ))" | tee -a "$RES" >&2
   done
 done
 
-/usr/bin/python3 tests/bench/sparse_table.py "$RES" "$NPARAM" "$B" "$T" "$STEPS" "$WORKERS"
+"${DPC_PYTHON:-python3}" tests/bench/sparse_table.py "$RES" "$NPARAM" "$B" "$T" "$STEPS" "$WORKERS"

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """sparse_table.py RESULTS NPARAM B T STEPS WORKERS — the Markdown table of tests/bench/sparse.sh
 from its results file (one line per run: H, row, eval loss, "bytes_in bytes_out tokens", seconds).
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """torch_train.py — the PyTorch peer of `dipacoctl train` for tests/bench/cpu_train.sh.
 
 A nanoGPT-style GPT-2 (same shapes as dipaco's: tied LM head, GELU tanh, LayerNorm eps 1e-5),

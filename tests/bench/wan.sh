@@ -125,7 +125,7 @@ for i in $(seq 1 "$WORKERS"); do
   ip -n "$NSC" addr add "10.77.$i.1/24" dev "c$i"
   ip -n "$w" link set w up; ip -n "$NSC" link set "c$i" up
   ip -n "$r" link set ra up; ip -n "$r" link set rb up
-  ip netns exec "$r" "$DELAY" ra rb "$(/usr/bin/python3 -c "print($RTT_MS / 2)")" 2>"$work/relay$i.log" &
+  ip netns exec "$r" "$DELAY" ra rb "$("${DPC_PYTHON:-python3}" -c "print($RTT_MS / 2)")" 2>"$work/relay$i.log" &
   PIDS+=($!)
 done
 
@@ -158,7 +158,7 @@ check() {
       local flag=""; [ $dir = up ] || flag=-R
       local mb
       mb=$(inns "$w" iperf3 -c 10.77.1.1 -p 5201 -t "$IPERF_S" $flag -J 2>/dev/null |
-           /usr/bin/python3 -c 'import json,sys; print("%.0f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e6))' ||
+           "${DPC_PYTHON:-python3}" -c 'import json,sys; print("%.0f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e6))' ||
            echo "?")
       wait "$sp" 2>/dev/null || true
       if [ $dir = up ]; then up=$mb; else down=$mb; fi
@@ -175,7 +175,7 @@ metric() { # metric NAME: the coordinator's counter
 }
 
 link_bytes() { # bytes the coordinator's ends of the links counted, both directions (see above)
-  ip -n "$NSC" -j -s link show | /usr/bin/python3 -c '
+  ip -n "$NSC" -j -s link show | "${DPC_PYTHON:-python3}" -c '
 import json, sys
 print(sum(l["stats64"]["rx"]["bytes"] + l["stats64"]["tx"]["bytes"] for l in json.load(sys.stdin) if l["ifname"] != "lo"))'
 }
@@ -254,7 +254,7 @@ run() {
   local in1 out1 peak="n/a" jin jout link1 loss="-" msg="-"
   in1=$(metric dipaco_bytes_in_total); out1=$(metric dipaco_bytes_out_total)
   # The job's own byte counts and largest sync, where the coordinator reports them.
-  read -r peak jin jout < <("${ctl[@]}" job show "$job" --json 2>/dev/null | /usr/bin/python3 -c '
+  read -r peak jin jout < <("${ctl[@]}" job show "$job" --json 2>/dev/null | "${DPC_PYTHON:-python3}" -c '
 import json, sys
 def find(o, k):
     if isinstance(o, dict):
@@ -280,13 +280,13 @@ print(" ".join("n/a" if v is None else str(int(v)) for v in (find(j, k) for k in
   kill "$cpid" 2>/dev/null; wait "$cpid" 2>/dev/null || true
   if [ $status = ok ]; then
     loss=$("$CTL" eval --model "$d/out" --data $VAL --batch "$B" --seq-len "$T" --batches "$EVAL_BATCHES" --threads 2 \
-           --json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["loss"])')
+           --json 2>/dev/null | "${DPC_PYTHON:-python3}" -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["loss"])')
   else
     msg="job failed: $(tail -n 1 "$d/ctl.log" | tr -s ' \t' ' ')"
     echo "  row $row: $msg (logs in $d; KEEP=1 keeps them)" >&2
   fi
   local wall
-  wall=$(/usr/bin/python3 -c "print('%.1f' % ($t1 - $t0))")
+  wall=$("${DPC_PYTHON:-python3}" -c "print('%.1f' % ($t1 - $t0))")
   line="$prof $row $status $wall $((in1 - in0)) $((out1 - out0)) $tokens $peak $loss $((link1 - link0)) $msg"
   echo "  row $row: H=$H, $wall s, tensor bytes in $((in1 - in0)) out $((out1 - out0)) (job show: in $jin out $jout," \
        "peak sync $peak), link bytes $((link1 - link0)), eval loss $loss" >&2
@@ -308,4 +308,4 @@ for prof in $PROFILES; do
     echo "  ($(( $(date +%s) - s0 )) s for the row, setup and eval included)" >&2
   done
 done
-/usr/bin/python3 "$ROOT/tests/bench/wan_table.py" "$all" ${MD:+--markdown}
+"${DPC_PYTHON:-python3}" "$ROOT/tests/bench/wan_table.py" "$all" ${MD:+--markdown}

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """wan_table.py — the tables of tests/bench/wan.sh from its result lines ("profile row status
 wall_s bytes_in bytes_out tokens peak_sync loss link_bytes message...", one per row): per link
 profile, each row's wall clock, tensor bytes (in + out, the coordinator's counters) per trained

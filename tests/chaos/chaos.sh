@@ -139,6 +139,6 @@ echo "workers resumed a slot's AdamW state from the coordinator $resumed times"
 cmp "$W/export-ref/model.safetensors" "$W/export-chaos/model.safetensors" \
   || fail "the parameters after the chaos run differ from the fault-free run"
 echo "exported parameters byte-identical to the fault-free run"
-/usr/bin/python3 "$HERE/../integration/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$W/state" "$job" "$ROUNDS" $R "$W"/worker-w*.log \
+"${DPC_PYTHON:-python3}" "$HERE/../integration/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$W/state" "$job" "$ROUNDS" $R "$W"/worker-w*.log \
   || fail "ledger check"
 echo "chaos: OK (seed $SEED)"

@@ -1,6 +1,6 @@
 # Single-process DiLoCo (trainer + outer optimizer) against the PyTorch DiLoCo reference.
 add_executable(diloco_local ${CMAKE_SOURCE_DIR}/tests/unit/diloco_local.c)
 target_link_libraries(diloco_local PRIVATE dpc_trainer dpc_kernels dpc_common OpenMP::OpenMP_C)
-add_test(NAME oracle_diloco_local COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/diloco_local.sh
-         $<TARGET_FILE:dipacoctl> $<TARGET_FILE:diloco_local>)
-set_tests_properties(oracle_diloco_local PROPERTIES TIMEOUT 300)
+dpc_test(NAME oracle_diloco_local LABEL oracle TIMEOUT 300
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/diloco_local.sh
+                 $<TARGET_FILE:dipacoctl> $<TARGET_FILE:diloco_local>)

@@ -2,5 +2,4 @@
 # use against the coordinator is tests/integration/io_fault.sh (tests/cmake/integration.cmake).
 add_executable(test_io_fault ${CMAKE_SOURCE_DIR}/tests/unit/test_io_fault.c)
 target_link_libraries(test_io_fault PRIVATE dpc_common)
-add_test(NAME io_fault_injector COMMAND test_io_fault)
-set_tests_properties(io_fault_injector PROPERTIES TIMEOUT 60 LABELS fault)
+dpc_test(NAME io_fault_injector LABEL unit TIMEOUT 60 COMMAND test_io_fault)

@@ -3,5 +3,5 @@
 # torch missing is a failure).
 add_executable(test_llama_kernels ${CMAKE_SOURCE_DIR}/tests/unit/test_llama_kernels.c)
 target_link_libraries(test_llama_kernels PRIVATE dpc_kernels dpc_common)
-add_test(NAME llama_kernels COMMAND test_llama_kernels ${CMAKE_SOURCE_DIR}/tests/oracle/llama_ops_oracle.py ${DPC_PYTHON})
-set_tests_properties(llama_kernels PROPERTIES TIMEOUT 60 LABELS oracle)
+dpc_test(NAME llama_kernels LABEL oracle TIMEOUT 60
+         COMMAND test_llama_kernels ${CMAKE_SOURCE_DIR}/tests/oracle/llama_ops_oracle.py ${DPC_PYTHON})

@@ -1,6 +1,6 @@
 # Tokenizer tests (common/tokenizer.c). The GPT-2 files and the npm oracle come from
-# deploy/fetch_assets.sh tests/.cache (tests/run.sh runs it); tests that need them skip with a
-# message when they are missing, except the oracle test, which needs node and fails without it.
+# deploy/fetch_assets.sh tests/.cache (tests/run.sh runs it); a test whose files are missing
+# fails, saying to run it.
 set(DPC_TOK_CACHE ${CMAKE_SOURCE_DIR}/tests/.cache)
 
 add_executable(test_tokenizer ${CMAKE_SOURCE_DIR}/tests/unit/test_tokenizer.c)
@@ -9,16 +9,14 @@ add_executable(test_tokenizer_tool ${CMAKE_SOURCE_DIR}/tests/unit/test_tokenizer
 target_link_libraries(test_tokenizer_tool PRIVATE dpc_common)
 
 # Byte tokenizer, BPE against a naive loop on a generated vocabulary, malformed files.
-add_test(NAME tokenizer_unit COMMAND test_tokenizer)
+dpc_test(NAME tokenizer_unit LABEL unit TIMEOUT 120 COMMAND test_tokenizer)
 # GPT-2: known encodings, round trips of random UTF-8 / random bytes, long pieces.
-add_test(NAME tokenizer_gpt2 COMMAND test_tokenizer ${DPC_TOK_CACHE}/gpt2)
+dpc_test(NAME tokenizer_gpt2 LABEL unit TIMEOUT 120 COMMAND test_tokenizer ${DPC_TOK_CACHE}/gpt2)
 # Ids identical to the npm gpt-3-encoder (JavaScript) on a generated corpus plus SOTU text.
-add_test(NAME tokenizer_oracle
+dpc_test(NAME tokenizer_oracle LABEL oracle TIMEOUT 120
          COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/oracle/tokenizer_oracle.py
                  --tool $<TARGET_FILE:test_tokenizer_tool> --cache ${DPC_TOK_CACHE})
 # 1 MB of SOTU encoded as one text: decode gives it back; prints MB/s.
-add_test(NAME tokenizer_corpus
+dpc_test(NAME tokenizer_corpus LABEL unit TIMEOUT 120
          COMMAND sh -c "\"$0\" bench \"$1\" 1000000 \"$2\"/*.txt"
                  $<TARGET_FILE:test_tokenizer_tool> ${DPC_TOK_CACHE}/gpt2 ${DPC_TOK_CACHE}/sotu)
-set_tests_properties(tokenizer_unit tokenizer_gpt2 tokenizer_oracle tokenizer_corpus
-                     PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)

@@ -16,15 +16,15 @@
 #     H=4, 3 rounds) ends DONE with every round applied;
 #  3. control: the worker tree without libopenblas.so.0 cannot start the worker (the check in
 #     2 would notice a missing library).
-# Needs root (unshare, mount, chroot): skipped, with the reason, otherwise.
+# Needs root (unshare, mount, chroot): fails, saying so, otherwise.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT_SRC=$(cd "$HERE/../.." && pwd)
-skip() { echo "images: SKIP: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root for unshare --mount/--pid/--net and chroot"
-for t in unshare chroot mount ldd; do command -v $t >/dev/null || skip "$t is not installed"; done
-unshare --net --pid --mount --fork true 2>/dev/null || skip "unshare --net --pid --mount does not work here"
+missing() { echo "images: FAIL: $*"; exit 1; }
+[ "$(id -u)" = 0 ] || missing "needs root for unshare --mount/--pid/--net and chroot; tests/run.sh -LE deploy leaves the deploy tests out"
+for t in unshare chroot mount ldd; do command -v $t >/dev/null || missing "$t is missing (deploy/install_deps.sh --test)"; done
+unshare --net --pid --mount --fork true 2>/dev/null || missing "unshare --net --pid --mount does not work here"
 W=$(mktemp -d)
 source "$ROOT_SRC/tests/integration/lib.sh"
 fail() { die_with_logs images 25 "$@"; }

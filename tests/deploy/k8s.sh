@@ -2,11 +2,12 @@
 # k8s.sh COORDINATOR WORKER DIPACOCTL — deploy/k8s (GPU workers) and deploy/k8s/cpu (CPU
 # workers), offline (no API server here):
 #  1. `kubectl kustomize` of Debian's kubernetes-client (1.20, kustomize v2.0.3) renders both,
-#     with tokens generated the way the kustomization's header says (the package is installed
-#     when no kubectl is on PATH; when another kubectl is, the package is unpacked into
-#     tests/.cache instead, and that kubectl must render the same objects);
+#     with tokens generated the way the kustomization's header says (when another kubectl owns
+#     /usr/bin/kubectl, deploy/install_deps.sh --test unpacks the package into
+#     tests/.cache/kubernetes-client instead, and that other kubectl must render the same objects);
 #  2. every rendered document is validated against the Kubernetes API schemas (npm
-#     kubernetes-models 5.1.0 + js-yaml 4.1.0, pinned, installed once into tests/.cache);
+#     kubernetes-models 5.1.0 + js-yaml 4.1.0, pinned, which deploy/install_deps.sh --test
+#     installs into tests/.cache/k8s-models);
 #     control: a port given as a string is rejected;
 #  3. tests/deploy/k8s_check.py: the documents fit together and fit the programs (Service,
 #     ports and gRPC probes, the Secret and its mounts, the claims, the worker's grace period
@@ -19,37 +20,29 @@
 #     probe makes on --health-listen, and the worker, with the Secret's join token, finishes a
 #     tiny job.
 # `kubectl apply --dry-run=client -f` is not run: it needs an API server for discovery even
-# with --validate=false (said in the output). Steps whose tool cannot be installed are skipped
-# with the reason; the test is skipped (77) if kubectl itself is missing.
+# with --validate=false (said in the output). A missing tool (Debian's kubectl, node, the npm
+# packages) fails the test, naming it; deploy/install_deps.sh --test installs them all.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT_SRC=$(cd "$HERE/../.." && pwd)
 CACHE=$ROOT_SRC/tests/.cache/k8s-models
-skip() { echo "k8s: SKIP: $*"; exit 77; }
+missing() { echo "k8s: FAIL: $* (deploy/install_deps.sh --test installs it)"; exit 1; }
 # Debian's kubectl (kubernetes-client) renders; when another kubectl owns /usr/bin/kubectl
-# (installing the package would clash with it), Debian's is unpacked into tests/.cache instead
+# (installing the package would clash with it), Debian's is the copy unpacked into tests/.cache
 # and the other one renders too, for comparison.
 KUBECTLS=()
+KC=$ROOT_SRC/tests/.cache/kubernetes-client
 if dpkg-query -W -f='${Status}' kubernetes-client 2>/dev/null | grep -q "install ok installed"; then
   KUBECTLS+=(/usr/bin/kubectl)
-elif ! command -v kubectl >/dev/null; then
-  echo "k8s: installing Debian kubernetes-client (apt-get)"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubernetes-client; } \
-    >/dev/null 2>&1 || skip "no kubectl and apt-get install kubernetes-client failed"
-  KUBECTLS+=(/usr/bin/kubectl)
+elif [ -x "$KC/usr/bin/kubectl" ] && command -v kubectl >/dev/null; then
+  KUBECTLS+=("$KC/usr/bin/kubectl" "$(command -v kubectl)")
 else
-  KC=$ROOT_SRC/tests/.cache/kubernetes-client
-  if [ ! -x "$KC/usr/bin/kubectl" ]; then
-    d=$(mktemp -d)
-    (cd "$d" && chmod 0755 . && timeout 300 apt-get download kubernetes-client >/dev/null 2>&1 &&
-      mkdir -p "$KC" && dpkg -x kubernetes-client_*.deb "$KC") || true
-    rm -rf "$d"
-  fi
-  if [ -x "$KC/usr/bin/kubectl" ]; then KUBECTLS+=("$KC/usr/bin/kubectl")
-  else echo "k8s: skipped: Debian kubernetes-client (apt-get download failed); using $(command -v kubectl) only"; fi
-  KUBECTLS+=("$(command -v kubectl)")
+  missing "Debian's kubectl is missing: neither the kubernetes-client package nor $KC/usr/bin/kubectl"
 fi
+command -v node >/dev/null || missing "node is missing (Debian nodejs, with npm)"
+[ -f "$CACHE/node_modules/kubernetes-models/package.json" ] && [ -f "$CACHE/node_modules/js-yaml/package.json" ] ||
+  missing "npm kubernetes-models 5.1.0 and js-yaml 4.1.0 are missing from $CACHE"
 W=$(mktemp -d)
 source "$ROOT_SRC/tests/integration/lib.sh"
 fail() { die_with_logs k8s 25 "$@"; }
@@ -98,21 +91,11 @@ fi
 echo "k8s: not run: kubectl apply --dry-run=client (needs an API server for discovery, none here); schemas checked offline instead"
 
 # ---- 2: schemas
-if [ ! -f "$CACHE/node_modules/kubernetes-models/package.json" ] || [ ! -f "$CACHE/node_modules/js-yaml/package.json" ]; then
-  if command -v npm >/dev/null; then
-    mkdir -p "$CACHE"
-    (cd "$CACHE" && timeout 300 npm install --no-audit --no-fund --silent kubernetes-models@5.1.0 js-yaml@4.1.0) >"$W/npm.log" 2>&1 || true
-  fi
-fi
-if [ -f "$CACHE/node_modules/kubernetes-models/package.json" ] && command -v node >/dev/null; then
-  node "$HERE/k8s_schema.mjs" "$CACHE" "$W/gpu.yaml" "$W/cpu.yaml" >"$W/schema.out" 2>&1 || fail "schema validation: $(grep -v ': valid$' "$W/schema.out")"
-  sed 's/containerPort: 8081/containerPort: "8081"/' "$W/cpu.yaml" >"$W/bad.yaml"
-  node "$HERE/k8s_schema.mjs" "$CACHE" "$W/bad.yaml" >"$W/bad.out" 2>&1 && fail "control: a string port passed schema validation"
-  grep -q "containerPort must be integer" "$W/bad.out" || fail "control: unexpected validation output: $(cat "$W/bad.out")"
-  echo "ok: 2: $(grep -c ': valid$' "$W/schema.out") documents valid against kubernetes-models 5.1.0 (control: a string port is rejected)"
-else
-  echo "k8s: skipped: schema validation (npm kubernetes-models could not be installed: $(tail -1 "$W/npm.log" 2>/dev/null))"
-fi
+node "$HERE/k8s_schema.mjs" "$CACHE" "$W/gpu.yaml" "$W/cpu.yaml" >"$W/schema.out" 2>&1 || fail "schema validation: $(grep -v ': valid$' "$W/schema.out")"
+sed 's/containerPort: 8081/containerPort: "8081"/' "$W/cpu.yaml" >"$W/bad.yaml"
+node "$HERE/k8s_schema.mjs" "$CACHE" "$W/bad.yaml" >"$W/bad.out" 2>&1 && fail "control: a string port passed schema validation"
+grep -q "containerPort must be integer" "$W/bad.out" || fail "control: unexpected validation output: $(cat "$W/bad.out")"
+echo "ok: 2: $(grep -c ': valid$' "$W/schema.out") documents valid against kubernetes-models 5.1.0 (control: a string port is rejected)"
 
 # ---- 3: the documents fit together and fit the programs
 $PY "$HERE/k8s_check.py" "$W/gpu.yaml" gpu "$W/k8s/base/tokens" "$W/gpu.json" || fail "deploy/k8s: see above"

@@ -14,21 +14,16 @@
 #  4. the two other tasks (the waiting one takes the released slot) push deltas and finish
 #     the job (DONE, 4 outer steps, --exit-when-done), leaving the queue;
 #  5. scancel of the coordinator job stops it.
-# Needs root (the Slurm daemons run as root here): skipped, with the reason, otherwise.
+# Needs root (the Slurm daemons run as root here) and Debian slurm-wlm + munge
+# (deploy/install_deps.sh --test): fails, saying which, otherwise.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT_SRC=$(cd "$HERE/../.." && pwd)
-skip() { echo "slurm: SKIP: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root to run slurmctld, slurmd and munged"
-if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
-  echo "slurm: installing slurm-wlm and munge (apt-get)"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; } \
-    >/tmp/slurm-apt.$$.log 2>&1 || skip "apt-get install slurm-wlm munge failed: $(tail -2 /tmp/slurm-apt.$$.log)"
-  rm -f /tmp/slurm-apt.$$.log
-fi
+missing() { echo "slurm: FAIL: $*"; exit 1; }
+[ "$(id -u)" = 0 ] || missing "needs root to run slurmctld, slurmd and munged; tests/run.sh -LE deploy leaves the deploy tests out"
 for t in slurmctld slurmd munged mungekey sbatch squeue scancel scontrol sinfo; do
-  command -v $t >/dev/null || skip "$t not found after installing slurm-wlm and munge"
+  command -v $t >/dev/null || missing "$t is missing: install Debian slurm-wlm and munge (deploy/install_deps.sh --test)"
 done
 W=$(mktemp -d)
 source "$ROOT_SRC/tests/integration/lib.sh"

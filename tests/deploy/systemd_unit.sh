@@ -6,8 +6,11 @@
 #     check the unit does not pass, and must stay at or below MAX_EXPOSURE (1.5);
 #  3. the unit runs, with all of its hardening, under a real systemd: systemd is PID 1 of its own
 #     PID, mount, cgroup, network, UTS and IPC namespaces ("container" mode), in a read-only view
-#     of this machine (writable: tmpfs on /run, /tmp, /var/tmp, /var/log, /var/lib/private,
-#     /var/lib/systemd, /dev, and its cgroups; /sys and /proc/sys read-only), and loads units only from this test's folder
+#     of this machine (writable: tmpfs on /run, /tmp, /var/tmp, /var/log, /var/lib, /dev, and
+#     its cgroups; /sys and /proc/sys read-only; nothing it writes reaches this machine, and
+#     nothing an earlier run left is seen: DynamicUser= + StateDirectory= make
+#     /var/lib/private/dipaco and the symlink /var/lib/dipaco in the empty /var/lib, as on a
+#     machine that never ran the unit), and loads units only from this test's folder
 #     (SYSTEMD_UNIT_PATH, no generators), so nothing of the machine's boot runs. A drop-in only
 #     sends stdout to a file and turns LeakSanitizer off (it needs ptrace, which the unit's
 #     system call filter refuses). `systemctl start` returns once the coordinator said READY
@@ -16,21 +19,17 @@
 #     network namespace finishes a tiny job (R=1, H=4, 3 rounds) with the state in
 #     StateDirectory; SIGKILL of the main process is followed by a restart (Restart=on-failure)
 #     that still knows the job; `systemctl stop` ends it cleanly.
-# Needs root (namespaces, systemd as PID 1) and the Debian systemd package: skipped, with the
-# reason, otherwise.
+# Needs root (namespaces, systemd as PID 1) and the Debian systemd package (deploy/install_deps.sh
+# --test): fails, saying which, otherwise.
 set -euo pipefail
 COORDINATOR_BIN=$(realpath "$1"); WORKER_BIN=$(realpath "$2"); CTL=$(realpath "$3")
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT_SRC=$(cd "$HERE/../.." && pwd)
 UNIT_SRC=${UNIT_SRC:-$ROOT_SRC/deploy/systemd/dipaco-coordinator.service}
 MAX_EXPOSURE=${MAX_EXPOSURE:-1.5}
-skip() { echo "systemd_unit: SKIP: $*"; exit 77; }
-if ! command -v systemd-analyze >/dev/null; then
-  [ "$(id -u)" = 0 ] || skip "systemd-analyze is missing and installing Debian systemd needs root"
-  echo "systemd_unit: installing systemd (apt-get)"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd; } \
-    >/dev/null 2>&1 || skip "apt-get install systemd failed"
-fi
+missing() { echo "systemd_unit: FAIL: $*"; exit 1; }
+[ "$(id -u)" = 0 ] || missing "needs root (namespaces, systemd as PID 1); tests/run.sh -LE deploy leaves the deploy tests out"
+command -v systemd-analyze >/dev/null || missing "systemd-analyze is missing: install Debian systemd (deploy/install_deps.sh --test)"
 W=$(mktemp -d)
 source "$ROOT_SRC/tests/integration/lib.sh"
 SPID=
@@ -62,9 +61,8 @@ awk -v s="$score" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(s <= m) }' || fail "expos
 echo "ok: 2: systemd-analyze security: overall exposure $score (at most $MAX_EXPOSURE)"
 
 # ---- 3: the unit under systemd
-[ "$(id -u)" = 0 ] || skip "parts 1-2 passed; running the unit needs root (namespaces, systemd as PID 1)"
 SYSTEMD=$(command -v systemd || echo /lib/systemd/systemd)
-[ -x "$SYSTEMD" ] || skip "parts 1-2 passed; no systemd binary to run the unit"
+[ -x "$SYSTEMD" ] || fail "no systemd binary to run the unit (Debian systemd; deploy/install_deps.sh --test)"
 cat >"$W/units/dipaco-coordinator.service.d/test.conf" <<EOF
 [Service]
 StandardOutput=append:/run/dipaco-test/coordinator.log
@@ -121,10 +119,13 @@ unshare --pid --fork --mount --cgroup --net --uts --ipc --propagation private \
     # The test folder ($W, under /tmp) is hidden below: its units move to /run first.
     mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
     mkdir -p /run/dipaco-test/empty && cp -r "$W/units" "$W/cgroups.sh" /run/dipaco-test/
-    for d in /tmp /var/tmp /var/log /var/lib/private /var/lib/systemd; do
-      mkdir -p "$d" 2>/dev/null || true; mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$d"
+    # Existing folders only: a mkdir here would land on this machine, whose / is still writable.
+    for d in /tmp /var/tmp /var/log /var/lib; do
+      [ -d "$d" ] || { echo "systemd_unit: $d is missing on this machine" >&2; exit 1; }
+      mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$d"
     done
-    chmod 1777 /tmp /var/tmp; chmod 0700 /var/lib/private
+    chmod 1777 /tmp /var/tmp
+    mkdir -m 0700 /var/lib/private && mkdir /var/lib/systemd
     mkdir /run/.host-dev && mount --rbind /dev /run/.host-dev
     mount -t tmpfs -o mode=0755,nosuid tmpfs /dev
     for n in null zero full random urandom tty; do touch /dev/$n; mount --bind /run/.host-dev/$n /dev/$n; done
@@ -139,7 +140,7 @@ unshare --pid --fork --mount --cgroup --net --uts --ipc --propagation private \
 UPID=$!
 PIDS+=("$UPID")
 for _ in $(seq 1 50); do SPID=$(pgrep -P "$UPID" || true); [ -n "$SPID" ] && break; sleep 0.1; done
-[ -n "$SPID" ] || skip "parts 1-2 passed; systemd did not start in its namespaces: $(tail -3 "$W/systemd.log")"
+[ -n "$SPID" ] || fail "systemd did not start in its namespaces: $(tail -3 "$W/systemd.log")"
 IN="nsenter -t $SPID -m -p"
 state=
 for _ in $(seq 1 300); do
@@ -147,7 +148,7 @@ for _ in $(seq 1 300); do
   case $state in running | degraded) break ;; esac
   sleep 0.2
 done
-case $state in running | degraded) ;; *) skip "parts 1-2 passed; systemd as PID 1 in namespaces did not come up here ($state): $(tail -3 "$W/systemd.log")" ;; esac
+case $state in running | degraded) ;; *) fail "systemd as PID 1 in namespaces did not come up ($state): $(tail -3 "$W/systemd.log")" ;; esac
 echo "ok: 3: systemd $($IN systemctl --version | head -1 | cut -d' ' -f2) runs as PID 1 in its own namespaces ($state)"
 
 rc=0; timeout 60 $IN systemctl start dipaco-coordinator || rc=$?

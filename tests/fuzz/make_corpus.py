@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """tests/fuzz/make_corpus.py — writes the small seed corpora under tests/fuzz/corpus/<target>/.
 
-Run with /usr/bin/python3 from the repository root; the seeds are committed, so this only needs
+Run with $DPC_PYTHON (a python3 with torch) from the repository root; the seeds are committed, so this only needs
 re-running when a format changes. Every seed is a valid (or nearly valid) input, so the fuzzers
 start past the first checks of each parser. Independent of the C code: formats are written
 from their specifications (safetensors, llm.c shards, protobuf wire format by hand)."""

@@ -2,17 +2,19 @@
 # tests/fuzz/run_fuzz.sh FUZZER_BIN NAME SECONDS — one ctest fuzz test: replay every regression
 # input kept in tests/fuzz/regress/NAME/ (each must run clean), then fuzz for SECONDS seconds
 # from the seeds in tests/fuzz/corpus/NAME/ (read-only; new inputs go to a scratch copy).
-# Exit 77 (ctest skip) when the fuzzers could not be built here (no clang/libFuzzer: the
-# configure step left its reason in SKIP_REASON next to them), saying why.
+# Fails, saying why, when the fuzzers could not be built here (no clang/libFuzzer: the
+# configure step left its reason in NOT_BUILT next to them; deploy/install_deps.sh --test
+# installs clang and libclang-rt-dev).
 # A crash leaves its input in $FUZZ_ARTIFACTS (default: the build's fuzz/artifacts/) and is
 # printed in base64, ready to be kept as a regression input once fixed.
 set -uo pipefail
 bin=$1 name=$2 secs=$3
 here=$(cd "$(dirname "$0")" && pwd)
 if [ ! -x "$bin" ]; then
-  if [ -f "$(dirname "$bin")/SKIP_REASON" ]; then
-    echo "SKIP: fuzz targets not built: $(cat "$(dirname "$bin")/SKIP_REASON")"
-    exit 77
+  if [ -f "$(dirname "$bin")/NOT_BUILT" ]; then
+    echo "FAIL: fuzz targets not built: $(cat "$(dirname "$bin")/NOT_BUILT")"
+    echo "      deploy/install_deps.sh --test installs clang and libclang-rt-dev; -DDIPACO_FUZZ=OFF leaves the fuzzers out"
+    exit 1
   fi
   echo "FAIL: $bin is missing; build it with: cmake --build <build dir> --target dipaco_fuzz"
   exit 1

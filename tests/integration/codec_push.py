@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """codec_push.py — quantized deltas in PushDelta (job spec streaming.codec / block_floats) on a
 real dipaco-coordinator, driven by python grpcio playing the workers of sync DiLoCo jobs
 (streaming.fragments 1, overlap_steps 0, alpha 0: plain sync DiLoCo, R = 2). The encoders and
@@ -26,7 +26,7 @@ decoders below are numpy, written from docs/design.md §3 (fp32 arithmetic).
     refused with INVALID_ARGUMENT (rpc_chunk_parse) before the quantized stream's buffer,
     sized by total, is written, and the coordinator keeps serving.
 
-usage: codec_push.py COORDINATOR_BIN PROTO_DIR     (exit 77 = skip, with the reason)"""
+usage: codec_push.py COORDINATOR_BIN PROTO_DIR"""
 import json
 import re
 import sys

@@ -86,6 +86,6 @@ grep -Eq "UNAVAILABLE|retrying|reconnect" "$W"/worker-w*.log || fail "the worker
 cmp "$W/export-ref/model.safetensors" "$W/export-crash/model.safetensors" \
   || fail "the parameters after the crash differ from the fault-free run"
 echo "exported parameters byte-identical to the fault-free run"
-/usr/bin/python3 "$HERE/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$W/state" "$job" $ROUNDS $R "$W"/worker-w*.log \
+"${DPC_PYTHON:-python3}" "$HERE/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$W/state" "$job" $ROUNDS $R "$W"/worker-w*.log \
   || fail "ledger check"
 echo "coord_crash $STOP $ALGO: OK"

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """coord_daemon.py — dipaco-coordinator as a real process on loopback, driven by python grpcio
 (an independent gRPC/protobuf implementation) playing two workers and an admin:
 
@@ -15,7 +15,7 @@
   * Admin listings, metrics history, /metrics (200) and /nope (404), ExportPath twice
     byte-identical and equal to the pulled parameters, SIGTERM → exit 0.
 
-usage: coord_daemon.py COORDINATOR_BIN PROTO_DIR     (exit 77 = skip, with the reason)"""
+usage: coord_daemon.py COORDINATOR_BIN PROTO_DIR"""
 import json
 import os
 import shutil
@@ -30,7 +30,7 @@ import urllib.request
 
 from daemon_kit import Daemon, check, crc32c, failures, free_port
 
-SKIP = 77
+MISSING = 1  # a missing tool fails the test (deploy/install_deps.sh --test installs them)
 
 
 
@@ -42,12 +42,12 @@ def main():
         import numpy as np
         import torch
     except ImportError as e:
-        print(f"SKIP: needs python grpcio, numpy and torch ({e})")
-        return SKIP
+        print(f"FAIL: missing: needs python grpcio, numpy and torch ({e})")
+        return MISSING
     protoc = shutil.which("protoc")
     if not protoc:
-        print("SKIP: protoc not found; apt-get install protobuf-compiler")
-        return SKIP
+        print("FAIL: missing: protoc not found; deploy/install_deps.sh --test installs Debian protobuf-compiler")
+        return MISSING
     tmp = tempfile.mkdtemp(prefix="dpc_coord_")
     try:
         subprocess.run([protoc, f"--python_out={tmp}", f"-I{proto_dir}",

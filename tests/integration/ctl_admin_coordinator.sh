@@ -10,7 +10,7 @@
 set -u
 CTL=$(realpath "$1")
 COORD=$(realpath "$2")
-PY=/usr/bin/python3
+PY=${DPC_PYTHON:-python3}
 TMP=$(mktemp -d /tmp/dpc_ctl_coord.XXXXXX)
 FAILS=0
 CPID=

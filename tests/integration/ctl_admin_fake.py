@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ctl_admin_fake.py — dipacoctl's admin commands against the fake Admin server
 (tests/unit/test_ctl_admin_fake.c): human tables, --json documents (parsed here with the
 json module), exit codes (0 ok, 1 server/runtime error, 2 usage, 3 wait timeout), gRPC error

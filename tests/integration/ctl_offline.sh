@@ -5,7 +5,7 @@
 set -uo pipefail
 CTL=${1:?usage: ctl_offline.sh DIPACOCTL}
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
-PY=/usr/bin/python3
+PY=${DPC_PYTHON:-python3}
 fail=0; checks=0
 ok() { checks=$((checks + 1)); echo "ok: $*"; }
 bad() { checks=$((checks + 1)); fail=$((fail + 1)); echo "FAIL: $*"; }

@@ -1,8 +1,8 @@
 """daemon_kit.py — what the python daemon tests (coord_daemon.py, delta_screen.py,
 codec_push.py) share: the ok/FAIL check counter, a free loopback port, an independent CRC-32C,
 dipaco-coordinator as a child process (plain listen address and metrics port, 30 s lease TTL,
-200 ms heartbeats), and the grpcio harness around one test body (skip without grpcio, numpy or
-protoc; the generated dipaco_pb2; one stub per RPC of both services; status codes)."""
+200 ms heartbeats), and the grpcio harness around one test body (failing, naming what is
+missing, without grpcio, numpy or protoc; the generated dipaco_pb2; one stub per RPC of both services; status codes)."""
 import os
 import shutil
 import signal
@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-SKIP = 77
+MISSING = 1  # a missing tool fails the test (deploy/install_deps.sh --test installs them)
 
 _fails = 0
 
@@ -87,17 +87,17 @@ class Daemon:
 def run_grpc_test(coord_bin, proto_dir, prefix, body, log_tail=40):
     """Start a coordinator in a fresh directory and run body(grpc, np, pb, d, state, log) with
     d = [Daemon] (a body may replace d[0] to restart it); 0 when every check passed, 1 with
-    the coordinator log's tail otherwise, SKIP (with the reason printed) without the tools."""
+    the coordinator log's tail otherwise and, with the reason printed, without the tools."""
     try:
         import grpc
         import numpy as np
     except ImportError as e:
-        print(f"SKIP: needs python grpcio and numpy ({e})")
-        return SKIP
+        print(f"FAIL: missing: needs python grpcio and numpy ({e})")
+        return MISSING
     protoc = shutil.which("protoc")
     if not protoc:
-        print("SKIP: protoc not found; apt-get install protobuf-compiler")
-        return SKIP
+        print("FAIL: missing: protoc not found; deploy/install_deps.sh --test installs Debian protobuf-compiler")
+        return MISSING
     tmp = tempfile.mkdtemp(prefix=prefix)
     d = None
     log = os.path.join(tmp, "coordinator.log")

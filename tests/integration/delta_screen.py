@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """delta_screen.py — the delta norm screen (job spec outer.delta_norm_screen) on a real
 dipaco-coordinator, driven by python grpcio playing four workers of a sync DiLoCo job (R=4,
 k = 4):
@@ -24,7 +24,7 @@ k = 4):
     writes; the first is acknowledged, other data after it gets ALREADY_EXISTS, and the outer
     step applies the acknowledged delta (no other file of the lease is left).
 
-usage: delta_screen.py COORDINATOR_BIN PROTO_DIR     (exit 77 = skip, with the reason)"""
+usage: delta_screen.py COORDINATOR_BIN PROTO_DIR"""
 import json
 import os
 import sys

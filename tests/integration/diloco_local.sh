@@ -22,6 +22,6 @@ for state in keep reset; do
 JSON
   tol=1e-4
   "$LOCAL" "$W/init" "$W/data/train_000.bin" "$W/out_$state" 2 3 3 2 16 0.01 2 0.1 0.1 0.9 0.95 1e-6 0.5 0.7 0.9 $state 2>"$W/log"
-  /usr/bin/python3 "$HERE/../oracle/diloco_ref.py" --init "$W/init" --data "$W/data/train_000.bin" --spec "$W/spec.json" \
+  "${DPC_PYTHON:-python3}" "$HERE/../oracle/diloco_ref.py" --init "$W/init" --data "$W/data/train_000.bin" --spec "$W/spec.json" \
     --compare "$W/out_$state" --tol $tol
 done

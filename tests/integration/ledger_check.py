@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ledger_check.py — after a sync DiLoCo job that lived through crashes, check the
 coordinator's durable record (no lost or doubled delta, nothing half written).
 

@@ -1,7 +1,7 @@
 # lib.sh — shared helpers for the daemon integration tests (sourced): free ports, starting
 # the coordinator and workers as real processes on loopback, waiting, and cleaning up every
 # process the test started (also on failure).
-PY=/usr/bin/python3
+PY=${DPC_PYTHON:-python3}
 PIDS=()
 cleanup() {
   local rc=$?

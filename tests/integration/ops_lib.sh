@@ -1,32 +1,18 @@
-# ops_lib.sh — shared by the observability tests (ops_*.sh; sourced after lib.sh): getting the
-# Debian packages a test runs for real (prometheus, chromium, tesseract-ocr, python3-pil) and
-# a small job for a coordinator to run while they look at it.
+# ops_lib.sh — shared by the observability tests (ops_*.sh; sourced after lib.sh): checking for
+# the Debian packages a test runs for real (prometheus, chromium, tesseract-ocr, python3-pil;
+# deploy/install_deps.sh --test installs them) and a small job for a coordinator to run while
+# they look at it.
 
-# need CMD PKG — make sure CMD is on PATH, installing Debian package PKG with apt-get when it
-# is not; exits 77 (ctest: skipped) with the reason when it cannot be had.
+# need CMD PKG — CMD must be on PATH: fails, naming Debian package PKG, when it is not.
 need() {
-  command -v "$1" >/dev/null 2>&1 && return 0
-  apt_install "$2"
-  command -v "$1" >/dev/null 2>&1 || { echo "SKIP: $1 is missing and apt-get install $2 failed: $(tail -2 "$W/apt-$2.log" | tr '\n' ' ')"; exit 77; }
+  command -v "$1" >/dev/null 2>&1 ||
+    { echo "FAIL: $1 is missing: install Debian $2 (deploy/install_deps.sh --test)"; exit 1; }
 }
 
-# need_py MODULE PKG — the same for a module of /usr/bin/python3.
+# need_py MODULE PKG — the same for a module of $DPC_PYTHON.
 need_py() {
-  $PY -c "import $1" 2>/dev/null && return 0
-  apt_install "$2"
-  $PY -c "import $1" 2>/dev/null || { echo "SKIP: python3 module $1 is missing and apt-get install $2 failed: $(tail -2 "$W/apt-$2.log" | tr '\n' ' ')"; exit 77; }
-}
-
-apt_install() {
-  local sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo -n"
-  echo "installing the Debian package $1"
-  if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-      -o DPkg::Lock::Timeout=600 "$1" >"$W/apt-$1.log" 2>&1; then
-    $sudo apt-get update -qq >>"$W/apt-$1.log" 2>&1 || true
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-      -o DPkg::Lock::Timeout=600 "$1" >>"$W/apt-$1.log" 2>&1 || true
-  fi
+  $PY -c "import $1" 2>/dev/null ||
+    { echo "FAIL: python module $1 is missing from $PY: install Debian $2 (deploy/install_deps.sh --test)"; exit 1; }
 }
 
 # ops_setup — a corpus and a tiny GPT-2 in $W (make_corpus, dipacoctl init).

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """resources_conn.py — connection exhaustion, against a real
 dipaco-coordinator and dipacoctl:
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """resources_memory.py — the coordinator's memory budget, against a real dipaco-coordinator over
 python grpcio: with --memory-budget-mb 64, CreateJob of a model whose estimated coordinator
 memory (~16M parameters: ~130 MiB) exceeds the budget is refused with RESOURCE_EXHAUSTED and a

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """resources_workers.py — no unbounded growth with many workers, against a real
 dipaco-coordinator over python grpcio, and dipacoctl:
 

@@ -11,12 +11,12 @@
 #  - an unreadable or non-PEM --tls-cert/--tls-key stops the coordinator with a message
 #    naming the flag.
 #
-# usage: security_tls.sh COORDINATOR_BIN DIPACOCTL WORKER_BIN PROTO_DIR   (77 = skip)
+# usage: security_tls.sh COORDINATOR_BIN DIPACOCTL WORKER_BIN PROTO_DIR
 set -u
 COORDINATOR_BIN=$1; CTL=$2; WORKER_BIN=$3; PROTO=$4
 HERE=$(cd "$(dirname "$0")" && pwd)
-command -v openssl >/dev/null || { echo "SKIP: the openssl CLI is missing (apt-get install openssl)"; exit 77; }
-command -v protoc >/dev/null || { echo "SKIP: protoc is missing (apt-get install protobuf-compiler)"; exit 77; }
+command -v openssl >/dev/null || { echo "FAIL: the openssl CLI is missing (Debian openssl; deploy/install_deps.sh --test)"; exit 1; }
+command -v protoc >/dev/null || { echo "FAIL: protoc is missing (Debian protobuf-compiler; deploy/install_deps.sh)"; exit 1; }
 W=$(mktemp -d /tmp/dpc_sec_tls.XXXXXX)
 source "$HERE/lib.sh"
 FAILS=0

@@ -10,8 +10,9 @@
 #     the export again equals the simulation to 1e-4.
 #  3. ef_beta 0 (top-k without error feedback) matches the simulation of that rule too.
 #  4. a 1 + 2 module DiPaCo job with sparse deltas runs to the end with sparse pulls of shared and
-#     per-path modules, every replayed version meeting its checksum (no PyTorch DiPaCo+sparse
-#     reference: the per-module math is the DiPaCo test's, the codec this test's runs 1-3).
+#     per-path modules, every replayed version meeting its checksum, and both exported paths
+#     equal the PyTorch DiPaCo reference with SparseLoCo deltas (tests/oracle/dipaco_ref.py:
+#     per-module outer steps on the mean sparse stream, error feedback per slot) to 1e-4.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -79,8 +80,10 @@ cat > "$W/dipaco.json" <<JSON
 {"name": "dipaco", "model": {"init": "$W/init"}, "data": {"paths": [["data/train_*.bin"], ["data/train_*.bin"]]},
  "algorithm": "dipaco", "replicas": 2, "inner_steps": 4, "rounds": 3, "batch": 2, "seq_len": 16,
  "levels": [{"stem": true, "layers": [0, 1], "modules": 1}, {"layers": [1, 2], "modules": 2}],
- "inner": {"lr": 0.01, "warmup": 2, "lr_min_frac": 0.1, "weight_decay": 0.1, "state": "keep"},
- "sparse": {"density": 0.02}}
+ "inner": {"lr": 0.01, "warmup": 2, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
+           "eps": 1e-6, "grad_clip": 0.5, "state": "keep"},
+ "outer": {"lr": 2.0, "momentum": 0, "nesterov": false},
+ "sparse": {"density": 0.02, "chunk": 4096, "value_bits": 2, "ef_beta": 0.95}}
 JSON
 before=$(cat "$W"/worker-*.log | grep -c "made from their sparse rounds" || true)
 run dipaco
@@ -88,5 +91,8 @@ after=$(cat "$W"/worker-*.log | grep -c "made from their sparse rounds" || true)
 echo "DiPaCo: leases that made fragments from sparse rounds: $((after - before))"
 [ $((after - before)) -ge 2 ] || { echo "FAIL: no DiPaCo sparse pulls"; exit 1; }
 if grep -q "does not match version" "$W"/worker-*.log; then echo "FAIL: a DiPaCo sparse pull missed the checksum"; exit 1; fi
-"$CTL" --coordinator "$COORD" job export "$JOB" --path 1 --out "$W/dipaco1.out" >/dev/null
+for p in 0 1; do "$CTL" --coordinator "$COORD" job export "$JOB" --path $p --out "$W/dipaco_$p" >/dev/null; done
+$PY "$HERE/../oracle/dipaco_ref.py" --init "$W/init" --spec "$W/dipaco.json" --data-dir "$W/corpus" \
+  --compare "$W/dipaco_" --tol 1e-4 || { echo "FAIL: the DiPaCo + SparseLoCo paths differ from the PyTorch reference"; exit 1; }
+echo "DiPaCo with sparse deltas: both paths match the PyTorch reference"
 echo "sparse_dist: PASS"

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """sparse_push.py — SparseLoCo sparse deltas (job spec "sparse", CODEC_SPARSE, common/sparse.h) in
 PushDelta and PAYLOAD_SPARSE_ROUND in PullFragment, on a real dipaco-coordinator driven by python
 grpcio playing the two workers of a sync DiLoCo job (R = 2, outer plain SGD lr 2, momentum 0).
@@ -32,7 +32,7 @@ test's own record walker (from the header's layout) decodes and corrupts them.
   * The coordinator keeps serving (a later push on the next round is accepted) and exits 0 on
     SIGTERM.
 
-usage: sparse_push.py COORDINATOR_BIN PROTO_DIR     (exit 77 = skip, with the reason)"""
+usage: sparse_push.py COORDINATOR_BIN PROTO_DIR"""
 import json
 import math
 import os

@@ -67,7 +67,7 @@ grep -q '"level":"error"' "$W"/worker*.log && fail "a worker logged an error"
 # Each worker registered what it computes on (gpt_describe: CPU model, thread count and the
 # matrix product it runs).
 "$CTL" workers --all --json > "$W/workers.json" 2>>"$W/ctl.log" || fail "dipacoctl workers"
-/usr/bin/python3 - "$W/workers.json" <<'PY' || fail "workers do not report their device: $(cat "$W/workers.json")"
+"${DPC_PYTHON:-python3}" - "$W/workers.json" <<'PY' || fail "workers do not report their device: $(cat "$W/workers.json")"
 import json, re, sys
 ws = json.load(open(sys.argv[1]))
 ws = ws.get("workers", ws) if isinstance(ws, dict) else ws
@@ -79,7 +79,7 @@ for state in keep reset; do
   "$CTL" job export "${JOB[$state]}" --path 0 --out "$W/out_$state" >>"$W/ctl.log" 2>&1 || fail "export $state"
   "$LOCAL" "$W/init" "$W/data/train_000.bin" "$W/local_$state" 2 3 3 2 16 0.01 2 0.1 0.1 0.9 0.95 1e-8 0.5 0.7 0.9 \
     $state 2>/dev/null
-  /usr/bin/python3 - "$W/out_$state" "$W/local_$state" <<'PY' || fail "$state: distributed result differs from diloco_local"
+  "${DPC_PYTHON:-python3}" - "$W/out_$state" "$W/local_$state" <<'PY' || fail "$state: distributed result differs from diloco_local"
 import glob, json, struct, sys
 import numpy as np
 def read(d):
@@ -95,7 +95,7 @@ print(f"worker_e2e: {sys.argv[1]}: max |distributed - diloco_local| = {worst:.3g
 sys.exit(0 if worst == 0.0 else 1)
 PY
   tol=1e-4; [ $state = reset ] && tol=1e-3
-  /usr/bin/python3 "$HERE/../oracle/diloco_ref.py" --init "$W/init" --data "$W/data/train_000.bin" \
+  "${DPC_PYTHON:-python3}" "$HERE/../oracle/diloco_ref.py" --init "$W/init" --data "$W/data/train_000.bin" \
     --spec "$W/spec_$state.json" --compare "$W/out_$state" --tol $tol || fail "$state: PyTorch reference differs"
 done
 echo "worker_e2e: leases per worker: $(grep -c 'pushed' "$W/worker1.log") / $(grep -c 'pushed' "$W/worker2.log")"

@@ -82,7 +82,7 @@ grep -q 'UNAVAILABLE' "$W"/worker*.log || fail "the workers never saw the coordi
 "$LOCAL" "$W/init" "$W/data/train_000.bin" "$W/local" 2 40 8 2 16 0.01 2 0.1 0.1 0.9 0.95 1e-8 0.5 0.7 0.9 keep \
   2>/dev/null
 same_as_local() { # $1: an exported model directory
-/usr/bin/python3 - "$1" "$W/local" <<'PY' || fail "the result differs from diloco_local"
+"${DPC_PYTHON:-python3}" - "$1" "$W/local" <<'PY' || fail "the result differs from diloco_local"
 import glob, json, struct, sys
 import numpy as np
 def read(d):

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """async_replay.py — replays a diloco-async job's ledger through an independent reference of
 the async outer rules (docs/design.md §3) and compares with the coordinator's parameters.
 
@@ -14,8 +14,7 @@ Checks: versions 1..V applied exactly once each, in order; staleness = version �
 the replayed θ equals the current version's blob (≤ tol relative); and the exported
 safetensors (if given) hold exactly the current blob's values (same multiset of floats).
 
-Usage: async_replay.py --state DIR --job ID [--export DIR] [--tol 1e-5] [--ledger-out FILE]
-(exit 77 = skipped, with the reason)"""
+Usage: async_replay.py --state DIR --job ID [--export DIR] [--tol 1e-5] [--ledger-out FILE]"""
 import argparse
 import glob
 import json
@@ -28,8 +27,9 @@ try:
     import numpy as np
     import torch
 except ImportError as e:  # pragma: no cover
-    print(f"SKIP: torch/numpy not importable with {sys.executable}: {e}")
-    sys.exit(77)
+    print(f"FAIL: torch/numpy not importable with {sys.executable}: {e} "
+          "(Debian python3-torch, python3-numpy: deploy/install_deps.sh --test)")
+    sys.exit(1)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--state", required=True)

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """diloco_ref.py — PyTorch reference of synchronous DiLoCo (docs/design.md §3), the oracle for
 dipaco's distributed and single-process DiLoCo tests.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """dipaco_eval_ref.py — PyTorch oracle of routed DiPaCo evaluation (`dipacoctl eval --dipaco`).
 
 Reads the DiPaCo model directory by hand (dipaco.json, router/router.json, the centroids in

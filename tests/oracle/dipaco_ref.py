@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """dipaco_ref.py — PyTorch reference of synchronous DiPaCo with per-path data (docs/design.md §3),
 the oracle for the distributed DiPaCo test (tests/integration/dipaco_dist.sh).
 
@@ -9,6 +9,11 @@ path's global modules and trains H steps on path p's own token stream (data.path
 under --data-dir like a worker does), batch index round·H + h of replica r of R. A module's
 outer gradient is the uniform mean of the deltas of every slot whose path holds it, summed by
 path then replica; one torch.optim.SGD(nesterov=True) per module.
+
+With a "sparse" block in the spec (SparseLoCo deltas, tests/oracle/sparse_ref.py) each slot's
+delta is replaced by its sparse stream s, with an error-feedback buffer per slot: the codec
+chunks every tensor on its own, so encoding a slot's modules one by one (what the workers do)
+equals encoding its whole parameter list at once; the outer gradient is the mean of the s.
 
   dipaco_ref.py --init MODEL_DIR --spec SPEC.json --data-dir DIR --compare PREFIX [--tol 1e-4]
 compares the export of path p at PREFIX<p> (a model directory) for every path and exits 1 when
@@ -56,7 +61,35 @@ def structure(spec, n_layer):
     return n_paths, level_of, path_modules, sum(Ks)
 
 
-def run(init, spec, data_dir):
+def sparse_hook(init, spec, n_slots):
+    """delta_hook for run(): SparseLoCo's error feedback and codec (sparse_ref.py), one buffer per slot."""
+    import numpy as np
+    import sparse_ref as SR
+    cfg, G0 = init
+    sp = SR.sparse_cfg(spec)
+    rho, chunk, bits, beta = float(sp["density"]), int(sp["chunk"]), int(sp["value_bits"]), np.float32(sp["ef_beta"])
+    names = SR.layout(cfg)
+    lens = [G0[k].numel() for k in names]
+    reset = spec["inner"].get("state", "keep") == "reset"
+    E = [np.zeros(sum(lens), dtype=np.float32) for _ in range(n_slots)]
+
+    def hook(t, i, d):
+        delta = np.concatenate([d[k].reshape(-1).numpy().astype(np.float32) for k in names])
+        e = np.zeros_like(delta) if reset else E[i]
+        e = (beta * e).astype(np.float32) + delta
+        s, E[i] = SR.sparse_encode(e, lens, rho, chunk, bits)
+        out, o = {}, 0
+        for k, n in zip(names, lens):
+            out[k] = torch.from_numpy(s[o:o + n].copy()).view_as(d[k])
+            o += n
+        return out
+
+    return hook
+
+
+def run(init, spec, data_dir, delta_hook=None):
+    """The exported parameters of every path; delta_hook(round, slot index, {name: delta}), if
+    given, returns what each slot sends instead of its delta."""
     cfg, G0 = init
     R, H, rounds = spec["replicas"], spec["inner_steps"], spec["rounds"]
     B, T = spec["batch"], spec["seq_len"]
@@ -87,7 +120,7 @@ def run(init, spec, data_dir):
     total = rounds * H
     for t in range(rounds):
         deltas = []  # (path, {name: delta}) in path, replica order
-        for (p, r) in slots:
+        for i, (p, r) in enumerate(slots):
             P = reps[(p, r)]
             mods = path_modules(p)
             with torch.no_grad():
@@ -108,7 +141,8 @@ def run(init, spec, data_dir):
                 if inner["grad_clip"] > 0:
                     torch.nn.utils.clip_grad_norm_(list(P.values()), inner["grad_clip"])
                 opts[(p, r)].step()
-            deltas.append((p, {k: G[mods[level_of(k)]][k].detach() - P[k].detach() for k in names}))
+            d = {k: G[mods[level_of(k)]][k].detach() - P[k].detach() for k in names}
+            deltas.append((p, delta_hook(t, i, d) if delta_hook else d))
         with torch.no_grad():
             for m in G:
                 for k in G[m]:
@@ -138,7 +172,11 @@ def main():
     a = ap.parse_args()
     spec = json.load(open(a.spec))
     init = load_model(a.init)
-    ref = run(init, spec, a.data_dir)
+    hook = None
+    if "sparse" in spec:
+        n_paths = structure(spec, init[0]["n_layer"])[0]
+        hook = sparse_hook(init, spec, n_paths * spec["replicas"])
+    ref = run(init, spec, a.data_dir, hook)
     worst, bad = 0.0, 0
     for p, rp in enumerate(ref):
         _, got = load_model(f"{a.compare}{p}")

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """formats_dataset.py — dipaco's dataset batch order (docs/design.md §3 "Data order") against an
 independent numpy implementation, over shards written here in llm.c's format (including an
 empty shard and sequences that cross shard boundaries), for several B, T, R.

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """formats_interop.py — PyTorch interop of dipaco's model directories (docs/design.md §6).
 
 The python side reads and writes safetensors with its own struct+json code (no safetensors

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """gpt_oracle.py — the PyTorch reference for the GPT-2 of docs/design.md §3.
 
 Used by tests/unit/test_cpu_oracle.c: the C test writes a case into a directory (config.txt,

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """grpcio_client.py — python grpcio (an implementation independent of the gRPC C core the
 coordinator uses) as an outside client of a real dipaco-coordinator: Health/Check answers
 SERVING for the server and both services and NOT_FOUND for an unknown one,
@@ -11,7 +11,7 @@ are generated at test time with `protoc --python_out`. Admin calls carry the adm
 usage: grpcio_client.py <dipaco-coordinator binary> <proto dir>
        grpcio_client.py --addr HOST:PORT <proto dir>   (a server that is already running;
                                                         only the read-only checks)
-Exits 77 (skip) when grpcio, protobuf or protoc is missing."""
+Fails, naming it, when grpcio, protobuf or protoc is missing."""
 import json
 import os
 import shutil
@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-SKIP = 77
+MISSING = 1  # a missing tool fails the test (deploy/install_deps.sh --test installs them)
 failures = 0
 
 
@@ -51,12 +51,12 @@ def main():
     try:
         import grpc
     except ImportError as e:
-        print(f"SKIP: python grpcio not importable ({e}); apt-get install python3-grpcio")
-        return SKIP
+        print(f"FAIL: missing: python grpcio not importable ({e}); deploy/install_deps.sh --test installs Debian python3-grpcio")
+        return MISSING
     protoc = shutil.which("protoc")
     if not protoc:
-        print("SKIP: protoc not found; apt-get install protobuf-compiler")
-        return SKIP
+        print("FAIL: missing: protoc not found; deploy/install_deps.sh --test installs Debian protobuf-compiler")
+        return MISSING
     tmp = tempfile.mkdtemp(prefix="dpc_grpcio_client_")
     proc = None
     try:
@@ -70,8 +70,8 @@ def main():
             import dipaco_pb2
             import health_pb2
         except ImportError as e:
-            print(f"SKIP: python protobuf not importable ({e}); apt-get install python3-protobuf")
-            return SKIP
+            print(f"FAIL: missing: python protobuf not importable ({e}); deploy/install_deps.sh --test installs Debian python3-protobuf")
+            return MISSING
         if sys.argv[1] == "--addr":
             addr, fresh = sys.argv[2], False
         else:

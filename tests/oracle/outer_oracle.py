@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """outer_oracle.py — checks the outer optimizer (kernels/outer.c) against PyTorch.
 
 1. Sync DiLoCo: 4 rounds of weighted random deltas from 3 slots; our outer_average +
@@ -15,7 +15,7 @@
    local.mul_(α).add_(global, alpha=1 − α) within one rounding of the operands (torch may fuse the add into an FMA);
    α = 0 copies global and α = 1 keeps local, bit for bit.
 
-Usage: outer_oracle.py PATH/TO/test_outer_oracle   (exit 77 = skipped, with the reason)"""
+Usage: outer_oracle.py PATH/TO/test_outer_oracle"""
 import os
 import subprocess
 import sys
@@ -25,8 +25,9 @@ try:
     import numpy as np
     import torch
 except ImportError as e:  # pragma: no cover
-    print(f"SKIP: torch/numpy not importable with {sys.executable}: {e}")
-    sys.exit(77)
+    print(f"FAIL: torch/numpy not importable with {sys.executable}: {e} "
+          "(Debian python3-torch, python3-numpy: deploy/install_deps.sh --test)")
+    sys.exit(1)
 
 HELPER = sys.argv[1]
 LEN = 4099  # odd, so no kernel path sees only whole vectors

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """route_ref.py — PyTorch oracle of `dipacoctl route assign` (the sharding round trip).
 
 Computes each sequence's routing feature with torch from the router's base model (mean ln_f

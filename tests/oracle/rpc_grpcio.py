@@ -1,11 +1,11 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """rpc_grpcio.py — python grpcio (an independent gRPC implementation's client) against the C
 call layer: Health/Check says SERVING, an unknown service fails with NOT_FOUND (per the
 health-checking spec), an unknown method with UNIMPLEMENTED, and dipaco.v1.Admin/ListJobs
 round-trips with message classes generated at test time by `protoc --python_out`.
 
 usage: rpc_grpcio.py <test_rpc_pyserver binary> <proto dir>
-Exits 77 (skip) when grpcio, protobuf or protoc is missing."""
+Fails, naming it, when grpcio, protobuf or protoc is missing."""
 import os
 import shutil
 import signal
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-SKIP = 77
+MISSING = 1  # a missing tool fails the test (deploy/install_deps.sh --test installs them)
 
 
 def main():
@@ -21,12 +21,12 @@ def main():
     try:
         import grpc
     except ImportError as e:
-        print(f"SKIP: python grpcio not importable ({e}); apt-get install python3-grpcio")
-        return SKIP
+        print(f"FAIL: missing: python grpcio not importable ({e}); deploy/install_deps.sh --test installs Debian python3-grpcio")
+        return MISSING
     protoc = shutil.which("protoc")
     if not protoc:
-        print("SKIP: protoc not found; apt-get install protobuf-compiler")
-        return SKIP
+        print("FAIL: missing: protoc not found; deploy/install_deps.sh --test installs Debian protobuf-compiler")
+        return MISSING
     tmp = tempfile.mkdtemp(prefix="dpc_rpc_py_")
     try:
         subprocess.run([protoc, f"--python_out={tmp}", f"-I{proto_dir}",
@@ -37,8 +37,8 @@ def main():
             import dipaco_pb2
             import health_pb2
         except ImportError as e:
-            print(f"SKIP: python protobuf not importable ({e}); apt-get install python3-protobuf")
-            return SKIP
+            print(f"FAIL: missing: python protobuf not importable ({e}); deploy/install_deps.sh --test installs Debian python3-protobuf")
+            return MISSING
         return run(grpc, dipaco_pb2, health_pb2, server_bin)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

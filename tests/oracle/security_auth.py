@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """security_auth.py — authentication and authorization of a real dipaco-coordinator, driven by
 python grpcio (independent of the gRPC C core the coordinator uses):
 
@@ -20,7 +20,7 @@ python grpcio (independent of the gRPC C core the coordinator uses):
 - dipaco-worker with a wrong --token-file never registers (log says why); with the right one
   it shows up in ListWorkers.
 
-usage: security_auth.py COORDINATOR_BIN DIPACOCTL WORKER_BIN PROTO_DIR   (77 = skip)"""
+usage: security_auth.py COORDINATOR_BIN DIPACOCTL WORKER_BIN PROTO_DIR"""
 import json
 import os
 import shutil
@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-SKIP = 77
+MISSING = 1  # a missing tool fails the test (deploy/install_deps.sh --test installs them)
 FAILS = 0
 
 
@@ -77,12 +77,12 @@ def main():
     try:
         import grpc
     except ImportError as e:
-        print(f"SKIP: needs python grpcio ({e}); apt-get install python3-grpcio")
-        return SKIP
+        print(f"FAIL: missing: needs python grpcio ({e}); deploy/install_deps.sh --test installs Debian python3-grpcio")
+        return MISSING
     protoc = shutil.which("protoc")
     if not protoc:
-        print("SKIP: protoc not found; apt-get install protobuf-compiler")
-        return SKIP
+        print("FAIL: missing: protoc not found; deploy/install_deps.sh --test installs Debian protobuf-compiler")
+        return MISSING
     tmp = tempfile.mkdtemp(prefix="dpc_sec_auth_")
     procs = []
     try:

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """sparse_experiment.py — final held-out loss of a tiny GPT-2 under DiLoCo fp32 (Nesterov) and
 SparseLoCo (sparse_ref.py: chunked top-k of an error-feedback buffer, 2-bit values, plain SGD
 outer step) over a grid of density, outer lr alpha and ef_beta, plus top-k without error feedback;

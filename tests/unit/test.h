@@ -1,5 +1,6 @@
 /* test.h — a minimal check macro set for the C unit tests: each failed check prints the
- * file, line and expression, and the test exits non-zero at the end. */
+ * file, line and expression, and the test exits non-zero at the end. TEST_DONE() also fails a
+ * test that made no check at all: a test that checked nothing did not test anything. */
 #ifndef DPC_TEST_H
 #define DPC_TEST_H
 #include <math.h>
@@ -41,7 +42,8 @@ static int test_checks = 0;
 #define TEST_DONE()                                                                  \
   do {                                                                               \
     fprintf(stderr, "%d checks, %d failed\n", test_checks, test_failures);           \
-    return test_failures ? 1 : 0;                                                    \
+    if (test_checks == 0) fprintf(stderr, "FAIL: no checks ran\n");                 \
+    return test_failures || test_checks == 0 ? 1 : 0;                               \
   } while (0)
 
 #endif

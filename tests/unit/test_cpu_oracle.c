@@ -270,7 +270,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s ORACLE.py [PYTHON]\n", argv[0]);
     return 2;
   }
-  const char *python = argc > 2 ? argv[2] : "/usr/bin/python3";
+  const char *python = argc > 2 ? argv[2] : getenv("DPC_PYTHON") ? getenv("DPC_PYTHON") : "python3";
   if (argc > 3 && gpt_backend_parse(argv[3], &BACKEND)) {
     fprintf(stderr, "%s\n", dpc_errmsg());
     return 2;

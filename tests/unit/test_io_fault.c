@@ -74,6 +74,5 @@ int main(void) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-  if (test_failures) fprintf(stderr, "%d of %d checks failed\n", test_failures, test_checks);
-  return test_failures ? 1 : 0;
+  TEST_DONE();
 }

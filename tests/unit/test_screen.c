@@ -77,6 +77,5 @@ int main(void) {
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  if (test_failures) fprintf(stderr, "%d of %d checks failed\n", test_failures, test_checks);
-  return test_failures ? 1 : 0;
+  TEST_DONE();
 }

@@ -4,8 +4,8 @@
  *                             against a naive transcription of encoder.py's bpe() loop;
  *                             malformed vocabulary files give the right error and message.
  *   test_tokenizer GPT2_DIR   GPT-2 proper: known encodings, round trips of random UTF-8 and
- *                             random bytes, long pieces, cache consistency. Exits 77 (skip)
- *                             when GPT2_DIR has no encoder.json. */
+ *                             random bytes, long pieces, cache consistency. Fails when
+ *                             GPT2_DIR has no encoder.json (deploy/fetch_assets.sh). */
 #include "common/errors.h"
 #include "common/tokenizer.h"
 #include "tests/unit/test.h"
@@ -567,8 +567,8 @@ int main(int argc, char **argv) {
     struct stat st;
     snprintf(path, sizeof path, "%s/encoder.json", argv[1]);
     if (stat(path, &st) != 0) {
-      fprintf(stderr, "SKIP: %s not found; run deploy/fetch_assets.sh tests/.cache\n", path);
-      return 77;
+      fprintf(stderr, "FAIL: %s not found; run deploy/fetch_assets.sh tests/.cache (tests/run.sh does)\n", path);
+      return 1;
     }
     test_gpt2(argv[1]);
     TEST_DONE();

@@ -6,7 +6,7 @@
  *       per document with its GPT-2 ids separated by spaces.
  *   test_tokenizer_tool bench GPT2_DIR MAX_BYTES FILE...
  *       concatenates the files (up to MAX_BYTES bytes), encodes the whole text once, prints
- *       MB/s and tokens, and fails unless decode gives the text back. Exits 77 when
+ *       MB/s and tokens, and fails unless decode gives the text back. Fails when
  *       GPT2_DIR has no encoder.json or no FILE exists. */
 #include "common/errors.h"
 #include "common/tokenizer.h"
@@ -89,8 +89,8 @@ static int cmd_bench(const char *dir, size_t max_bytes, char **files, int n_file
   char path[4096];
   snprintf(path, sizeof path, "%s/encoder.json", dir);
   if (stat(path, &st) != 0) {
-    fprintf(stderr, "SKIP: %s not found; run deploy/fetch_assets.sh tests/.cache\n", path);
-    return 77;
+    fprintf(stderr, "FAIL: %s not found; run deploy/fetch_assets.sh tests/.cache (tests/run.sh does)\n", path);
+    return 1;
   }
   size_t len = 0, cap = 1 << 20;
   char *text = malloc(cap);
@@ -105,9 +105,9 @@ static int cmd_bench(const char *dir, size_t max_bytes, char **files, int n_file
     free(b);
   }
   if (len == 0) {
-    fprintf(stderr, "SKIP: no corpus files readable (run deploy/fetch_assets.sh tests/.cache)\n");
+    fprintf(stderr, "FAIL: no corpus files readable (run deploy/fetch_assets.sh tests/.cache)\n");
     free(text);
-    return 77;
+    return 1;
   }
   dpc_tokenizer *t = NULL;
   double t0 = now();
