@@ -1,11 +1,16 @@
-/* gpt.h — the GPT-2 model and the compute-backend interface (docs/design.md §3).
+/* gpt.h — the model families (GPT-2 and Llama-class) and the compute-backend interface
+ * (docs/design.md §3).
  *
  * The model's parameters have one canonical flat layout, the same on every backend and on
- * the wire: the stem first (wte, wpe, ln_f), then each layer's tensors in order, every tensor
- * in Hugging Face GPT-2 shape (linear weights in Conv1D [in, out] layout). So a layer, a level
- * of consecutive layers, or the stem is one contiguous float range, a delta is a flat array,
- * and safetensors export is a straight copy. Backends may pad internally (e.g. the vocab on
- * CUDA) but take and give parameters, gradients and optimizer state in this layout.
+ * the wire: the stem first, then each layer's tensors in order, every tensor in its Hugging
+ * Face shape and under its HF name (docs/design.md §6.2). GPT-2: wte, wpe, ln_f, then per
+ * layer h.l.* with linear weights in Conv1D [in, out] layout. Llama: model.embed_tokens,
+ * model.norm, lm_head (only when untied), then per layer model.layers.l.* with linear weights
+ * in nn.Linear [out, in] layout, q/k/v and gate/up stored back to back so each pair of
+ * products runs as one. So a layer, a level of consecutive layers, or the stem is one
+ * contiguous float range, a delta is a flat array, and safetensors export is a straight copy.
+ * Backends may pad internally (e.g. the vocab on CUDA) but take and give parameters,
+ * gradients and optimizer state in this layout.
  *
  * A gpt_model is created for one backend and a maximum batch shape (B, T); it owns its
  * parameters, gradients, AdamW moments and activations. It is not thread-safe: one thread
@@ -17,24 +22,44 @@
 #include <stdint.h>
 
 #define GPT_MAX_TENSORS (4 + 12 * 256)
-#define GPT_NAME_MAX 48
+#define GPT_NAME_MAX 64
 
+typedef enum { GPT_ARCH_GPT2 = 0, GPT_ARCH_LLAMA = 1 } gpt_arch;
+typedef enum { GPT_ROPE_DEFAULT = 0, GPT_ROPE_LLAMA3 = 1 } gpt_rope_scaling;
+
+/* The first five fields describe both families (a GPT-2 config is just those, the rest zero:
+ * positional initialisers {L, NH, C, maxT, V} stay GPT-2). The Llama fields mirror HF
+ * LlamaConfig's keys; head_dim is C/NH. Fields are ordered so the struct has no padding:
+ * configs are compared with memcmp. */
 typedef struct {
-  int n_layer;     /* L */
-  int n_head;      /* NH */
-  int n_embd;      /* C */
-  int n_positions; /* maxT */
+  int n_layer;     /* L (num_hidden_layers) */
+  int n_head;      /* NH (num_attention_heads) */
+  int n_embd;      /* C (hidden_size) */
+  int n_positions; /* maxT (max_position_embeddings) */
   int vocab_size;  /* V */
+  int arch;        /* gpt_arch */
+  /* Llama only (zero for GPT-2): */
+  int n_kv_head;         /* NKV (num_key_value_heads); NH a multiple of NKV */
+  int intermediate_size; /* I, the MLP's inner width */
+  int tie_word_embeddings; /* 1: lm_head is embed_tokens (no lm_head.weight tensor) */
+  int attention_bias;    /* 1: q/k/v projections have biases (Qwen2) */
+  int rope_scaling;      /* gpt_rope_scaling */
+  int rope_original_max_position_embeddings; /* LLAMA3 scaling only */
+  double rms_norm_eps;
+  double rope_theta;
+  double rope_factor, rope_low_freq_factor, rope_high_freq_factor; /* LLAMA3 scaling only */
 } gpt_config;
 
 /* One tensor of the canonical layout. */
 typedef struct {
-  char name[GPT_NAME_MAX]; /* HF name without prefix: "wte.weight", "h.3.mlp.c_fc.bias" */
+  char name[GPT_NAME_MAX]; /* HF name: "wte.weight", "h.3.mlp.c_fc.bias" (GPT-2, without the
+                            * "transformer." prefix), "model.layers.3.self_attn.q_proj.weight" */
   int ndim;                /* 1 or 2 */
-  int shape[2];            /* HF shape; Conv1D weights are [in, out] */
+  int shape[2];            /* HF shape; GPT-2 Conv1D weights are [in, out], Llama's [out, in] */
   size_t offset;           /* in floats, into the flat parameter array */
   size_t numel;
-  int decay;               /* 1: AdamW weight decay applies (2-D tensors) */
+  int decay;               /* 1: AdamW weight decay applies (2-D tensors: matrices and
+                            * embeddings, never a norm's gain or a bias) */
   int layer;               /* -1 for the stem, else the transformer layer index */
 } gpt_tensor;
 
@@ -47,22 +72,37 @@ typedef struct {
   size_t layer_off[257]; /* layer l is [layer_off[l], layer_off[l+1]); layer_off[L] = n_params */
 } gpt_layout;
 
-/* Validate a config (positive sizes, C divisible by NH, bounds); DPC_EINVAL with detail. */
+/* Validate a config (positive sizes, C divisible by NH, bounds; for Llama also NH divisible by
+ * NKV, an even head size, eps, rope_theta and the llama3 scaling numbers); DPC_EINVAL with
+ * detail naming the field. */
 int gpt_config_validate(const gpt_config *cfg);
 
-/* Fill `lay` for `cfg` (validates cfg). Order: wte.weight [V,C], wpe.weight [maxT,C],
- * ln_f.weight [C], ln_f.bias [C]; then per layer l: h.l.ln_1.weight, h.l.ln_1.bias,
- * h.l.attn.c_attn.weight [C,3C], h.l.attn.c_attn.bias [3C], h.l.attn.c_proj.weight [C,C],
- * h.l.attn.c_proj.bias [C], h.l.ln_2.weight, h.l.ln_2.bias, h.l.mlp.c_fc.weight [C,4C],
- * h.l.mlp.c_fc.bias [4C], h.l.mlp.c_proj.weight [4C,C], h.l.mlp.c_proj.bias [C]. */
+/* "gpt2" or "llama" for cfg->arch. */
+const char *gpt_arch_name(int arch);
+
+/* Fill `lay` for `cfg` (validates cfg).
+ * GPT-2 order: wte.weight [V,C], wpe.weight [maxT,C], ln_f.weight [C], ln_f.bias [C]; then per
+ * layer l: h.l.ln_1.weight, h.l.ln_1.bias, h.l.attn.c_attn.weight [C,3C], h.l.attn.c_attn.bias
+ * [3C], h.l.attn.c_proj.weight [C,C], h.l.attn.c_proj.bias [C], h.l.ln_2.weight, h.l.ln_2.bias,
+ * h.l.mlp.c_fc.weight [C,4C], h.l.mlp.c_fc.bias [4C], h.l.mlp.c_proj.weight [4C,C],
+ * h.l.mlp.c_proj.bias [C].
+ * Llama order (D = C/NH, P = model.layers.l.): model.embed_tokens.weight [V,C],
+ * model.norm.weight [C], lm_head.weight [V,C] (untied only); then per layer
+ * P input_layernorm.weight [C], P self_attn.q_proj.weight [NH*D,C], P self_attn.k_proj.weight
+ * [NKV*D,C], P self_attn.v_proj.weight [NKV*D,C], with attention_bias P self_attn.q_proj.bias
+ * [NH*D], P self_attn.k_proj.bias [NKV*D], P self_attn.v_proj.bias [NKV*D]; then
+ * P self_attn.o_proj.weight [C,NH*D], P post_attention_layernorm.weight [C],
+ * P mlp.gate_proj.weight [I,C], P mlp.up_proj.weight [I,C], P mlp.down_proj.weight [C,I]. */
 int gpt_layout_build(const gpt_config *cfg, gpt_layout *lay);
 
-/* Index of the tensor called `name` (an optional "transformer." prefix is accepted), or -1. */
+/* Index of the tensor called `name` (for GPT-2 an optional "transformer." prefix is
+ * accepted), or -1. */
 int gpt_layout_find(const gpt_layout *lay, const char *name);
 
-/* GPT-2 initialisation of docs/design.md §3 into params[n_params], deterministic in `seed`:
- * weights N(0, 0.02), attn.c_proj / mlp.c_proj weights N(0, 0.02/sqrt(2L)), biases 0,
- * LayerNorm weights 1 and biases 0. */
+/* Initialisation of docs/design.md §3 into params[n_params], deterministic in `seed`:
+ * weights and embeddings N(0, 0.02), the residual projections (GPT-2 attn.c_proj and
+ * mlp.c_proj, Llama o_proj and down_proj) N(0, 0.02/sqrt(2L)), biases 0, norm gains 1 and
+ * LayerNorm biases 0. */
 void gpt_init_params(const gpt_layout *lay, float *params, uint64_t seed);
 
 /* The lengths of the tensors that make up the flat range [off, off + len) (a fragment), in
@@ -145,7 +185,7 @@ int gpt_get_grads(gpt_model *m, float *dst, size_t off, size_t n);
 int gpt_forward(gpt_model *m, const int *inputs, const int *targets, int B, int T, float *loss);
 /* Copy the V logits at position (b, t) of the last forward into dst[V]. */
 int gpt_logits(gpt_model *m, int b, int t, float *dst);
-/* Copy the C floats of the final hidden state (after ln_f) at position (b, t) of the last
+/* Copy the C floats of the final hidden state (after ln_f / model.norm) at position (b, t) of the last
  * forward into dst[C] (DiPaCo routing features); DPC_EUNSUPPORTED if the backend lacks it. */
 int gpt_hidden(gpt_model *m, int b, int t, float *dst);
 int gpt_zero_grad(gpt_model *m);

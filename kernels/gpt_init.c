@@ -1,4 +1,4 @@
-/* gpt_init.c — GPT-2 initialisation of a parameter array in the canonical layout (gpt.h):
+/* gpt_init.c — GPT-2 and Llama initialisation of a parameter array in the canonical layout (gpt.h):
  * deterministic in the seed, the same on every backend, so a job's version 0 is reproducible
  * from its spec. */
 #include "kernels/gpt.h"
@@ -24,14 +24,19 @@ void gpt_init_params(const gpt_layout *lay, float *params, uint64_t seed) {
     const gpt_tensor *t = &lay->tensors[k];
     float *p = params + t->offset;
     size_t len = strlen(t->name);
-    int is_ln = strstr(t->name, "ln_") != NULL;
+    const int llama = lay->cfg.arch == GPT_ARCH_LLAMA;
+    /* Norm gains: GPT-2's ln_1, ln_2, ln_f; Llama's input_layernorm, post_attention_layernorm
+     * and model.norm (every 1-D Llama tensor that is not a bias). */
+    int is_ln = llama ? t->ndim == 1 : strstr(t->name, "ln_") != NULL;
     int is_bias = len > 5 && strcmp(t->name + len - 5, ".bias") == 0;
+    int is_resid = llama ? strstr(t->name, "o_proj.weight") || strstr(t->name, "down_proj.weight")
+                         : strstr(t->name, "c_proj.weight") != NULL;
     if (is_bias) {
       memset(p, 0, t->numel * sizeof *p);
     } else if (is_ln) {
       for (size_t i = 0; i < t->numel; i++) p[i] = 1.0f;
     } else {
-      double std = strstr(t->name, "c_proj.weight") ? resid_std : 0.02;
+      double std = is_resid ? resid_std : 0.02;
       for (size_t i = 0; i < t->numel; i += 2) {
         /* Box-Muller: two normals per pair of uniforms. */
         double u1 = uniform01(&s), u2 = uniform01(&s);

@@ -7,7 +7,42 @@
 #include <stdio.h>
 #include <string.h>
 
+const char *gpt_arch_name(int arch) { return arch == GPT_ARCH_LLAMA ? "llama" : "gpt2"; }
+
+/* The Llama fields: grouped-query heads, the MLP width, RMSNorm's eps and RoPE (an even head
+ * size; the llama3 bands need factor >= 1 and low < high, as llama_kernels.c does). */
+static int validate_llama(const gpt_config *c) {
+  if (c->n_kv_head < 1 || c->n_kv_head > c->n_head || c->n_head % c->n_kv_head != 0)
+    return dpc_err(DPC_EINVAL, "num_key_value_heads %d must be in [1, %d] and divide num_attention_heads %d",
+                   c->n_kv_head, c->n_head, c->n_head);
+  if (c->intermediate_size < 1 || c->intermediate_size > 1 << 20)
+    return dpc_err(DPC_EINVAL, "intermediate_size %d out of range [1, 1048576]", c->intermediate_size);
+  if ((c->n_embd / c->n_head) % 2 != 0)
+    return dpc_err(DPC_EINVAL, "head_dim %d (hidden_size / num_attention_heads) must be even for rotary embeddings",
+                   c->n_embd / c->n_head);
+  if (!(c->rms_norm_eps > 0.0 && c->rms_norm_eps < 1.0))
+    return dpc_err(DPC_EINVAL, "rms_norm_eps %g must be in (0, 1)", c->rms_norm_eps);
+  if (!(c->rope_theta > 0.0 && c->rope_theta < 1e300))
+    return dpc_err(DPC_EINVAL, "rope_theta %g must be positive and finite", c->rope_theta);
+  if ((c->tie_word_embeddings != 0 && c->tie_word_embeddings != 1) ||
+      (c->attention_bias != 0 && c->attention_bias != 1))
+    return dpc_err(DPC_EINVAL, "tie_word_embeddings and attention_bias must be 0 or 1");
+  if (c->rope_scaling == GPT_ROPE_DEFAULT) return 0;
+  if (c->rope_scaling != GPT_ROPE_LLAMA3) return dpc_err(DPC_EINVAL, "rope_scaling type %d unknown", c->rope_scaling);
+  if (!(c->rope_factor >= 1.0 && c->rope_factor < 1e6))
+    return dpc_err(DPC_EINVAL, "rope_scaling.factor %g must be in [1, 1e6)", c->rope_factor);
+  if (!(c->rope_low_freq_factor > 0.0 && c->rope_high_freq_factor > c->rope_low_freq_factor &&
+        c->rope_high_freq_factor < 1e6))
+    return dpc_err(DPC_EINVAL, "rope_scaling needs 0 < low_freq_factor (%g) < high_freq_factor (%g)",
+                   c->rope_low_freq_factor, c->rope_high_freq_factor);
+  if (c->rope_original_max_position_embeddings < 1)
+    return dpc_err(DPC_EINVAL, "rope_scaling.original_max_position_embeddings %d must be >= 1",
+                   c->rope_original_max_position_embeddings);
+  return 0;
+}
+
 int gpt_config_validate(const gpt_config *c) {
+  if (c->arch != GPT_ARCH_GPT2 && c->arch != GPT_ARCH_LLAMA) return dpc_err(DPC_EINVAL, "unknown architecture %d", c->arch);
   if (c->n_layer < 1 || c->n_layer > 256)
     return dpc_err(DPC_EINVAL, "n_layer %d out of range [1, 256]", c->n_layer);
   if (c->n_head < 1 || c->n_head > 1024)
@@ -20,9 +55,16 @@ int gpt_config_validate(const gpt_config *c) {
     return dpc_err(DPC_EINVAL, "n_positions %d out of range [1, 1048576]", c->n_positions);
   if (c->vocab_size < 2 || c->vocab_size > 1 << 24)
     return dpc_err(DPC_EINVAL, "vocab_size %d out of range [2, 16777216]", c->vocab_size);
+  if (c->arch == GPT_ARCH_LLAMA) {
+    int rc = validate_llama(c);
+    if (rc) return rc;
+  }
   /* The whole model must stay addressable with int tensor dims and sane memory. */
   double n = (double)c->vocab_size * c->n_embd + (double)c->n_positions * c->n_embd +
              12.0 * c->n_layer * (double)c->n_embd * c->n_embd;
+  if (c->arch == GPT_ARCH_LLAMA)
+    n = 2.0 * c->vocab_size * c->n_embd +
+        c->n_layer * (double)c->n_embd * (4.0 * c->n_embd + 3.0 * c->intermediate_size);
   if (n > 4e10) return dpc_err(DPC_EINVAL, "model too large (%.3g parameters)", n);
   return 0;
 }
@@ -40,11 +82,49 @@ static void add_tensor(gpt_layout *lay, const char *name, int ndim, int d0, int 
   lay->n_params += t->numel;
 }
 
+/* Llama: the stem, then per layer the tensors of gpt.h's order (q/k/v weights, then their
+ * biases, back to back; gate/up back to back). */
+static void build_llama(const gpt_config *cfg, gpt_layout *lay) {
+  const int C = cfg->n_embd, V = cfg->vocab_size, D = C / cfg->n_head, I = cfg->intermediate_size;
+  const int QD = cfg->n_head * D, KD = cfg->n_kv_head * D;
+  add_tensor(lay, "model.embed_tokens.weight", 2, V, C, -1);
+  add_tensor(lay, "model.norm.weight", 1, C, 0, -1);
+  if (!cfg->tie_word_embeddings) add_tensor(lay, "lm_head.weight", 2, V, C, -1);
+  lay->stem_end = lay->n_params;
+  char nm[GPT_NAME_MAX];
+  for (int l = 0; l < cfg->n_layer; l++) {
+    lay->layer_off[l] = lay->n_params;
+#define T1(suffix, d0) (snprintf(nm, sizeof nm, "model.layers.%d." suffix, l), add_tensor(lay, nm, 1, d0, 0, l))
+#define T2(suffix, d0, d1) (snprintf(nm, sizeof nm, "model.layers.%d." suffix, l), add_tensor(lay, nm, 2, d0, d1, l))
+    T1("input_layernorm.weight", C);
+    T2("self_attn.q_proj.weight", QD, C);
+    T2("self_attn.k_proj.weight", KD, C);
+    T2("self_attn.v_proj.weight", KD, C);
+    if (cfg->attention_bias) {
+      T1("self_attn.q_proj.bias", QD);
+      T1("self_attn.k_proj.bias", KD);
+      T1("self_attn.v_proj.bias", KD);
+    }
+    T2("self_attn.o_proj.weight", C, QD);
+    T1("post_attention_layernorm.weight", C);
+    T2("mlp.gate_proj.weight", I, C);
+    T2("mlp.up_proj.weight", I, C);
+    T2("mlp.down_proj.weight", C, I);
+#undef T1
+#undef T2
+  }
+  lay->layer_off[cfg->n_layer] = lay->n_params;
+}
+
 int gpt_layout_build(const gpt_config *cfg, gpt_layout *lay) {
   int rc = gpt_config_validate(cfg);
   if (rc) return rc;
   memset(lay, 0, sizeof *lay);
   lay->cfg = *cfg;
+  if (cfg->arch == GPT_ARCH_LLAMA) {
+    build_llama(cfg, lay);
+    return 0;
+  }
   const int C = cfg->n_embd, V = cfg->vocab_size, maxT = cfg->n_positions;
   add_tensor(lay, "wte.weight", 2, V, C, -1);
   add_tensor(lay, "wpe.weight", 2, maxT, C, -1);
@@ -76,7 +156,7 @@ int gpt_layout_build(const gpt_config *cfg, gpt_layout *lay) {
 }
 
 int gpt_layout_find(const gpt_layout *lay, const char *name) {
-  if (strncmp(name, "transformer.", 12) == 0) name += 12;
+  if (lay->cfg.arch == GPT_ARCH_GPT2 && strncmp(name, "transformer.", 12) == 0) name += 12;
   for (int i = 0; i < lay->n_tensors; i++)
     if (strcmp(lay->tensors[i].name, name) == 0) return i;
   return -1;

@@ -1,14 +1,17 @@
-/* modeldir.c — model directory (safetensors + HF GPT-2 config.json) load and save. */
+/* modeldir.c — model directory (safetensors + HF config.json) load and save, for GPT-2 and the
+ * Llama family (whose config.json side is modeldir_hf.c). docs/design.md §6.3. */
 #include "kernels/modeldir.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
 #include "common/safetensors.h"
+#include "kernels/modeldir_hf.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static char *join(const char *dir, const char *file) {
   size_t n = strlen(dir) + strlen(file) + 2;
@@ -28,15 +31,21 @@ static int get_int(const char *path, const cJSON *root, const char *key, int *ou
 
 static int check_config(const char *path, const cJSON *root, gpt_config *cfg) {
   if (!cJSON_IsObject(root)) return dpc_err(DPC_EFORMAT, "%s: not a JSON object", path);
+  const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+  if (cJSON_IsString(mt) && (strcmp(mt->valuestring, "llama") == 0 || strcmp(mt->valuestring, "qwen2") == 0))
+    return modeldir_hf_read_config(path, root, cfg);
+  if (mt && !(cJSON_IsString(mt) && strcmp(mt->valuestring, "gpt2") == 0))
+    return dpc_err(DPC_EUNSUPPORTED, "%s: model_type %s%s%s is not supported (\"gpt2\", \"llama\" or \"qwen2\")", path,
+                   cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "(not a string)",
+                   cJSON_IsString(mt) ? "\"" : "");
+  memset(cfg, 0, sizeof *cfg);
   int rc;
   if ((rc = get_int(path, root, "n_layer", &cfg->n_layer)) || (rc = get_int(path, root, "n_head", &cfg->n_head)) ||
       (rc = get_int(path, root, "n_embd", &cfg->n_embd)) ||
       (rc = get_int(path, root, "n_positions", &cfg->n_positions)) ||
       (rc = get_int(path, root, "vocab_size", &cfg->vocab_size)))
     return rc;
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-  if (v && !(cJSON_IsString(v) && strcmp(v->valuestring, "gpt2") == 0))
-    return dpc_err(DPC_EUNSUPPORTED, "%s: model_type must be \"gpt2\"", path);
+  const cJSON *v;
   v = cJSON_GetObjectItemCaseSensitive(root, "activation_function");
   if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "gelu_new") == 0 ||
                                    strcmp(v->valuestring, "gelu_pytorch_tanh") == 0)))
@@ -87,8 +96,8 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
 
 /* Non-parameter tensors that HF GPT-2 checkpoints may carry. */
 static int is_buffer(const char *name) {
-  static const char *const suffixes[] = {".attn.bias", ".attn.masked_bias"};
-  if (strncmp(name, "h.", 2) != 0) return 0;
+  static const char *const suffixes[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"};
+  if (strncmp(name, "h.", 2) != 0 && strncmp(name, "model.layers.", 13) != 0) return 0;
   size_t n = strlen(name);
   for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
     size_t m = strlen(suffixes[i]);
@@ -102,83 +111,150 @@ static int check_lm_head(const char *path, st_file *st, int i, const gpt_layout 
   const st_tensor *t = st_get(st, i);
   const gpt_tensor *wte = &lay->tensors[0];
   if (t->ndim != 2 || t->shape[0] != wte->shape[0] || t->shape[1] != wte->shape[1])
-    return dpc_err(DPC_ESHAPE, "%s: lm_head.weight does not have the shape of wte.weight", path);
+    return dpc_err(DPC_ESHAPE, "%s: lm_head.weight does not have the shape of %s", path, wte->name);
   float buf[4096];
   for (uint64_t done = 0; done < t->numel;) {
     uint64_t m = t->numel - done > 4096 ? 4096 : t->numel - done;
     int rc = st_read_f32(st, i, done, m, buf);
     if (rc) return rc;
     if (memcmp(buf, params + wte->offset + done, (size_t)m * sizeof *buf) != 0)
-      return dpc_err(DPC_EUNSUPPORTED, "%s: lm_head.weight differs from wte.weight; dipaco's GPT-2 ties them", path);
+      return dpc_err(DPC_EUNSUPPORTED, "%s: lm_head.weight differs from %s, but config.json ties them", path,
+                     wte->name);
     done += m;
   }
   return 0;
 }
 
-static int load_weights(const char *path, const gpt_layout *lay, float *params) {
+/* What loading a directory's files has found so far. */
+typedef struct {
+  const gpt_layout *lay;
+  float *params;
+  unsigned char *found; /* per layout tensor */
+  char lm_head_file[4096]; /* a tied model's stored lm_head.weight, checked once all is read */
+  int lm_head;
+} load_state;
+
+static int bad_shape(const char *path, const st_tensor *t, const gpt_tensor *g, const gpt_config *c) {
+  int64_t want[2] = {g->shape[0], g->shape[1]};
+  char have_s[128], want_s[64];
+  shape_str(have_s, sizeof have_s, t->ndim, t->shape);
+  shape_str(want_s, sizeof want_s, g->ndim, want);
+  if (c->arch == GPT_ARCH_LLAMA)
+    return dpc_err(DPC_ESHAPE,
+                   "%s: tensor \"%s\" has shape %s but config.json (hidden_size=%d, intermediate_size=%d, "
+                   "num_attention_heads=%d, num_key_value_heads=%d, vocab_size=%d) needs %s ([out, in] linear weights)",
+                   path, t->name, have_s, c->n_embd, c->intermediate_size, c->n_head, c->n_kv_head, c->vocab_size,
+                   want_s);
+  return dpc_err(DPC_ESHAPE,
+                 "%s: tensor \"%s\" has shape %s but config.json (n_embd=%d, vocab_size=%d, n_positions=%d) "
+                 "needs %s (linear weights in Conv1D [in, out] layout)",
+                 path, t->name, have_s, c->n_embd, c->vocab_size, c->n_positions, want_s);
+}
+
+/* One tensor i of st, found as layout tensor k. */
+static int load_tensor(const char *path, st_file *st, int i, int k, load_state *ls) {
+  const st_tensor *t = st_get(st, i);
+  const gpt_tensor *g = &ls->lay->tensors[k];
+  if (ls->found[k])
+    return dpc_err(DPC_EFORMAT, "%s: tensor \"%s\" is stored twice (in two shards, or with and without the "
+                   "transformer. prefix)", path, g->name);
+  ls->found[k] = 1;
+  if (t->ndim != g->ndim || t->shape[0] != g->shape[0] || (g->ndim == 2 && t->shape[1] != g->shape[1]))
+    return bad_shape(path, t, g, &ls->lay->cfg);
+  if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
+    return dpc_err(DPC_EUNSUPPORTED, "%s: tensor \"%s\" has dtype %s; parameters must be F32, BF16 or F16", path,
+                   t->name, st_dtype_name(t->dtype));
+  float *dst = ls->params + g->offset;
+  int rc = st_read_f32(st, i, 0, g->numel, dst);
+  for (size_t e = 0; !rc && e < g->numel; e++)
+    if (!isfinite(dst[e])) rc = dpc_err(DPC_ENUMERIC, "%s: tensor \"%s\" element %zu is not finite", path, t->name, e);
+  return rc;
+}
+
+/* Every tensor of one safetensors file. */
+static int load_file(const char *path, load_state *ls) {
   st_file *st;
   int rc = st_open(path, &st);
   if (rc) return rc;
-  unsigned char *found = calloc((size_t)lay->n_tensors, 1);
-  if (!found) {
-    st_close(st);
-    return dpc_err(DPC_ENOMEM, "%s: out of memory", path);
-  }
-  const gpt_config *c = &lay->cfg;
-  int lm_head = -1;
+  const gpt_config *c = &ls->lay->cfg;
   for (int i = 0; i < st_num_tensors(st) && !rc; i++) {
     const st_tensor *t = st_get(st, i);
-    const char *name = strncmp(t->name, "transformer.", 12) == 0 ? t->name + 12 : t->name;
-    int k = gpt_layout_find(lay, name);
-    if (k < 0) {
-      if (is_buffer(name)) continue;
-      if (strcmp(t->name, "lm_head.weight") == 0) {
-        lm_head = i;
-        continue;
-      }
+    const char *name = c->arch == GPT_ARCH_GPT2 && strncmp(t->name, "transformer.", 12) == 0 ? t->name + 12 : t->name;
+    int k = gpt_layout_find(ls->lay, name);
+    if (k >= 0) {
+      rc = load_tensor(path, st, i, k, ls);
+    } else if (strcmp(t->name, "lm_head.weight") == 0) {
+      if (ls->lm_head) rc = dpc_err(DPC_EFORMAT, "%s: tensor \"lm_head.weight\" is stored twice", path);
+      snprintf(ls->lm_head_file, sizeof ls->lm_head_file, "%s", path);
+      ls->lm_head = 1;
+    } else if (!is_buffer(name)) {
       rc = dpc_err(DPC_EFORMAT,
-                   "%s: tensor \"%.100s\" is not part of the GPT-2 model config.json describes (n_layer=%d); "
+                   "%s: tensor \"%.100s\" is not part of the %s model config.json describes (%d layers%s); "
                    "do config.json and the weights belong together?",
-                   path, t->name, c->n_layer);
-      break;
+                   path, t->name, gpt_arch_name(c->arch), c->n_layer,
+                   c->arch == GPT_ARCH_LLAMA && !c->attention_bias ? ", no attention biases" : "");
     }
-    const gpt_tensor *g = &lay->tensors[k];
-    if (found[k]) {
-      rc = dpc_err(DPC_EFORMAT, "%s: tensor \"%s\" is stored twice (with and without the transformer. prefix)", path, g->name);
-      break;
-    }
-    found[k] = 1;
-    int64_t want[2] = {g->shape[0], g->shape[1]};
-    if (t->ndim != g->ndim || t->shape[0] != want[0] || (g->ndim == 2 && t->shape[1] != want[1])) {
-      char have_s[128], want_s[64];
-      shape_str(have_s, sizeof have_s, t->ndim, t->shape);
-      shape_str(want_s, sizeof want_s, g->ndim, want);
-      rc = dpc_err(DPC_ESHAPE,
-                   "%s: tensor \"%s\" has shape %s but config.json (n_embd=%d, vocab_size=%d, n_positions=%d) "
-                   "needs %s (linear weights in Conv1D [in, out] layout)",
-                   path, t->name, have_s, c->n_embd, c->vocab_size, c->n_positions, want_s);
-      break;
-    }
-    if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16) {
-      rc = dpc_err(DPC_EUNSUPPORTED, "%s: tensor \"%s\" has dtype %s; parameters must be F32, BF16 or F16", path,
-                   t->name, st_dtype_name(t->dtype));
-      break;
-    }
-    rc = st_read_f32(st, i, 0, g->numel, params + g->offset);
-    for (size_t e = 0; !rc && e < g->numel; e++)
-      if (!isfinite(params[g->offset + e]))
-        rc = dpc_err(DPC_ENUMERIC, "%s: tensor \"%s\" element %zu is not finite", path, t->name, e);
   }
+  st_close(st);
+  return rc;
+}
+
+/* The tensors of `files` (full paths) into params; every layout tensor must be found (a missing
+ * one is reported against `where`: the file, or the index naming the shards). */
+static int load_weights(char *const *files, int nfiles, const char *where, const gpt_layout *lay, float *params) {
+  load_state *ls = calloc(1, sizeof *ls);
+  unsigned char *found = calloc((size_t)lay->n_tensors, 1);
+  int rc = 0;
+  if (!ls || !found) rc = dpc_err(DPC_ENOMEM, "%s: out of memory", files[0]);
+  if (ls) *ls = (load_state){.lay = lay, .params = params, .found = found};
+  for (int f = 0; f < nfiles && !rc; f++) rc = load_file(files[f], ls);
   for (int k = 0; k < lay->n_tensors && !rc; k++)
     if (!found[k]) {
       int missing = 0;
       for (int q = k; q < lay->n_tensors; q++) missing += !found[q];
       rc = dpc_err(DPC_ENOENT, "%s: tensor \"%s\" is missing (%d of the %d tensors config.json implies are missing)",
-                   path, lay->tensors[k].name, missing, lay->n_tensors);
+                   where, lay->tensors[k].name, missing, lay->n_tensors);
     }
-  if (!rc && lm_head >= 0) rc = check_lm_head(path, st, lm_head, lay, params);
+  if (!rc && ls->lm_head) {
+    st_file *st;
+    if (!(rc = st_open(ls->lm_head_file, &st))) {
+      rc = check_lm_head(ls->lm_head_file, st, st_find(st, "lm_head.weight"), lay, params);
+      st_close(st);
+    }
+  }
   free(found);
-  st_close(st);
+  free(ls);
+  return rc;
+}
+
+/* The weight files of dir: model.safetensors when present (as HF prefers it), else the shards
+ * that model.safetensors.index.json names. Full paths into *files (free each and the array). */
+static int weight_files(const char *dir, char ***files, int *n) {
+  char *single = join(dir, MODELDIR_WEIGHTS);
+  if (!single) return dpc_err(DPC_ENOMEM, "out of memory");
+  char *idx = join(dir, MODELDIR_INDEX);
+  int have_index = idx && access(idx, F_OK) == 0;
+  free(idx);
+  if (access(single, F_OK) == 0 || !have_index) {
+    *files = malloc(sizeof **files);
+    if (!*files) {
+      free(single);
+      return dpc_err(DPC_ENOMEM, "out of memory");
+    }
+    (*files)[0] = single;
+    *n = 1;
+    return 0;
+  }
+  free(single);
+  int rc = modeldir_hf_shards(dir, files, n);
+  for (int i = 0; i < *n && !rc; i++) {
+    char *full = join(dir, (*files)[i]);
+    if (!full) rc = dpc_err(DPC_ENOMEM, "out of memory");
+    else {
+      free((*files)[i]);
+      (*files)[i] = full;
+    }
+  }
   return rc;
 }
 
@@ -187,55 +263,32 @@ int modeldir_load(const char *dir, gpt_config *cfg, float **params) {
   int rc = modeldir_read_config(dir, cfg);
   if (rc) return rc;
   gpt_layout *lay = malloc(sizeof *lay);
-  char *path = join(dir, MODELDIR_WEIGHTS);
+  char **files = NULL;
+  int nfiles = 0;
   float *p = NULL;
-  if (!lay || !path) {
-    rc = dpc_err(DPC_ENOMEM, "out of memory");
-    goto out;
-  }
-  if ((rc = gpt_layout_build(cfg, lay))) goto out;
+  if (!lay) return dpc_err(DPC_ENOMEM, "out of memory");
+  if ((rc = gpt_layout_build(cfg, lay)) || (rc = weight_files(dir, &files, &nfiles))) goto out;
   p = malloc(lay->n_params * sizeof *p);
   if (!p) {
-    rc = dpc_err(DPC_ENOMEM, "%s: cannot allocate %zu parameters", path, lay->n_params);
+    rc = dpc_err(DPC_ENOMEM, "%s: cannot allocate %zu parameters", dir, lay->n_params);
     goto out;
   }
-  rc = load_weights(path, lay, p);
+  char *idx = join(dir, MODELDIR_INDEX);
+  const int sharded = strcmp(files[0] + strlen(dir) + 1, MODELDIR_WEIGHTS) != 0;
+  rc = idx ? load_weights(files, nfiles, sharded ? idx : files[0], lay, p) : dpc_err(DPC_ENOMEM, "out of memory");
+  free(idx);
 out:
   if (rc) free(p);
   else *params = p;
+  for (int i = 0; i < nfiles; i++) free(files[i]);
+  free(files);
   free(lay);
-  free(path);
   return rc;
 }
 
-int modeldir_save(const char *dir, const gpt_config *cfg, const float *params) {
-  gpt_layout *lay = malloc(sizeof *lay);
-  st_write_tensor *ts = NULL;
-  char *wpath = NULL, *cpath = NULL;
-  int rc;
-  if (!lay) return dpc_err(DPC_ENOMEM, "out of memory");
-  if ((rc = gpt_layout_build(cfg, lay))) goto out;
-  if ((rc = dpc_mkdir_p(dir))) goto out;
-  ts = calloc((size_t)lay->n_tensors, sizeof *ts);
-  wpath = join(dir, MODELDIR_WEIGHTS);
-  cpath = join(dir, MODELDIR_CONFIG);
-  if (!ts || !wpath || !cpath) {
-    rc = dpc_err(DPC_ENOMEM, "out of memory");
-    goto out;
-  }
-  for (int k = 0; k < lay->n_tensors; k++) {
-    const gpt_tensor *g = &lay->tensors[k];
-    ts[k].name = g->name;
-    ts[k].dtype = ST_F32;
-    ts[k].ndim = g->ndim;
-    ts[k].shape[0] = g->shape[0];
-    ts[k].shape[1] = g->shape[1];
-    ts[k].data = params + g->offset;
-  }
-  static const char *const meta[] = {"format", "pt"}; /* transformers requires format=pt */
-  if ((rc = st_write(wpath, ts, lay->n_tensors, meta, 1))) goto out;
-  char json[1024];
-  int n = snprintf(json, sizeof json,
+/* GPT-2's config.json (HF GPT2Config) into json[cap]; returns the length. */
+static int gpt2_config_json(const gpt_config *cfg, char *json, size_t cap) {
+  return snprintf(json, cap,
                    "{\n"
                    "  \"activation_function\": \"gelu_new\",\n"
                    "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
@@ -256,6 +309,43 @@ int modeldir_save(const char *dir, const gpt_config *cfg, const float *params) {
                    "  \"vocab_size\": %d\n"
                    "}\n",
                    cfg->n_positions, cfg->n_embd, cfg->n_head, cfg->n_layer, cfg->n_positions, cfg->vocab_size);
+}
+
+int modeldir_save(const char *dir, const gpt_config *cfg, const float *params) {
+  char json[2048];
+  int n;
+  gpt_layout *lay = malloc(sizeof *lay);
+  st_write_tensor *ts = NULL;
+  char *wpath = NULL, *cpath = NULL;
+  int rc;
+  if (!lay) return dpc_err(DPC_ENOMEM, "out of memory");
+  if ((rc = gpt_layout_build(cfg, lay))) goto out;
+  /* config.json first: a config that cannot be written leaves the directory untouched. */
+  n = cfg->arch == GPT_ARCH_LLAMA ? modeldir_hf_config_json(cfg, json, sizeof json)
+                                  : gpt2_config_json(cfg, json, sizeof json);
+  if (n < 0) {
+    rc = n;
+    goto out;
+  }
+  if ((rc = dpc_mkdir_p(dir))) goto out;
+  ts = calloc((size_t)lay->n_tensors, sizeof *ts);
+  wpath = join(dir, MODELDIR_WEIGHTS);
+  cpath = join(dir, MODELDIR_CONFIG);
+  if (!ts || !wpath || !cpath) {
+    rc = dpc_err(DPC_ENOMEM, "out of memory");
+    goto out;
+  }
+  for (int k = 0; k < lay->n_tensors; k++) {
+    const gpt_tensor *g = &lay->tensors[k];
+    ts[k].name = g->name;
+    ts[k].dtype = ST_F32;
+    ts[k].ndim = g->ndim;
+    ts[k].shape[0] = g->shape[0];
+    ts[k].shape[1] = g->shape[1];
+    ts[k].data = params + g->offset;
+  }
+  static const char *const meta[] = {"format", "pt"}; /* transformers requires format=pt */
+  if ((rc = st_write(wpath, ts, lay->n_tensors, meta, 1))) goto out;
   rc = dpc_write_file_atomic(cpath, json, (size_t)n);
 out:
   free(lay);

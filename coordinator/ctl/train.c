@@ -9,6 +9,7 @@
 #include "kernels/modeldir.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,10 +18,57 @@
 
 /* ---------- init ---------- */
 
+/* The Llama flags of init (after parsing; their entries in args are named "n-kv-head" ..).
+ * Defaults: NKV = NH, I = 8C/3 rounded up to a multiple of 32 (the MLP parameters of GPT-2's
+ * 4C), tied embeddings, rms_norm_eps 1e-5, rope_theta 10000, llama3 bands 1 and 4 over
+ * original_max_position_embeddings = n_positions. Returns 0 or 2 (usage, printed). */
+static int init_llama(gpt_config *cfg, const char *arch, const char *rope, int untied, const dpc_arg *args) {
+  static const char *const llama_only[] = {"n-kv-head", "intermediate-size", "rms-norm-eps", "rope-theta",
+                                           "untied", "attention-bias", "rope-scaling", "rope-factor",
+                                           "rope-low-freq-factor", "rope-high-freq-factor",
+                                           "rope-original-max-positions"};
+  if (strcmp(arch, "gpt2") == 0) {
+    for (size_t i = 0; i < sizeof llama_only / sizeof *llama_only; i++)
+      if (dpc_args_find(args, llama_only[i])->seen) {
+        fprintf(stderr, "dipacoctl init: --%s is for --arch llama\n", llama_only[i]);
+        return 2;
+      }
+    memset(&cfg->arch, 0, sizeof *cfg - offsetof(gpt_config, arch));
+    return 0;
+  }
+  if (strcmp(arch, "llama") != 0) {
+    fprintf(stderr, "dipacoctl init: --arch %s unknown (use gpt2 or llama)\n", arch);
+    return 2;
+  }
+  cfg->arch = GPT_ARCH_LLAMA;
+  if (!dpc_args_find(args, "n-kv-head")->seen) cfg->n_kv_head = cfg->n_head;
+  if (!dpc_args_find(args, "intermediate-size")->seen) cfg->intermediate_size = (8 * cfg->n_embd / 3 + 31) / 32 * 32;
+  cfg->tie_word_embeddings = !untied;
+  if (!rope) {
+    if (dpc_args_find(args, "rope-factor")->seen || dpc_args_find(args, "rope-low-freq-factor")->seen ||
+        dpc_args_find(args, "rope-high-freq-factor")->seen || dpc_args_find(args, "rope-original-max-positions")->seen) {
+      fprintf(stderr, "dipacoctl init: the --rope-* scaling flags need --rope-scaling llama3\n");
+      return 2;
+    }
+    cfg->rope_factor = cfg->rope_low_freq_factor = cfg->rope_high_freq_factor = 0.0;
+    cfg->rope_original_max_position_embeddings = 0;
+  } else if (strcmp(rope, "llama3") == 0) {
+    cfg->rope_scaling = GPT_ROPE_LLAMA3;
+    if (!dpc_args_find(args, "rope-original-max-positions")->seen)
+      cfg->rope_original_max_position_embeddings = cfg->n_positions;
+  } else {
+    fprintf(stderr, "dipacoctl init: --rope-scaling %s unknown (only llama3)\n", rope);
+    return 2;
+  }
+  return 0;
+}
+
 int ctl_init(int argc, char **argv) {
-  gpt_config cfg = {0};
+  gpt_config cfg = {.rms_norm_eps = 1e-5, .rope_theta = 10000.0, .rope_factor = 8.0, .rope_low_freq_factor = 1.0,
+                    .rope_high_freq_factor = 4.0};
   long seed = 1337;
-  const char *out = NULL;
+  const char *out = NULL, *arch = "gpt2", *rope = NULL;
+  int untied = 0;
   dpc_arg args[] = {{.name = "n-layer", .kind = DPC_ARG_INT, .dst = &cfg.n_layer, .required = 1},
                     {.name = "n-head", .kind = DPC_ARG_INT, .dst = &cfg.n_head, .required = 1},
                     {.name = "n-embd", .kind = DPC_ARG_INT, .dst = &cfg.n_embd, .required = 1},
@@ -28,9 +76,23 @@ int ctl_init(int argc, char **argv) {
                     {.name = "vocab-size", .kind = DPC_ARG_INT, .dst = &cfg.vocab_size, .required = 1},
                     {.name = "seed", .kind = DPC_ARG_LONG, .dst = &seed},
                     {.name = "out", .kind = DPC_ARG_STR, .dst = &out, .required = 1},
+                    {.name = "arch", .kind = DPC_ARG_STR, .dst = &arch},
+                    {.name = "n-kv-head", .kind = DPC_ARG_INT, .dst = &cfg.n_kv_head},
+                    {.name = "intermediate-size", .kind = DPC_ARG_INT, .dst = &cfg.intermediate_size},
+                    {.name = "rms-norm-eps", .kind = DPC_ARG_DOUBLE, .dst = &cfg.rms_norm_eps},
+                    {.name = "rope-theta", .kind = DPC_ARG_DOUBLE, .dst = &cfg.rope_theta},
+                    {.name = "untied", .kind = DPC_ARG_FLAG, .dst = &untied},
+                    {.name = "attention-bias", .kind = DPC_ARG_FLAG, .dst = &cfg.attention_bias},
+                    {.name = "rope-scaling", .kind = DPC_ARG_STR, .dst = &rope},
+                    {.name = "rope-factor", .kind = DPC_ARG_DOUBLE, .dst = &cfg.rope_factor},
+                    {.name = "rope-low-freq-factor", .kind = DPC_ARG_DOUBLE, .dst = &cfg.rope_low_freq_factor},
+                    {.name = "rope-high-freq-factor", .kind = DPC_ARG_DOUBLE, .dst = &cfg.rope_high_freq_factor},
+                    {.name = "rope-original-max-positions", .kind = DPC_ARG_INT,
+                     .dst = &cfg.rope_original_max_position_embeddings},
                     DPC_ARGS_END};
   int rc, status;
   if (ctl_args("init", argc, argv, args, NULL, NULL, &status)) return status;
+  if ((rc = init_llama(&cfg, arch, rope, untied, args))) return rc;
   static gpt_layout lay;
   if ((rc = gpt_layout_build(&cfg, &lay))) {
     fprintf(stderr, "dipacoctl init: %s\n", dpc_errmsg());
@@ -48,7 +110,7 @@ int ctl_init(int argc, char **argv) {
     CTL_FAIL("init");
     return 1;
   }
-  fprintf(stderr, "init: wrote %s (%zu parameters)\n", out, lay.n_params);
+  fprintf(stderr, "init: wrote %s (%s, %zu parameters)\n", out, gpt_arch_name(cfg.arch), lay.n_params);
   return 0;
 }
 

@@ -1,5 +1,6 @@
 /* cpu_backend.c — the CPU compute backend (gpt_cpu_ops): GPT-2 forward, backward and AdamW on
- * the canonical flat layout, after llm.c's train_gpt2.c.
+ * the canonical flat layout, after llm.c's train_gpt2.c. The Llama family's passes live in
+ * cpu_llama.c (same state, products and optimizer; cpu_shared.h).
  *
  * Threading: one runtime does the parallel work. Products run single-threaded in cpu_gemm
  * (dipaco's AVX-512 kernel, or OpenBLAS kept single-threaded), each thread in its own
@@ -20,6 +21,8 @@
  * logits are readable only until backward. */
 #include "common/errors.h"
 #include "kernels/cpu/cpu_gemm.h"
+#include "kernels/cpu/cpu_llama.h"
+#include "kernels/cpu/cpu_shared.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/gpt.h"
 
@@ -33,93 +36,8 @@
 /* The Debian/OpenBLAS cblas.h declares this; other cblas headers may not. */
 void openblas_set_num_threads(int num_threads);
 
-#define ATT_BLOCK 64     /* query/key block of the causal attention products */
-#define OPT_SEG 16384    /* floats per optimizer work item */
-/* Work items per thread for the LayerNorm backward, and at most for the large products: a
- * few, handed out dynamically, so a thread that loses its core to another process does not
- * hold the others at the barrier. Chunk bounds depend only on the thread count and the
- * shapes, and a chunk computes the same whichever thread runs it, so results stay
- * deterministic. */
-#define CHUNKS_PER_THREAD 4
-/* Products get 2: each block re-packs an operand, which costs more against cpu_gemm's kernel
- * than the finer balance gains (124M at 2 threads, steps alternating in one process: 1.3-3.4%
- * faster than 4 per thread; the small config 1.5-3.1%). */
-#define PRODUCT_BLOCKS_PER_THREAD 2
-/* A product block keeps at least this many rows (or columns) of the output: each block packs
- * the whole other operand, so thinner blocks spend their time packing (measured: a 256x768
- * by 768x3072 product in 32-row blocks ran at 126 GFLOP/s on 2 threads, against 180-188 in
- * one block per thread or in column blocks). */
-#define MIN_BLOCK 256
-#define ROWS_PER_ITEM 16 /* rows per dynamic work item of the row-wise kernels */
-
+/* GPT-2's tensors of one layer, in layout order. */
 enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, FPW, FPB, NLAYER_T };
-enum { ST_NONE, ST_LOGITS, ST_LOSS, ST_BACKWARD };
-
-typedef struct {
-  size_t off, n; /* a piece of one tensor, in floats */
-  int decay;
-} cpu_seg;
-
-typedef struct {
-  int nt;             /* threads */
-  size_t maxN;        /* maxB * maxT */
-  float *params;      /* (n_params) canonical layout */
-  float *grads;       /* (n_params) */
-  float *adam_m;      /* (n_params) */
-  float *adam_v;      /* (n_params) */
-  float *acts;        /* the one activation allocation the pointers below live in */
-  float *encoded;     /* (N, C) */
-  float *ln1;         /* (L, N, C) */
-  float *ln1_mean;    /* (L, N) */
-  float *ln1_rstd;    /* (L, N) */
-  float *qkv;         /* (L, N, 3C) */
-  float *att;         /* (L, B, NH, T, T) softmax probabilities, lower triangle */
-  float *atty;        /* (L, N, C) attention output before c_proj */
-  float *res2;        /* (L, N, C) residual after attention */
-  float *ln2;         /* (L, N, C) */
-  float *ln2_mean;    /* (L, N) */
-  float *ln2_rstd;    /* (L, N) */
-  float *fch;         /* (L, N, 4C) c_fc output before GELU */
-  float *fch_gelu;    /* (L, N, 4C) */
-  float *res3;        /* (L, N, C) residual after the MLP: the layer's output */
-  float *lnf;         /* (N, C) */
-  float *lnf_mean;    /* (N) */
-  float *lnf_rstd;    /* (N) */
-  float *logits;      /* (N, V); dlogits after backward */
-  float *losses;      /* (N) */
-  float *lse;         /* (N) log-sum-exp of each logits row */
-  float *dres;        /* (N, C) gradient of the residual stream */
-  float *dtmp;        /* (N, C) dlnf / dln2 / datty / dln1 in turn */
-  float *dqkv;        /* (N, 3C) */
-  float *dfch;        /* (N, 4C) */
-  float *att_scratch; /* (nt, maxT, maxT) per-thread dscores */
-  float *ln_part;     /* (nt * CHUNKS_PER_THREAD, 2C) LayerNorm weight/bias gradient partials */
-  int *inputs;        /* (N) copy of the last forward's inputs */
-  int *targets;       /* (N) */
-  int B, T, state;
-  int grads_zero;     /* zero_grad since the last backward: gradients read as zero, and the
-                       * next backward overwrites instead of accumulating */
-  cpu_seg *segs;      /* optimizer work items covering [0, n_params) */
-  int nseg;
-  double *seg_sumsq;  /* (nseg) */
-  int gemm;           /* cpu_gemm implementation (cpu_gemm_pick at create) */
-  float *gemm_ws;     /* (nt, cpu_gemm_ws_floats()) one product workspace per thread */
-} cpu_impl;
-
-/* C = alpha op(A) op(B) + beta C on the calling thread, in its own workspace. */
-static void gemm(const cpu_impl *c, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc) {
-  float *ws = c->gemm_ws + (size_t)omp_get_thread_num() * cpu_gemm_ws_floats();
-  cpu_gemm(c->gemm, ws, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-static void *alloc_floats(size_t n) {
-  void *p = NULL;
-  if (n == 0) n = 1;
-  if (n > SIZE_MAX / sizeof(float) || posix_memalign(&p, 64, n * sizeof(float)) != 0) return NULL;
-  memset(p, 0, n * sizeof(float));
-  return p;
-}
 
 static void layer_ptrs(const gpt_layout *lay, float *base, int l, float *w[NLAYER_T]) {
   const gpt_tensor *t = &lay->tensors[4 + NLAYER_T * l];
@@ -139,6 +57,7 @@ static void cpu_destroy(gpt_model *m) {
   free(c->segs);
   free(c->seg_sumsq);
   free(c->gemm_ws);
+  cpu_llama_destroy(c);
   free(c);
   m->impl = NULL;
 }
@@ -155,8 +74,9 @@ static int cpu_create(gpt_model *m) {
   int nt = m->opts.threads > 0 ? m->opts.threads : omp_get_num_procs();
   c->nt = nt < 1 ? 1 : nt > 1024 ? 1024 : nt;
   c->maxN = N;
+  const int llama = cfg->arch == GPT_ARCH_LLAMA; /* cpu_llama_create allocates its own */
 
-  /* Activation buffers, in the order of the pointers below; sizes are checked in double
+  /* GPT-2's activation buffers, in the order of the pointers below; sizes are checked in double
    * first so that absurd shapes fail cleanly instead of wrapping. */
   const double dL = L, dC = C, dN = (double)N, dT = T, dnt = c->nt;
   const double dsizes[] = {dN * dC,     dL * dN * dC,     dL * dN, dL * dN, 3 * dL * dN * dC, dL * B * NH * dT * dT,
@@ -172,23 +92,23 @@ static int cpu_create(gpt_model *m) {
   _Static_assert(sizeof dsizes / sizeof dsizes[0] == sizeof ptrs / sizeof ptrs[0], "one size per buffer");
   double need = 0.0;
   for (int i = 0; i < nbuf; i++) need += dsizes[i] + 16;
-  if (need * sizeof(float) > (double)SIZE_MAX / 4) {
+  if (!llama && need * sizeof(float) > (double)SIZE_MAX / 4) {
     cpu_destroy(m);
     return dpc_err(DPC_ENOMEM, "cpu backend: activations for B=%zu T=%zu need %.3g floats; lower B or T", B, T,
                    need);
   }
   size_t sizes[sizeof dsizes / sizeof dsizes[0]];
   size_t total = 0;
-  for (int i = 0; i < nbuf; i++) {
+  for (int i = 0; i < nbuf && !llama; i++) {
     sizes[i] = ((size_t)dsizes[i] + 15) & ~(size_t)15; /* 64-byte aligned starts */
     total += sizes[i];
   }
 
-  c->params = alloc_floats(P);
-  c->grads = alloc_floats(P);
-  c->adam_m = alloc_floats(P);
-  c->adam_v = alloc_floats(P);
-  c->acts = alloc_floats(total);
+  c->params = cpu_alloc_floats(P);
+  c->grads = cpu_alloc_floats(P);
+  c->adam_m = cpu_alloc_floats(P);
+  c->adam_v = cpu_alloc_floats(P);
+  c->acts = llama ? NULL : cpu_alloc_floats(total);
   c->inputs = calloc(N, sizeof(int));
   c->targets = calloc(N, sizeof(int));
   size_t nseg = 0;
@@ -196,15 +116,15 @@ static int cpu_create(gpt_model *m) {
   c->segs = calloc(nseg, sizeof *c->segs);
   c->seg_sumsq = calloc(nseg, sizeof *c->seg_sumsq);
   c->gemm = cpu_gemm_pick();
-  c->gemm_ws = alloc_floats((size_t)c->nt * cpu_gemm_ws_floats());
-  if (!c->params || !c->grads || !c->adam_m || !c->adam_v || !c->acts || !c->inputs || !c->targets ||
+  c->gemm_ws = cpu_alloc_floats((size_t)c->nt * cpu_gemm_ws_floats());
+  if (!c->params || !c->grads || !c->adam_m || !c->adam_v || (!llama && !c->acts) || !c->inputs || !c->targets ||
       !c->segs || !c->seg_sumsq || !c->gemm_ws || nseg > INT32_MAX) {
     cpu_destroy(m);
     return dpc_err(DPC_ENOMEM, "cpu backend: cannot allocate %zu parameters and %zu activation floats "
                    "(B=%zu T=%zu); lower B or T", P, total, B, T);
   }
   float *p = c->acts;
-  for (int i = 0; i < nbuf; i++) {
+  for (int i = 0; i < nbuf && !llama; i++) {
     *ptrs[i] = p;
     p += sizes[i];
   }
@@ -218,6 +138,11 @@ static int cpu_create(gpt_model *m) {
     }
   }
   c->state = ST_NONE;
+  if (llama) {
+    int rc = cpu_llama_create(m, c);
+    if (rc) cpu_destroy(m);
+    return rc;
+  }
   return 0;
 }
 
@@ -240,69 +165,20 @@ static int cpu_get_grads(gpt_model *m, float *dst, size_t off, size_t n) {
   return 0;
 }
 
-/* ---- matrix products ------------------------------------------------------------------- */
-
-static inline int split_chunk(int n, int parts) {
-  int ch = (n + parts - 1) / parts;
-  return (ch + 15) & ~15; /* whole micro-kernel panels per chunk */
-}
-
-/* How a product with an M x N output is shared out: along the larger output dimension (a row
- * block packs the whole right operand, a column block the whole left one, so this packs the
- * least), in PRODUCT_BLOCKS_PER_THREAD or 1 blocks per thread: the most that keep MIN_BLOCK rows
- * or columns each. Depends on nt and the shape only. */
-typedef struct {
-  int by_rows, ch, nch;
-} mm_split;
-
-static mm_split plan_split(int nt, int M, int N) {
-  mm_split s;
-  s.by_rows = M >= N;
-  const int dim = s.by_rows ? M : N;
-  int per = PRODUCT_BLOCKS_PER_THREAD;
-  while (per > 1 && dim / (nt * per) < MIN_BLOCK) per /= 2;
-  s.ch = split_chunk(dim, nt * per);
-  s.nch = (dim + s.ch - 1) / s.ch;
-  return s;
-}
-
-/* Cm[M,N] = op(A) op(B) + beta * Cm, row-major, split as plan_split says. */
-static void mm(const cpu_impl *c, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
-               int ldb, float beta, float *Cm, int ldc) {
-  const int nt = c->nt;
-  if (nt == 1 || (double)M * N * K < 262144.0) {
-    gemm(c, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
-    return;
-  }
-  const mm_split sp = plan_split(nt, M, N);
-  const int dim = sp.by_rows ? M : N;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (int i = 0; i < sp.nch; i++) {
-    const int lo = i * sp.ch, hi = lo + sp.ch < dim ? lo + sp.ch : dim;
-    if (sp.by_rows) {
-      const float *a = ta ? A + lo : A + (size_t)lo * lda;
-      gemm(c, ta, tb, hi - lo, N, K, 1.0f, a, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
-    } else {
-      const float *b = tb ? B + (size_t)lo * ldb : B + lo;
-      gemm(c, ta, tb, M, hi - lo, K, 1.0f, A, lda, b, ldb, beta, Cm + lo, ldc);
-    }
-  }
-}
-
 /* out[N,OC] = inp[N,IC] @ W[IC,OC] + bias (+ res[N,OC]); with act, out keeps the pre-activation
  * and act = GELU(out). Split as plan_split says; the epilogue runs on each block right after
  * its product, while the block is in cache. */
 static void linear_fwd(const cpu_impl *c, float *out, const float *inp, const float *W, const float *bias,
                        const float *res, float *act, int N, int IC, int OC) {
   const int nt = c->nt;
-  const mm_split sp = nt == 1 ? (mm_split){1, N, 1} : plan_split(nt, N, OC);
+  const mm_split sp = nt == 1 ? (mm_split){1, N, 1} : cpu_plan_split(nt, N, OC);
   const int dim = sp.by_rows ? N : OC;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int i = 0; i < sp.nch; i++) {
     const int lo = i * sp.ch, hi = lo + sp.ch < dim ? lo + sp.ch : dim;
     const int r0 = sp.by_rows ? lo : 0, r1 = sp.by_rows ? hi : N; /* rows of the block */
     const int c0 = sp.by_rows ? 0 : lo, c1 = sp.by_rows ? OC : hi; /* and its columns */
-    gemm(c, 0, 0, r1 - r0, c1 - c0, IC, 1.0f, inp + (size_t)r0 * IC, IC, W + c0, OC, 0.0f,
+    cpu_thread_gemm(c, 0, 0, r1 - r0, c1 - c0, IC, 1.0f, inp + (size_t)r0 * IC, IC, W + c0, OC, 0.0f,
          out + (size_t)r0 * OC + c0, OC);
     for (int r = r0; r < r1; r++) {
       float *o = out + (size_t)r * OC + c0;
@@ -316,9 +192,9 @@ static void linear_fwd(const cpu_impl *c, float *out, const float *inp, const fl
  * fresh, dW and db are overwritten instead: their first write after zero_grad). */
 static void linear_bwd(const cpu_impl *c, float *dinp, float *dW, float *db, const float *dout, const float *inp,
                        const float *W, int N, int IC, int OC, int fresh) {
-  mm(c, 0, 1, N, IC, OC, dout, OC, W, OC, 0.0f, dinp, IC);
-  mm(c, 1, 0, IC, OC, N, inp, IC, dout, OC, fresh ? 0.0f : 1.0f, dW, OC);
-  const int nt = c->nt, ch = split_chunk(OC, nt);
+  cpu_mm(c, 0, 1, N, IC, OC, dout, OC, W, OC, 0.0f, dinp, IC);
+  cpu_mm(c, 1, 0, IC, OC, N, inp, IC, dout, OC, fresh ? 0.0f : 1.0f, dW, OC);
+  const int nt = c->nt, ch = cpu_split_chunk(OC, nt);
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int i = 0; i < nt; i++) {
     int lo = i * ch, hi = lo + ch < OC ? lo + ch : OC;
@@ -382,9 +258,9 @@ static void attention_fwd(const cpu_impl *c, float *out, float *att, const float
     float *o = out + (size_t)b * T * C + (size_t)h * hs;
     for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
       const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
-      gemm(c, 0, 1, bm, i1, hs, scale, q + (size_t)i0 * C3, C3, k, C3, 0.0f, A + (size_t)i0 * T, T);
+      cpu_thread_gemm(c, 0, 1, bm, i1, hs, scale, q + (size_t)i0 * C3, C3, k, C3, 0.0f, A + (size_t)i0 * T, T);
       for (int t = i0; t < i1; t++) cpuk_causal_softmax_row(A + (size_t)t * T, t, i1);
-      gemm(c, 0, 0, bm, hs, i1, 1.0f, A + (size_t)i0 * T, T, v, C3, 0.0f, o + (size_t)i0 * C, C);
+      cpu_thread_gemm(c, 0, 0, bm, hs, i1, 1.0f, A + (size_t)i0 * T, T, v, C3, 0.0f, o + (size_t)i0 * C, C);
     }
   }
 }
@@ -406,16 +282,16 @@ static void attention_bwd(const cpu_impl *c, float *dqkv, const float *dout, con
       const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
       for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
         const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
-        gemm(c, 0, 1, bm, i1, hs, 1.0f, dO + (size_t)i0 * C, C, v, C3, 0.0f, D + (size_t)i0 * T, T);
+        cpu_thread_gemm(c, 0, 1, bm, i1, hs, 1.0f, dO + (size_t)i0 * C, C, v, C3, 0.0f, D + (size_t)i0 * T, T);
         for (int t = i0; t < i1; t++) cpuk_causal_softmax_bwd_row(D + (size_t)t * T, A + (size_t)t * T, t, i1, scale);
-        gemm(c, 0, 0, bm, hs, i1, 1.0f, D + (size_t)i0 * T, T, k, C3, 0.0f, dq + (size_t)i0 * C3, C3);
+        cpu_thread_gemm(c, 0, 0, bm, hs, i1, 1.0f, D + (size_t)i0 * T, T, k, C3, 0.0f, dq + (size_t)i0 * C3, C3);
       }
       /* Key block [j0, j1) receives from queries [j0, T) only. */
       for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
         const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T, bn = j1 - j0;
-        gemm(c, 1, 0, bn, hs, T - j0, 1.0f, A + (size_t)j0 * T + j0, T, dO + (size_t)j0 * C, C, 0.0f,
+        cpu_thread_gemm(c, 1, 0, bn, hs, T - j0, 1.0f, A + (size_t)j0 * T + j0, T, dO + (size_t)j0 * C, C, 0.0f,
              dv + (size_t)j0 * C3, C3);
-        gemm(c, 1, 0, bn, hs, T - j0, 1.0f, D + (size_t)j0 * T + j0, T, q + (size_t)j0 * C3, C3, 0.0f,
+        cpu_thread_gemm(c, 1, 0, bn, hs, T - j0, 1.0f, D + (size_t)j0 * T + j0, T, q + (size_t)j0 * C3, C3, 0.0f,
              dk + (size_t)j0 * C3, C3);
       }
     }
@@ -425,6 +301,7 @@ static void attention_bwd(const cpu_impl *c, float *dqkv, const float *dout, con
 /* ---- forward / backward ---------------------------------------------------------------- */
 
 static int cpu_forward(gpt_model *m, const int *inputs, const int *targets, int B, int T, float *loss) {
+  if (m->lay.cfg.arch == GPT_ARCH_LLAMA) return cpu_llama_forward(m, inputs, targets, B, T, loss);
   cpu_impl *c = m->impl;
   const gpt_config *cfg = &m->lay.cfg;
   const int L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, V = cfg->vocab_size, nt = c->nt;
@@ -461,22 +338,15 @@ static int cpu_forward(gpt_model *m, const int *inputs, const int *targets, int 
     residual = res3;
   }
   layernorm_fwd(c, c->lnf, c->lnf_mean, c->lnf_rstd, residual, lnfw, lnfb, N, C);
-  mm(c, 0, 1, N, V, C, c->lnf, C, wte, C, 0.0f, c->logits, V);
+  cpu_mm(c, 0, 1, N, V, C, c->lnf, C, wte, C, 0.0f, c->logits, V);
 
   if (!targets) {
     c->state = ST_LOGITS;
     return 0;
   }
-#pragma omp parallel for num_threads(nt) schedule(dynamic, ROWS_PER_ITEM)
-  for (int n = 0; n < N; n++)
-    c->losses[n] = cpuk_xent_row(c->logits + (size_t)n * V, V, c->targets[n], &c->lse[n]);
-  double sum = 0.0;
-  for (int n = 0; n < N; n++) sum += c->losses[n];
-  *loss = (float)(sum / N);
-  c->state = ST_LOSS;
-  if (!isfinite(*loss)) return dpc_err(DPC_ENUMERIC, "forward: loss is %f (diverged; lower the learning rate)", *loss);
-  return 0;
+  return cpu_xent_forward(c, N, V, loss);
 }
+
 
 static int cpu_logits(gpt_model *m, int b, int t, float *dst) {
   cpu_impl *c = m->impl;
@@ -520,6 +390,7 @@ static int cpu_backward(gpt_model *m) {
   cpu_impl *c = m->impl;
   if (c->state != ST_LOSS)
     return dpc_err(DPC_ESTATE, "backward: needs a forward with targets first (and at most one backward per forward)");
+  if (m->lay.cfg.arch == GPT_ARCH_LLAMA) return cpu_llama_backward(m);
   const gpt_config *cfg = &m->lay.cfg;
   const int L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, V = cfg->vocab_size, nt = c->nt;
   const int B = c->B, T = c->T, N = B * T;
@@ -536,8 +407,8 @@ static int cpu_backward(gpt_model *m) {
   const float dloss = 1.0f / (float)N;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, ROWS_PER_ITEM)
   for (int n = 0; n < N; n++) cpuk_xent_bwd_row(c->logits + (size_t)n * V, V, c->targets[n], c->lse[n], dloss);
-  mm(c, 0, 0, N, C, V, c->logits, V, wte, C, 0.0f, c->dtmp, C);       /* dlnf */
-  mm(c, 1, 0, V, C, N, c->logits, V, c->lnf, C, fresh ? 0.0f : 1.0f, dwte, C); /* dwte += dlogits^T lnf */
+  cpu_mm(c, 0, 0, N, C, V, c->logits, V, wte, C, 0.0f, c->dtmp, C);       /* dlnf */
+  cpu_mm(c, 1, 0, V, C, N, c->logits, V, c->lnf, C, fresh ? 0.0f : 1.0f, dwte, C); /* dwte += dlogits^T lnf */
   const float *last = c->res3 + (size_t)(L - 1) * NC;
   layernorm_bwd(c, c->dres, dlnfw, dlnfb, c->dtmp, last, lnfw, c->lnf_mean, c->lnf_rstd, N, C, 0, fresh);
 
@@ -565,7 +436,7 @@ static int cpu_backward(gpt_model *m) {
 
   /* Embeddings: wpe rows by position; wte by column blocks so repeated tokens never race (dwte
    * already holds its logits part). With fresh, wpe rows past T are zero. */
-  const int ch = split_chunk(C, nt);
+  const int ch = cpu_split_chunk(C, nt);
   if (fresh && T < cfg->n_positions)
     memset(dwpe + (size_t)T * C, 0, (size_t)(cfg->n_positions - T) * C * sizeof(float));
 #pragma omp parallel num_threads(nt)

@@ -242,6 +242,9 @@ static int cuda_create_impl(gpt_model *m, cuda_impl *c) {
 }
 
 static int cuda_create(gpt_model *m) {
+  if (m->lay.cfg.arch != GPT_ARCH_GPT2)
+    return dpc_err(DPC_EUNSUPPORTED, "cuda backend: the %s architecture is not supported yet on CUDA; use --backend cpu",
+                   gpt_arch_name(m->lay.cfg.arch));
   cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
   if (!c) return dpc_err(DPC_ENOMEM, "cuda backend: out of memory for the model state");
   m->impl = c;

@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", dpc_errmsg());
     return 2;
   }
-  const gpt_config cfg = {12, 12, 768, 1024, 50257};
+  const gpt_config cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .n_positions = 1024, .vocab_size = 50257};
   gpt_model *m = NULL;
   int rc = gpt_create(&m, &cfg, &opts, B, T);
   if (rc) {

@@ -16,11 +16,11 @@ int main(void) {
   CHECK(strcmp(dpc_errmsg(), "loading the model: n_embd 8 must be divisible by n_head 3") == 0);
 
   static gpt_layout lay;
-  gpt_config bad = {2, 3, 8, 16, 32};
+  gpt_config bad = {.n_layer = 2, .n_head = 3, .n_embd = 8, .n_positions = 16, .vocab_size = 32};
   CHECK_EQ_INT(gpt_layout_build(&bad, &lay), DPC_EINVAL); /* 8 % 3 != 0 */
   CHECK(strstr(dpc_errmsg(), "divisible") != NULL);
 
-  gpt_config cfg = {2, 2, 8, 16, 32};
+  gpt_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 8, .n_positions = 16, .vocab_size = 32};
   CHECK_EQ_INT(gpt_layout_build(&cfg, &lay), 0);
   const size_t C = 8, V = 32, T = 16, L = 2;
   const size_t per_layer = 12 * C * C + 13 * C;

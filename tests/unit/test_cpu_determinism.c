@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-static const gpt_config CFG = {2, 4, 64, 16, 96};
+static const gpt_config CFG = {.n_layer = 2, .n_head = 4, .n_embd = 64, .n_positions = 16, .vocab_size = 96};
 /* eps 1e-3: see test_cpu_oracle.c (AdamW amplifies the rounding noise of zero gradients). */
 static const gpt_adamw_hparams HP = {0.9f, 0.95f, 1e-3f, 0.1f, 1.0f};
 enum { B = 3, T = 16, STEPS = 3 };

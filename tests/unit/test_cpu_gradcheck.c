@@ -25,7 +25,7 @@ static float loss_at(gpt_model *m, const int *in, const int *tg, int B, int T) {
 }
 
 int main(void) {
-  const gpt_config cfg = {2, 2, 16, 8, 32};
+  const gpt_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .n_positions = 8, .vocab_size = 32};
   const int B = 2, T = 6; /* T < n_positions: the last wpe rows get no gradient */
   gpt_backend_opts opts = {GPT_BACKEND_CPU, 1, 0, 0};
   gpt_model *m = NULL;

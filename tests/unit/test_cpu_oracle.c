@@ -37,9 +37,11 @@ typedef struct {
 } oracle_case;
 
 static const oracle_case CASES[] = {
-    {"tiny", {2, 2, 32, 12, 64}, 3, 8, 2, 2e-2f, {0.9f, 0.95f, 1e-3f, 0.1f, 1.65f}, 1},
+    {"tiny", {.n_layer = 2, .n_head = 2, .n_embd = 32, .n_positions = 12, .vocab_size = 64}, 3, 8, 2, 2e-2f,
+     {0.9f, 0.95f, 1e-3f, 0.1f, 1.65f}, 1},
     /* T = 80 spans a full and a partial 64-wide attention block; T < maxT leaves wpe rows idle. */
-    {"long", {1, 4, 32, 96, 48}, 2, 80, 2, 1e-2f, {0.9f, 0.99f, 1e-3f, 0.05f, 0.0f}, 0},
+    {"long", {.n_layer = 1, .n_head = 4, .n_embd = 32, .n_positions = 96, .vocab_size = 48}, 2, 80, 2, 1e-2f,
+     {0.9f, 0.99f, 1e-3f, 0.05f, 0.0f}, 0},
 };
 
 static char dir[64];

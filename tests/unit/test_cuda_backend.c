@@ -13,7 +13,7 @@
 #include <string.h>
 
 /* L, NH, C, maxT, V: C = 80 is not a multiple of 32, T = 70 spans partial blocks. */
-static const gpt_config CFG = {2, 4, 80, 72, 211};
+static const gpt_config CFG = {.n_layer = 2, .n_head = 4, .n_embd = 80, .n_positions = 72, .vocab_size = 211};
 /* eps 1e-6: see tests/unit/test_cpu_oracle.c (AdamW amplifies rounding noise of zero grads). */
 static const gpt_adamw_hparams HP = {0.9f, 0.95f, 1e-6f, 0.1f, 1.0f};
 enum { B = 3, T = 70, STEPS = 5 };

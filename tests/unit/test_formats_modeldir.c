@@ -126,7 +126,7 @@ static int same_file(const char *a, const char *b) {
 
 int main(void) {
   CHECK(mkdtemp(root) != NULL);
-  gpt_config cfg = {2, 2, 8, 16, 32};
+  gpt_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 8, .n_positions = 16, .vocab_size = 32};
   CHECK_EQ_INT(gpt_layout_build(&cfg, &lay), 0);
   params = malloc(lay.n_params * sizeof *params);
   gpt_init_params(&lay, params, 7);

@@ -33,7 +33,8 @@ int main(int argc, char **argv) {
     return rc ? fail(rc) : 0;
   }
   if (argc == 10 && strcmp(argv[1], "save") == 0) {
-    gpt_config c = {atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), atoi(argv[7])};
+    gpt_config c = {.n_layer = atoi(argv[3]), .n_head = atoi(argv[4]), .n_embd = atoi(argv[5]),
+                    .n_positions = atoi(argv[6]), .vocab_size = atoi(argv[7])};
     static gpt_layout lay;
     int rc = gpt_layout_build(&c, &lay);
     if (rc) return fail(rc);

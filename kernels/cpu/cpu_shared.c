@@ -1,0 +1,80 @@
+/* cpu_shared.c — what the CPU backend's two model families share (cpu_shared.h): the
+ * per-thread and split matrix products, aligned allocation, and the cross-entropy forward.
+ * cpu_backend.c (GPT-2, the vtable, the optimizer) and cpu_llama.c (the Llama family) both call
+ * it; it calls neither. */
+#include "kernels/cpu/cpu_shared.h"
+#include "common/errors.h"
+#include "kernels/cpu/cpu_gemm.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* C = alpha op(A) op(B) + beta C on the calling thread, in its own workspace. */
+void cpu_thread_gemm(const cpu_impl *c, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc) {
+  float *ws = c->gemm_ws + (size_t)omp_get_thread_num() * cpu_gemm_ws_floats();
+  cpu_gemm(c->gemm, ws, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void *cpu_alloc_floats(size_t n) {
+  void *p = NULL;
+  if (n == 0) n = 1;
+  if (n > SIZE_MAX / sizeof(float) || posix_memalign(&p, 64, n * sizeof(float)) != 0) return NULL;
+  memset(p, 0, n * sizeof(float));
+  return p;
+}
+
+int cpu_split_chunk(int n, int parts) {
+  int ch = (n + parts - 1) / parts;
+  return (ch + 15) & ~15; /* whole micro-kernel panels per chunk */
+}
+
+mm_split cpu_plan_split(int nt, int M, int N) {
+  mm_split s;
+  s.by_rows = M >= N;
+  const int dim = s.by_rows ? M : N;
+  int per = PRODUCT_BLOCKS_PER_THREAD;
+  while (per > 1 && dim / (nt * per) < MIN_BLOCK) per /= 2;
+  s.ch = cpu_split_chunk(dim, nt * per);
+  s.nch = (dim + s.ch - 1) / s.ch;
+  return s;
+}
+
+/* Cm[M,N] = op(A) op(B) + beta * Cm, row-major, split as cpu_plan_split says. */
+void cpu_mm(const cpu_impl *c, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+            int ldb, float beta, float *Cm, int ldc) {
+  const int nt = c->nt;
+  if (nt == 1 || (double)M * N * K < 262144.0) {
+    cpu_thread_gemm(c, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
+    return;
+  }
+  const mm_split sp = cpu_plan_split(nt, M, N);
+  const int dim = sp.by_rows ? M : N;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int i = 0; i < sp.nch; i++) {
+    const int lo = i * sp.ch, hi = lo + sp.ch < dim ? lo + sp.ch : dim;
+    if (sp.by_rows) {
+      const float *a = ta ? A + lo : A + (size_t)lo * lda;
+      cpu_thread_gemm(c, ta, tb, hi - lo, N, K, 1.0f, a, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
+    } else {
+      const float *b = tb ? B + (size_t)lo * ldb : B + lo;
+      cpu_thread_gemm(c, ta, tb, M, hi - lo, K, 1.0f, A, lda, b, ldb, beta, Cm + lo, ldc);
+    }
+  }
+}
+
+int cpu_xent_forward(cpu_impl *c, int N, int V, float *loss) {
+#pragma omp parallel for num_threads(c->nt) schedule(dynamic, ROWS_PER_ITEM)
+  for (int n = 0; n < N; n++)
+    c->losses[n] = cpuk_xent_row(c->logits + (size_t)n * V, V, c->targets[n], &c->lse[n]);
+  double sum = 0.0;
+  for (int n = 0; n < N; n++) sum += c->losses[n];
+  *loss = (float)(sum / N);
+  c->state = ST_LOSS;
+  if (!isfinite(*loss)) return dpc_err(DPC_ENUMERIC, "forward: loss is %f (diverged; lower the learning rate)", *loss);
+  return 0;
+}
