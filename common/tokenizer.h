@@ -39,7 +39,7 @@ int tok_open_byte(dpc_tokenizer **out);
 int tok_open_gpt2(const char *vocab_dir, dpc_tokenizer **out);
 
 /* A Hugging Face tokenizer.json of the byte-level BPE kind (GPT-2, Llama 3, SmolLM, Qwen2
- * files; the subset accepted is in docs/design.md §6.2). Text is encoded as HF tokenizers'
+ * files; the subset accepted is in docs/design.md §6.7). Text is encoded as HF tokenizers'
  * encode(text, add_special_tokens=False) does: added tokens written in the text become their
  * ids, the rest goes through the pre-tokenizer and BPE by merge rank; no BOS/EOS is added.
  * decode gives back the bytes (HF's ByteLevel decoder before its UTF-8 repair). A file of any

@@ -1,5 +1,5 @@
 /* tokenizer_hf.c — byte-level BPE tokenizers read from Hugging Face tokenizer.json files
- * (contract in tokenizer.h, the accepted subset in docs/design.md §6.2).
+ * (contract in tokenizer.h, the accepted subset in docs/design.md §6.7).
  *
  * Why hand-written: tokenizer.json is defined by the Rust `tokenizers` library (with Python and
  * JavaScript bindings); no C library reads it. The file is untrusted input, so this reads it
@@ -558,7 +558,7 @@ static int nfc_check(const unsigned char *u, size_t n) {
     for (size_t k = 1; k < l; k++) cp = cp << 6 | (u[i + k] & 0x3F);
     if (!nfc_stable(cp))
       return dpc_err(DPC_EFORMAT, "tok_encode: the tokenizer's NFC normalizer is implemented only for text NFC "
-                                  "leaves unchanged (docs/design.md §6.2); U+%04X is outside that set",
+                                  "leaves unchanged (docs/design.md §6.7); U+%04X is outside that set",
                      (unsigned)cp);
     i += l;
   }
@@ -752,7 +752,7 @@ int tok_open_spec(const char *spec, const char *vocab_dir, dpc_tokenizer **out) 
   }
   struct stat st;
   if (stat(spec, &st) != 0)
-    return dpc_err(DPC_ENOENT, "tokenizer %s: not byte or gpt2, and no such file (give DIR/tokenizer.json)", spec);
+    return dpc_err(DPC_ENOENT, "unknown tokenizer %s: not byte or gpt2, and no such file or directory (give a tokenizer.json)", spec);
   if (!S_ISDIR(st.st_mode)) return tok_open_hf(spec, out);
   size_t n = strlen(spec) + 16;
   char *p = malloc(n);

@@ -9,7 +9,7 @@
 # DIPACO_FUZZ_SECONDS: fuzzing time per target (default 10; ctest -L fuzz selects them,
 # ctest -LE fuzz leaves them out).
 set(DIPACO_FUZZ_SECONDS 10 CACHE STRING "Seconds each fuzz target runs under ctest")
-set(DPC_FUZZ_TARGETS safetensors shard modeldir_config modeldir_load jobspec tokenizer_files tokenizer_roundtrip chunk proto codec sparse)
+set(DPC_FUZZ_TARGETS safetensors shard modeldir_config modeldir_load jobspec tokenizer_files tokenizer_roundtrip tokenizer_json chunk proto codec sparse)
 set(DPC_FUZZ_DIR ${CMAKE_BINARY_DIR}/fuzz)
 
 if(NOT DEFINED DIPACO_FUZZ)

@@ -1,0 +1,27 @@
+# Hugging Face tokenizer.json tests (common/tokenizer_hf.c) and 32-bit token shards
+# (common/shard.c). The packaged tokenizer.json files and the npm oracle come from
+# deploy/fetch_assets.sh tests/.cache; the unit test notes and skips the packaged files when
+# they are missing, the oracle skips (77) without them and fails without node.
+set(DPC_TOKHF_CACHE ${CMAKE_SOURCE_DIR}/tests/.cache)
+
+add_executable(test_tokenizer_hf ${CMAKE_SOURCE_DIR}/tests/unit/test_tokenizer_hf.c)
+target_link_libraries(test_tokenizer_hf PRIVATE dpc_common)
+add_executable(test_shard32 ${CMAKE_SOURCE_DIR}/tests/unit/test_shard32.c)
+target_link_libraries(test_shard32 PRIVATE dpc_common)
+
+# Hand-made tokenizer.json: encodings, decode round trips, every unsupported kind refused by key.
+add_test(NAME tokenizer_hf_unit COMMAND test_tokenizer_hf ${DPC_TOKHF_CACHE})
+# Ids identical to npm @huggingface/tokenizers on GPT-2, Llama 3 and Qwen3 tokenizer.json files.
+add_test(NAME tokenizer_hf_oracle
+         COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/oracle/tokenizer_hf_oracle.py
+                 --tool $<TARGET_FILE:test_tokenizer_tool> --cache ${DPC_TOKHF_CACHE} gpt2 llama3 qwen3)
+# Version 1 / version 2 shards, ids >= vocab refused.
+add_test(NAME shard_32bit COMMAND test_shard32)
+set_tests_properties(tokenizer_hf_unit tokenizer_hf_oracle shard_32bit PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+set_tests_properties(tokenizer_hf_oracle PROPERTIES TIMEOUT 600)
+# dipacoctl data prepare / generate with tokenizer.json files, 32-bit shards through train.
+if(TARGET dipacoctl)
+  add_test(NAME tokenizer_hf_ctl
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/tokenizer_hf_ctl.sh $<TARGET_FILE:dipacoctl> ${DPC_TOKHF_CACHE})
+  set_tests_properties(tokenizer_hf_ctl PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
+endif()
