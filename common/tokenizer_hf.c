@@ -35,8 +35,7 @@
 #define HF_MAX_TOKEN_LEN 4096 /* bytes of one vocabulary or merge token string */
 #define HF_MATCH_LIMIT 10000000u
 
-static const char gpt2_pattern[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char gpt2_pattern[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 typedef struct {
   pcre2_code *re;
@@ -66,8 +65,8 @@ typedef struct {
   dpc_tokenizer *t;
   struct tokhf *h;
   int uni[324];
-  int n_model;    /* entries of model.vocab */
-  const char **str; /* (V) the token string of each id: model.vocab key or added content */
+  int n_model;                        /* entries of model.vocab */
+  const char **str;                   /* (V) the token string of each id: model.vocab key or added content */
   unsigned char *is_model, *is_added; /* (V) */
 } hf_load;
 
@@ -139,16 +138,14 @@ static int check_top(hf_load *L, const cJSON *root) {
   if (!is_null(norm)) {
     const char *ty = get_type(L, norm, "normalizer", &rc);
     if (!ty) return rc;
-    if (strcmp(ty, "NFC") != 0)
-      return bad(L, "normalizer.type", "\"%.64s\" is not supported (null or NFC)", ty);
+    if (strcmp(ty, "NFC") != 0) return bad(L, "normalizer.type", "\"%.64s\" is not supported (null or NFC)", ty);
     L->h->nfc = 1;
   }
   const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
   if (is_null(dec)) return bad(L, "decoder", "null; byte-level BPE needs the ByteLevel decoder");
   const char *ty = get_type(L, dec, "decoder", &rc);
   if (!ty) return rc;
-  if (strcmp(ty, "ByteLevel") != 0)
-    return bad(L, "decoder.type", "\"%.64s\" is not supported (ByteLevel only)", ty);
+  if (strcmp(ty, "ByteLevel") != 0) return bad(L, "decoder.type", "\"%.64s\" is not supported (ByteLevel only)", ty);
   /* post_processor only adds BOS/EOS when asked to; dipaco encodes without it. */
   const cJSON *post = cJSON_GetObjectItemCaseSensitive(root, "post_processor");
   if (!is_null(post) && !get_type(L, post, "post_processor", &rc)) return rc;
@@ -162,8 +159,8 @@ static int add_stage(hf_load *L, const char *key, const char *pattern, size_t pl
   hf_stage *st = &h->st[h->nst];
   int errcode;
   PCRE2_SIZE erroff;
-  st->re = pcre2_compile((PCRE2_SPTR)pattern, plen, PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &errcode,
-                         &erroff, NULL);
+  st->re = pcre2_compile((PCRE2_SPTR)pattern, plen, PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &errcode, &erroff,
+                         NULL);
   if (!st->re) {
     PCRE2_UCHAR msg[128];
     pcre2_get_error_message(errcode, msg, sizeof msg);
@@ -272,8 +269,7 @@ static int check_model(hf_load *L, const cJSON *m) {
   if ((rc = get_bool(L, m, "model.ignore_merges", "ignore_merges", 0, &L->h->ignore_merges))) return rc;
   if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(m, "vocab")))
     return bad(L, "model.vocab", "expected an object mapping token strings to ids");
-  if (!cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m, "merges")))
-    return bad(L, "model.merges", "expected an array");
+  if (!cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m, "merges"))) return bad(L, "model.merges", "expected an array");
   return 0;
 }
 
@@ -285,19 +281,24 @@ static int scan_ids(hf_load *L, const cJSON *vocab, const cJSON *added, int *V) 
   int mx = -1, i = 0;
   for (const cJSON *it = vocab->child; it; it = it->next) {
     int id = json_id(it);
-    if (id < 0) return bad(L, "model.vocab", "token %s: id must be an integer in [0, %d)", qs(it->string, q, sizeof q), TOK_VOCAB_MAX);
+    if (id < 0)
+      return bad(L, "model.vocab", "token %s: id must be an integer in [0, %d)", qs(it->string, q, sizeof q),
+                 TOK_VOCAB_MAX);
     if (!it->string[0]) return bad(L, "model.vocab", "id %d has an empty token string", id);
-    if (strlen(it->string) > HF_MAX_TOKEN_LEN) return bad(L, "model.vocab", "token %d is longer than %d bytes", id, HF_MAX_TOKEN_LEN);
+    if (strlen(it->string) > HF_MAX_TOKEN_LEN)
+      return bad(L, "model.vocab", "token %d is longer than %d bytes", id, HF_MAX_TOKEN_LEN);
     if (id > mx) mx = id;
     L->n_model++;
   }
   if (added && !cJSON_IsArray(added)) return bad(L, "added_tokens", "expected an array");
-  if (added && cJSON_GetArraySize(added) > HF_MAX_ADDED) return bad(L, "added_tokens", "more than %d entries", HF_MAX_ADDED);
+  if (added && cJSON_GetArraySize(added) > HF_MAX_ADDED)
+    return bad(L, "added_tokens", "more than %d entries", HF_MAX_ADDED);
   for (const cJSON *a = added ? added->child : NULL; a; a = a->next, i++) {
     snprintf(key, sizeof key, "added_tokens[%d]", i);
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(a, "content");
     int id = json_id(cJSON_GetObjectItemCaseSensitive(a, "id"));
-    if (!cJSON_IsObject(a) || id < 0) return bad(L, key, "expected an object with an integer \"id\" in [0, %d)", TOK_VOCAB_MAX);
+    if (!cJSON_IsObject(a) || id < 0)
+      return bad(L, key, "expected an object with an integer \"id\" in [0, %d)", TOK_VOCAB_MAX);
     if (!cJSON_IsString(c) || !c->valuestring[0] || strlen(c->valuestring) > HF_MAX_ADDED_LEN)
       return bad(L, key, "\"content\" must be a string of 1 to %d bytes", HF_MAX_ADDED_LEN);
     const char *flags[] = {"single_word", "lstrip", "rstrip"};
@@ -323,7 +324,8 @@ static int place_ids(hf_load *L, const cJSON *vocab, const cJSON *added, int V) 
   for (const cJSON *it = vocab->child; it; it = it->next) {
     int id = json_id(it);
     if (L->str[id])
-      return bad(L, "model.vocab", "id %d is given to %s and %s", id, qs(L->str[id], q, sizeof q), qs(it->string, q2, sizeof q2));
+      return bad(L, "model.vocab", "id %d is given to %s and %s", id, qs(L->str[id], q, sizeof q),
+                 qs(it->string, q2, sizeof q2));
     L->str[id] = it->string;
     L->is_model[id] = 1;
   }
@@ -334,12 +336,15 @@ static int place_ids(hf_load *L, const cJSON *vocab, const cJSON *added, int V) 
     const char *c = cJSON_GetObjectItemCaseSensitive(a, "content")->valuestring;
     if (L->is_added[id]) return bad(L, key, "id %d is already an added token", id);
     if (L->str[id] && strcmp(L->str[id], c) != 0)
-      return bad(L, key, "id %d is %s in model.vocab but the content is %s", id, qs(L->str[id], q, sizeof q), qs(c, q2, sizeof q2));
+      return bad(L, key, "id %d is %s in model.vocab but the content is %s", id, qs(L->str[id], q, sizeof q),
+                 qs(c, q2, sizeof q2));
     L->str[id] = c;
     L->is_added[id] = 1;
   }
   for (int id = 0; id < V; id++)
-    if (!L->str[id]) return bad(L, "model.vocab", "id %d has no token; the ids of model.vocab and added_tokens must cover 0..%d", id, V - 1);
+    if (!L->str[id])
+      return bad(L, "model.vocab", "id %d has no token; the ids of model.vocab and added_tokens must cover 0..%d", id,
+                 V - 1);
   return 0;
 }
 
@@ -359,13 +364,15 @@ static int build_vocab(hf_load *L, int V) {
   tok_vindex *vx = &L->h->vx;
   char q[96];
   size_t total = 0;
-  for (int id = 0; id < V; id++) total += strlen(L->str[id]);
+  for (int id = 0; id < V; id++)
+    total += strlen(L->str[id]);
   t->n_vocab = V;
   t->tok_off = malloc(((size_t)V + 1) * sizeof *t->tok_off);
   t->tok_bytes = malloc(total + 1);
   vx->mask = tokint_pow2_at_least(2 * (size_t)V) - 1;
   vx->slot = malloc((vx->mask + 1) * sizeof *vx->slot);
-  if (!t->tok_off || !t->tok_bytes || !vx->slot || total > UINT32_MAX) return dpc_err(DPC_ENOMEM, "%s: out of memory", L->path);
+  if (!t->tok_off || !t->tok_bytes || !vx->slot || total > UINT32_MAX)
+    return dpc_err(DPC_ENOMEM, "%s: out of memory", L->path);
   memset(vx->slot, 0xFF, (vx->mask + 1) * sizeof *vx->slot);
   size_t off = 0;
   for (int id = 0; id < V; id++) {
@@ -380,7 +387,8 @@ static int build_vocab(hf_load *L, int V) {
   for (int b = 0; b < 256; b++) {
     unsigned char c = (unsigned char)b;
     t->byte_id[b] = tokint_vindex_find(t, vx, &c, 1);
-    if (t->byte_id[b] < 0) return bad(L, "model.vocab", "no token for byte 0x%02x; a byte-level BPE vocabulary has all 256", b);
+    if (t->byte_id[b] < 0)
+      return bad(L, "model.vocab", "no token for byte 0x%02x; a byte-level BPE vocabulary has all 256", b);
   }
   return 0;
 }
@@ -420,8 +428,8 @@ static int build_added(hf_load *L, const cJSON *added) {
   for (int k = 0; !rc && k < n; k++) {
     if (k > 0 && cmp_added(&ent[k - 1], &ent[k]) == 0) {
       char q[96];
-      rc = bad(L, "added_tokens", "content %s is given twice (ids %d and %d)", tokint_quote(ent[k].p, ent[k].len, q, sizeof q),
-               ent[k - 1].id, ent[k].id);
+      rc = bad(L, "added_tokens", "content %s is given twice (ids %d and %d)",
+               tokint_quote(ent[k].p, ent[k].len, q, sizeof q), ent[k - 1].id, ent[k].id);
       break;
     }
     h->add_off[k] = (uint32_t)w;
@@ -434,7 +442,8 @@ static int build_added(hf_load *L, const cJSON *added) {
   h->add_off[n] = (uint32_t)w;
   h->n_added = n;
   for (int c = 0, k = 0; c <= 256; c++) {
-    while (k < n && h->add_bytes[h->add_off[k]] < c) k++;
+    while (k < n && h->add_bytes[h->add_off[k]] < c)
+      k++;
     h->first[c] = k;
   }
   return 0;
@@ -450,7 +459,8 @@ static int check_added_ids(hf_load *L) {
     long nb = tokint_token_string_bytes(L->uni, (const unsigned char *)c, strlen(c), buf);
     int id = nb > 0 ? tokint_vindex_find(L->t, &h->vx, buf, (size_t)nb) : -1;
     if (id >= 0 && id != h->add_id[k])
-      return bad(L, "added_tokens", "%s has id %d but is token %d of model.vocab", qs(c, q, sizeof q), h->add_id[k], id);
+      return bad(L, "added_tokens", "%s has id %d but is token %d of model.vocab", qs(c, q, sizeof q), h->add_id[k],
+                 id);
   }
   return 0;
 }
@@ -477,7 +487,8 @@ static int merge_strings(hf_load *L, const cJSON *m, const char *key, const char
   } else {
     return bad(L, key, "expected \"A B\" or [\"A\", \"B\"]");
   }
-  if (*la > HF_MAX_TOKEN_LEN || *lb > HF_MAX_TOKEN_LEN) return bad(L, key, "token longer than %d bytes", HF_MAX_TOKEN_LEN);
+  if (*la > HF_MAX_TOKEN_LEN || *lb > HF_MAX_TOKEN_LEN)
+    return bad(L, key, "token longer than %d bytes", HF_MAX_TOKEN_LEN);
   return 0;
 }
 
@@ -555,10 +566,12 @@ static int nfc_check(const unsigned char *u, size_t n) {
       continue;
     }
     uint32_t cp = c & (0x7F >> l);
-    for (size_t k = 1; k < l; k++) cp = cp << 6 | (u[i + k] & 0x3F);
+    for (size_t k = 1; k < l; k++)
+      cp = cp << 6 | (u[i + k] & 0x3F);
     if (!nfc_stable(cp))
-      return dpc_err(DPC_EFORMAT, "tok_encode: the tokenizer's NFC normalizer is implemented only for text NFC "
-                                  "leaves unchanged (docs/design.md §6.7); U+%04X is outside that set",
+      return dpc_err(DPC_EFORMAT,
+                     "tok_encode: the tokenizer's NFC normalizer is implemented only for text NFC "
+                     "leaves unchanged (docs/design.md §6.7); U+%04X is outside that set",
                      (unsigned)cp);
     i += l;
   }
@@ -575,8 +588,8 @@ static int stage_match(const struct tokhf *h, const hf_stage *st, const unsigned
   if (rc < 0) {
     PCRE2_UCHAR msg[128];
     pcre2_get_error_message(rc, msg, sizeof msg);
-    return dpc_err(DPC_ERANGE, "tok_encode: the regex of %s failed at byte %zu of a %zu-byte piece: %s", st->key,
-                   pos, n, (const char *)msg);
+    return dpc_err(DPC_ERANGE, "tok_encode: the regex of %s failed at byte %zu of a %zu-byte piece: %s", st->key, pos,
+                   n, (const char *)msg);
   }
   const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(st->md);
   if (ov[1] < ov[0] || ov[0] < pos || ov[1] > n)
@@ -668,7 +681,8 @@ static int load_json(hf_load *L, cJSON **root) {
   if (!*root) {
     size_t at = end && end >= buf && end <= buf + len ? (size_t)(end - buf) : 0;
     int line = 1;
-    for (size_t i = 0; i < at; i++) line += buf[i] == '\n';
+    for (size_t i = 0; i < at; i++)
+      line += buf[i] == '\n';
     rc = dpc_err(DPC_EFORMAT, "%s:%d: not valid JSON (parse stopped at byte %zu)", L->path, line, at);
   } else if (!cJSON_IsObject(*root)) {
     rc = dpc_err(DPC_EFORMAT, "%s: expected a JSON object (a Hugging Face tokenizer.json)", L->path);
@@ -752,7 +766,9 @@ int tok_open_spec(const char *spec, const char *vocab_dir, dpc_tokenizer **out) 
   }
   struct stat st;
   if (stat(spec, &st) != 0)
-    return dpc_err(DPC_ENOENT, "unknown tokenizer %s: not byte or gpt2, and no such file or directory (give a tokenizer.json)", spec);
+    return dpc_err(DPC_ENOENT,
+                   "unknown tokenizer %s: not byte or gpt2, and no such file or directory (give a tokenizer.json)",
+                   spec);
   if (!S_ISDIR(st.st_mode)) return tok_open_hf(spec, out);
   size_t n = strlen(spec) + 16;
   char *p = malloc(n);

@@ -49,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (tok_decode(t, &id, 1, &s, &n) != 0 || n == 0) fz_fail("id %d does not decode", id);
     free(s);
   }
-  static const char text[] = "Hello world, it's 2026: the quick brown fox's  \t\n  caf\xc3\xa9 \xff\xfe x\x00y <|endoftext|>";
+  static const char text[] =
+      "Hello world, it's 2026: the quick brown fox's  \t\n  caf\xc3\xa9 \xff\xfe x\x00y <|endoftext|>";
   encode_twice(t, text, sizeof text - 1);
   encode_twice(t, (const char *)data, size < 512 ? size : 512);
   tok_free(t);

@@ -36,7 +36,8 @@ static const char *tokstr(const char *s) {
   char *o = buf[slot++ % 8], *p = o;
   for (; *s; s++) {
     unsigned cp = byte_cp((unsigned char)*s);
-    if (cp < 0x80) *p++ = (char)cp;
+    if (cp < 0x80)
+      *p++ = (char)cp;
     else {
       *p++ = (char)(0xC0 | cp >> 6);
       *p++ = (char)(0x80 | (cp & 0x3F));
@@ -61,7 +62,8 @@ static cJSON *base_doc(void) {
     cJSON_AddNumberToObject(vocab, tokstr(s), b);
   }
   const char *more[] = {"he", "ll", "hell", "hello", " w", "or", "abc"};
-  for (int i = 0; i < 7; i++) cJSON_AddNumberToObject(vocab, tokstr(more[i]), 256 + i);
+  for (int i = 0; i < 7; i++)
+    cJSON_AddNumberToObject(vocab, tokstr(more[i]), 256 + i);
   cJSON_AddItemToArray(merges, cJSON_CreateString("h e"));
   cJSON_AddItemToArray(merges, cJSON_CreateString("l l"));
   const char *pair[2] = {"he", "ll"};
@@ -120,10 +122,12 @@ static int enc_is(dpc_tokenizer *t, const char *text, const int *want, size_t n)
   size_t k = 0;
   char *back = NULL;
   size_t bl = 0;
-  int ok = tok_encode(t, text, strlen(text), &ids, &k) == 0 && k == n && (!n || memcmp(ids, want, n * sizeof *ids) == 0);
+  int ok =
+      tok_encode(t, text, strlen(text), &ids, &k) == 0 && k == n && (!n || memcmp(ids, want, n * sizeof *ids) == 0);
   if (!ok) {
     fprintf(stderr, "  encode \"%s\": got", text);
-    for (size_t i = 0; i < k; i++) fprintf(stderr, " %d", ids[i]);
+    for (size_t i = 0; i < k; i++)
+      fprintf(stderr, " %d", ids[i]);
     fprintf(stderr, " (%s)\n", dpc_errmsg());
   }
   ok = ok && tok_decode(t, ids, k, &back, &bl) == 0 && bl == strlen(text) && memcmp(back, text, bl) == 0;
@@ -153,7 +157,8 @@ static void test_encodings(void) {
   tok_free(t);
 
   /* Sequence [Digits(individual), ByteLevel(use_regex false)]: digits alone, nothing else split. */
-  cJSON *seq = cJSON_CreateObject(), *list = cJSON_CreateArray(), *dig = cJSON_CreateObject(), *bl = cJSON_CreateObject();
+  cJSON *seq = cJSON_CreateObject(), *list = cJSON_CreateArray(), *dig = cJSON_CreateObject(),
+        *bl = cJSON_CreateObject();
   cJSON_AddStringToObject(seq, "type", "Sequence");
   cJSON_AddStringToObject(dig, "type", "Digits");
   cJSON_AddTrueToObject(dig, "individual_digits");
@@ -199,17 +204,21 @@ static void m_nfkc(cJSON *d) {
   cJSON_ReplaceItemInObject(d, "normalizer", n);
 }
 static void m_whitespace(cJSON *d) { set_str(cJSON_GetObjectItem(d, "pre_tokenizer"), "type", "Whitespace"); }
-static void m_prefix(cJSON *d) { cJSON_ReplaceItemInObject(cJSON_GetObjectItem(d, "pre_tokenizer"), "add_prefix_space", cJSON_CreateTrue()); }
+static void m_prefix(cJSON *d) {
+  cJSON_ReplaceItemInObject(cJSON_GetObjectItem(d, "pre_tokenizer"), "add_prefix_space", cJSON_CreateTrue());
+}
 static void m_no_pre(cJSON *d) { cJSON_ReplaceItemInObject(d, "pre_tokenizer", cJSON_CreateNull()); }
 static void m_decoder(cJSON *d) { set_str(cJSON_GetObjectItem(d, "decoder"), "type", "WordPiece"); }
 static void m_split_removed(cJSON *d) {
-  cJSON *seq = cJSON_Parse("{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},"
-                           "\"behavior\":\"Removed\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false}]}");
+  cJSON *seq =
+      cJSON_Parse("{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},"
+                  "\"behavior\":\"Removed\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false}]}");
   cJSON_ReplaceItemInObject(d, "pre_tokenizer", seq);
 }
 static void m_bad_regex(cJSON *d) {
-  cJSON *seq = cJSON_Parse("{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(a\"},"
-                           "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false}]}");
+  cJSON *seq =
+      cJSON_Parse("{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(a\"},"
+                  "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false}]}");
   cJSON_ReplaceItemInObject(d, "pre_tokenizer", seq);
 }
 static void m_dropout(cJSON *d) { cJSON_ReplaceItemInObject(model_of(d), "dropout", cJSON_CreateNumber(0.1)); }
@@ -225,15 +234,25 @@ static void m_no_byte(cJSON *d) {
   cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItem(model_of(d), "vocab"), "a");
   cJSON_AddNumberToObject(cJSON_GetObjectItem(model_of(d), "vocab"), "zz", 'a');
 }
-static void m_merge_oov(cJSON *d) { cJSON_AddItemToArray(cJSON_GetObjectItem(model_of(d), "merges"), cJSON_CreateString("a x")); }
-static void m_merge_form(cJSON *d) { cJSON_AddItemToArray(cJSON_GetObjectItem(model_of(d), "merges"), cJSON_CreateString("abc")); }
-static void m_merge_dup(cJSON *d) { cJSON_AddItemToArray(cJSON_GetObjectItem(model_of(d), "merges"), cJSON_CreateString("o r")); }
-static void m_merge_num(cJSON *d) { cJSON_AddItemToArray(cJSON_GetObjectItem(model_of(d), "merges"), cJSON_CreateNumber(3)); }
+static void m_merge_oov(cJSON *d) {
+  cJSON_AddItemToArray(cJSON_GetObjectItem(model_of(d), "merges"), cJSON_CreateString("a x"));
+}
+static void m_merge_form(cJSON *d) {
+  cJSON_AddItemToArray(cJSON_GetObjectItem(model_of(d), "merges"), cJSON_CreateString("abc"));
+}
+static void m_merge_dup(cJSON *d) {
+  cJSON_AddItemToArray(cJSON_GetObjectItem(model_of(d), "merges"), cJSON_CreateString("o r"));
+}
+static void m_merge_num(cJSON *d) {
+  cJSON_AddItemToArray(cJSON_GetObjectItem(model_of(d), "merges"), cJSON_CreateNumber(3));
+}
 static void m_lstrip(cJSON *d) {
-  cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "added_tokens"), 1), "lstrip", cJSON_CreateTrue());
+  cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "added_tokens"), 1), "lstrip",
+                            cJSON_CreateTrue());
 }
 static void m_added_clash(cJSON *d) {
-  cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "added_tokens"), 1), "id", cJSON_CreateNumber(65));
+  cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "added_tokens"), 1), "id",
+                            cJSON_CreateNumber(65));
 }
 static void m_added_dup(cJSON *d) {
   cJSON *a = cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "added_tokens"), 1), 1);
@@ -241,7 +260,8 @@ static void m_added_dup(cJSON *d) {
   cJSON_AddItemToArray(cJSON_GetObjectItem(d, "added_tokens"), a);
 }
 static void m_added_empty(cJSON *d) {
-  cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "added_tokens"), 1), "content", cJSON_CreateString(""));
+  cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "added_tokens"), 1), "content",
+                            cJSON_CreateString(""));
 }
 static void m_model_array(cJSON *d) { cJSON_ReplaceItemInObject(d, "model", cJSON_CreateArray()); }
 
