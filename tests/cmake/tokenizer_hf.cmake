@@ -11,10 +11,12 @@ target_link_libraries(test_shard32 PRIVATE dpc_common)
 
 # Hand-made tokenizer.json: encodings, decode round trips, every unsupported kind refused by key.
 add_test(NAME tokenizer_hf_unit COMMAND test_tokenizer_hf ${DPC_TOKHF_CACHE})
-# Ids identical to npm @huggingface/tokenizers on GPT-2, Llama 3 and Qwen3 tokenizer.json files.
+# Ids identical to npm @huggingface/tokenizers on GPT-2, Llama 3, Qwen3 and SmolLM-style tokenizer.json
+# files over the whole demo corpus and generated text.
 add_test(NAME tokenizer_hf_oracle
          COMMAND ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/oracle/tokenizer_hf_oracle.py
-                 --tool $<TARGET_FILE:test_tokenizer_tool> --cache ${DPC_TOKHF_CACHE} gpt2 llama3 qwen3)
+                 --tool $<TARGET_FILE:test_tokenizer_tool> --cache ${DPC_TOKHF_CACHE} --full-corpus
+                 gpt2 llama3 qwen3 smollm-style)
 # Version 1 / version 2 shards, ids >= vocab refused.
 add_test(NAME shard_32bit COMMAND test_shard32)
 set_tests_properties(tokenizer_hf_unit tokenizer_hf_oracle shard_32bit PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
