@@ -1,9 +1,10 @@
 # Tests of the CUDA backend (kernels/cuda), built whenever it is (DIPACO_CUDA AUTO/ON with
-# nvcc): each kernel against its CPU twin, the whole model against the CPU backend in fp32,
-# tf32 and bf16, and the PyTorch oracle (torch on the GPU when it has one). On a machine
-# without a GPU each prints why and exits 77, which ctest reports as skipped.
+# nvcc): each kernel against its CPU twin (GPT-2's in test_cuda_kernels, the Llama-class
+# layers' in test_cuda_llama), the whole model against the CPU backend in fp32, tf32 and bf16,
+# and the PyTorch oracle (torch on the GPU when it has one). On a machine without a GPU each
+# prints why and exits 77, which ctest reports as skipped.
 if(TARGET dpc_kernels_cuda)
-  foreach(t test_cuda_kernels test_cuda_backend)
+  foreach(t test_cuda_kernels test_cuda_llama test_cuda_backend)
     add_executable(${t} ${CMAKE_SOURCE_DIR}/tests/unit/${t}.c)
     target_link_libraries(${t} PRIVATE dpc_kernels dpc_common)
     dpc_link_cuda(${t})
