@@ -71,8 +71,13 @@ int dataset_read(const dataset *ds, uint64_t start, size_t n, int *dst) {
     uint64_t off = start - ds->start[i];
     uint64_t avail = shard_num_tokens(ds->shards[i]) - off; /* > 0: empty shards are skipped */
     size_t m = n < avail ? n : (size_t)avail;
-    const uint16_t *tok = shard_tokens(ds->shards[i]) + off;
-    for (size_t k = 0; k < m; k++) dst[k] = tok[k];
+    const uint16_t *t16 = shard_tokens(ds->shards[i]);
+    const uint32_t *t32 = shard_tokens32(ds->shards[i]);
+    /* Ids above INT32_MAX cannot be any vocabulary's; dataset_check_vocab refuses them. */
+    for (size_t k = 0; k < m; k++) {
+      uint32_t v = shard_token_at(t16, t32, off + k);
+      dst[k] = v > INT32_MAX ? INT32_MAX : (int)v;
+    }
     dst += m;
     n -= m;
     start += m;
@@ -104,10 +109,14 @@ int dataset_batch(const dataset *ds, int B, int T, long b, int r, int R, int *in
 int dataset_max_token(const dataset *ds, int *max_token) {
   int mx = -1;
   for (int i = 0; i < ds->n; i++) {
-    const uint16_t *t = shard_tokens(ds->shards[i]);
+    const uint16_t *t16 = shard_tokens(ds->shards[i]);
+    const uint32_t *t32 = shard_tokens32(ds->shards[i]);
     size_t n = shard_num_tokens(ds->shards[i]);
-    for (size_t k = 0; k < n; k++)
-      if (t[k] > mx) mx = t[k];
+    for (size_t k = 0; k < n; k++) {
+      uint32_t v = shard_token_at(t16, t32, k);
+      if (v > INT32_MAX) v = INT32_MAX;
+      if ((int)v > mx) mx = (int)v;
+    }
   }
   *max_token = mx;
   return 0;
@@ -115,12 +124,15 @@ int dataset_max_token(const dataset *ds, int *max_token) {
 
 int dataset_check_vocab(const dataset *ds, int vocab_size) {
   for (int i = 0; i < ds->n; i++) {
-    const uint16_t *t = shard_tokens(ds->shards[i]);
+    const uint16_t *t16 = shard_tokens(ds->shards[i]);
+    const uint32_t *t32 = shard_tokens32(ds->shards[i]);
     size_t n = shard_num_tokens(ds->shards[i]);
-    for (size_t k = 0; k < n; k++)
-      if (t[k] >= vocab_size)
+    for (size_t k = 0; k < n; k++) {
+      uint32_t v = shard_token_at(t16, t32, k);
+      if (vocab_size < 0 || v >= (uint32_t)vocab_size)
         return dpc_err(DPC_ERANGE, "shard %s: token %u at position %zu is >= vocab_size %d (wrong tokenizer or config?)",
-                       shard_path(ds->shards[i]), t[k], k, vocab_size);
+                       shard_path(ds->shards[i]), v, k, vocab_size);
+    }
   }
   return 0;
 }

@@ -1,4 +1,5 @@
-/* tokenizer.c — byte tokenizer and GPT-2 byte-level BPE (contract in tokenizer.h).
+/* tokenizer.c — byte tokenizer and GPT-2 byte-level BPE (contract in tokenizer.h), and the
+ * BPE, word cache and decoding that common/tokenizer_hf.c (tokenizer.json) builds on.
  *
  * Loading turns every token string of encoder.json back into the raw bytes it stands for
  * (GPT-2 writes bytes as printable code points, its "byte ↔ unicode" map), so the tables
@@ -12,15 +13,12 @@
  * merge that uses it, because then a merge never makes a pair of lower or equal rank; the
  * loader checks that property (GPT-2's file has it, as has any file written by BPE training).
  * Pieces up to TOK_CACHE_PIECE_MAX bytes are memoised in a bounded word cache. */
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include "common/tokenizer.h"
+#include "common/tokenizer_internal.h"
 
 #include "common/errors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <pcre2.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,71 +27,20 @@
 #error "PCRE2 10.34 or newer is needed (PCRE2_MATCH_INVALID_UTF)"
 #endif
 
-enum { TOK_BYTE = 1, TOK_GPT2 = 2 };
-
-#define TOK_FILE_MAX ((size_t)64 << 20) /* bound on encoder.json / vocab.bpe size */
-#define TOK_VOCAB_MAX (1 << 22)
+#define GPT2_HINT "; fetch the GPT-2 files with deploy/fetch_assets.sh DIR"
 #define TOK_CACHE_PIECE_MAX 64          /* longer pieces are not cached */
 #define TOK_CACHE_MIN_SLOTS 4096
 #define TOK_CACHE_MAX_ENTRIES (1u << 18) /* the cache is cleared when it gets this full */
 #define TOK_CACHE_MAX_BYTES ((size_t)48 << 20)
 #define TOK_SCRATCH_KEEP (1u << 16)      /* BPE scratch kept between calls, in symbols */
-#define TOK_EMPTY_KEY UINT64_MAX
 
 /* GPT-2's pre-tokenizer (encoder.py), unchanged. */
 static const char gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-typedef struct {
-  uint64_t h;       /* hash of the piece; 0 marks an empty slot */
-  uint32_t key_off; /* piece bytes in cache_keys */
-  uint32_t ids_off; /* its ids in cache_ids */
-  uint16_t key_len;
-  uint16_t n_ids;
-} cache_slot;
-
-typedef struct {
-  int32_t rank, pos; /* heap order: lowest rank first, then leftmost */
-  int32_t a, b;      /* the pair as it was when pushed; stale if the symbols changed */
-  int32_t merged;
-} heap_ent;
-
-struct dpc_tokenizer {
-  int kind;
-  int n_vocab;
-  int eot;
-
-  /* GPT-2: the bytes of token i are tok_bytes[tok_off[i] .. tok_off[i + 1]). */
-  uint32_t *tok_off; /* (V + 1) */
-  unsigned char *tok_bytes;
-  int byte_id[256]; /* the single-byte token of each byte */
-
-  /* Merge table: key (a << 32 | b) → rank and merged id; open addressing, size a power of 2. */
-  uint64_t *mkeys;
-  int32_t *mrank, *mmerged;
-  size_t mmask;
-
-  pcre2_code *re;
-  pcre2_match_data *md;
-  int use_jit;
-
-  /* Word cache (encode only). */
-  cache_slot *cache;
-  size_t cache_mask, cache_n;
-  unsigned char *cache_keys;
-  size_t cache_keys_len, cache_keys_cap;
-  int *cache_ids;
-  size_t cache_ids_len, cache_ids_cap;
-
-  /* BPE scratch, sized for the longest piece seen. */
-  int32_t *sym_id, *sym_prev, *sym_next; /* (n) */
-  heap_ent *heap;                        /* (3n) */
-  size_t scratch_cap;
-};
-
 /* ---- small helpers ---------------------------------------------------------------------- */
 
-static uint64_t hash_bytes(const unsigned char *p, size_t n) {
+uint64_t tokint_hash_bytes(const unsigned char *p, size_t n) {
   uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
   while (n >= 8) {
     uint64_t w;
@@ -120,14 +67,14 @@ static uint64_t hash_u64(uint64_t x) {
   return x;
 }
 
-static size_t pow2_at_least(size_t n) {
+size_t tokint_pow2_at_least(size_t n) {
   size_t c = 16;
   while (c < n) c <<= 1;
   return c;
 }
 
 /* Writes s[0..n) into out (size cap) as a quoted, escaped string for error messages. */
-static const char *quote(const unsigned char *s, size_t n, char *out, size_t cap) {
+const char *tokint_quote(const unsigned char *s, size_t n, char *out, size_t cap) {
   size_t o = 0;
   out[o++] = '"';
   for (size_t i = 0; i < n && o + 6 < cap; i++) {
@@ -142,13 +89,12 @@ static const char *quote(const unsigned char *s, size_t n, char *out, size_t cap
 }
 
 /* Reads a whole file of at most TOK_FILE_MAX bytes; *buf (NUL-terminated) is the caller's. */
-static int read_file(const char *path, char **buf, size_t *len) {
+int tokint_read_file(const char *path, const char *hint, char **buf, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     int e = errno;
     return dpc_err(e == ENOENT ? DPC_ENOENT : DPC_EIO,
-                   "%s: cannot open (%s); fetch the GPT-2 files with deploy/fetch_assets.sh DIR",
-                   path, strerror(e));
+                   "%s: cannot open (%s)%s", path, strerror(e), hint ? hint : "");
   }
   size_t cap = 1 << 16, n = 0;
   char *b = malloc(cap + 1);
@@ -193,7 +139,7 @@ static int read_file(const char *path, char **buf, size_t *len) {
 
 /* GPT-2 shows byte b as code point b when b is printable Latin-1 (! .. ~, ¡ .. ¬, ® .. ÿ) and
  * as 256 + k for the k-th other byte. uni_to_byte inverts it (-1: not in the alphabet). */
-static void byte_unicode_map(int uni_to_byte[324]) {
+void tokint_byte_unicode_map(int uni_to_byte[324]) {
   for (int i = 0; i < 324; i++) uni_to_byte[i] = -1;
   int k = 0;
   for (int b = 0; b < 256; b++) {
@@ -205,7 +151,7 @@ static void byte_unicode_map(int uni_to_byte[324]) {
 /* Decodes a token string (UTF-8 of code points of the byte alphabet) into raw bytes in out
  * (at least n bytes). Returns the byte count, or -1 when s is not valid UTF-8 or has a code
  * point outside the alphabet. */
-static long token_string_bytes(const int uni_to_byte[324], const unsigned char *s, size_t n,
+long tokint_token_string_bytes(const int uni_to_byte[324], const unsigned char *s, size_t n,
                                unsigned char *out) {
   size_t i = 0, o = 0;
   while (i < n) {
@@ -227,14 +173,9 @@ static long token_string_bytes(const int uni_to_byte[324], const unsigned char *
 
 /* ---- vocabulary index (load time only): token bytes → id --------------------------------- */
 
-typedef struct {
-  int32_t *slot; /* id or -1 */
-  size_t mask;
-} vocab_index;
-
-static int vindex_find(const dpc_tokenizer *t, const vocab_index *vx, const unsigned char *s,
+int tokint_vindex_find(const dpc_tokenizer *t, const tok_vindex *vx, const unsigned char *s,
                        size_t n) {
-  for (size_t i = hash_bytes(s, n) & vx->mask;; i = (i + 1) & vx->mask) {
+  for (size_t i = tokint_hash_bytes(s, n) & vx->mask;; i = (i + 1) & vx->mask) {
     int32_t id = vx->slot[i];
     if (id < 0) return -1;
     size_t len = t->tok_off[id + 1] - t->tok_off[id];
@@ -243,10 +184,10 @@ static int vindex_find(const dpc_tokenizer *t, const vocab_index *vx, const unsi
 }
 
 /* Inserts token id; returns the id already holding the same bytes, or -1. */
-static int vindex_add(const dpc_tokenizer *t, vocab_index *vx, int32_t id) {
+int tokint_vindex_add(const dpc_tokenizer *t, tok_vindex *vx, int32_t id) {
   const unsigned char *s = t->tok_bytes + t->tok_off[id];
   size_t n = t->tok_off[id + 1] - t->tok_off[id];
-  size_t i = hash_bytes(s, n) & vx->mask;
+  size_t i = tokint_hash_bytes(s, n) & vx->mask;
   for (; vx->slot[i] >= 0; i = (i + 1) & vx->mask) {
     int32_t o = vx->slot[i];
     if (t->tok_off[o + 1] - t->tok_off[o] == n && memcmp(t->tok_bytes + t->tok_off[o], s, n) == 0)
@@ -269,8 +210,17 @@ static int merge_find(const dpc_tokenizer *t, int32_t a, int32_t b, int32_t *mer
   }
 }
 
-/* Adds a merge; returns the rank of an existing identical pair, or -1. */
-static int merge_add(dpc_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32_t merged) {
+int tokint_merges_alloc(dpc_tokenizer *t, size_t n) {
+  t->mmask = tokint_pow2_at_least(2 * n) - 1;
+  t->mkeys = malloc((t->mmask + 1) * sizeof *t->mkeys);
+  t->mrank = malloc((t->mmask + 1) * sizeof *t->mrank);
+  t->mmerged = malloc((t->mmask + 1) * sizeof *t->mmerged);
+  if (!t->mkeys || !t->mrank || !t->mmerged) return dpc_err(DPC_ENOMEM, "tokenizer: out of memory for %zu merges", n);
+  memset(t->mkeys, 0xFF, (t->mmask + 1) * sizeof *t->mkeys);
+  return 0;
+}
+
+int tokint_merge_add(dpc_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32_t merged) {
   uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
   size_t i = hash_u64(key) & t->mmask;
   for (; t->mkeys[i] != TOK_EMPTY_KEY; i = (i + 1) & t->mmask)
@@ -284,10 +234,10 @@ static int merge_add(dpc_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32
 /* ---- loading ------------------------------------------------------------------------------- */
 
 static int load_encoder(dpc_tokenizer *t, const char *path, const int uni_to_byte[324],
-                        vocab_index *vx) {
+                        tok_vindex *vx) {
   char *buf = NULL, q[96];
   size_t len = 0;
-  int rc = read_file(path, &buf, &len);
+  int rc = tokint_read_file(path, GPT2_HINT, &buf, &len);
   if (rc) return rc;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
@@ -322,13 +272,13 @@ static int load_encoder(dpc_tokenizer *t, const char *path, const int uni_to_byt
     double v = it->valuedouble;
     if (!cJSON_IsNumber(it) || !(v >= 0 && v < V) || v != (double)(int)v) {
       rc = dpc_err(DPC_EFORMAT, "%s: token %s: id must be an integer in [0, %d) (ids 0..V-1)",
-                   path, quote(key, klen, q, sizeof q), V);
+                   path, tokint_quote(key, klen, q, sizeof q), V);
       goto out;
     }
     int id = (int)v;
     if (by_id[id]) {
       rc = dpc_err(DPC_EFORMAT, "%s: id %d is given to two tokens (%s and another)", path, id,
-                   quote(key, klen, q, sizeof q));
+                   tokint_quote(key, klen, q, sizeof q));
       goto out;
     }
     if (klen == 0) {
@@ -342,7 +292,7 @@ static int load_encoder(dpc_tokenizer *t, const char *path, const int uni_to_byt
   t->n_vocab = V;
   t->tok_off = malloc(((size_t)V + 1) * sizeof *t->tok_off);
   t->tok_bytes = malloc(total + 1);
-  vx->mask = pow2_at_least(2 * (size_t)V) - 1;
+  vx->mask = tokint_pow2_at_least(2 * (size_t)V) - 1;
   vx->slot = malloc((vx->mask + 1) * sizeof *vx->slot);
   if (!t->tok_off || !t->tok_bytes || !vx->slot || total > UINT32_MAX) {
     rc = dpc_err(DPC_ENOMEM, "%s: out of memory", path);
@@ -353,25 +303,25 @@ static int load_encoder(dpc_tokenizer *t, const char *path, const int uni_to_byt
   for (int id = 0; id < V; id++) {
     const unsigned char *key = (const unsigned char *)by_id[id]->string;
     size_t klen = strlen(by_id[id]->string);
-    long nb = token_string_bytes(uni_to_byte, key, klen, t->tok_bytes + off);
+    long nb = tokint_token_string_bytes(uni_to_byte, key, klen, t->tok_bytes + off);
     if (nb < 0) {
       rc = dpc_err(DPC_EFORMAT, "%s: token %s (id %d) has a character outside GPT-2's byte "
                                 "alphabet; not a byte-level BPE vocabulary",
-                   path, quote(key, klen, q, sizeof q), id);
+                   path, tokint_quote(key, klen, q, sizeof q), id);
       goto out;
     }
     t->tok_off[id] = (uint32_t)off;
     off += (size_t)nb;
     t->tok_off[id + 1] = (uint32_t)off;
-    if (vindex_add(t, vx, id) >= 0) {
+    if (tokint_vindex_add(t, vx, id) >= 0) {
       rc = dpc_err(DPC_EFORMAT, "%s: token %s (id %d) appears twice", path,
-                   quote(key, klen, q, sizeof q), id);
+                   tokint_quote(key, klen, q, sizeof q), id);
       goto out;
     }
   }
   for (int b = 0; b < 256; b++) {
     unsigned char c = (unsigned char)b;
-    t->byte_id[b] = vindex_find(t, vx, &c, 1);
+    t->byte_id[b] = tokint_vindex_find(t, vx, &c, 1);
     if (t->byte_id[b] < 0) {
       rc = dpc_err(DPC_EFORMAT, "%s: no token for byte 0x%02x; a byte-level BPE vocabulary has "
                                 "all 256",
@@ -379,7 +329,7 @@ static int load_encoder(dpc_tokenizer *t, const char *path, const int uni_to_byt
       goto out;
     }
   }
-  t->eot = vindex_find(t, vx, (const unsigned char *)"<|endoftext|>", 13);
+  t->eot = tokint_vindex_find(t, vx, (const unsigned char *)"<|endoftext|>", 13);
 out:
   free(by_id);
   cJSON_Delete(root);
@@ -388,11 +338,11 @@ out:
 }
 
 static int load_merges(dpc_tokenizer *t, const char *path, const int uni_to_byte[324],
-                       const vocab_index *vx) {
+                       const tok_vindex *vx) {
   char *buf = NULL, q[96];
   size_t len = 0;
   unsigned char *tmp = NULL, *used = NULL;
-  int rc = read_file(path, &buf, &len);
+  int rc = tokint_read_file(path, GPT2_HINT, &buf, &len);
   if (rc) return rc;
   if (len < 8 || memcmp(buf, "#version", 8) != 0) {
     rc = dpc_err(DPC_EFORMAT, "%s:1: expected a \"#version: ...\" comment as the first line",
@@ -405,17 +355,12 @@ static int load_merges(dpc_tokenizer *t, const char *path, const int uni_to_byte
     rc = dpc_err(DPC_EFORMAT, "%s: too many lines", path);
     goto out;
   }
-  t->mmask = pow2_at_least(2 * n_lines) - 1;
-  t->mkeys = malloc((t->mmask + 1) * sizeof *t->mkeys);
-  t->mrank = malloc((t->mmask + 1) * sizeof *t->mrank);
-  t->mmerged = malloc((t->mmask + 1) * sizeof *t->mmerged);
   tmp = malloc(len + 1);
   used = calloc((size_t)t->n_vocab, 1);
-  if (!t->mkeys || !t->mrank || !t->mmerged || !tmp || !used) {
+  if (tokint_merges_alloc(t, n_lines) || !tmp || !used) {
     rc = dpc_err(DPC_ENOMEM, "%s: out of memory", path);
     goto out;
   }
-  memset(t->mkeys, 0xFF, (t->mmask + 1) * sizeof *t->mkeys);
 
   const char *p = memchr(buf, '\n', len);
   size_t pos = p ? (size_t)(p - buf) + 1 : len;
@@ -437,37 +382,37 @@ static int load_merges(dpc_tokenizer *t, const char *path, const int uni_to_byte
     if (!sp || sp == line || sp == line + ll - 1 ||
         memchr(sp + 1, ' ', ll - (size_t)(sp + 1 - line))) {
       rc = dpc_err(DPC_EFORMAT, "%s:%d: expected two tokens separated by one space, got %s", path,
-                   lineno, quote((const unsigned char *)line, ll, q, sizeof q));
+                   lineno, tokint_quote((const unsigned char *)line, ll, q, sizeof q));
       goto out;
     }
     size_t la = (size_t)(sp - line), lb = ll - la - 1;
-    long na = token_string_bytes(uni_to_byte, (const unsigned char *)line, la, tmp);
+    long na = tokint_token_string_bytes(uni_to_byte, (const unsigned char *)line, la, tmp);
     long nb = na < 0 ? -1
-                     : token_string_bytes(uni_to_byte, (const unsigned char *)sp + 1, lb, tmp + na);
+                     : tokint_token_string_bytes(uni_to_byte, (const unsigned char *)sp + 1, lb, tmp + na);
     if (na < 0 || nb < 0) {
       rc = dpc_err(DPC_EFORMAT, "%s:%d: %s has a character outside GPT-2's byte alphabet", path,
-                   lineno, quote((const unsigned char *)line, ll, q, sizeof q));
+                   lineno, tokint_quote((const unsigned char *)line, ll, q, sizeof q));
       goto out;
     }
-    int ida = vindex_find(t, vx, tmp, (size_t)na);
-    int idb = vindex_find(t, vx, tmp + na, (size_t)nb);
-    int idm = vindex_find(t, vx, tmp, (size_t)(na + nb));
+    int ida = tokint_vindex_find(t, vx, tmp, (size_t)na);
+    int idb = tokint_vindex_find(t, vx, tmp + na, (size_t)nb);
+    int idm = tokint_vindex_find(t, vx, tmp, (size_t)(na + nb));
     if (ida < 0 || idb < 0 || idm < 0) {
       const char *what = ida < 0 ? "first token" : idb < 0 ? "second token" : "merged token";
       rc = dpc_err(DPC_EFORMAT, "%s:%d: the %s of %s is not in encoder.json", path, lineno, what,
-                   quote((const unsigned char *)line, ll, q, sizeof q));
+                   tokint_quote((const unsigned char *)line, ll, q, sizeof q));
       goto out;
     }
-    int prev = merge_add(t, ida, idb, rank, idm);
+    int prev = tokint_merge_add(t, ida, idb, rank, idm);
     if (prev >= 0) {
       rc = dpc_err(DPC_EFORMAT, "%s:%d: merge %s repeats line %d", path, lineno,
-                   quote((const unsigned char *)line, ll, q, sizeof q), prev + 2);
+                   tokint_quote((const unsigned char *)line, ll, q, sizeof q), prev + 2);
       goto out;
     }
     if (used[idm]) {
       rc = dpc_err(DPC_EFORMAT, "%s:%d: merge %s creates a token that an earlier merge already "
                                 "uses; merges must be listed in the order BPE created them",
-                   path, lineno, quote((const unsigned char *)line, ll, q, sizeof q));
+                   path, lineno, tokint_quote((const unsigned char *)line, ll, q, sizeof q));
       goto out;
     }
     used[ida] = used[idb] = 1;
@@ -514,7 +459,7 @@ int tok_open_gpt2(const char *vocab_dir, dpc_tokenizer **out) {
   size_t dl = strlen(vocab_dir);
   char *enc_path = malloc(dl + 16), *bpe_path = malloc(dl + 16);
   dpc_tokenizer *t = calloc(1, sizeof *t);
-  vocab_index vx = {NULL, 0};
+  tok_vindex vx = {NULL, 0};
   int rc = 0;
   if (!enc_path || !bpe_path || !t) {
     rc = dpc_err(DPC_ENOMEM, "tok_open_gpt2: out of memory");
@@ -524,7 +469,7 @@ int tok_open_gpt2(const char *vocab_dir, dpc_tokenizer **out) {
   snprintf(bpe_path, dl + 16, "%s/vocab.bpe", vocab_dir);
   t->kind = TOK_GPT2;
   int uni_to_byte[324];
-  byte_unicode_map(uni_to_byte);
+  tokint_byte_unicode_map(uni_to_byte);
   if ((rc = load_encoder(t, enc_path, uni_to_byte, &vx))) goto out;
   if ((rc = load_merges(t, bpe_path, uni_to_byte, &vx))) goto out;
   if ((rc = compile_regex(t))) goto out;
@@ -540,6 +485,7 @@ out:
 
 void tok_free(dpc_tokenizer *t) {
   if (!t) return;
+  if (t->hf_free) t->hf_free(t->hf);
   free(t->tok_off);
   free(t->tok_bytes);
   free(t->mkeys);
@@ -563,12 +509,7 @@ int tok_eot(const dpc_tokenizer *t) { return t ? t->eot : -1; }
 
 /* ---- encoding ------------------------------------------------------------------------------ */
 
-typedef struct {
-  int *v;
-  size_t n, cap;
-} id_vec;
-
-static int vec_reserve(id_vec *o, size_t extra) {
+int tokint_vec_reserve(tok_idvec *o, size_t extra) {
   if (o->n + extra <= o->cap) return 0;
   size_t cap = o->cap ? o->cap : 64;
   while (cap < o->n + extra) {
@@ -614,7 +555,7 @@ static heap_ent heap_pop(heap_ent *h, size_t *n) {
 
 static int scratch_reserve(dpc_tokenizer *t, size_t n) {
   if (n <= t->scratch_cap) return 0;
-  size_t cap = pow2_at_least(n);
+  size_t cap = tokint_pow2_at_least(n);
   if (cap > INT32_MAX / 4)
     return dpc_err(DPC_ERANGE, "tok_encode: a single piece of %zu bytes is too long", n);
   free(t->sym_id);
@@ -640,8 +581,8 @@ static void push_pair(dpc_tokenizer *t, size_t *hn, int32_t i, int32_t j) {
 }
 
 /* BPE of one piece p[0..n) (n >= 1); appends its ids to o. */
-static int bpe_piece(dpc_tokenizer *t, const unsigned char *p, size_t n, id_vec *o) {
-  int rc = vec_reserve(o, n);
+static int bpe_piece(dpc_tokenizer *t, const unsigned char *p, size_t n, tok_idvec *o) {
+  int rc = tokint_vec_reserve(o, n);
   if (rc) return rc;
   if (n == 1) {
     o->v[o->n++] = t->byte_id[p[0]];
@@ -708,19 +649,19 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
 }
 
 /* Ids of the piece p[0..n) appended to o, from the cache or by BPE (then cached). */
-static int encode_piece(dpc_tokenizer *t, const unsigned char *p, size_t n, id_vec *o) {
+int tokint_encode_piece(dpc_tokenizer *t, const unsigned char *p, size_t n, tok_idvec *o) {
   if (n > TOK_CACHE_PIECE_MAX) return bpe_piece(t, p, n, o);
   if (!t->cache) {
     t->cache_mask = TOK_CACHE_MIN_SLOTS - 1;
     t->cache = calloc(t->cache_mask + 1, sizeof *t->cache);
     if (!t->cache) return dpc_err(DPC_ENOMEM, "tok_encode: out of memory for the word cache");
   }
-  uint64_t h = hash_bytes(p, n);
+  uint64_t h = tokint_hash_bytes(p, n);
   size_t i = h & t->cache_mask;
   for (; t->cache[i].h; i = (i + 1) & t->cache_mask) {
     const cache_slot *s = &t->cache[i];
     if (s->h == h && s->key_len == n && memcmp(t->cache_keys + s->key_off, p, n) == 0) {
-      int rc = vec_reserve(o, s->n_ids);
+      int rc = tokint_vec_reserve(o, s->n_ids);
       if (rc) return rc;
       memcpy(o->v + o->n, t->cache_ids + s->ids_off, s->n_ids * sizeof(int));
       o->n += s->n_ids;
@@ -792,9 +733,13 @@ int tok_encode(dpc_tokenizer *t, const char *text, size_t len, int **ids, size_t
     *n = len;
     return 0;
   }
-  id_vec o = {NULL, 0, 0};
-  int rc = vec_reserve(&o, len / 3 + 16);
+  tok_idvec o = {NULL, 0, 0};
+  int rc = tokint_vec_reserve(&o, len / 3 + 16);
   size_t pos = 0;
+  if (!rc && t->hf_encode) {
+    rc = t->hf_encode(t, u, len, &o);
+    pos = len;
+  }
   while (!rc && pos < len) {
     size_t s = len, e = len;
     int m = next_match(t, u, len, pos, &s, &e);
@@ -803,8 +748,8 @@ int tok_encode(dpc_tokenizer *t, const char *text, size_t len, int **ids, size_t
       break;
     }
     /* Bytes the regex skipped (only invalid UTF-8 can be skipped) form one piece. */
-    if (s > pos) rc = encode_piece(t, u + pos, s - pos, &o);
-    if (!rc && m) rc = encode_piece(t, u + s, e - s, &o);
+    if (s > pos) rc = tokint_encode_piece(t, u + pos, s - pos, &o);
+    if (!rc && m) rc = tokint_encode_piece(t, u + s, e - s, &o);
     pos = e;
   }
   if (t->scratch_cap > TOK_SCRATCH_KEEP) { /* do not hold ~72 bytes/byte of a huge piece */

@@ -1,4 +1,5 @@
-/* tokenizer.h — text ↔ token ids: a byte tokenizer and GPT-2's byte-level BPE.
+/* tokenizer.h — text ↔ token ids: a byte tokenizer, GPT-2's byte-level BPE, and byte-level
+ * BPE tokenizers read from Hugging Face tokenizer.json files (tok_open_hf below).
  *
  * The byte tokenizer has 256 tokens, token = byte value. The GPT-2 tokenizer reads the
  * released vocabulary (encoder.json: token string → id; vocab.bpe: merges in rank order,
@@ -37,12 +38,26 @@ int tok_open_byte(dpc_tokenizer **out);
  * file (and line) in dpc_errmsg(). */
 int tok_open_gpt2(const char *vocab_dir, dpc_tokenizer **out);
 
+/* A Hugging Face tokenizer.json of the byte-level BPE kind (GPT-2, Llama 3, SmolLM, Qwen2
+ * files; the subset accepted is in docs/design.md §6.7). Text is encoded as HF tokenizers'
+ * encode(text, add_special_tokens=False) does: added tokens written in the text become their
+ * ids, the rest goes through the pre-tokenizer and BPE by merge rank; no BOS/EOS is added.
+ * decode gives back the bytes (HF's ByteLevel decoder before its UTF-8 repair). A file of any
+ * other kind (WordPiece, Unigram, normalizers or pre-tokenizers not implemented, ...) is
+ * refused with DPC_EFORMAT naming the file, the key and its value. */
+int tok_open_hf(const char *path, dpc_tokenizer **out);
+
+/* What --tokenizer names: "byte", "gpt2" (files in vocab_dir, which must then be given), or a
+ * tokenizer.json path (or a directory holding tokenizer.json). */
+int tok_open_spec(const char *spec, const char *vocab_dir, dpc_tokenizer **out);
+
 void tok_free(dpc_tokenizer *tok);
 
-/* Number of token ids (256 or 50257 for GPT-2). */
+/* Number of token ids (256, 50257 for GPT-2, the largest id + 1 of a tokenizer.json). */
 int tok_vocab_size(const dpc_tokenizer *tok);
 
-/* The end-of-text token id (50256 for GPT-2), or -1 when the vocabulary has none. */
+/* The end-of-text token id (50256 for GPT-2; for a tokenizer.json the first of
+ * <|endoftext|>, <|end_of_text|>, </s> it has), or -1 when the vocabulary has none. */
 int tok_eot(const dpc_tokenizer *tok);
 
 /* Encodes len bytes of text (any bytes; NUL is an ordinary byte). On success *ids is a new

@@ -33,11 +33,7 @@ int trainer_open(trainer **out, const gpt_config *cfg, const gpt_backend_opts *b
   if (!rc && dataset_num_batches(t->ds, opts->B, opts->T) < 1)
     rc = dpc_err(DPC_ERANGE, "training data (%d file%s from %s): %llu tokens, less than one batch of B=%d x T=%d + 1",
                  n, n == 1 ? "" : "s", shards[0], (unsigned long long)dataset_num_tokens(t->ds), opts->B, opts->T);
-  if (!rc) {
-    int maxtok = 0;
-    if (dataset_max_token(t->ds, &maxtok) == 0 && maxtok >= cfg->vocab_size)
-      rc = dpc_err(DPC_ERANGE, "data holds token id %d but the model's vocab_size is %d", maxtok, cfg->vocab_size);
-  }
+  if (!rc) rc = dataset_check_vocab(t->ds, cfg->vocab_size); /* names the shard and the position */
   if (!rc) rc = gpt_create(&t->model, cfg, bo, opts->B, opts->T);
   if (!rc) {
     t->inputs = malloc((size_t)opts->B * opts->T * sizeof *t->inputs);

@@ -1,5 +1,7 @@
-/* data.c — `dipacoctl data prepare`: tokenize text files (byte or GPT-2 BPE) into llm.c
- * shards, train_NNN.bin and val_NNN.bin, in the order the daemons read them. */
+/* data.c — `dipacoctl data prepare`: tokenize text files (byte, GPT-2 BPE or a Hugging Face
+ * tokenizer.json) into llm.c shards, train_NNN.bin and val_NNN.bin, in the order the daemons
+ * read them: 16-bit tokens when the vocabulary fits, else version 2 shards of 32-bit tokens
+ * (docs/design.md §6.1). */
 #include "common/errors.h"
 #include "common/shard.h"
 #include "common/tokenizer.h"
@@ -96,7 +98,7 @@ static int read_whole(const char *path, char **buf, size_t *n) {
 }
 
 typedef struct {
-  uint16_t *v;
+  int *v;
   size_t n, cap;
 } tokbuf;
 
@@ -104,27 +106,27 @@ static int tokbuf_append(tokbuf *t, const int *ids, size_t n) {
   if (t->n + n > t->cap) {
     size_t cap = t->cap ? t->cap : 1 << 20;
     while (cap < t->n + n) cap *= 2;
-    uint16_t *v = realloc(t->v, cap * sizeof *v);
+    int *v = realloc(t->v, cap * sizeof *v);
     if (!v) return dpc_err(DPC_ENOMEM, "out of memory holding %zu tokens", t->n + n);
     t->v = v;
     t->cap = cap;
   }
-  for (size_t i = 0; i < n; i++) t->v[t->n + i] = (uint16_t)ids[i];
+  memcpy(t->v + t->n, ids, n * sizeof *ids);
   t->n += n;
   return 0;
 }
 
 /* Writes tokens as consecutive shards PREFIX_000.bin, PREFIX_001.bin, ... of at most
- * `per_shard` tokens each. */
-static int write_shards(const char *out, const char *prefix, const uint16_t *tok, size_t n, size_t per_shard) {
+ * `per_shard` tokens each, as wide as the vocabulary needs. */
+static int write_shards(const char *out, const char *prefix, const int *tok, size_t n, size_t per_shard, int vocab) {
   int idx = 0;
   for (size_t off = 0; off < n || (n == 0 && idx == 0); off += per_shard, idx++) {
     size_t len = n - off < per_shard ? n - off : per_shard;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s_%03d.bin", out, prefix, idx);
-    int rc = shard_write(path, tok + off, len);
+    int rc = shard_write_ids(path, tok + off, len, vocab);
     if (rc) return rc;
-    fprintf(stderr, "wrote %s (%zu tokens)\n", path, len);
+    fprintf(stderr, "wrote %s (%zu tokens%s)\n", path, len, vocab > 65536 ? ", 32-bit" : "");
     if (n == 0) break;
   }
   return 0;
@@ -132,17 +134,9 @@ static int write_shards(const char *out, const char *prefix, const uint16_t *tok
 
 /* Opens the tokenizer named by --tokenizer; returns an exit status (0 opened). */
 static int open_tokenizer(const char *name, const char *vocab_dir, dpc_tokenizer **tok) {
-  int rc;
-  if (strcmp(name, "byte") == 0) {
-    rc = tok_open_byte(tok);
-  } else if (strcmp(name, "gpt2") == 0) {
-    if (!vocab_dir) {
-      fprintf(stderr, "dipacoctl data prepare: --tokenizer gpt2 needs --vocab-dir DIR (encoder.json, vocab.bpe)\n");
-      return 2;
-    }
-    rc = tok_open_gpt2(vocab_dir, tok);
-  } else {
-    fprintf(stderr, "dipacoctl data prepare: unknown tokenizer '%s' (use byte or gpt2)\n", name);
+  int rc = tok_open_spec(name, vocab_dir, tok);
+  if (rc == DPC_EINVAL || (rc == DPC_ENOENT && strcmp(name, "gpt2") != 0)) {
+    fprintf(stderr, "dipacoctl data prepare: %s\n", dpc_errmsg());
     return 2;
   }
   if (rc) {
@@ -173,7 +167,8 @@ static int tokenize_files(dpc_tokenizer *tok, const strlist *files, tokbuf *toks
     if (!rc) rc = tok_encode(tok, text, len, &ids, &nids);
     free(text);
     if (rc) return rc;
-    /* Documents are separated by the end-of-text token where the tokenizer has one (GPT-2). */
+    /* Documents are separated by the end-of-text token where the tokenizer has one (GPT-2's
+     * <|endoftext|>, Llama 3's <|end_of_text|>, ...: tok_eot). */
     if (eot >= 0) rc = tokbuf_append(toks, &eot, 1);
     if (!rc) rc = tokbuf_append(toks, ids, nids);
     free(ids);
@@ -245,8 +240,9 @@ int ctl_data_prepare(int argc, char **argv) {
     fprintf(stderr, "dipacoctl data prepare: %s: %s\n", out, strerror(errno));
     goto done;
   }
-  if ((rc = write_shards(out, "train", toks.v, ntrain, (size_t)shard_tokens)) ||
-      (nval > 0 && (rc = write_shards(out, "val", toks.v + ntrain, nval, (size_t)shard_tokens)))) {
+  const int V = tok_vocab_size(tok);
+  if ((rc = write_shards(out, "train", toks.v, ntrain, (size_t)shard_tokens, V)) ||
+      (nval > 0 && (rc = write_shards(out, "val", toks.v + ntrain, nval, (size_t)shard_tokens, V)))) {
     CTL_FAIL("data prepare");
     goto done;
   }

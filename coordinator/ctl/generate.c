@@ -157,10 +157,9 @@ static int generate(const gen_opts *o) {
   size_t nids = 0;
   gpt_config cfg;
   gpt_backend_opts bo = {.threads = o->threads, .device = o->device};
-  if (strcmp(o->tokname, "byte") == 0) rc = tok_open_byte(&tok);
-  else if (strcmp(o->tokname, "gpt2") == 0 && o->vocab_dir) rc = tok_open_gpt2(o->vocab_dir, &tok);
-  else {
-    fprintf(stderr, "dipacoctl generate: --tokenizer must be byte, or gpt2 with --vocab-dir DIR\n");
+  rc = tok_open_spec(o->tokname, o->vocab_dir, &tok);
+  if (rc == DPC_EINVAL || (rc == DPC_ENOENT && strcmp(o->tokname, "gpt2") != 0)) {
+    fprintf(stderr, "dipacoctl generate: --tokenizer: %s\n", dpc_errmsg());
     return 2;
   }
   if (rc || gpt_backend_parse(o->backend, &bo.kind) || gpt_precision_parse(o->precision, &bo.precision) ||

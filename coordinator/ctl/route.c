@@ -275,13 +275,14 @@ static int write_path(const char *out, int p, const route_input *in, int T, cons
   if (rc) return rc;
   unlink(file);
   if (c == 0) return 0;
-  uint16_t *tok = malloc((size_t)c * T * sizeof *tok);
+  int *tok = malloc((size_t)c * T * sizeof *tok);
   if (!tok) return dpc_err(DPC_ENOMEM, "out of memory writing path %d", p);
   size_t w = 0;
   for (size_t i = 0; i < in->n_seq; i++)
     if (assign[i] == p || (second && second[i] == p))
-      for (int t = 0; t < T; t++) tok[w++] = (uint16_t)in->tokens[i * (size_t)T + t];
-  rc = shard_write(file, tok, w);
+      for (int t = 0; t < T; t++) tok[w++] = in->tokens[i * (size_t)T + t];
+  /* 16-bit tokens whenever the model's vocabulary fits, as the input shards had. */
+  rc = shard_write_ids(file, tok, w, in->cfg.vocab_size);
   free(tok);
   return rc;
 }

@@ -186,10 +186,8 @@ static int session_open(const char *cmd, session *s, const session_opts *o) {
     CTL_FAIL(cmd);
     return 1;
   }
-  int maxtok = 0;
-  if (dataset_max_token(s->ds, &maxtok) == 0 && maxtok >= s->cfg.vocab_size) {
-    fprintf(stderr, "dipacoctl %s: the data holds token id %d but the model's vocab_size is %d (wrong tokenizer?)\n",
-            cmd, maxtok, s->cfg.vocab_size);
+  if (dataset_check_vocab(s->ds, s->cfg.vocab_size)) { /* names the shard and the position */
+    CTL_FAIL(cmd);
     return 1;
   }
   if (dataset_num_batches(s->ds, B, T) < 1) {

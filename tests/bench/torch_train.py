@@ -91,8 +91,9 @@ def load_tokens(paths):
     out = []
     for p in paths:
         h = np.fromfile(p, dtype=np.int32, count=256)
-        assert h[0] == 20240520 and h[1] == 1, f"{p}: not an llm.c shard"
-        out.append(np.fromfile(p, dtype=np.uint16, offset=1024, count=int(h[2])))
+        assert h[0] == 20240520 and (h[1] == 1 or (h[1] == 2 and h[3] == 4)), f"{p}: not an llm.c shard (version 1 or 2)"
+        # version 1: uint16 tokens; version 2: uint32 (docs/design.md §6.1)
+        out.append(np.fromfile(p, dtype=np.uint16 if h[1] == 1 else np.uint32, offset=1024, count=int(h[2])))
     return np.concatenate(out).astype(np.int64)
 
 

@@ -81,6 +81,8 @@ dpc_test(NAME fuzz_tokenizer_files LABEL fuzz TIMEOUT ${DPC_FUZZ_TIMEOUT} REQUIR
          COMMAND ${DPC_FUZZ_RUN} ${DPC_FUZZ_DIR}/fuzz_tokenizer_files tokenizer_files ${DIPACO_FUZZ_SECONDS})
 dpc_test(NAME fuzz_tokenizer_roundtrip LABEL fuzz TIMEOUT ${DPC_FUZZ_TIMEOUT} REQUIRES FUZZ
          COMMAND ${DPC_FUZZ_RUN} ${DPC_FUZZ_DIR}/fuzz_tokenizer_roundtrip tokenizer_roundtrip ${DIPACO_FUZZ_SECONDS})
+dpc_test(NAME fuzz_tokenizer_json LABEL fuzz TIMEOUT ${DPC_FUZZ_TIMEOUT} REQUIRES FUZZ
+         COMMAND ${DPC_FUZZ_RUN} ${DPC_FUZZ_DIR}/fuzz_tokenizer_json tokenizer_json ${DIPACO_FUZZ_SECONDS})
 dpc_test(NAME fuzz_chunk LABEL fuzz TIMEOUT ${DPC_FUZZ_TIMEOUT} REQUIRES FUZZ
          COMMAND ${DPC_FUZZ_RUN} ${DPC_FUZZ_DIR}/fuzz_chunk chunk ${DIPACO_FUZZ_SECONDS})
 dpc_test(NAME fuzz_proto LABEL fuzz TIMEOUT ${DPC_FUZZ_TIMEOUT} REQUIRES FUZZ

@@ -22,12 +22,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   shard *s;
   if (shard_open(fz_memfile(data, size), &s) != 0) return 0;
   if (size < SHARD_HEADER_BYTES) fz_fail("accepted a %zu-byte shard", size);
-  if (le32(data) != SHARD_MAGIC || le32(data + 4) != SHARD_VERSION) fz_fail("bad magic/version accepted");
+  int32_t ver = le32(data + 4);
+  if (le32(data) != SHARD_MAGIC || (ver != SHARD_VERSION && ver != SHARD_VERSION_U32)) fz_fail("bad magic/version accepted");
+  if (ver == SHARD_VERSION_U32 && le32(data + 12) != 4) fz_fail("version 2 without token size 4 accepted");
+  size_t w = ver == SHARD_VERSION ? 2 : 4;
+  if ((size_t)shard_token_bytes(s) != w) fz_fail("token width %d for version %d", shard_token_bytes(s), (int)ver);
   size_t n = shard_num_tokens(s);
   if ((int64_t)n != (int64_t)le32(data + 8)) fz_fail("count %zu differs from the header", n);
-  if (SHARD_HEADER_BYTES + 2 * n != size) fz_fail("count %zu does not match the size %zu", n, size);
-  const uint16_t *tok = shard_tokens(s);
-  if (n && (!tok || memcmp(tok, data + SHARD_HEADER_BYTES, 2 * n) != 0)) fz_fail("tokens differ");
+  if (SHARD_HEADER_BYTES + w * n != size) fz_fail("count %zu does not match the size %zu", n, size);
+  const void *tok = w == 2 ? (const void *)shard_tokens(s) : (const void *)shard_tokens32(s);
+  if (n && (!tok || memcmp(tok, data + SHARD_HEADER_BYTES, w * n) != 0)) fz_fail("tokens differ");
   shard_close(s);
   return 0;
 }

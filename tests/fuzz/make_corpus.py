@@ -129,6 +129,36 @@ enc["<|endoftext|>"] = len(enc)
 vocab = "#version: 0.2\n" + "".join("%s %s\n" % m for m in merges)
 put("tokenizer_files", "small", json.dumps(enc) + "\n\x01\n" + vocab)
 
+# ---- Hugging Face tokenizer.json (the same small vocabulary, three pipelines) ---------------
+LLAMA3_RE = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+             "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def hf_json(pre, normalizer=None, pair_merges=False, ignore_merges=False):
+    vocab = dict(enc)
+    del vocab["<|endoftext|>"]
+    added = [{"id": len(enc) - 1, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": False, "special": True},
+             {"id": len(enc), "content": "<x>", "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": False, "special": False}]
+    return json.dumps({"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+                       "normalizer": normalizer, "pre_tokenizer": pre,
+                       "post_processor": {"type": "ByteLevel", "add_prefix_space": True},
+                       "decoder": {"type": "ByteLevel"},
+                       "model": {"type": "BPE", "dropout": None, "unk_token": None, "ignore_merges": ignore_merges,
+                                 "vocab": vocab,
+                                 "merges": [list(m) if pair_merges else "%s %s" % m for m in merges]}})
+
+
+BL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+BL_NOREGEX = dict(BL, use_regex=False)
+put("tokenizer_json", "gpt2_style", hf_json(BL))
+put("tokenizer_json", "llama3_style", hf_json(
+    {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": LLAMA3_RE}, "behavior": "Isolated",
+                                            "invert": False}, BL_NOREGEX]}, pair_merges=True, ignore_merges=True))
+put("tokenizer_json", "nfc_digits", hf_json(
+    {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, BL]}, normalizer={"type": "NFC"}))
+
 # ---- text for encode/decode ------------------------------------------------------------------
 put("tokenizer_roundtrip", "ascii", "Hello world, it's the quick brown fox. 12345 don't   \n\n  spaces\t")
 put("tokenizer_roundtrip", "utf8", "caf\u00e9 \u65e5\u672c\u8a9e \U0001F600 \u0085\u180e\ufeff <|endoftext|>")

@@ -45,8 +45,9 @@ def load_tokens(paths):
     parts = []
     for p in paths:
         h = np.fromfile(p, dtype=np.int32, count=256)
-        assert h[0] == 20240520 and h[1] == 1, p
-        parts.append(np.fromfile(p, dtype=np.uint16, offset=1024, count=int(h[2])))
+        assert h[0] == 20240520 and (h[1] == 1 or (h[1] == 2 and h[3] == 4)), p
+        # version 1: uint16 tokens; version 2: uint32 (docs/design.md §6.1)
+        parts.append(np.fromfile(p, dtype=np.uint16 if h[1] == 1 else np.uint32, offset=1024, count=int(h[2])))
     return torch.from_numpy(np.concatenate(parts).astype(np.int64))
 
 

@@ -3,7 +3,8 @@
  *
  *   test_tokenizer_tool encode GPT2_DIR DOCS
  *       DOCS holds documents as "<byte count>\n<bytes>" one after another; prints one line
- *       per document with its GPT-2 ids separated by spaces.
+ *       per document with its GPT-2 ids separated by spaces, and fails unless decode gives
+ *       each document back. GPT2_DIR may instead be a tokenizer.json (a path ending in .json).
  *   test_tokenizer_tool bench GPT2_DIR MAX_BYTES FILE...
  *       concatenates the files (up to MAX_BYTES bytes), encodes the whole text once, prints
  *       MB/s and tokens, and fails unless decode gives the text back. Fails when
@@ -39,9 +40,11 @@ static char *slurp(const char *path, size_t *len) {
   return b;
 }
 
+/* GPT2_DIR may also be a Hugging Face tokenizer.json (a path ending in .json). */
 static int open_gpt2(const char *dir, dpc_tokenizer **t) {
-  int rc = tok_open_gpt2(dir, t);
-  if (rc) fprintf(stderr, "tok_open_gpt2: %s: %s\n", dpc_strerror(rc), dpc_errmsg());
+  size_t n = strlen(dir);
+  int rc = n > 5 && strcmp(dir + n - 5, ".json") == 0 ? tok_open_hf(dir, t) : tok_open_gpt2(dir, t);
+  if (rc) fprintf(stderr, "tokenizer %s: %s: %s\n", dir, dpc_strerror(rc), dpc_errmsg());
   return rc;
 }
 
@@ -76,6 +79,13 @@ static int cmd_encode(const char *dir, const char *docs) {
     }
     for (size_t i = 0; i < k; i++) printf(i ? " %d" : "%d", ids[i]);
     putchar('\n');
+    char *back = NULL;
+    size_t blen = 0;
+    if (tok_decode(t, ids, k, &back, &blen) || blen != (size_t)n || memcmp(back, buf + pos, blen) != 0) {
+      fprintf(stderr, "decode(encode(document at byte %zu)) differs from the document\n", pos);
+      status = 1;
+    }
+    free(back);
     free(ids);
     pos += (size_t)n;
   }
@@ -87,7 +97,8 @@ static int cmd_encode(const char *dir, const char *docs) {
 static int cmd_bench(const char *dir, size_t max_bytes, char **files, int n_files) {
   struct stat st;
   char path[4096];
-  snprintf(path, sizeof path, "%s/encoder.json", dir);
+  size_t dl = strlen(dir);
+  snprintf(path, sizeof path, dl > 5 && strcmp(dir + dl - 5, ".json") == 0 ? "%s" : "%s/encoder.json", dir);
   if (stat(path, &st) != 0) {
     fprintf(stderr, "FAIL: %s not found; run deploy/fetch_assets.sh tests/.cache (tests/run.sh does)\n", path);
     return 1;
