@@ -1,0 +1,9 @@
+# Llama-class jobs through the real daemons (a coordinator and 2 CPU workers on loopback), each
+# against the PyTorch DiLoCo reference running tests/oracle/llama_oracle.py's module: sync DiLoCo
+# with a GQA, tied model whose spec gives the shape and a seed (tests/integration/llama_diloco_dist.sh),
+# and a downloaded-style BF16 sharded HF checkpoint as model.init, one round, exported under HF's
+# names and config keys (tests/integration/llama_checkpoint.sh).
+dpc_test(NAME integration_llama_diloco LABEL integration TIMEOUT 300 REQUIRES DISTRIBUTED
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/llama_diloco_dist.sh ${DPC_DAEMONS})
+dpc_test(NAME integration_llama_checkpoint LABEL integration TIMEOUT 300 REQUIRES DISTRIBUTED
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/llama_checkpoint.sh ${DPC_DAEMONS})
