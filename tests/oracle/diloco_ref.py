@@ -57,8 +57,27 @@ def load_tokens(paths):
     return torch.from_numpy(np.concatenate(parts).astype(np.int64))
 
 
+class _LlamaHidden(torch.nn.Module):
+    """model.norm's output of a llama_oracle.py module (under "m."), for functional_call."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, idx):
+        m, T = self.m, idx.shape[1]
+        x = m.model.embed_tokens(idx)
+        cos, sin = m.cos[:T][None, None], m.sin[:T][None, None]
+        for layer in m.model.layers:
+            x = layer(x, cos, sin)
+        return m.model.norm(x)
+
+
 def hidden(P, cfg, idx):
-    """ln_f output (B, T, C) of the GPT-2 of docs/design.md §3 (also the DiPaCo routing feature)."""
+    """ln_f output (B, T, C) of the GPT-2 of docs/design.md §3, or model.norm's of a Llama (the
+    DiPaCo routing feature)."""
+    if is_llama(cfg):
+        return functional_call(_LlamaHidden(llama_module(cfg)), {"m." + k: v for k, v in P.items()}, (idx,))
     B, T = idx.shape
     C, NH, L = cfg["n_embd"], cfg["n_head"], cfg["n_layer"]
     x = P["wte.weight"][idx] + P["wpe.weight"][:T]
