@@ -73,8 +73,13 @@ static int check_grace(const jobspec *js) {
 }
 
 /* When the Llama keys of model apply (jobspec_field.when). */
-static int is_llama(const jobspec *js) { return js->model.arch == GPT_ARCH_LLAMA; }
-static int is_llama3(const jobspec *js) { return is_llama(js) && js->model.rope_scaling == GPT_ROPE_LLAMA3; }
+static int is_llama(const jobspec *js) {
+  return js->model.arch == GPT_ARCH_LLAMA;
+}
+
+static int is_llama3(const jobspec *js) {
+  return is_llama(js) && js->model.rope_scaling == GPT_ROPE_LLAMA3;
+}
 
 /* ---- the table ------------------------------------------------------------------------- */
 
