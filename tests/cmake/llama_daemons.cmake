@@ -13,3 +13,6 @@ dpc_test(NAME integration_llama_dipaco LABEL integration TIMEOUT 300 REQUIRES DI
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/llama_dipaco_dist.sh ${DPC_DAEMONS})
 dpc_test(NAME integration_llama_streaming LABEL integration TIMEOUT 300 REQUIRES DISTRIBUTED
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/llama_streaming_dist.sh ${DPC_DAEMONS})
+# SparseLoCo and int8 deltas with a Llama (tests/integration/llama_codecs_dist.sh).
+dpc_test(NAME integration_llama_codecs LABEL integration TIMEOUT 300 REQUIRES DISTRIBUTED
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/llama_codecs_dist.sh ${DPC_DAEMONS})

@@ -76,7 +76,7 @@ def sparse_hook(init, spec, n_slots):
     cfg, G0 = init
     sp = SR.sparse_cfg(spec)
     rho, chunk, bits, beta = float(sp["density"]), int(sp["chunk"]), int(sp["value_bits"]), np.float32(sp["ef_beta"])
-    names = SR.layout(cfg)
+    names = SR.layout(cfg, G0.keys())
     lens = [G0[k].numel() for k in names]
     reset = spec["inner"].get("state", "keep") == "reset"
     E = [np.zeros(sum(lens), dtype=np.float32) for _ in range(n_slots)]
