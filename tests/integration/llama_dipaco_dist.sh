@@ -15,8 +15,8 @@ source "$HERE/lib.sh"
 fail() { die_with_logs llama_dipaco_dist 30 "$@"; }
 cd "$W"
 mkdir -p corpus
-for i in $(seq 1 150); do echo "We hold these truths to be self-evident, number $i; the union is strong and free."; done > corpus/a.txt
-for i in $(seq 1 150); do echo "#include <stdio.h> static int f$i(void) { return $i * 2; } /* $i */"; done > corpus/b.txt
+for i in $(seq 1 60); do echo "We hold these truths to be self-evident, number $i; the union is strong and free."; done > corpus/a.txt
+for i in $(seq 1 60); do echo "#include <stdio.h> static int f$i(void) { return $i * 2; } /* $i */"; done > corpus/b.txt
 cat corpus/a.txt corpus/b.txt > corpus/mix.txt
 "$CTL" data prepare --tokenizer byte --out data --val-fraction 0.1 corpus/mix.txt 2>/dev/null
 "$CTL" init --arch llama --n-layer 2 --n-head 4 --n-kv-head 2 --n-embd 16 --n-positions 16 --vocab-size 256 --seed 5 \
