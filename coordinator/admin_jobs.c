@@ -212,7 +212,8 @@ static int create_prepare(coord *c, create_work *w) {
   if (!js->has_shape) {
     rpc_call_finish(call, RPC_INVALID_ARGUMENT,
                     "model.init: the coordinator cannot read %s; give the shape fields (n_layer, n_head, n_embd, "
-                    "n_positions, vocab_size) with the init directory and upload its weights (dipacoctl does both)",
+                    "n_positions, vocab_size, and for a Llama arch and its keys) with the init directory and upload "
+                    "its weights (dipacoctl does both)",
                     js->init_dir);
     return -1;
   }

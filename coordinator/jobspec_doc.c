@@ -199,6 +199,8 @@ int jobspec_doc_markdown(char **out) {
     put(&b, " | ");
     put_range(&b, f);
     put(&b, " | %s", f->doc);
+    if (f->when_doc) put(&b, "; only with %s", f->when_doc);
+    if (f->flags & JF_OMIT_DEFAULT) put(&b, " (the canonical form leaves out the default)");
     if (f->alias) put(&b, " (older name: `%s`)", f->alias);
     put(&b, " |\n");
   }

@@ -21,6 +21,8 @@ const char *const jobspec_algo_names[] = {"diloco", "diloco-async", "dipaco"};
 static const char *const STATE_NAMES[] = {"keep", "reset", "checkpoint"};
 static const char *const RULE_NAMES[] = {"delayed-nesterov", "nesterov", "sgd"};
 static const char *const WEIGHT_NAMES[] = {"uniform", "tokens"};
+static const char *const ARCH_NAMES[] = {"gpt2", "llama"};         /* gpt_arch */
+static const char *const ROPE_NAMES[] = {"none", "llama3"};        /* gpt_rope_scaling */
 
 const char *jobspec_algorithm_name(jobspec_algorithm a) { return (unsigned)a < 3 ? jobspec_algo_names[a] : "?"; }
 const char *jobspec_inner_state_name(jobspec_inner_state s) { return (unsigned)s < 3 ? STATE_NAMES[s] : "?"; }
@@ -70,6 +72,15 @@ static int check_grace(const jobspec *js) {
   return 0;
 }
 
+/* When the Llama keys of model apply (jobspec_field.when). */
+static int is_llama(const jobspec *js) {
+  return js->model.arch == GPT_ARCH_LLAMA;
+}
+
+static int is_llama3(const jobspec *js) {
+  return is_llama(js) && js->model.rope_scaling == GPT_ROPE_LLAMA3;
+}
+
 /* ---- the table ------------------------------------------------------------------------- */
 
 #define AT(m) .off = offsetof(jobspec, m), .size = sizeof(((jobspec *)0)->m)
@@ -99,6 +110,39 @@ const jobspec_field jobspec_fields[] = {
      .doc = "longest context the position table holds (>= seq_len)"},
     {"model", "vocab_size", .type = JF_INT, .flags = JF_SHAPE, AT(model.vocab_size), CLOSED(2, 1 << 24),
      .doc = "vocabulary size V"},
+    /* The Llama family (kernels/gpt.h, docs/design.md §3.1): HF LlamaConfig's keys under
+     * gpt_config's names. Left out of a GPT-2 model's canonical JSON, so GPT-2 specs keep their
+     * bytes; the defaults are those of `dipacoctl init --arch llama`, so a shape and a seed give
+     * the model that command writes. */
+    {"model", "arch", .type = JF_ENUM, .flags = JF_SHAPE_OPT | JF_OMIT_DEFAULT, AT(model.arch), .def = GPT_ARCH_GPT2,
+     ENUM(ARCH_NAMES), .doc = "the model family: GPT-2, or Llama-class (HF LlamaForCausalLM; Qwen2 with attention_bias)"},
+    {"model", "n_kv_head", .type = JF_INT, .flags = JF_SHAPE, AT(model.n_kv_head), CLOSED(1, 1024), .when = is_llama,
+     .when_doc = "model.arch \"llama\"", .doc = "key/value heads (num_key_value_heads; n_head a multiple of it)"},
+    {"model", "intermediate_size", .type = JF_INT, .flags = JF_SHAPE, AT(model.intermediate_size), CLOSED(1, 1 << 20),
+     .when = is_llama, .when_doc = "model.arch \"llama\"", .doc = "the MLP's inner width I"},
+    {"model", "rms_norm_eps", .type = JF_NUMBER, .flags = JF_SHAPE_OPT, AT(model.rms_norm_eps), .def = 1e-5,
+     OPEN_CLOSED(0, 1), .when = is_llama, .when_doc = "model.arch \"llama\"", .doc = "RMSNorm epsilon"},
+    {"model", "rope_theta", .type = JF_NUMBER, .flags = JF_SHAPE_OPT, AT(model.rope_theta), .def = 10000.0,
+     OPEN_CLOSED(0, 1e12), .when = is_llama, .when_doc = "model.arch \"llama\"", .doc = "RoPE base θ"},
+    {"model", "tie_word_embeddings", .type = JF_BOOL, .flags = JF_SHAPE_OPT, AT(model.tie_word_embeddings), .def = 1,
+     .when = is_llama, .when_doc = "model.arch \"llama\"",
+     .doc = "the head is embed_tokens (no lm_head tensor); false adds lm_head.weight to the stem"},
+    {"model", "attention_bias", .type = JF_BOOL, .flags = JF_SHAPE_OPT, AT(model.attention_bias), .def = 0,
+     .when = is_llama, .when_doc = "model.arch \"llama\"", .doc = "q/k/v projections with biases (Qwen2)"},
+    {"model", "rope_scaling", .type = JF_ENUM, .flags = JF_SHAPE_OPT, AT(model.rope_scaling), .def = GPT_ROPE_DEFAULT,
+     ENUM(ROPE_NAMES), .when = is_llama, .when_doc = "model.arch \"llama\"",
+     .doc = "RoPE frequency scaling: none, or Llama 3.1's (the rope_* fields below)"},
+    {"model", "rope_factor", .type = JF_NUMBER, .flags = JF_SHAPE_OPT, AT(model.rope_factor), .def = 8.0,
+     CLOSED(1, 1e6), .when = is_llama3, .when_doc = "rope_scaling \"llama3\"", .doc = "llama3 scaling: factor s"},
+    {"model", "rope_low_freq_factor", .type = JF_NUMBER, .flags = JF_SHAPE_OPT, AT(model.rope_low_freq_factor),
+     .def = 1.0, OPEN_CLOSED(0, 1e6), .when = is_llama3, .when_doc = "rope_scaling \"llama3\"",
+     .doc = "llama3 scaling: low_freq_factor"},
+    {"model", "rope_high_freq_factor", .type = JF_NUMBER, .flags = JF_SHAPE_OPT, AT(model.rope_high_freq_factor),
+     .def = 4.0, OPEN_CLOSED(0, 1e6), .when = is_llama3, .when_doc = "rope_scaling \"llama3\"",
+     .doc = "llama3 scaling: high_freq_factor (> low_freq_factor)"},
+    {"model", "rope_original_max_position_embeddings", .type = JF_INT, .flags = JF_SHAPE_OPT,
+     AT(model.rope_original_max_position_embeddings), .def = 8192, CLOSED(1, 1 << 24), .when = is_llama3,
+     .when_doc = "rope_scaling \"llama3\"", .doc = "llama3 scaling: the context the model was trained with"},
     {"model", "seed", .type = JF_SEED, AT(seed), .def = 0, .doc = "seed of a shape-only model's initial weights"},
 
     {"", "data", .type = JF_OBJECT, .flags = JF_REQUIRED,
@@ -235,6 +279,15 @@ const jobspec_field jobspec_fields[] = {
 const int jobspec_n_fields = (int)(sizeof jobspec_fields / sizeof jobspec_fields[0]);
 
 /* ---- helpers --------------------------------------------------------------------------- */
+
+int jf_applies(const jobspec_field *f, const jobspec *js) { return !f->when || f->when(js); }
+
+void jf_zero_inapplicable(const char *sect, void *base, const jobspec *js) {
+  for (int i = 0; i < jobspec_n_fields; i++) {
+    const jobspec_field *f = &jobspec_fields[i];
+    if (jf_in(f, sect) && !jf_applies(f, js)) memset(jf_at(f, base), 0, f->size);
+  }
+}
 
 const char *jf_path(char *buf, size_t cap, const char *prefix, const char *key) {
   if (prefix && prefix[0]) snprintf(buf, cap, "%s.%s", prefix, key);

@@ -51,6 +51,10 @@ enum {
   JF_ZERO_OFF = 1 << 4,   /* 0 turns it off; the range applies to other values */
   JF_OMIT_EMPTY = 1 << 5, /* a string the canonical JSON leaves out while empty */
   JF_PARSE_RANGE = 1 << 6, /* the range is checked on reading only (JF_SPAN) */
+  JF_SHAPE_OPT = 1 << 7,  /* part of jobspec.model like JF_SHAPE (read, written and compared with
+                             config.json only with the shape), but optional with its default */
+  JF_OMIT_DEFAULT = 1 << 8, /* the canonical JSON leaves it out while it holds its default (so
+                               specs written before the field existed keep their bytes) */
 };
 
 /* The upper bound of an integer range that depends on other fields. */
@@ -81,6 +85,11 @@ typedef struct jobspec_field {
   const char *const *names; /* JF_ENUM */
   int n_names;
   int (*check)(const jobspec *js); /* a rule of its own, run before the range check */
+  /* NULL, or when the field applies: otherwise it is refused on input, left out of the
+   * canonical JSON, skipped by validation and held as zero (e.g. the Llama keys of model,
+   * which apply only with model.arch "llama"). Fields it reads come earlier in the table. */
+  int (*when)(const jobspec *js);
+  const char *when_doc;            /* when it applies, for messages and the docs */
   const char *range_doc;           /* the docs' range for a field checked by `check` */
   const char *doc;                 /* one line: what it means */
 } jobspec_field;
@@ -106,6 +115,10 @@ double jf_hi(const jobspec_field *f, const jobspec *js);
 void jf_defaults(const char *sect, void *base, int alt);
 
 int jf_has_ctl(const char *s); /* 1 if s holds a control character */
+/* 1 if f applies to js (f->when); 0 for a field that is then held as zero. */
+int jf_applies(const jobspec_field *f, const jobspec *js);
+/* Zero every field of section `sect` (at base) that does not apply to js. */
+void jf_zero_inapplicable(const char *sect, void *base, const jobspec *js);
 
 #define JS_TRY(x)            \
   do {                       \

@@ -42,6 +42,13 @@ static int given(const jobspec *js, const jobspec_field *f) {
 
 static void write_section(cJSON *o, const char *sect, const void *base, const jobspec *js);
 
+/* 1 if the int-sized field at `at` holds f's default (JF_OMIT_DEFAULT fields are enums). */
+static int is_default(const jobspec_field *f, const void *at) {
+  int v;
+  memcpy(&v, at, sizeof v);
+  return v == (int)f->def;
+}
+
 static void write_paths(cJSON *o, const char *key, const char (*list)[JOBSPEC_PATH_MAX], int n) {
   cJSON *a = cJSON_AddArrayToObject(o, key);
   for (int i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateString(list[i]));
@@ -79,8 +86,10 @@ static void write_section(cJSON *o, const char *sect, const void *base, const jo
     const jobspec_field *f = &jobspec_fields[i];
     if (!jf_in(f, sect)) continue;
     if ((f->flags & JF_PRESENCE) && !given(js, f)) continue;
-    if ((f->flags & JF_SHAPE) && !js->has_shape) continue;
+    if ((f->flags & (JF_SHAPE | JF_SHAPE_OPT)) && !js->has_shape) continue;
+    if (!jf_applies(f, js)) continue;
     const void *at = jf_at(f, base);
+    if ((f->flags & JF_OMIT_DEFAULT) && is_default(f, at)) continue;
     double d;
     switch (f->type) {
     case JF_OBJECT: {

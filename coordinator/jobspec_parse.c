@@ -288,7 +288,7 @@ static int parse_field(const jobspec_field *f, const cJSON *obj, const char *pre
 static int gives_shape(const cJSON *obj, const char *sect, const jobspec *js) {
   int present = 0;
   for (int i = 0; i < jobspec_n_fields; i++)
-    if (jf_in(&jobspec_fields[i], sect) && (jobspec_fields[i].flags & JF_SHAPE))
+    if (jf_in(&jobspec_fields[i], sect) && (jobspec_fields[i].flags & (JF_SHAPE | JF_SHAPE_OPT)))
       present += get_field(obj, jobspec_fields[i].key) != NULL;
   return !(js->init_dir[0] && present == 0);
 }
@@ -311,17 +311,23 @@ static int parse_section(const cJSON *obj, const char *prefix, const char *sect,
   for (int i = 0; i < jobspec_n_fields; i++) {
     const jobspec_field *f = &jobspec_fields[i];
     if (!jf_in(f, sect)) continue;
-    if (f->flags & JF_SHAPE) {
+    if (f->flags & (JF_SHAPE | JF_SHAPE_OPT)) {
       if (shape < 0) shape = gives_shape(obj, sect, js);
       if (!shape) continue;
     } else if (shape == 1) {
       js->has_shape = 1; /* every shape field read */
       shape = 2;
     }
+    if (!jf_applies(f, js)) {
+      if (get_field(obj, f->key))
+        return dpc_err(DPC_EINVAL, "field \"%s\": only with %s", jf_path(p, sizeof p, prefix, f->key), f->when_doc);
+      continue;
+    }
     int required = (f->flags & (JF_REQUIRED | JF_SHAPE)) && !(f->excl && get_field(obj, f->excl));
     JS_TRY(parse_field(f, obj, prefix, f->key, required, base, js));
     if (f->alias) JS_TRY(parse_field(f, obj, prefix, f->alias, 0, base, js));
   }
+  jf_zero_inapplicable(sect, base, js);
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include "common/codec.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
+#include "kernels/modeldir.h"
 
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -87,6 +88,14 @@ static int check_paths(const jobspec *js, const jobspec_field *f, const void *ba
 
 static int validate_section(const jobspec *js, const char *sect, const void *base, const char *prefix);
 
+/* A field that does not apply must hold zero, so that configs compare with memcmp. */
+static int all_zero(const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    if (b[i]) return 0;
+  return 1;
+}
+
 /* The type and range of one field at base; `path` names it in messages. */
 static int check_field(const jobspec *js, const jobspec_field *f, const void *base, const char *path) {
   const jf_range *r = &f->range;
@@ -129,7 +138,12 @@ static int validate_section(const jobspec *js, const char *sect, const void *bas
   char p[96];
   for (int i = 0; i < jobspec_n_fields; i++) {
     const jobspec_field *f = &jobspec_fields[i];
-    if (!jf_in(f, sect) || ((f->flags & JF_SHAPE) && !js->has_shape)) continue;
+    if (!jf_in(f, sect) || ((f->flags & (JF_SHAPE | JF_SHAPE_OPT)) && !js->has_shape)) continue;
+    if (!jf_applies(f, js)) {
+      if (!all_zero(jf_at(f, base), f->size))
+        return dpc_err(DPC_EINVAL, "field \"%s\": only with %s", jf_path(p, sizeof p, prefix, f->key), f->when_doc);
+      continue;
+    }
     jf_path(p, sizeof p, prefix, f->key);
     if (f->flags & JF_PRESENCE) {
       int given;
@@ -240,13 +254,28 @@ int jobspec_validate(const jobspec *js) {
 
 /* ---- init directory -------------------------------------------------------------------- */
 
+/* A GPT-2 config.json: the five shape fields of the table (JF_SHAPE without a `when`), each an
+ * int of gpt_config under its own name. */
+static int read_gpt2_shape(const char *path, const cJSON *root, gpt_config *c) {
+  memset(c, 0, sizeof *c);
+  for (int i = 0; i < jobspec_n_fields; i++) {
+    const jobspec_field *f = &jobspec_fields[i];
+    if (!(f->flags & JF_SHAPE) || f->when) continue;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, f->key);
+    if (!cJSON_IsNumber(v) || floor(v->valuedouble) != v->valuedouble || v->valuedouble < 1 || v->valuedouble > INT_MAX)
+      return dpc_err(DPC_EFORMAT, "%s: field \"%s\" missing or not a positive integer", path, f->key);
+    int x = (int)v->valuedouble;
+    memcpy((char *)c + (f->off - offsetof(jobspec, model)), &x, sizeof x);
+  }
+  return 0;
+}
+
 int jobspec_resolve_init(jobspec *js, const char *base) {
   if (!js->init_dir[0]) return js->has_shape ? 0 : dpc_err(DPC_EINVAL, "field \"model\": no init directory and no shape");
-  char path[JOBSPEC_PATH_MAX * 2 + 32];
-  if (base && base[0] && js->init_dir[0] != '/')
-    snprintf(path, sizeof path, "%s/%s/config.json", base, js->init_dir);
-  else
-    snprintf(path, sizeof path, "%s/config.json", js->init_dir);
+  char dir[JOBSPEC_PATH_MAX * 2 + 8], path[JOBSPEC_PATH_MAX * 2 + 32];
+  if (base && base[0] && js->init_dir[0] != '/') snprintf(dir, sizeof dir, "%s/%s", base, js->init_dir);
+  else snprintf(dir, sizeof dir, "%s", js->init_dir);
+  snprintf(path, sizeof path, "%s/config.json", dir);
   void *buf = NULL;
   size_t n = 0;
   int rc = dpc_read_file(path, 1 << 20, &buf, &n);
@@ -257,23 +286,18 @@ int jobspec_resolve_init(jobspec *js, const char *base) {
     cJSON_Delete(root);
     return dpc_err(DPC_EFORMAT, "%s: not a JSON object", path);
   }
-  /* The shape fields of the table (JF_SHAPE), each an int of js->model. */
-  gpt_config c = {0};
-  for (int i = 0; i < jobspec_n_fields; i++) {
-    const jobspec_field *f = &jobspec_fields[i];
-    if (!(f->flags & JF_SHAPE)) continue;
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, f->key);
-    if (!cJSON_IsNumber(v) || floor(v->valuedouble) != v->valuedouble || v->valuedouble < 1 || v->valuedouble > INT_MAX) {
-      cJSON_Delete(root);
-      return dpc_err(DPC_EFORMAT, "%s: field \"%s\" missing or not a positive integer", path, f->key);
-    }
-    int x = (int)v->valuedouble;
-    memcpy((char *)&c + (f->off - offsetof(jobspec, model)), &x, sizeof x);
-  }
+  /* A Llama-family config (model_type llama or qwen2) is read as model directories read it,
+   * every key it cannot compute refused (kernels/modeldir.h); GPT-2's by the table. */
+  const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+  const int llama = cJSON_IsString(mt) && (strcmp(mt->valuestring, "llama") == 0 || strcmp(mt->valuestring, "qwen2") == 0);
+  gpt_config c;
+  rc = llama ? modeldir_read_config(dir, &c) : read_gpt2_shape(path, root, &c);
   cJSON_Delete(root);
+  if (rc) return rc;
   if (js->has_shape && memcmp(&c, &js->model, sizeof c) != 0)
-    return dpc_err(DPC_ESHAPE, "%s: shape (L=%d NH=%d C=%d maxT=%d V=%d) differs from the spec's model", path, c.n_layer,
-                   c.n_head, c.n_embd, c.n_positions, c.vocab_size);
+    return dpc_err(DPC_ESHAPE, "%s: shape (%s L=%d NH=%d C=%d maxT=%d V=%d%s) differs from the spec's model", path,
+                   gpt_arch_name(c.arch), c.n_layer, c.n_head, c.n_embd, c.n_positions, c.vocab_size,
+                   c.arch == GPT_ARCH_LLAMA ? ", or a Llama key" : "");
   js->model = c;
   js->has_shape = 1;
   if (js->n_levels == 1 && js->levels[0].layer_end < 0) js->levels[0].layer_end = c.n_layer;

@@ -293,6 +293,19 @@ static void fill_shape(const jobspec *js, Dipaco__V1__ModelShape *shape) {
   shape->num_layers = (uint32_t)js->model.n_layer;
   shape->num_heads = (uint32_t)js->model.n_head;
   shape->channels = (uint32_t)js->model.n_embd;
+  const gpt_config *m = &js->model;
+  shape->arch = (uint32_t)m->arch;
+  shape->num_key_value_heads = (uint32_t)m->n_kv_head;
+  shape->intermediate_size = (uint32_t)m->intermediate_size;
+  shape->tie_word_embeddings = m->tie_word_embeddings != 0;
+  shape->attention_bias = m->attention_bias != 0;
+  shape->rms_norm_eps = m->rms_norm_eps;
+  shape->rope_theta = m->rope_theta;
+  shape->rope_scaling = (uint32_t)m->rope_scaling;
+  shape->rope_factor = m->rope_factor;
+  shape->rope_low_freq_factor = m->rope_low_freq_factor;
+  shape->rope_high_freq_factor = m->rope_high_freq_factor;
+  shape->rope_original_max_position_embeddings = (uint32_t)m->rope_original_max_position_embeddings;
 }
 
 static void fill_hyper(const jobspec *js, Dipaco__V1__Hyper *hy) {

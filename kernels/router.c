@@ -161,6 +161,30 @@ void router_free(router *r) {
 
 static void join(char *buf, size_t cap, const char *dir, const char *file) { snprintf(buf, cap, "%s/%s", dir, file); }
 
+/* A double that reads back bit-identical (the feature model is compared with memcmp). */
+static void add_exact(cJSON *o, const char *key, double v) {
+  char buf[40];
+  snprintf(buf, sizeof buf, "%.17g", v);
+  cJSON_AddRawToObject(o, key, buf);
+}
+
+/* The Llama keys of feature model m into fm (read_llama reads them back). */
+static void write_llama(cJSON *fm, const gpt_config *m) {
+  cJSON_AddStringToObject(fm, "arch", "llama");
+  cJSON_AddNumberToObject(fm, "n_kv_head", m->n_kv_head);
+  cJSON_AddNumberToObject(fm, "intermediate_size", m->intermediate_size);
+  cJSON_AddNumberToObject(fm, "tie_word_embeddings", m->tie_word_embeddings);
+  cJSON_AddNumberToObject(fm, "attention_bias", m->attention_bias);
+  cJSON_AddNumberToObject(fm, "rope_scaling", m->rope_scaling);
+  add_exact(fm, "rms_norm_eps", m->rms_norm_eps);
+  add_exact(fm, "rope_theta", m->rope_theta);
+  if (m->rope_scaling != GPT_ROPE_LLAMA3) return;
+  add_exact(fm, "rope_factor", m->rope_factor);
+  add_exact(fm, "rope_low_freq_factor", m->rope_low_freq_factor);
+  add_exact(fm, "rope_high_freq_factor", m->rope_high_freq_factor);
+  cJSON_AddNumberToObject(fm, "rope_original_max_position_embeddings", m->rope_original_max_position_embeddings);
+}
+
 int router_save(const char *dir, const router *r) {
   int rc = dpc_mkdir_p(dir);
   if (rc) return rc;
@@ -209,6 +233,7 @@ int router_save(const char *dir, const router *r) {
       cJSON_AddNumberToObject(fm, "n_embd", r->model.n_embd);
       cJSON_AddNumberToObject(fm, "n_positions", r->model.n_positions);
       cJSON_AddNumberToObject(fm, "vocab_size", r->model.vocab_size);
+      if (r->model.arch == GPT_ARCH_LLAMA) write_llama(fm, &r->model);
       cJSON_AddStringToObject(fm, "crc32c", crc);
     }
     txt = cJSON_Print(root);
@@ -228,6 +253,46 @@ static int json_int(const char *file, const cJSON *o, const char *key, long lo, 
   if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
     return dpc_err(DPC_EFORMAT, "%s: field \"%s\" missing or not an integer in [%ld, %ld]", file, key, lo, hi);
   *out = (int)v->valuedouble;
+  return 0;
+}
+
+static int json_num(const char *file, const cJSON *o, const char *key, double *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+    return dpc_err(DPC_EFORMAT, "%s: field \"feature_model.%s\" missing or not a number", file, key);
+  *out = v->valuedouble;
+  return 0;
+}
+
+/* The Llama keys of a feature model (router.h), so that a router keeps the whole config it was
+ * fitted on; older router files and GPT-2 feature models have none (arch gpt2). */
+static int read_llama(const char *file, const cJSON *fm, gpt_config *m) {
+  const cJSON *arch = cJSON_GetObjectItemCaseSensitive(fm, "arch");
+  if (!arch || (cJSON_IsString(arch) && strcmp(arch->valuestring, "gpt2") == 0)) return 0;
+  if (!cJSON_IsString(arch) || strcmp(arch->valuestring, "llama") != 0)
+    return dpc_err(DPC_EFORMAT, "%s: field \"feature_model.arch\" must be \"gpt2\" or \"llama\"", file);
+  m->arch = GPT_ARCH_LLAMA;
+  int rc;
+  if ((rc = json_int(file, fm, "n_kv_head", 1, 1024, &m->n_kv_head)) ||
+      (rc = json_int(file, fm, "intermediate_size", 1, 1 << 20, &m->intermediate_size)) ||
+      (rc = json_int(file, fm, "tie_word_embeddings", 0, 1, &m->tie_word_embeddings)) ||
+      (rc = json_int(file, fm, "attention_bias", 0, 1, &m->attention_bias)) ||
+      (rc = json_int(file, fm, "rope_scaling", 0, 1, &m->rope_scaling)) ||
+      (rc = json_num(file, fm, "rms_norm_eps", &m->rms_norm_eps)) ||
+      (rc = json_num(file, fm, "rope_theta", &m->rope_theta)))
+    return rc;
+  if (m->rope_scaling == GPT_ROPE_LLAMA3 &&
+      ((rc = json_num(file, fm, "rope_factor", &m->rope_factor)) ||
+       (rc = json_num(file, fm, "rope_low_freq_factor", &m->rope_low_freq_factor)) ||
+       (rc = json_num(file, fm, "rope_high_freq_factor", &m->rope_high_freq_factor)) ||
+       (rc = json_int(file, fm, "rope_original_max_position_embeddings", 1, 1 << 30,
+                      &m->rope_original_max_position_embeddings))))
+    return rc;
+  if (gpt_config_validate(m)) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", dpc_errmsg());
+    return dpc_err(DPC_EFORMAT, "%s: feature_model: %s", file, why);
+  }
   return 0;
 }
 
@@ -287,7 +352,8 @@ static int parse_json(const char *file, const cJSON *root, router *r) {
       (rc = json_int(file, fm, "n_head", 1, 1024, &r->model.n_head)) ||
       (rc = json_int(file, fm, "n_embd", 1, 65536, &r->model.n_embd)) ||
       (rc = json_int(file, fm, "n_positions", 1, 1 << 20, &r->model.n_positions)) ||
-      (rc = json_int(file, fm, "vocab_size", 2, 1 << 24, &r->model.vocab_size)))
+      (rc = json_int(file, fm, "vocab_size", 2, 1 << 24, &r->model.vocab_size)) ||
+      (rc = read_llama(file, fm, &r->model)))
     return rc;
   const cJSON *crc = cJSON_GetObjectItemCaseSensitive(fm, "crc32c");
   char *end = NULL;
@@ -336,10 +402,11 @@ int router_load(const char *dir, router *r) {
 int router_check_model(const router *r, const gpt_config *cfg, uint32_t crc) {
   const gpt_config *m = &r->model;
   if (memcmp(m, cfg, sizeof *cfg) != 0)
-    return dpc_err(DPC_EINVAL, "the router's feature model is L=%d NH=%d C=%d maxT=%d V=%d, but the model given is "
-                   "L=%d NH=%d C=%d maxT=%d V=%d: route with the base model the router was fitted on",
-                   m->n_layer, m->n_head, m->n_embd, m->n_positions, m->vocab_size, cfg->n_layer, cfg->n_head,
-                   cfg->n_embd, cfg->n_positions, cfg->vocab_size);
+    return dpc_err(DPC_EINVAL, "the router's feature model is %s L=%d NH=%d C=%d maxT=%d V=%d, but the model given is "
+                   "%s L=%d NH=%d C=%d maxT=%d V=%d%s: route with the base model the router was fitted on",
+                   gpt_arch_name(m->arch), m->n_layer, m->n_head, m->n_embd, m->n_positions, m->vocab_size,
+                   gpt_arch_name(cfg->arch), cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->n_positions, cfg->vocab_size,
+                   m->arch == GPT_ARCH_LLAMA && m->arch == cfg->arch ? " (or differs in a Llama key)" : "");
   if (crc != r->model_crc)
     return dpc_err(DPC_EINVAL, "the router's feature model has parameter CRC-32C %08x, the model given %08x: same "
                    "shape, other weights; route with the base model the router was fitted on", r->model_crc, crc);

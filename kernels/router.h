@@ -1,7 +1,7 @@
 /* router.h — DiPaCo routers (docs/design.md §3 "DiPaCo routing"): the routing feature of a
  * sequence, a router directory on disk, and the path a feature goes to.
  *
- * Feature: the mean of a base model's final hidden states (after ln_f) over the first
+ * Feature: the mean of a base model's final hidden states (after ln_f, or Llama's model.norm) over the first
  * `prefix` tokens of a sequence, computed with the training core (kernels/gpt.h, any backend).
  * Causal attention makes it depend on those tokens only, so the forward runs on the prefix.
  *
@@ -20,6 +20,12 @@
  *    "k": K | "grid": [K1, K2] (linear: neither), "paths": P, "dim": C, "prefix": n, "seed": S,
  *    "feature_model": {"n_layer", "n_head", "n_embd", "n_positions", "vocab_size",
  *                      "crc32c": "xxxxxxxx"}}      (CRC-32C of the canonical float array)
+ * A Llama-class feature model adds the rest of its gpt_config to feature_model, under the job
+ * spec's names: "arch": "llama", "n_kv_head", "intermediate_size", "tie_word_embeddings" and
+ * "attention_bias" (0/1), "rope_scaling" (0 none, 1 llama3), "rms_norm_eps", "rope_theta", and
+ * with llama3 scaling "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+ * "rope_original_max_position_embeddings". Without "arch" (files written before these keys) the
+ * feature model is GPT-2.
  *
  * Ownership: a router owns its centroid arrays (router_free). Thread-safety: reentrant. */
 #ifndef DPC_ROUTER_H

@@ -24,6 +24,27 @@ static int check_model(const Dipaco__V1__ModelShape *m, lease_plan *p) {
                    m->num_heads, m->channels, m->max_seq_len, m->vocab_size);
   p->cfg = (gpt_config){.n_layer = (int)m->num_layers, .n_head = (int)m->num_heads, .n_embd = (int)m->channels,
                         .n_positions = (int)m->max_seq_len, .vocab_size = (int)m->vocab_size};
+  if (m->arch > GPT_ARCH_LLAMA) return dpc_err(DPC_EUNSUPPORTED, "lease: model family %u is not known to this worker", m->arch);
+  if (m->arch == GPT_ARCH_LLAMA) { /* GPT-2 leases leave the Llama fields zero, as gpt_config does */
+    if (m->num_key_value_heads > 4096 || m->intermediate_size > (1u << 24) || m->rope_scaling > GPT_ROPE_LLAMA3 ||
+        m->rope_original_max_position_embeddings > (1u << 30))
+      return dpc_err(DPC_ERANGE, "lease: Llama shape out of range (NKV=%u I=%u)", m->num_key_value_heads,
+                     m->intermediate_size);
+    p->cfg.arch = GPT_ARCH_LLAMA;
+    p->cfg.n_kv_head = (int)m->num_key_value_heads;
+    p->cfg.intermediate_size = (int)m->intermediate_size;
+    p->cfg.tie_word_embeddings = m->tie_word_embeddings;
+    p->cfg.attention_bias = m->attention_bias;
+    p->cfg.rms_norm_eps = m->rms_norm_eps;
+    p->cfg.rope_theta = m->rope_theta;
+    p->cfg.rope_scaling = (int)m->rope_scaling;
+    if (p->cfg.rope_scaling == GPT_ROPE_LLAMA3) {
+      p->cfg.rope_factor = m->rope_factor;
+      p->cfg.rope_low_freq_factor = m->rope_low_freq_factor;
+      p->cfg.rope_high_freq_factor = m->rope_high_freq_factor;
+      p->cfg.rope_original_max_position_embeddings = (int)m->rope_original_max_position_embeddings;
+    }
+  }
   return gpt_config_validate(&p->cfg);
 }
 

@@ -147,6 +147,10 @@ static void text_spec(FILE *f, const jobspec *js) {
     fprintf(f, "%-18s n_layer %d, n_head %d, n_embd %d, n_positions %d, vocab_size %d\n",
             "model", js->model.n_layer, js->model.n_head, js->model.n_embd, js->model.n_positions,
             js->model.vocab_size);
+  if (js->has_shape && js->model.arch == GPT_ARCH_LLAMA)
+    fprintf(f, "%-18s llama: n_kv_head %d, intermediate_size %d, %s head%s%s\n", "model.arch", js->model.n_kv_head,
+            js->model.intermediate_size, js->model.tie_word_embeddings ? "tied" : "untied",
+            js->model.attention_bias ? ", q/k/v biases" : "", js->model.rope_scaling == GPT_ROPE_LLAMA3 ? ", llama3 RoPE" : "");
   if (!js->init_dir[0]) fprintf(f, "%-18s %llu\n", "model.seed", (unsigned long long)js->seed);
   fprintf(f, "%-18s", "data.train");
   for (int i = 0; i < js->n_train; i++) fprintf(f, "%s%s", i ? ", " : " ", js->train[i]);

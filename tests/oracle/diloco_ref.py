@@ -2,8 +2,9 @@
 """diloco_ref.py — PyTorch reference of synchronous DiLoCo (docs/design.md §3), the oracle for
 dipaco's distributed and single-process DiLoCo tests.
 
-R replicas, each a torch GPT-2 (functional, from Hugging Face-named tensors in Conv1D layout)
-with its own torch.optim.AdamW kept across rounds (inner_state keep) or recreated each round
+R replicas, each a torch GPT-2 (functional, from Hugging Face-named tensors in Conv1D layout) or,
+for a Llama-family config.json (model_type llama / qwen2), the LlamaForCausalLM of
+tests/oracle/llama_oracle.py run on the same named tensors (functional_call), each with its own torch.optim.AdamW kept across rounds (inner_state keep) or recreated each round
 (reset); each round every replica starts from the global parameters, trains H steps on its
 strided batches (batch index round·H + h, replica r of R), and the averaged delta
 (θ_global − θ_replica, summed in replica order) is applied by torch.optim.SGD(nesterov=True).
@@ -11,10 +12,16 @@ strided batches (batch index round·H + h, replica r of R), and the averaged del
   diloco_ref.py --init MODEL_DIR --data SHARD... --spec SPEC.json --compare EXPORTED_DIR [--tol 1e-4]
 prints the max relative error per tensor (max|a−b| / max|b|) and exits 1 above --tol.
 The spec must set every inner/outer hyperparameter explicitly (no defaults are assumed)."""
-import argparse, json, math, struct, sys
+import argparse, json, math, os, struct, sys
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    from torch.func import functional_call
+except ImportError:  # torch < 2.0
+    from torch.nn.utils.stateless import functional_call
 
 torch.set_num_threads(1)
 DT = {"F32": (np.float32, 4), "BF16": (None, 2)}
@@ -51,8 +58,27 @@ def load_tokens(paths):
     return torch.from_numpy(np.concatenate(parts).astype(np.int64))
 
 
+class _LlamaHidden(torch.nn.Module):
+    """model.norm's output of a llama_oracle.py module (under "m."), for functional_call."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, idx):
+        m, T = self.m, idx.shape[1]
+        x = m.model.embed_tokens(idx)
+        cos, sin = m.cos[:T][None, None], m.sin[:T][None, None]
+        for layer in m.model.layers:
+            x = layer(x, cos, sin)
+        return m.model.norm(x)
+
+
 def hidden(P, cfg, idx):
-    """ln_f output (B, T, C) of the GPT-2 of docs/design.md §3 (also the DiPaCo routing feature)."""
+    """ln_f output (B, T, C) of the GPT-2 of docs/design.md §3, or model.norm's of a Llama (the
+    DiPaCo routing feature)."""
+    if is_llama(cfg):
+        return functional_call(_LlamaHidden(llama_module(cfg)), {"m." + k: v for k, v in P.items()}, (idx,))
     B, T = idx.shape
     C, NH, L = cfg["n_embd"], cfg["n_head"], cfg["n_layer"]
     x = P["wte.weight"][idx] + P["wpe.weight"][:T]
@@ -74,8 +100,40 @@ def hidden(P, cfg, idx):
     return F.layer_norm(x, (C,), P["ln_f.weight"], P["ln_f.bias"], 1e-5)
 
 
+def is_llama(cfg):
+    return cfg.get("model_type") in ("llama", "qwen2")
+
+
+_LLAMA = {}
+
+
+def llama_module(cfg):
+    """The llama_oracle.py module for an HF LlamaConfig / Qwen2Config dict (built once per config)."""
+    key = json.dumps(cfg, sort_keys=True)
+    if key not in _LLAMA:
+        from llama_oracle import LlamaForCausalLM
+        rs = cfg.get("rope_scaling") or {}
+        llama3 = rs.get("rope_type", rs.get("type")) == "llama3"
+        k = dict(n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"], n_embd=cfg["hidden_size"],
+                 n_positions=cfg["max_position_embeddings"], vocab_size=cfg["vocab_size"],
+                 n_kv_head=cfg.get("num_key_value_heads", cfg["num_attention_heads"]),
+                 intermediate_size=cfg["intermediate_size"], tie_word_embeddings=int(cfg.get("tie_word_embeddings", False)),
+                 attention_bias=int(cfg["model_type"] == "qwen2"), rope_scaling=1 if llama3 else 0,
+                 rope_original_max_position_embeddings=rs.get("original_max_position_embeddings", 0),
+                 rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=cfg.get("rope_theta", 10000.0),
+                 rope_factor=rs.get("factor", 0.0), rope_low_freq_factor=rs.get("low_freq_factor", 0.0),
+                 rope_high_freq_factor=rs.get("high_freq_factor", 0.0))
+        _LLAMA[key] = LlamaForCausalLM(k)
+    return _LLAMA[key]
+
+
 def forward(P, cfg, idx, tgt):
-    logits = hidden(P, cfg, idx) @ P["wte.weight"].t()
+    if is_llama(cfg):
+        m = llama_module(cfg)
+        assert sorted(P) == sorted(n for n, _ in m.named_parameters()), "tensor names differ from HF's"
+        logits = functional_call(m, P, (idx,))
+    else:
+        logits = hidden(P, cfg, idx) @ P["wte.weight"].t()
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt.reshape(-1))
 
 

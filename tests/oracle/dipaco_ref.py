@@ -2,9 +2,10 @@
 """dipaco_ref.py — PyTorch reference of synchronous DiPaCo with per-path data (docs/design.md §3),
 the oracle for the distributed DiPaCo test (tests/integration/dipaco_dist.sh).
 
-Levels cut the model into modules (level 0: the stem wte/wpe/ln_f plus layers [0, e0); level l:
+Levels cut the model into modules (level 0: the stem — wte/wpe/ln_f, or Llama's embed_tokens, norm
+and lm_head — plus layers [0, e0); level l:
 layers [b_l, e_l)); path p picks module (p // prod(K_{l'>l})) % K_l at level l. Slot (p, r) is a
-torch GPT-2 with its own torch.optim.AdamW kept across rounds; each round it starts from its
+torch GPT-2 (or Llama, diloco_ref.forward) with its own torch.optim.AdamW kept across rounds; each round it starts from its
 path's global modules and trains H steps on path p's own token stream (data.paths[p], resolved
 under --data-dir like a worker does), batch index round·H + h of replica r of R. A module's
 outer gradient is the uniform mean of the deltas of every slot whose path holds it, summed by
@@ -29,7 +30,14 @@ torch.set_num_threads(1)
 
 
 def layer_of(name):
+    """The layer of a GPT-2 ("h.N.") or Llama ("model.layers.N.") tensor; -1 for the stem."""
+    if name.startswith("model.layers."):
+        return int(name.split(".")[2])
     return int(name.split(".")[1]) if name.startswith("h.") else -1
+
+
+def n_layer_of(cfg):
+    return cfg["num_hidden_layers"] if "num_hidden_layers" in cfg else cfg["n_layer"]
 
 
 def structure(spec, n_layer):
@@ -68,7 +76,7 @@ def sparse_hook(init, spec, n_slots):
     cfg, G0 = init
     sp = SR.sparse_cfg(spec)
     rho, chunk, bits, beta = float(sp["density"]), int(sp["chunk"]), int(sp["value_bits"]), np.float32(sp["ef_beta"])
-    names = SR.layout(cfg)
+    names = SR.layout(cfg, G0.keys())
     lens = [G0[k].numel() for k in names]
     reset = spec["inner"].get("state", "keep") == "reset"
     E = [np.zeros(sum(lens), dtype=np.float32) for _ in range(n_slots)]
@@ -95,7 +103,7 @@ def run(init, spec, data_dir, delta_hook=None):
     B, T = spec["batch"], spec["seq_len"]
     inner, outer = spec["inner"], spec["outer"]
     names = list(G0.keys())
-    n_paths, level_of, path_modules, n_modules = structure(spec, cfg["n_layer"])
+    n_paths, level_of, path_modules, n_modules = structure(spec, n_layer_of(cfg))
     lists = spec["data"]["paths"]
     assert len(lists) == n_paths, "data.paths: one list per path"
     tokens = []
@@ -174,7 +182,7 @@ def main():
     init = load_model(a.init)
     hook = None
     if "sparse" in spec:
-        n_paths = structure(spec, init[0]["n_layer"])[0]
+        n_paths = structure(spec, n_layer_of(init[0]))[0]
         hook = sparse_hook(init, spec, n_paths * spec["replicas"])
     ref = run(init, spec, a.data_dir, hook)
     worst, bad = 0.0, 0

@@ -166,9 +166,11 @@ def sparse_stream(e, tensor_lens, rho, chunk, bits):
 
 
 # ---------------------------------------------------------------- spec and simulation
-def layout(cfg):
-    """Tensor names in the canonical order of kernels/gpt.h (the order of the sparse stream)."""
-    return list(S.STEM) + [f"h.{l}.{k}" for l in range(cfg["n_layer"]) for k in S.LAYER]
+def layout(cfg, names=()):
+    """Tensor names in the canonical order of kernels/gpt.h (the order of the sparse stream); a
+    Llama's (streaming_ref.family) are those of `names` that its layout holds."""
+    stem, layer, L = S.family(cfg, set(names))
+    return list(stem) + [k for l in range(L) for k in layer(l)]
 
 
 def sparse_cfg(spec):
@@ -197,7 +199,7 @@ def run(init, tokens, spec, stop_after=None, stats=None):
     cfg, G0 = init
     sp = sparse_cfg(spec)
     rho, chunk, bits, beta = float(sp["density"]), int(sp["chunk"]), int(sp["value_bits"]), f32(sp["ef_beta"])
-    names = layout(cfg)
+    names = layout(cfg, G0.keys())
     assert sorted(names) == sorted(G0.keys()), "tensor names do not match the layout"
     lens = [G0[k].numel() for k in names]
     nbytes, kept = sparse_bytes(lens, rho, chunk, bits), sparse_kept(lens, rho, chunk)

@@ -8,7 +8,8 @@ The spec is diloco_ref.py's spec plus an optional block
                 "codec": "fp32"|"bf16"|"int8"|"fp8"|"e3m0", "block_floats": 256, "eager": false}
 (defaults F=1, tau=0, alpha=0, fp32, 256, false).
 
-- Group g holds layer l when l mod F == g; group 0 also holds the stem (wte, wpe, ln_f.*).
+- Group g holds layer l when l mod F == g; group 0 also holds the stem (wte, wpe, ln_f.*; a Llama's
+  embed_tokens, norm and lm_head).
 - R replicas train continuously for rounds*H inner steps (AdamW kept, schedule over rounds*H,
   batch s of replica r as in diloco_ref).
 - After step n (from 1), group g syncs when n >= max(1, o_g) and (n - o_g) % H == 0,
@@ -36,7 +37,21 @@ STEM = ["wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"]
 LAYER = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
          "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
          "mlp.c_proj.weight", "mlp.c_proj.bias"]
+# Llama (kernels/gpt.h's canonical order; lm_head only when untied, q/k/v biases only for Qwen2).
+LLAMA_LAYER = ["input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+               "self_attn.v_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+               "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight",
+               "mlp.up_proj.weight", "mlp.down_proj.weight"]
 CODECS = ("fp32", "bf16", "int8", "fp8", "e3m0")
+
+
+def family(cfg, names):
+    """(stem tensor names, per-layer name of layer l, n_layer) of the model, canonical order."""
+    if cfg is not None and D.is_llama(cfg):
+        stem = [k for k in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight") if k in names]
+        return stem, (lambda l: [f"model.layers.{l}.{k}" for k in LLAMA_LAYER if f"model.layers.{l}.{k}" in names]), \
+            cfg["num_hidden_layers"]
+    return STEM, (lambda l: [f"h.{l}.{k}" for k in LAYER]), (cfg or {}).get("n_layer")
 
 
 # ---------------------------------------------------------------- codecs (docs/design.md §3.9)
@@ -100,10 +115,11 @@ def quantize(codec, x, bf):
 
 
 # ---------------------------------------------------------------- fragments and schedule
-def fragments_of_group(g, F, L):
-    """The fragments (lists of tensor names, canonical order) of group g."""
-    frags = [STEM] if g == 0 else []
-    frags += [[f"h.{l}.{k}" for k in LAYER] for l in range(L) if l % F == g]
+def fragments_of_group(g, F, L, cfg=None, names=()):
+    """The fragments (lists of tensor names, canonical order) of group g (GPT-2 without cfg)."""
+    stem, layer, _ = family(cfg, set(names))
+    frags = [stem] if g == 0 else []
+    frags += [layer(l) for l in range(L) if l % F == g]
     return frags
 
 
@@ -145,12 +161,12 @@ def run(init, tokens, spec, stop_after_steps=None, trace=None, stats=None):
     inner, outer = spec["inner"], spec["outer"]
     if inner.get("state", "keep") not in ("keep", "checkpoint"):
         raise ValueError("streaming: inner.state must be keep or checkpoint (replicas train continuously)")
-    L = cfg["n_layer"]
+    L = family(cfg, G0)[2]
     st = stream_cfg(spec, L)
     F, tau, alpha, codec, bf, eager = (st["fragments"], st["overlap_steps"], float(st["alpha"]), st["codec"],
                                        st["block_floats"], bool(st["eager"]))
     eta, mu = outer["lr"], outer["momentum"]
-    groups = [fragments_of_group(g, F, L) for g in range(F)]
+    groups = [fragments_of_group(g, F, L, cfg, G0.keys()) for g in range(F)]
     gnames = [[k for fr in frs for k in fr] for frs in groups]
     assert sorted(k for gn in gnames for k in gn) == sorted(G0.keys()), "tensor names do not match the layout"
 

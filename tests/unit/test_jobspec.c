@@ -2,7 +2,8 @@
  * kind of bad spec with its message, init-directory resolution, the module / path / fragment
  * structure against the canonical layout, and the field table (coordinator/jobspec_fields.c)
  * field by field: each range refused just outside, each default applied, each field written
- * in the canonical JSON and listed in docs/jobspec.md. */
+ * in the canonical JSON and listed in docs/jobspec.md; and the Llama family's model fields (a
+ * GPT-2 spec's canonical bytes unchanged by them). */
 #include "common/codec.h"
 #include "common/errors.h"
 #include "coordinator/jobspec.h"
@@ -50,7 +51,7 @@ static void test_field_table(void) {
   for (int i = 0; i < jobspec_n_fields; i++) {
     const jobspec_field *f = &jobspec_fields[i];
     const jf_range *r = &f->range;
-    if (!r->on || (f->flags & (JF_REQUIRED | JF_SHAPE | JF_PARSE_RANGE)) || strcmp(f->sect, "levels[]") == 0) continue;
+    if (!r->on || (f->flags & (JF_REQUIRED | JF_SHAPE | JF_SHAPE_OPT | JF_PARSE_RANGE)) || strcmp(f->sect, "levels[]") == 0) continue;
     if (f->type != JF_INT && f->type != JF_NUMBER) continue;
     double hi = r->hi_ref == JF_HI_STEPS ? STEPS : r->hi_ref == JF_HI_H ? H : r->hi_ref == JF_HI_H_MINUS_1 ? H - 1 : r->hi;
     double step = f->type == JF_INT ? 1 : 0.5;
@@ -72,7 +73,7 @@ static void test_field_table(void) {
     CHECK_EQ_INT(parse(variants[v], &js), 0);
     for (int i = 0; i < jobspec_n_fields; i++) {
       const jobspec_field *f = &jobspec_fields[i];
-      if ((f->flags & (JF_REQUIRED | JF_SHAPE)) || strcmp(f->sect, "levels[]") == 0) continue;
+      if ((f->flags & (JF_REQUIRED | JF_SHAPE)) || f->when || strcmp(f->sect, "levels[]") == 0) continue;
       double def = (f->flags & JF_ALT_DEFAULT) && v ? (v == 1 ? f->def_async : f->def_sparse) : f->def, got;
       if (f->type == JF_NUMBER) memcpy(&got, jf_at(f, &js), sizeof got);
       else if (f->type == JF_INT || f->type == JF_BOOL || f->type == JF_ENUM || f->type == JF_CODEC) got = jf_get_int(f, &js);
@@ -96,13 +97,111 @@ static void test_field_table(void) {
     char key[96], row[128], path[96];
     snprintf(key, sizeof key, "\"%s\":", f->key);
     snprintf(row, sizeof row, "| `%s` |", jf_path(path, sizeof path, f->sect, f->key));
-    if (f->type != JF_PATH_LISTS && f->type != JF_STRING) CHECK(strstr(canon, key) != NULL);
+    if (f->type != JF_PATH_LISTS && f->type != JF_STRING && !f->when && !(f->flags & JF_OMIT_DEFAULT))
+      CHECK(strstr(canon, key) != NULL);
     CHECK(strstr(md, row) != NULL);
   }
   free(canon);
   free(md);
   /* The example spec the doc shows is a valid spec. */
   CHECK_EQ_INT(jobspec_parse(jobspec_doc_example, strlen(jobspec_doc_example), &js), 0);
+}
+
+#define LLAMA_SHAPE "\"n_layer\":2,\"n_head\":4,\"n_embd\":16,\"n_positions\":16,\"vocab_size\":32"
+#define LLAMA_MODEL "\"model\":{" LLAMA_SHAPE ",\"arch\":\"llama\",\"n_kv_head\":2,\"intermediate_size\":48}"
+
+/* The Llama keys of model: defaults, canonical form and round trip, the keys that apply only
+ * with arch llama or llama3 scaling, a GPT-2 spec's canonical bytes as before them, and
+ * model.init with a LlamaConfig config.json (in dir). */
+static void test_llama(const char *dir) {
+  static jobspec js, js2;
+  static gpt_layout lay;
+  char *j1 = NULL, *j2 = NULL;
+  /* The canonical JSON of a GPT-2 spec, byte for byte as stored before the Llama fields. */
+  CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
+  CHECK_EQ_INT(jobspec_to_json(&js, &j1), 0);
+  CHECK(j1 && strcmp(j1, "{\"name\":\"t1\",\"model\":{\"n_layer\":4,\"n_head\":2,\"n_embd\":8,\"n_positions\":16,"
+                   "\"vocab_size\":32,\"seed\":0},\"data\":{\"train\":[\"shards/train_*.bin\"],\"val\":[]},"
+                   "\"algorithm\":\"diloco\",\"replicas\":2,\"inner_steps\":5,\"rounds\":3,\"batch\":4,\"seq_len\":8,"
+                   "\"inner\":{\"lr\":0.0003,\"warmup\":0,\"lr_min_frac\":0.1,\"weight_decay\":0.1,\"beta1\":0.9,"
+                   "\"beta2\":0.95,\"eps\":1e-08,\"grad_clip\":1,\"state\":\"keep\"},\"outer\":{\"lr\":0.6,"
+                   "\"momentum\":0.7,\"nesterov\":true,\"rule\":\"delayed-nesterov\",\"delay_buffer\":0,\"c\":0,"
+                   "\"delta_norm_screen\":0},\"max_staleness\":0,\"dylu\":{\"enabled\":false,\"min_steps\":1},"
+                   "\"levels\":[{\"stem\":true,\"layers\":[0,4],\"modules\":1}],\"versions\":{\"keep_last\":2,"
+                   "\"keep_every\":0},\"streaming\":{\"fragments\":1,\"overlap_steps\":0,\"alpha\":0,\"eager\":false,"
+                   "\"codec\":\"fp32\",\"block_floats\":256,\"pull_codec\":\"fp32\"},\"quorum\":1,"
+                   "\"round_timeout_s\":3600,\"weighting\":\"uniform\"}") == 0);
+  free(j1);
+  j1 = NULL;
+  CHECK_EQ_INT(parse("{\"name\":\"l1\"," LLAMA_MODEL "," DATA "," CORE "}", &js), 0);
+  CHECK(js.model.arch == GPT_ARCH_LLAMA && js.model.n_kv_head == 2 && js.model.intermediate_size == 48);
+  CHECK(js.model.tie_word_embeddings == 1 && js.model.attention_bias == 0 && js.model.rms_norm_eps == 1e-5);
+  CHECK(js.model.rope_theta == 10000.0 && js.model.rope_scaling == GPT_ROPE_DEFAULT && js.model.rope_factor == 0);
+  CHECK_EQ_INT(jobspec_layout(&js, &lay), 0);
+  CHECK_EQ_INT(gpt_layout_find(&lay, "lm_head.weight"), -1); /* tied */
+  CHECK_EQ_INT(jobspec_to_json(&js, &j1), 0);
+  CHECK(j1 && strstr(j1, "\"vocab_size\":32,\"arch\":\"llama\",\"n_kv_head\":2,\"intermediate_size\":48,"
+                         "\"rms_norm_eps\":1e-05,\"rope_theta\":10000,\"tie_word_embeddings\":true,"
+                         "\"attention_bias\":false,\"rope_scaling\":\"none\",\"seed\":0}") != NULL);
+  CHECK_EQ_INT(parse(j1, &js2), 0);
+  CHECK(memcmp(&js.model, &js2.model, sizeof js.model) == 0);
+  CHECK_EQ_INT(jobspec_to_json(&js2, &j2), 0);
+  CHECK(j1 && j2 && strcmp(j1, j2) == 0);
+  free(j1);
+  free(j2);
+  j1 = j2 = NULL;
+  /* llama3 scaling: its four numbers appear (defaults of Llama 3.1) and round-trip. */
+  CHECK_EQ_INT(parse("{\"name\":\"l3\",\"model\":{" LLAMA_SHAPE ",\"arch\":\"llama\",\"n_kv_head\":4,"
+                     "\"intermediate_size\":32,\"tie_word_embeddings\":false,\"rope_scaling\":\"llama3\","
+                     "\"rope_factor\":32}," DATA "," CORE "}", &js), 0);
+  CHECK(js.model.rope_factor == 32 && js.model.rope_high_freq_factor == 4 && js.model.rope_original_max_position_embeddings == 8192);
+  CHECK_EQ_INT(jobspec_layout(&js, &lay), 0);
+  CHECK(gpt_layout_find(&lay, "lm_head.weight") >= 0);
+  CHECK_EQ_INT(jobspec_to_json(&js, &j1), 0);
+  CHECK(j1 && strstr(j1, "\"rope_factor\":32,\"rope_low_freq_factor\":1") != NULL);
+  CHECK_EQ_INT(parse(j1, &js2), 0);
+  CHECK(memcmp(&js.model, &js2.model, sizeof js.model) == 0);
+  free(j1);
+  j1 = NULL;
+  /* Keys that do not apply, missing Llama shape keys, and gpt_config_validate's rules. */
+  expect_bad("{\"name\":\"b\",\"model\":{" LLAMA_SHAPE ",\"n_kv_head\":2}," DATA "," CORE "}", DPC_EINVAL,
+             "field \"model.n_kv_head\": only with model.arch \"llama\"");
+  expect_bad("{\"name\":\"b\",\"model\":{" LLAMA_SHAPE ",\"arch\":\"llama\",\"n_kv_head\":2,\"intermediate_size\":8,"
+             "\"rope_factor\":2}," DATA "," CORE "}", DPC_EINVAL, "field \"model.rope_factor\": only with rope_scaling");
+  expect_bad("{\"name\":\"b\",\"model\":{" LLAMA_SHAPE ",\"arch\":\"llama\",\"intermediate_size\":8}," DATA "," CORE "}",
+             DPC_EINVAL, "missing field \"model.n_kv_head\"");
+  expect_bad("{\"name\":\"b\",\"model\":{" LLAMA_SHAPE ",\"arch\":\"llama\",\"n_kv_head\":3,\"intermediate_size\":8}," DATA
+             "," CORE "}", DPC_EINVAL, "field \"model\"");
+  expect_bad("{\"name\":\"b\",\"model\":{" LLAMA_SHAPE ",\"arch\":\"mamba\"}," DATA "," CORE "}", DPC_EINVAL,
+             "field \"model.arch\" = \"mamba\"");
+  /* model.init with a LlamaConfig: the shape and every Llama key come from it. */
+  char sub[128], cfg[160];
+  snprintf(sub, sizeof sub, "%s/llama", dir);
+  CHECK(mkdir(sub, 0700) == 0);
+  snprintf(cfg, sizeof cfg, "%s/config.json", sub);
+  FILE *f = fopen(cfg, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs("{\"model_type\":\"llama\",\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":16,"
+          "\"intermediate_size\":48,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+          "\"vocab_size\":32,\"max_position_embeddings\":16,\"rms_norm_eps\":1e-05,\"rope_theta\":10000.0,"
+          "\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"rope_scaling\":null}", f);
+    fclose(f);
+  }
+  CHECK_EQ_INT(parse("{\"name\":\"li\",\"model\":{\"init\":\"llama\"}," DATA "," CORE "}", &js), 0);
+  CHECK_EQ_INT(jobspec_resolve_init(&js, dir), 0);
+  CHECK(js.model.arch == GPT_ARCH_LLAMA && js.model.n_kv_head == 2 && js.model.tie_word_embeddings == 1);
+  CHECK_EQ_INT(parse("{\"name\":\"l1\"," LLAMA_MODEL "," DATA "," CORE "}", &js2), 0);
+  CHECK(memcmp(&js.model, &js2.model, sizeof js.model) == 0);
+  CHECK_EQ_INT(jobspec_to_json(&js, &j1), 0);
+  CHECK_EQ_INT(parse(j1, &js2), 0);
+  CHECK_EQ_INT(jobspec_resolve_init(&js2, dir), 0); /* a canonical spec agrees with its config.json */
+  free(j1);
+  CHECK_EQ_INT(parse("{\"name\":\"li\",\"model\":{\"init\":\"llama\"," LLAMA_SHAPE ",\"arch\":\"llama\",\"n_kv_head\":2,"
+                     "\"intermediate_size\":48,\"rope_theta\":500000}," DATA "," CORE "}", &js), 0);
+  CHECK_EQ_INT(jobspec_resolve_init(&js, dir), DPC_ESHAPE);
+  unlink(cfg);
+  rmdir(sub);
 }
 
 int main(void) {
@@ -513,6 +612,7 @@ int main(void) {
   }
   unlink(cfg);
   rmdir(sub);
+  test_llama(dir);
   rmdir(dir);
   test_field_table();
   TEST_DONE();
