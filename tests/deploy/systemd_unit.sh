@@ -108,6 +108,7 @@ systemd_cleanup() {
 }
 trap systemd_cleanup EXIT
 
+mkdir -p "$W/bin" && cp "$COORDINATOR_BIN" "$W/bin/dipaco-coordinator"
 unshare --pid --fork --mount --cgroup --net --uts --ipc --propagation private \
   env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin container=dipaco-test SYSTEMD_UNIT_PATH=/run/dipaco-test/units \
   SYSTEMD_GENERATOR_PATH=/run/dipaco-test/empty SYSTEMD_ENVIRONMENT_GENERATOR_PATH=/run/dipaco-test/empty \
@@ -116,9 +117,13 @@ unshare --pid --fork --mount --cgroup --net --uts --ipc --propagation private \
     SYSTEMD=$1; W=$2
     mount -t proc proc /proc
     mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys
-    # The test folder ($W, under /tmp) is hidden below: its units move to /run first.
+    # The test folder ($W, under /tmp) is hidden below, and so may be the build tree (a checkout
+    # under /tmp): the units and the coordinator binary move to /run first, and the unit runs it
+    # from there.
     mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
-    mkdir -p /run/dipaco-test/empty && cp -r "$W/units" "$W/cgroups.sh" /run/dipaco-test/
+    mkdir -p /run/dipaco-test/empty && cp -r "$W/units" "$W/cgroups.sh" "$W/bin" /run/dipaco-test/
+    sed -i "s#^ExecStart=[^ ]* #ExecStart=/run/dipaco-test/bin/dipaco-coordinator #" \
+      /run/dipaco-test/units/dipaco-coordinator.service
     # Existing folders only: a mkdir here would land on this machine, whose / is still writable.
     for d in /tmp /var/tmp /var/log /var/lib; do
       [ -d "$d" ] || { echo "systemd_unit: $d is missing on this machine" >&2; exit 1; }
