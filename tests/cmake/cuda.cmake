@@ -13,6 +13,9 @@ if(DPC_HAVE_CUDA)
   add_executable(test_cuda_oracle ${CMAKE_SOURCE_DIR}/tests/unit/test_cpu_oracle.c)
   target_link_libraries(test_cuda_oracle PRIVATE dpc_kernels dpc_common)
   dpc_link_cuda(test_cuda_oracle)
+  add_executable(test_cuda_llama_oracle ${CMAKE_SOURCE_DIR}/tests/unit/test_llama_oracle.c)
+  target_link_libraries(test_cuda_llama_oracle PRIVATE dpc_kernels dpc_common)
+  dpc_link_cuda(test_cuda_llama_oracle)
   # Throughput benchmark (not a test): tests/bench/gpu_train.sh runs it beside PyTorch.
   add_executable(gpu_train ${CMAKE_SOURCE_DIR}/tests/bench/gpu_train.c)
   target_link_libraries(gpu_train PRIVATE dpc_kernels dpc_common)
@@ -24,3 +27,5 @@ dpc_test(NAME cuda_backend LABEL unit TIMEOUT 120 SKIP_OK REQUIRES CUDA COMMAND 
 dpc_test(NAME cuda_oracle LABEL oracle TIMEOUT 120 SKIP_OK REQUIRES CUDA
          COMMAND test_cuda_oracle ${CMAKE_SOURCE_DIR}/tests/oracle/gpt_oracle.py ${DPC_PYTHON} cuda
          ENVIRONMENT DPC_ORACLE_DEVICE=auto)
+dpc_test(NAME cuda_llama_oracle LABEL oracle TIMEOUT 120 SKIP_OK REQUIRES CUDA
+         COMMAND test_cuda_llama_oracle ${CMAKE_SOURCE_DIR}/tests/oracle/llama_oracle.py ${DPC_PYTHON} cuda)
