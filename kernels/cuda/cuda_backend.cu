@@ -1,6 +1,8 @@
 /* cuda_backend.cu — the CUDA compute backend (gpt_cuda_ops): GPT-2 forward, backward and
  * AdamW on one GPU, the same algorithm step for step as the CPU backend (cpu_backend.c), with
- * the matrix products in cuBLAS and the rest in cuda_kernels.cu.
+ * the matrix products in cuBLAS and the rest in cuda_kernels.cu. The Llama family's passes are
+ * cuda_llama_model.cu's; the vtable, token upload, loss, dlogits, optimizer and products here
+ * serve both (state and product shared through cuda_shared.h).
  *
  * Precision: fp32 (default, CUDA-core SGEMM: the exact mode, within ~1e-5 of the CPU),
  * tf32 (tensor-core SGEMM with TF32 inputs) or bf16 (operands rounded to bfloat16, FP32
