@@ -1,8 +1,8 @@
 /* cuda_backend.cu — the CUDA compute backend (gpt_cuda_ops): GPT-2 forward, backward and
  * AdamW on one GPU, the same algorithm step for step as the CPU backend (cpu_backend.c), with
  * the matrix products in cuBLAS and the rest in cuda_kernels.cu. The Llama family's passes are
- * cuda_llama_model.cu's; the vtable, token upload, loss, dlogits, optimizer and products here
- * serve both (state and product shared through cuda_shared.h).
+ * cuda_llama_model.cu's; the vtable, token upload, loss, dlogits and optimizer here serve
+ * both, as does the cuBLAS product of cuda_shared.cu (the state is in cuda_shared.h).
  *
  * Precision: fp32 (default, CUDA-core SGEMM: the exact mode, within ~1e-5 of the CPU),
  * tf32 (tensor-core SGEMM with TF32 inputs) or bf16 (operands rounded to bfloat16, FP32
@@ -222,36 +222,6 @@ static int cuda_get_grads(gpt_model *m, float *dst, size_t off, size_t n) {
 }
 
 /* ---- matrix products ------------------------------------------------------------------- */
-
-/* Elements a column-major operand of op(X) (rows x cols after op) spans with leading
- * dimension ld, over `batch` matrices `stride` apart. */
-static size_t extent(int trans, int rows, int cols, int ld, long long stride, int batch) {
-  const size_t one = trans ? (size_t)(rows - 1) * ld + cols : (size_t)(cols - 1) * ld + rows;
-  return (size_t)(batch - 1) * (size_t)stride + one;
-}
-
-/* cuda_shared.h's product. */
-int cuda_gemm(cuda_impl *c, int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, long long sA,
-              const float *B, int ldb, long long sB, float beta, float *Cm, int ldc, long long sC, int batch) {
-  const cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (c->precision == PREC_BF16) {
-    const size_t na = extent(ta, m, k, lda, sA, batch), nb = extent(tb, k, n, ldb, sB, batch);
-    if (na > c->n16 || nb > c->n16)
-      return dpc_err(DPC_EINTERNAL, "cuda backend: bf16 operand of %zu/%zu elements exceeds scratch %zu", na, nb,
-                     c->n16);
-    TRY(cudak_to_bf16(c->a16, A, na, c->st));
-    TRY(cudak_to_bf16(c->b16, B, nb, c->st));
-    BLAS_TRY(cublasGemmStridedBatchedEx(c->blas, oa, ob, m, n, k, &alpha, c->a16, CUDA_R_16BF, lda, sA, c->b16,
-                                        CUDA_R_16BF, ldb, sB, &beta, Cm, CUDA_R_32F, ldc, sC, batch,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return 0;
-  }
-  if (batch == 1) BLAS_TRY(cublasSgemm(c->blas, oa, ob, m, n, k, &alpha, A, lda, B, ldb, &beta, Cm, ldc));
-  else
-    BLAS_TRY(cublasSgemmStridedBatched(c->blas, oa, ob, m, n, k, &alpha, A, lda, sA, B, ldb, sB, &beta, Cm, ldc, sC,
-                                       batch));
-  return 0;
-}
 
 /* Row-major out[N, OC] = inp[N, IC] @ W[IC, OC] (Conv1D layout), then the bias epilogue:
  * out += bias (+ res), or with act: out keeps the pre-activation and act = GELU(out). */

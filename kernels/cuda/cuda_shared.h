@@ -1,7 +1,7 @@
 /* cuda_shared.h — what the CUDA backend's two model files share (cuda_backend.cu with GPT-2,
- * the vtable, the optimizer and the products; cuda_llama_model.cu with the Llama family): the
- * backend state, the error macros, the cuBLAS product and the Llama entry points. Internal to
- * kernels/cuda; compiled as CUDA C++ only. */
+ * the vtable and the optimizer; cuda_llama_model.cu with the Llama family): the backend state,
+ * the error macros, the cuBLAS product (cuda_shared.cu) and the Llama entry points, which only
+ * cuda_backend.cu calls. Internal to kernels/cuda; compiled as CUDA C++ only. */
 #ifndef DPC_CUDA_SHARED_H
 #define DPC_CUDA_SHARED_H
 
