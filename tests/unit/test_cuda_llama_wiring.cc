@@ -7,7 +7,8 @@
  * every build with nvcc, with no GPU; the kernels themselves are test_cuda_llama's and the real
  * thing test_cuda_backend's, both on a GPU. Cases: tied with GQA, untied with q/k/v biases and
  * llama3 RoPE scaling, a smaller (B, T) than the buffers, multi-query. Buffers are allocated to
- * their planned sizes exactly, so the sanitizer build catches a plan too small. */
+ * their planned sizes exactly, so the sanitizer build catches a plan too small, and every product's
+ * operands must fit the planned bf16 scratch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,10 +146,19 @@ int cudak_wte_bwd(float *dwte, const float *dout, const int *uniq, const int *st
   return 0;
 }
 }
+/* Checked like the bf16 path of cuda_shared.cu: each operand must fit the planned bf16 scratch
+ * (c->n16, set from the plan here whatever the precision), or the product fails. */
+static int gemm_oversize;
 int cuda_gemm(cuda_impl *c, int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, long long,
               const float *B, int ldb, long long, float beta, float *Cm, int ldc, long long, int batch) {
-  (void)c;
   if (batch != 1) abort();
+  const size_t na = ta ? (size_t)(m - 1) * lda + k : (size_t)(k - 1) * lda + m;
+  const size_t nb = tb ? (size_t)(k - 1) * ldb + n : (size_t)(n - 1) * ldb + k;
+  if (na > c->n16 || nb > c->n16) {
+    fprintf(stderr, "FAIL: a product operand of %zu/%zu floats exceeds the bf16 scratch %zu\n", na, nb, c->n16);
+    gemm_oversize++;
+    return DPC_EINTERNAL;
+  }
   for (int j = 0; j < n; j++)
     for (int i = 0; i < m; i++) {
       double s = 0;
@@ -239,6 +249,7 @@ static int check(const gpt_config *cfg, int B, int T, int mB, int mT) {
   const int nb = cuda_llama_plan(mm, c, sizes, ptrs, 40, &n16);
   for (int i = 0; i < nb; i++) *ptrs[i] = (float *)calloc(sizes[i] > 0 ? (size_t)sizes[i] : 1, 4);
   c->params = p;
+  c->n16 = nb > 0 ? (size_t)n16 : 0;
   c->grads = (float *)calloc(P, 4);
   c->d_tok = (int *)calloc(5 * (size_t)N + 1, 4);
   c->B = B;
@@ -269,7 +280,8 @@ static int check(const gpt_config *cfg, int B, int T, int mB, int mT) {
       fprintf(stderr, "FAIL grad %s: rel err %.3g\n", t->name, e);
     }
   }
-  bad += !(fabs(loss - lref) <= 1e-5 * lref) + !(he <= 1e-5);
+  bad += !(fabs(loss - lref) <= 1e-5 * lref) + !(he <= 1e-5) + gemm_oversize;
+  gemm_oversize = 0;
   fprintf(stderr, "%s B=%d T=%d (buffers %d x %d): loss %.7f (cpu %.7f), hidden rel err %.3g, worst grad %s %.3g\n",
           bad ? "FAIL" : "ok", B, T, mB, mT, loss, lref, he, wn, worst);
   for (int i = 0; i < nb; i++) free(*ptrs[i]);
