@@ -1,6 +1,8 @@
 /* cuda_backend.cu — the CUDA compute backend (gpt_cuda_ops): GPT-2 forward, backward and
  * AdamW on one GPU, the same algorithm step for step as the CPU backend (cpu_backend.c), with
- * the matrix products in cuBLAS and the rest in cuda_kernels.cu.
+ * the matrix products in cuBLAS and the rest in cuda_kernels.cu. The Llama family's passes are
+ * cuda_llama_model.cu's; the vtable, token upload, loss, dlogits and optimizer here serve
+ * both, as does the cuBLAS product of cuda_shared.cu (the state is in cuda_shared.h).
  *
  * Precision: fp32 (default, CUDA-core SGEMM: the exact mode, within ~1e-5 of the CPU),
  * tf32 (tensor-core SGEMM with TF32 inputs) or bf16 (operands rounded to bfloat16, FP32
@@ -16,93 +18,14 @@
  * batched GEMM for the scores, a causal softmax kept for backward, and a second GEMM; a fused
  * (flash) kernel is the next step for speed at long T. Every CUDA and cuBLAS failure is
  * reported with file, line, the failing call and CUDA's message. */
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-extern "C" {
-#include "common/errors.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/gpt.h"
-}
+#include "kernels/cuda/cuda_shared.h"
 
 enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, FPW, FPB, NLAYER_T };
-enum { ST_NONE, ST_LOGITS, ST_LOSS, ST_BACKWARD };
-enum { PREC_FP32 = 0, PREC_TF32 = 1, PREC_BF16 = 2 };
-
-typedef struct {
-  int precision;
-  cudaStream_t st;
-  cublasHandle_t blas;
-  float *store;       /* params | grads | adam_m | adam_v, n_params each */
-  float *params, *grads, *adam_m, *adam_v;
-  float *acts;        /* the one activation allocation the pointers below live in */
-  float *encoded;     /* (N, C) */
-  float *ln1;         /* (L, N, C) */
-  float *ln1_mean;    /* (L, N) */
-  float *ln1_rstd;    /* (L, N) */
-  float *qkv;         /* (L, N, 3C) */
-  float *att;         /* (L, B, NH, T, T) softmax probabilities (zero above the diagonal) */
-  float *atty;        /* (L, N, C) attention output before c_proj */
-  float *res2;        /* (L, N, C) */
-  float *ln2;         /* (L, N, C) */
-  float *ln2_mean;    /* (L, N) */
-  float *ln2_rstd;    /* (L, N) */
-  float *fch;         /* (L, N, 4C) c_fc output before GELU */
-  float *fch_gelu;    /* (L, N, 4C) */
-  float *res3;        /* (L, N, C) */
-  float *lnf;         /* (N, C) */
-  float *lnf_mean;    /* (N) */
-  float *lnf_rstd;    /* (N) */
-  float *logits;      /* (N, V); dlogits after backward */
-  float *losses;      /* (N) */
-  float *lse;         /* (N) */
-  float *dres;        /* (N, C) */
-  float *dtmp;        /* (N, C) */
-  float *dqkv;        /* (N, 3C) */
-  float *dfch;        /* (N, 4C) */
-  float *qkvr;        /* (3, B, NH, T, hs) q, k, v by head */
-  float *dqkvr;       /* (3, B, NH, T, hs) dq, dk, dv by head */
-  float *yr;          /* (B, NH, T, hs) attention output / its gradient, by head */
-  float *datt;        /* (B, NH, T, T) dscores */
-  float *part;        /* column-sum partials */
-  float *scal;        /* (2) grad norm, clip coefficient */
-  double *dsum;       /* (1) loss sum */
-  double *seg_sumsq;  /* (nseg) */
-  cudak_seg *segs;    /* (nseg) device copy of the optimizer work items */
-  int nseg;
-  uint16_t *a16, *b16; /* bf16 operand copies, n16 elements each (bf16 precision only) */
-  size_t n16;
-  int *d_tok;         /* inputs (N) | targets (N) | uniq (N) | start (N+1) | pos (N) */
-  int *h_tok;         /* host staging of the same */
-  int *h_cnt;         /* (V) counting-sort buckets for the wte gradient */
-  int U;              /* distinct input tokens of the last forward */
-  int B, T, state;
-} cuda_impl;
-
-#define CUDA_TRY(call)                                                                                  \
-  do {                                                                                                  \
-    cudaError_t e_ = (call);                                                                            \
-    if (e_ != cudaSuccess)                                                                              \
-      return dpc_err(e_ == cudaErrorMemoryAllocation ? DPC_ENOMEM : DPC_EBACKEND, "cuda: %s:%d: %s: %s", \
-                     __FILE__, __LINE__, #call, cudaGetErrorString(e_));                                \
-  } while (0)
-
-#define BLAS_TRY(call)                                                                                     \
-  do {                                                                                                     \
-    cublasStatus_t s_ = (call);                                                                            \
-    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                       \
-      return dpc_err(DPC_EBACKEND, "cublas: %s:%d: %s: %s", __FILE__, __LINE__, #call, cublasGetStatusString(s_)); \
-  } while (0)
-
-#define TRY(call)              \
-  do {                         \
-    int rc_ = (call);          \
-    if (rc_) return rc_;       \
-  } while (0)
 
 static void layer_ptrs(const gpt_layout *lay, float *base, int l, float *w[NLAYER_T]) {
   const gpt_tensor *t = &lay->tensors[4 + NLAYER_T * l];
@@ -125,14 +48,14 @@ static void cuda_destroy(gpt_model *m) {
   if (c->st) cudaStreamDestroy(c->st);
   free(c->h_tok);
   free(c->h_cnt);
+  cuda_llama_destroy(c);
   free(c);
   m->impl = NULL;
 }
 
-static int cuda_create_impl(gpt_model *m, cuda_impl *c) {
-  const gpt_config *cfg = &m->lay.cfg;
-  const size_t L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, V = cfg->vocab_size, hs = C / NH;
-  const size_t B = m->maxB, T = m->maxT, N = B * T, P = m->lay.n_params;
+/* Device, stream and cuBLAS handle, after the checks that need no allocation. */
+static int device_setup(gpt_model *m, cuda_impl *c, cudaDeviceProp *pr) {
+  const size_t B = m->maxB, N = B * m->maxT, NH = m->lay.cfg.n_head;
   if (m->opts.precision < PREC_FP32 || m->opts.precision > PREC_BF16)
     return dpc_err(DPC_EINVAL, "cuda backend: precision %d unknown (0 fp32, 1 tf32, 2 bf16)", m->opts.precision);
   if (N > (size_t)INT32_MAX / 8 || B * NH > 65535u * 1024u)
@@ -143,69 +66,59 @@ static int cuda_create_impl(gpt_model *m, cuda_impl *c) {
   if (m->opts.device < 0 || m->opts.device >= ndev)
     return dpc_err(DPC_EINVAL, "cuda backend: device %d does not exist (%d visible)", m->opts.device, ndev);
   CUDA_TRY(cudaSetDevice(m->opts.device));
-  cudaDeviceProp pr;
-  CUDA_TRY(cudaGetDeviceProperties(&pr, m->opts.device));
-  if (c->precision != PREC_FP32 && pr.major < 8)
+  CUDA_TRY(cudaGetDeviceProperties(pr, m->opts.device));
+  if (c->precision != PREC_FP32 && pr->major < 8)
     return dpc_err(DPC_EUNSUPPORTED, "cuda backend: %s needs compute capability 8.0 or newer (%s is %d.%d); use fp32",
-                   c->precision == PREC_BF16 ? "bf16" : "tf32", pr.name, pr.major, pr.minor);
+                   c->precision == PREC_BF16 ? "bf16" : "tf32", pr->name, pr->major, pr->minor);
   CUDA_TRY(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
   BLAS_TRY(cublasCreate(&c->blas));
   BLAS_TRY(cublasSetStream(c->blas, c->st));
   BLAS_TRY(cublasSetMathMode(c->blas, c->precision == PREC_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  return 0;
+}
 
-  const double dL = L, dC = C, dN = (double)N, dT = T, dBH = (double)(B * NH);
-  const double dsizes[] = {dN * dC,     dL * dN * dC, dL * dN,      dL * dN,      3 * dL * dN * dC, dL * dBH * dT * dT,
-                           dL * dN * dC, dL * dN * dC, dL * dN * dC, dL * dN,      dL * dN,          4 * dL * dN * dC,
-                           4 * dL * dN * dC, dL * dN * dC, dN * dC,   dN,           dN,               dN * V,
-                           dN,          dN,           dN * dC,      dN * dC,      3 * dN * dC,      4 * dN * dC,
-                           3 * dN * dC, 3 * dN * dC,  dN * dC,      dBH * dT * dT,
-                           (double)cudak_colsum_scratch((int)N, (int)(4 * C)), 2};
-  float **ptrs[] = {&c->encoded, &c->ln1,      &c->ln1_mean, &c->ln1_rstd, &c->qkv,   &c->att,
-                    &c->atty,    &c->res2,     &c->ln2,      &c->ln2_mean, &c->ln2_rstd, &c->fch,
-                    &c->fch_gelu, &c->res3,    &c->lnf,      &c->lnf_mean, &c->lnf_rstd, &c->logits,
-                    &c->losses,  &c->lse,      &c->dres,     &c->dtmp,     &c->dqkv,  &c->dfch,
-                    &c->qkvr,    &c->dqkvr,    &c->yr,       &c->datt,     &c->part,  &c->scal};
-  const int nbuf = (int)(sizeof dsizes / sizeof dsizes[0]);
-  static_assert(sizeof dsizes / sizeof dsizes[0] == sizeof ptrs / sizeof ptrs[0], "one size per buffer");
-  double need = 0.0;
-  for (int i = 0; i < nbuf; i++) need += dsizes[i] + 64;
-  size_t sizes[sizeof dsizes / sizeof dsizes[0]], total = 0;
-  for (int i = 0; i < nbuf; i++) {
-    sizes[i] = ((size_t)dsizes[i] + 63) & ~(size_t)63; /* 256-byte aligned starts */
-    total += sizes[i];
-  }
-  size_t nseg = 0;
-  for (int k = 0; k < m->lay.n_tensors; k++) nseg += (m->lay.tensors[k].numel + CUDAK_SEG - 1) / CUDAK_SEG;
-  if (c->precision == PREC_BF16) {
-    /* The largest operand of any product: wte, dlogits (N, V), an (N, 4C) activation or a
-     * score block. */
-    double n16 = dC * V;
-    if (dN * V > n16) n16 = dN * V;
-    if (4 * dN * dC > n16) n16 = 4 * dN * dC;
-    if (dBH * dT * dT > n16) n16 = dBH * dT * dT;
-    if (4 * dC * dC > n16) n16 = 4 * dC * dC;
-    c->n16 = (size_t)n16;
-  }
-  size_t free_b = 0, total_b = 0;
-  const double bytes = (need + 4.0 * P) * 4.0 + c->n16 * 4.0;
-  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && bytes > (double)free_b)
-    return dpc_err(DPC_ENOMEM, "cuda backend: B=%zu T=%zu needs %.2f GiB of device memory, %.2f GiB is free on %s; "
-                   "lower B or T", B, T, bytes / 1073741824.0, free_b / 1073741824.0, pr.name);
-  /* Zeroing goes on our stream (non-blocking: it does not order against the legacy default
-   * stream), and create waits for it below, before any copy can land. */
+enum { MAX_BUFS = 40 };
+
+/* GPT-2's activation buffers (sizes in floats) and, for bf16, its largest product operand: wte,
+ * dlogits (N, V), an (N, 4C) activation, a score block or c_fc's weight. */
+static int gpt2_plan(gpt_model *m, cuda_impl *c, double *dsizes, float ***ptrs, double *n16) {
+  const gpt_config *cfg = &m->lay.cfg;
+  const double dL = cfg->n_layer, dC = cfg->n_embd, V = cfg->vocab_size, dT = m->maxT;
+  const double dN = (double)m->maxB * m->maxT, dBH = (double)m->maxB * cfg->n_head;
+  const double s[] = {dN * dC,     dL * dN * dC, dL * dN,      dL * dN,      3 * dL * dN * dC, dL * dBH * dT * dT,
+                      dL * dN * dC, dL * dN * dC, dL * dN * dC, dL * dN,      dL * dN,          4 * dL * dN * dC,
+                      4 * dL * dN * dC, dL * dN * dC, dN * dC,   dN,           dN,               dN * V,
+                      dN,          dN,           dN * dC,      dN * dC,      3 * dN * dC,      4 * dN * dC,
+                      3 * dN * dC, 3 * dN * dC,  dN * dC,      dBH * dT * dT,
+                      (double)cudak_colsum_scratch((int)dN, (int)(4 * dC)), 2};
+  float **p[] = {&c->encoded, &c->ln1,      &c->ln1_mean, &c->ln1_rstd, &c->qkv,   &c->att,
+                 &c->atty,    &c->res2,     &c->ln2,      &c->ln2_mean, &c->ln2_rstd, &c->fch,
+                 &c->fch_gelu, &c->res3,    &c->lnf,      &c->lnf_mean, &c->lnf_rstd, &c->logits,
+                 &c->losses,  &c->lse,      &c->dres,     &c->dtmp,     &c->dqkv,  &c->dfch,
+                 &c->qkvr,    &c->dqkvr,    &c->yr,       &c->datt,     &c->part,  &c->scal};
+  const int nbuf = (int)(sizeof s / sizeof s[0]);
+  static_assert(sizeof s / sizeof s[0] == sizeof p / sizeof p[0], "one size per buffer");
+  static_assert(sizeof s / sizeof s[0] <= MAX_BUFS, "MAX_BUFS holds them");
+  for (int i = 0; i < nbuf; i++) dsizes[i] = s[i], ptrs[i] = p[i];
+  double n = dC * V;
+  if (dN * V > n) n = dN * V;
+  if (4 * dN * dC > n) n = 4 * dN * dC;
+  if (dBH * dT * dT > n) n = dBH * dT * dT;
+  if (4 * dC * dC > n) n = 4 * dC * dC;
+  *n16 = n;
+  return nbuf;
+}
+
+/* Parameters, gradients and moments (zeroed), the optimizer's work items, the token buffers
+ * and the bf16 operand copies. */
+static int alloc_state(gpt_model *m, cuda_impl *c) {
+  const size_t N = (size_t)m->maxB * m->maxT, P = m->lay.n_params, V = m->lay.cfg.vocab_size;
   CUDA_TRY(cudaMalloc((void **)&c->store, 4 * P * sizeof(float)));
   CUDA_TRY(cudaMemsetAsync(c->store, 0, 4 * P * sizeof(float), c->st));
   c->params = c->store;
   c->grads = c->store + P;
   c->adam_m = c->store + 2 * P;
   c->adam_v = c->store + 3 * P;
-  CUDA_TRY(cudaMalloc((void **)&c->acts, total * sizeof(float)));
-  CUDA_TRY(cudaMemsetAsync(c->acts, 0, total * sizeof(float), c->st));
-  float *p = c->acts;
-  for (int i = 0; i < nbuf; i++) {
-    *ptrs[i] = p;
-    p += sizes[i];
-  }
   if (c->n16) {
     CUDA_TRY(cudaMalloc((void **)&c->a16, c->n16 * sizeof(uint16_t)));
     CUDA_TRY(cudaMalloc((void **)&c->b16, c->n16 * sizeof(uint16_t)));
@@ -214,6 +127,8 @@ static int cuda_create_impl(gpt_model *m, cuda_impl *c) {
   CUDA_TRY(cudaMalloc((void **)&c->d_tok, (5 * N + 1) * sizeof(int)));
   c->h_tok = (int *)malloc((5 * N + 1) * sizeof(int));
   c->h_cnt = (int *)malloc(V * sizeof(int));
+  size_t nseg = 0;
+  for (int k = 0; k < m->lay.n_tensors; k++) nseg += (m->lay.tensors[k].numel + CUDAK_SEG - 1) / CUDAK_SEG;
   cudak_seg *hsegs = (cudak_seg *)malloc(nseg * sizeof *hsegs);
   if (!c->h_tok || !c->h_cnt || !hsegs) {
     free(hsegs);
@@ -235,16 +150,48 @@ static int cuda_create_impl(gpt_model *m, cuda_impl *c) {
   free(hsegs);
   CUDA_TRY(e1);
   CUDA_TRY(cudaMalloc((void **)&c->seg_sumsq, nseg * sizeof(double)));
+  return 0;
+}
+
+static int cuda_create_impl(gpt_model *m, cuda_impl *c) {
+  const size_t B = m->maxB, T = m->maxT, P = m->lay.n_params;
+  const int llama = m->lay.cfg.arch == GPT_ARCH_LLAMA;
+  cudaDeviceProp pr;
+  TRY(device_setup(m, c, &pr));
+  double dsizes[MAX_BUFS], n16 = 0.0;
+  float **ptrs[MAX_BUFS];
+  const int nbuf = llama ? cuda_llama_plan(m, c, dsizes, ptrs, MAX_BUFS, &n16) : gpt2_plan(m, c, dsizes, ptrs, &n16);
+  if (nbuf < 0) return nbuf;
+  if (c->precision == PREC_BF16) c->n16 = (size_t)n16;
+  double need = 0.0;
+  for (int i = 0; i < nbuf; i++) need += dsizes[i] + 64;
+  size_t sizes[MAX_BUFS], total = 0;
+  for (int i = 0; i < nbuf; i++) {
+    sizes[i] = ((size_t)dsizes[i] + 63) & ~(size_t)63; /* 256-byte aligned starts */
+    total += sizes[i];
+  }
+  size_t free_b = 0, total_b = 0;
+  const double bytes = (need + 4.0 * P) * 4.0 + c->n16 * 4.0;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && bytes > (double)free_b)
+    return dpc_err(DPC_ENOMEM, "cuda backend: B=%zu T=%zu needs %.2f GiB of device memory, %.2f GiB is free on %s; "
+                   "lower B or T", B, T, bytes / 1073741824.0, free_b / 1073741824.0, pr.name);
+  /* Zeroing goes on our stream (non-blocking: it does not order against the legacy default
+   * stream), and create waits for it below, before any copy can land. */
+  TRY(alloc_state(m, c));
+  CUDA_TRY(cudaMalloc((void **)&c->acts, total * sizeof(float)));
+  CUDA_TRY(cudaMemsetAsync(c->acts, 0, total * sizeof(float), c->st));
+  float *p = c->acts;
+  for (int i = 0; i < nbuf; i++) {
+    *ptrs[i] = p;
+    p += sizes[i];
+  }
   CUDA_TRY(cudaStreamSynchronize(c->st));
-  (void)hs;
+  if (llama) TRY(cuda_llama_init(m, c));
   c->state = ST_NONE;
   return 0;
 }
 
 static int cuda_create(gpt_model *m) {
-  if (m->lay.cfg.arch != GPT_ARCH_GPT2)
-    return dpc_err(DPC_EUNSUPPORTED, "cuda backend: the %s architecture is not supported yet on CUDA; use --backend cpu",
-                   gpt_arch_name(m->lay.cfg.arch));
   cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
   if (!c) return dpc_err(DPC_ENOMEM, "cuda backend: out of memory for the model state");
   m->impl = c;
@@ -276,51 +223,19 @@ static int cuda_get_grads(gpt_model *m, float *dst, size_t off, size_t n) {
 
 /* ---- matrix products ------------------------------------------------------------------- */
 
-/* Elements a column-major operand of op(X) (rows x cols after op) spans with leading
- * dimension ld, over `batch` matrices `stride` apart. */
-static size_t extent(int trans, int rows, int cols, int ld, long long stride, int batch) {
-  const size_t one = trans ? (size_t)(rows - 1) * ld + cols : (size_t)(cols - 1) * ld + rows;
-  return (size_t)(batch - 1) * (size_t)stride + one;
-}
-
-/* Column-major Cm = alpha op(A) op(B) + beta Cm over `batch` matrices (strides in elements),
- * cuBLAS's contract; in bf16 precision A and B are rounded to bfloat16 copies first. */
-static int gemm(cuda_impl *c, int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
-                long long sA, const float *B, int ldb, long long sB, float beta, float *Cm, int ldc, long long sC,
-                int batch) {
-  const cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (c->precision == PREC_BF16) {
-    const size_t na = extent(ta, m, k, lda, sA, batch), nb = extent(tb, k, n, ldb, sB, batch);
-    if (na > c->n16 || nb > c->n16)
-      return dpc_err(DPC_EINTERNAL, "cuda backend: bf16 operand of %zu/%zu elements exceeds scratch %zu", na, nb,
-                     c->n16);
-    TRY(cudak_to_bf16(c->a16, A, na, c->st));
-    TRY(cudak_to_bf16(c->b16, B, nb, c->st));
-    BLAS_TRY(cublasGemmStridedBatchedEx(c->blas, oa, ob, m, n, k, &alpha, c->a16, CUDA_R_16BF, lda, sA, c->b16,
-                                        CUDA_R_16BF, ldb, sB, &beta, Cm, CUDA_R_32F, ldc, sC, batch,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return 0;
-  }
-  if (batch == 1) BLAS_TRY(cublasSgemm(c->blas, oa, ob, m, n, k, &alpha, A, lda, B, ldb, &beta, Cm, ldc));
-  else
-    BLAS_TRY(cublasSgemmStridedBatched(c->blas, oa, ob, m, n, k, &alpha, A, lda, sA, B, ldb, sB, &beta, Cm, ldc, sC,
-                                       batch));
-  return 0;
-}
-
 /* Row-major out[N, OC] = inp[N, IC] @ W[IC, OC] (Conv1D layout), then the bias epilogue:
  * out += bias (+ res), or with act: out keeps the pre-activation and act = GELU(out). */
 static int linear_fwd(cuda_impl *c, float *out, const float *inp, const float *W, const float *bias, const float *res,
                       float *act, int N, int IC, int OC) {
-  TRY(gemm(c, 0, 0, OC, N, IC, 1.0f, W, OC, 0, inp, IC, 0, 0.0f, out, OC, 0, 1));
+  TRY(cuda_gemm(c, 0, 0, OC, N, IC, 1.0f, W, OC, 0, inp, IC, 0, 0.0f, out, OC, 0, 1));
   return act ? cudak_bias_gelu(out, act, bias, N, OC, c->st) : cudak_bias_add(out, bias, res, N, OC, c->st);
 }
 
 /* dinp[N, IC] = dout @ W^T; dW[IC, OC] += inp^T @ dout; db[OC] += column sums of dout. */
 static int linear_bwd(cuda_impl *c, float *dinp, float *dW, float *db, const float *dout, const float *inp,
                       const float *W, int N, int IC, int OC) {
-  TRY(gemm(c, 1, 0, IC, N, OC, 1.0f, W, OC, 0, dout, OC, 0, 0.0f, dinp, IC, 0, 1));
-  TRY(gemm(c, 0, 1, OC, IC, N, 1.0f, dout, OC, 0, inp, IC, 0, 1.0f, dW, OC, 0, 1));
+  TRY(cuda_gemm(c, 1, 0, IC, N, OC, 1.0f, W, OC, 0, dout, OC, 0, 0.0f, dinp, IC, 0, 1));
+  TRY(cuda_gemm(c, 0, 1, OC, IC, N, 1.0f, dout, OC, 0, inp, IC, 0, 1.0f, dW, OC, 0, 1));
   return cudak_colsum(db, NULL, c->part, dout, NULL, NULL, NULL, N, OC, c->st);
 }
 
@@ -339,9 +254,9 @@ static int attention_fwd(cuda_impl *c, float *out, float *att, const float *qkv,
   const size_t NC = (size_t)B * T * C;
   float *q = c->qkvr, *k = q + NC, *v = k + NC;
   TRY(cudak_qkv_permute(q, k, v, qkv, B, T, NH, hs, c->st));
-  TRY(gemm(c, 1, 0, T, T, hs, 1.0f / sqrtf((float)hs), k, hs, sH, q, hs, sH, 0.0f, att, T, sA, BH));
+  TRY(cuda_gemm(c, 1, 0, T, T, hs, 1.0f / sqrtf((float)hs), k, hs, sH, q, hs, sH, 0.0f, att, T, sA, BH));
   TRY(cudak_causal_softmax(att, (size_t)BH * T, T, c->st));
-  TRY(gemm(c, 0, 0, hs, T, T, 1.0f, v, hs, sH, att, T, sA, 0.0f, c->yr, hs, sH, BH));
+  TRY(cuda_gemm(c, 0, 0, hs, T, T, 1.0f, v, hs, sH, att, T, sA, 0.0f, c->yr, hs, sH, BH));
   return cudak_heads(out, c->yr, B, T, NH, hs, 1, c->st);
 }
 
@@ -355,11 +270,11 @@ static int attention_bwd(cuda_impl *c, float *dqkv, const float *dout, const flo
   float *dq = c->dqkvr, *dk = dq + NC, *dv = dk + NC, *dy = c->yr;
   TRY(cudak_qkv_permute(q, k, v, qkv, B, T, NH, hs, c->st));
   TRY(cudak_heads(dy, dout, B, T, NH, hs, 0, c->st));
-  TRY(gemm(c, 1, 0, T, T, hs, 1.0f, v, hs, sH, dy, hs, sH, 0.0f, c->datt, T, sA, BH));   /* dP = dY V^T */
-  TRY(gemm(c, 0, 1, hs, T, T, 1.0f, dy, hs, sH, att, T, sA, 0.0f, dv, hs, sH, BH));      /* dV = P^T dY */
+  TRY(cuda_gemm(c, 1, 0, T, T, hs, 1.0f, v, hs, sH, dy, hs, sH, 0.0f, c->datt, T, sA, BH));   /* dP = dY V^T */
+  TRY(cuda_gemm(c, 0, 1, hs, T, T, 1.0f, dy, hs, sH, att, T, sA, 0.0f, dv, hs, sH, BH));      /* dV = P^T dY */
   TRY(cudak_causal_softmax_bwd(c->datt, att, (size_t)BH * T, T, 1.0f / sqrtf((float)hs), c->st));
-  TRY(gemm(c, 0, 0, hs, T, T, 1.0f, k, hs, sH, c->datt, T, sA, 0.0f, dq, hs, sH, BH));  /* dQ = dS K */
-  TRY(gemm(c, 0, 1, hs, T, T, 1.0f, q, hs, sH, c->datt, T, sA, 0.0f, dk, hs, sH, BH));  /* dK = dS^T Q */
+  TRY(cuda_gemm(c, 0, 0, hs, T, T, 1.0f, k, hs, sH, c->datt, T, sA, 0.0f, dq, hs, sH, BH));  /* dQ = dS K */
+  TRY(cuda_gemm(c, 0, 1, hs, T, T, 1.0f, q, hs, sH, c->datt, T, sA, 0.0f, dk, hs, sH, BH));  /* dK = dS^T Q */
   return cudak_qkv_unpermute(dqkv, dq, dk, dv, B, T, NH, hs, c->st);
 }
 
@@ -396,16 +311,12 @@ static int upload_tokens(gpt_model *m, cuda_impl *c, const int *inputs, const in
   return 0;
 }
 
-static int cuda_forward(gpt_model *m, const int *inputs, const int *targets, int B, int T, float *loss) {
-  cuda_impl *c = (cuda_impl *)m->impl;
+/* GPT-2 from the uploaded tokens to the logits. */
+static int gpt2_forward(gpt_model *m, cuda_impl *c, int B, int T) {
   const gpt_config *cfg = &m->lay.cfg;
   const int L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, V = cfg->vocab_size, N = B * T;
   const size_t NC = (size_t)N * C;
-  c->state = ST_NONE;
-  c->B = B;
-  c->T = T;
-  TRY(upload_tokens(m, c, inputs, targets, N));
-  const int *d_in = c->d_tok, *d_tg = c->d_tok + N;
+  const int *d_in = c->d_tok;
   const float *wte = c->params, *wpe = wte + (size_t)V * C;
   const float *lnfw = wpe + (size_t)cfg->n_positions * C, *lnfb = lnfw + C;
   TRY(cudak_encoder_fwd(c->encoded, d_in, wte, wpe, N, T, C, c->st));
@@ -428,13 +339,24 @@ static int cuda_forward(gpt_model *m, const int *inputs, const int *targets, int
     residual = res3;
   }
   TRY(cudak_layernorm_fwd(c->lnf, c->lnf_mean, c->lnf_rstd, residual, lnfw, lnfb, N, C, c->st));
-  TRY(gemm(c, 1, 0, V, N, C, 1.0f, wte, C, 0, c->lnf, C, 0, 0.0f, c->logits, V, 0, 1)); /* logits = lnf wte^T */
+  return cuda_gemm(c, 1, 0, V, N, C, 1.0f, wte, C, 0, c->lnf, C, 0, 0.0f, c->logits, V, 0, 1); /* lnf wte^T */
+}
+
+static int cuda_forward(gpt_model *m, const int *inputs, const int *targets, int B, int T, float *loss) {
+  cuda_impl *c = (cuda_impl *)m->impl;
+  const int V = m->lay.cfg.vocab_size, N = B * T;
+  c->state = ST_NONE;
+  c->B = B;
+  c->T = T;
+  TRY(upload_tokens(m, c, inputs, targets, N));
+  if (m->lay.cfg.arch == GPT_ARCH_LLAMA) TRY(cuda_llama_forward(m, c, B, T));
+  else TRY(gpt2_forward(m, c, B, T));
   if (!targets) {
     CUDA_TRY(cudaStreamSynchronize(c->st));
     c->state = ST_LOGITS;
     return 0;
   }
-  TRY(cudak_xent_fwd(c->losses, c->lse, c->logits, d_tg, N, V, c->st));
+  TRY(cudak_xent_fwd(c->losses, c->lse, c->logits, c->d_tok + N, N, V, c->st));
   TRY(cudak_sum(c->dsum, c->losses, N, c->st));
   double sum = 0.0;
   TRY(copy(&sum, c->dsum, sizeof sum, cudaMemcpyDeviceToHost, c->st));
@@ -470,24 +392,19 @@ static int cuda_zero_grad(gpt_model *m) {
   return 0;
 }
 
-static int cuda_backward(gpt_model *m) {
-  cuda_impl *c = (cuda_impl *)m->impl;
-  if (c->state != ST_LOSS)
-    return dpc_err(DPC_ESTATE, "backward: needs a forward with targets first (and at most one backward per forward)");
+/* GPT-2 from the dlogits in c->logits down to the embedding gradients. */
+static int gpt2_backward(gpt_model *m, cuda_impl *c) {
   const gpt_config *cfg = &m->lay.cfg;
   const int L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, V = cfg->vocab_size;
   const int B = c->B, T = c->T, N = B * T;
   const size_t NC = (size_t)N * C;
-  c->state = ST_BACKWARD;
-  const int *d_tg = c->d_tok + N, *d_uniq = c->d_tok + 2 * N, *d_start = c->d_tok + 3 * N;
-  const int *d_pos = c->d_tok + 4 * N + 1;
+  const int *d_uniq = c->d_tok + 2 * N, *d_start = c->d_tok + 3 * N, *d_pos = c->d_tok + 4 * N + 1;
   float *wte = c->params, *wpe = wte + (size_t)V * C, *lnfw = wpe + (size_t)cfg->n_positions * C;
   float *dwte = c->grads, *dwpe = dwte + (size_t)V * C, *dlnfw = dwpe + (size_t)cfg->n_positions * C;
   float *dlnfb = dlnfw + C;
 
-  TRY(cudak_xent_bwd(c->logits, c->lse, d_tg, N, V, 1.0f / (float)N, c->st));
-  TRY(gemm(c, 0, 0, C, N, V, 1.0f, wte, C, 0, c->logits, V, 0, 0.0f, c->dtmp, C, 0, 1));  /* dlnf = dlogits wte */
-  TRY(gemm(c, 0, 1, C, V, N, 1.0f, c->lnf, C, 0, c->logits, V, 0, 1.0f, dwte, C, 0, 1));  /* dwte += dlogits^T lnf */
+  TRY(cuda_gemm(c, 0, 0, C, N, V, 1.0f, wte, C, 0, c->logits, V, 0, 0.0f, c->dtmp, C, 0, 1));  /* dlnf = dlogits wte */
+  TRY(cuda_gemm(c, 0, 1, C, V, N, 1.0f, c->lnf, C, 0, c->logits, V, 0, 1.0f, dwte, C, 0, 1));  /* dwte += dlogits^T lnf */
   CUDA_TRY(cudaMemsetAsync(c->dres, 0, NC * sizeof(float), c->st));
   const float *last = c->res3 + (size_t)(L - 1) * NC;
   TRY(layernorm_bwd(c, c->dres, dlnfw, dlnfb, c->dtmp, last, lnfw, c->lnf_mean, c->lnf_rstd, N, C));
@@ -513,6 +430,16 @@ static int cuda_backward(gpt_model *m) {
   }
   TRY(cudak_wpe_bwd(dwpe, c->dres, B, T, C, c->st));
   return cudak_wte_bwd(dwte, c->dres, d_uniq, d_start, d_pos, c->U, C, c->st);
+}
+
+static int cuda_backward(gpt_model *m) {
+  cuda_impl *c = (cuda_impl *)m->impl;
+  if (c->state != ST_LOSS)
+    return dpc_err(DPC_ESTATE, "backward: needs a forward with targets first (and at most one backward per forward)");
+  const int V = m->lay.cfg.vocab_size, N = c->B * c->T;
+  c->state = ST_BACKWARD;
+  TRY(cudak_xent_bwd(c->logits, c->lse, c->d_tok + N, N, V, 1.0f / (float)N, c->st)); /* dlogits, in place */
+  return m->lay.cfg.arch == GPT_ARCH_LLAMA ? cuda_llama_backward(m, c) : gpt2_backward(m, c);
 }
 
 /* ---- optimizer ------------------------------------------------------------------------- */

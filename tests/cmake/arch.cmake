@@ -12,6 +12,9 @@ set(DPC_ARCH_TARGETS dpc_common dpc_rpc dpc_kernels dpc_coord dipaco-coordinator
 if(NOT DIPACO_DISTRIBUTED)
   list(REMOVE_ITEM DPC_ARCH_TARGETS dpc_rpc dpc_coord dipaco-coordinator dpc_worker dipaco-worker)
 endif()
+if(DPC_HAVE_CUDA) # the CUDA backend's objects: its two model files call the shared product, not each other
+  list(APPEND DPC_ARCH_TARGETS dpc_kernels_cuda)
+endif()
 set(DPC_ARCH_ARGS)
 foreach(t IN LISTS DPC_ARCH_TARGETS)
   list(APPEND DPC_ARCH_ARGS "${t}=$<JOIN:$<TARGET_OBJECTS:${t}>,,>")

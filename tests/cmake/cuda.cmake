@@ -13,6 +13,20 @@ if(DPC_HAVE_CUDA)
   add_executable(test_cuda_oracle ${CMAKE_SOURCE_DIR}/tests/unit/test_cpu_oracle.c)
   target_link_libraries(test_cuda_oracle PRIVATE dpc_kernels dpc_common)
   dpc_link_cuda(test_cuda_oracle)
+  add_executable(test_cuda_llama_oracle ${CMAKE_SOURCE_DIR}/tests/unit/test_llama_oracle.c)
+  target_link_libraries(test_cuda_llama_oracle PRIVATE dpc_kernels dpc_common)
+  dpc_link_cuda(test_cuda_llama_oracle)
+  # The Llama passes' wiring with no GPU: cuda_llama_model.cu compiled as host C++ (the CUDA
+  # headers only) against stand-ins for the launchers, the product and the runtime's copies.
+  enable_language(CXX)
+  add_executable(test_cuda_llama_wiring ${CMAKE_SOURCE_DIR}/tests/unit/test_cuda_llama_wiring.cc)
+  target_include_directories(test_cuda_llama_wiring PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  target_compile_options(test_cuda_llama_wiring PRIVATE -Wall -Wextra)
+  if(DIPACO_SANITIZE)
+    target_compile_options(test_cuda_llama_wiring PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer
+                                                          -fno-sanitize-recover=undefined)
+  endif()
+  target_link_libraries(test_cuda_llama_wiring PRIVATE dpc_kernels dpc_common)
   # Throughput benchmark (not a test): tests/bench/gpu_train.sh runs it beside PyTorch.
   add_executable(gpu_train ${CMAKE_SOURCE_DIR}/tests/bench/gpu_train.c)
   target_link_libraries(gpu_train PRIVATE dpc_kernels dpc_common)
@@ -24,3 +38,6 @@ dpc_test(NAME cuda_backend LABEL unit TIMEOUT 120 SKIP_OK REQUIRES CUDA COMMAND 
 dpc_test(NAME cuda_oracle LABEL oracle TIMEOUT 120 SKIP_OK REQUIRES CUDA
          COMMAND test_cuda_oracle ${CMAKE_SOURCE_DIR}/tests/oracle/gpt_oracle.py ${DPC_PYTHON} cuda
          ENVIRONMENT DPC_ORACLE_DEVICE=auto)
+dpc_test(NAME cuda_llama_oracle LABEL oracle TIMEOUT 120 SKIP_OK REQUIRES CUDA
+         COMMAND test_cuda_llama_oracle ${CMAKE_SOURCE_DIR}/tests/oracle/llama_oracle.py ${DPC_PYTHON} cuda)
+dpc_test(NAME cuda_llama_wiring LABEL unit TIMEOUT 120 SKIP_OK REQUIRES CUDA COMMAND test_cuda_llama_wiring)

@@ -100,8 +100,16 @@ expect_fail "NKV not dividing NH" "num_key_value_heads 3" "$CTL" init --arch lla
 expect_fail "unknown arch" "--arch mamba unknown" "$CTL" init --arch mamba --n-layer 1 --n-head 2 --n-embd 16 \
   --n-positions 16 --vocab-size 50 --out "$W/z"
 [ ! -e "$W/z" ] && ok "failed inits wrote nothing" || bad "a failed init wrote $W/z"
-expect_fail "llama on cuda" "(not supported yet on CUDA|no CUDA backend|cannot load the CUDA)" "$CTL" eval --model "$W/m1" \
-  --data "$W/data/val_000.bin" --batch 1 --seq-len 8 --backend cuda
+# The CUDA backend: with a GPU its eval agrees with the CPU's above (fp32, 1e-4); without one (or
+# without the plugin) it fails saying which.
+if ec=$("$CTL" eval --model "$W/m1" --data "$W/data/val_000.bin" --batch 2 --seq-len 32 --batches 3 --json \
+          --backend cuda 2>"$W/cuda.err"); then
+  $PY -c 'import json, sys; a, b = json.loads(sys.argv[1])["loss"], json.loads(sys.argv[2])["loss"]; \
+sys.exit(abs(a - b) > 1e-4 * b)' "$ec" "$e1" && ok "eval on cuda $ec agrees with the cpu's" || bad "eval cuda $ec vs $e1"
+else
+  grep -Eq "no CUDA device is visible|no CUDA backend|cannot load the CUDA" "$W/cuda.err" \
+    && ok "llama on cuda without a GPU: $(head -c 160 "$W/cuda.err")" || bad "llama on cuda: $(cat "$W/cuda.err")"
+fi
 
 echo "ctl_llama: $checks checks, $fail failed"
 [ $fail -eq 0 ]

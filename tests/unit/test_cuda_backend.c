@@ -1,6 +1,7 @@
-/* test_cuda_backend.c — the whole CUDA backend against the CPU backend on the same GPT-2:
- * loss, logits, every gradient tensor and, after 5 clipped AdamW steps, parameters and both
- * moments. fp32 must agree to max|a - b| / max|b| <= 1e-4 per tensor; tf32 and bf16 to 1% on
+/* test_cuda_backend.c — the whole CUDA backend against the CPU backend on the same model, a
+ * GPT-2 and two Llama-class ones (tied embeddings with grouped-query attention; untied with
+ * q/k/v biases and llama3 RoPE scaling): loss, logits, the final hidden state, every gradient
+ * tensor and, after 5 clipped AdamW steps, parameters and both moments. fp32 must agree to max|a - b| / max|b| <= 1e-4 per tensor; tf32 and bf16 to 1% on
  * every loss (their products round inputs to 10 and 7 mantissa bits). Also: two fp32 runs are
  * bit-identical, a smaller (B, T) than the model's works, misuse is refused as on the CPU,
  * and the state get/set round trip. Without a GPU it prints why and exits 77 (skipped). */
@@ -14,13 +15,20 @@
 
 /* L, NH, C, maxT, V: C = 80 is not a multiple of 32, T = 70 spans partial blocks. */
 static const gpt_config CFG = {.n_layer = 2, .n_head = 4, .n_embd = 80, .n_positions = 72, .vocab_size = 211};
+/* {L, NH, C, maxT, V, arch, NKV, I, tied, bias, rope_scaling, orig_max, eps, theta, factor, low, high}:
+ * head size 20 and 16, I not a multiple of 32, two query heads per KV head in the first. */
+static const gpt_config LLAMA_TIED_GQA = {2, 4, 80, 72, 211, GPT_ARCH_LLAMA, 2, 100, 1, 0, GPT_ROPE_DEFAULT, 0,
+                                          1e-5, 10000.0, 0, 0, 0};
+static const gpt_config LLAMA_UNTIED_BIAS = {2, 4, 64, 72, 211, GPT_ARCH_LLAMA, 4, 72, 0, 1, GPT_ROPE_LLAMA3, 16,
+                                             1e-6, 500000.0, 8.0, 1.0, 4.0};
+static const gpt_config *cfg = &CFG; /* the model under test */
 /* eps 1e-6: see tests/unit/test_cpu_oracle.c (AdamW amplifies rounding noise of zero grads). */
 static const gpt_adamw_hparams HP = {0.9f, 0.95f, 1e-6f, 0.1f, 1.0f};
 enum { B = 3, T = 70, STEPS = 5 };
 static int in[STEPS][B * T], tg[STEPS][B * T];
 
 typedef struct {
-  float *p, *g, *m, *v, *logits;
+  float *p, *g, *m, *v, *logits, *hidden; /* hidden: (b, t) = (1, 5) of the first forward */
   float losses[STEPS], norms[STEPS], loss0;
 } run_out;
 
@@ -34,17 +42,19 @@ static uint32_t next_u32(void) {
 static int run(gpt_backend_kind kind, int precision, run_out *o) {
   gpt_backend_opts opts = {kind, 2, 0, precision};
   gpt_model *m = NULL;
-  int rc = gpt_create(&m, &CFG, &opts, B, T);
+  int rc = gpt_create(&m, cfg, &opts, B, T);
   if (rc) return rc;
-  const size_t P = m->lay.n_params, NV = (size_t)B * T * CFG.vocab_size;
+  const size_t P = m->lay.n_params, NV = (size_t)B * T * cfg->vocab_size;
   o->p = malloc(P * 4), o->g = malloc(P * 4), o->m = malloc(P * 4), o->v = malloc(P * 4), o->logits = malloc(NV * 4);
+  o->hidden = malloc((size_t)cfg->n_embd * 4);
   gpt_init_params(&m->lay, o->p, 3);
   for (size_t i = 0; i < P; i++) o->p[i] *= 3.0f; /* sharper attention than the 0.02 init */
   rc = gpt_set_params(m, o->p, 0, P);
   if (!rc) rc = gpt_zero_grad(m);
   if (!rc) rc = gpt_forward(m, in[0], tg[0], B, T, &o->loss0);
   for (int b = 0; b < B && !rc; b++)
-    for (int t = 0; t < T && !rc; t++) rc = gpt_logits(m, b, t, o->logits + ((size_t)b * T + t) * CFG.vocab_size);
+    for (int t = 0; t < T && !rc; t++) rc = gpt_logits(m, b, t, o->logits + ((size_t)b * T + t) * cfg->vocab_size);
+  if (!rc) rc = gpt_hidden(m, 1, 5, o->hidden);
   if (!rc) rc = gpt_backward(m);
   if (!rc) rc = gpt_get_grads(m, o->g, 0, P);
   for (int s = 0; s < STEPS && !rc; s++) {
@@ -59,7 +69,9 @@ static int run(gpt_backend_kind kind, int precision, run_out *o) {
   return rc;
 }
 
-static void free_out(run_out *o) { free(o->p), free(o->g), free(o->m), free(o->v), free(o->logits); }
+static void free_out(run_out *o) {
+  free(o->p), free(o->g), free(o->m), free(o->v), free(o->logits), free(o->hidden);
+}
 
 static double rel_err(const float *a, const float *b, size_t n) {
   double md = 0, mb = 0;
@@ -125,33 +137,58 @@ static void misuse(void) {
   CHECK_EQ_INT(gpt_create(&m, &CFG, &opts, B, T), DPC_EINVAL);
 }
 
-int main(void) {
-  if (cudak_device_count() == 0) {
-    fprintf(stderr, "SKIP: no CUDA device visible (the backend compiled; run on a GPU machine to test it)\n");
-    return 77;
+/* A smaller (B, T) than the model was built for: the loss and the gradients agree with the
+ * CPU's (per-layer buffers are indexed with the call's B and T, the RoPE table by n mod T). */
+static void small_batch(void) {
+  gpt_model *mc = NULL, *mg = NULL;
+  gpt_backend_opts oc = {GPT_BACKEND_CPU, 2, 0, 0}, og = {GPT_BACKEND_CUDA, 0, 0, GPT_PREC_FP32};
+  CHECK_EQ_INT(gpt_create(&mc, cfg, &oc, B, T), 0);
+  CHECK_EQ_INT(gpt_create(&mg, cfg, &og, B, T), 0);
+  if (mc && mg) {
+    const size_t P = mc->lay.n_params;
+    float *p = malloc(P * 4), *gc = malloc(P * 4), *gg = malloc(P * 4), lc = 0, lg = 0;
+    gpt_init_params(&mc->lay, p, 5);
+    gpt_model *ms[2] = {mc, mg};
+    float *ls[2] = {&lc, &lg}, *gs[2] = {gc, gg};
+    for (int i = 0; i < 2; i++) {
+      CHECK_EQ_INT(gpt_set_params(ms[i], p, 0, P), 0);
+      CHECK_EQ_INT(gpt_zero_grad(ms[i]), 0);
+      CHECK_EQ_INT(gpt_forward(ms[i], in[1], tg[1], 2, 33, ls[i]), 0);
+      CHECK_EQ_INT(gpt_backward(ms[i]), 0);
+      CHECK_EQ_INT(gpt_get_grads(ms[i], gs[i], 0, P), 0);
+    }
+    fprintf(stderr, "B=2 T=33: loss %.7f (cpu %.7f), grads rel err %.3g\n", lg, lc, rel_err(gg, gc, P));
+    CHECK(fabs(lg - lc) <= 1e-4 * lc);
+    CHECK(rel_err(gg, gc, P) <= 1e-4);
+    free(p), free(gc), free(gg);
   }
-  const int V = CFG.vocab_size;
-  for (int s = 0; s < STEPS; s++)
-    for (int i = 0; i < B * T; i++) in[s][i] = (int)(next_u32() % V);
-  for (int s = 0; s < STEPS; s++)
-    for (int i = 0; i < B * T; i++) tg[s][i] = (i + 1) % T && next_u32() % 4 ? in[s][i + 1] : (int)(next_u32() % V);
+  gpt_free(mc);
+  gpt_free(mg);
+}
 
+/* One model against the CPU backend: fp32 to 1e-4, a bit-identical rerun, tf32 and bf16. */
+static void check_model(const gpt_config *c, const char *name) {
+  cfg = c;
+  fprintf(stderr, "== %s\n", name);
   gpt_layout lay;
-  CHECK_EQ_INT(gpt_layout_build(&CFG, &lay), 0);
-  const size_t NV = (size_t)B * T * V;
+  CHECK_EQ_INT(gpt_layout_build(cfg, &lay), 0);
+  const size_t NV = (size_t)B * T * cfg->vocab_size;
   run_out cpu = {0}, gpu = {0}, gpu2 = {0};
   CHECK_EQ_INT(run(GPT_BACKEND_CPU, 0, &cpu), 0);
   int rc = run(GPT_BACKEND_CUDA, GPT_PREC_FP32, &gpu);
   CHECK_EQ_INT(rc, 0);
   if (rc) {
-    fprintf(stderr, "cuda run failed: %s\n", dpc_errmsg());
-    TEST_DONE();
+    fprintf(stderr, "cuda run of %s failed: %s\n", name, dpc_errmsg());
+    free_out(&cpu);
+    free_out(&gpu);
+    return;
   }
   fprintf(stderr, "fp32: loss0 %.7f cpu %.7f\n", gpu.loss0, cpu.loss0);
   CHECK(fabs(gpu.loss0 - cpu.loss0) <= 1e-4 * cpu.loss0);
-  double le = rel_err(gpu.logits, cpu.logits, NV);
-  fprintf(stderr, "logits     rel err %.3g\n", le);
+  double le = rel_err(gpu.logits, cpu.logits, NV), he = rel_err(gpu.hidden, cpu.hidden, cfg->n_embd);
+  fprintf(stderr, "logits     rel err %.3g, hidden rel err %.3g\n", le, he);
   CHECK(le <= 1e-4);
+  CHECK(he <= 1e-4);
   compare(&lay, "grads", gpu.g, cpu.g, 1e-4);
   int clipped = 0;
   for (int s = 0; s < STEPS; s++) {
@@ -181,6 +218,7 @@ int main(void) {
     rc = run(GPT_BACKEND_CUDA, prec, &r);
     if (rc == DPC_EUNSUPPORTED) {
       fprintf(stderr, "SKIP %s: %s\n", names[prec], dpc_errmsg());
+      free_out(&r);
       continue;
     }
     CHECK_EQ_INT(rc, 0);
@@ -190,12 +228,29 @@ int main(void) {
       if (e > worst) worst = e;
     }
     fprintf(stderr, "%s: worst loss rel err over %d steps %.3g; grads rel err %.3g\n", names[prec], STEPS + 1, worst,
-            rel_err(r.g, cpu.g, P));
+            rc ? -1.0 : rel_err(r.g, cpu.g, P));
     CHECK(worst <= 0.01);
     free_out(&r);
   }
-  misuse();
+  small_batch();
   free_out(&cpu);
   free_out(&gpu);
+}
+
+int main(void) {
+  if (cudak_device_count() == 0) {
+    fprintf(stderr, "SKIP: no CUDA device visible (the backend compiled; run on a GPU machine to test it)\n");
+    return 77;
+  }
+  const int V = CFG.vocab_size; /* every model here has this vocabulary */
+  for (int s = 0; s < STEPS; s++)
+    for (int i = 0; i < B * T; i++) in[s][i] = (int)(next_u32() % V);
+  for (int s = 0; s < STEPS; s++)
+    for (int i = 0; i < B * T; i++) tg[s][i] = (i + 1) % T && next_u32() % 4 ? in[s][i + 1] : (int)(next_u32() % V);
+  check_model(&CFG, "gpt2");
+  check_model(&LLAMA_TIED_GQA, "llama tied, grouped-query (NKV 2 of NH 4)");
+  check_model(&LLAMA_UNTIED_BIAS, "llama untied, q/k/v biases, llama3 RoPE scaling");
+  cfg = &CFG;
+  misuse();
   TEST_DONE();
 }
