@@ -2,8 +2,8 @@
 # tests/bench/diloco_quality.sh — the DiLoCo quality study (docs/benchmarks.md §3): on the
 # quickstart's corpus, GPT-2 model (its ARCH=gpt2) and inner hyperparameters, one worker,
 # the data-parallel equivalent (batch × R, same steps) and DiLoCo over a grid of R, H, outer
-# learning rate and momentum and inner-state policy, at equal inner steps per replica; eval loss on held-out
-# text (20 validation batches) and the bytes each exchanges. Prints a markdown table and
+# learning rate and momentum and inner-state policy, at equal inner steps per replica; eval
+# loss on held-out text (20 validation batches) and the bytes each exchanges. Prints a markdown table and
 # writes an SVG plot (loss vs. bytes) next to the results.
 #
 # DiLoCo runs use diloco_local (tests/unit/diloco_local.c): the same trainer and outer-step
