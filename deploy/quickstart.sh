@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
 # deploy/quickstart.sh — the dipaco demo on one machine: installs what is missing, builds,
 # prepares the packaged demo corpus (State of the Union addresses), starts a coordinator and
-# two CPU workers on loopback, trains a small GPT-2 with DiLoCo on the job spec's default
-# outer optimizer, and shows the claim side by side: DiLoCo's eval loss against one worker
-# with the same inner steps and against data-parallel training with the same compute (both
-# trained by `dipacoctl train` from the same init while the job runs), with the bytes each
-# exchanged; then a generated sample. A few minutes on 2 cores (the baselines are cached in
-# DEMO_DIR and reused when nothing they depend on changed).
+# two CPU workers on loopback, trains a small Llama-class model (RMSNorm, RoPE, SwiGLU, 2 KV
+# heads for 4 query heads, tied embeddings; ARCH=gpt2 trains the GPT-2 of the same size
+# instead) with DiLoCo on the job spec's default outer optimizer, and shows the claim side by
+# side: DiLoCo's eval loss against one worker with the same inner steps and against
+# data-parallel training with the same compute (both trained by `dipacoctl train` from the same
+# init while the job runs), with the bytes each exchanged; then a generated sample. A few
+# minutes on 2 cores (the baselines are cached in DEMO_DIR and reused when nothing they depend
+# on changed).
 #
-# Environment: DEMO_DIR (default ./demo), ROUNDS (60), INNER_STEPS (20), WORKERS (2),
-# BASELINES (1; 0 skips them), PORT (7070; a free one is picked if busy), KEEP_RUNNING=1
-# leaves the daemons up at the end.
+# Environment: ARCH (llama; gpt2), DEMO_DIR (default ./demo), ROUNDS (60), INNER_STEPS (20),
+# WORKERS (2), BASELINES (1; 0 skips them), PORT (7070; a free one is picked if busy),
+# KEEP_RUNNING=1 leaves the daemons up at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 DEMO=${DEMO_DIR:-$ROOT/demo}
 ROUNDS=${ROUNDS:-60}; H=${INNER_STEPS:-20}; NW=${WORKERS:-2}
+ARCH=${ARCH:-llama}
 L=4; NH=4; C=128; T=128; B=8
+# The Llama-class model: GQA with NKV KV heads, SwiGLU width I. I=400 gives it the GPT-2's
+# parameter count (0.845M against 0.842M: the Llama has no position table, and its three MLP
+# matrices of C x I stand for GPT-2's two of C x 4C).
+NKV=2; I=400
+case $ARCH in
+  llama) ARCH_ARGS=(--arch llama --n-kv-head $NKV --intermediate-size $I) ;;
+  gpt2) ARCH_ARGS=() ;;
+  *) echo "quickstart: ARCH must be llama or gpt2, not $ARCH" >&2; exit 2 ;;
+esac
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
@@ -39,7 +51,8 @@ if [ ! -s "$DEMO/data/train_000.bin" ]; then
   "$CTL" data prepare --tokenizer byte --out "$DEMO/data" --val-fraction 0.05 "$ASSETS/sotu"
 fi
 rm -rf "$DEMO/state" "$DEMO/init" "$DEMO/final" "$DEMO"/*.log
-"$CTL" init --n-layer $L --n-head $NH --n-embd $C --n-positions $T --vocab-size 256 --seed 1 --out "$DEMO/init" 2>/dev/null
+"$CTL" init "${ARCH_ARGS[@]}" --n-layer $L --n-head $NH --n-embd $C --n-positions $T --vocab-size 256 --seed 1 \
+  --out "$DEMO/init" 2>/dev/null
 
 PORT=${PORT:-7070}
 if "$PY" -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1',$PORT))" 2>/dev/null; then :; else
@@ -121,14 +134,21 @@ if [ "${BASELINES:-1}" = 1 ]; then
   edp=$("$CTL" eval --model "$(ls -d "$DEMO"/baseline-dp-*)" --data "$DEMO"/data/val_*.bin --batch $B --seq-len $T --batches 20 --json 2>/dev/null)
 fi
 metrics=$("$PY" -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$MPORT/metrics', timeout=5).read().decode())" 2>/dev/null || true)
-"$PY" - "$e0" "$e1" "$DEMO/final/config.json" "$ROUNDS" "$H" "$NW" "$secs" "$eone" "$edp" <<PY
-import json, sys
+"$PY" - "$e0" "$e1" "$DEMO/final" "$ROUNDS" "$H" "$NW" "$secs" "$eone" "$edp" <<PY
+import json, math, struct, sys
 e0, e1 = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-cfg = json.load(open(sys.argv[3]))
+cfg = json.load(open(sys.argv[3] + "/config.json"))
 rounds, H, R, secs = map(int, sys.argv[4:8])
 eone, edp = json.loads(sys.argv[8]), json.loads(sys.argv[9])
-C, L, V, T = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"], cfg["n_positions"]
-n = V * C + T * C + 2 * C + L * (12 * C * C + 13 * C)
+with open(sys.argv[3] + "/model.safetensors", "rb") as f:  # parameters: the tensors' sizes
+    hdr = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+n = sum(math.prod(t["shape"]) for k, t in hdr.items() if k != "__metadata__")
+if cfg.get("model_type") == "llama":
+    arch = "Llama-class (L%d C%d, %d heads / %d KV heads, SwiGLU %d, tied)" % (
+        cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"],
+        cfg["intermediate_size"])
+else:
+    arch = "GPT-2 (L%d C%d, %d heads)" % (cfg["n_layer"], cfg["n_embd"], cfg["n_head"])
 metrics = """$metrics"""
 def metric(name):
     tot = 0.0; found = False
@@ -139,7 +159,7 @@ def metric(name):
 bin_, bout = metric("dipaco_bytes_in_total"), metric("dipaco_bytes_out_total")
 diloco = (bin_ or 0) + (bout or 0) if bin_ is not None else 2 * 4 * n * rounds * R
 ddp = 2 * 4 * n * rounds * H * R  # a gradient all-reduce moves ~2x the gradient per worker per step
-print(f"model: {n/1e6:.2f}M parameters; DiLoCo trained {rounds*H} inner steps on each of {R} workers in {secs} s")
+print(f"model: {arch}, {n/1e6:.2f}M parameters; DiLoCo trained {rounds*H} inner steps on each of {R} workers in {secs} s")
 print(f"eval loss (val, 20 batches, nats/byte); untrained model: {e0['loss']:.4f}")
 print(f"  {'run':<52} {'eval loss':>9}  {'bytes exchanged':>16}")
 if eone:

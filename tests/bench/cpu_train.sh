@@ -2,26 +2,31 @@
 # tests/bench/cpu_train.sh — CPU training throughput of `dipacoctl train` against its peers,
 # side by side in one run, same weights, same data, same batches:
 #   dipaco_openblas  dipaco with DIPACO_CPU_GEMM=openblas: OpenBLAS's products instead of its own
-#   torch         PyTorch eager (tests/bench/torch_train.py), OpenMP's default wait policy
+#   torch         PyTorch eager (tests/bench/torch_train.py; for llama tests/bench/torch_train_llama.py,
+#                 the nn.Module of tests/oracle/llama_oracle.py), OpenMP's default wait policy
 #   torch_passive the same with OMP_WAIT_POLICY=PASSIVE (its OpenMP workers then sleep
 #                 instead of spinning against OpenBLAS's threads)
 #   torch_passive_native  PASSIVE, and OpenBLAS free to pick its kernels for this CPU
 #                 (OPENBLAS_CORETYPE unset; only when the environment sets it)
 #   llmc          llm.c's CPU reference train_gpt2.c (tests/bench/cpu_llmc.c drives it), on a
-#                 checkpoint converted from dipaco's init (tests/bench/cpu_llmc_ckpt.py)
-# for two configurations (small: GPT-2 L6 C384 byte vocab, B8 T256; 124m: GPT-2 124M, B4 T64)
+#                 checkpoint converted from dipaco's init (tests/bench/cpu_llmc_ckpt.py); GPT-2 only
+# for three configurations (small: GPT-2 L6 C384 byte vocab, B8 T256; 124m: GPT-2 124M, B4 T64;
+# llama: Llama-class L6 C384 NH6, 2 KV heads (GQA), SwiGLU I1152, tied, byte vocab, B8 T256)
 # at 1 and 2 threads. Every peer starts from dipaco's init and reads the same llm.c shards in
 # the same batch order; their step-0 losses must agree (checked, the run fails otherwise).
 # Rounds are interleaved (each round runs every peer once, in a rotated order, and measures
 # the sgemm peak again), so load from other processes hits all peers alike; the table gives
 # the median tokens/s, the achieved model GFLOP/s (6 * non-embedding-and-head parameters + the
-# head's, plus attention, per token: (6 (12 L C^2 + C V) + 12 L T C) flops) and its share of
+# head's, plus attention, per token: GPT-2 (6 (12 L C^2 + C V) + 12 L T C) flops; Llama, with
+# D = C / NH, (6 (L (2 C^2 + 2 C NKV D + 3 C I) + C V) + 12 L T C): q/o, k/v and the three
+# SwiGLU matrices; grouped-query attention shares K/V but every query head still does its
+# QK^T and AV, hence the same 12 L T C) and its share of
 # the measured sgemm peaks, and dipaco's ratio to each peer as min / median / max over rounds.
 # OpenBLAS runs the kernels it picks for this CPU (or OPENBLAS_CORETYPE, when set) in every peer
 # but torch_passive_native. Peaks (tests/bench/cpu_sgemm_peak.c, every round): OpenBLAS with the
 # environment's kernels (the first share), and the best of that, OpenBLAS with its own pick for
 # this CPU and dipaco's product (the second share).
-# Environment: CONFIGS ("small 124m"), THREADS_LIST ("1 2"), ROUNDS (3), STEPS (5 timed),
+# Environment: CONFIGS ("small 124m"; add llama), THREADS_LIST ("1 2"), ROUNDS (3), STEPS (5 timed),
 #   WARM (2 untimed), PEERS ("dipaco_openblas torch torch_passive torch_passive_native llmc"), LLMC_DIR (an llm.c checkout; default
 #   tests/.cache/llm.c, cloned when missing; the llmc peer is skipped, with the reason, if it
 #   cannot be had), OUT (file for the markdown table; default: stdout only), RESULTS (a file that
@@ -69,20 +74,28 @@ fi
 "$ctl" data prepare --tokenizer byte --out "$work/data" --val-fraction 0 $(ls "$assets"/sotu/*.txt | head -n 20) 2>/dev/null
 data=$(ls "$work"/data/train_*.bin 2>/dev/null || true)
 
-# name L NH C V maxT B T
+# name arch L NH NKV C I V maxT B T (NKV, I: Llama's KV heads and SwiGLU width; GPT-2: NH, 4C)
 cfg_of() {
   case $1 in
-    small) echo "small 6 6 384 256 256 8 256" ;;
-    124m) echo "124m 12 12 768 50257 1024 4 64" ;;
-    *) echo "cpu_train: unknown config $1 (small, 124m)" >&2; exit 2 ;;
+    small) echo "small gpt2 6 6 6 384 1536 256 256 8 256" ;;
+    124m) echo "124m gpt2 12 12 12 768 3072 50257 1024 4 64" ;;
+    llama) echo "llama llama 6 6 2 384 1152 256 256 8 256" ;;
+    *) echo "cpu_train: unknown config $1 (small, 124m, llama)" >&2; exit 2 ;;
   esac
 }
 
 for cname in $CONFIGS; do
-  read -r name L NH C V maxT B T <<<"$(cfg_of "$cname")"
+  read -r name arch L NH NKV C I V maxT B T <<<"$(cfg_of "$cname")"
+  llama=()
+  [ "$arch" = llama ] && llama=(--arch llama --n-kv-head "$NKV" --intermediate-size "$I")
   "$ctl" init --n-layer "$L" --n-head "$NH" --n-embd "$C" --n-positions "$maxT" --vocab-size "$V" --seed 1 \
-    --out "$work/init_$name" 2>/dev/null
-  [[ " $PEERS " == *" llmc "* ]] && "$py" tests/bench/cpu_llmc_ckpt.py "$work/init_$name" "$work/init_$name.llmc.bin"
+    "${llama[@]}" --out "$work/init_$name" 2>/dev/null
+  peers=$PEERS
+  if [ "$arch" = llama ] && [[ " $peers " == *" llmc "* ]]; then
+    echo "cpu_train: llm.c peer SKIPPED for $name: train_gpt2.c trains GPT-2 only" >&2
+    peers=${peers//llmc/}
+  fi
+  [[ " $peers " == *" llmc "* ]] && "$py" tests/bench/cpu_llmc_ckpt.py "$work/init_$name" "$work/init_$name.llmc.bin"
   for th in $THREADS_LIST; do
     for ((r = ROUND0; r < ROUND0 + ROUNDS; r++)); do
       for pk in sgemm sgemm_native sgemm_dipaco; do
@@ -93,7 +106,7 @@ for cname in $CONFIGS; do
         esac
         echo "{\"config\":\"$name\",\"threads\":$th,\"round\":$r,\"peer\":\"$pk\",\"out\":$p,\"load\":$(cut -d' ' -f1 /proc/loadavg)}" >>"$results"
       done
-      all=(dipaco $PEERS); n=${#all[@]}
+      all=(dipaco $peers); n=${#all[@]}
       for ((k = 0; k < n; k++)); do
         peer=${all[$(((k + r) % n))]}
         case $peer in
@@ -117,9 +130,14 @@ PY
             wait_policy=() # env's options before its assignments
             [ "$peer" = torch_passive_native ] && wait_policy=(-u OPENBLAS_CORETYPE)
             [ "$peer" != torch ] && wait_policy+=(OMP_WAIT_POLICY=PASSIVE)
-            out=$(env "${wait_policy[@]}" OMP_NUM_THREADS="$th" OPENBLAS_NUM_THREADS="$th" "$py" tests/bench/torch_train.py \
-              --n-layer "$L" --n-head "$NH" --n-embd "$C" --n-positions "$maxT" --vocab-size "$V" --batch "$B" \
-              --seq-len "$T" --steps "$STEPS" --warmup-steps "$WARM" --threads "$th" --data $data \
+            if [ "$arch" = llama ]; then
+              peer_cmd=(tests/bench/torch_train_llama.py) # its shape from the init's config.json
+            else
+              peer_cmd=(tests/bench/torch_train.py --n-layer "$L" --n-head "$NH" --n-embd "$C" --n-positions "$maxT"
+                --vocab-size "$V")
+            fi
+            out=$(env "${wait_policy[@]}" OMP_NUM_THREADS="$th" OPENBLAS_NUM_THREADS="$th" "$py" "${peer_cmd[@]}" \
+              --batch "$B" --seq-len "$T" --steps "$STEPS" --warmup-steps "$WARM" --threads "$th" --data $data \
               --init "$work/init_$name" 2>"$work/err") || { cat "$work/err" >&2; exit 1; }
             ;;
           llmc)
@@ -138,7 +156,14 @@ done
 import json, os, statistics, sys
 from collections import defaultdict
 rows = [json.loads(l) for l in open(sys.argv[1])]
-cfgs = {"small": (6, 384, 256, 256, "L6 C384 V256, B8 T256"), "124m": (12, 768, 50257, 64, "GPT-2 124M, B4 T64")}
+def fpt_gpt2(L, C, V, T):
+    return 6 * (12 * L * C * C + C * V) + 12 * L * T * C
+def fpt_llama(L, C, NH, NKV, I, V, T):
+    D = C // NH
+    return 6 * (L * (2 * C * C + 2 * C * NKV * D + 3 * C * I) + C * V) + 12 * L * T * C
+cfgs = {"small": (fpt_gpt2(6, 384, 256, 256), "L6 C384 V256, B8 T256"),
+        "124m": (fpt_gpt2(12, 768, 50257, 64), "GPT-2 124M, B4 T64"),
+        "llama": (fpt_llama(6, 384, 6, 2, 1152, 256, 256), "Llama L6 C384 NKV2 I1152 tied V256, B8 T256")}
 names = {"dipaco": "dipaco", "dipaco_openblas": "dipaco, OpenBLAS products", "torch": "PyTorch",
          "torch_passive": "PyTorch PASSIVE", "torch_passive_native": "PyTorch PASSIVE, OpenBLAS's own kernels",
          "llmc": "llm.c"}
@@ -153,8 +178,7 @@ bad = []
 for (cfg, th), peers in by.items():
     if not peers["sgemm"] or not peers["dipaco"]:
         continue  # a round cut short before dipaco ran
-    L, C, V, T, label = cfgs[cfg]
-    fpt = 6 * (12 * L * C * C + C * V) + 12 * L * T * C
+    fpt, label = cfgs[cfg]
     sg = [o["gflops"] for o in peers["sgemm"].values()]
     pk = statistics.median(sg)
     core = next(iter(peers["sgemm"].values()))["core"]

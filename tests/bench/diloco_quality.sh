@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tests/bench/diloco_quality.sh — the DiLoCo quality study (docs/benchmarks.md §3): on the
-# quickstart's corpus, model and inner hyperparameters, one worker, the data-parallel
-# equivalent (batch × R, same steps) and DiLoCo over a grid of R, H, outer learning rate and
-# momentum and inner-state policy, at equal inner steps per replica; eval loss on held-out
-# text (20 validation batches) and the bytes each exchanges. Prints a markdown table and
+# quickstart's corpus, GPT-2 model (its ARCH=gpt2) and inner hyperparameters, one worker,
+# the data-parallel equivalent (batch × R, same steps) and DiLoCo over a grid of R, H, outer
+# learning rate and momentum and inner-state policy, at equal inner steps per replica; eval
+# loss on held-out text (20 validation batches) and the bytes each exchanges. Prints a markdown table and
 # writes an SVG plot (loss vs. bytes) next to the results.
 #
 # DiLoCo runs use diloco_local (tests/unit/diloco_local.c): the same trainer and outer-step
@@ -13,7 +13,7 @@
 #
 # Environment: STUDY_DIR (default /tmp/diloco_quality), STEPS (inner steps per replica, 1200),
 # JOBS (parallel runs, = cores), GRID (space-separated R:H:OUTER_LR:MOMENTUM:STATE entries,
-# default the grid below), MODEL ("L:NH:C", default the quickstart's 4:4:128), SVG (output).
+# default the grid below), MODEL ("L:NH:C", default the quickstart's GPT-2, 4:4:128), SVG (output).
 # Bytes: DiLoCo moves 2 × 4 bytes × n parameters per replica per round (pull + push); a
 # data-parallel all-reduce moves ~2 × the gradient per worker per step, i.e. H × more.
 set -euo pipefail

@@ -97,18 +97,9 @@ def load_tokens(paths):
     return np.concatenate(out).astype(np.int64)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    for k in ("n_layer", "n_head", "n_embd", "n_positions", "vocab_size", "batch", "seq_len", "steps", "warmup_steps", "threads"):
-        ap.add_argument("--" + k.replace("_", "-"), type=int, required=True)
-    ap.add_argument("--data", nargs="+", required=True)
-    ap.add_argument("--init", help="dipaco model directory to start from (default: a seeded random init)")
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    m = GPT(a.n_layer, a.n_head, a.n_embd, a.n_positions, a.vocab_size)
-    if a.init:
-        load_init(m, a.init, a.n_layer)
+def train(m, a):
+    """Trains m (whose forward(idx, targets) returns the mean loss) on a.data for a.warmup_steps
+    untimed and a.steps timed steps of a.batch x a.seq_len tokens, and prints the JSON line."""
     decay = [p for p in m.parameters() if p.dim() == 2]
     other = [p for p in m.parameters() if p.dim() < 2]
     kw = dict(lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
@@ -136,6 +127,21 @@ def main():
     el = time.perf_counter() - t0
     print(json.dumps({"tokens_per_s": a.steps * B * T / el, "steps": a.steps, "step0_loss": step0,
                       "final_loss": float(loss)}))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for k in ("n_layer", "n_head", "n_embd", "n_positions", "vocab_size", "batch", "seq_len", "steps", "warmup_steps", "threads"):
+        ap.add_argument("--" + k.replace("_", "-"), type=int, required=True)
+    ap.add_argument("--data", nargs="+", required=True)
+    ap.add_argument("--init", help="dipaco model directory to start from (default: a seeded random init)")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    m = GPT(a.n_layer, a.n_head, a.n_embd, a.n_positions, a.vocab_size)
+    if a.init:
+        load_init(m, a.init, a.n_layer)
+    train(m, a)
 
 
 if __name__ == "__main__":
