@@ -95,6 +95,16 @@ const char *gpt_arch_name(int arch);
  * P mlp.gate_proj.weight [I,C], P mlp.up_proj.weight [I,C], P mlp.down_proj.weight [C,I]. */
 int gpt_layout_build(const gpt_config *cfg, gpt_layout *lay);
 
+/* A Llama layer's tensor groups. q/k/v (and, with attention_bias, their biases) and gate/up
+ * are adjacent in the layout, so each group is one range: GPT_LL_QKV is [NH*D + 2*NKV*D, C],
+ * GPT_LL_QKV_B [NH*D + 2*NKV*D], GPT_LL_GU [2*I, C]. */
+enum { GPT_LL_LN1, GPT_LL_QKV, GPT_LL_QKV_B, GPT_LL_O, GPT_LL_LN2, GPT_LL_GU, GPT_LL_DOWN, GPT_LL_N };
+
+/* Pointers into base (any array in the canonical layout of a Llama `lay`: parameters,
+ * gradients, optimizer state) to layer l's groups; w[GPT_LL_QKV_B] is NULL without
+ * attention_bias. Both backends read the layout through this one function. */
+void gpt_llama_layer_ptrs(const gpt_layout *lay, float *base, int l, float *w[GPT_LL_N]);
+
 /* Index of the tensor called `name` (for GPT-2 an optional "transformer." prefix is
  * accepted), or -1. */
 int gpt_layout_find(const gpt_layout *lay, const char *name);

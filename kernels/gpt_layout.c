@@ -155,6 +155,24 @@ int gpt_layout_build(const gpt_config *cfg, gpt_layout *lay) {
   return 0;
 }
 
+void gpt_llama_layer_ptrs(const gpt_layout *lay, float *base, int l, float *w[GPT_LL_N]) {
+  const gpt_config *cfg = &lay->cfg;
+  const int stem = cfg->tie_word_embeddings ? 2 : 3, per = cfg->attention_bias ? 12 : 9;
+  const gpt_tensor *t = &lay->tensors[stem + per * l]; /* build_llama's order */
+  int k = 4;                                           /* after input_layernorm, q, k, v */
+  w[GPT_LL_LN1] = base + t[0].offset;
+  w[GPT_LL_QKV] = base + t[1].offset;
+  w[GPT_LL_QKV_B] = NULL;
+  if (cfg->attention_bias) {
+    w[GPT_LL_QKV_B] = base + t[k].offset;
+    k += 3;
+  }
+  w[GPT_LL_O] = base + t[k].offset;
+  w[GPT_LL_LN2] = base + t[k + 1].offset;
+  w[GPT_LL_GU] = base + t[k + 2].offset;
+  w[GPT_LL_DOWN] = base + t[k + 4].offset;
+}
+
 int gpt_layout_find(const gpt_layout *lay, const char *name) {
   if (lay->cfg.arch == GPT_ARCH_GPT2 && strncmp(name, "transformer.", 12) == 0) name += 12;
   for (int i = 0; i < lay->n_tensors; i++)

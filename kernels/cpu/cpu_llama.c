@@ -46,9 +46,7 @@ struct cpu_llama {
   float *cos_t, *sin_t;  /* (maxT, D/2) RoPE tables */
 };
 
-/* The layer tensors in layout order; the q/k/v biases only with attention_bias. */
-enum { W_LN1, W_QKV, W_QKVB, W_O, W_LN2, W_GU, W_DOWN, NW };
-
+/* The shape numbers the passes use, read once from the config. */
 typedef struct {
   int L, C, NH, NKV, D, I, V, QKV, tied, bias;
 } llama_dims;
@@ -66,26 +64,6 @@ static llama_dims dims_of(const gpt_config *cfg) {
   d.tied = cfg->tie_word_embeddings;
   d.bias = cfg->attention_bias;
   return d;
-}
-
-/* Pointers to layer l's tensors in base (parameters or gradients); W_QKVB is NULL without
- * attention biases. q/k/v (and their biases) and gate/up are contiguous in the layout. */
-static void layer_ptrs(const gpt_layout *lay, float *base, int l, float *w[NW]) {
-  const gpt_tensor *t = &lay->tensors[0];
-  int k = 0;
-  while (t[k].layer != l) k++;
-  w[W_LN1] = base + t[k].offset;
-  w[W_QKV] = base + t[k + 1].offset;
-  k += 4;
-  w[W_QKVB] = NULL;
-  if (lay->cfg.attention_bias) {
-    w[W_QKVB] = base + t[k].offset;
-    k += 3;
-  }
-  w[W_O] = base + t[k].offset;
-  w[W_LN2] = base + t[k + 1].offset;
-  w[W_GU] = base + t[k + 2].offset;
-  w[W_DOWN] = base + t[k + 4].offset;
 }
 
 void cpu_llama_destroy(cpu_impl *c) {
@@ -317,25 +295,25 @@ static void layer_fwd(gpt_model *m, const llama_dims *d, int l, const float *x, 
   const int N = B * T, C = d->C, I = d->I, QKV = d->QKV;
   const size_t NC = (size_t)N * C;
   const float eps = (float)m->lay.cfg.rms_norm_eps;
-  float *w[NW];
-  layer_ptrs(&m->lay, c->params, l, w);
+  float *w[GPT_LL_N];
+  gpt_llama_layer_ptrs(&m->lay, c->params, l, w);
   float *ln1 = ll->ln1 + l * NC, *qkv = ll->qkv + (size_t)l * N * QKV, *atty = ll->atty + l * NC;
   float *res2 = ll->res2 + l * NC, *ln2 = ll->ln2 + l * NC, *gu = ll->gu + (size_t)l * N * 2 * I;
   float *hm = ll->hm + (size_t)l * N * I, *res3 = ll->res3 + l * NC;
   float *att = ll->att + (size_t)l * B * d->NH * T * T;
-  rms_fwd(c, ln1, ll->rstd1 + (size_t)l * N, x, w[W_LN1], N, C, eps);
-  cpu_mm(c, 0, 1, N, QKV, C, ln1, C, w[W_QKV], C, 0.0f, qkv, QKV);
-  if (w[W_QKVB]) add_rows(c, qkv, NULL, w[W_QKVB], N, QKV);
+  rms_fwd(c, ln1, ll->rstd1 + (size_t)l * N, x, w[GPT_LL_LN1], N, C, eps);
+  cpu_mm(c, 0, 1, N, QKV, C, ln1, C, w[GPT_LL_QKV], C, 0.0f, qkv, QKV);
+  if (w[GPT_LL_QKV_B]) add_rows(c, qkv, NULL, w[GPT_LL_QKV_B], N, QKV);
   rope_rows(c, d, qkv, N, T, 0);
   attn_fwd(c, d, atty, att, qkv, B, T);
-  cpu_mm(c, 0, 1, N, C, C, atty, C, w[W_O], C, 0.0f, res2, C);
+  cpu_mm(c, 0, 1, N, C, C, atty, C, w[GPT_LL_O], C, 0.0f, res2, C);
   add_rows(c, res2, x, NULL, N, C);
-  rms_fwd(c, ln2, ll->rstd2 + (size_t)l * N, res2, w[W_LN2], N, C, eps);
-  cpu_mm(c, 0, 1, N, 2 * I, C, ln2, C, w[W_GU], C, 0.0f, gu, 2 * I);
+  rms_fwd(c, ln2, ll->rstd2 + (size_t)l * N, res2, w[GPT_LL_LN2], N, C, eps);
+  cpu_mm(c, 0, 1, N, 2 * I, C, ln2, C, w[GPT_LL_GU], C, 0.0f, gu, 2 * I);
 #pragma omp parallel for num_threads(c->nt) schedule(dynamic, ROWS_PER_ITEM)
   for (int n = 0; n < N; n++)
     llamak_swiglu_fwd(hm + (size_t)n * I, gu + (size_t)n * 2 * I, gu + (size_t)n * 2 * I + I, I);
-  cpu_mm(c, 0, 1, N, C, I, hm, I, w[W_DOWN], I, 0.0f, res3, C);
+  cpu_mm(c, 0, 1, N, C, I, hm, I, w[GPT_LL_DOWN], I, 0.0f, res3, C);
   add_rows(c, res3, res2, NULL, N, C);
 }
 
@@ -378,33 +356,33 @@ static void layer_bwd(gpt_model *m, const llama_dims *d, int l, const float *x, 
   const int B = c->B, T = c->T, N = B * T, C = d->C, I = d->I, QKV = d->QKV;
   const size_t NC = (size_t)N * C;
   const float beta = fresh ? 0.0f : 1.0f;
-  float *w[NW], *dw[NW];
-  layer_ptrs(&m->lay, c->params, l, w);
-  layer_ptrs(&m->lay, c->grads, l, dw);
+  float *w[GPT_LL_N], *dw[GPT_LL_N];
+  gpt_llama_layer_ptrs(&m->lay, c->params, l, w);
+  gpt_llama_layer_ptrs(&m->lay, c->grads, l, dw);
   const float *ln1 = ll->ln1 + l * NC, *qkv = ll->qkv + (size_t)l * N * QKV, *atty = ll->atty + l * NC;
   const float *res2 = ll->res2 + l * NC, *ln2 = ll->ln2 + l * NC, *gu = ll->gu + (size_t)l * N * 2 * I;
   const float *hm = ll->hm + (size_t)l * N * I, *att = ll->att + (size_t)l * B * d->NH * T * T;
 
-  cpu_mm(c, 0, 0, N, I, C, ll->dres, C, w[W_DOWN], I, 0.0f, ll->dh, I);
-  cpu_mm(c, 1, 0, C, I, N, ll->dres, C, hm, I, beta, dw[W_DOWN], I);
+  cpu_mm(c, 0, 0, N, I, C, ll->dres, C, w[GPT_LL_DOWN], I, 0.0f, ll->dh, I);
+  cpu_mm(c, 1, 0, C, I, N, ll->dres, C, hm, I, beta, dw[GPT_LL_DOWN], I);
 #pragma omp parallel for num_threads(c->nt) schedule(dynamic, ROWS_PER_ITEM)
   for (int n = 0; n < N; n++) {
     float *dg = ll->dgu + (size_t)n * 2 * I;
     const float *g = gu + (size_t)n * 2 * I;
     llamak_swiglu_bwd(dg, dg + I, ll->dh + (size_t)n * I, g, g + I, I);
   }
-  cpu_mm(c, 0, 0, N, C, 2 * I, ll->dgu, 2 * I, w[W_GU], C, 0.0f, ll->dtmp, C);
-  cpu_mm(c, 1, 0, 2 * I, C, N, ll->dgu, 2 * I, ln2, C, beta, dw[W_GU], C);
-  rms_bwd(c, ll->dres, dw[W_LN2], ll->dtmp, res2, w[W_LN2], ll->rstd2 + (size_t)l * N, N, C, 1, fresh);
+  cpu_mm(c, 0, 0, N, C, 2 * I, ll->dgu, 2 * I, w[GPT_LL_GU], C, 0.0f, ll->dtmp, C);
+  cpu_mm(c, 1, 0, 2 * I, C, N, ll->dgu, 2 * I, ln2, C, beta, dw[GPT_LL_GU], C);
+  rms_bwd(c, ll->dres, dw[GPT_LL_LN2], ll->dtmp, res2, w[GPT_LL_LN2], ll->rstd2 + (size_t)l * N, N, C, 1, fresh);
 
-  cpu_mm(c, 0, 0, N, C, C, ll->dres, C, w[W_O], C, 0.0f, ll->dtmp, C);
-  cpu_mm(c, 1, 0, C, C, N, ll->dres, C, atty, C, beta, dw[W_O], C);
+  cpu_mm(c, 0, 0, N, C, C, ll->dres, C, w[GPT_LL_O], C, 0.0f, ll->dtmp, C);
+  cpu_mm(c, 1, 0, C, C, N, ll->dres, C, atty, C, beta, dw[GPT_LL_O], C);
   attn_bwd(c, d, ll->dqkv, ll->dtmp, att, qkv, B, T, m->maxT);
   rope_rows(c, d, ll->dqkv, N, T, 1);
-  if (dw[W_QKVB]) bias_bwd(c, dw[W_QKVB], ll->dqkv, N, QKV, fresh);
-  cpu_mm(c, 0, 0, N, C, QKV, ll->dqkv, QKV, w[W_QKV], C, 0.0f, ll->dtmp, C);
-  cpu_mm(c, 1, 0, QKV, C, N, ll->dqkv, QKV, ln1, C, beta, dw[W_QKV], C);
-  rms_bwd(c, ll->dres, dw[W_LN1], ll->dtmp, x, w[W_LN1], ll->rstd1 + (size_t)l * N, N, C, 1, fresh);
+  if (dw[GPT_LL_QKV_B]) bias_bwd(c, dw[GPT_LL_QKV_B], ll->dqkv, N, QKV, fresh);
+  cpu_mm(c, 0, 0, N, C, QKV, ll->dqkv, QKV, w[GPT_LL_QKV], C, 0.0f, ll->dtmp, C);
+  cpu_mm(c, 1, 0, QKV, C, N, ll->dqkv, QKV, ln1, C, beta, dw[GPT_LL_QKV], C);
+  rms_bwd(c, ll->dres, dw[GPT_LL_LN1], ll->dtmp, x, w[GPT_LL_LN1], ll->rstd1 + (size_t)l * N, N, C, 1, fresh);
 }
 
 int cpu_llama_backward(gpt_model *m) {

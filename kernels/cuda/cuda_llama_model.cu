@@ -36,9 +36,7 @@ struct cuda_llama {
   float *zero_row;       /* (C) zeros, never written: the position row of the embedding gather */
 };
 
-/* The layer tensors in layout order; the q/k/v biases only with attention_bias. */
-enum { W_LN1, W_QKV, W_QKVB, W_O, W_LN2, W_GU, W_DOWN, NW };
-
+/* The shape numbers the passes use, read once from the config. */
 typedef struct {
   int L, C, NH, NKV, D, I, V, QKV, tied;
 } llama_dims;
@@ -55,26 +53,6 @@ static llama_dims dims_of(const gpt_config *cfg) {
   d.QKV = (d.NH + 2 * d.NKV) * d.D;
   d.tied = cfg->tie_word_embeddings;
   return d;
-}
-
-/* Pointers to layer l's tensors in base (parameters or gradients), as cpu_llama.c's
- * layer_ptrs; W_QKVB is NULL without attention biases. */
-static void layer_ptrs(const gpt_layout *lay, float *base, int l, float *w[NW]) {
-  const gpt_tensor *t = &lay->tensors[0];
-  int k = 0;
-  while (t[k].layer != l) k++;
-  w[W_LN1] = base + t[k].offset;
-  w[W_QKV] = base + t[k + 1].offset;
-  k += 4;
-  w[W_QKVB] = NULL;
-  if (lay->cfg.attention_bias) {
-    w[W_QKVB] = base + t[k].offset;
-    k += 3;
-  }
-  w[W_O] = base + t[k].offset;
-  w[W_LN2] = base + t[k + 1].offset;
-  w[W_GU] = base + t[k + 2].offset;
-  w[W_DOWN] = base + t[k + 4].offset;
 }
 
 void cuda_llama_destroy(cuda_impl *c) {
@@ -162,24 +140,24 @@ static int layer_fwd(gpt_model *m, cuda_impl *c, const llama_dims *d, int l, con
   const int N = B * T, C = d->C, I = d->I, QKV = d->QKV, NH = d->NH, NKV = d->NKV, D = d->D;
   const size_t NC = (size_t)N * C;
   const float eps = (float)m->lay.cfg.rms_norm_eps;
-  float *w[NW];
-  layer_ptrs(&m->lay, c->params, l, w);
+  float *w[GPT_LL_N];
+  gpt_llama_layer_ptrs(&m->lay, c->params, l, w);
   float *ln1 = ll->ln1 + l * NC, *qkv = ll->qkv + (size_t)l * N * QKV, *atty = ll->atty + l * NC;
   float *res2 = ll->res2 + l * NC, *ln2 = ll->ln2 + l * NC, *gu = ll->gu + (size_t)l * N * 2 * I;
   float *hm = ll->hm + (size_t)l * N * I, *res3 = ll->res3 + l * NC;
   float *att = ll->att + (size_t)l * B * NH * T * T;
   float *k = qkv + (size_t)NH * D, *v = k + (size_t)NKV * D; /* column slices of the fused rows */
-  TRY(cudak_rmsnorm_fwd(ln1, ll->rstd1 + (size_t)l * N, x, w[W_LN1], N, C, eps, c->st));
-  TRY(linear(c, qkv, ln1, w[W_QKV], NULL, N, C, QKV));
-  if (w[W_QKVB]) TRY(cudak_bias_add(qkv, w[W_QKVB], NULL, N, QKV, c->st));
+  TRY(cudak_rmsnorm_fwd(ln1, ll->rstd1 + (size_t)l * N, x, w[GPT_LL_LN1], N, C, eps, c->st));
+  TRY(linear(c, qkv, ln1, w[GPT_LL_QKV], NULL, N, C, QKV));
+  if (w[GPT_LL_QKV_B]) TRY(cudak_bias_add(qkv, w[GPT_LL_QKV_B], NULL, N, QKV, c->st));
   TRY(cudak_rope(qkv, QKV, ll->cos_t, ll->sin_t, B, T, NH, D, 0, c->st));
   TRY(cudak_rope(k, QKV, ll->cos_t, ll->sin_t, B, T, NKV, D, 0, c->st));
   TRY(cudak_gqa_attn_fwd(atty, C, att, qkv, QKV, k, v, QKV, B, T, NH, NKV, D, c->st));
-  TRY(linear(c, res2, atty, w[W_O], x, N, C, C));
-  TRY(cudak_rmsnorm_fwd(ln2, ll->rstd2 + (size_t)l * N, res2, w[W_LN2], N, C, eps, c->st));
-  TRY(linear(c, gu, ln2, w[W_GU], NULL, N, C, 2 * I));
+  TRY(linear(c, res2, atty, w[GPT_LL_O], x, N, C, C));
+  TRY(cudak_rmsnorm_fwd(ln2, ll->rstd2 + (size_t)l * N, res2, w[GPT_LL_LN2], N, C, eps, c->st));
+  TRY(linear(c, gu, ln2, w[GPT_LL_GU], NULL, N, C, 2 * I));
   TRY(cudak_swiglu_fwd(hm, I, gu, gu + I, 2 * I, N, I, c->st));
-  return linear(c, res3, hm, w[W_DOWN], res2, N, I, C);
+  return linear(c, res3, hm, w[GPT_LL_DOWN], res2, N, I, C);
 }
 
 int cuda_llama_forward(gpt_model *m, cuda_impl *c, int B, int T) {
@@ -205,31 +183,31 @@ static int layer_bwd(gpt_model *m, cuda_impl *c, const llama_dims *d, int l, con
   struct cuda_llama *ll = c->ll;
   const int B = c->B, T = c->T, N = B * T, C = d->C, I = d->I, QKV = d->QKV, NH = d->NH, NKV = d->NKV, D = d->D;
   const size_t NC = (size_t)N * C;
-  float *w[NW], *dw[NW];
-  layer_ptrs(&m->lay, c->params, l, w);
-  layer_ptrs(&m->lay, c->grads, l, dw);
+  float *w[GPT_LL_N], *dw[GPT_LL_N];
+  gpt_llama_layer_ptrs(&m->lay, c->params, l, w);
+  gpt_llama_layer_ptrs(&m->lay, c->grads, l, dw);
   const float *ln1 = ll->ln1 + l * NC, *qkv = ll->qkv + (size_t)l * N * QKV, *atty = ll->atty + l * NC;
   const float *res2 = ll->res2 + l * NC, *ln2 = ll->ln2 + l * NC, *gu = ll->gu + (size_t)l * N * 2 * I;
   const float *hm = ll->hm + (size_t)l * N * I, *att = ll->att + (size_t)l * B * NH * T * T;
   const float *k = qkv + (size_t)NH * D, *v = k + (size_t)NKV * D;
   float *dk = ll->dqkv + (size_t)NH * D, *dv = dk + (size_t)NKV * D;
 
-  TRY(linear_bwd(c, ll->dh, dw[W_DOWN], c->dres, hm, w[W_DOWN], N, I, C));
+  TRY(linear_bwd(c, ll->dh, dw[GPT_LL_DOWN], c->dres, hm, w[GPT_LL_DOWN], N, I, C));
   TRY(cudak_swiglu_bwd(ll->dgu, ll->dgu + I, ll->dh, I, gu, gu + I, 2 * I, N, I, c->st));
-  TRY(linear_bwd(c, c->dtmp, dw[W_GU], ll->dgu, ln2, w[W_GU], N, C, 2 * I));
-  TRY(cudak_rmsnorm_bwd_dx(c->dres, c->dtmp, res2, w[W_LN2], ll->rstd2 + (size_t)l * N, N, C, 1, c->st));
-  TRY(cudak_rmsnorm_dw(dw[W_LN2], ll->norm_part, c->dtmp, res2, ll->rstd2 + (size_t)l * N, N, C, c->st));
+  TRY(linear_bwd(c, c->dtmp, dw[GPT_LL_GU], ll->dgu, ln2, w[GPT_LL_GU], N, C, 2 * I));
+  TRY(cudak_rmsnorm_bwd_dx(c->dres, c->dtmp, res2, w[GPT_LL_LN2], ll->rstd2 + (size_t)l * N, N, C, 1, c->st));
+  TRY(cudak_rmsnorm_dw(dw[GPT_LL_LN2], ll->norm_part, c->dtmp, res2, ll->rstd2 + (size_t)l * N, N, C, c->st));
 
-  TRY(linear_bwd(c, c->dtmp, dw[W_O], c->dres, atty, w[W_O], N, C, C));
+  TRY(linear_bwd(c, c->dtmp, dw[GPT_LL_O], c->dres, atty, w[GPT_LL_O], N, C, C));
   /* dq is overwritten, dk and dv accumulate (cuda_llama.h): start them from zero. */
   CUDA_TRY(cudaMemsetAsync(ll->dqkv, 0, (size_t)N * QKV * sizeof(float), c->st));
   TRY(cudak_gqa_attn_bwd(ll->dqkv, dk, dv, c->datt, c->dtmp, C, att, qkv, QKV, k, v, QKV, B, T, NH, NKV, D, c->st));
   TRY(cudak_rope(ll->dqkv, QKV, ll->cos_t, ll->sin_t, B, T, NH, D, 1, c->st));
   TRY(cudak_rope(dk, QKV, ll->cos_t, ll->sin_t, B, T, NKV, D, 1, c->st));
-  if (dw[W_QKVB]) TRY(cudak_colsum(dw[W_QKVB], NULL, c->part, ll->dqkv, NULL, NULL, NULL, N, QKV, c->st));
-  TRY(linear_bwd(c, c->dtmp, dw[W_QKV], ll->dqkv, ln1, w[W_QKV], N, C, QKV));
-  TRY(cudak_rmsnorm_bwd_dx(c->dres, c->dtmp, x, w[W_LN1], ll->rstd1 + (size_t)l * N, N, C, 1, c->st));
-  return cudak_rmsnorm_dw(dw[W_LN1], ll->norm_part, c->dtmp, x, ll->rstd1 + (size_t)l * N, N, C, c->st);
+  if (dw[GPT_LL_QKV_B]) TRY(cudak_colsum(dw[GPT_LL_QKV_B], NULL, c->part, ll->dqkv, NULL, NULL, NULL, N, QKV, c->st));
+  TRY(linear_bwd(c, c->dtmp, dw[GPT_LL_QKV], ll->dqkv, ln1, w[GPT_LL_QKV], N, C, QKV));
+  TRY(cudak_rmsnorm_bwd_dx(c->dres, c->dtmp, x, w[GPT_LL_LN1], ll->rstd1 + (size_t)l * N, N, C, 1, c->st));
+  return cudak_rmsnorm_dw(dw[GPT_LL_LN1], ll->norm_part, c->dtmp, x, ll->rstd1 + (size_t)l * N, N, C, c->st);
 }
 
 int cuda_llama_backward(gpt_model *m, cuda_impl *c) {

@@ -7,6 +7,8 @@
 #include "kernels/gpt.h"
 #include "tests/unit/test.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static gpt_layout lay;
@@ -144,8 +146,40 @@ static void test_gpt2_unchanged(void) {
   CHECK(strcmp(gpt_arch_name(c.arch), "gpt2") == 0);
 }
 
+/* gpt_llama_layer_ptrs, which both backends read the layout through, points each group at the
+ * tensor of that name, in every tied/untied, bias/no-bias variant and every layer. */
+static void test_layer_ptrs(void) {
+  static const char *const names[GPT_LL_N] = {
+      "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.o_proj.weight",
+      "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.down_proj.weight"};
+  for (int v = 0; v < 4; v++) {
+    gpt_config c = llama(v & 1, v >> 1);
+    CHECK_EQ_INT(gpt_layout_build(&c, &lay), 0);
+    float *base = malloc(lay.n_params * sizeof *base);
+    CHECK(base != NULL);
+    if (!base) return;
+    for (int l = 0; l < c.n_layer; l++) {
+      float *w[GPT_LL_N];
+      gpt_llama_layer_ptrs(&lay, base, l, w);
+      for (int g = 0; g < GPT_LL_N; g++) {
+        if (g == GPT_LL_QKV_B && !c.attention_bias) {
+          CHECK(w[g] == NULL);
+          continue;
+        }
+        char nm[GPT_NAME_MAX];
+        snprintf(nm, sizeof nm, "model.layers.%d.%s", l, names[g]);
+        int i = gpt_layout_find(&lay, nm);
+        CHECK(i >= 0);
+        if (i >= 0) CHECK(w[g] == base + lay.tensors[i].offset);
+      }
+    }
+    free(base);
+  }
+}
+
 int main(void) {
   test_order();
+  test_layer_ptrs();
   test_validate();
   test_init();
   test_gpt2_unchanged();
