@@ -42,9 +42,10 @@ int tok_open_gpt2(const char *vocab_dir, dpc_tokenizer **out);
  * files; the subset accepted is in docs/design.md §6.7). Text is encoded as HF tokenizers'
  * encode(text, add_special_tokens=False) does: added tokens written in the text become their
  * ids, the rest goes through the pre-tokenizer and BPE by merge rank; no BOS/EOS is added.
- * decode gives back the bytes (HF's ByteLevel decoder before its UTF-8 repair). A file of any
- * other kind (WordPiece, Unigram, normalizers or pre-tokenizers not implemented, ...) is
- * refused with DPC_EFORMAT naming the file, the key and its value. */
+ * decode gives back the bytes (HF's ByteLevel decoder before its UTF-8 repair). Anything
+ * outside that subset (another model type such as WordPiece or Unigram, a normalizer,
+ * pre-tokenizer, decoder or option the table of docs/design.md §6.7 does not list) is refused
+ * with DPC_EFORMAT naming the file, the key and its value. */
 int tok_open_hf(const char *path, dpc_tokenizer **out);
 
 /* What --tokenizer names: "byte", "gpt2" (files in vocab_dir, which must then be given), or a
