@@ -244,8 +244,7 @@ static void layernorm_bwd(const cpu_impl *c, float *dx, float *dw, float *db, co
 }
 
 /* Causal self-attention of qkv (N, 3C) into out (N, C), keeping the probabilities in att
- * (B, NH, T, T). Row block [i0, i1) only needs keys [0, i1), which skips most of the masked
- * upper triangle in both products. */
+ * (B, NH, T, T), one task per (sequence, head) through cpu_attn_head_fwd. */
 static void attention_fwd(const cpu_impl *c, float *out, float *att, const float *qkv, int B, int T, int C,
                           int NH) {
   const int hs = C / NH, C3 = 3 * C;
@@ -256,12 +255,7 @@ static void attention_fwd(const cpu_impl *c, float *out, float *att, const float
     const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
     float *A = att + (size_t)bh * T * T;
     float *o = out + (size_t)b * T * C + (size_t)h * hs;
-    for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-      const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
-      cpu_thread_gemm(c, 0, 1, bm, i1, hs, scale, q + (size_t)i0 * C3, C3, k, C3, 0.0f, A + (size_t)i0 * T, T);
-      for (int t = i0; t < i1; t++) cpuk_causal_softmax_row(A + (size_t)t * T, t, i1);
-      cpu_thread_gemm(c, 0, 0, bm, hs, i1, 1.0f, A + (size_t)i0 * T, T, v, C3, 0.0f, o + (size_t)i0 * C, C);
-    }
+    cpu_attn_head_fwd(c, o, C, A, q, k, v, C3, T, hs, scale);
   }
 }
 
@@ -280,20 +274,7 @@ static void attention_bwd(const cpu_impl *c, float *dqkv, const float *dout, con
       float *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs, *dk = dq + C, *dv = dq + 2 * C;
       const float *A = att + (size_t)bh * T * T;
       const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
-      for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-        const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
-        cpu_thread_gemm(c, 0, 1, bm, i1, hs, 1.0f, dO + (size_t)i0 * C, C, v, C3, 0.0f, D + (size_t)i0 * T, T);
-        for (int t = i0; t < i1; t++) cpuk_causal_softmax_bwd_row(D + (size_t)t * T, A + (size_t)t * T, t, i1, scale);
-        cpu_thread_gemm(c, 0, 0, bm, hs, i1, 1.0f, D + (size_t)i0 * T, T, k, C3, 0.0f, dq + (size_t)i0 * C3, C3);
-      }
-      /* Key block [j0, j1) receives from queries [j0, T) only. */
-      for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
-        const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T, bn = j1 - j0;
-        cpu_thread_gemm(c, 1, 0, bn, hs, T - j0, 1.0f, A + (size_t)j0 * T + j0, T, dO + (size_t)j0 * C, C, 0.0f,
-             dv + (size_t)j0 * C3, C3);
-        cpu_thread_gemm(c, 1, 0, bn, hs, T - j0, 1.0f, D + (size_t)j0 * T + j0, T, q + (size_t)j0 * C3, C3, 0.0f,
-             dk + (size_t)j0 * C3, C3);
-      }
+      cpu_attn_head_bwd(c, dq, C3, dk, dv, C3, D, dO, C, A, q, k, v, C3, T, hs, scale);
     }
   }
 }

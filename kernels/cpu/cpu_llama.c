@@ -205,8 +205,8 @@ static void bias_bwd(const cpu_impl *c, float *db, const float *dout, int N, int
 /* ---- attention --------------------------------------------------------------------------- */
 
 /* Causal grouped-query attention of qkv (N, QKV) into out (N, NH*D), probabilities in att
- * (B, NH, T, T); query head h reads KV head h / (NH/NKV). Query block [i0, i1) only needs keys
- * [0, i1), as in cpu_backend.c's GPT-2 attention. */
+ * (B, NH, T, T); query head h reads KV head h / (NH/NKV), one task per (sequence, query head)
+ * through cpu_attn_head_fwd, as GPT-2's attention. */
 static void attn_fwd(const cpu_impl *c, const llama_dims *d, float *out, float *att, const float *qkv, int B,
                      int T) {
   const int D = d->D, QKV = d->QKV, C = d->NH * D, NH = d->NH;
@@ -217,12 +217,7 @@ static void attn_fwd(const cpu_impl *c, const llama_dims *d, float *out, float *
     const float *base = qkv + (size_t)b * T * QKV;
     const float *q = base + (size_t)h * D, *k = base + C + (size_t)j * D, *v = k + (size_t)d->NKV * D;
     float *A = att + (size_t)bh * T * T, *o = out + (size_t)b * T * C + (size_t)h * D;
-    for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-      const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
-      cpu_thread_gemm(c, 0, 1, bm, i1, D, scale, q + (size_t)i0 * QKV, QKV, k, QKV, 0.0f, A + (size_t)i0 * T, T);
-      for (int t = i0; t < i1; t++) cpuk_causal_softmax_row(A + (size_t)t * T, t, i1);
-      cpu_thread_gemm(c, 0, 0, bm, D, i1, 1.0f, A + (size_t)i0 * T, T, v, QKV, 0.0f, o + (size_t)i0 * C, C);
-    }
+    cpu_attn_head_fwd(c, o, C, A, q, k, v, QKV, T, D, scale);
   }
 }
 
@@ -252,20 +247,7 @@ static void attn_bwd(const cpu_impl *c, const llama_dims *d, float *dqkv, const 
         dv = dvp + (size_t)b * T * C + (size_t)h * D;
         ldk = C;
       }
-      for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-        const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
-        cpu_thread_gemm(c, 0, 1, bm, i1, D, 1.0f, dO + (size_t)i0 * C, C, v, QKV, 0.0f, S + (size_t)i0 * T, T);
-        for (int t = i0; t < i1; t++) cpuk_causal_softmax_bwd_row(S + (size_t)t * T, A + (size_t)t * T, t, i1, scale);
-        cpu_thread_gemm(c, 0, 0, bm, D, i1, 1.0f, S + (size_t)i0 * T, T, k, QKV, 0.0f, dq + (size_t)i0 * QKV, QKV);
-      }
-      /* Key block [j0, j1) receives from queries [j0, T) only. */
-      for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
-        const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T, bn = j1 - j0;
-        cpu_thread_gemm(c, 1, 0, bn, D, T - j0, 1.0f, A + (size_t)j0 * T + j0, T, dO + (size_t)j0 * C, C, 0.0f,
-                        dv + (size_t)j0 * ldk, ldk);
-        cpu_thread_gemm(c, 1, 0, bn, D, T - j0, 1.0f, S + (size_t)j0 * T + j0, T, q + (size_t)j0 * QKV, QKV, 0.0f,
-                        dk + (size_t)j0 * ldk, ldk);
-      }
+      cpu_attn_head_bwd(c, dq, QKV, dk, dv, ldk, S, dO, C, A, q, k, v, QKV, T, D, scale);
     }
     if (rep > 1) {
 #pragma omp for schedule(dynamic, ROWS_PER_ITEM)

@@ -1,5 +1,6 @@
 /* cpu_shared.c — what the CPU backend's two model families share (cpu_shared.h): the
- * per-thread and split matrix products, aligned allocation, and the cross-entropy forward.
+ * per-thread and split matrix products, aligned allocation, the cross-entropy forward and one
+ * causal attention head, forward and backward.
  * cpu_backend.c (GPT-2, the vtable, the optimizer) and cpu_llama.c (the Llama family) both call
  * it; it calls neither. */
 #include "kernels/cpu/cpu_shared.h"
@@ -77,4 +78,33 @@ int cpu_xent_forward(cpu_impl *c, int N, int V, float *loss) {
   c->state = ST_LOSS;
   if (!isfinite(*loss)) return dpc_err(DPC_ENUMERIC, "forward: loss is %f (diverged; lower the learning rate)", *loss);
   return 0;
+}
+
+void cpu_attn_head_fwd(const cpu_impl *c, float *o, int ldo, float *A, const float *q, const float *k,
+                       const float *v, int ldqkv, int T, int D, float scale) {
+  for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+    const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
+    cpu_thread_gemm(c, 0, 1, bm, i1, D, scale, q + (size_t)i0 * ldqkv, ldqkv, k, ldqkv, 0.0f, A + (size_t)i0 * T, T);
+    for (int t = i0; t < i1; t++) cpuk_causal_softmax_row(A + (size_t)t * T, t, i1);
+    cpu_thread_gemm(c, 0, 0, bm, D, i1, 1.0f, A + (size_t)i0 * T, T, v, ldqkv, 0.0f, o + (size_t)i0 * ldo, ldo);
+  }
+}
+
+void cpu_attn_head_bwd(const cpu_impl *c, float *dq, int lddq, float *dk, float *dv, int lddkv, float *S,
+                       const float *dO, int ldo, const float *A, const float *q, const float *k, const float *v,
+                       int ldqkv, int T, int D, float scale) {
+  for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+    const int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, bm = i1 - i0;
+    cpu_thread_gemm(c, 0, 1, bm, i1, D, 1.0f, dO + (size_t)i0 * ldo, ldo, v, ldqkv, 0.0f, S + (size_t)i0 * T, T);
+    for (int t = i0; t < i1; t++) cpuk_causal_softmax_bwd_row(S + (size_t)t * T, A + (size_t)t * T, t, i1, scale);
+    cpu_thread_gemm(c, 0, 0, bm, D, i1, 1.0f, S + (size_t)i0 * T, T, k, ldqkv, 0.0f, dq + (size_t)i0 * lddq, lddq);
+  }
+  /* Key block [j0, j1) receives from queries [j0, T) only. */
+  for (int j0 = 0; j0 < T; j0 += ATT_BLOCK) {
+    const int j1 = j0 + ATT_BLOCK < T ? j0 + ATT_BLOCK : T, bn = j1 - j0;
+    cpu_thread_gemm(c, 1, 0, bn, D, T - j0, 1.0f, A + (size_t)j0 * T + j0, T, dO + (size_t)j0 * ldo, ldo, 0.0f,
+                    dv + (size_t)j0 * lddkv, lddkv);
+    cpu_thread_gemm(c, 1, 0, bn, D, T - j0, 1.0f, S + (size_t)j0 * T + j0, T, q + (size_t)j0 * ldqkv, ldqkv, 0.0f,
+                    dk + (size_t)j0 * lddkv, lddkv);
+  }
 }

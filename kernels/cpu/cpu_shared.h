@@ -107,6 +107,18 @@ mm_split cpu_plan_split(int nt, int M, int N);
 /* Cross-entropy of the N rows of c->logits against c->targets into c->losses and c->lse;
  * *loss gets the mean. DPC_ENUMERIC when it is not finite. */
 int cpu_xent_forward(cpu_impl *c, int N, int V, float *loss);
+/* One causal attention head of one sequence on the calling thread, in query blocks of
+ * ATT_BLOCK: block [i0, i1) only needs keys [0, i1), which skips most of the masked upper
+ * triangle. q, k and v are (T, D) with row stride ldqkv (slices of a fused projection row; a
+ * grouped-query head reads its KV head's k and v); the probabilities go to A (T, T) and the
+ * output to o (T, D), row stride ldo. Both model families run their heads through it. */
+void cpu_attn_head_fwd(const cpu_impl *c, float *o, int ldo, float *A, const float *q, const float *k,
+                       const float *v, int ldqkv, int T, int D, float scale);
+/* Its backward from dO (T, D), row stride ldo: dq (row stride lddq), dk and dv (row stride
+ * lddkv) written, not accumulated; S is a (T, T) scratch for the score gradients. */
+void cpu_attn_head_bwd(const cpu_impl *c, float *dq, int lddq, float *dk, float *dv, int lddkv, float *S,
+                       const float *dO, int ldo, const float *A, const float *q, const float *k, const float *v,
+                       int ldqkv, int T, int D, float scale);
 
 
 #endif
