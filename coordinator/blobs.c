@@ -33,7 +33,7 @@ struct blob_writer {
 };
 
 static const char *const KIND_EXT[] = {NULL, "params", "momentum", "delta", "dnbuf", "innerm", "innerv", "innerl", "innere",
-                                       "sparse"};
+                                       "sparse", "encoded"};
 #define N_KINDS ((int)(sizeof KIND_EXT / sizeof KIND_EXT[0]))
 
 static int kind_ok(blob_kind k) { return (int)k >= 1 && (int)k < N_KINDS; }

@@ -48,6 +48,9 @@ typedef enum {
   /* SparseLoCo: a received sparse delta (as BLOB_DELTA), the CODEC_SPARSE stream zero-padded to
    * whole floats (its exact length follows from the job's fragment layout). */
   BLOB_SPARSE = 9,
+  /* A quantized delta's stream as sent (beside its decoded BLOB_DELTA; same id), zero-padded
+   * to whole floats, kept for replay pulls (docs/design.md §4.3). */
+  BLOB_ENCODED = 10,
 } blob_kind;
 
 typedef struct {

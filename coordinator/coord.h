@@ -223,6 +223,10 @@ typedef struct coord {
   /* counters for /metrics */
   uint64_t rounds_total, bytes_in, bytes_out, outer_steps;
   uint64_t deltas_rejected; /* PushDelta streams refused as malformed or corrupt (nothing stored) */
+  /* Workers' pulls under a lease by kind, [0] whole fragments (PAYLOAD_PARAMS), [1] replayed
+   * rounds (PAYLOAD_REPLAY_ROUND, PAYLOAD_SPARSE_ROUND), [2] outer momenta
+   * (PAYLOAD_OUTER_MOMENTUM): streams completed and bytes sent. */
+  uint64_t pulls[3], pull_bytes[3];
   uint64_t revocations[REVOKE_N]; /* active leases taken away, by REVOKE_* reason */
   coord_hist hist[HIST_N];        /* by HIST_* (coord_observe) */
 

@@ -10,6 +10,10 @@
 
 int jobspec_sparse_pull(const jobspec *js) { return js->sparse.enabled && js->outer.momentum == 0.0; }
 
+int jobspec_replay_pull(const jobspec *js) {
+  return js->pulls.replay && js->algorithm != JOB_ALGO_DILOCO_ASYNC && !jobspec_streaming(js);
+}
+
 int jobspec_streaming(const jobspec *js) {
   return js->streaming.fragments > 1 || js->streaming.overlap_steps > 0 || js->streaming.alpha != 0 ||
          js->streaming.eager;

@@ -106,6 +106,9 @@ typedef struct {
   struct {
     int keep_last, keep_every;
   } versions;
+  struct {
+    int replay; /* replay pulls (jobspec_replay_pull) */
+  } pulls;
   /* Streaming DiLoCo (docs/design.md §3.7): streaming mode — per-layer fragments and continuous
    * training — is on when F > 1, τ > 0, α != 0 or eager (jobspec_streaming); F = 1, τ = 0,
    * α = 0 is plain DiLoCo (one fragment per module), whatever the codec. */
@@ -200,6 +203,9 @@ int jobspec_fragments(const jobspec *js, const gpt_layout *lay, jobspec_fragment
  * (PAYLOAD_SPARSE_ROUND): a sparse job whose outer rule has no momentum, so that a version's
  * parameters follow from the previous ones and the round's deltas alone. */
 int jobspec_sparse_pull(const jobspec *js);
+/* 1 if PullFragment serves the job's rounds as the deltas as sent (PAYLOAD_REPLAY_ROUND,
+ * docs/design.md §4.3): pulls.replay on, a sync job (diloco or dipaco) without streaming. */
+int jobspec_replay_pull(const jobspec *js);
 
 /* 1 if the spec runs Streaming DiLoCo (per-layer fragments, continuous training). */
 int jobspec_streaming(const jobspec *js);

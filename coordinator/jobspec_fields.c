@@ -235,6 +235,12 @@ const jobspec_field jobspec_fields[] = {
     {"versions", "keep_every", .type = JF_INT, AT(versions.keep_every), .def = 0, CLOSED(0, 1000000000),
      .doc = "also keep every version that is a multiple of this, for export (0 = none)"},
 
+    {"", "pulls", .type = JF_OBJECT, .doc = "how workers catch up on new versions (docs/design.md §4.3)"},
+    {"pulls", "replay", .type = JF_BOOL, AT(pulls.replay), .def = 1,
+     .doc = "sync jobs without streaming: a worker holding an older version replays the rounds' deltas as "
+            "sent (the coordinator keeps the last 8 rounds) instead of pulling the fragment whole, when that "
+            "is fewer bytes; bit-identical (checked against the version's CRC-32C)"},
+
     {"", "streaming", .type = JF_OBJECT,
      .doc = "Streaming DiLoCo (on when fragments > 1, overlap_steps > 0, alpha != 0 or eager; algorithm diloco "
             "only: dipaco and diloco-async take the codec alone) and the delta codec"},

@@ -7,7 +7,8 @@
  * Every family has HELP and TYPE (promtool check metrics is clean). Series:
  *  - counters: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_deltas_rejected_total,
  *    dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace, disconnect),
- *    dipaco_bytes_in_total, dipaco_bytes_out_total;
+ *    dipaco_bytes_in_total, dipaco_bytes_out_total, dipaco_pulls_total{kind},
+ *    dipaco_pull_bytes_total{kind};
  *  - histograms (coord.hist): dipaco_outer_step_seconds, dipaco_push_seconds,
  *    dipaco_pull_seconds, dipaco_lease_wait_seconds, dipaco_round_wait_seconds,
  *    dipaco_round_overhead_seconds,
@@ -122,6 +123,15 @@ static void fmt_counters(coord *c, sbuf *b) {
   sb_printf(b, "dipaco_bytes_in_total %llu\n", (unsigned long long)c->bytes_in);
   head(b, "dipaco_bytes_out_total", "counter", "Tensor bytes sent (parameters, exports).");
   sb_printf(b, "dipaco_bytes_out_total %llu\n", (unsigned long long)c->bytes_out);
+  static const char *const kind[3] = {"full", "replay", "momentum"};
+  head(b, "dipaco_pulls_total", "counter",
+       "Pulls by workers under a lease, by kind: full (a fragment's parameters), replay (one round's deltas as "
+       "sent, PAYLOAD_REPLAY_ROUND or PAYLOAD_SPARSE_ROUND) or momentum (a fragment's outer momentum).");
+  for (int i = 0; i < 3; i++)
+    sb_printf(b, "dipaco_pulls_total{kind=\"%s\"} %llu\n", kind[i], (unsigned long long)c->pulls[i]);
+  head(b, "dipaco_pull_bytes_total", "counter", "Bytes of the pulls in dipaco_pulls_total, by kind.");
+  for (int i = 0; i < 3; i++)
+    sb_printf(b, "dipaco_pull_bytes_total{kind=\"%s\"} %llu\n", kind[i], (unsigned long long)c->pull_bytes[i]);
   fmt_hist(b, &c->hist[HIST_OUTER_STEP], HIST_OUTER_STEP, "dipaco_outer_step_seconds",
            "Duration of an outer step (a sync round's or an applied async delta's), on the thread pool.");
   fmt_hist(b, &c->hist[HIST_PUSH], HIST_PUSH, "dipaco_push_seconds",

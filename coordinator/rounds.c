@@ -143,9 +143,11 @@ static void gc_fragment(coord *c, int64_t job, int fragment, int64_t round) {
     if (n > 0) TESTHOOK("gc");
     gc_delete_files(c, names, n);
   }
-  /* A SparseLoCo job keeps its last SPARSE_KEEP_ROUNDS rounds' sparse deltas: PullFragment
-   * serves them (PAYLOAD_SPARSE_ROUND) to workers a few versions behind. */
-  int64_t before = j && j->spec.sparse.enabled ? round - (SPARSE_KEEP_ROUNDS - 1) : round;
+  /* A SparseLoCo job or one with replay pulls keeps its last REPLAY_KEEP_ROUNDS rounds' deltas:
+   * PullFragment serves them (PAYLOAD_SPARSE_ROUND, PAYLOAD_REPLAY_ROUND) to workers a few
+   * versions behind. */
+  const int keep = j && (j->spec.sparse.enabled || jobspec_replay_pull(&j->spec));
+  int64_t before = keep ? round - (REPLAY_KEEP_ROUNDS - 1) : round;
   if (before > 0 && store_gc_deltas(c->st, job, fragment, before, &names, &n) == 0) {
     if (n > 0) TESTHOOK("gc");
     gc_delete_files(c, names, n);

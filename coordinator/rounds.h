@@ -11,10 +11,11 @@
 
 #include "coordinator/coord.h"
 
-/* A SparseLoCo job keeps the sparse deltas of its last SPARSE_KEEP_ROUNDS rounds per fragment,
- * so that a worker up to that many versions behind pulls them (PAYLOAD_SPARSE_ROUND) instead
- * of the whole fragment. */
-#define SPARSE_KEEP_ROUNDS 8
+/* A SparseLoCo job, and a job with replay pulls (jobspec_replay_pull), keeps the deltas of its
+ * last REPLAY_KEEP_ROUNDS rounds per fragment as sent, so that a worker up to that many
+ * versions behind replays them (PAYLOAD_SPARSE_ROUND, PAYLOAD_REPLAY_ROUND) instead of pulling
+ * the whole fragment (docs/design.md §5.3). */
+#define REPLAY_KEEP_ROUNDS 8
 
 /* Look at every running job's fragments: start outer steps whose round is complete (or past
  * its deadline with quorum), apply pending async deltas, finish done jobs, then retry the

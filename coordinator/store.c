@@ -114,6 +114,10 @@ static const char *const MIGRATIONS[] = {
     /* 3 -> 4: the inner steps a lease was granted (inner_steps shrinks to the steps a partial
      * delta covers), for goodput: steps merged / steps leased (0 = as inner_steps, before). */
     "ALTER TABLE leases ADD COLUMN granted_steps INTEGER NOT NULL DEFAULT 0;",
+    /* 4 -> 5: a quantized delta's stream as sent and its CRC-32C, kept for replay pulls
+     * (docs/design.md §4.3; '' and 0 for fp32 and sparse deltas and for rows before). */
+    "ALTER TABLE deltas ADD COLUMN enc_blob TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE deltas ADD COLUMN enc_crc INTEGER NOT NULL DEFAULT 0;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION, "STORE_SCHEMA_VERSION must equal the number of migrations");

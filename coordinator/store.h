@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 #define STORE_TOKEN_HASH_BYTES 32
 
 typedef struct store store;
@@ -286,6 +286,11 @@ typedef struct {
   store_delta_state state;
   int64_t received_at;
   int64_t applied_version; /* 0 unless applied */
+  /* A quantized delta's stream as sent (BLOB_ENCODED, kept for replay pulls, docs/design.md
+   * §4.3) and its CRC-32C as sent; "" and 0 for an fp32 or sparse delta, whose blob is the
+   * stream as sent. */
+  char enc_blob[BLOB_NAME_MAX];
+  uint32_t enc_crc;
 } store_delta;
 
 typedef struct {
@@ -293,6 +298,8 @@ typedef struct {
   int fragment;
   uint32_t checksum;
   const char *blob;    /* written and fsync'd before this call */
+  const char *enc_blob; /* NULL, or the stream as sent (BLOB_ENCODED), written and fsync'd before */
+  uint32_t enc_crc;     /* the stream's CRC-32C as sent (with enc_blob) */
   double weight;       /* >= 0, finite */
   int64_t tokens;
   int64_t now_ms;

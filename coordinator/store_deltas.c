@@ -13,6 +13,8 @@
 int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id) {
   if (!nd->blob || !nd->blob[0] || strlen(nd->blob) >= BLOB_NAME_MAX)
     return dpc_err(DPC_EINVAL, "store_record_delta: bad blob name");
+  if (nd->enc_blob && strlen(nd->enc_blob) >= BLOB_NAME_MAX)
+    return dpc_err(DPC_EINVAL, "store_record_delta: bad encoded blob name");
   if (!isfinite(nd->weight) || nd->weight < 0 || nd->tokens < 0)
     return dpc_err(DPC_EINVAL, "store_record_delta: weight %g / tokens %lld invalid", nd->weight, (long long)nd->tokens);
   TRY(sq_begin(st));
@@ -56,6 +58,8 @@ int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id) 
   B64(s, 12, nd->now_ms);
   if (isfinite(nd->norm) && nd->norm >= 0) BDBL(s, 13, nd->norm);
   else sqlite3_bind_null(s, 13);
+  BTXT(s, 14, nd->enc_blob ? nd->enc_blob : "");
+  B64(s, 15, nd->enc_blob ? (int64_t)nd->enc_crc : 0);
   TX(sq_exec_done(st, s, "insert delta"));
   int64_t id = sqlite3_last_insert_rowid(st->db);
   if (nd->metric) TX(store_add_metric(st, nd->metric));

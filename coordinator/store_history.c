@@ -88,6 +88,8 @@ int store_gc_deltas(store *st, int64_t job, int fragment, int64_t before_round, 
     if ((rc = sq_grow((void **)&ids, &icap, ni, sizeof *ids)) < 0) break;
     ids[ni++] = sqlite3_column_int64(s, 0);
     if ((rc = push_name(&arr, &cap, &cnt, sq_col_text(s, 1))) < 0) break;
+    const char *enc = sq_col_text(s, 2); /* a quantized delta's stream as sent goes with it */
+    if (enc && enc[0] && (rc = push_name(&arr, &cap, &cnt, enc)) < 0) break;
   }
   sqlite3_reset(s);
   for (int i = 0; rc >= 0 && i < ni; i++) {

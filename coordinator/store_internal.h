@@ -113,7 +113,9 @@
   COL(tokens, I64, ", tokens")                   \
   COL(state, DELTA_STATE, ", state")             \
   COL(received_at, I64, ", received_at")         \
-  COL(applied_version, I64, ", applied_version")
+  COL(applied_version, I64, ", applied_version") \
+  COL(enc_blob, TEXT, ", enc_blob")              \
+  COL(enc_crc, U32, ", enc_crc")
 
 /* The (lease, fragment) lookup of a delta: its id and checksum only. */
 typedef struct {
@@ -246,8 +248,8 @@ typedef struct {
                    "AND l.state = 'finished' AND NOT EXISTS (SELECT 1 FROM deltas d WHERE d.lease = l.id "       \
                    "AND d.fragment = lf.fragment))")                                                             \
   X(INS_DELTA, "INSERT INTO deltas (job, round, fragment, path, replica, lease, base_version, checksum, blob, " \
-               "weight, tokens, state, received_at, norm) "                                                  \
-               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'received', ?12, ?13)")                \
+               "weight, tokens, state, received_at, norm, enc_blob, enc_crc) "                               \
+               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'received', ?12, ?13, ?14, ?15)")      \
   X(DELTA_NORMS, "SELECT norm FROM deltas WHERE job = ?1 AND fragment = ?2 AND norm IS NOT NULL "             \
                  "ORDER BY id DESC LIMIT ?3")                                                                 \
   X(GET_DELTA, "SELECT " DELTA_COLS " FROM deltas WHERE id = ?1")                                             \
@@ -264,9 +266,9 @@ typedef struct {
                      "WHERE job = ?1 AND fragment = ?2 AND version <= ?3 AND keep = 0 "                      \
                      "AND (?4 <= 0 OR version % ?4 != 0) ORDER BY version")                                  \
   X(GC_VERSION_DEL, "DELETE FROM fragment_versions WHERE job = ?1 AND fragment = ?2 AND version = ?3")       \
-  X(GC_DELTAS_SEL, "SELECT id, blob FROM deltas WHERE job = ?1 AND fragment = ?2 AND round < ?3 "             \
+  X(GC_DELTAS_SEL, "SELECT id, blob, enc_blob FROM deltas WHERE job = ?1 AND fragment = ?2 AND round < ?3 "             \
                    "AND state != 'received' AND blob != '' ORDER BY id")                                     \
-  X(GC_DELTA_DEL, "UPDATE deltas SET blob = '' WHERE id = ?1")                                                \
+  X(GC_DELTA_DEL, "UPDATE deltas SET blob = '', enc_blob = '' WHERE id = ?1")                                                \
   X(INS_METRIC, "INSERT INTO metrics (" METRIC_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)") \
   X(LIST_METRICS, "SELECT " METRIC_COLS " FROM metrics WHERE job = ?1 AND round >= ?2 ORDER BY round, id") \
   X(JOB_TRAFFIC, "SELECT coalesce(sum(bytes_in), 0), coalesce(sum(bytes_out), 0) FROM metrics "              \
@@ -279,7 +281,8 @@ typedef struct {
   X(BLOB_NAMES, "SELECT param_blob FROM fragment_versions UNION ALL "                                        \
                 "SELECT momentum_blob FROM fragment_versions WHERE momentum_blob != '' UNION ALL "            \
                 "SELECT dnbuf_blob FROM fragment_versions WHERE dnbuf_blob != '' UNION ALL "                  \
-                "SELECT blob FROM deltas WHERE blob != ''")                                                 \
+                "SELECT blob FROM deltas WHERE blob != '' UNION ALL "                                        \
+                "SELECT enc_blob FROM deltas WHERE enc_blob != ''")                                         \
   X(ROUND_SPREADS, "SELECT max(received_at) - min(received_at), count(*) FROM deltas WHERE job = ?1 AND "       \
                    "fragment = ?2 AND state = 'applied' AND round < ?3 GROUP BY round ORDER BY round DESC "      \
                    "LIMIT ?4")                                                                                  \

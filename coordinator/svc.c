@@ -170,12 +170,24 @@ static void stream_send_next(struct rpc_call *call, out_stream *os) {
     return;
   }
   os->c->bytes_out += len;
+  if (os->lease_id && (p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS ||
+                       p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND ||
+                       p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND ||
+                       p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM)) {
+    /* dipaco_pulls_total / dipaco_pull_bytes_total by kind: whole fragments, replayed rounds, momenta */
+    const int k = p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS           ? 0
+                  : p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM ? 2
+                                                                             : 1;
+    os->c->pull_bytes[k] += len;
+    if (last) os->c->pulls[k]++;
+  }
   if (os->lease_id) {
     lease_note *n = coord_note(os->c, (int64_t)os->lease_id, 1);
     if (n) n->bytes_out += len;
     if (n) n->hb_at = dpc_wall_ms(); /* the previous chunk went out: the worker is reading (leases.c) */
     if (n && last) n->pull_done_s = dpc_mono_s();
-    if (last && os->job && p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS && p->fragment_id > 0)
+    if (last && os->job && p->fragment_id > 0 &&
+        (p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS || p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND))
       rounds_note_pull(os->c, os->job, (int)p->fragment_id - 1, (int64_t)p->version);
   }
   if (last) {

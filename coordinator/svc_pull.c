@@ -1,5 +1,6 @@
 /* svc_pull.c — the dipaco.v1.Coordinator PullFragment: a lease's parameters (zero-copy from
- * the parameter cache), its fragment's momentum, or a SparseLoCo round's sparse deltas. The
+ * the parameter cache), its fragment's momentum, or a round's deltas as sent (a replay pull,
+ * or a SparseLoCo round's sparse deltas). The
  * handler runs on the loop thread; ud is the coord.
  *
  * Semantics: requires an active lease of the caller covering the fragment; version = the
@@ -8,6 +9,7 @@
 #include "coordinator/svc_pull.h"
 
 #include "common/checksum.h"
+#include "common/codec.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/sparse.h"
@@ -48,14 +50,15 @@ static void mom_unref(void *ud) {
   free(b);
 }
 
-/* Eager updates: the outer momentum of fragment frag at version r->version (an eager job
- * only; zeros at version 0), read from its blob and streamed like parameters. */
+/* Eager updates and replay pulls: the outer momentum of fragment frag at version r->version
+ * (an eager job or one with replay pulls; zeros at version 0), read from its blob and streamed like parameters. */
 static void pull_momentum(struct rpc_call *call, coord *c, const store_lease *l, int frag,
                           const Dipaco__V1__PullFragmentRequest *r) {
   coord_job *j = coord_job_get(c, l->job);
   store_fragment f;
-  if (!j || !j->spec.streaming.eager) {
-    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "job %lld has no eager updates: its momentum is not served",
+  if (!j || !(j->spec.streaming.eager || jobspec_replay_pull(&j->spec))) {
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "job %lld has neither eager updates nor replay pulls: its momentum is "
+                    "not served",
                     (long long)l->job);
     return;
   }
@@ -113,44 +116,91 @@ static void put_le(unsigned char *p, uint64_t v, int n) {
   for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* The applied sparse deltas of round t of (j, frag), as PAYLOAD_SPARSE_ROUND's bytes (proto:
- * [u32 n][n x (f64 weight, u64 bytes)][streams]) in the order and with the weights the outer
- * step averaged them, into *out (malloc'd; *len bytes); lease skip's delta (the caller's own)
- * as bytes 0 without its stream. DPC_ENOENT once they are collected. */
-static int sparse_round_bytes(coord *c, const coord_job *j, int frag, int64_t t, int64_t skip, unsigned char **out,
-                              size_t *len) {
+/* One applied delta of a replayed round: its stream as sent — a sparse stream (BLOB_SPARSE), a
+ * quantized one kept beside its decoded copy (BLOB_ENCODED), or an fp32 one (BLOB_DELTA) — with
+ * its codec, block size and byte length. 0, or DPC_ENOENT / DPC_ECHECKSUM (not kept, or not
+ * what the row recorded). */
+static int replay_stream(const coord_job *j, int frag, const store_delta *d, int *codec, uint32_t *block,
+                         size_t *bytes, blob_kind *kind) {
+  blob_kind k;
+  if (!d->blob[0] || blob_kind_of_name(d->blob, &k) < 0)
+    return dpc_err(DPC_ENOENT, "the delta of lease %lld is no longer kept", (long long)d->lease);
+  *block = 0;
+  if (k == BLOB_SPARSE) {
+    *codec = DPC_CODEC_SPARSE;
+    *bytes = j->sp_bytes[frag];
+    *kind = BLOB_SPARSE;
+    return 0;
+  }
+  const size_t n = j->fragments[frag].len;
+  *codec = d->enc_blob[0] ? j->spec.streaming.codec : DPC_CODEC_FP32;
+  *kind = d->enc_blob[0] ? BLOB_ENCODED : BLOB_DELTA;
+  if (dpc_codec_is_block(*codec)) *block = (uint32_t)j->spec.streaming.block_floats;
+  return dpc_codec_bytes(*codec, n, *block, bytes);
+}
+
+/* The applied deltas of round t of (j, frag) as sent, in the order and with the weights the
+ * outer step averaged them, as PAYLOAD_REPLAY_ROUND's bytes (replay: [u32 n][n x (f64 weight,
+ * u64 bytes, u32 codec, u32 block_floats)][streams]) or PAYLOAD_SPARSE_ROUND's ([u32 n][n x
+ * (f64 weight, u64 bytes)][streams]) into *out (malloc'd; *len bytes); lease skip's delta (the
+ * caller's own) as bytes 0 without its stream. DPC_ENOENT once they are collected,
+ * DPC_ERANGE (nothing read) when the streams exceed budget bytes (0 = no limit). */
+static int round_bytes(coord *c, const coord_job *j, int frag, int64_t t, int64_t skip, int replay, uint64_t budget,
+                       unsigned char **out, size_t *len) {
   store_delta *ds = NULL;
   int n = 0, rc = store_list_deltas(c->st, j->id, frag, t, DELTA_APPLIED, &ds, &n);
   if (rc < 0) return rc;
-  const size_t sb = j->sp_bytes[frag], head = 4 + (size_t)n * 16;
-  unsigned char *b = n > 0 ? calloc(1, head + (size_t)n * sb + 4) : NULL;
+  const size_t ent = replay ? 24 : 16, head = 4 + (size_t)n * ent;
+  size_t sum = 0, *sb = n > 0 ? calloc((size_t)n, sizeof *sb) : NULL;
+  int *codec = n > 0 ? calloc((size_t)n, sizeof *codec) : NULL;
+  uint32_t *block = n > 0 ? calloc((size_t)n, sizeof *block) : NULL;
+  blob_kind *kind = n > 0 ? calloc((size_t)n, sizeof *kind) : NULL;
   if (n == 0) rc = dpc_err(DPC_ENOENT, "round %lld of fragment %d applied no deltas here", (long long)t, frag + 1);
-  else if (!b) rc = DPC_ENOMEM;
+  else if (!sb || !codec || !block || !kind) rc = DPC_ENOMEM;
+  for (int i = 0; i < n && !rc; i++) {
+    rc = replay_stream(j, frag, &ds[i], &codec[i], &block[i], &sb[i], &kind[i]);
+    if (!rc && !replay && codec[i] != DPC_CODEC_SPARSE)
+      rc = dpc_err(DPC_ENOENT, "round %lld of fragment %d applied a dense delta", (long long)t, frag + 1);
+    if (!(skip > 0 && ds[i].lease == skip)) sum += sb[i];
+  }
+  if (!rc && budget > 0 && sum > budget)
+    rc = dpc_err(DPC_ERANGE, "round %lld of fragment %d is %zu bytes of deltas, over the budget of %llu", (long long)t,
+                 frag + 1, sum, (unsigned long long)budget);
+  unsigned char *b = rc == 0 ? calloc(1, head + sum + 4) : NULL;
+  if (!rc && !b) rc = DPC_ENOMEM;
   if (!rc) put_le(b, (uint64_t)n, 4);
   size_t at = head; /* where the next stream goes */
   for (int i = 0; i < n && !rc; i++) {
     double w = coord_job_delta_weight(j, ds[i].tokens); /* the weight the outer step gave it */
     uint64_t wb;
     memcpy(&wb, &w, 8);
-    put_le(b + 4 + (size_t)i * 16, wb, 8);
+    unsigned char *e = b + 4 + (size_t)i * ent;
+    put_le(e, wb, 8);
+    if (replay) {
+      put_le(e + 16, (uint64_t)codec[i], 4);
+      put_le(e + 20, block[i], 4);
+    }
     if (skip > 0 && ds[i].lease == skip) continue; /* the caller's own: weight only, bytes 0 */
-    blob_kind kind;
     float *enc = NULL;
     size_t nf = 0;
     uint32_t crc = 0;
-    if (blob_kind_of_name(ds[i].blob, &kind) < 0 || kind != BLOB_SPARSE) {
-      rc = dpc_err(DPC_ENOENT, "round %lld of fragment %d applied a dense delta", (long long)t, frag + 1);
-      break;
-    }
-    if ((rc = blob_read_alloc(c->bs, ds[i].blob, BLOB_SPARSE, &enc, &nf, &crc)) < 0) break;
-    if (nf != (sb + 3) / 4 || crc != ds[i].checksum)
-      rc = dpc_err(DPC_ECHECKSUM, "sparse delta blob %s does not hold the recorded delta", ds[i].blob);
-    put_le(b + 12 + (size_t)i * 16, (uint64_t)sb, 8);
-    if (!rc) memcpy(b + at, enc, sb);
-    at += sb;
+    const char *name = kind[i] == BLOB_ENCODED ? ds[i].enc_blob : ds[i].blob;
+    if ((rc = blob_read_alloc(c->bs, name, kind[i], &enc, &nf, &crc)) < 0) break;
+    /* BLOB_SPARSE / BLOB_DELTA: the row's checksum is the payload's; BLOB_ENCODED: the row
+     * recorded the stream's CRC-32C as sent (the blob's own trailer covers its padding too). */
+    if (nf != (sb[i] + 3) / 4 ||
+        (kind[i] == BLOB_ENCODED ? dpc_crc32c(0, enc, sb[i]) != ds[i].enc_crc : crc != ds[i].checksum))
+      rc = dpc_err(DPC_ECHECKSUM, "delta blob %s does not hold the recorded delta", name);
+    put_le(e + 8, (uint64_t)sb[i], 8);
+    if (!rc) memcpy(b + at, enc, sb[i]);
+    at += sb[i];
     free(enc);
   }
   free(ds);
+  free(sb);
+  free(codec);
+  free(block);
+  free(kind);
   if (rc < 0) {
     free(b);
     return rc;
@@ -160,34 +210,52 @@ static int sparse_round_bytes(coord *c, const coord_job *j, int frag, int64_t t,
   return 0;
 }
 
-/* SparseLoCo sparse pull: the deltas that made version r->version of fragment frag (a job with
- * jobspec_sparse_pull only), while the coordinator keeps them (SPARSE_KEEP_ROUNDS). */
-static void pull_sparse_round(struct rpc_call *call, coord *c, const store_lease *l, int frag,
-                              const Dipaco__V1__PullFragmentRequest *r) {
+/* A test hook's fault (testhook.h) on a served replay round b[len]: its first stream spoiled. */
+static void replay_spoil(unsigned char *b, size_t len, int fault) {
+  uint64_t n = len >= 4 ? b[0] | (uint64_t)b[1] << 8 | (uint64_t)b[2] << 16 | (uint64_t)b[3] << 24 : 0;
+  size_t at = 4 + (size_t)n * 24;
+  if (at + 4 > len) return;
+  if (fault == REPLAY_FAULT_UNDECODABLE) memcpy(b + at, "\xff\xff\xff\x7f", 4);
+  else if (fault == REPLAY_FAULT_MISMATCH) b[at] ^= 1;
+}
+
+/* PAYLOAD_SPARSE_ROUND (a job with jobspec_sparse_pull) or PAYLOAD_REPLAY_ROUND (a job with
+ * jobspec_replay_pull): the deltas that made version r->version of fragment frag, while the
+ * coordinator keeps them (REPLAY_KEEP_ROUNDS). */
+static void pull_round(struct rpc_call *call, coord *c, const store_lease *l, int frag,
+                       const Dipaco__V1__PullFragmentRequest *r, int replay) {
   coord_job *j = coord_job_get(c, l->job);
   store_fragment cur;
-  if (!j || !jobspec_sparse_pull(&j->spec)) {
-    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "job %lld does not serve sparse rounds (a SparseLoCo job with outer "
-                    "momentum 0 does); pull the parameters", (long long)l->job);
+  if (!j || !(replay ? jobspec_replay_pull(&j->spec) : jobspec_sparse_pull(&j->spec))) {
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "job %lld does not serve %s; pull the parameters", (long long)l->job,
+                    replay ? "replay rounds (a sync job without streaming with pulls.replay does)"
+                           : "sparse rounds (a SparseLoCo job with outer momentum 0 does)");
     return;
   }
   if (r->version == 0 || r->version > INT64_MAX || store_get_fragment(c->st, l->job, frag, &cur) < 0 ||
       r->version > (uint64_t)cur.version) {
-    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "version %llu: a sparse round makes a version in 1 .. the current one",
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "version %llu: a round makes a version in 1 .. the current one",
                     (unsigned long long)r->version);
     return;
   }
   unsigned char *data = NULL;
   size_t len = 0;
   int64_t skip = r->skip_lease <= INT64_MAX ? (int64_t)r->skip_lease : 0;
-  int rc = sparse_round_bytes(c, j, frag, (int64_t)r->version - 1, skip, &data, &len);
+  const int fault = replay ? testhook_replay_fault() : REPLAY_FAULT_NONE;
+  int rc = fault == REPLAY_FAULT_GONE
+               ? dpc_err(DPC_ENOENT, "test hook: DIPACO_TEST_REPLAY_FAULT=gone")
+               : round_bytes(c, j, frag, (int64_t)r->version - 1, skip, replay, replay ? r->replay_budget : 0, &data,
+                             &len);
+  if (rc == 0 && fault) replay_spoil(data, len, fault);
   mom_buf *b = rc == 0 ? calloc(1, sizeof *b) : NULL;
   out_stream *os = b ? calloc(1, sizeof *os) : NULL;
   if (rc == 0 && !os) rc = DPC_ENOMEM;
   if (rc < 0) {
     if (rc == DPC_ENOENT || rc == DPC_ECHECKSUM)
-      rpc_call_finish(call, RPC_NOT_FOUND, "the sparse round that made fragment %d version %llu is not kept (%s); pull "
+      rpc_call_finish(call, RPC_NOT_FOUND, "the round that made fragment %d version %llu is not kept (%s); pull "
                       "the parameters", frag + 1, (unsigned long long)r->version, dpc_errmsg());
+    else if (rc == DPC_ERANGE)
+      rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "%s; pull the parameters", dpc_errmsg());
     else rpc_call_fail(call, rc);
     free(data);
     free(b);
@@ -206,16 +274,18 @@ static void pull_sparse_round(struct rpc_call *call, coord *c, const store_lease
   os->c = c;
   os->nparts = 1;
   os->part[0] = (out_part){.data = data, .total = (uint64_t)len, .crc = dpc_crc32c(0, data, len),
-                           .payload = DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND, .fragment_id = r->fragment_id,
-                           .version = r->version, .num_floats = j->fragments[frag].len};
+                           .payload = replay ? DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND
+                                             : DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND,
+                           .fragment_id = r->fragment_id, .version = r->version, .num_floats = j->fragments[frag].len};
   os->next = r->offset;
   os->lease_id = (uint64_t)l->id;
+  os->job = replay ? l->job : 0;
   os->chunk = svc_chunk_size(r->max_chunk_bytes);
   os->ref = mom_ref;
   os->unref = mom_unref;
   os->ud = b;
-  DPC_DEBUG("lease %lld pulls the sparse round of fragment %d version %llu (%zu bytes)", (long long)l->id, frag + 1,
-            (unsigned long long)r->version, len);
+  DPC_DEBUG("lease %lld pulls the %s round of fragment %d version %llu (%zu bytes)", (long long)l->id,
+            replay ? "replay" : "sparse", frag + 1, (unsigned long long)r->version, len);
   svc_stream_start(call, os);
 }
 
@@ -244,11 +314,12 @@ static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, v
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "codec %d: this coordinator serves CODEC_FP32 only", (int)r->codec);
   } else if (r->payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM) {
     pull_momentum(call, c, &l, frag, r);
-  } else if (r->payload == DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND) {
-    pull_sparse_round(call, c, &l, frag, r);
+  } else if (r->payload == DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND ||
+             r->payload == DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND) {
+    pull_round(call, c, &l, frag, r, r->payload == DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND);
   } else if (r->payload != DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS) {
-    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "payload %d: PullFragment serves PAYLOAD_PARAMS, PAYLOAD_OUTER_MOMENTUM "
-                    "or PAYLOAD_SPARSE_ROUND",
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "payload %d: PullFragment serves PAYLOAD_PARAMS, PAYLOAD_OUTER_MOMENTUM, "
+                    "PAYLOAD_SPARSE_ROUND or PAYLOAD_REPLAY_ROUND",
                     (int)r->payload);
   } else {
     store_fragment f;

@@ -190,6 +190,10 @@ static int push_pick_mode(push *p, const coord_job *j, int frag) {
     blob_id id = {.job = p->lease.job, .fragment = frag, .version = p->lease.round, .aux = p->lease.id,
                   .attempt = ++c->push_seq, .kind = p->sparse ? BLOB_SPARSE : BLOB_DELTA};
     blob_name(&id, p->blob, sizeof p->blob);
+    if (p->enc && !p->sparse && jobspec_replay_pull(&j->spec)) { /* the stream as sent, beside it */
+      id.kind = BLOB_ENCODED;
+      blob_name(&id, p->enc_blob, sizeof p->enc_blob);
+    }
     int rc = p->sparse ? 0 : blob_writer_open(c->bs, p->blob, BLOB_DELTA, jf->len, &p->w);
     if (rc < 0) {
       push_fail(p, rpc_code_from_dpc(rc), "cannot open the delta spool: %s", dpc_errmsg());
@@ -225,6 +229,7 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   p->enc = NULL;
   p->dec = NULL;
   p->sp_tlen = NULL;
+  p->enc_blob[0] = 0;
   p->sparse = p->codec == DPC_CODEC_SPARSE;
   if (p->sparse) { /* (the job's own settings and layout: header checked above) */
     p->sp_cfg = j->sp_cfg;

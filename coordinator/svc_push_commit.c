@@ -133,7 +133,13 @@ static void push_commit_work(uv_work_t *req) {
     if (p->work_rc < 0) snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());
     return;
   }
-  if (p->dec) { /* a quantized delta goes to the spool decoded: the outer step reads fp32 */
+  if (p->enc && p->enc_blob[0]) { /* kept as sent for replay pulls, durable before the row */
+    p->work_rc = blob_write(p->c->bs, p->enc_blob, BLOB_ENCODED, (const float *)p->enc, (size_t)(p->total + 3) / 4,
+                            NULL);
+    free(p->enc);
+    p->enc = NULL;
+  }
+  if (p->dec && p->work_rc == 0) { /* a quantized delta goes to the spool decoded: the outer step reads fp32 */
     p->work_rc = blob_writer_append(p->w, p->dec, p->total_floats * sizeof(float));
     free(p->dec);
     p->dec = NULL;
@@ -151,6 +157,7 @@ static void push_commit_after(uv_work_t *req, int status) {
   p->in_frag = 0;
   push_unclaim(p); /* the delta is recorded (or refused) before the next stream of the lease writes */
   if (status != 0 || p->work_rc < 0) {
+    if (p->enc_blob[0]) blob_delete(c->bs, p->enc_blob);
     push_fail(p, RPC_INTERNAL, "could not store the delta durably: %s", status ? "canceled" : p->err);
   } else {
     TESTHOOK("push-commit");
@@ -166,7 +173,7 @@ static void push_commit_after(uv_work_t *req, int status) {
     uint64_t pulled = n ? n->bytes_out : 0;
     if (n) n->bytes_out = 0;
     store_new_delta nd = {.lease = p->lease.id, .fragment = p->frag, .checksum = p->work_crc, .blob = p->blob,
-                          .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = dpc_wall_ms(), .norm = p->norm,
+                          .enc_blob = p->enc_blob[0] ? p->enc_blob : NULL, .enc_crc = p->crc, .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = dpc_wall_ms(), .norm = p->norm,
                           .metric = &m};
     /* Async: a delta of fewer steps than leased (a preempted worker's partial work) counts
      * for the steps it covers; sync rounds always take the lease's steps. */
@@ -179,6 +186,7 @@ static void push_commit_after(uv_work_t *req, int status) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", rc < 0 ? dpc_errmsg() : "");
     if (rc != 0) blob_delete(c->bs, p->blob);
+    if (rc != 0 && p->enc_blob[0]) blob_delete(c->bs, p->enc_blob);
     if (rc != 0 && n) n->bytes_out += pulled; /* not recorded: the next row carries them */
     if (rc == 0 || rc == 1) {
       push_ack(p, p->frag, rc == 0 ? DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED : DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE,
@@ -335,7 +343,8 @@ static void push_decode_after(uv_work_t *req, int status) {
   push *p = req->data;
   coord *c = p->c;
   p->busy = 0;
-  if (!p->sparse) { /* (a sparse stream is spooled as sent: push_commit_work frees it) */
+  if (!p->sparse && !p->enc_blob[0]) { /* (a sparse stream, or one kept for replay pulls, is written as sent:
+                                          push_commit_work frees it) */
     free(p->enc);
     p->enc = NULL;
   }

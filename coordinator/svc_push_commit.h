@@ -50,6 +50,8 @@ typedef struct push {
   uint32_t block;
   unsigned char *enc;
   float *dec;
+  /* where enc goes, kept as sent for replay pulls (BLOB_ENCODED; "" = not kept) */
+  char enc_blob[BLOB_NAME_MAX];
   /* a sparse fragment (SparseLoCo, codec CODEC_SPARSE): checked on the thread pool, spooled as
    * sent (zero-padded to whole floats in enc) with the job's settings and tensor lengths */
   int sparse;

@@ -442,6 +442,7 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   le.outer_lr = (float)j->spec.outer.lr;
   le.outer_momentum = (float)j->spec.outer.momentum;
   le.outer_nesterov = j->spec.outer.nesterov != 0;
+  le.replay_pull = jobspec_replay_pull(&j->spec);
   if (j->spec.sparse.enabled) {
     le.delta_codec = (Dipaco__V1__Codec)DPC_CODEC_SPARSE;
     le.delta_block_floats = 0;

@@ -33,6 +33,15 @@ int testhook_init(void);
 /* Count a hit of `point`; on the armed point's nth hit, log and SIGSTOP this process. */
 void testhook_hit(const char *point);
 
+/* Replay faults (docs/design.md §5.7): DIPACO_TEST_REPLAY_FAULT=<fault>[:<nth>] spoils the nth
+ * PAYLOAD_REPLAY_ROUND the coordinator serves (default 1; later ones are served as they are):
+ * `undecodable` overwrites its first stream's first 4 bytes with a NaN (what no encoder
+ * writes), `mismatch` flips the lowest bit of its first byte (it decodes, to other values),
+ * `gone` answers NOT_FOUND as if the round were collected. Read by testhook_init. */
+enum { REPLAY_FAULT_NONE = 0, REPLAY_FAULT_UNDECODABLE, REPLAY_FAULT_MISMATCH, REPLAY_FAULT_GONE };
+/* Count a served replay round; the fault to apply to it (REPLAY_FAULT_*). Loop thread only. */
+int testhook_replay_fault(void);
+
 #define TESTHOOK(point)                  \
   do {                                   \
     if (testhook_armed) testhook_hit(point); \

@@ -310,8 +310,11 @@ int wc_push_sparse(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
                    sent);
 }
 
-int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
-                         uint64_t skip_lease, size_t max_bytes, unsigned char **out, size_t *len, int *code) {
+/* wc_pull_sparse_round and wc_pull_replay_round: payload PAYLOAD_SPARSE_ROUND or
+ * PAYLOAD_REPLAY_ROUND (with its byte budget). */
+static int pull_round_impl(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
+                           uint64_t skip_lease, int payload, uint64_t budget, size_t max_bytes, unsigned char **out,
+                           size_t *len, int *code) {
   *out = NULL;
   *len = 0;
   Dipaco__V1__PullFragmentRequest req = DIPACO__V1__PULL_FRAGMENT_REQUEST__INIT;
@@ -320,8 +323,10 @@ int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__Fragme
   req.version = version;
   req.codec = DIPACO__V1__CODEC__CODEC_FP32;
   req.max_chunk_bytes = c->max_chunk_bytes;
-  req.payload = DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND;
+  req.payload = (Dipaco__V1__Payload)payload;
   req.skip_lease = skip_lease;
+  req.replay_budget = budget;
+  const char *kind = payload == DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND ? "replay" : "sparse";
   struct rpc_stream *s = NULL;
   int rc = rpc_stream_open(c->rpc, SVC "PullFragment", &req.base, transfer_timeout_ms(max_bytes), &s);
   *code = rpc_last_code();
@@ -339,26 +344,26 @@ int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__Fragme
     rc = rpc_chunk_parse(msg, &h);
     if (rc == 0) {
       if (done) what = "extra chunk after the stream";
-      else if (h.payload != DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND) what = "payload";
+      else if (h.payload != (uint32_t)payload) what = "payload";
       else if (h.fragment_id != f->fragment_id || h.version != version || h.num_floats != f->num_floats) what = "fragment";
       else if (h.total < 4 || h.total > max_bytes || (buf && h.total != total)) what = "total";
       else if (h.offset != next || h.len > h.total - next) what = "offset";
       if (!what && !buf) {
         total = h.total;
-        if (!(buf = malloc((size_t)total))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory for a sparse round");
+        if (!(buf = malloc((size_t)total))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory for a %s round", kind);
       }
       if (!what && !rc) rc = rpc_chunk_copy(msg, &h, buf + next);
     }
     rpc_msg_free(msg);
     if (rc == 0 && what)
-      rc = dpc_err(DPC_EFORMAT, "PullFragment (sparse round): fragment %" PRIu64 " version %" PRIu64 ": bad %s",
+      rc = dpc_err(DPC_EFORMAT, "PullFragment (%s round): fragment %" PRIu64 " version %" PRIu64 ": bad %s", kind,
                    f->fragment_id, version, what);
     if (rc) break;
     crc = dpc_crc32c(crc, buf + next, h.len);
     next += h.len;
     if (next == total) {
       if (h.crc32c != crc) {
-        rc = dpc_err(DPC_ECHECKSUM, "PullFragment (sparse round): fragment %" PRIu64 ": CRC-32C mismatch", f->fragment_id);
+        rc = dpc_err(DPC_ECHECKSUM, "PullFragment (%s round): fragment %" PRIu64 ": CRC-32C mismatch", kind, f->fragment_id);
         break;
       }
       done = 1;
@@ -368,7 +373,7 @@ int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__Fragme
   rpc_stream_free(s);
   if (rc == 0 && !done) {
     *code = RPC_OK;
-    rc = dpc_err(DPC_EFORMAT, "PullFragment (sparse round): fragment %" PRIu64 ": the stream ended early", f->fragment_id);
+    rc = dpc_err(DPC_EFORMAT, "PullFragment (%s round): fragment %" PRIu64 ": the stream ended early", kind, f->fragment_id);
   }
   if (rc) {
     free(buf);
@@ -377,6 +382,19 @@ int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__Fragme
   *out = buf;
   *len = (size_t)total;
   return 0;
+}
+
+int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
+                         uint64_t skip_lease, size_t max_bytes, unsigned char **out, size_t *len, int *code) {
+  return pull_round_impl(c, lease_id, f, version, skip_lease, DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND, 0, max_bytes,
+                         out, len, code);
+}
+
+int wc_pull_replay_round(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
+                         uint64_t skip_lease, uint64_t budget, size_t max_bytes, unsigned char **out, size_t *len,
+                         int *code) {
+  return pull_round_impl(c, lease_id, f, version, skip_lease, DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND, budget,
+                         max_bytes, out, len, code);
 }
 
 int wc_release(wclient *c, uint64_t lease_id, int reason, uint64_t step, const char *msg, int *code) {

@@ -124,6 +124,13 @@ int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo 
 int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
                          uint64_t skip_lease, size_t max_bytes, unsigned char **out, size_t *len, int *code);
 
+/* Replay pull: the bytes of PAYLOAD_REPLAY_ROUND (proto) that made `version` of fragment f,
+ * as wc_pull_sparse_round; budget (0 = none) is the most bytes the worker takes: a larger
+ * round is answered RESOURCE_EXHAUSTED (*code). */
+int wc_pull_replay_round(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
+                         uint64_t skip_lease, uint64_t budget, size_t max_bytes, unsigned char **out, size_t *len,
+                         int *code);
+
 int wc_release(wclient *c, uint64_t lease_id, int reason, uint64_t step, const char *msg,
                int *code);
 

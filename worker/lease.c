@@ -33,6 +33,9 @@ typedef struct lease_work {
   int sl_whole;          /* pull: the sparse rounds cannot make the fragment: pull it whole */
   size_t sl_bytes;       /* pull: bytes of the fragment's sparse rounds */
   sl_push sp;            /* push: the encoded deltas and the new error-feedback buffer */
+  int rp;                /* the lease replays rounds to catch up (rp_lease_replays) */
+  int rp_whole;          /* pull: the rounds cannot make the fragment: pull it whole */
+  size_t rp_bytes;       /* pull: bytes of the fragment's replayed rounds */
 } lease_work;
 
 static const char *push_result_name(int r) {
@@ -116,6 +119,12 @@ static int pull_fragment(lease_work *x, int *code) {
     if (r == 1) return 0;
     x->sl_whole = 1;
   }
+  if (x->rp && !x->rp_whole) {
+    int r = rp_try_pull(&x->r->replay, x->r->wc, x->L, &x->p, x->frag, x->r->slots.theta, &x->rp_bytes, code);
+    if (r < 0) return r; /* a transfer failure: retried (theta is untouched) */
+    if (r == 1) return 0;
+    x->rp_whole = 1;
+  }
   return wc_pull(x->r->wc, x->L->lease_id, x->L->fragments[x->frag], x->r->slots.theta + x->p.abs_off[x->frag],
                  &x->got, code);
 }
@@ -172,22 +181,35 @@ static int lease_pull(lease_work *x) {
   const Dipaco__V1__Lease *L = x->L;
   int64_t t0 = dpc_mono_ms();
   int rc = 0;
-  size_t sparse_frags = 0;
+  size_t sparse_frags = 0, replayed = 0, replay_bytes = 0;
   if (!x->sparse) sl_forget_held(&x->r->sparse); /* theta is overwritten by another job's pulls */
+  if (!x->rp) rp_forget_held(&x->r->replay);
   for (size_t i = 0; i < L->n_fragments && !rc; i++) {
     x->frag = i;
     x->got = 0;
     x->sl_whole = 0;
     x->sl_bytes = 0;
+    x->rp_whole = 0;
+    x->rp_bytes = 0;
     rc = xfer_retry(x, pull_fragment, 0);
     if (x->sparse && !x->sl_whole) sparse_frags++;
-    x->bytes += x->sparse && !x->sl_whole ? x->sl_bytes : (size_t)L->fragments[i]->num_floats * 4;
+    if (x->rp && !x->rp_whole && !rc) {
+      replayed++;
+      replay_bytes += x->rp_bytes;
+      x->bytes += x->rp_bytes;
+    } else {
+      x->bytes += x->sparse && !x->sl_whole ? x->sl_bytes : (size_t)L->fragments[i]->num_floats * 4;
+    }
     if (!rc && x->sparse) sl_note_pulled(&x->r->sparse, L, &x->p, i);
+    if (!rc && x->rp && x->rp_whole) rp_note_pulled(&x->r->replay, x->r->wc, L, &x->p, i, &x->bytes);
     if (interrupted(x)) break;
   }
   if (sparse_frags)
     DPC_INFO("lease %" PRIu64 ": %zu of %zu fragments made from their sparse rounds", L->lease_id, sparse_frags,
              L->n_fragments);
+  if (replayed)
+    DPC_INFO("lease %" PRIu64 ": %zu of %zu fragments replayed from their rounds (%zu bytes)", L->lease_id, replayed,
+             L->n_fragments, replay_bytes);
   if (!rc && !interrupted(x)) {
     int64_t ms = dpc_mono_ms() - t0;
     DPC_INFO("lease %" PRIu64 " pulled %zu bytes in %" PRId64 " ms (%.1f MB/s)", L->lease_id, x->bytes, ms,
@@ -235,6 +257,7 @@ static int lease_train(lease_work *x, int *rc_out) {
 static int lease_stream(lease_work *x, int *rc_out) {
   lease_runner *r = x->r;
   const Dipaco__V1__Lease *L = x->L;
+  rp_forget_held(&r->replay); /* a streaming lease uses theta as scratch */
   stream_env e = {.wc = r->wc, .ctl = r->ctl, .seed = r->seed, .slots = &r->slots, .keep = &r->stream, .hb = &x->hb};
   int rc = x->keep ? slot_snapshot(&r->slots, L, &x->snap) : 0;
   if (!rc) rc = stream_run(&e, L, &x->p, &x->st, &x->cls);
@@ -294,6 +317,7 @@ static int lease_push(lease_work *x) {
       for (size_t i = 0; i < nf; i++) x->bytes += x->sp.bytes[i];
       sl_commit(&r->sparse, L, &x->sp);
     }
+    if (x->rp) rp_note_pushed(&r->replay, L, &x->p, r->slots.delta);
     log_acks(x, dpc_mono_ms() - t0);
     r->local_failures = 0;
     release_pushed(r, L->lease_id, L->first_step + (uint64_t)x->st.steps_done);
@@ -363,6 +387,7 @@ int lease_run(lease_runner *r, const Dipaco__V1__Lease *L) {
   x.L = L;
   x.keep = L->inner_state != DIPACO__V1__INNER_STATE_POLICY__INNER_STATE_RESET;
   x.sparse = L->delta_codec == (Dipaco__V1__Codec)DPC_CODEC_SPARSE;
+  x.rp = rp_lease_replays(L);
   hb_init(&x.hb, r->wc, r->ctl, L, r->sps, r->o->progress, r->o->slowdown, r->o->min_step_ms, r->o->drain_finish_s);
   int rc = lease_plan_phase(&x);
   if (rc) {

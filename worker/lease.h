@@ -5,7 +5,7 @@
  * thread (heartbeat.h) runs from the plan to the end.
  *
  * Ownership: a lease_runner borrows opts, ctl, wc and seed from the loop and owns `slots`
- * (free with slot_cache_free, stream_keep_free and sl_cache_free). Thread-safety: lease_run runs on the loop's thread; no other
+ * (free with slot_cache_free, stream_keep_free, sl_cache_free and rp_cache_free). Thread-safety: lease_run runs on the loop's thread; no other
  * call may use wc meanwhile except the lease's own heartbeat thread. */
 #ifndef DPC_WORKER_LEASE_H
 #define DPC_WORKER_LEASE_H
@@ -13,6 +13,7 @@
 #include "proto/dipaco.pb-c.h"
 #include "worker/client.h"
 #include "worker/opts.h"
+#include "worker/replay.h"
 #include "worker/slot.h"
 #include "worker/sparseloco.h"
 #include "worker/stop.h"
@@ -27,6 +28,7 @@ typedef struct {
   slot_cache slots;    /* trainer and AdamW states kept between leases */
   stream_keep stream;  /* Streaming DiLoCo: the local parameters of the last streaming slot */
   sl_cache sparse;     /* SparseLoCo: error-feedback buffers and the fragment versions theta holds */
+  rp_cache replay;     /* replay pulls: the fragment versions (and momenta) theta holds, own deltas */
   float sps;           /* steps/s EWMA, carried from lease to lease */
   int local_failures;  /* leases in a row that failed here: lengthens the pause after one */
 } lease_runner;

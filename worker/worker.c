@@ -184,6 +184,7 @@ static void worker_free(worker *w) {
   slot_cache_free(&w->lr.slots);
   stream_keep_free(&w->lr.stream);
   sl_cache_free(&w->lr.sparse);
+  rp_cache_free(&w->lr.replay);
   wc_close(&w->wc);
   free(w);
 }

@@ -1,10 +1,10 @@
 # worker/worker.cmake — the dipaco-worker daemon (included from worker/CMakeLists.txt with
 # DIPACO_DISTRIBUTED): the register / lease loop (worker.c), one lease (lease.c, plan.c,
-# slot.c, sparseloco.c, heartbeat.c), data paths and placement (data.c), stop control (stop.c), its
+# slot.c, sparseloco.c, replay.c, heartbeat.c), data paths and placement (data.c), stop control (stop.c), its
 # Coordinator calls (client.c) and main. dpc_worker is a library so that tests can drive the
 # loop's helpers directly.
 if(TARGET dpc_rpc)
-  set(DPC_WORKER_SOURCES client.c data.c heartbeat.c lease.c plan.c slot.c sparseloco.c stop.c stream.c worker.c)
+  set(DPC_WORKER_SOURCES client.c data.c heartbeat.c lease.c plan.c replay.c slot.c sparseloco.c stop.c stream.c worker.c)
   list(TRANSFORM DPC_WORKER_SOURCES PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/)
   add_library(dpc_worker STATIC ${DPC_WORKER_SOURCES})
   target_link_libraries(dpc_worker PUBLIC dpc_trainer dpc_rpc dpc_kernels dpc_common)

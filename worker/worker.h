@@ -8,7 +8,8 @@
  * Files (worker/): main.c flags and signals; worker.c the register / lease loop and the
  * protocol notes; lease.c one lease (plan, pull, train, push, finish); stream.c a Streaming
  * DiLoCo lease in place of pull, train and push; sparseloco.c SparseLoCo's error-feedback
- * buffers, sparse encoding and sparse pulls; plan.c a lease checked into a plan; slot.c the
+ * buffers, sparse encoding and sparse pulls; replay.c replay pulls (catching up on a version
+ * from the rounds' deltas as sent); plan.c a lease checked into a plan; slot.c the
  * trainer and AdamW state kept between leases (and inner.state checkpoint transfers);
  * heartbeat.c the heartbeat thread and the coordinator's commands; data.c training files and
  * fragment placement; stop.c stop control, sleeps and backoff; client.c the Coordinator RPCs;
@@ -20,7 +21,7 @@
  *   layer 0: opts trainer
  *   layer 1: data client stop
  *   layer 2: plan slot heartbeat
- *   layer 3: stream sparseloco
+ *   layer 3: stream sparseloco replay
  *   layer 4: lease
  *   layer 5: worker
  *   layer 6: main

@@ -21,7 +21,9 @@
 # it is deterministic, so it too must end byte-identical, staleness 0 throughout
 # (ledger_check.py --async). CHAOS_ALGO=streaming runs a Streaming DiLoCo job (2 layers in two
 # sync groups, overlap_steps 1, alpha 0.5, e3m0 deltas) under the same kills, CHAOS_ALGO=sparse
-# a SparseLoCo job (error-feedback buffers through the checkpoint, sparse pulls).
+# a SparseLoCo job (error-feedback buffers through the checkpoint, sparse pulls), CHAOS_ALGO=replay
+# a sync job with e3m0 deltas whose workers catch up by replay pulls, against a fault-free run
+# that pulls whole (pulls.replay false).
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 LONG=${CHAOS_LONG:-0}
@@ -44,6 +46,12 @@ if [ "${CHAOS_ALGO:-sync}" = sparse ]; then
   OUTER='"lr": 2.0, "momentum": 0, "nesterov": false'
   STREAMING=', "sparse": {"density": 0.05, "chunk": 4096, "value_bits": 2, "ef_beta": 0.95}'
 fi
+if [ "${CHAOS_ALGO:-sync}" = replay ]; then
+  # Replay pulls: e3m0 deltas with outer Nesterov momentum, so that workers catch up by
+  # replaying rounds (docs/design.md §4.4); the fault-free reference pulls whole
+  # (pulls.replay false), so the kills run replay against full pulls, byte for byte.
+  STREAMING=', "streaming": {"codec": "e3m0"}'
+fi
 if [ "${CHAOS_ALGO:-sync}" = async ]; then
   R=1; NW=2; ALG=diloco-async; OUTER='"rule": "delayed-nesterov", "lr": 0.7, "momentum": 0.9, "c": 0'; CHECK=(--async)
   # One slot trains a third of the sync job's steps per round: more rounds, so that the kills
@@ -57,14 +65,20 @@ COORD_FLAGS=(--lease-ttl-ms 1500 --heartbeat-ms 150)
 
 make_corpus "$W/corpus"
 "$CTL" init --n-layer $NL --n-head 2 --n-embd 32 --n-positions 16 --vocab-size 256 --seed 13 --out "$W/init" 2>/dev/null
-cat > "$W/spec.json" <<JSON
+# spec FILE PULLS — the job spec, with PULLS (', "pulls": {...}' or nothing) at its end.
+spec() {
+  cat > "$1" <<JSON
 {"name": "chaos", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "$ALG", "replicas": $R, "inner_steps": 4, "rounds": $ROUNDS, "batch": 2, "seq_len": 16,
  "round_timeout_s": 0,
  "inner": {"lr": 0.01, "warmup": 3, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
            "eps": 1e-6, "grad_clip": 0.5, "state": "${CHAOS_INNER_STATE:-checkpoint}"},
- "outer": {$OUTER}$STREAMING}
+ "outer": {$OUTER}$STREAMING$2}
 JSON
+}
+spec "$W/spec.json" ''
+spec "$W/spec-ref.json" ''
+if [ "${CHAOS_ALGO:-sync}" = replay ]; then spec "$W/spec-ref.json" ', "pulls": {"replay": false}'; fi
 fail() { die_with_logs "chaos (seed $SEED)" 20 "$@"; }
 # job_status JOB — "ROUND STATE" from one job show call ("0 ?" while the coordinator is away).
 job_status() {
@@ -79,7 +93,7 @@ t0=$(date +%s%N)
 start_coordinator "$W/ref" "${COORD_FLAGS[@]}"
 REF=()
 for i in $(seq 1 $NW); do start_worker "ref$i" "$W/corpus" --exit-when-done; REF+=("$LAST_WORKER_PID"); done
-job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
+job=$("$CTL" --coordinator "$COORD" job create "$W/spec-ref.json")
 "$CTL" --coordinator "$COORD" job wait "$job" --timeout 300 >/dev/null || fail "the fault-free job did not finish"
 "$CTL" --coordinator "$COORD" job export "$job" --path 0 --out "$W/export-ref" >/dev/null
 kill_wait "${REF[@]}" "$COORD_PID"
@@ -139,6 +153,11 @@ echo "workers resumed a slot's AdamW state from the coordinator $resumed times"
 cmp "$W/export-ref/model.safetensors" "$W/export-chaos/model.safetensors" \
   || fail "the parameters after the chaos run differ from the fault-free run"
 echo "exported parameters byte-identical to the fault-free run"
+if [ "${CHAOS_ALGO:-sync}" = replay ]; then
+  n_rp=$(cat "$W"/worker-w*.log | grep -c "replayed from their rounds" || true)
+  echo "leases that replayed their rounds under the kills: $n_rp"
+  [ "$n_rp" -ge 5 ] || fail "only $n_rp leases replayed rounds"
+fi
 "${DPC_PYTHON:-python3}" "$HERE/../integration/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$W/state" "$job" "$ROUNDS" $R "$W"/worker-w*.log \
   || fail "ledger check"
 echo "chaos: OK (seed $SEED)"

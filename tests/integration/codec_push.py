@@ -230,7 +230,9 @@ def body(grpc, np, pb, d, state):
           "replica 0's e3m0 delta accepted on the lease its refused pushes used (nothing was recorded before)")
     b1 = bytes_in_total()
     check(b1 - b0 == nbytes, f"accepted push: dipaco_bytes_in_total +{b1 - b0} = its {nbytes} encoded bytes")
-    check(len(lease_files(L0)) == 1, "the accepted delta is spooled (one file for the lease)")
+    check(sorted(f.rsplit(".", 1)[1] for f in lease_files(L0)) == ["delta", "encoded"],
+          "the accepted delta is spooled decoded (one .delta file for the lease) and kept as sent for replay pulls "
+          "(one .encoded file)")
     check(result(push(md0, chunks(L0, enc[0], E3, n, step=64))) == pb.PUSH_DUPLICATE,
           "the same encoded delta again on the lease → PUSH_DUPLICATE")
     other, _ = encode(np, "e3m0", (rng.standard_normal(n) * 1e-2).astype(F))
@@ -239,7 +241,7 @@ def body(grpc, np, pb, d, state):
           f"a different delta on the same lease → ALREADY_EXISTS ({c}: {msg})")
     b2 = bytes_in_total()
     check(b2 - b1 == 2 * nbytes, f"duplicate and conflicting pushes count as received: +{b2 - b1} = 2 x {nbytes}")
-    check(version(ja) == 0 and len(lease_files(L0)) == 1, "still version 0, one delta file for the lease")
+    check(version(ja) == 0 and len(lease_files(L0)) == 2, "still version 0, one delta file (and its .encoded) for the lease")
     check(result(push(mds[1], chunks(La[1], enc[1], E3, n))) == pb.PUSH_ACCEPTED, "replica 1's e3m0 delta accepted")
     check(wait_version(ja, 1), "e3m0 job: round 0 closed (version 1)")
     got = pull(mds[0], lease_in(mds[0], ja))

@@ -117,7 +117,8 @@ static void test_llama(const char *dir) {
   static jobspec js, js2;
   static gpt_layout lay;
   char *j1 = NULL, *j2 = NULL;
-  /* The canonical JSON of a GPT-2 spec, byte for byte as stored before the Llama fields. */
+  /* The canonical JSON of a GPT-2 spec, byte for byte as stored before the Llama fields (with
+   * pulls, which every family has). */
   CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
   CHECK_EQ_INT(jobspec_to_json(&js, &j1), 0);
   CHECK(j1 && strcmp(j1, "{\"name\":\"t1\",\"model\":{\"n_layer\":4,\"n_head\":2,\"n_embd\":8,\"n_positions\":16,"
@@ -128,7 +129,8 @@ static void test_llama(const char *dir) {
                    "\"momentum\":0.7,\"nesterov\":true,\"rule\":\"delayed-nesterov\",\"delay_buffer\":0,\"c\":0,"
                    "\"delta_norm_screen\":0},\"max_staleness\":0,\"dylu\":{\"enabled\":false,\"min_steps\":1},"
                    "\"levels\":[{\"stem\":true,\"layers\":[0,4],\"modules\":1}],\"versions\":{\"keep_last\":2,"
-                   "\"keep_every\":0},\"streaming\":{\"fragments\":1,\"overlap_steps\":0,\"alpha\":0,\"eager\":false,"
+                   "\"keep_every\":0},\"pulls\":{\"replay\":true},\"streaming\":{\"fragments\":1,\"overlap_steps\":0,"
+                   "\"alpha\":0,\"eager\":false,"
                    "\"codec\":\"fp32\",\"block_floats\":256,\"pull_codec\":\"fp32\"},\"quorum\":1,"
                    "\"round_timeout_s\":3600,\"weighting\":\"uniform\"}") == 0);
   free(j1);

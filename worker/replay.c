@@ -1,0 +1,272 @@
+/* replay.c — replay pulls: catch up on a fragment's base version from the rounds' deltas as
+ * sent, bit for bit as the coordinator's outer step made it (replay.h, docs/design.md §4.4). */
+#include "worker/replay.h"
+#include "common/checksum.h"
+#include "common/codec.h"
+#include "common/errors.h"
+#include "common/log.h"
+#include "common/rpc.h"
+#include "kernels/outer.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The most deltas one round can hold (a fragment held by every path of a job). */
+#define RP_MAX_ROUND_DELTAS 65536u
+/* One entry of PAYLOAD_REPLAY_ROUND's table: f64 weight, u64 bytes, u32 codec, u32 block_floats. */
+#define RP_ENTRY_BYTES 24u
+
+static void own_drop(rp_cache *c) {
+  for (size_t i = 0; i < c->n_own; i++) free(c->own[i].dec);
+  free(c->own);
+  c->own = NULL;
+  c->n_own = 0;
+}
+
+void rp_forget_held(rp_cache *c) {
+  for (int i = 0; i < c->n_held; i++) free(c->held[i].u);
+  c->n_held = 0;
+  c->held_job = 0;
+}
+
+void rp_cache_free(rp_cache *c) {
+  rp_forget_held(c);
+  own_drop(c);
+}
+
+int rp_lease_replays(const Dipaco__V1__Lease *L) {
+  return L->replay_pull && !L->streaming && L->delta_codec != (Dipaco__V1__Codec)DPC_CODEC_SPARSE;
+}
+
+static uint64_t get_le(const unsigned char *b, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; i--) v = v << 8 | b[i];
+  return v;
+}
+
+/* The entry of theta's range [off, off + len) for fragment_id, or NULL. */
+static rp_held *held_find(rp_cache *c, uint64_t fragment_id, size_t off, size_t len) {
+  for (int j = 0; j < c->n_held; j++)
+    if (c->held[j].fragment_id == fragment_id && c->held[j].off == off && c->held[j].len == len) return &c->held[j];
+  return NULL;
+}
+
+/* Check round b[blen]'s table for fragment length len: its entry count, or a DPC_E* code. An
+ * entry of bytes 0 is the worker's own delta (own, which must be there). */
+static int64_t check_table(const unsigned char *b, size_t blen, size_t len, const rp_own *own) {
+  uint64_t n = blen >= 4 ? get_le(b, 4) : 0, skipped = 0, sum = 0;
+  if (n < 1 || n > RP_MAX_ROUND_DELTAS || blen < 4 + n * RP_ENTRY_BYTES)
+    return dpc_err(DPC_EFORMAT, "replay round: %" PRIu64 " deltas in %zu bytes", n, blen);
+  for (uint64_t i = 0; i < n; i++) {
+    const unsigned char *e = b + 4 + i * RP_ENTRY_BYTES;
+    uint64_t bytes = get_le(e + 8, 8);
+    int codec = (int)get_le(e + 16, 4);
+    uint32_t block = (uint32_t)get_le(e + 20, 4);
+    size_t want = 0;
+    if (bytes == 0) {
+      skipped++;
+      continue;
+    }
+    if (codec == DPC_CODEC_SPARSE || dpc_codec_bytes(codec, len, block, &want) < 0 || want != bytes)
+      return dpc_err(DPC_EFORMAT, "replay round: delta %" PRIu64 " is %" PRIu64 " bytes of codec %s (block %u), "
+                     "not a stream of %zu floats", i, bytes, dpc_codec_name(codec), block, len);
+    sum += bytes;
+  }
+  if (skipped > 1 || (skipped && (!own || own->len != len)) || blen != 4 + n * RP_ENTRY_BYTES + sum)
+    return dpc_err(DPC_EFORMAT, "replay round: %" PRIu64 " deltas (%" PRIu64 " left out%s) in %zu bytes", n, skipped,
+                   skipped && !own ? ", and this worker has no delta of its own for it" : "", blen);
+  return (int64_t)n;
+}
+
+/* One round's PAYLOAD_REPLAY_ROUND bytes applied to theta[len] and u[len] as the coordinator's
+ * outer step applied them (coordinator/outerio.c: each stream decoded with dpc_codec_decode,
+ * outer_average with the weights served, outer_nesterov_step with the lease's outer rule). */
+static int apply_round(const Dipaco__V1__Lease *L, const unsigned char *b, size_t blen, const rp_own *own, float *theta,
+                       float *u, size_t len) {
+  int64_t nn = check_table(b, blen, len, own);
+  if (nn < 0) return (int)nn;
+  const size_t n = (size_t)nn;
+  float *dense = malloc(n * len * sizeof(float) + 1), *avg = malloc(len * sizeof(float) + 1);
+  const float **dp = malloc(n * sizeof *dp);
+  double *w = malloc(n * sizeof *w);
+  int rc = dense && avg && dp && w ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory for a replay round");
+  const unsigned char *next = b + 4 + n * RP_ENTRY_BYTES;
+  for (size_t i = 0; i < n && !rc; i++) {
+    const unsigned char *e = b + 4 + i * RP_ENTRY_BYTES;
+    uint64_t wb = get_le(e, 8), bytes = get_le(e + 8, 8);
+    memcpy(&w[i], &wb, 8);
+    if (bytes == 0) {
+      dp[i] = own->dec;
+      continue;
+    }
+    dp[i] = dense + i * len;
+    rc = dpc_codec_decode((int)get_le(e + 16, 4), next, (size_t)bytes, len, (uint32_t)get_le(e + 20, 4), dense + i * len);
+    next += bytes;
+  }
+  if (!rc) rc = outer_average(dp, w, (int)n, len, avg);
+  if (!rc) outer_nesterov_step(theta, u, avg, len, L->outer_lr, L->outer_momentum, L->outer_nesterov);
+  free(dense);
+  free(avg);
+  free(dp);
+  free(w);
+  return rc;
+}
+
+/* This worker's own delta of fragment fid that helps make version v of job, or NULL. */
+static const rp_own *own_find(const rp_cache *c, uint64_t job, uint64_t fid, uint64_t v) {
+  for (size_t k = 0; k < c->n_own; k++)
+    if (c->own[k].job == job && c->own[k].fragment_id == fid && c->own[k].version == v) return &c->own[k];
+  return NULL;
+}
+
+/* Replay rounds h->version + 1 .. f->version of fragment f into th[len] and uu[len]: 1 done, 0
+ * to pull whole (logged), or a DPC_E* code with *code for a transfer to retry. */
+static int replay_rounds(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__FragmentInfo *f,
+                         const rp_held *h, float *th, float *uu, size_t len, size_t *bytes, int *code) {
+  const uint64_t full = (uint64_t)len * 4;
+  uint64_t spent = 0;
+  for (uint64_t v = h->version + 1; v <= f->version; v++) {
+    const rp_own *own = own_find(c, L->job_id, f->fragment_id, v);
+    if (spent >= full) {
+      DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 ": replaying to version %" PRIu64 " would pull more than the "
+               "fragment (%" PRIu64 " bytes); pulling it whole", L->lease_id, f->fragment_id, f->version, full);
+      return 0;
+    }
+    unsigned char *b = NULL;
+    size_t blen = 0;
+    const size_t max_bytes = 4 + (size_t)RP_MAX_ROUND_DELTAS * RP_ENTRY_BYTES + (size_t)(full - spent);
+    int rc = wc_pull_replay_round(wc, L->lease_id, f, v, own ? own->lease : 0, full - spent, max_bytes, &b, &blen, code);
+    if (rc) {
+      if (*code == RPC_NOT_FOUND || *code == RPC_FAILED_PRECONDITION || *code == RPC_INVALID_ARGUMENT ||
+          *code == RPC_RESOURCE_EXHAUSTED || *code == RPC_OK) {
+        DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 ": no replay of the round that made version %" PRIu64
+                 " (%s); pulling it whole", L->lease_id, f->fragment_id, v, dpc_errmsg());
+        *code = RPC_OK;
+        return 0;
+      }
+      return rc;
+    }
+    spent += blen;
+    *bytes += blen;
+    rc = apply_round(L, b, blen, own, th, uu, len);
+    free(b);
+    if (rc < 0) {
+      DPC_WARN("lease %" PRIu64 ": fragment %" PRIu64 ": the round that made version %" PRIu64 " is unusable: %s; "
+               "pulling it whole", L->lease_id, f->fragment_id, v, dpc_errmsg());
+      return 0;
+    }
+  }
+  return 1;
+}
+
+int rp_try_pull(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i, float *theta,
+                size_t *bytes, int *code) {
+  const Dipaco__V1__FragmentInfo *f = L->fragments[i];
+  const size_t off = p->abs_off[i], len = (size_t)f->num_floats;
+  *code = RPC_OK;
+  if (!rp_lease_replays(L)) return 0;
+  rp_held *h = c->held_job == L->job_id ? held_find(c, f->fragment_id, off, len) : NULL;
+  const char *why = !h                         ? "this worker holds no earlier version of it"
+                    : h->version > f->version  ? "it holds a later version"
+                    : !f->crc32c               ? "the lease names no checksum to check a replay against"
+                    : L->outer_momentum != 0.0f && !h->u ? "it holds no outer momentum for it"
+                                               : NULL;
+  if (why) {
+    DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 " version %" PRIu64 ": pulling it whole: %s", L->lease_id,
+             f->fragment_id, f->version, why);
+    return 0;
+  }
+  float *th = malloc(len * sizeof(float) + 1), *uu = calloc(len + 1, sizeof(float));
+  if (!th || !uu) {
+    free(th);
+    free(uu);
+    return 0;
+  }
+  memcpy(th, theta + off, len * sizeof(float));
+  if (h->u) memcpy(uu, h->u, len * sizeof(float));
+  size_t got = 0;
+  int rc = replay_rounds(c, wc, L, f, h, th, uu, len, &got, code);
+  if (rc == 1 && dpc_crc32c(0, th, len * sizeof(float)) != f->crc32c) {
+    DPC_WARN("lease %" PRIu64 ": fragment %" PRIu64 " replayed from version %" PRIu64 " does not match version %" PRIu64
+             "'s checksum; pulling it whole", L->lease_id, f->fragment_id, h->version, f->version);
+    rc = 0;
+  }
+  if (rc == 1) { /* only now does theta's range change */
+    memcpy(theta + off, th, len * sizeof(float));
+    free(h->u);
+    h->u = uu;
+    uu = NULL;
+    if (h->version < f->version)
+      DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 " replayed from version %" PRIu64 " to %" PRIu64 " (%zu bytes)",
+               L->lease_id, f->fragment_id, h->version, f->version, got);
+    h->version = f->version;
+    *bytes += got;
+  }
+  free(th);
+  free(uu);
+  return rc;
+}
+
+void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i,
+                    size_t *bytes) {
+  const Dipaco__V1__FragmentInfo *f = L->fragments[i];
+  const size_t off = p->abs_off[i], len = (size_t)f->num_floats;
+  if (c->held_job != L->job_id) rp_forget_held(c);
+  c->held_job = L->job_id;
+  int k = 0; /* drop every entry the range overwrote */
+  for (int j = 0; j < c->n_held; j++) {
+    rp_held *h = &c->held[j];
+    if (h->off < off + len && off < h->off + h->len) {
+      free(h->u);
+      continue;
+    }
+    c->held[k++] = *h;
+  }
+  c->n_held = k;
+  if (c->n_held >= RP_HELD_MAX) return;
+  rp_held *h = &c->held[c->n_held++];
+  *h = (rp_held){.fragment_id = f->fragment_id, .version = f->version, .off = off, .len = len};
+  /* u at this version, once: replays carry it on from here. fp32 deltas replay at about the
+   * cost of a whole pull, so the momentum is fetched only for quantized codecs. */
+  if (!rp_lease_replays(L) || L->outer_momentum == 0.0f || L->delta_codec == DIPACO__V1__CODEC__CODEC_FP32) return;
+  Dipaco__V1__FragmentInfo fi = *f;
+  fi.crc32c = 0; /* the lease's checksum is the parameters'; the stream carries its own */
+  float *u = malloc(len * sizeof(float) + 1);
+  size_t got = 0;
+  int code = RPC_OK;
+  if (u && wc_pull_payload(wc, L->lease_id, &fi, DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM, u, &got, &code) == 0) {
+    h->u = u;
+    *bytes += got;
+    return;
+  }
+  DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 ": no outer momentum at version %" PRIu64 " (%s); the next version "
+           "is pulled whole", L->lease_id, f->fragment_id, f->version, u ? dpc_errmsg() : "out of memory");
+  free(u);
+}
+
+void rp_note_pushed(rp_cache *c, const Dipaco__V1__Lease *L, const lease_plan *p, const float *delta) {
+  own_drop(c);
+  if (!rp_lease_replays(L) || L->n_fragments == 0) return;
+  if (!(c->own = calloc(L->n_fragments, sizeof *c->own))) return;
+  const int codec = (int)L->delta_codec;
+  const uint32_t block = dpc_codec_is_block(codec) ? L->delta_block_floats : 0;
+  for (size_t i = 0; i < L->n_fragments; i++) {
+    const Dipaco__V1__FragmentInfo *f = L->fragments[i];
+    const size_t len = (size_t)f->num_floats;
+    size_t nb = 0;
+    float *dec = malloc(len * sizeof(float) + 1);
+    unsigned char *enc = NULL;
+    int rc = dec && dpc_codec_bytes(codec, len, block, &nb) == 0 && (enc = malloc(nb + 1)) ? 0 : DPC_ENOMEM;
+    /* the bytes the push sent (client.c encodes the same way), decoded as the coordinator does */
+    if (!rc) rc = dpc_codec_encode(codec, delta + p->abs_off[i], len, block, enc);
+    if (!rc) rc = dpc_codec_decode(codec, enc, nb, len, block, dec);
+    free(enc);
+    if (rc) {
+      free(dec);
+      continue;
+    }
+    c->own[c->n_own++] = (rp_own){.job = L->job_id, .fragment_id = f->fragment_id, .version = f->version + 1,
+                                  .lease = L->lease_id, .dec = dec, .len = len};
+  }
+}

@@ -1,0 +1,78 @@
+/* replay.h — replay pulls (docs/design.md §3.4, §4.4): a worker that holds version v of a
+ * fragment (and, for a job with outer momentum, its outer momentum u at v) catches up on the
+ * lease's base version by pulling the rounds' deltas as sent (PAYLOAD_REPLAY_ROUND) and running
+ * the coordinator's own outer step on them (kernels/outer.h: outer_average, then
+ * outer_nesterov_step, with the coordinator's weights, learning rate and momentum), instead of
+ * pulling the fragment whole. The replay runs on scratch copies; theta's range is written only
+ * once the result has the lease's CRC-32C of the version, so a failure leaves it as it was and
+ * the fragment is pulled whole, with the reason logged.
+ *
+ * What the cache remembers between leases: which fragment versions theta holds (and u for
+ * them), and the worker's own last deltas as the coordinator decoded them (the coordinator
+ * leaves the caller's own stream out of the round it serves).
+ *
+ * Ownership: a rp_cache owns its buffers (rp_cache_free; a zeroed one is empty and valid).
+ * Thread-safety: the lease loop's thread only. */
+#ifndef DPC_WORKER_REPLAY_H
+#define DPC_WORKER_REPLAY_H
+
+#include "proto/dipaco.pb-c.h"
+#include "worker/client.h"
+#include "worker/plan.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A fragment version held in slot_cache.theta: [off, off + len) holds fragment_id at version,
+ * u (len floats, NULL = not known) its outer momentum at that version. */
+typedef struct {
+  uint64_t fragment_id, version;
+  size_t off, len;
+  float *u;
+} rp_held;
+
+#define RP_HELD_MAX 1024
+
+/* A delta this worker pushed, decoded as the coordinator decodes it: fragment_id's delta of
+ * lease, which helps make `version`. */
+typedef struct {
+  uint64_t job, fragment_id, version, lease;
+  float *dec;
+  size_t len;
+} rp_own;
+
+typedef struct {
+  uint64_t held_job;
+  rp_held held[RP_HELD_MAX];
+  int n_held;
+  rp_own *own; /* [n_own] the last lease's pushed deltas */
+  size_t n_own;
+} rp_cache;
+
+void rp_cache_free(rp_cache *c);
+/* Forget what theta holds (it is about to be overwritten by something else). */
+void rp_forget_held(rp_cache *c);
+
+/* 1 if lease L can catch up by replay (Lease.replay_pull, a dense delta codec). */
+int rp_lease_replays(const Dipaco__V1__Lease *L);
+
+/* Make fragment i of lease L at its base version in theta + p->abs_off[i] by replaying the
+ * rounds since the version this worker holds: 1 when theta now holds it with the lease's
+ * CRC-32C (*bytes: the bytes pulled), 0 when it must be pulled whole (the reason logged), or a
+ * negative DPC_E* code (*code set) for a transfer to retry. */
+int rp_try_pull(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i, float *theta,
+                size_t *bytes, int *code);
+
+/* theta + p->abs_off[i] now holds fragment i of L at its base version, pulled whole. For a job
+ * with outer momentum, also pulls u at that version (PAYLOAD_OUTER_MOMENTUM), so that later
+ * versions can be replayed; *bytes gets its bytes (0 when not pulled or it failed: then the
+ * next lease pulls whole again). */
+void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i,
+                    size_t *bytes);
+
+/* The push of lease L's deltas (delta[n_params], fragment i at p->abs_off[i]) was accepted:
+ * keep each as the coordinator decodes it (encoded with the lease's codec, decoded back), for
+ * the rounds it helps make. */
+void rp_note_pushed(rp_cache *c, const Dipaco__V1__Lease *L, const lease_plan *p, const float *delta);
+
+#endif
