@@ -140,8 +140,9 @@ static int replay_stream(const coord_job *j, int frag, const store_delta *d, int
 }
 
 /* The applied deltas of round t of (j, frag) as sent, in the order and with the weights the
- * outer step averaged them, as PAYLOAD_REPLAY_ROUND's bytes (replay: [u32 n][n x (f64 weight,
- * u64 bytes, u32 codec, u32 block_floats)][streams]) or PAYLOAD_SPARSE_ROUND's ([u32 n][n x
+ * outer step averaged them, as PAYLOAD_REPLAY_ROUND's bytes (replay: [u32 n][u32 CRC-32C of the
+ * parameters the round made, 0 if not kept][n x (f64 weight, u64 bytes, u32 codec,
+ * u32 block_floats)][streams]) or PAYLOAD_SPARSE_ROUND's ([u32 n][n x
  * (f64 weight, u64 bytes)][streams]) into *out (malloc'd; *len bytes); lease skip's delta (the
  * caller's own) as bytes 0 without its stream. DPC_ENOENT once they are collected,
  * DPC_ERANGE (nothing read) when the streams exceed budget bytes (0 = no limit). */
@@ -150,7 +151,7 @@ static int round_bytes(coord *c, const coord_job *j, int frag, int64_t t, int64_
   store_delta *ds = NULL;
   int n = 0, rc = store_list_deltas(c->st, j->id, frag, t, DELTA_APPLIED, &ds, &n);
   if (rc < 0) return rc;
-  const size_t ent = replay ? 24 : 16, head = 4 + (size_t)n * ent;
+  const size_t ent = replay ? 24 : 16, at0 = replay ? 8 : 4, head = at0 + (size_t)n * ent;
   size_t sum = 0, *sb = n > 0 ? calloc((size_t)n, sizeof *sb) : NULL;
   int *codec = n > 0 ? calloc((size_t)n, sizeof *codec) : NULL;
   uint32_t *block = n > 0 ? calloc((size_t)n, sizeof *block) : NULL;
@@ -169,12 +170,14 @@ static int round_bytes(coord *c, const coord_job *j, int frag, int64_t t, int64_
   unsigned char *b = rc == 0 ? calloc(1, head + sum + 4) : NULL;
   if (!rc && !b) rc = DPC_ENOMEM;
   if (!rc) put_le(b, (uint64_t)n, 4);
+  store_fragment made; /* replay: the CRC-32C of the parameters the round made (0: not kept) */
+  if (!rc && replay && store_get_version(c->st, j->id, frag, t + 1, &made) == 0) put_le(b + 4, made.param_crc, 4);
   size_t at = head; /* where the next stream goes */
   for (int i = 0; i < n && !rc; i++) {
     double w = coord_job_delta_weight(j, ds[i].tokens); /* the weight the outer step gave it */
     uint64_t wb;
     memcpy(&wb, &w, 8);
-    unsigned char *e = b + 4 + (size_t)i * ent;
+    unsigned char *e = b + at0 + (size_t)i * ent;
     put_le(e, wb, 8);
     if (replay) {
       put_le(e + 16, (uint64_t)codec[i], 4);
@@ -213,7 +216,7 @@ static int round_bytes(coord *c, const coord_job *j, int frag, int64_t t, int64_
 /* A test hook's fault (testhook.h) on a served replay round b[len]: its first stream spoiled. */
 static void replay_spoil(unsigned char *b, size_t len, int fault) {
   uint64_t n = len >= 4 ? b[0] | (uint64_t)b[1] << 8 | (uint64_t)b[2] << 16 | (uint64_t)b[3] << 24 : 0;
-  size_t at = 4 + (size_t)n * 24;
+  size_t at = 8 + (size_t)n * 24;
   if (at + 4 > len) return;
   if (fault == REPLAY_FAULT_UNDECODABLE) memcpy(b + at, "\xff\xff\xff\x7f", 4);
   else if (fault == REPLAY_FAULT_MISMATCH) b[at] ^= 1;

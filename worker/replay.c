@@ -14,7 +14,9 @@
 
 /* The most deltas one round can hold (a fragment held by every path of a job). */
 #define RP_MAX_ROUND_DELTAS 65536u
-/* One entry of PAYLOAD_REPLAY_ROUND's table: f64 weight, u64 bytes, u32 codec, u32 block_floats. */
+/* PAYLOAD_REPLAY_ROUND: [u32 n][u32 the version's CRC-32C], then n entries of f64 weight, u64
+ * bytes, u32 codec, u32 block_floats. */
+#define RP_HEAD_BYTES 8u
 #define RP_ENTRY_BYTES 24u
 
 static void own_drop(rp_cache *c) {
@@ -54,12 +56,12 @@ static rp_held *held_find(rp_cache *c, uint64_t fragment_id, size_t off, size_t 
 
 /* Check round b[blen]'s table for fragment length len: its entry count, or a DPC_E* code. An
  * entry of bytes 0 is the worker's own delta (own, which must be there). */
-static int64_t check_table(const unsigned char *b, size_t blen, size_t len, const rp_own *own) {
+static int64_t check_table(const unsigned char *b, size_t blen, size_t len, const float *own) {
   uint64_t n = blen >= 4 ? get_le(b, 4) : 0, skipped = 0, sum = 0;
-  if (n < 1 || n > RP_MAX_ROUND_DELTAS || blen < 4 + n * RP_ENTRY_BYTES)
+  if (n < 1 || n > RP_MAX_ROUND_DELTAS || blen < RP_HEAD_BYTES + n * RP_ENTRY_BYTES)
     return dpc_err(DPC_EFORMAT, "replay round: %" PRIu64 " deltas in %zu bytes", n, blen);
   for (uint64_t i = 0; i < n; i++) {
-    const unsigned char *e = b + 4 + i * RP_ENTRY_BYTES;
+    const unsigned char *e = b + RP_HEAD_BYTES + i * RP_ENTRY_BYTES;
     uint64_t bytes = get_le(e + 8, 8);
     int codec = (int)get_le(e + 16, 4);
     uint32_t block = (uint32_t)get_le(e + 20, 4);
@@ -73,7 +75,7 @@ static int64_t check_table(const unsigned char *b, size_t blen, size_t len, cons
                      "not a stream of %zu floats", i, bytes, dpc_codec_name(codec), block, len);
     sum += bytes;
   }
-  if (skipped > 1 || (skipped && (!own || own->len != len)) || blen != 4 + n * RP_ENTRY_BYTES + sum)
+  if (skipped > 1 || (skipped && !own) || blen != RP_HEAD_BYTES + n * RP_ENTRY_BYTES + sum)
     return dpc_err(DPC_EFORMAT, "replay round: %" PRIu64 " deltas (%" PRIu64 " left out%s) in %zu bytes", n, skipped,
                    skipped && !own ? ", and this worker has no delta of its own for it" : "", blen);
   return (int64_t)n;
@@ -82,7 +84,7 @@ static int64_t check_table(const unsigned char *b, size_t blen, size_t len, cons
 /* One round's PAYLOAD_REPLAY_ROUND bytes applied to theta[len] and u[len] as the coordinator's
  * outer step applied them (coordinator/outerio.c: each stream decoded with dpc_codec_decode,
  * outer_average with the weights served, outer_nesterov_step with the lease's outer rule). */
-static int apply_round(const Dipaco__V1__Lease *L, const unsigned char *b, size_t blen, const rp_own *own, float *theta,
+static int apply_round(const Dipaco__V1__Lease *L, const unsigned char *b, size_t blen, const float *own, float *theta,
                        float *u, size_t len) {
   int64_t nn = check_table(b, blen, len, own);
   if (nn < 0) return (int)nn;
@@ -91,13 +93,13 @@ static int apply_round(const Dipaco__V1__Lease *L, const unsigned char *b, size_
   const float **dp = malloc(n * sizeof *dp);
   double *w = malloc(n * sizeof *w);
   int rc = dense && avg && dp && w ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory for a replay round");
-  const unsigned char *next = b + 4 + n * RP_ENTRY_BYTES;
+  const unsigned char *next = b + RP_HEAD_BYTES + n * RP_ENTRY_BYTES;
   for (size_t i = 0; i < n && !rc; i++) {
-    const unsigned char *e = b + 4 + i * RP_ENTRY_BYTES;
+    const unsigned char *e = b + RP_HEAD_BYTES + i * RP_ENTRY_BYTES;
     uint64_t wb = get_le(e, 8), bytes = get_le(e + 8, 8);
     memcpy(&w[i], &wb, 8);
     if (bytes == 0) {
-      dp[i] = own->dec;
+      dp[i] = own;
       continue;
     }
     dp[i] = dense + i * len;
@@ -120,12 +122,47 @@ static const rp_own *own_find(const rp_cache *c, uint64_t job, uint64_t fid, uin
   return NULL;
 }
 
+int rp_replay_round(wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__FragmentInfo *f, uint64_t v,
+                    const float *own, uint64_t own_lease, uint64_t budget, float *th, float *u, size_t len,
+                    size_t *bytes, uint32_t *crc, int *code) {
+  unsigned char *b = NULL;
+  size_t blen = 0;
+  const size_t max_bytes = RP_HEAD_BYTES + (size_t)RP_MAX_ROUND_DELTAS * RP_ENTRY_BYTES + (size_t)budget;
+  *crc = 0;
+  int rc = wc_pull_replay_round(wc, L->lease_id, f, v, own ? own_lease : 0, budget, max_bytes, &b, &blen, code);
+  if (rc) {
+    if (*code == RPC_NOT_FOUND || *code == RPC_FAILED_PRECONDITION || *code == RPC_INVALID_ARGUMENT ||
+        *code == RPC_RESOURCE_EXHAUSTED || *code == RPC_OK) {
+      DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 ": no replay of the round that made version %" PRIu64
+               " (%s); pulling it whole", L->lease_id, f->fragment_id, v, dpc_errmsg());
+      *code = RPC_OK;
+      return 0;
+    }
+    return rc;
+  }
+  *bytes += blen;
+  *crc = (uint32_t)get_le(b + 4, 4);
+  rc = apply_round(L, b, blen, own, th, u, len);
+  free(b);
+  if (rc < 0) {
+    DPC_WARN("lease %" PRIu64 ": fragment %" PRIu64 ": the round that made version %" PRIu64 " is unusable: %s; "
+             "pulling it whole", L->lease_id, f->fragment_id, v, dpc_errmsg());
+    return 0;
+  }
+  if (*crc && dpc_crc32c(0, th, len * sizeof(float)) != *crc) {
+    DPC_WARN("lease %" PRIu64 ": fragment %" PRIu64 " replayed to version %" PRIu64 " does not match version %" PRIu64
+             "'s checksum; pulling it whole", L->lease_id, f->fragment_id, v, v);
+    return 0;
+  }
+  return 1;
+}
+
 /* Replay rounds h->version + 1 .. f->version of fragment f into th[len] and uu[len]: 1 done, 0
  * to pull whole (logged), or a DPC_E* code with *code for a transfer to retry. */
 static int replay_rounds(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__FragmentInfo *f,
                          const rp_held *h, float *th, float *uu, size_t len, size_t *bytes, int *code) {
   const uint64_t full = (uint64_t)len * 4;
-  uint64_t spent = 0;
+  size_t spent = 0;
   for (uint64_t v = h->version + 1; v <= f->version; v++) {
     const rp_own *own = own_find(c, L->job_id, f->fragment_id, v);
     if (spent >= full) {
@@ -133,30 +170,12 @@ static int replay_rounds(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, c
                "fragment (%" PRIu64 " bytes); pulling it whole", L->lease_id, f->fragment_id, f->version, full);
       return 0;
     }
-    unsigned char *b = NULL;
-    size_t blen = 0;
-    const size_t max_bytes = 4 + (size_t)RP_MAX_ROUND_DELTAS * RP_ENTRY_BYTES + (size_t)(full - spent);
-    int rc = wc_pull_replay_round(wc, L->lease_id, f, v, own ? own->lease : 0, full - spent, max_bytes, &b, &blen, code);
-    if (rc) {
-      if (*code == RPC_NOT_FOUND || *code == RPC_FAILED_PRECONDITION || *code == RPC_INVALID_ARGUMENT ||
-          *code == RPC_RESOURCE_EXHAUSTED || *code == RPC_OK) {
-        DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 ": no replay of the round that made version %" PRIu64
-                 " (%s); pulling it whole", L->lease_id, f->fragment_id, v, dpc_errmsg());
-        *code = RPC_OK;
-        return 0;
-      }
-      return rc;
-    }
-    spent += blen;
-    *bytes += blen;
-    rc = apply_round(L, b, blen, own, th, uu, len);
-    free(b);
-    if (rc < 0) {
-      DPC_WARN("lease %" PRIu64 ": fragment %" PRIu64 ": the round that made version %" PRIu64 " is unusable: %s; "
-               "pulling it whole", L->lease_id, f->fragment_id, v, dpc_errmsg());
-      return 0;
-    }
+    uint32_t crc;
+    int rc = rp_replay_round(wc, L, f, v, own && own->len == len ? own->dec : NULL, own ? own->lease : 0, full - spent,
+                             th, uu, len, &spent, &crc, code);
+    if (rc != 1) return rc;
   }
+  *bytes += spent;
   return 1;
 }
 
@@ -245,24 +264,29 @@ void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const 
   free(u);
 }
 
+int rp_decode_own(const Dipaco__V1__Lease *L, const float *delta, size_t len, float *out) {
+  const int codec = (int)L->delta_codec;
+  const uint32_t block = dpc_codec_is_block(codec) ? L->delta_block_floats : 0;
+  size_t nb = 0;
+  unsigned char *enc = NULL;
+  int rc = dpc_codec_bytes(codec, len, block, &nb);
+  if (!rc && !(enc = malloc(nb + 1))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
+  /* the bytes the push sends (client.c encodes the same way), decoded as the coordinator does */
+  if (!rc) rc = dpc_codec_encode(codec, delta, len, block, enc);
+  if (!rc) rc = dpc_codec_decode(codec, enc, nb, len, block, out);
+  free(enc);
+  return rc;
+}
+
 void rp_note_pushed(rp_cache *c, const Dipaco__V1__Lease *L, const lease_plan *p, const float *delta) {
   own_drop(c);
   if (!rp_lease_replays(L) || L->n_fragments == 0) return;
   if (!(c->own = calloc(L->n_fragments, sizeof *c->own))) return;
-  const int codec = (int)L->delta_codec;
-  const uint32_t block = dpc_codec_is_block(codec) ? L->delta_block_floats : 0;
   for (size_t i = 0; i < L->n_fragments; i++) {
     const Dipaco__V1__FragmentInfo *f = L->fragments[i];
     const size_t len = (size_t)f->num_floats;
-    size_t nb = 0;
     float *dec = malloc(len * sizeof(float) + 1);
-    unsigned char *enc = NULL;
-    int rc = dec && dpc_codec_bytes(codec, len, block, &nb) == 0 && (enc = malloc(nb + 1)) ? 0 : DPC_ENOMEM;
-    /* the bytes the push sent (client.c encodes the same way), decoded as the coordinator does */
-    if (!rc) rc = dpc_codec_encode(codec, delta + p->abs_off[i], len, block, enc);
-    if (!rc) rc = dpc_codec_decode(codec, enc, nb, len, block, dec);
-    free(enc);
-    if (rc) {
+    if (!dec || rp_decode_own(L, delta + p->abs_off[i], len, dec) < 0) {
       free(dec);
       continue;
     }

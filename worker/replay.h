@@ -70,6 +70,21 @@ int rp_try_pull(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const leas
 void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i,
                     size_t *bytes);
 
+/* Replay the round that made version v of fragment f of lease L (len floats): th and u hold
+ * its parameters and outer momentum at v − 1 and get them at v (also when it fails: the
+ * caller's scratch). own (NULL = none) is this worker's delta of the round as the coordinator
+ * decodes it, pushed on lease own_lease; budget the most bytes to take. 1 when done and the
+ * result has the CRC-32C the coordinator sent (*crc; 0 when it no longer keeps the version:
+ * unchecked), 0 when the fragment must be pulled whole (the reason logged), or a negative
+ * DPC_E* code (*code set) for a transfer to retry. *bytes grows by the bytes pulled. */
+int rp_replay_round(wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__FragmentInfo *f, uint64_t v,
+                    const float *own, uint64_t own_lease, uint64_t budget, float *th, float *u, size_t len,
+                    size_t *bytes, uint32_t *crc, int *code);
+
+/* delta[len] encoded with lease L's codec and decoded back into out[len]: what the coordinator
+ * averages of it. 0 or a DPC_E* code. */
+int rp_decode_own(const Dipaco__V1__Lease *L, const float *delta, size_t len, float *out);
+
 /* The push of lease L's deltas (delta[n_params], fragment i at p->abs_off[i]) was accepted:
  * keep each as the coordinator decodes it (encoded with the lease's codec, decoded back), for
  * the rounds it helps make. */

@@ -106,6 +106,10 @@ void view_summary_fields(FILE *f, const Dipaco__V1__JobSummary *s) {
           (unsigned long long)s->bytes_in, (unsigned long long)s->bytes_out, (unsigned long long)s->peak_sync_bytes,
           (unsigned long long)s->tokens);
   view_jnum(f, s->tokens ? (double)(s->bytes_in + s->bytes_out) / (double)s->tokens : NAN);
+  fprintf(f, ",\"bytes_in_per_token\":"); /* pushed (deltas as sent) and pulled, per token trained */
+  view_jnum(f, s->tokens ? (double)s->bytes_in / (double)s->tokens : NAN);
+  fprintf(f, ",\"bytes_out_per_token\":");
+  view_jnum(f, s->tokens ? (double)s->bytes_out / (double)s->tokens : NAN);
   fprintf(f, ",\"last_outer_step_s\":");
   view_jnum(f, s->last_outer_step_s > 0 ? s->last_outer_step_s : NAN);
   fprintf(f, ",\"last_round_overhead_s\":");
@@ -231,7 +235,9 @@ static void text_job(FILE *f, const Dipaco__V1__Job *j) {
   int have_spec = js && spec[0] && jobspec_parse(spec, strlen(spec), js) == 0;
   if (s->tokens) {
     double per_token = (double)(s->bytes_in + s->bytes_out) / (double)s->tokens;
-    fprintf(f, "%-18s %llu (%.4g bytes per token, both directions", "tokens", (unsigned long long)s->tokens, per_token);
+    fprintf(f, "%-18s %llu (%.4g bytes per token, both directions: pushed %.4g, pulled %.4g", "tokens",
+            (unsigned long long)s->tokens, per_token, (double)s->bytes_in / (double)s->tokens,
+            (double)s->bytes_out / (double)s->tokens);
     /* Data-parallel moves 2 x 4 bytes x parameters per inner step per worker (a ring
      * all-reduce of fp32 gradients), over batch x seq_len tokens. */
     gpt_layout *lay = have_spec && js->has_shape ? malloc(sizeof *lay) : NULL;
