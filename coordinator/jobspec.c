@@ -11,7 +11,7 @@
 int jobspec_sparse_pull(const jobspec *js) { return js->sparse.enabled && js->outer.momentum == 0.0; }
 
 int jobspec_replay_pull(const jobspec *js) {
-  return js->pulls.replay && js->algorithm != JOB_ALGO_DILOCO_ASYNC && !jobspec_streaming(js);
+  return js->pulls.replay && js->algorithm != JOB_ALGO_DILOCO_ASYNC && !js->streaming.eager;
 }
 
 int jobspec_streaming(const jobspec *js) {

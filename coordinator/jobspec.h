@@ -204,7 +204,8 @@ int jobspec_fragments(const jobspec *js, const gpt_layout *lay, jobspec_fragment
  * parameters follow from the previous ones and the round's deltas alone. */
 int jobspec_sparse_pull(const jobspec *js);
 /* 1 if PullFragment serves the job's rounds as the deltas as sent (PAYLOAD_REPLAY_ROUND,
- * docs/design.md §4.3): pulls.replay on, a sync job (diloco or dipaco) without streaming. */
+ * docs/design.md §4.3): pulls.replay on, a sync job (diloco or dipaco, streaming included)
+ * without eager updates. */
 int jobspec_replay_pull(const jobspec *js);
 
 /* 1 if the spec runs Streaming DiLoCo (per-layer fragments, continuous training). */

@@ -237,9 +237,9 @@ const jobspec_field jobspec_fields[] = {
 
     {"", "pulls", .type = JF_OBJECT, .doc = "how workers catch up on new versions (docs/design.md §4.3)"},
     {"pulls", "replay", .type = JF_BOOL, AT(pulls.replay), .def = 1,
-     .doc = "sync jobs without streaming: a worker holding an older version replays the rounds' deltas as "
-            "sent (the coordinator keeps the last 8 rounds) instead of pulling the fragment whole, when that "
-            "is fewer bytes; bit-identical (checked against the version's CRC-32C)"},
+     .doc = "sync jobs (streaming too, not eager): a worker holding an older version replays the rounds' "
+            "deltas as sent (the coordinator keeps the last 8 rounds) instead of pulling the fragment whole, when "
+            "that is fewer bytes; bit-identical (checked against the version's CRC-32C)"},
 
     {"", "streaming", .type = JF_OBJECT,
      .doc = "Streaming DiLoCo (on when fragments > 1, overlap_steps > 0, alpha != 0 or eager; algorithm diloco "

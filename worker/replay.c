@@ -130,6 +130,7 @@ int rp_replay_round(wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__F
   const size_t max_bytes = RP_HEAD_BYTES + (size_t)RP_MAX_ROUND_DELTAS * RP_ENTRY_BYTES + (size_t)budget;
   *crc = 0;
   int rc = wc_pull_replay_round(wc, L->lease_id, f, v, own ? own_lease : 0, budget, max_bytes, &b, &blen, code);
+  if (rc && *code == RPC_FAILED_PRECONDITION && strstr(dpc_errmsg(), "not made yet")) return RP_NOT_YET;
   if (rc) {
     if (*code == RPC_NOT_FOUND || *code == RPC_FAILED_PRECONDITION || *code == RPC_INVALID_ARGUMENT ||
         *code == RPC_RESOURCE_EXHAUSTED || *code == RPC_OK) {
@@ -173,7 +174,10 @@ static int replay_rounds(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, c
     uint32_t crc;
     int rc = rp_replay_round(wc, L, f, v, own && own->len == len ? own->dec : NULL, own ? own->lease : 0, full - spent,
                              th, uu, len, &spent, &crc, code);
-    if (rc != 1) return rc;
+    if (rc == RP_NOT_YET)
+      DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 ": version %" PRIu64 " is not made yet; pulling it whole",
+               L->lease_id, f->fragment_id, v);
+    if (rc != 1) return rc == RP_NOT_YET ? 0 : rc;
   }
   *bytes += spent;
   return 1;

@@ -53,7 +53,8 @@ void rp_cache_free(rp_cache *c);
 /* Forget what theta holds (it is about to be overwritten by something else). */
 void rp_forget_held(rp_cache *c);
 
-/* 1 if lease L can catch up by replay (Lease.replay_pull, a dense delta codec). */
+/* 1 if lease L catches up by replay here (Lease.replay_pull, a dense delta codec, no streaming:
+ * stream.c replays in its prefetcher with rp_replay_round). */
 int rp_lease_replays(const Dipaco__V1__Lease *L);
 
 /* Make fragment i of lease L at its base version in theta + p->abs_off[i] by replaying the
@@ -75,8 +76,10 @@ void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const 
  * caller's scratch). own (NULL = none) is this worker's delta of the round as the coordinator
  * decodes it, pushed on lease own_lease; budget the most bytes to take. 1 when done and the
  * result has the CRC-32C the coordinator sent (*crc; 0 when it no longer keeps the version:
- * unchecked), 0 when the fragment must be pulled whole (the reason logged), or a negative
- * DPC_E* code (*code set) for a transfer to retry. *bytes grows by the bytes pulled. */
+ * unchecked), RP_NOT_YET when the coordinator has not made version v yet (ask again), 0 when
+ * the fragment must be pulled whole (the reason logged), or a negative DPC_E* code (*code set)
+ * for a transfer to retry. *bytes grows by the bytes pulled. */
+#define RP_NOT_YET 2
 int rp_replay_round(wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__FragmentInfo *f, uint64_t v,
                     const float *own, uint64_t own_lease, uint64_t budget, float *th, float *u, size_t len,
                     size_t *bytes, uint32_t *crc, int *code);

@@ -6,6 +6,8 @@
 #include "common/codec.h"
 #include "common/errors.h"
 #include "common/log.h"
+#include "common/rpc.h"
+#include "worker/replay.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -31,6 +33,12 @@ void stream_keep_free(stream_keep *k) {
   free(k->have_e);
   free(k->est_ver);
   free(k->have_ver);
+  free(k->u);
+  free(k->ustage);
+  free(k->own);
+  free(k->have_u);
+  free(k->own_ver);
+  free(k->own_lease);
   memset(k, 0, sizeof *k);
 }
 
@@ -40,6 +48,17 @@ int stream_sync_due(uint64_t n, uint32_t o, uint32_t H) {
 
 int64_t stream_version_after(uint64_t n, uint32_t o, uint32_t H) {
   return (int64_t)((n - o) / H) + (o > 0 ? 1 : 0);
+}
+
+/* Replay pulls for a streaming lease: Lease.replay_pull, no eager updates, a dense codec. */
+static int stream_rp(const Dipaco__V1__Lease *L) {
+  return L->replay_pull && !L->eager && L->delta_codec != (Dipaco__V1__Codec)DPC_CODEC_SPARSE;
+}
+
+/* Whether a whole pull also fetches u at its version: a job with outer momentum and quantized
+ * deltas (fp32 deltas replay at about the cost of a whole pull: replay.c). */
+static int stream_wants_u(const Dipaco__V1__Lease *L) {
+  return L->outer_momentum != 0.0f && L->delta_codec != DIPACO__V1__CODEC__CODEC_FP32;
 }
 
 /* Payload `payload` of fragment i of lease L at version v into dst; waits (polling with a
@@ -101,6 +120,11 @@ typedef struct {
   size_t fhead, ftail;
   int64_t *fver;         /* (nf) the version fetched or being fetched into stage, −1: none */
   int *fstate;           /* (nf) 0 pending, 1 in stage, < 0 the pull's error */
+  /* Replay pulls (q->rp): the global and momentum versions held when the fetch was queued, and
+   * whether the fetch left the momentum of its version in keep->ustage. */
+  int rp;
+  int64_t *fbase, *fubase;
+  int *fu;
   atomic_int fquit;
   int inited;            /* mu and cv initialised */
 } pusher;
@@ -148,10 +172,78 @@ static void fetch_enqueue(pusher *q, size_t i, int64_t v) {
   if (q->frunning && q->fver[i] != v && q->ftail - q->fhead < cap) {
     q->fver[i] = v;
     q->fstate[i] = 0;
+    if (q->rp) { /* (keep's versions change on this thread only, under no fetch of fragment i) */
+      q->fbase[i] = q->e->keep->have_ver[i];
+      q->fubase[i] = q->e->keep->have_u[i];
+      q->fu[i] = 0;
+    }
     q->fq[q->ftail++ % cap] = (int)i;
     pthread_cond_broadcast(&q->cv);
   }
   pthread_mutex_unlock(&q->mu);
+}
+
+/* Replay: version v of fragment i into keep->stage and u_v into keep->ustage from G_{v−1} and
+ * u_{v−1} (held when the fetch was queued) and the round's deltas as sent, waiting while the
+ * round closes. 1 done, 0 when it must be pulled whole (the reason logged). */
+static int fetch_replay(pusher *q, size_t i, int64_t v, stream_keep *k) {
+  const Dipaco__V1__Lease *L = q->L;
+  const Dipaco__V1__FragmentInfo *f = L->fragments[i];
+  const size_t off = q->p->abs_off[i], len = (size_t)f->num_floats;
+  pthread_mutex_lock(&q->mu);
+  const int held = q->fbase[i] == v - 1 && q->fubase[i] == v - 1;
+  pthread_mutex_unlock(&q->mu);
+  if (!held) return 0;
+  const float *own = k->own_ver[i] == v ? k->own + off : NULL;
+  int64_t pause = WAIT_MIN_MS;
+  for (int attempt = 0;;) {
+    memcpy(k->stage + off, k->global + off, len * sizeof(float));
+    memcpy(k->ustage + off, k->u + off, len * sizeof(float));
+    size_t bytes = 0;
+    uint32_t crc = 0;
+    int code = RPC_OK;
+    int rc = rp_replay_round(q->e->wc, L, f, (uint64_t)v, own, k->own_lease[i], (uint64_t)len * 4, k->stage + off,
+                             k->ustage + off, len, &bytes, &crc, &code);
+    if (rc == 1 && crc) {
+      DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 " version %" PRId64 " replayed from its round (%zu bytes)",
+               L->lease_id, f->fragment_id, v, bytes);
+      return 1;
+    }
+    if (rc == 1) {
+      DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 " version %" PRId64 ": no checksum to check its replay against; "
+               "pulling it whole", L->lease_id, f->fragment_id, v);
+      return 0;
+    }
+    if (atomic_load(&q->fquit) || hb_abort(q->e->hb) != AB_NONE) return 0;
+    if (rc == RP_NOT_YET) { /* the round is still closing */
+      worker_sleep_ns(pause * 1000000);
+      if (pause < WAIT_MAX_MS) pause = pause * 2 > WAIT_MAX_MS ? WAIT_MAX_MS : pause * 2;
+      continue;
+    }
+    if (rc == 0 || wc_classify(rc, code) != WC_RETRY || ++attempt >= TRANSFER_ATTEMPTS) return 0;
+    worker_sleep_ns(worker_backoff_ms(attempt, q->e->seed) * 1000000);
+  }
+}
+
+/* The prefetch of version v of fragment i into keep->stage: replayed, or pulled whole (then,
+ * for replay, with u_v into keep->ustage, so that the next version can be replayed). */
+static int fetch_version(pusher *q, size_t i, int64_t v, stream_keep *k) {
+  const size_t off = q->p->abs_off[i];
+  if (q->rp && fetch_replay(q, i, v, k)) {
+    pthread_mutex_lock(&q->mu);
+    q->fu[i] = 1;
+    pthread_mutex_unlock(&q->mu);
+    return 0;
+  }
+  enum wc_class cls = WC_OK;
+  int rc = pull_version(q->e, q->L, i, v, DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, k->stage + off, &cls, &q->fquit);
+  if (!rc && q->rp && stream_wants_u(q->L) &&
+      pull_version(q->e, q->L, i, v, DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM, k->ustage + off, &cls, &q->fquit) == 0) {
+    pthread_mutex_lock(&q->mu);
+    q->fu[i] = 1;
+    pthread_mutex_unlock(&q->mu);
+  }
+  return rc;
 }
 
 static void *fetch_main(void *arg) {
@@ -166,9 +258,7 @@ static void *fetch_main(void *arg) {
     int64_t v = q->fver[i];
     if (v < 0 || q->fstate[i] != 0) continue;
     pthread_mutex_unlock(&q->mu);
-    enum wc_class cls = WC_OK;
-    int rc = pull_version(q->e, q->L, i, v, DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, k->stage + q->p->abs_off[i], &cls,
-                          &q->fquit);
+    int rc = fetch_version(q, i, v, k);
     pthread_mutex_lock(&q->mu);
     if (q->fver[i] == v) q->fstate[i] = rc ? (rc < 0 ? rc : DPC_EIO) : 1;
     pthread_cond_broadcast(&q->cv);
@@ -264,6 +354,8 @@ static int ensure_global(stream_lease *x, size_t i, int64_t v) {
       if (q->fstate[i] == 1) {
         memcpy(k->global + off, k->stage + off, len * sizeof(float));
         got = 1;
+        if (q->rp && q->fu[i]) memcpy(k->u + off, k->ustage + off, len * sizeof(float));
+        if (q->rp) k->have_u[i] = q->fu[i] ? v : -1;
       }
       q->fver[i] = -1;
     }
@@ -275,8 +367,12 @@ static int ensure_global(stream_lease *x, size_t i, int64_t v) {
     }
   }
   k->have_ver[i] = -1; /* the buffer may be half written until the pull completes */
+  if (k->have_u) k->have_u[i] = -1;
   int rc = pull_wait(x, i, v, DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, k->global + off);
   if (rc == 0) k->have_ver[i] = v;
+  if (rc == 0 && k->have_u && stream_wants_u(x->L) &&
+      pull_wait(x, i, v, DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM, k->u + off) == 0)
+    k->have_u[i] = v;
   return rc;
 }
 
@@ -364,6 +460,11 @@ static int do_sync(stream_lease *x, size_t i, uint64_t n, int enqueue) {
   if ((rc = trainer_get_params(x->e->slots->tr, d, off, len))) return rc;
   for (size_t k = 0; k < len; k++) d[k] = g[k] - d[k];
   if (L->eager && (rc = eager_step(x, i, base))) return rc; /* reads d before the push thread may send it */
+  if (x->q.rp) { /* what the coordinator will average of it, for replaying version base + 1 */
+    stream_keep *k = x->e->keep;
+    k->own_ver[i] = rp_decode_own(L, d, len, k->own + off) == 0 ? base + 1 : -1;
+    k->own_lease[i] = L->lease_id;
+  }
   if (enqueue) push_enqueue(&x->q, i);
   /* The version this delta helps make comes back to the merge τ steps on: fetch it meanwhile
    * (the fetch waits while the round closes). A merge in the next lease fetches it there. */
@@ -453,8 +554,17 @@ static int keep_fit(stream_keep *k, const Dipaco__V1__Lease *L, size_t n_params,
     k->have_e = malloc(k->nf * sizeof *k->have_e);
     k->est_ver = malloc(k->nf * sizeof *k->est_ver);
   }
+  if (stream_rp(L)) {
+    k->u = malloc(n_params * sizeof *k->u);
+    k->ustage = malloc(n_params * sizeof *k->ustage);
+    k->own = malloc(n_params * sizeof *k->own);
+    k->have_u = malloc(k->nf * sizeof *k->have_u);
+    k->own_ver = malloc(k->nf * sizeof *k->own_ver);
+    k->own_lease = calloc(k->nf, sizeof *k->own_lease);
+  }
   if (!k->frag_ids || !k->local || !k->global || !k->have_ver || !k->stage ||
-      (L->eager && (!k->eager_prev || !k->eager_est || !k->eager_base || !k->scratch || !k->have_e || !k->est_ver))) {
+      (L->eager && (!k->eager_prev || !k->eager_est || !k->eager_base || !k->scratch || !k->have_e || !k->est_ver)) ||
+      (stream_rp(L) && (!k->u || !k->ustage || !k->own || !k->have_u || !k->own_ver || !k->own_lease))) {
     stream_keep_free(k);
     return dpc_err(DPC_ENOMEM, "worker: out of memory for the streaming state");
   }
@@ -462,6 +572,7 @@ static int keep_fit(stream_keep *k, const Dipaco__V1__Lease *L, size_t n_params,
     k->frag_ids[i] = L->fragments[i]->fragment_id;
     k->have_ver[i] = -1;
     if (L->eager) k->have_e[i] = k->est_ver[i] = -1;
+    if (stream_rp(L)) k->have_u[i] = k->own_ver[i] = -1;
   }
   k->job = L->job_id;
   k->path = L->slot->path;
@@ -496,6 +607,11 @@ static int pusher_start(pusher *q, stream_env *e, const Dipaco__V1__Lease *L, co
   q->fver = malloc(L->n_fragments * sizeof *q->fver);
   q->fstate = calloc(L->n_fragments, sizeof *q->fstate);
   if (!q->fq || !q->fver || !q->fstate) return dpc_err(DPC_ENOMEM, "worker: out of memory");
+  q->rp = stream_rp(L) && e->keep->have_u != NULL;
+  q->fbase = malloc(L->n_fragments * sizeof *q->fbase);
+  q->fubase = malloc(L->n_fragments * sizeof *q->fubase);
+  q->fu = calloc(L->n_fragments, sizeof *q->fu);
+  if (!q->fbase || !q->fubase || !q->fu) return dpc_err(DPC_ENOMEM, "worker: out of memory");
   for (size_t i = 0; i < L->n_fragments; i++) {
     q->res[i] = -1;
     q->fver[i] = -1;
@@ -537,6 +653,11 @@ static void pusher_stop(pusher *q) {
   free(q->fq);
   free(q->fver);
   free(q->fstate);
+  free(q->fbase);
+  free(q->fubase);
+  free(q->fu);
+  q->fbase = q->fubase = NULL;
+  q->fu = NULL;
   q->queue = NULL;
   q->res = NULL;
   q->fq = NULL;

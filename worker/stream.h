@@ -45,6 +45,14 @@ typedef struct {
   float *scratch;     /* (n_params) */
   int64_t *have_e;    /* (nf) −1: none */
   int64_t *est_ver;   /* (nf) the version eager_est stands in for, −1: none */
+  /* Replay pulls (Lease.replay_pull without eager, docs/design.md §4.4), per fragment i at its
+   * offset: */
+  float *u;           /* (n_params) the outer momentum at version have_u[i] (the global's) */
+  float *ustage;      /* (n_params) the outer momentum of the version in stage (fetched[i]) */
+  float *own;         /* (n_params) the slot's last delta as the coordinator decodes it */
+  int64_t *have_u;    /* (nf) −1: none */
+  int64_t *own_ver;   /* (nf) the version own helps make, −1: none */
+  uint64_t *own_lease; /* (nf) the lease that pushed own */
 } stream_keep;
 
 void stream_keep_free(stream_keep *k);

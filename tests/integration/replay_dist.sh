@@ -6,8 +6,9 @@
 #     byte-identical (cmp), the workers replayed rounds (their logs, and
 #     dipaco_pulls_total{kind="replay"} on /metrics), no replay missed a checksum, and the
 #     replay job pulled fewer bytes than the full-pull one (job show's bytes_out).
-#  2. a 1 + 2 module DiPaCo job with e3m0 deltas (per-module rounds, one momentum each): the
-#     same, replay on and off byte-identical.
+#  2. a 1 + 2 module DiPaCo job with e3m0 deltas (per-module rounds, one momentum each) and a
+#     Streaming DiLoCo job (2 fragments, overlap 1, alpha 0.5, e3m0: the prefetcher replays
+#     each fragment's global version): the same, replay on and off byte-identical.
 #  3. bad input: the coordinator restarted with DIPACO_TEST_REPLAY_FAULT (testhook.h) serving
 #     an undecodable stream, a stream that decodes to other values, or NOT_FOUND for a round:
 #     each time the worker logs why and pulls the fragment whole, and the export is still
@@ -24,17 +25,19 @@ make_corpus "$W/corpus"
 # spec NAME CODEC REPLAY [ALGO]
 spec() {
   local levels='' data='"data": {"train": ["data/train_*.bin"]}'
+  local stream=''
+  [ "${4:-diloco}" = streaming ] && stream='"fragments": 2, "overlap_steps": 1, "alpha": 0.5, '
   if [ "${4:-diloco}" = dipaco ]; then
     levels=', "levels": [{"stem": true, "layers": [0, 1], "modules": 1}, {"layers": [1, 2], "modules": 2}]'
     data='"data": {"paths": [["data/train_*.bin"], ["data/train_*.bin"]]}'
   fi
   cat > "$W/$1.json" <<JSON
 {"name": "$1", "model": {"init": "$W/init"}, $data,
- "algorithm": "${4:-diloco}", "replicas": 3, "inner_steps": 4, "rounds": 5, "batch": 2, "seq_len": 16$levels,
+ "algorithm": "$( [ "${4:-diloco}" = dipaco ] && echo dipaco || echo diloco )", "replicas": 3, "inner_steps": 4, "rounds": 5, "batch": 2, "seq_len": 16$levels,
  "inner": {"lr": 0.01, "warmup": 2, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
            "eps": 1e-6, "grad_clip": 0.5, "state": "keep"},
  "outer": {"lr": 0.6, "momentum": 0.7, "nesterov": true},
- "streaming": {"codec": "$2"}, "pulls": {"replay": $3}}
+ "streaming": {${stream}"codec": "$2"}, "pulls": {"replay": $3}}
 JSON
 }
 
@@ -55,7 +58,7 @@ run() {
   "$CTL" --coordinator "$COORD" job show "$JOB" --json > "$W/$1.show.json"
 }
 field() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$W/$1.show.json" "$2"; }
-replays() { cat "$W"/worker-*.log | grep -c "replayed from their rounds" || true; }
+replays() { cat "$W"/worker-*.log | grep -cE "replayed from their rounds|replayed from its round" || true; }
 metric() {
   $PY -c "import sys,urllib.request; t=urllib.request.urlopen('http://127.0.0.1:$MPORT/metrics').read().decode()
 print(sum(int(l.split()[-1]) for l in t.splitlines() if l.startswith(sys.argv[1])))" "$1"
@@ -69,7 +72,7 @@ same() { # A B: the exports byte-identical
 no_mismatch() { if grep -q "does not match version" "$W"/worker-*.log; then fail "$1: a replay missed the checksum"; fi; }
 
 # 1 and 2: replay on and off, byte-identical, fewer bytes with replay.
-for c in e3m0:diloco int8:diloco e3m0:dipaco; do
+for c in e3m0:diloco int8:diloco e3m0:dipaco e3m0:streaming; do
   codec=${c%%:*}; algo=${c##*:}; name=${codec}_$algo
   spec "${name}_on" "$codec" true "$algo"
   spec "${name}_off" "$codec" false "$algo"
@@ -81,8 +84,8 @@ for c in e3m0:diloco int8:diloco e3m0:dipaco; do
   [ $(( $(replays) - before - n_on )) -eq 0 ] || fail "${name}_off: replayed with pulls.replay false"
   same "${name}_on" "${name}_off"
   on=$(field "${name}_on" bytes_out); off=$(field "${name}_off" bytes_out)
-  echo "$name: $n_on leases replayed; pulled $on bytes with replay, $off without; exports identical"
-  [ "$n_on" -ge 3 ] || fail "$name: only $n_on leases replayed rounds"
+  echo "$name: $n_on replays; pulled $on bytes with replay, $off without; exports identical"
+  [ "$n_on" -ge 3 ] || fail "$name: only $n_on replays"
   [ "$on" -lt "$off" ] || fail "$name: replay pulled $on bytes, not fewer than the full pulls' $off"
 done
 r=$(metric 'dipaco_pulls_total{kind="replay"}')
