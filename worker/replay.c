@@ -189,7 +189,7 @@ int rp_try_pull(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const leas
   const size_t off = p->abs_off[i], len = (size_t)f->num_floats;
   *code = RPC_OK;
   if (!rp_lease_replays(L)) return 0;
-  rp_held *h = c->held_job == L->job_id ? held_find(c, f->fragment_id, off, len) : NULL;
+  rp_held *h = c->held_job == L->job_id && c->held_n == p->n_params ? held_find(c, f->fragment_id, off, len) : NULL;
   const char *why = !h                         ? "this worker holds no earlier version of it"
                     : h->version > f->version  ? "it holds a later version"
                     : !f->crc32c               ? "the lease names no checksum to check a replay against"
@@ -235,8 +235,9 @@ void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const 
                     size_t *bytes) {
   const Dipaco__V1__FragmentInfo *f = L->fragments[i];
   const size_t off = p->abs_off[i], len = (size_t)f->num_floats;
-  if (c->held_job != L->job_id) rp_forget_held(c);
+  if (c->held_job != L->job_id || c->held_n != p->n_params) rp_forget_held(c);
   c->held_job = L->job_id;
+  c->held_n = p->n_params;
   int k = 0; /* drop every entry the range overwrote */
   for (int j = 0; j < c->n_held; j++) {
     rp_held *h = &c->held[j];

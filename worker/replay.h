@@ -43,6 +43,7 @@ typedef struct {
 
 typedef struct {
   uint64_t held_job;
+  size_t held_n; /* the path's size when they were noted (a different size reallocates theta) */
   rp_held held[RP_HELD_MAX];
   int n_held;
   rp_own *own; /* [n_own] the last lease's pushed deltas */

@@ -28,6 +28,8 @@
 #   s<F>_<codec>   F fragments, τ = CODEC_TAU, "codec": e3m0 | int8 | fp8 | bf16 in the
 #             streaming block (s4_e3m0: compare with s4_t<CODEC_TAU>, its fp32 twin)
 #   diloco_<codec> the diloco row with quantized deltas (compare with diloco)
+#   <row>_full the row with "pulls": {"replay": false}: every pull whole (replay pulls are on by
+#             default: diloco_e3m0 vs diloco_e3m0_full, s4_e3m0 vs s4_e3m0_full)
 # A row whose spec the coordinator refuses prints "row X: job create refused: <message>" and the
 # bench goes on. rounds = TOTAL_STEPS / H (H must divide TOTAL_STEPS).
 #
@@ -42,7 +44,8 @@
 # gRPC and the coordinator, so transfers slow the steps they should hide behind), IPERF_S (4 s
 # per direction, 0 = no check), TCP_MAX_BUF (67108864), JOB_TIMEOUT (1800 s), BUILD
 # (build-rel), RESULTS (a file that gets one line per row: profile row status wall_s bytes_in
-# bytes_out tokens peak_sync loss link_bytes message), MD (1: Markdown tables), KEEP (1: keep the
+# bytes_out tokens peak_sync loss link_bytes after=A R=W rounds=N full=F message; A: bytes pulled
+# after each worker's first whole pull, F: one whole pull), MD (1: Markdown tables), KEEP (1: keep the
 # work directory). bytes_in/out: the coordinator's tensor byte counters over the job; link_bytes:
 # what the coordinator's veth ends counted both ways (gRPC framing included; TCP/IP headers once
 # per GSO frame of up to 64 KB, so not per 1500-byte packet). Table: tests/bench/wan_table.py.
@@ -182,8 +185,9 @@ print(sum(l["stats64"]["rx"]["bytes"] + l["stats64"]["tx"]["bytes"] for l in jso
 
 # spec ROW FILE: writes the job spec; prints H. Unknown row names: exit 2.
 spec() {
-  local row=$1 f=$2 H=$H_DILOCO outer extra=""
+  local row=$1 f=$2 H=$H_DILOCO outer extra="" pulls=""
   outer="\"lr\": $OUTER_LR, \"momentum\": $OUTER_MU, \"nesterov\": true"
+  case $row in *_full) row=${row%_full}; pulls=', "pulls": {"replay": false}' ;; esac
   case $row in
     dp) H=1; outer="\"lr\": 1.0, \"momentum\": 0.0, \"nesterov\": false" ;;
     diloco) ;;
@@ -202,7 +206,7 @@ spec() {
 {"name": "wan-$row", "model": {"init": "$work/init"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "diloco", "replicas": $WORKERS, "inner_steps": $H, "rounds": $((TOTAL_STEPS / H)), "batch": $B,
  "seq_len": $T, "inner": {"lr": $INNER_LR, "warmup": $WARMUP, "lr_min_frac": 0.1, "state": "keep"},
- "outer": {$outer}$extra}
+ "outer": {$outer}$extra$pulls}
 JSON
   echo "$H"
 }
@@ -244,6 +248,7 @@ run() {
   done
   local in0 out0 link0 t0 t1 status=ok
   in0=$(metric dipaco_bytes_in_total); out0=$(metric dipaco_bytes_out_total); link0=$(link_bytes)
+  local mom0; mom0=$(metric 'dipaco_pull_bytes_total{kind="momentum"}'); mom0=${mom0:-0}
   t0=$(date +%s.%N)
   "${ctl[@]}" job resume "$job" >>"$d/ctl.log" 2>&1
   # In the background: bash runs the INT/TERM trap only once a foreground command returns.
@@ -253,6 +258,10 @@ run() {
   t1=$(date +%s.%N)
   local in1 out1 peak="n/a" jin jout link1 loss="-" msg="-"
   in1=$(metric dipaco_bytes_in_total); out1=$(metric dipaco_bytes_out_total)
+  # Pulled after each worker's first whole pull: all pulls less one model per worker (its first
+  # pull) and the outer momenta pulled (with replay, once per worker beside that first pull).
+  local mom1 after; mom1=$(metric 'dipaco_pull_bytes_total{kind="momentum"}'); mom1=${mom1:-0}
+  after=$(( out1 - out0 - WORKERS * NPARAM * 4 - (mom1 - mom0) ))
   # The job's own byte counts and largest sync, where the coordinator reports them.
   read -r peak jin jout < <("${ctl[@]}" job show "$job" --json 2>/dev/null | "${DPC_PYTHON:-python3}" -c '
 import json, sys
@@ -287,9 +296,10 @@ print(" ".join("n/a" if v is None else str(int(v)) for v in (find(j, k) for k in
   fi
   local wall
   wall=$("${DPC_PYTHON:-python3}" -c "print('%.1f' % ($t1 - $t0))")
-  line="$prof $row $status $wall $((in1 - in0)) $((out1 - out0)) $tokens $peak $loss $((link1 - link0)) $msg"
+  line="$prof $row $status $wall $((in1 - in0)) $((out1 - out0)) $tokens $peak $loss $((link1 - link0))"
+  line="$line after=$after R=$WORKERS rounds=$((TOTAL_STEPS / H)) full=$((NPARAM * 4)) $msg"
   echo "  row $row: H=$H, $wall s, tensor bytes in $((in1 - in0)) out $((out1 - out0)) (job show: in $jin out $jout," \
-       "peak sync $peak), link bytes $((link1 - link0)), eval loss $loss" >&2
+       "peak sync $peak), link bytes $((link1 - link0)), pulled after the first pulls $after, eval loss $loss" >&2
   echo "$line" >> "$all"; [ -z "$RESULTS" ] || echo "$line" >> "$RESULTS"
 }
 

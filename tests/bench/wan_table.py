@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """wan_table.py — the tables of tests/bench/wan.sh from its result lines ("profile row status
-wall_s bytes_in bytes_out tokens peak_sync loss link_bytes message...", one per row): per link
-profile, each row's wall clock, tensor bytes (in + out, the coordinator's counters) per trained
-token, the largest single sync, the eval loss, wall clock and bytes as ratios to the profile's
-dp row, and the bytes the coordinator's veths counted (gRPC framing included) per trained
-token. Rows the coordinator refused (or that failed) show their message instead.
+wall_s bytes_in bytes_out tokens peak_sync loss link_bytes [after=A R=W rounds=N full=F]
+message...", one per row): per link profile, each row's wall clock, tensor bytes (in + out, the
+coordinator's counters) per trained token, the largest single sync, the eval loss, wall clock
+and bytes as ratios to the profile's dp row, and the bytes the coordinator's veths counted (gRPC
+framing included) per trained token; then, for lines with the key=value fields, the bytes per
+direction: pushed, pulled, pulled after each worker's first whole pull (A), A ÷ pushed, and a
+slot's pull per round after the first (A ÷ (W·(N − 1))) in streams ((pushed ÷ (W·N)) bytes each)
+per other slot (÷ (W − 1)) and as a share of one whole pull (F). Rows the coordinator refused
+(or that failed) show their message instead.
 
 usage: wan_table.py RESULTS [--markdown]
 """
@@ -38,9 +42,13 @@ def main():
         if len(f) < 10:
             continue
         prof, row, status, wall, bin_, bout, tokens, peak, loss, link = f[:10]
-        msg = " ".join(f[10:]) if len(f) > 10 else "-"
+        kv, rest = {}, f[10:]
+        while rest and "=" in rest[0] and rest[0].split("=", 1)[0] in ("after", "R", "rounds", "full"):
+            k, v = rest.pop(0).split("=", 1)
+            kv[k] = num(v)
+        msg = " ".join(rest) if rest else "-"
         r = dict(row=row, status=status, wall=num(wall), tokens=num(tokens), peak=num(peak), loss=num(loss),
-                 link=num(link), msg=msg)
+                 link=num(link), msg=msg, bin=num(bin_), bout=num(bout), kv=kv)
         r["bytes"] = (num(bin_) or 0) + (num(bout) or 0) if status == "ok" else None
         profiles.setdefault(prof, []).append(r)
     cols = ["row", "link", "wall s", "bytes/token", "bytes total", "peak sync bytes", "eval loss", "wall ÷ dp",
@@ -78,6 +86,39 @@ def main():
                 else:
                     print("  ".join(x.ljust(w[i]) for i, x in enumerate(o)).rstrip())
         first = False
+    directions(profiles, a.markdown)
+
+
+def directions(profiles, markdown):
+    """The bytes per direction of the rows whose lines carry after=/R=/rounds=/full=."""
+    cols = ["row", "link", "pushed", "pulled", "pulled after 1st", "after 1st ÷ pushed", "slot pull/round ÷ (R−1) streams",
+            "slot pull/round ÷ whole pull"]
+    out = []
+    for prof, rows in profiles.items():
+        for r in rows:
+            kv = r["kv"]
+            if r["status"] != "ok" or not all(k in kv for k in ("after", "R", "rounds", "full")):
+                continue
+            R, n, after = kv["R"], kv["rounds"], kv["after"]
+            stream = r["bin"] / (R * n) if R and n else None
+            per = after / (R * (n - 1)) if R and n > 1 else None
+            out.append([r["row"], prof, human(r["bin"]), human(r["bout"]), human(after),
+                        "%.3f" % (after / r["bin"]) if r["bin"] else "-",
+                        "%.3f" % (per / stream / (R - 1)) if per is not None and stream and R > 1 else "-",
+                        "%.3f" % (per / kv["full"]) if per is not None and kv["full"] else "-"])
+    if not out:
+        return
+    print()
+    if markdown:
+        print("| " + " | ".join(cols) + " |")
+        print("|---" * len(cols) + "|")
+        for o in out:
+            print("| " + " | ".join(o) + " |")
+    else:
+        w = [max([len(c)] + [len(o[i]) for o in out]) for i, c in enumerate(cols)]
+        print("  ".join(c.ljust(w[i]) for i, c in enumerate(cols)).rstrip())
+        for o in out:
+            print("  ".join(x.ljust(w[i]) for i, x in enumerate(o)).rstrip())
 
 
 if __name__ == "__main__":
