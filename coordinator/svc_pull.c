@@ -235,12 +235,13 @@ static void pull_round(struct rpc_call *call, coord *c, const store_lease *l, in
                            : "sparse rounds (a SparseLoCo job with outer momentum 0 does)");
     return;
   }
-  if (r->version == 0 || r->version > INT64_MAX || store_get_fragment(c->st, l->job, frag, &cur) < 0) {
+  if (r->version == 0 || r->version > INT64_MAX || store_get_fragment(c->st, l->job, frag, &cur) < 0 ||
+      (!replay && r->version > (uint64_t)cur.version)) {
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "version %llu: a round makes a version in 1 .. the current one",
                     (unsigned long long)r->version);
     return;
   }
-  if (r->version > (uint64_t)cur.version) { /* streaming: asked for before the round closed */
+  if (r->version > (uint64_t)cur.version) { /* replay (streaming): asked for before the round closed */
     rpc_call_finish(call, RPC_FAILED_PRECONDITION, "fragment %d version %llu is not made yet (current %lld); ask again",
                     frag + 1, (unsigned long long)r->version, (long long)cur.version);
     return;

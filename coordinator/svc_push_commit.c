@@ -173,8 +173,8 @@ static void push_commit_after(uv_work_t *req, int status) {
     uint64_t pulled = n ? n->bytes_out : 0;
     if (n) n->bytes_out = 0;
     store_new_delta nd = {.lease = p->lease.id, .fragment = p->frag, .checksum = p->work_crc, .blob = p->blob,
-                          .enc_blob = p->enc_blob[0] ? p->enc_blob : NULL, .enc_crc = p->crc, .weight = 1.0, .tokens = (int64_t)p->tokens, .now_ms = dpc_wall_ms(), .norm = p->norm,
-                          .metric = &m};
+                          .enc_blob = p->enc_blob[0] ? p->enc_blob : NULL, .enc_crc = p->crc, .weight = 1.0,
+                          .tokens = (int64_t)p->tokens, .now_ms = dpc_wall_ms(), .norm = p->norm, .metric = &m};
     /* Async: a delta of fewer steps than leased (a preempted worker's partial work) counts
      * for the steps it covers; sync rounds always take the lease's steps. */
     if (j && coord_job_partial_ok(j) && p->inner_steps > 0) nd.inner_steps = (int)p->inner_steps;

@@ -124,6 +124,7 @@ static int pull_fragment(lease_work *x, int *code) {
     if (r < 0) return r; /* a transfer failure: retried (theta is untouched) */
     if (r == 1) return 0;
     x->rp_whole = 1;
+    rp_forget_range(&x->r->replay, x->p.abs_off[x->frag], (size_t)x->L->fragments[x->frag]->num_floats);
   }
   return wc_pull(x->r->wc, x->L->lease_id, x->L->fragments[x->frag], x->r->slots.theta + x->p.abs_off[x->frag],
                  &x->got, code);

@@ -231,14 +231,8 @@ int rp_try_pull(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const leas
   return rc;
 }
 
-void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i,
-                    size_t *bytes) {
-  const Dipaco__V1__FragmentInfo *f = L->fragments[i];
-  const size_t off = p->abs_off[i], len = (size_t)f->num_floats;
-  if (c->held_job != L->job_id || c->held_n != p->n_params) rp_forget_held(c);
-  c->held_job = L->job_id;
-  c->held_n = p->n_params;
-  int k = 0; /* drop every entry the range overwrote */
+void rp_forget_range(rp_cache *c, size_t off, size_t len) {
+  int k = 0;
   for (int j = 0; j < c->n_held; j++) {
     rp_held *h = &c->held[j];
     if (h->off < off + len && off < h->off + h->len) {
@@ -248,6 +242,16 @@ void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const 
     c->held[k++] = *h;
   }
   c->n_held = k;
+}
+
+void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i,
+                    size_t *bytes) {
+  const Dipaco__V1__FragmentInfo *f = L->fragments[i];
+  const size_t off = p->abs_off[i], len = (size_t)f->num_floats;
+  if (c->held_job != L->job_id || c->held_n != p->n_params) rp_forget_held(c);
+  c->held_job = L->job_id;
+  c->held_n = p->n_params;
+  rp_forget_range(c, off, len); /* every entry the range overwrote */
   if (c->n_held >= RP_HELD_MAX) return;
   rp_held *h = &c->held[c->n_held++];
   *h = (rp_held){.fragment_id = f->fragment_id, .version = f->version, .off = off, .len = len};

@@ -54,6 +54,9 @@ void rp_cache_free(rp_cache *c);
 /* Forget what theta holds (it is about to be overwritten by something else). */
 void rp_forget_held(rp_cache *c);
 
+/* Forget what theta's range [off, off + len) held (a whole pull is about to overwrite it). */
+void rp_forget_range(rp_cache *c, size_t off, size_t len);
+
 /* 1 if lease L catches up by replay here (Lease.replay_pull, a dense delta codec, no streaming:
  * stream.c replays in its prefetcher with rp_replay_round). */
 int rp_lease_replays(const Dipaco__V1__Lease *L);
