@@ -6,7 +6,9 @@
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "kernels/gpt.h"
 #include "kernels/outer.h"
+#include "worker/sparseloco.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -38,7 +40,8 @@ void rp_cache_free(rp_cache *c) {
 }
 
 int rp_lease_replays(const Dipaco__V1__Lease *L) {
-  return L->replay_pull && !L->streaming && L->delta_codec != (Dipaco__V1__Codec)DPC_CODEC_SPARSE;
+  /* (a SparseLoCo lease without outer momentum replays with sparse pulls: sparseloco.h) */
+  return L->replay_pull && !L->streaming && !(L->delta_codec == (Dipaco__V1__Codec)DPC_CODEC_SPARSE && L->sparse_pull);
 }
 
 static uint64_t get_le(const unsigned char *b, int n) {
@@ -56,7 +59,7 @@ static rp_held *held_find(rp_cache *c, uint64_t fragment_id, size_t off, size_t 
 
 /* Check round b[blen]'s table for fragment length len: its entry count, or a DPC_E* code. An
  * entry of bytes 0 is the worker's own delta (own, which must be there). */
-static int64_t check_table(const unsigned char *b, size_t blen, size_t len, const float *own) {
+static int64_t check_table(const unsigned char *b, size_t blen, size_t len, const float *own, const rp_sparse *sp) {
   uint64_t n = blen >= 4 ? get_le(b, 4) : 0, skipped = 0, sum = 0;
   if (n < 1 || n > RP_MAX_ROUND_DELTAS || blen < RP_HEAD_BYTES + n * RP_ENTRY_BYTES)
     return dpc_err(DPC_EFORMAT, "replay round: %" PRIu64 " deltas in %zu bytes", n, blen);
@@ -70,7 +73,10 @@ static int64_t check_table(const unsigned char *b, size_t blen, size_t len, cons
       skipped++;
       continue;
     }
-    if (codec == DPC_CODEC_SPARSE || dpc_codec_bytes(codec, len, block, &want) < 0 || want != bytes)
+    if (codec == DPC_CODEC_SPARSE ? !sp || dpc_sparse_bytes(&sp->cfg, sp->tlen, sp->nt, &want, NULL) < 0
+                                  : dpc_codec_bytes(codec, len, block, &want) < 0)
+      want = 0;
+    if (want == 0 || want != bytes)
       return dpc_err(DPC_EFORMAT, "replay round: delta %" PRIu64 " is %" PRIu64 " bytes of codec %s (block %u), "
                      "not a stream of %zu floats", i, bytes, dpc_codec_name(codec), block, len);
     sum += bytes;
@@ -85,8 +91,8 @@ static int64_t check_table(const unsigned char *b, size_t blen, size_t len, cons
  * outer step applied them (coordinator/outerio.c: each stream decoded with dpc_codec_decode,
  * outer_average with the weights served, outer_nesterov_step with the lease's outer rule). */
 static int apply_round(const Dipaco__V1__Lease *L, const unsigned char *b, size_t blen, const float *own, float *theta,
-                       float *u, size_t len) {
-  int64_t nn = check_table(b, blen, len, own);
+                       float *u, size_t len, const rp_sparse *sp) {
+  int64_t nn = check_table(b, blen, len, own, sp);
   if (nn < 0) return (int)nn;
   const size_t n = (size_t)nn;
   float *dense = malloc(n * len * sizeof(float) + 1), *avg = malloc(len * sizeof(float) + 1);
@@ -103,7 +109,10 @@ static int apply_round(const Dipaco__V1__Lease *L, const unsigned char *b, size_
       continue;
     }
     dp[i] = dense + i * len;
-    rc = dpc_codec_decode((int)get_le(e + 16, 4), next, (size_t)bytes, len, (uint32_t)get_le(e + 20, 4), dense + i * len);
+    const int codec = (int)get_le(e + 16, 4);
+    rc = codec == DPC_CODEC_SPARSE
+             ? dpc_sparse_decode(&sp->cfg, sp->tlen, sp->nt, next, (size_t)bytes, dense + i * len)
+             : dpc_codec_decode(codec, next, (size_t)bytes, len, (uint32_t)get_le(e + 20, 4), dense + i * len);
     next += bytes;
   }
   if (!rc) rc = outer_average(dp, w, (int)n, len, avg);
@@ -124,7 +133,7 @@ static const rp_own *own_find(const rp_cache *c, uint64_t job, uint64_t fid, uin
 
 int rp_replay_round(wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__FragmentInfo *f, uint64_t v,
                     const float *own, uint64_t own_lease, uint64_t budget, float *th, float *u, size_t len,
-                    size_t *bytes, uint32_t *crc, int *code) {
+                    const rp_sparse *sp, size_t *bytes, uint32_t *crc, int *code) {
   unsigned char *b = NULL;
   size_t blen = 0;
   const size_t max_bytes = RP_HEAD_BYTES + (size_t)RP_MAX_ROUND_DELTAS * RP_ENTRY_BYTES + (size_t)budget;
@@ -143,7 +152,7 @@ int rp_replay_round(wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__F
   }
   *bytes += blen;
   *crc = (uint32_t)get_le(b + 4, 4);
-  rc = apply_round(L, b, blen, own, th, u, len);
+  rc = apply_round(L, b, blen, own, th, u, len, sp);
   free(b);
   if (rc < 0) {
     DPC_WARN("lease %" PRIu64 ": fragment %" PRIu64 ": the round that made version %" PRIu64 " is unusable: %s; "
@@ -161,7 +170,8 @@ int rp_replay_round(wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__F
 /* Replay rounds h->version + 1 .. f->version of fragment f into th[len] and uu[len]: 1 done, 0
  * to pull whole (logged), or a DPC_E* code with *code for a transfer to retry. */
 static int replay_rounds(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__FragmentInfo *f,
-                         const rp_held *h, float *th, float *uu, size_t len, size_t *bytes, int *code) {
+                         const rp_held *h, float *th, float *uu, size_t len, const rp_sparse *sp, size_t *bytes,
+                         int *code) {
   const uint64_t full = (uint64_t)len * 4;
   size_t spent = 0;
   for (uint64_t v = h->version + 1; v <= f->version; v++) {
@@ -173,7 +183,7 @@ static int replay_rounds(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, c
     }
     uint32_t crc;
     int rc = rp_replay_round(wc, L, f, v, own && own->len == len ? own->dec : NULL, own ? own->lease : 0, full - spent,
-                             th, uu, len, &spent, &crc, code);
+                             th, uu, len, sp, &spent, &crc, code);
     if (rc == RP_NOT_YET)
       DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 ": version %" PRIu64 " is not made yet; pulling it whole",
                L->lease_id, f->fragment_id, v);
@@ -209,7 +219,15 @@ int rp_try_pull(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const leas
   memcpy(th, theta + off, len * sizeof(float));
   if (h->u) memcpy(uu, h->u, len * sizeof(float));
   size_t got = 0;
-  int rc = replay_rounds(c, wc, L, f, h, th, uu, len, &got, code);
+  rp_sparse sp = {.nt = 0};
+  uint64_t *tlen = NULL;
+  if (L->delta_codec == (Dipaco__V1__Codec)DPC_CODEC_SPARSE) { /* the fragment's layout, for its streams */
+    tlen = malloc(GPT_MAX_TENSORS * sizeof *tlen);
+    sp.nt = tlen ? sl_fragment_layout(L, p, i, &sp.cfg, tlen, GPT_MAX_TENSORS) : DPC_ENOMEM;
+    sp.tlen = tlen;
+  }
+  int rc = sp.nt < 0 ? 0 : replay_rounds(c, wc, L, f, h, th, uu, len, tlen ? &sp : NULL, &got, code);
+  free(tlen);
   if (rc == 1 && dpc_crc32c(0, th, len * sizeof(float)) != f->crc32c) {
     DPC_WARN("lease %" PRIu64 ": fragment %" PRIu64 " replayed from version %" PRIu64 " does not match version %" PRIu64
              "'s checksum; pulling it whole", L->lease_id, f->fragment_id, h->version, f->version);
@@ -289,7 +307,8 @@ int rp_decode_own(const Dipaco__V1__Lease *L, const float *delta, size_t len, fl
 
 void rp_note_pushed(rp_cache *c, const Dipaco__V1__Lease *L, const lease_plan *p, const float *delta) {
   own_drop(c);
-  if (!rp_lease_replays(L) || L->n_fragments == 0) return;
+  /* (a sparse delta is not the dense one encoded: the coordinator then serves its stream too) */
+  if (!rp_lease_replays(L) || L->n_fragments == 0 || L->delta_codec == (Dipaco__V1__Codec)DPC_CODEC_SPARSE) return;
   if (!(c->own = calloc(L->n_fragments, sizeof *c->own))) return;
   for (size_t i = 0; i < L->n_fragments; i++) {
     const Dipaco__V1__FragmentInfo *f = L->fragments[i];

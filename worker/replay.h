@@ -19,6 +19,7 @@
 #include "proto/dipaco.pb-c.h"
 #include "worker/client.h"
 #include "worker/plan.h"
+#include "common/sparse.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -54,6 +55,15 @@ void rp_cache_free(rp_cache *c);
 /* Forget what theta holds (it is about to be overwritten by something else). */
 void rp_forget_held(rp_cache *c);
 
+/* A fragment's sparse layout, for rounds of CODEC_SPARSE streams (SparseLoCo with outer
+ * momentum, whose rounds sparse pulls cannot replay): the lease's settings and the fragment's
+ * tensor lengths (sparseloco.h: sl_fragment_layout). */
+typedef struct {
+  dpc_sparse_cfg cfg;
+  const uint64_t *tlen;
+  int nt;
+} rp_sparse;
+
 /* Forget what theta's range [off, off + len) held (a whole pull is about to overwrite it). */
 void rp_forget_range(rp_cache *c, size_t off, size_t len);
 
@@ -86,7 +96,7 @@ void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const 
 #define RP_NOT_YET 2
 int rp_replay_round(wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__FragmentInfo *f, uint64_t v,
                     const float *own, uint64_t own_lease, uint64_t budget, float *th, float *u, size_t len,
-                    size_t *bytes, uint32_t *crc, int *code);
+                    const rp_sparse *sp, size_t *bytes, uint32_t *crc, int *code);
 
 /* delta[len] encoded with lease L's codec and decoded back into out[len]: what the coordinator
  * averages of it. 0 or a DPC_E* code. */

@@ -71,6 +71,12 @@ static dpc_sparse_cfg lease_cfg(const Dipaco__V1__Lease *L) {
   return (dpc_sparse_cfg){.density = L->sparse_density, .chunk = L->sparse_chunk, .value_bits = L->sparse_value_bits};
 }
 
+int sl_fragment_layout(const Dipaco__V1__Lease *L, const lease_plan *p, size_t i, dpc_sparse_cfg *cfg, uint64_t *tlen,
+                       int cap) {
+  *cfg = lease_cfg(L);
+  return frag_tensors(p, L->fragments[i], p->abs_off[i], tlen, cap);
+}
+
 void sl_push_free(sl_push *out) {
   for (size_t i = 0; out->enc && i < out->n_frag; i++) free(out->enc[i]);
   free(out->enc);

@@ -11,6 +11,7 @@
 #ifndef DPC_WORKER_SPARSELOCO_H
 #define DPC_WORKER_SPARSELOCO_H
 
+#include "common/sparse.h"
 #include "proto/dipaco.pb-c.h"
 #include "worker/client.h"
 #include "worker/plan.h"
@@ -91,5 +92,10 @@ int sl_try_pull(sl_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const leas
 void sl_note_pulled(sl_cache *c, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i);
 /* Forget what theta holds (it is about to be overwritten by something else). */
 void sl_forget_held(sl_cache *c);
+
+/* Fragment i of lease L as the sparse codec reads it: the lease's settings into *cfg and the
+ * fragment's tensor lengths into tlen[cap]; their count, or a negative DPC_E* code. */
+int sl_fragment_layout(const Dipaco__V1__Lease *L, const lease_plan *p, size_t i, dpc_sparse_cfg *cfg, uint64_t *tlen,
+                       int cap);
 
 #endif

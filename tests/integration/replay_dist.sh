@@ -9,6 +9,8 @@
 #  2. a 1 + 2 module DiPaCo job with e3m0 deltas (per-module rounds, one momentum each) and a
 #     Streaming DiLoCo job (2 fragments, overlap 1, alpha 0.5, e3m0: the prefetcher replays
 #     each fragment's global version): the same, replay on and off byte-identical.
+#     And a SparseLoCo job with outer Nesterov momentum (its sparse streams replayed; sparse
+#     pulls need momentum 0): the same.
 #  3. bad input: the coordinator restarted with DIPACO_TEST_REPLAY_FAULT (testhook.h) serving
 #     an undecodable stream, a stream that decodes to other values, or NOT_FOUND for a round:
 #     each time the worker logs why and pulls the fragment whole, and the export is still
@@ -25,7 +27,8 @@ make_corpus "$W/corpus"
 # spec NAME CODEC REPLAY [ALGO]
 spec() {
   local levels='' data='"data": {"train": ["data/train_*.bin"]}'
-  local stream=''
+  local stream='' sparse=''
+  [ "${4:-diloco}" = sparse ] && sparse=', "sparse": {"density": 0.05, "chunk": 4096, "value_bits": 2, "ef_beta": 0.95}'
   [ "${4:-diloco}" = streaming ] && stream='"fragments": 2, "overlap_steps": 1, "alpha": 0.5, '
   if [ "${4:-diloco}" = dipaco ]; then
     levels=', "levels": [{"stem": true, "layers": [0, 1], "modules": 1}, {"layers": [1, 2], "modules": 2}]'
@@ -37,7 +40,7 @@ spec() {
  "inner": {"lr": 0.01, "warmup": 2, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
            "eps": 1e-6, "grad_clip": 0.5, "state": "keep"},
  "outer": {"lr": 0.6, "momentum": 0.7, "nesterov": true},
- "streaming": {${stream}"codec": "$2"}, "pulls": {"replay": $3}}
+ "streaming": {${stream}"codec": "$2"}, "pulls": {"replay": $3}$sparse}
 JSON
 }
 
@@ -72,7 +75,7 @@ same() { # A B: the exports byte-identical
 no_mismatch() { if grep -q "does not match version" "$W"/worker-*.log; then fail "$1: a replay missed the checksum"; fi; }
 
 # 1 and 2: replay on and off, byte-identical, fewer bytes with replay.
-for c in e3m0:diloco int8:diloco e3m0:dipaco e3m0:streaming; do
+for c in e3m0:diloco int8:diloco e3m0:dipaco e3m0:streaming fp32:sparse; do
   codec=${c%%:*}; algo=${c##*:}; name=${codec}_$algo
   spec "${name}_on" "$codec" true "$algo"
   spec "${name}_off" "$codec" false "$algo"
