@@ -240,8 +240,10 @@ int main(void) {
   CHECK_EQ_INT(store_get_round(st, jid, 2, 0, &rd), 0);
   CHECK_EQ_INT(rd.deadline_at, 60000);
   CHECK_EQ_INT(rd.state, ROUND_OPEN);
+  /* l3's delta was quantized: its stream as sent is kept beside it (replay pulls). */
   store_new_delta nd = {.lease = l3, .fragment = 2, .checksum = 0xabcdef01u, .blob = "1/f2-v0-a3.delta",
-                        .weight = 1.0, .tokens = 64, .now_ms = 6000, .norm = 2.5};
+                        .enc_blob = "1/f2-v0-a3.encoded", .enc_crc = 0x5a5a5a5au, .weight = 1.0, .tokens = 64,
+                        .now_ms = 6000, .norm = 2.5};
   int64_t d3, d1, dd;
   CHECK_EQ_INT(store_record_delta(st, &nd, &d3), 0);
   CHECK_EQ_INT(store_record_delta(st, &nd, &dd), 1); /* retry: already had it */
@@ -257,6 +259,7 @@ int main(void) {
   CHECK_EQ_INT(store_record_delta(st, &nd, &dd), DPC_ENOENT);
   nd.lease = 12345;
   CHECK_EQ_INT(store_record_delta(st, &nd, &dd), DPC_ENOENT);
+  nd2.enc_blob = NULL;
   nd = (store_new_delta){.lease = l1, .fragment = 2, .checksum = 7, .blob = "1/f2-v0-a1.delta", .weight = 2.0,
                          .tokens = 64, .now_ms = 6100, .norm = NAN};
   /* An injected failure inside record_delta leaves no row; the retry then records it. */
@@ -296,6 +299,8 @@ int main(void) {
   CHECK(ds && ds[0].id == d1 && ds[0].replica == 0 && ds[1].id == d3 && ds[1].replica == 1); /* fixed order */
   CHECK(ds && ds[0].weight == 2.0 && ds[0].base_version == 0 && ds[0].path == 1);
   CHECK(ds && strcmp(ds[1].blob, "1/f2-v0-a3.delta") == 0 && ds[1].checksum == 0xabcdef01u);
+  CHECK(ds && strcmp(ds[1].enc_blob, "1/f2-v0-a3.encoded") == 0 && ds[1].enc_crc == 0x5a5a5a5au);
+  CHECK(ds && ds[0].enc_blob[0] == 0 && ds[0].enc_crc == 0);
   free(ds);
 
   CHECK_EQ_INT(store_list_pending_deltas(st, jid, 2, &ds, &nds), 0);
@@ -392,9 +397,19 @@ int main(void) {
   CHECK_EQ_INT(count_rows(dir, "SELECT count(*) FROM fragment_versions WHERE fragment = 2"), 4);
   CHECK_EQ_INT(store_get_version(st, jid, 2, 4, &fr), 0);
   CHECK_EQ_INT(store_get_version(st, jid, 2, 5, &fr), DPC_ENOENT);
-  CHECK_EQ_INT(store_gc_deltas(st, jid, 2, 1, &names, &nnames), 0);
-  CHECK_EQ_INT(nnames, 2);
+  /* The start-up sweep keeps what rows name: the stream as sent too. */
+  CHECK_EQ_INT(store_blob_names(st, &names, &nnames), 0);
+  int listed = 0;
+  for (int i = 0; i < nnames; i++) listed += strcmp(names[i], "1/f2-v0-a3.encoded") == 0;
+  CHECK_EQ_INT(listed, 1);
   store_names_free(names, nnames);
+  CHECK_EQ_INT(store_gc_deltas(st, jid, 2, 1, &names, &nnames), 0);
+  CHECK_EQ_INT(nnames, 3); /* the two deltas and the one's stream as sent */
+  int enc_named = 0;
+  for (int i = 0; i < nnames; i++) enc_named += strcmp(names[i], "1/f2-v0-a3.encoded") == 0;
+  CHECK_EQ_INT(enc_named, 1);
+  store_names_free(names, nnames);
+  CHECK_EQ_INT(count_rows(dir, "SELECT count(*) FROM deltas WHERE enc_blob != ''"), 0);
   /* The rows stay as the ledger, without their blobs; a second pass has nothing to collect. */
   CHECK_EQ_INT(count_rows(dir, "SELECT count(*) FROM deltas WHERE fragment = 2 AND blob = ''"), 2);
   CHECK_EQ_INT(count_rows(dir, "SELECT count(*) FROM deltas WHERE fragment = 2 AND blob != ''"), 0);
