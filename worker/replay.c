@@ -87,38 +87,78 @@ static int64_t check_table(const unsigned char *b, size_t blen, size_t len, cons
   return (int64_t)n;
 }
 
+/* How many floats of every stream a replay decodes at a time (rounded to whole blocks): the
+ * worker holds n × this many, not n whole fragments, and the outer functions stay below their
+ * OpenMP threshold (kernels/outer.c), so a replay on the streaming prefetcher's thread does not
+ * take the training threads' cores. */
+#define RP_RANGE_FLOATS ((size_t)1 << 12)
+
 /* One round's PAYLOAD_REPLAY_ROUND bytes applied to theta[len] and u[len] as the coordinator's
- * outer step applied them (coordinator/outerio.c: each stream decoded with dpc_codec_decode,
- * outer_average with the weights served, outer_nesterov_step with the lease's outer rule). */
+ * outer step applied them (coordinator/outerio.c: each stream decoded with dpc_codec_decode or
+ * dpc_sparse_decode, outer_average with the weights served, outer_nesterov_step with the lease's
+ * outer rule). Dense streams are decoded range by range, whole blocks at a time; every output
+ * element depends on the same element of the inputs only, so this is the whole-array step bit
+ * for bit (as the coordinator's own ranges are). Sparse streams are decoded whole. */
 static int apply_round(const Dipaco__V1__Lease *L, const unsigned char *b, size_t blen, const float *own, float *theta,
                        float *u, size_t len, const rp_sparse *sp) {
   int64_t nn = check_table(b, blen, len, own, sp);
   if (nn < 0) return (int)nn;
   const size_t n = (size_t)nn;
-  float *dense = malloc(n * len * sizeof(float) + 1), *avg = malloc(len * sizeof(float) + 1);
-  const float **dp = malloc(n * sizeof *dp);
+  const unsigned char **st = malloc(n * sizeof *st);
+  int *codec = malloc(n * sizeof *codec);
+  uint32_t *block = malloc(n * sizeof *block);
   double *w = malloc(n * sizeof *w);
-  int rc = dense && avg && dp && w ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory for a replay round");
+  const float **dp = malloc(n * sizeof *dp);
+  int rc = st && codec && block && w && dp ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory for a replay round");
+  size_t range = RP_RANGE_FLOATS, blk = 0;
   const unsigned char *next = b + RP_HEAD_BYTES + n * RP_ENTRY_BYTES;
   for (size_t i = 0; i < n && !rc; i++) {
     const unsigned char *e = b + RP_HEAD_BYTES + i * RP_ENTRY_BYTES;
     uint64_t wb = get_le(e, 8), bytes = get_le(e + 8, 8);
     memcpy(&w[i], &wb, 8);
-    if (bytes == 0) {
-      dp[i] = own;
-      continue;
-    }
-    dp[i] = dense + i * len;
-    const int codec = (int)get_le(e + 16, 4);
-    rc = codec == DPC_CODEC_SPARSE
-             ? dpc_sparse_decode(&sp->cfg, sp->tlen, sp->nt, next, (size_t)bytes, dense + i * len)
-             : dpc_codec_decode(codec, next, (size_t)bytes, len, (uint32_t)get_le(e + 20, 4), dense + i * len);
+    codec[i] = (int)get_le(e + 16, 4);
+    block[i] = (uint32_t)get_le(e + 20, 4);
+    st[i] = bytes ? next : NULL; /* NULL: the worker's own */
     next += bytes;
+    if (!bytes) continue;
+    if (codec[i] == DPC_CODEC_SPARSE) range = len; /* decoded whole */
+    else if (dpc_codec_is_block(codec[i]) && block[i] != blk) {
+      if (blk) range = len; /* two block sizes: whole */
+      blk = block[i];
+    }
   }
-  if (!rc) rc = outer_average(dp, w, (int)n, len, avg);
-  if (!rc) outer_nesterov_step(theta, u, avg, len, L->outer_lr, L->outer_momentum, L->outer_nesterov);
+  if (range < len && blk) range = (range + blk - 1) / blk * blk;
+  if (range > len) range = len;
+  float *dense = rc ? NULL : malloc(n * range * sizeof(float) + 1), *avg = rc ? NULL : malloc(range * sizeof(float) + 1);
+  if (!rc && (!dense || !avg)) rc = dpc_err(DPC_ENOMEM, "worker: out of memory for a replay round");
+  for (size_t lo = 0; lo < len && !rc; lo += range) {
+    const size_t m = len - lo < range ? len - lo : range;
+    for (size_t i = 0; i < n && !rc; i++) {
+      if (!st[i]) {
+        dp[i] = own + lo;
+        continue;
+      }
+      float *d = dense + i * range;
+      dp[i] = d;
+      if (codec[i] == DPC_CODEC_SPARSE) {
+        size_t sb = 0;
+        rc = dpc_sparse_bytes(&sp->cfg, sp->tlen, sp->nt, &sb, NULL);
+        if (!rc) rc = dpc_sparse_decode(&sp->cfg, sp->tlen, sp->nt, st[i], sb, d);
+        continue;
+      }
+      size_t at = 0, nb = 0; /* the range's bytes: lo is whole blocks in */
+      rc = dpc_codec_bytes(codec[i], lo, block[i], &at);
+      if (!rc) rc = dpc_codec_bytes(codec[i], m, block[i], &nb);
+      if (!rc) rc = dpc_codec_decode(codec[i], st[i] + at, nb, m, block[i], d);
+    }
+    if (!rc) rc = outer_average(dp, w, (int)n, m, avg);
+    if (!rc) outer_nesterov_step(theta + lo, u + lo, avg, m, L->outer_lr, L->outer_momentum, L->outer_nesterov);
+  }
   free(dense);
   free(avg);
+  free(st);
+  free(codec);
+  free(block);
   free(dp);
   free(w);
   return rc;
