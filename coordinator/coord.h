@@ -185,6 +185,7 @@ typedef struct coord {
    * most COORD_MAX_PUSHES in all, so no worker can hold open spools without bound. */
   int64_t push_leases[256];
   int n_push_leases;
+  struct round_read *round_reads; /* PullFragment rounds being read on the thread pool (svc_pull.c) */
   int64_t live_floor_ms; /* started_ms + RESTART_GRACE_MS: a worker not heard from since the start
                             counts as seen then (it could not call a dead process) */
   int stopping;     /* SIGTERM/SIGINT seen: refuse new work, shut down when idle */

@@ -15,6 +15,7 @@
 #include "common/sparse.h"
 #include "coordinator/jobs.h"
 #include "coordinator/leases.h"
+#include "coordinator/loop.h"
 #include "coordinator/pcache.h"
 #include "coordinator/rounds.h"
 #include "coordinator/svc.h"
@@ -139,15 +140,43 @@ static int replay_stream(const coord_job *j, int frag, const store_delta *d, int
   return dpc_codec_bytes(*codec, n, *block, bytes);
 }
 
+/* One stream of a round being read on the thread pool: blob `name` of `kind` into the round's
+ * bytes at `at`, `bytes` long, with the CRC-32C the row recorded (`crc`). */
+typedef struct {
+  char name[BLOB_NAME_MAX];
+  blob_kind kind;
+  size_t at, bytes;
+  uint32_t crc;
+} round_part;
+
+/* A PAYLOAD_REPLAY_ROUND / PAYLOAD_SPARSE_ROUND answer whose streams are read from the blob store
+ * on the thread pool (a round of a large model is R streams of its size): the table is filled on
+ * the loop thread, the streams after it. call is NULL once the call ended meanwhile. */
+typedef struct round_read {
+  uv_work_t req;
+  coord *c;
+  struct rpc_call *call;
+  struct round_read *next; /* coord.round_reads */
+  store_lease l;
+  int frag, replay, rc, fault; /* fault: the test hook's, for this round (testhook.h) */
+  Dipaco__V1__PullFragmentRequest r; /* the request's scalars */
+  unsigned char *data;
+  size_t len;
+  round_part *parts;
+  int nparts;
+  char err[512];
+} round_read;
+
 /* The applied deltas of round t of (j, frag) as sent, in the order and with the weights the
  * outer step averaged them, as PAYLOAD_REPLAY_ROUND's bytes (replay: [u32 n][u32 CRC-32C of the
  * parameters the round made, 0 if not kept][n x (f64 weight, u64 bytes, u32 codec,
- * u32 block_floats)][streams]) or PAYLOAD_SPARSE_ROUND's ([u32 n][n x
- * (f64 weight, u64 bytes)][streams]) into *out (malloc'd; *len bytes); lease skip's delta (the
- * caller's own) as bytes 0 without its stream. DPC_ENOENT once they are collected,
- * DPC_ERANGE (nothing read) when the streams exceed budget bytes (0 = no limit). */
-static int round_bytes(coord *c, const coord_job *j, int frag, int64_t t, int64_t skip, int replay, uint64_t budget,
-                       unsigned char **out, size_t *len) {
+ * u32 block_floats)][streams]) or PAYLOAD_SPARSE_ROUND's ([u32 n][n x (f64 weight, u64 bytes)]
+ * [streams]): the table into rr->data (malloc'd, rr->len bytes in all) and the streams to read
+ * into rr->parts; lease skip's delta (the caller's own) as bytes 0 without its stream.
+ * DPC_ENOENT once they are collected, DPC_ERANGE (nothing read) when the streams exceed budget
+ * bytes (0 = no limit). */
+static int round_table(coord *c, const coord_job *j, int frag, int64_t t, int64_t skip, int replay, uint64_t budget,
+                       round_read *rr) {
   store_delta *ds = NULL;
   int n = 0, rc = store_list_deltas(c->st, j->id, frag, t, DELTA_APPLIED, &ds, &n);
   if (rc < 0) return rc;
@@ -168,11 +197,13 @@ static int round_bytes(coord *c, const coord_job *j, int frag, int64_t t, int64_
     rc = dpc_err(DPC_ERANGE, "round %lld of fragment %d is %zu bytes of deltas, over the budget of %llu", (long long)t,
                  frag + 1, sum, (unsigned long long)budget);
   unsigned char *b = rc == 0 ? calloc(1, head + sum + 4) : NULL;
-  if (!rc && !b) rc = DPC_ENOMEM;
+  round_part *parts = rc == 0 ? calloc((size_t)n, sizeof *parts) : NULL;
+  if (!rc && (!b || !parts)) rc = DPC_ENOMEM;
   if (!rc) put_le(b, (uint64_t)n, 4);
   store_fragment made; /* replay: the CRC-32C of the parameters the round made (0: not kept) */
   if (!rc && replay && store_get_version(c->st, j->id, frag, t + 1, &made) == 0) put_le(b + 4, made.param_crc, 4);
   size_t at = head; /* where the next stream goes */
+  int np = 0;
   for (int i = 0; i < n && !rc; i++) {
     double w = coord_job_delta_weight(j, ds[i].tokens); /* the weight the outer step gave it */
     uint64_t wb;
@@ -184,20 +215,14 @@ static int round_bytes(coord *c, const coord_job *j, int frag, int64_t t, int64_
       put_le(e + 20, block[i], 4);
     }
     if (skip > 0 && ds[i].lease == skip) continue; /* the caller's own: weight only, bytes 0 */
-    float *enc = NULL;
-    size_t nf = 0;
-    uint32_t crc = 0;
-    const char *name = kind[i] == BLOB_ENCODED ? ds[i].enc_blob : ds[i].blob;
-    if ((rc = blob_read_alloc(c->bs, name, kind[i], &enc, &nf, &crc)) < 0) break;
+    put_le(e + 8, (uint64_t)sb[i], 8);
     /* BLOB_SPARSE / BLOB_DELTA: the row's checksum is the payload's; BLOB_ENCODED: the row
      * recorded the stream's CRC-32C as sent (the blob's own trailer covers its padding too). */
-    if (nf != (sb[i] + 3) / 4 ||
-        (kind[i] == BLOB_ENCODED ? dpc_crc32c(0, enc, sb[i]) != ds[i].enc_crc : crc != ds[i].checksum))
-      rc = dpc_err(DPC_ECHECKSUM, "delta blob %s does not hold the recorded delta", name);
-    put_le(e + 8, (uint64_t)sb[i], 8);
-    if (!rc) memcpy(b + at, enc, sb[i]);
+    round_part *pt = &parts[np++];
+    *pt = (round_part){.kind = kind[i], .at = at, .bytes = sb[i],
+                       .crc = kind[i] == BLOB_ENCODED ? ds[i].enc_crc : ds[i].checksum};
+    snprintf(pt->name, sizeof pt->name, "%s", kind[i] == BLOB_ENCODED ? ds[i].enc_blob : ds[i].blob);
     at += sb[i];
-    free(enc);
   }
   free(ds);
   free(sb);
@@ -206,11 +231,39 @@ static int round_bytes(coord *c, const coord_job *j, int frag, int64_t t, int64_
   free(kind);
   if (rc < 0) {
     free(b);
+    free(parts);
     return rc;
   }
-  *out = b;
-  *len = at;
+  rr->data = b;
+  rr->len = at;
+  rr->parts = parts;
+  rr->nparts = np;
   return 0;
+}
+
+/* Thread pool: every stream of the round into its place, checked against its row's CRC. */
+static void round_read_work(uv_work_t *req) {
+  round_read *rr = req->data;
+  rr->rc = 0;
+  for (int i = 0; i < rr->nparts && !rr->rc; i++) {
+    const round_part *pt = &rr->parts[i];
+    float *enc = NULL;
+    size_t nf = 0;
+    uint32_t crc = 0;
+    rr->rc = blob_read_alloc(rr->c->bs, pt->name, pt->kind, &enc, &nf, &crc);
+    if (!rr->rc && (nf != (pt->bytes + 3) / 4 ||
+                    (pt->kind == BLOB_ENCODED ? dpc_crc32c(0, enc, pt->bytes) != pt->crc : crc != pt->crc)))
+      rr->rc = dpc_err(DPC_ECHECKSUM, "delta blob %s does not hold the recorded delta", pt->name);
+    if (!rr->rc) memcpy(rr->data + pt->at, enc, pt->bytes);
+    free(enc);
+  }
+  if (rr->rc < 0) snprintf(rr->err, sizeof rr->err, "%s", dpc_errmsg());
+}
+
+static void round_read_free(round_read *rr) {
+  free(rr->data);
+  free(rr->parts);
+  free(rr);
 }
 
 /* A test hook's fault (testhook.h) on a served replay round b[len]: its first stream spoiled. */
@@ -222,16 +275,84 @@ static void replay_spoil(unsigned char *b, size_t len, int fault) {
   else if (fault == REPLAY_FAULT_MISMATCH) b[at] ^= 1;
 }
 
+/* Send round rr's bytes (read) on its call, or the error that kept them. Loop thread. */
+static void round_send(round_read *rr, int rc, const char *err) {
+  struct rpc_call *call = rr->call;
+  coord *c = rr->c;
+  const Dipaco__V1__PullFragmentRequest *r = &rr->r;
+  const int frag = rr->frag, replay = rr->replay;
+  if (rc < 0) {
+    if (rc == DPC_ENOENT || rc == DPC_ECHECKSUM)
+      rpc_call_finish(call, RPC_NOT_FOUND, "the round that made fragment %d version %llu is not kept (%s); pull "
+                      "the parameters", frag + 1, (unsigned long long)r->version, err);
+    else if (rc == DPC_ERANGE)
+      rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "%s; pull the parameters", err);
+    else rpc_call_finish(call, rpc_code_from_dpc(rc), "%s", err);
+    round_read_free(rr);
+    return;
+  }
+  replay_spoil(rr->data, rr->len, rr->fault);
+  if (r->offset > (uint64_t)rr->len) {
+    rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)r->offset,
+                    rr->len);
+    round_read_free(rr);
+    return;
+  }
+  mom_buf *b = calloc(1, sizeof *b);
+  out_stream *os = b ? calloc(1, sizeof *os) : NULL;
+  coord_job *j = coord_job_get(c, rr->l.job);
+  if (!os || !j) {
+    rpc_call_finish(call, j ? RPC_RESOURCE_EXHAUSTED : RPC_NOT_FOUND, "%s", j ? "out of memory" : "the job is gone");
+    free(b);
+    round_read_free(rr);
+    return;
+  }
+  atomic_init(&b->refs, 1);
+  b->data = (float *)(void *)rr->data; /* the stream owns the bytes now */
+  os->c = c;
+  os->nparts = 1;
+  os->part[0] = (out_part){.data = rr->data, .total = (uint64_t)rr->len, .crc = dpc_crc32c(0, rr->data, rr->len),
+                           .payload = replay ? DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND
+                                             : DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND,
+                           .fragment_id = r->fragment_id, .version = r->version, .num_floats = j->fragments[frag].len};
+  os->next = r->offset;
+  os->lease_id = (uint64_t)rr->l.id;
+  os->job = replay ? rr->l.job : 0;
+  os->chunk = svc_chunk_size(r->max_chunk_bytes);
+  os->ref = mom_ref;
+  os->unref = mom_unref;
+  os->ud = b;
+  DPC_DEBUG("lease %lld pulls the %s round of fragment %d version %llu (%zu bytes)", (long long)rr->l.id,
+            replay ? "replay" : "sparse", frag + 1, (unsigned long long)r->version, rr->len);
+  rr->data = NULL;
+  round_read_free(rr);
+  svc_stream_start(call, os);
+}
+
+static void round_read_after(uv_work_t *req, int status) {
+  round_read *rr = req->data;
+  coord *c = rr->c;
+  for (round_read **p = &c->round_reads; *p; p = &(*p)->next)
+    if (*p == rr) {
+      *p = rr->next;
+      break;
+    }
+  if (!rr->call) round_read_free(rr); /* the call ended meanwhile */
+  else round_send(rr, status ? DPC_EINTERNAL : rr->rc, status ? "canceled" : rr->err);
+  loop_work_done(c);
+}
+
 /* PAYLOAD_SPARSE_ROUND (a job with jobspec_sparse_pull) or PAYLOAD_REPLAY_ROUND (a job with
  * jobspec_replay_pull): the deltas that made version r->version of fragment frag, while the
- * coordinator keeps them (REPLAY_KEEP_ROUNDS). */
+ * coordinator keeps them (REPLAY_KEEP_ROUNDS); the table here, the streams read on the thread
+ * pool. */
 static void pull_round(struct rpc_call *call, coord *c, const store_lease *l, int frag,
                        const Dipaco__V1__PullFragmentRequest *r, int replay) {
   coord_job *j = coord_job_get(c, l->job);
   store_fragment cur;
   if (!j || !(replay ? jobspec_replay_pull(&j->spec) : jobspec_sparse_pull(&j->spec))) {
     rpc_call_finish(call, RPC_FAILED_PRECONDITION, "job %lld does not serve %s; pull the parameters", (long long)l->job,
-                    replay ? "replay rounds (a sync job without streaming with pulls.replay does)"
+                    replay ? "replay rounds (a sync job without eager updates, with pulls.replay, does)"
                            : "sparse rounds (a SparseLoCo job with outer momentum 0 does)");
     return;
   }
@@ -246,55 +367,41 @@ static void pull_round(struct rpc_call *call, coord *c, const store_lease *l, in
                     frag + 1, (unsigned long long)r->version, (long long)cur.version);
     return;
   }
-  unsigned char *data = NULL;
-  size_t len = 0;
+  round_read *rr = calloc(1, sizeof *rr);
+  if (!rr) {
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  rr->c = c;
+  rr->call = call;
+  rr->l = *l;
+  rr->frag = frag;
+  rr->replay = replay;
+  rr->r = *r;
+  rr->req.data = rr;
   int64_t skip = r->skip_lease <= INT64_MAX ? (int64_t)r->skip_lease : 0;
-  const int fault = replay ? testhook_replay_fault() : REPLAY_FAULT_NONE;
-  int rc = fault == REPLAY_FAULT_GONE
-               ? dpc_err(DPC_ENOENT, "test hook: DIPACO_TEST_REPLAY_FAULT=gone")
-               : round_bytes(c, j, frag, (int64_t)r->version - 1, skip, replay, replay ? r->replay_budget : 0, &data,
-                             &len);
-  if (rc == 0 && fault) replay_spoil(data, len, fault);
-  mom_buf *b = rc == 0 ? calloc(1, sizeof *b) : NULL;
-  out_stream *os = b ? calloc(1, sizeof *os) : NULL;
-  if (rc == 0 && !os) rc = DPC_ENOMEM;
-  if (rc < 0) {
-    if (rc == DPC_ENOENT || rc == DPC_ECHECKSUM)
-      rpc_call_finish(call, RPC_NOT_FOUND, "the round that made fragment %d version %llu is not kept (%s); pull "
-                      "the parameters", frag + 1, (unsigned long long)r->version, dpc_errmsg());
-    else if (rc == DPC_ERANGE)
-      rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "%s; pull the parameters", dpc_errmsg());
-    else rpc_call_fail(call, rc);
-    free(data);
-    free(b);
+  rr->fault = replay ? testhook_replay_fault() : REPLAY_FAULT_NONE;
+  int rc = rr->fault == REPLAY_FAULT_GONE ? dpc_err(DPC_ENOENT, "test hook: DIPACO_TEST_REPLAY_FAULT=gone")
+                : round_table(c, j, frag, (int64_t)r->version - 1, skip, replay, replay ? r->replay_budget : 0, rr);
+  if (rc == 0 && loop_queue_work(c, &rr->req, round_read_work, round_read_after) == 0) {
+    rr->next = c->round_reads;
+    c->round_reads = rr;
     return;
   }
-  if (rc == 0 && r->offset > (uint64_t)len) {
-    rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)r->offset,
-                    len);
-    free(data);
-    free(b);
-    free(os);
-    return;
-  }
-  atomic_init(&b->refs, 1);
-  b->data = (float *)(void *)data;
-  os->c = c;
-  os->nparts = 1;
-  os->part[0] = (out_part){.data = data, .total = (uint64_t)len, .crc = dpc_crc32c(0, data, len),
-                           .payload = replay ? DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND
-                                             : DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND,
-                           .fragment_id = r->fragment_id, .version = r->version, .num_floats = j->fragments[frag].len};
-  os->next = r->offset;
-  os->lease_id = (uint64_t)l->id;
-  os->job = replay ? l->job : 0;
-  os->chunk = svc_chunk_size(r->max_chunk_bytes);
-  os->ref = mom_ref;
-  os->unref = mom_unref;
-  os->ud = b;
-  DPC_DEBUG("lease %lld pulls the %s round of fragment %d version %llu (%zu bytes)", (long long)l->id,
-            replay ? "replay" : "sparse", frag + 1, (unsigned long long)r->version, len);
-  svc_stream_start(call, os);
+  char err[512];
+  snprintf(err, sizeof err, "%s", rc < 0 ? dpc_errmsg() : "cannot queue the read");
+  round_send(rr, rc < 0 ? rc : DPC_EINTERNAL, err);
+}
+
+/* PullFragment's end: a round still being read forgets the call (round_read_after frees it). */
+static void pull_on_done(struct rpc_call *call, int cancelled, void *ud) {
+  coord *c = ud;
+  for (round_read *rr = c->round_reads; rr; rr = rr->next)
+    if (rr->call == call) {
+      rr->call = NULL;
+      return;
+    }
+  svc_stream_on_done(call, cancelled, ud);
 }
 
 static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
@@ -380,7 +487,7 @@ static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, v
 
 static const struct rpc_method methods[] = {
     {.path = "/dipaco.v1.Coordinator/PullFragment", .kind = RPC_SERVER_STREAM, .on_call = on_pull,
-     .on_sent = svc_stream_on_sent, .on_done = svc_stream_on_done},
+     .on_sent = svc_stream_on_sent, .on_done = pull_on_done},
 };
 
 int svc_pull_methods(coord *c, struct rpc_method *out) {
