@@ -8,7 +8,7 @@
  * The core library (no gRPC, no libuv) is shared with dipacoctl; the layers are the daemon.
  * A daemon module calls only modules on its own layer or below it, and a lower one reaches a
  * higher one only through a callback stored here (struct coord's *_cb).
- *   core: jobspec* blobs outerio delta_screen store* s3*
+ *   core: jobspec* blobs* outerio delta_screen store* s3*
  *   layer 0: coord membudget testhook
  *   layer 1: loop selfcheck
  *   layer 2: jobs pcache
@@ -17,8 +17,9 @@
  *   layer 4: admin_upload admin_jobs admin_fleet metrics statuspage
  *   layer 5: main
  * What they hold:
- *   (core) job specs (jobspec), the blob store (blobs), the outer steps streamed range by
- *       range over blobs and run in the thread pool (outerio), the delta norm screen
+ *   (core) job specs (jobspec), the blob store (blobs; its bytes on S3: blobs_s3), the outer
+ *       steps streamed range by range over blobs and run in the thread pool (outerio), the
+ *       delta norm screen
  *       (delta_screen), the SQLite store (store*), the S3 object-store client and its SigV4
  *       signer (s3, s3_sigv4).
  *   (0) coord.h: this shared state; membudget.c: the memory a job needs and the budget it

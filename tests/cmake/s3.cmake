@@ -1,12 +1,14 @@
-# The S3 object-store client (coordinator/s3.h): the SigV4 signer against AWS's published
-# examples, and the client against a real Ceph RADOS Gateway started on loopback
-# (tests/s3/rgw.sh, ~15 s to start).
+# The S3 object store: the SigV4 signer against AWS's published examples; the client
+# (coordinator/s3.h) and the blob store on S3 (coordinator/blobs_s3.h) against a real Ceph RADOS
+# Gateway started on loopback (tests/s3/rgw.sh).
 if(DIPACO_DISTRIBUTED)
-  foreach(t test_s3_sigv4 test_s3_store)
+  foreach(t test_s3_sigv4 test_s3_store test_blobs_s3)
     add_executable(${t} ${CMAKE_SOURCE_DIR}/tests/unit/${t}.c)
     target_link_libraries(${t} PRIVATE dpc_coord)
   endforeach()
 endif()
 dpc_test(NAME s3_sigv4 LABEL unit TIMEOUT 30 REQUIRES DISTRIBUTED COMMAND test_s3_sigv4)
-dpc_test(NAME s3_client LABEL integration TIMEOUT 180 REQUIRES DISTRIBUTED
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/s3_client.sh $<TARGET_FILE:test_s3_store>)
+# One gateway for both programs (it takes ~15 s to start).
+dpc_test(NAME s3_store LABEL integration TIMEOUT 240 REQUIRES DISTRIBUTED
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 bash -c "$<TARGET_FILE:test_s3_store> && $<TARGET_FILE:test_blobs_s3>")

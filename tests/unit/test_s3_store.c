@@ -1,5 +1,5 @@
 /* test_s3_store.c — the S3 client (coordinator/s3.h) against a real S3 server: Ceph's RADOS
- * Gateway started by tests/s3/s3_client.sh (S3_ENDPOINT and the AWS_* variables in the
+ * Gateway started by tests/s3/with_rgw.sh (S3_ENDPOINT and the AWS_* variables in the
  * environment; NOT_S3 a plain HTTP server, DEAD a port nobody listens on). Objects round-trip
  * through put, ranged get, head, list and delete; multipart uploads complete, list and abort;
  * presigned URLs work once, and fail when tampered with, expired, or sent other bytes than their
@@ -211,7 +211,7 @@ static void refusals(const char *ep) {
 int main(void) {
   const char *ep = getenv("S3_ENDPOINT");
   if (!ep || !getenv("AWS_ACCESS_KEY_ID")) {
-    fprintf(stderr, "FAIL: run me from tests/s3/s3_client.sh (S3_ENDPOINT and AWS_* unset)\n");
+    fprintf(stderr, "FAIL: run me under tests/s3/with_rgw.sh (S3_ENDPOINT and AWS_* unset)\n");
     return 1;
   }
   curl_global_init(CURL_GLOBAL_DEFAULT);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# s3_client.sh BIN — runs the S3 client test (tests/unit/test_s3_store.c) against a real RADOS
-# Gateway started here (tests/s3/rgw.sh), with a plain HTTP server as the "not S3" endpoint and a
-# closed port as the unreachable one; stops everything on exit.
+# with_rgw.sh CMD [ARGS…] — runs CMD against a real RADOS Gateway started here (tests/s3/rgw.sh):
+# S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and RGW_DIR in its environment, plus
+# NOT_S3 (a plain HTTP server, for "not an S3 endpoint") and DEAD (a closed port); stops
+# everything on exit and returns CMD's status.
 set -euo pipefail
-BIN=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
 D=$(mktemp -d /tmp/dpc-s3-XXXXXX)
 cleanup() {
@@ -20,4 +20,4 @@ mkdir -p "$D/www"
 python3 -m http.server "$hp" --bind 127.0.0.1 --directory "$D/www" >/dev/null 2>&1 &
 HTTP_PID=$!
 for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$hp/" && break; sleep 0.1; done
-NOT_S3=http://127.0.0.1:$hp DEAD=http://127.0.0.1:$(port) "$BIN"
+NOT_S3=http://127.0.0.1:$hp DEAD=http://127.0.0.1:$(port) "$@"
