@@ -19,9 +19,8 @@
  * What they hold:
  *   (core) job specs (jobspec), the blob store (blobs; its bytes on S3: blobs_s3), the outer
  *       steps streamed range by range over blobs and run in the thread pool (outerio), the
- *       delta norm screen
- *       (delta_screen), the SQLite store (store*), the S3 object-store client and its SigV4
- *       signer (s3, s3_sigv4).
+ *       delta norm screen (delta_screen), the SQLite store (store*), the S3 object-store client
+ *       and its SigV4 signer (s3, s3_sigv4).
  *   (0) coord.h: this shared state; membudget.c: the memory a job needs and the budget it
  *       must fit; testhook.c: crash-point hooks for the fault tests.
  *   (1) loop.c: the libuv loop glue, clocks, thread-pool work accounting, signals, the tick
