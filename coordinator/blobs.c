@@ -559,6 +559,13 @@ int blob_store_sweep(blob_store *bs, char **keep, int n_keep, int *temps, int *o
   return rc;
 }
 
+int blob_exists(blob_store *bs, const char *name) {
+  char path[4096];
+  uint64_t size;
+  if (blob_path(bs, name, path, sizeof path) < 0) return 0;
+  return bs->s3 ? blob_s3_size(bs->s3, name, &size) == 0 : access(path, R_OK) == 0;
+}
+
 int blob_delete(blob_store *bs, const char *name) {
   char path[4096];
   int rc = blob_path(bs, name, path, sizeof path);

@@ -133,6 +133,9 @@ int blob_map(blob_store *bs, const char *name, blob_kind kind, size_t n, int ver
              size_t *map_len, uint32_t *crc_out);
 void blob_unmap(void *map, size_t map_len);
 
+/* 1 if blob `name` exists (a file, or an object), else 0. */
+int blob_exists(blob_store *bs, const char *name);
+
 /* Remove blob `name` (durably: the directory is fsync'd). A missing blob is success. */
 int blob_delete(blob_store *bs, const char *name);
 

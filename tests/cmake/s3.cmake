@@ -12,3 +12,8 @@ dpc_test(NAME s3_sigv4 LABEL unit TIMEOUT 30 REQUIRES DISTRIBUTED COMMAND test_s
 dpc_test(NAME s3_store LABEL integration TIMEOUT 240 REQUIRES DISTRIBUTED
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
                  bash -c "$<TARGET_FILE:test_s3_store> && $<TARGET_FILE:test_blobs_s3>")
+# Jobs on the S3 store export byte-identical to the same jobs on the local store; the
+# coordinator refuses a bad S3 configuration at start-up with the reason.
+dpc_test(NAME s3_jobs LABEL integration TIMEOUT 400 REQUIRES DISTRIBUTED
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 bash ${CMAKE_SOURCE_DIR}/tests/s3/jobs_s3.sh ${DPC_DAEMONS})
