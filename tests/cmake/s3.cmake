@@ -17,3 +17,7 @@ dpc_test(NAME s3_store LABEL integration TIMEOUT 240 REQUIRES DISTRIBUTED
 dpc_test(NAME s3_jobs LABEL integration TIMEOUT 400 REQUIRES DISTRIBUTED
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
                  bash ${CMAKE_SOURCE_DIR}/tests/s3/jobs_s3.sh ${DPC_DAEMONS})
+# The chaos test of record on the S3 store: worker, coordinator and gateway SIGKILLs.
+dpc_test(NAME chaos_s3 LABEL fault TIMEOUT 600 REQUIRES DISTRIBUTED ENVIRONMENT CHAOS_STORE=s3
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh ${DPC_DAEMONS})
