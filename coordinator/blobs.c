@@ -559,6 +559,12 @@ int blob_store_sweep(blob_store *bs, char **keep, int n_keep, int *temps, int *o
   return rc;
 }
 
+int blob_store_health(blob_store *bs, char *reason, size_t cap, int64_t *since_ms) {
+  return bs->s3 ? blob_s3_health(bs->s3, reason, cap, since_ms) : 1;
+}
+
+int blob_store_probe(blob_store *bs) { return bs->s3 ? blob_s3_probe(bs->s3) : 0; }
+
 int blob_exists(blob_store *bs, const char *name) {
   char path[4096];
   uint64_t size;

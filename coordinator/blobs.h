@@ -133,6 +133,12 @@ int blob_map(blob_store *bs, const char *name, blob_kind kind, size_t n, int ver
              size_t *map_len, uint32_t *crc_out);
 void blob_unmap(void *map, size_t map_len);
 
+/* 1 while the store can be used (always, for files); 0 while an S3 store is unreachable or
+ * failing, with the last failure in reason[cap] and its start in *since_ms (may be NULL).
+ * blob_store_probe asks a store that is down whether it is back (0 when it is). */
+int blob_store_health(blob_store *bs, char *reason, size_t cap, int64_t *since_ms);
+int blob_store_probe(blob_store *bs);
+
 /* 1 if blob `name` exists (a file, or an object), else 0. */
 int blob_exists(blob_store *bs, const char *name);
 

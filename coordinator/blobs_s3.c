@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,11 @@ struct blob_s3 {
   pthread_mutex_t mu;
   s3_client *idle[POOL_MAX];
   int n_idle;
+  /* Health: the last request's outcome (guarded by mu). A store that could not be reached, or
+   * answered 5xx after the retries, is down until a request succeeds again. */
+  int down;
+  int64_t down_since_ms;
+  char down_reason[512];
 };
 
 struct blob_s3_writer {
@@ -31,6 +37,47 @@ struct blob_s3_writer {
   char (*etags)[80];
   int nparts, etag_cap;
 };
+
+static int take(blob_s3 *s, s3_client **out);
+static void give(blob_s3 *s, s3_client *c);
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Record an outcome: DPC_EUNAVAILABLE (unreachable, or failing after the retries) marks it down
+ * with the message; any other answer, success included, shows it reachable. Returns rc. */
+static int note(blob_s3 *s, int rc) {
+  pthread_mutex_lock(&s->mu);
+  if (rc == DPC_EUNAVAILABLE) {
+    if (!s->down) s->down_since_ms = now_ms();
+    s->down = 1;
+    snprintf(s->down_reason, sizeof s->down_reason, "%s", dpc_errmsg());
+  } else {
+    s->down = 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+int blob_s3_health(blob_s3 *s, char *reason, size_t cap, int64_t *since_ms) {
+  pthread_mutex_lock(&s->mu);
+  int up = !s->down;
+  if (!up && reason && cap) snprintf(reason, cap, "%s", s->down_reason);
+  if (!up && since_ms) *since_ms = s->down_since_ms;
+  pthread_mutex_unlock(&s->mu);
+  return up;
+}
+
+int blob_s3_probe(blob_s3 *s) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_check_bucket(c);
+  give(s, c);
+  return note(s, rc);
+}
 
 static int take(blob_s3 *s, s3_client **out) {
   pthread_mutex_lock(&s->mu);
@@ -124,7 +171,7 @@ static int flush_part(blob_s3_writer *w) {
     w->etag_cap = cap;
   }
   if (!rc) rc = s3_mpu_put_part(w->c, w->name, w->upload_id, w->nparts + 1, w->part, w->fill, w->etags[w->nparts], 80);
-  if (rc) return rc;
+  if (note(w->s, rc)) return rc;
   w->nparts++;
   w->sent += w->fill;
   w->fill = 0;
@@ -171,6 +218,7 @@ int blob_s3_writer_commit(blob_s3_writer *w) {
     rc = s3_put(w->c, w->name, w->part, w->fill);
   else if (!(rc = flush_part(w)))
     rc = s3_mpu_complete(w->c, w->name, w->upload_id, w->nparts, w->etags);
+  if (w->sent + w->fill == w->total) note(w->s, rc);
   if (rc) {
     blob_s3_writer_abort(w);
     return rc;
@@ -187,7 +235,7 @@ int blob_s3_size(blob_s3 *s, const char *name, uint64_t *size) {
   int rc = take(s, &c);
   if (!rc) rc = s3_head(c, name, size, NULL, 0);
   give(s, c);
-  return rc;
+  return note(s, rc);
 }
 
 int blob_s3_read(blob_s3 *s, const char *name, uint64_t off, void *dst, size_t n) {
@@ -195,7 +243,7 @@ int blob_s3_read(blob_s3 *s, const char *name, uint64_t off, void *dst, size_t n
   int rc = take(s, &c);
   if (!rc) rc = s3_get_range(c, name, off, dst, n);
   give(s, c);
-  return rc;
+  return note(s, rc);
 }
 
 int blob_s3_delete(blob_s3 *s, const char *name) {
@@ -203,7 +251,7 @@ int blob_s3_delete(blob_s3 *s, const char *name) {
   int rc = take(s, &c);
   if (!rc) rc = s3_delete(c, name);
   give(s, c);
-  return rc;
+  return note(s, rc);
 }
 
 int blob_s3_list(blob_s3 *s, s3_list_fn fn, void *ud) {
@@ -211,7 +259,7 @@ int blob_s3_list(blob_s3 *s, s3_list_fn fn, void *ud) {
   int rc = take(s, &c);
   if (!rc) rc = s3_list(c, "", fn, ud);
   give(s, c);
-  return rc;
+  return note(s, rc);
 }
 
 typedef struct {

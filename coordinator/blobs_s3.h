@@ -43,6 +43,12 @@ int blob_s3_read(blob_s3 *s, const char *name, uint64_t off, void *dst, size_t n
 int blob_s3_delete(blob_s3 *s, const char *name);
 /* Every object name under the prefix, with its size. */
 int blob_s3_list(blob_s3 *s, s3_list_fn fn, void *ud);
+/* 1 while the store answers; 0 after a request found it unreachable or failing (5xx) past its
+ * retries, until one succeeds again: reason[cap] gets the last failure, *since_ms (wall clock)
+ * when it started (either may be NULL). */
+int blob_s3_health(blob_s3 *s, char *reason, size_t cap, int64_t *since_ms);
+/* One cheap request (a one-key listing) to find out whether a store that is down is back. */
+int blob_s3_probe(blob_s3 *s);
 /* Abort every unfinished multipart upload under the prefix (start-up); *n gets how many. */
 int blob_s3_abort_uploads(blob_s3 *s, int *n);
 

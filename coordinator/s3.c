@@ -399,7 +399,7 @@ static int request(s3_client *c, const s3_req *q, s3_resp *r) {
     if (!again) {
       const char *what = q->key ? q->key : "(bucket)";
       if (cc != CURLE_OK && cc != CURLE_WRITE_ERROR)
-        rc = dpc_err(cc == CURLE_BAD_FUNCTION_ARGUMENT ? DPC_EINVAL : DPC_EIO,
+        rc = dpc_err(cc == CURLE_BAD_FUNCTION_ARGUMENT ? DPC_EINVAL : DPC_EUNAVAILABLE,
                      "S3 %s %s/%s%s at %s: %s%s%s (after %d tries)", q->method, c->bucket, c->prefix, what, c->base,
                      curl_easy_strerror(cc), errbuf[0] ? ": " : "", errbuf, try + 1);
       else if (r->overflow)
@@ -418,8 +418,9 @@ static int request(s3_client *c, const s3_req *q, s3_resp *r) {
         rc = dpc_err(DPC_EINVAL, "S3 %s %s at %s: HTTP %ld without an S3 error: is %s an S3 endpoint?", q->method,
                      what, c->base, r->status, c->base);
       else
-        rc = dpc_err(DPC_EIO, "S3 %s %s/%s%s: HTTP %ld %s%s%s (after %d tries)", q->method, c->bucket, c->prefix,
-                     what, r->status, code, msg[0] ? ": " : "", msg, try + 1);
+        rc = dpc_err(r->status / 100 == 5 || r->status == 429 ? DPC_EUNAVAILABLE : DPC_EIO,
+                     "S3 %s %s/%s%s: HTTP %ld %s%s%s (after %d tries)", q->method, c->bucket, c->prefix, what,
+                     r->status, code, msg[0] ? ": " : "", msg, try + 1);
       free(r->body);
       r->body = NULL;
       return rc;

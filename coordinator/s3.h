@@ -9,9 +9,10 @@
  * and 5xx are retried with jittered exponential backoff (100 ms doubling to 5 s, at most
  * `retries` more tries); other answers fail at once with the store's error code and message.
  *
- * Errors: DPC_ENOENT (no such key), DPC_EIO (store unreachable or failing after the retries),
- * DPC_EPERM (credentials refused), DPC_EINVAL (bad arguments, no such bucket, not an S3 endpoint),
- * DPC_ECHECKSUM (the store says the bytes did not match their MD5). dpc_errmsg() says which
+ * Errors: DPC_ENOENT (no such key), DPC_EUNAVAILABLE (store unreachable, timing out, or answering
+ * 5xx/429 after the retries: an outage), DPC_EPERM (credentials refused), DPC_EINVAL (bad
+ * arguments, no such bucket, not an S3 endpoint), DPC_ECHECKSUM (the store says the bytes did not
+ * match their MD5), DPC_EIO (any other S3 error answer). dpc_errmsg() says which
  * request, which key and what the store answered.
  *
  * Ownership: s3_open allocates, s3_close frees. Thread-safety: one s3_client per thread (each

@@ -5,10 +5,13 @@
 # fresh coordinator and two workers; every export must be byte-identical between the two stores,
 # and the S3 run's state directory must hold no blob. Then the coordinator's start-up refusals:
 # a bucket that does not exist, wrong credentials, a credentials file others may read, an
-# endpoint that is not S3, flags that contradict each other.
+# endpoint that is not S3, flags that contradict each other. Last, an outage: the gateway is
+# killed for a while mid-job; job show, /metrics and the status page say so, leases and outer
+# steps wait, and once it is back the job finishes byte-identical to its local run.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")/../integration" && pwd)
+S3DIR=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 source "$HERE/lib.sh"
 fail() { die_with_logs jobs_s3 40 "$@"; }
@@ -37,6 +40,7 @@ cat > dipaco.json <<JSON
  "levels": [{"stem": true, "layers": [0, 1], "modules": 2}, {"layers": [1, 2], "modules": 2}], $INNER,
  "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
 JSON
+sed -e 's/"name": "diloco"/"name": "long"/' -e 's/"rounds": 3/"rounds": 10/' diloco.json > long.json
 cat > sparse.json <<JSON
 {"name": "sparse", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco",
  "replicas": 2, "inner_steps": 3, "rounds": 3, "batch": 2, "seq_len": 16, $INNER,
@@ -51,7 +55,8 @@ run_all() {
   start_worker "$store-1" "$W/corpus"; local w1=$LAST_WORKER_PID
   start_worker "$store-2" "$W/corpus"; local w2=$LAST_WORKER_PID
   mkdir -p "$W/$store"
-  for j in diloco dipaco sparse; do
+  local jobs=(diloco dipaco sparse); [ $store = local ] && jobs+=(long)
+  for j in "${jobs[@]}"; do
     local id
     id=$("$CTL" --coordinator "$COORD" job create "$j.json" --data-dir "$W/corpus") || fail "$store: $j refused"
     "$CTL" --coordinator "$COORD" job wait "$id" --timeout 200 >/dev/null || fail "$store: $j did not finish"
@@ -68,7 +73,7 @@ S3FLAGS=(--blob-store s3://dpc-jobs/run1 --s3-endpoint "$S3_ENDPOINT")
 run_all local
 run_all s3 "${S3FLAGS[@]}"
 n=0
-for f in "$W"/local/*/model.safetensors; do
+for f in "$W"/local/{diloco,dipaco,sparse}-*/model.safetensors; do
   g=${f/\/local\//\/s3\/}
   cmp "$f" "$g" || fail "export ${f#$W/local/} differs between the local and the S3 store"
   n=$((n + 1))
@@ -108,3 +113,40 @@ pid=$!
 PIDS+=("$pid")
 wait_for_line "$W/creds.log" "blobs are objects under" 20 || fail "a 0600 credentials file was not accepted"
 echo "a credentials file of mode 0600 is accepted"
+
+# The outage.
+mport=$(free_port)
+start_coordinator "$W/state-outage" --lease-ttl-ms 20000 --metrics-listen 127.0.0.1:$mport \
+  --blob-store s3://dpc-jobs/outage --s3-endpoint "$S3_ENDPOINT"
+start_worker o1 "$W/corpus"; start_worker o2 "$W/corpus"
+id=$("$CTL" --coordinator "$COORD" job create long.json --data-dir "$W/corpus")
+for _ in $(seq 200); do
+  r=$("$CTL" --coordinator "$COORD" job show "$id" --json | sed -n 's/.*"round":\([0-9]*\).*/\1/p')
+  [ "${r:-0}" -ge 3 ] && break; sleep 0.1
+done
+bash "$S3DIR/rgw.sh" stop-gw "$RGW_DIR"
+t0=$(date +%s)
+held=""
+for _ in $(seq 300); do
+  held=$("$CTL" --coordinator "$COORD" job show "$id" 2>/dev/null | grep -o "waiting for the blob store.*" || true)
+  [ -n "$held" ] && break; sleep 0.1
+done
+[ -n "$held" ] || fail "job show does not say that the blob store is down"
+echo "job show during the outage: $held" | cut -c1-200
+curl -sf "http://127.0.0.1:$mport/metrics" | grep -q "^dipaco_blob_store_up 0" || fail "/metrics: dipaco_blob_store_up is not 0"
+curl -sf "http://127.0.0.1:$mport/api/status" | grep -q '"up":false' || fail "status page: the store is not shown down"
+curl -sf "http://127.0.0.1:$mport/" | grep -q "blob store is unavailable" || fail "status page: no outage banner"
+r_down=$("$CTL" --coordinator "$COORD" job show "$id" --json | sed -n 's/.*"round":\([0-9]*\).*/\1/p')
+sleep 4
+r_later=$("$CTL" --coordinator "$COORD" job show "$id" --json | sed -n 's/.*"round":\([0-9]*\).*/\1/p')
+[ "$r_down" = "$r_later" ] || fail "rounds went on while the store was down ($r_down -> $r_later)"
+bash "$S3DIR/rgw.sh" start-gw "$RGW_DIR"
+echo "gateway back after $(( $(date +%s) - t0 )) s; the job stood at round $r_down"
+"$CTL" --coordinator "$COORD" job wait "$id" --timeout 200 >/dev/null || fail "the job did not finish after the outage"
+"$CTL" --coordinator "$COORD" job export "$id" --path 0 --out "$W/outage" >/dev/null
+cmp "$W/local/long-0/model.safetensors" "$W/outage/model.safetensors" \
+  || fail "the job that lived through the outage differs from its local run"
+curl -sf "http://127.0.0.1:$mport/metrics" | grep -q "^dipaco_blob_store_up 1" || fail "/metrics: the store is not up again"
+curl -sf "http://127.0.0.1:$mport/metrics" | grep -q "^dipaco_blob_store_outages_total [1-9]" || fail "no outage counted"
+grep -q "blob store available again" "$W/coordinator.log" || fail "the end of the outage was not logged"
+echo "outage: the job waited, resumed and finished byte-identical to its local run"

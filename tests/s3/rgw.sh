@@ -6,6 +6,7 @@
 #                        DIR/env (S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, RGW_PID…)
 #   rgw.sh stop DIR      stop the three daemons (by pid) and leave DIR for the logs
 #   rgw.sh restart-gw DIR  SIGKILL radosgw and start it again on the same port
+#   rgw.sh stop-gw DIR / start-gw DIR   SIGKILL radosgw (an outage) / start it again
 #
 # Every path (config, data, logs, sockets, pid files) lives under DIR, and every port is picked
 # free at start, so runs do not collide and leave nothing behind outside DIR. Settings follow
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 die() { echo "rgw.sh: $*" >&2; exit 1; }
-[ $# -eq 2 ] || die "usage: rgw.sh start|stop|restart-gw DIR"
+[ $# -eq 2 ] || die "usage: rgw.sh start|stop|restart-gw|stop-gw|start-gw DIR"
 cmd=$1
 D=$(mkdir -p "$2" && cd "$2" && pwd)
 CONF=$D/ceph.conf
@@ -122,9 +123,10 @@ stop)
     rm -f "$D/$p.pid"
   done
   ;;
-restart-gw)
+restart-gw | stop-gw)
   [ -f "$D/radosgw.pid" ] && { kill -9 "$(cat "$D/radosgw.pid")" 2>/dev/null || true; sleep 0.2; }
-  start_gw
+  if [ "$cmd" = restart-gw ]; then start_gw; fi
   ;;
-*) die "unknown command $cmd (start, stop, restart-gw)" ;;
+start-gw) start_gw ;;
+*) die "unknown command $cmd (start, stop, restart-gw, stop-gw, start-gw)" ;;
 esac
