@@ -12,7 +12,7 @@
  *   layer 0: coord membudget testhook
  *   layer 1: loop selfcheck
  *   layer 2: jobs pcache
- *   layer 3: leases rounds storewatch
+ *   layer 3: leases rounds blobwatch
  *   layer 4: svc svc_worker svc_pull svc_push svc_push_commit svc_inner
  *   layer 4: admin_upload admin_jobs admin_fleet metrics statuspage
  *   layer 5: main
@@ -29,7 +29,7 @@
  *   (3) leases.c: lease assignment, DyLU, lease ends, recovery, expiry, worker liveness and
  *       the registry of parked Lease long-polls; rounds.c (calls leases.c): round closing,
  *       the sync outer step, the async apply, garbage collection, the tick's work;
- *       storewatch.c: the blob store's outages (S3), which hold leases and outer steps.
+ *       blobwatch.c: the blob store's outages (S3), which hold leases and outer steps.
  *   (4) svc.c: what every RPC handler shares (authentication, unpacking, streaming out);
  *       handlers by service: svc_worker.c (Register, Heartbeat, Lease, Release; calls
  *       svc_inner.c), svc_pull.c (PullFragment), svc_push.c (PushDelta: receiving; calls
@@ -222,9 +222,9 @@ typedef struct coord {
   uint64_t next_upload_id;
   uint64_t export_seq;
 
-  /* The blob store's health as storewatch.c last saw it (loop thread): while an S3 store is
+  /* The blob store's health as blobwatch.c last saw it (loop thread): while an S3 store is
    * down no lease is granted and no outer step starts; a probe on the thread pool every
-   * STOREWATCH_PROBE_MS finds out when it is back. */
+   * BLOBWATCH_PROBE_MS finds out when it is back. */
   struct coord_store_health {
     int down, probing;
     int64_t since_ms, probe_at_ms, outages;

@@ -25,7 +25,7 @@
 #include "common/log.h"
 #include "coordinator/jobs.h"
 #include "coordinator/loop.h"
-#include "coordinator/storewatch.h"
+#include "coordinator/blobwatch.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -293,7 +293,7 @@ int lease_assign(coord *c, int64_t worker, int64_t job_filter, store_lease *leas
     free(act);
     return rc < 0 ? rc : SCHED_NO_WORK;
   }
-  if (storewatch_down(c, NULL, 0, NULL)) { /* a lease could neither pull nor push: ask again later */
+  if (blobwatch_down(c, NULL, 0, NULL)) { /* a lease could neither pull nor push: ask again later */
     free(act);
     return SCHED_WAIT;
   }

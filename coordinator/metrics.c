@@ -31,7 +31,7 @@
 #include "coordinator/leases.h"
 #include "coordinator/loop.h"
 #include "coordinator/statuspage.h"
-#include "coordinator/storewatch.h"
+#include "coordinator/blobwatch.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -165,7 +165,7 @@ static void fmt_fleet(coord *c, sbuf *b) {
   }
   head(b, "dipaco_blob_store_up", "gauge", "1 while the blob store answers; 0 during an S3 outage (leases and outer "
        "steps wait).");
-  sb_printf(b, "dipaco_blob_store_up %d\n", !storewatch_down(c, NULL, 0, NULL));
+  sb_printf(b, "dipaco_blob_store_up %d\n", !blobwatch_down(c, NULL, 0, NULL));
   head(b, "dipaco_blob_store_outages_total", "counter", "Outages of the blob store since the start.");
   sb_printf(b, "dipaco_blob_store_outages_total %lld\n", (long long)c->store_health.outages);
 }

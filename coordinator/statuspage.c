@@ -15,7 +15,7 @@
 #include "coordinator/leases.h"
 #include "coordinator/loop.h"
 #include "coordinator/blobs.h"
-#include "coordinator/storewatch.h"
+#include "coordinator/blobwatch.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -186,7 +186,7 @@ static cJSON *snapshot(coord *c) {
   char why[512];
   int64_t since = 0;
   cJSON *bs = cJSON_AddObjectToObject(co, "blob_store");
-  int down = storewatch_down(c, why, sizeof why, &since);
+  int down = blobwatch_down(c, why, sizeof why, &since);
   cJSON_AddStringToObject(bs, "kind", blob_store_is_s3(c->bs) ? "s3" : "local");
   cJSON_AddBoolToObject(bs, "up", !down);
   if (down) {

@@ -1,5 +1,5 @@
-/* storewatch.c — the blob store's outages (see storewatch.h). */
-#include "coordinator/storewatch.h"
+/* blobwatch.c — the blob store's outages (see blobwatch.h). */
+#include "coordinator/blobwatch.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -21,7 +21,7 @@ static void probe_after(uv_work_t *req, int status) {
   loop_work_done(c);
 }
 
-void storewatch_tick(coord *c) {
+void blobwatch_tick(coord *c) {
   char reason[512];
   int64_t since = 0;
   int up = blob_store_health(c->bs, reason, sizeof reason, &since);
@@ -33,7 +33,7 @@ void storewatch_tick(coord *c) {
     h->outages++;
     snprintf(h->reason, sizeof h->reason, "%s", reason);
     DPC_ERROR("blob store unavailable: %s; no lease is granted and no outer step runs until it is back (probing "
-              "every %d ms)", reason, STOREWATCH_PROBE_MS);
+              "every %d ms)", reason, BLOBWATCH_PROBE_MS);
   } else if (!up) {
     snprintf(h->reason, sizeof h->reason, "%s", reason);
   } else if (h->down) {
@@ -45,12 +45,12 @@ void storewatch_tick(coord *c) {
     h->req.data = c;
     if (loop_queue_work(c, &h->req, probe_run, probe_after) == 0) {
       h->probing = 1;
-      h->probe_at_ms = now + STOREWATCH_PROBE_MS;
+      h->probe_at_ms = now + BLOBWATCH_PROBE_MS;
     }
   }
 }
 
-int storewatch_down(coord *c, char *reason, size_t cap, int64_t *since_ms) {
+int blobwatch_down(coord *c, char *reason, size_t cap, int64_t *since_ms) {
   if (!c->store_health.down) return 0;
   if (reason && cap) snprintf(reason, cap, "%s", c->store_health.reason);
   if (since_ms) *since_ms = c->store_health.since_ms;
