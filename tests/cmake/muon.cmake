@@ -1,0 +1,4 @@
+# Muon, the MuLoCo inner optimizer (docs/design.md §3.2): dipacoctl train --optimizer muon
+# against the PyTorch reference tests/oracle/muon_ref.py (tests/integration/ctl_muon.sh).
+dpc_test(NAME ctl_muon LABEL oracle TIMEOUT 120
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/ctl_muon.sh $<TARGET_FILE:dipacoctl> ${DPC_PYTHON})
