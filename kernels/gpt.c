@@ -178,6 +178,8 @@ int gpt_muon_step(gpt_model *m, const gpt_adamw_hparams *hp, const gpt_muon_hpar
   return m->ops->muon_step(m, hp, mu, lr, muon_lr, t, grad_norm);
 }
 
+int gpt_has_muon(const gpt_model *m) { return m->ops->muon_step != NULL; }
+
 int gpt_get_opt_state(gpt_model *m, float *m_dst, float *v_dst) { return m->ops->get_opt_state(m, m_dst, v_dst); }
 int gpt_set_opt_state(gpt_model *m, const float *m_src, const float *v_src) {
   return m->ops->set_opt_state(m, m_src, v_src);

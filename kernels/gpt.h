@@ -248,6 +248,8 @@ int gpt_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, f
  * DPC_EUNSUPPORTED on a backend without Muon. */
 int gpt_muon_step(gpt_model *m, const gpt_adamw_hparams *hp, const gpt_muon_hparams *mu, float lr, float muon_lr,
                   int t, float *grad_norm);
+/* 1 if the model's backend has gpt_muon_step (callers refuse Muon work up front). */
+int gpt_has_muon(const gpt_model *m);
 /* AdamW first/second moments in canonical layout (n_params floats each); with Muon, m holds
  * the Muon tensors' momentum buffers and v is zero there. */
 int gpt_get_opt_state(gpt_model *m, float *m_dst, float *v_dst);

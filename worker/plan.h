@@ -1,5 +1,5 @@
 /* plan.h — a granted lease checked and turned into what the worker runs: the model shape, the
- * trainer's settings (batch, schedule, AdamW, data replica) and where each fragment sits in
+ * trainer's settings (batch, schedule, AdamW or Muon + AdamW, data replica) and where each fragment sits in
  * the path's parameter buffer. Everything this worker cannot do (grad_accum > 1, shuffle,
  * DiPaCo routing, a delta codec it cannot encode, streaming settings out of range or in a
  * lease that is not streaming) is refused here, before any transfer starts.

@@ -2,3 +2,6 @@
 # against the PyTorch reference tests/oracle/muon_ref.py (tests/integration/ctl_muon.sh).
 dpc_test(NAME ctl_muon LABEL oracle TIMEOUT 120
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/ctl_muon.sh $<TARGET_FILE:dipacoctl> ${DPC_PYTHON})
+# Sync DiLoCo with Muon through the real daemons, inner.state checkpoint (tests/integration/muloco_dist.sh).
+dpc_test(NAME muloco_dist LABEL integration TIMEOUT 400 REQUIRES DISTRIBUTED
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/muloco_dist.sh ${DPC_DAEMONS})
