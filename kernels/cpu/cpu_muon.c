@@ -56,28 +56,18 @@ static int muon_scratch(gpt_model *m, cpu_impl *c, size_t *pq_max, size_t *pp_ma
   return 0;
 }
 
-/* torch.lerp for floats: small weights from the start, large ones from the end. */
-static inline float lerpf(float a, float b, float w) { return w < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w); }
-
 /* Momentum and the Nesterov blend of tensor t into X (work orientation): g is scaled by clip
  * (written back, as clip_grad_norm_ does), buf = lerp(buf, g, 1 - mu), U = lerp(g, buf, mu)
  * or buf. Returns the Frobenius norm of U. */
 static double momentum_into(const cpu_impl *c, const gpt_tensor *t, const muon_shape *s, const gpt_muon_hparams *mu,
                             float clip, float *X) {
   float *g = c->grads + t->offset, *buf = c->adam_m + t->offset;
-  const int rows = t->shape[0], cols = t->shape[1];
+  const int rows = t->shape[0], cols = t->shape[1], ch = (rows + c->nt - 1) / c->nt;
   const float w_buf = (float)(1.0 - (double)mu->momentum), w_nest = mu->momentum;
 #pragma omp parallel for num_threads(c->nt) schedule(static)
-  for (int r = 0; r < rows; r++) {
-    for (int j = 0; j < cols; j++) {
-      const size_t i = (size_t)r * cols + j;
-      float gi = g[i];
-      if (clip != 1.0f) g[i] = gi = gi * clip;
-      const float b = buf[i] = lerpf(buf[i], gi, w_buf);
-      const float u = mu->nesterov ? lerpf(gi, b, w_nest) : b;
-      if (s->flip) X[(size_t)j * rows + r] = u;
-      else X[i] = u;
-    }
+  for (int k = 0; k < c->nt; k++) {
+    const int r0 = k * ch, r1 = r0 + ch < rows ? r0 + ch : rows;
+    if (r0 < r1) cpuk_muon_momentum(buf, g, X, rows, cols, r0, r1, s->flip, clip, w_buf, w_nest, mu->nesterov);
   }
   const size_t n = (size_t)s->p * s->q;
   double part[NORM_CHUNKS];
@@ -117,15 +107,11 @@ static float *newton_schulz(const cpu_impl *c, float *X, float *Xn, float *G, fl
 static void apply_update(const cpu_impl *c, const gpt_tensor *t, const muon_shape *s, const float *X, float decay_mul,
                          float neg_lr) {
   float *th = c->params + t->offset;
-  const int rows = t->shape[0], cols = t->shape[1];
+  const int rows = t->shape[0], cols = t->shape[1], ch = (rows + c->nt - 1) / c->nt;
 #pragma omp parallel for num_threads(c->nt) schedule(static)
-  for (int r = 0; r < rows; r++) {
-    for (int j = 0; j < cols; j++) {
-      const size_t i = (size_t)r * cols + j;
-      const float o = s->flip ? X[(size_t)j * rows + r] : X[i];
-      const float d = th[i] * decay_mul;
-      th[i] = d + neg_lr * o;
-    }
+  for (int k = 0; k < c->nt; k++) {
+    const int r0 = k * ch, r1 = r0 + ch < rows ? r0 + ch : rows;
+    if (r0 < r1) cpuk_muon_update(th, X, rows, cols, r0, r1, s->flip, decay_mul, neg_lr);
   }
 }
 
