@@ -5,7 +5,10 @@
 # up with PushInnerState (in the ADAM_M stream) after every round and come back with
 # PullInnerState. The export must equal the PyTorch reference (tests/oracle/diloco_ref.py with
 # tests/oracle/muon_ref.py's Muon) to 1e-4 relative, and `job show` must name the optimizer. A
-# muon block without inner.optimizer "muon" is refused at job create, naming the field.
+# muon block without inner.optimizer "muon" is refused at job create, naming the field. Then,
+# with Muon too: Streaming DiLoCo (F = 2, τ = 1, α = 0.5, inner.state keep) against
+# tests/oracle/streaming_ref.py, and SparseLoCo (2%, 2-bit, error feedback 0.95, Nesterov-free
+# outer SGD) against tests/oracle/sparse_ref.py, both to 1e-4.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -15,17 +18,23 @@ fail() { die_with_logs muloco_dist 30 "$@"; }
 
 make_corpus "$W/corpus"
 "$CTL" init --n-layer 2 --n-head 2 --n-embd 16 --n-positions 16 --vocab-size 256 --seed 5 --out "$W/init" 2>/dev/null
-spec() { # $1: the inner block's extra fields
+MULOCO_OUTER='{"lr": 0.8, "momentum": 0.7, "nesterov": true}'
+spec() { # $1: the inner block's extra fields, $2 inner.state, $3 outer and the spec's extra members, $4 name
   cat <<JSON
-{"name": "muloco", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
+{"name": "${4:-muloco}", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "diloco", "replicas": 2, "inner_steps": 3, "rounds": 3, "batch": 2, "seq_len": 16,
  "inner": {"lr": 0.003, "warmup": 2, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
-           "eps": 1e-6, "grad_clip": 0.5, "state": "checkpoint"$1},
- "outer": {"lr": 0.8, "momentum": 0.7, "nesterov": true}}
+           "eps": 1e-6, "grad_clip": 0.5, "state": "${2:-checkpoint}"$1},
+ "outer": ${3:-$MULOCO_OUTER}}
 JSON
 }
-spec ', "optimizer": "muon", "muon": {"lr": 0.02, "momentum": 0.95, "nesterov": true, "ns_steps": 5,
-       "weight_decay": 0.05, "adjust_lr": "original"}' > "$W/spec.json"
+MUON=', "optimizer": "muon", "muon": {"lr": 0.02, "momentum": 0.95, "nesterov": true, "ns_steps": 5,
+       "weight_decay": 0.05, "adjust_lr": "original"}'
+spec "$MUON" > "$W/spec.json"
+spec "$MUON" keep '{"lr": 0.7, "momentum": 0.9, "nesterov": true}, "streaming": {"fragments": 2, "overlap_steps": 1, "alpha": 0.5}' \
+  streaming > "$W/streaming.json"
+spec "$MUON" keep '{"lr": 2.0, "momentum": 0, "nesterov": false}, "sparse": {"density": 0.02, "ef_beta": 0.95}' \
+  sparse > "$W/sparse.json"
 spec ', "muon": {"lr": 0.02}' > "$W/bad.json"
 start_coordinator "$W/state" --lease-ttl-ms 20000
 if "$CTL" --coordinator "$COORD" job create "$W/bad.json" 2>"$W/bad.err"; then fail "a muon block under adamw was accepted"; fi
@@ -39,4 +48,15 @@ start_worker w2 "$W/corpus"
 "$CTL" --coordinator "$COORD" job export "$job" --path 0 --out "$W/export" || fail "export"
 $PY "$HERE/../oracle/diloco_ref.py" --init "$W/init" --data "$W/corpus/data/train_000.bin" --spec "$W/spec.json" \
   --compare "$W/export" --tol 1e-4 || fail "the export differs from the PyTorch MuLoCo reference"
+# run NAME REF: one more job on the same workers, against its reference.
+run() {
+  local job; job=$("$CTL" --coordinator "$COORD" job create "$W/$1.json" 2>"$W/$1.err") ||
+    fail "job create $1: $(cat "$W/$1.err")"
+  "$CTL" --coordinator "$COORD" job wait "$job" --timeout 240 >/dev/null || fail "job $1 did not finish"
+  "$CTL" --coordinator "$COORD" job export "$job" --path 0 --out "$W/$1.out" >/dev/null || fail "export $1"
+  $PY "$HERE/../oracle/$2" --init "$W/init" --data "$W/corpus/data/train_000.bin" --spec "$W/$1.json" \
+    --compare "$W/$1.out" --tol 1e-4 || fail "$1 with Muon differs from $2"
+}
+run streaming streaming_ref.py
+run sparse sparse_ref.py
 echo "muloco_dist: PASS"
