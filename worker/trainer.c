@@ -1,5 +1,5 @@
-/* trainer.c — the worker's inner loop: H AdamW (or Muon + AdamW) steps from the round's global parameters,
- * producing the outer gradient. See trainer.h for the contract. */
+/* trainer.c — the worker's inner loop: H AdamW (or Muon + AdamW) steps from the round's global
+ * parameters, producing the outer gradient. See trainer.h for the contract. */
 #include "worker/trainer.h"
 #include "common/clock.h"
 #include "common/errors.h"
@@ -45,7 +45,7 @@ int trainer_open(trainer **out, const gpt_config *cfg, const gpt_backend_opts *b
   if (!rc) rc = gpt_create(&t->model, cfg, bo, opts->B, opts->T);
   if (!rc && opts->muon && !gpt_has_muon(t->model))
     rc = dpc_err(DPC_EUNSUPPORTED, "the job's inner optimizer is Muon, which the %s backend does not have "
-                 "(docs/design.md §3.2); run this job on cpu workers", t->model->ops->name);
+                 "(docs/design.md §3.2)", t->model->ops->name);
   if (!rc) {
     t->inputs = malloc((size_t)opts->B * opts->T * sizeof *t->inputs);
     t->targets = malloc((size_t)opts->B * opts->T * sizeof *t->targets);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/bench/muloco.sh — MuLoCo (Muon inner optimizer) against AdamW-DiLoCo (docs/benchmarks.md
-# §MuLoCo): the quickstart's GPT-2 (4 layers, 4 heads, C 128, T 128, batch 8) on the quickstart's
+# §11): the quickstart's GPT-2 (4 layers, 4 heads, C 128, T 128, batch 8) on the quickstart's
 # corpus, through real daemons on loopback (a coordinator and WORKERS CPU workers), one job per
 # row, each with fp32 deltas, e3m0 (4-bit) deltas and SparseLoCo 2% (2-bit values); eval loss on
 # held-out text and the bytes the coordinator counted both ways per trained token. Rows:
@@ -12,7 +12,8 @@
 # Environment (defaults): ROWS (all six), H (30), STEPS (inner steps per replica, 1200; H divides
 # it), WORKERS (2), INNER_LR (0.003), MUON_LR (0.02), WARMUP (50), FILES (24 corpus files),
 # EVAL_BATCHES (20), BUILD (build-rel), KEEP (keep the work directory). Prints a Markdown table.
-# Time on 2 cores: about 4 minutes a row at STEPS 1200; STEPS=600 halves it.
+# Time on 2 cores: at STEPS=600 (the recorded run, tests/bench/muloco_results.txt) about 10
+# minutes for the six rows (AdamW rows ~1 minute, Muon rows ~2); the default STEPS 1200 doubles it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)

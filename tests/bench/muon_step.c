@@ -1,4 +1,4 @@
-/* muon_step.c — what Muon's inner step costs on the CPU backend (docs/benchmarks.md, MuLoCo):
+/* muon_step.c — what Muon's inner step costs on the CPU backend (docs/benchmarks.md §11):
  * one gpt_muon_step against one gpt_adamw_step, and against one forward + backward, at a
  * given GPT-2 size (default 124M: L 12, NH 12, C 768, V 50257, n_positions 1024).
  *
