@@ -4,7 +4,8 @@
 # torch.optim.AdamW and clip_grad_norm_): 5 clipped steps on a tiny GPT-2 and a tiny Llama equal
 # the reference within 5e-5 relative (worst tensor), parameters and the optimizer state that
 # --opt-state-out writes (Muon's momentum buffer in m, v zero there); a Llama run with
-# nesterov 0 and adjust_lr match_rms_adamw likewise. Bad Muon flags fail naming the flag.
+# nesterov 0 and adjust_lr match_rms_adamw likewise. Bad Muon flags fail naming the flag. With a
+# GPU, the CUDA backend's Muon run matches the reference too (1e-4).
 set -uo pipefail
 CTL=${1:?usage: ctl_muon.sh DIPACOCTL [PYTHON]}
 PY=${2:-/usr/bin/python3}
@@ -57,8 +58,17 @@ expect_fail "unknown optimizer" "--optimizer must be adamw or muon" --optimizer 
 expect_fail "momentum 1" "--muon-momentum must be in" --optimizer muon --muon-momentum 1
 expect_fail "ns_steps 0" "--muon-ns-steps must be in" --optimizer muon --muon-ns-steps 0
 expect_fail "unknown adjust" "--muon-adjust-lr must be" --optimizer muon --muon-adjust-lr rms
-# The CUDA backend has no Muon: it fails saying so (or, without a GPU, that it has none).
-expect_fail "muon on cuda" "no Muon inner optimizer|no CUDA|cannot load the CUDA" --optimizer muon --backend cuda
+# The CUDA backend: with a GPU, its Muon run matches the same reference (fp32, 1e-4); without one
+# (or without the plugin) it fails saying which.
+if "$CTL" train --model "$W/g0" --data "$W/data/train_000.bin" --out "$W/gcuda" --steps 5 --batch 2 --seq-len 16 \
+    --lr 0.001 --warmup 2 --lr-min-frac 0.1 --weight-decay 0.1 --eps 1e-6 --grad-clip 1.0 --optimizer muon \
+    --muon-lr 0.02 --muon-weight-decay 0.05 --backend cuda 2>"$W/cuda.err" >/dev/null; then
+  out=$("$PY" "$HERE/tests/oracle/muon_ref.py" --init "$W/g0" --data "$W/data/train_000.bin" --spec "$W/gpt2.json" \
+        --compare "$W/gcuda" --tol 1e-4 2>&1) && ok "muon on cuda: $out" || bad "muon on cuda: $out"
+else
+  grep -Eq "no CUDA device is visible|no CUDA backend|cannot load the CUDA" "$W/cuda.err" \
+    && ok "muon on cuda without a GPU: $(head -c 160 "$W/cuda.err")" || bad "muon on cuda: $(cat "$W/cuda.err")"
+fi
 [ ! -e "$W/z" ] && ok "failed runs wrote nothing" || bad "a failed run wrote $W/z"
 
 echo "ctl_muon: $checks checks, $fail failed"
