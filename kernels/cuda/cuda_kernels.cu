@@ -522,30 +522,44 @@ extern "C" int cudak_muon_momentum(float *buf, float *g, float *X, int rows, int
   return LAUNCHED("muon_momentum");
 }
 
-/* One block: the sum of squares in double in a fixed order (strided per thread, then a tree),
- * then every element divided by max(norm, 1e-7). */
-__global__ void muon_normalize_k(float *X, size_t n) {
-  __shared__ double part[1024];
-  __shared__ float den;
+/* X /= max(|X|_F, 1e-7): sums of squares in double per chunk of MUON_CHUNK floats, those
+ * reduced in a fixed order by one block (the divisor lands in part[nch]), then a grid-wide
+ * division: no atomics, so the result is the same run to run. */
+#define MUON_CHUNK 16384
+__global__ void muon_sumsq_k(double *part, const float *X, size_t n) {
+  const size_t lo = (size_t)blockIdx.x * MUON_CHUNK, hi = lo + MUON_CHUNK < n ? lo + MUON_CHUNK : n;
   double s = 0.0;
-  for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += (double)X[i] * X[i];
-  part[threadIdx.x] = s;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w /= 2) {
-    if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    const float norm = (float)sqrt(part[0]);
-    den = norm > 1e-7f ? norm : 1e-7f;
-  }
-  __syncthreads();
-  for (size_t i = threadIdx.x; i < n; i += blockDim.x) X[i] = __fdiv_rn(X[i], den);
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) s += (double)X[i] * (double)X[i];
+  s = block_reduce<double, false>(s);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-extern "C" int cudak_muon_normalize(float *X, size_t n, cudak_stream st) {
-  muon_normalize_k<<<1, 1024, 0, ST(st)>>>(X, n);
-  return LAUNCHED("muon_normalize");
+__global__ void muon_den_k(double *part, int nch) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < nch; i += blockDim.x) s += part[i];
+  s = block_reduce<double, false>(s);
+  if (threadIdx.x == 0) {
+    const float norm = (float)sqrt(s);
+    part[nch] = norm > 1e-7f ? norm : 1e-7f;
+  }
+}
+
+__global__ void muon_div_k(float *X, size_t n, const double *den) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) X[i] = __fdiv_rn(X[i], (float)*den);
+}
+
+extern "C" size_t cudak_muon_norm_scratch(size_t n) { return (n + MUON_CHUNK - 1) / MUON_CHUNK + 1; }
+
+extern "C" int cudak_muon_normalize(float *X, size_t n, double *part, cudak_stream st) {
+  const int nch = (int)((n + MUON_CHUNK - 1) / MUON_CHUNK);
+  muon_sumsq_k<<<(unsigned)nch, 256, 0, ST(st)>>>(part, X, n);
+  int rc = LAUNCHED("muon_sumsq");
+  if (rc) return rc;
+  muon_den_k<<<1, 1024, 0, ST(st)>>>(part, nch);
+  if ((rc = LAUNCHED("muon_den"))) return rc;
+  muon_div_k<<<blocks_for(n, 256), 256, 0, ST(st)>>>(X, n, part + nch);
+  return LAUNCHED("muon_div");
 }
 
 /* As cpuk_muon_update. */

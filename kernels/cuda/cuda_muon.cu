@@ -9,7 +9,8 @@
  * cuBLAS is column-major: the row-major p x q buffer X is the column-major q x p matrix X^T, so
  * G = X X^T is op(A) = A^T with A = that buffer, and X' = a X + G2 X is, transposed,
  * a X^T + X^T G2^T. The scratch (X, X', G, G2) and the non-Muon work items are allocated at the
- * first Muon step, for the largest Muon matrix; no step allocates after it. Host code only (the
+ * first Muon step, for the largest Muon matrix (with the normalisation's partial sums); no
+ * step allocates after it. Host code only (the
  * kernels are cuda_kernels.cu's), so tests/unit/test_cuda_muon_wiring.cc compiles this file as
  * host C++ and runs it on the CPU against the CPU backend. */
 #include "kernels/cuda/cuda_shared.h"
@@ -19,6 +20,7 @@
 
 struct cuda_muon {
   float *X, *Xn, *G, *G2; /* (p_max * q_max) twice, (p_max^2) twice */
+  double *part;           /* cudak_muon_normalize's scratch for p_max * q_max floats */
   cudak_seg *segs;        /* the AdamW work items of the non-Muon tensors */
   int nseg;
 };
@@ -43,6 +45,7 @@ void cuda_muon_destroy(cuda_impl *c) {
   if (!c->mu) return;
   cudaFree(c->mu->X);
   cudaFree(c->mu->segs);
+  cudaFree(c->mu->part);
   free(c->mu);
   c->mu = NULL;
 }
@@ -81,11 +84,13 @@ static int muon_alloc(gpt_model *m, cuda_impl *c) {
   }
   cudaError_t e = cudaMalloc((void **)&mu->X, (2 * pq + 2 * pp) * sizeof(float));
   if (e == cudaSuccess) e = cudaMalloc((void **)&mu->segs, (nseg ? nseg : 1) * sizeof(cudak_seg));
+  if (e == cudaSuccess) e = cudaMalloc((void **)&mu->part, cudak_muon_norm_scratch(pq) * sizeof(double));
   if (e == cudaSuccess && nseg) e = cudaMemcpy(mu->segs, h, nseg * sizeof(cudak_seg), cudaMemcpyHostToDevice);
   free(h);
   if (e != cudaSuccess) {
     cudaFree(mu->X);
     cudaFree(mu->segs);
+    cudaFree(mu->part);
     free(mu);
     CUDA_TRY(e);
   }
@@ -138,7 +143,7 @@ int cuda_muon_step(gpt_model *m, const gpt_adamw_hparams *hp, const gpt_muon_hpa
     float *X = w->X, *Xn = w->Xn;
     TRY(cudak_muon_momentum(c->adam_m + tn->offset, c->grads + tn->offset, X, rows, cols, s.flip, c->scal + 1, w_buf,
                             w_nest, mu->nesterov, c->st));
-    TRY(cudak_muon_normalize(X, (size_t)s.p * s.q, c->st));
+    TRY(cudak_muon_normalize(X, (size_t)s.p * s.q, w->part, c->st));
     TRY(newton_schulz(c, &X, &Xn, w->G, w->G2, s.p, s.q, mu->ns_steps));
     const float neg_lr = (float)(-(double)muon_lr * gpt_muon_adjust(mu->adjust, s.A, s.B));
     TRY(cudak_muon_update(c->params + tn->offset, X, rows, cols, s.flip, decay_mul, neg_lr, c->st));

@@ -275,7 +275,7 @@ static void test_adamw(void) {
 /* Muon's passes against cpuk_muon_momentum / cpuk_muon_update (both orientations, Nesterov and
  * not, a clip below 1 read from device memory) and the normalisation against cpuk_sumsq. */
 static void test_muon(void) {
-  const int rows = 37, cols = 91;
+  const int rows = 237, cols = 191; /* more than one normalisation chunk */
   const size_t n = (size_t)rows * cols;
   const float clip = 0.7f;
   for (int flip = 0; flip < 2; flip++) {
@@ -290,8 +290,10 @@ static void test_muon(void) {
     expect_close(flip ? "muon X (flip)" : "muon X", g = back(d_X, n), X, n, 1e-6), free(g);
     const float norm = (float)sqrt(cpuk_sumsq(X, n));
     for (size_t i = 0; i < n; i++) X[i] /= norm;
-    CHECK_EQ_INT(cudak_muon_normalize(d_X, n, NULL), 0);
+    double *d_part = dev(NULL, cudak_muon_norm_scratch(n) * sizeof(double));
+    CHECK_EQ_INT(cudak_muon_normalize(d_X, n, d_part, NULL), 0);
     expect_close("muon normalize", g = back(d_X, n), X, n, 1e-6), free(g);
+    cudak_free(d_part);
     cpuk_muon_update(th, X, rows, cols, 0, rows, flip, 0.998f, -0.03f);
     CHECK_EQ_INT(cudak_muon_update(d_th, d_X, rows, cols, flip, 0.998f, -0.03f, NULL), 0);
     expect_close(flip ? "muon update (flip)" : "muon update", g = back(d_th, n), th, n, 1e-6), free(g);

@@ -71,8 +71,12 @@ int cudak_muon_momentum(float *buf, float *g, float *X, int rows, int cols, int 
   cpuk_muon_momentum(buf, g, X, rows, cols, 0, rows, flip, *clip, w_buf, w_nest, nesterov);
   return 0;
 }
-int cudak_muon_normalize(float *X, size_t n, cudak_stream) {
+size_t cudak_muon_norm_scratch(size_t n) {
+  return (n + 16383) / 16384 + 1;
+}
+int cudak_muon_normalize(float *X, size_t n, double *part, cudak_stream) {
   const float norm = (float)sqrt(cpuk_sumsq(X, n)), den = norm > 1e-7f ? norm : 1e-7f;
+  part[cudak_muon_norm_scratch(n) - 1] = den; /* the scratch must hold the divisor's slot */
   for (size_t i = 0; i < n; i++) X[i] /= den;
   return 0;
 }
