@@ -77,6 +77,16 @@ int main(void) {
   CHECK(strcmp(url, want) == 0);
   if (strcmp(url, want)) fprintf(stderr, "  got  %s\n  want %s\n", url, want);
 
+  /* A secret longer than HMAC's 64-byte block ("AWS4" + 100 bytes) is hashed first (RFC 2104);
+   * the signature was computed with Python's hmac and hashlib. */
+  memset(c.secret_key, 'x', 100);
+  c.secret_key[100] = 0;
+  CHECK_EQ_INT(s3_sigv4_presign(&c, "us-east-1", "GET", "https://" HOST, HOST, "/test.txt", NULL, 0, NULL, 0,
+                                1369353600, 86400, url, sizeof url),
+               0);
+  CHECK(strstr(url, "X-Amz-Signature=0c05392626efdb809b96df20896acfeaf7ac3085e9d087d773816fcadb9cb449") != NULL);
+  c = aws_example();
+
   /* Encoding: unreserved kept, '/' only in paths, everything else %XX upper-case. */
   char e[64];
   CHECK_EQ_INT(s3_uri_encode("a b/c~d+é", 1, e, sizeof e), 0);
