@@ -32,6 +32,7 @@
 #include "coordinator/pcache.h"
 #include "coordinator/rounds.h"
 #include "coordinator/svc.h"
+#include "coordinator/blobwatch.h"
 #include "kernels/modeldir.h"
 #include "proto/dipaco.pb-c.h"
 
@@ -138,6 +139,13 @@ static void reply_job(struct rpc_call *call, coord *c, int64_t id) {
   job.summary = &s;
   job.spec_json = sj.spec_json;
   job.message = sj.error ? sj.error : "";
+  char held[700], why[512];
+  int64_t since = 0;
+  if ((sj.state == JOB_RUNNING || sj.state == JOB_PAUSED) && blobwatch_down(c, why, sizeof why, &since)) {
+    snprintf(held, sizeof held, "waiting for the blob store (unavailable for %.0f s: %s)",
+             (double)(dpc_wall_ms() - since) / 1000.0, why);
+    job.message = held;
+  }
   int64_t leased, merged;
   if (store_job_goodput(c->st, id, &leased, &merged) == 0) {
     job.steps_leased = (uint64_t)leased;

@@ -1,5 +1,7 @@
-/* blobs.c — checksummed float-array files under STATE/blobs/ (format in blobs.h). */
+/* blobs.c — checksummed float arrays (format in blobs.h) as files under STATE/blobs/ or as
+ * objects on an S3-compatible store (blobs_s3.c moves those bytes; every check is here). */
 #include "coordinator/blobs.h"
+#include "coordinator/blobs_s3.h"
 #include "common/checksum.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
@@ -20,12 +22,14 @@
 #endif
 
 struct blob_store {
-  char *dir; /* STATE/blobs */
+  char *dir;   /* STATE/blobs, or the s3:// URL */
+  blob_s3 *s3; /* NULL: files under dir */
 };
 
 struct blob_writer {
   blob_store *bs;
-  dpc_afile *f;
+  dpc_afile *f;       /* a file, or */
+  blob_s3_writer *sw; /* an object */
   char name[BLOB_NAME_MAX];
   uint64_t want, got; /* payload bytes */
   uint32_t crc;       /* of the payload so far */
@@ -60,8 +64,25 @@ int blob_store_open(const char *state_dir, blob_store **out) {
   return 0;
 }
 
+int blob_store_open_s3(const s3_options *o, blob_store **out) {
+  *out = NULL;
+  blob_store *bs = calloc(1, sizeof *bs);
+  if (!bs) return dpc_err(DPC_ENOMEM, "blob store: out of memory");
+  int rc = blob_s3_open(o, &bs->s3);
+  if (!rc && !(bs->dir = strdup(blob_s3_url(bs->s3)))) rc = dpc_err(DPC_ENOMEM, "blob store: out of memory");
+  if (rc) {
+    blob_store_close(bs);
+    return rc;
+  }
+  *out = bs;
+  return 0;
+}
+
+int blob_store_is_s3(const blob_store *bs) { return bs->s3 != NULL; }
+
 void blob_store_close(blob_store *bs) {
   if (!bs) return;
+  blob_s3_close(bs->s3);
   free(bs->dir);
   free(bs);
 }
@@ -117,7 +138,8 @@ static int check_name(const char *name) {
 int blob_path(const blob_store *bs, const char *name, char *buf, size_t cap) {
   int rc = check_name(name);
   if (rc) return rc;
-  int n = snprintf(buf, cap, "%s/%s", bs->dir, name);
+  int n = bs->s3 ? snprintf(buf, cap, "%s%s%s", bs->dir, bs->dir[strlen(bs->dir) - 1] == '/' ? "" : "/", name)
+                  : snprintf(buf, cap, "%s/%s", bs->dir, name);
   if (n < 0 || (size_t)n >= cap) return dpc_err(DPC_ERANGE, "blob path longer than %zu bytes", cap);
   return 0;
 }
@@ -125,7 +147,7 @@ int blob_path(const blob_store *bs, const char *name, char *buf, size_t cap) {
 /* Make the name's subdirectory (durably) if it does not exist yet. */
 static int ensure_subdir(blob_store *bs, const char *name) {
   const char *slash = strchr(name, '/');
-  if (!slash) return 0;
+  if (!slash || bs->s3) return 0;
   char dir[4096];
   int n = snprintf(dir, sizeof dir, "%s/%.*s", bs->dir, (int)(slash - name), name);
   if (n < 0 || (size_t)n >= sizeof dir) return dpc_err(DPC_ERANGE, "blob directory path too long");
@@ -157,6 +179,15 @@ static void make_header(unsigned char h[BLOB_HEADER_BYTES], blob_kind kind, uint
   put_u64(h + 16, n);
 }
 
+static int sink_write(blob_writer *w, const void *p, size_t n) {
+  return w->sw ? blob_s3_writer_append(w->sw, p, n) : dpc_afile_write(w->f, p, n);
+}
+
+static void sink_abort(blob_writer *w) {
+  if (w->sw) blob_s3_writer_abort(w->sw);
+  else dpc_afile_abort(w->f);
+}
+
 int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_writer **out) {
   *out = NULL;
   int rc = check_name(name);
@@ -171,11 +202,13 @@ int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
   w->want = (uint64_t)n * 4;
   char path[4096];
   rc = blob_path(bs, name, path, sizeof path);
-  if (rc == 0) rc = dpc_afile_open(path, &w->f);
+  if (rc == 0)
+    rc = bs->s3 ? blob_s3_writer_open(bs->s3, name, BLOB_HEADER_BYTES + w->want + BLOB_TRAILER_BYTES, &w->sw)
+                : dpc_afile_open(path, &w->f);
   if (rc == 0) {
     make_header(w->header, kind, n);
-    rc = dpc_afile_write(w->f, w->header, sizeof w->header);
-    if (rc) dpc_afile_abort(w->f);
+    rc = sink_write(w, w->header, sizeof w->header);
+    if (rc) sink_abort(w);
   }
   if (rc) {
     free(w);
@@ -188,18 +221,20 @@ int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
 int blob_writer_append(blob_writer *w, const void *bytes, size_t nbytes) {
   if (nbytes > w->want - w->got)
     return dpc_err(DPC_ERANGE, "blob %s: %zu more bytes would exceed the declared %" PRIu64, w->name, nbytes, w->want);
-  int rc = dpc_afile_write(w->f, bytes, nbytes);
+  int rc = sink_write(w, bytes, nbytes);
   if (rc) return rc;
   w->crc = dpc_crc32c(w->crc, bytes, nbytes);
   w->got += nbytes;
   return 0;
 }
 
-void blob_writer_writeback(blob_writer *w) { dpc_afile_writeback(w->f); }
+void blob_writer_writeback(blob_writer *w) {
+  if (w->f) dpc_afile_writeback(w->f);
+}
 
 void blob_writer_abort(blob_writer *w) {
   if (!w) return;
-  dpc_afile_abort(w->f);
+  sink_abort(w);
   free(w);
 }
 
@@ -212,12 +247,12 @@ int blob_writer_commit(blob_writer *w, uint32_t *crc_out) {
   unsigned char t[BLOB_TRAILER_BYTES];
   put_u32(t, w->crc);
   put_u32(t + 4, dpc_crc32c(0, w->header, BLOB_HEADER_BYTES));
-  int rc = dpc_afile_write(w->f, t, sizeof t);
+  int rc = sink_write(w, t, sizeof t);
   if (rc) {
     blob_writer_abort(w);
     return rc;
   }
-  rc = dpc_afile_commit(w->f);
+  rc = w->sw ? blob_s3_writer_commit(w->sw) : dpc_afile_commit(w->f);
   if (rc == 0 && crc_out) *crc_out = w->crc;
   free(w);
   return rc;
@@ -234,66 +269,95 @@ int blob_write(blob_store *bs, const char *name, blob_kind kind, const float *da
   return blob_writer_commit(w, crc_out);
 }
 
-static int read_full(int fd, void *buf, size_t n) {
-  char *p = buf;
-  while (n > 0) {
-    size_t chunk = n > (1u << 30) ? (1u << 30) : n;
-    ssize_t r = read(fd, p, chunk);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return r < 0 ? -errno : -EIO;
-    p += r;
-    n -= (size_t)r;
+/* Where a blob's bytes are read from: an open file, or an object of the S3 store. */
+typedef struct {
+  int fd;      /* -1 for an object */
+  blob_s3 *s3; /* the store, for an object */
+  char name[BLOB_NAME_MAX];
+} blob_src;
+
+/* Open blob `name` for reading; *size gets its length in bytes. */
+static int src_open(blob_store *bs, const char *name, const char *path, blob_src *src, uint64_t *size) {
+  src->fd = -1;
+  src->s3 = bs->s3;
+  snprintf(src->name, sizeof src->name, "%s", name);
+  if (bs->s3) return blob_s3_size(bs->s3, name, size);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return dpc_err(dpc_errno_code(errno), "blob %s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return dpc_err(DPC_EIO, "blob %s: fstat: %s", path, strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return dpc_err(DPC_EFORMAT, "blob %s is not a regular file", path);
+  }
+  src->fd = fd;
+  *size = (uint64_t)st.st_size;
+  return 0;
+}
+
+static void src_close(blob_src *src) {
+  if (src->fd >= 0) close(src->fd);
+  src->fd = -1;
+}
+
+/* Bytes [off, off + n) of the blob into buf: all of them, or an error. */
+static int src_pread(const blob_src *src, void *buf, size_t n, uint64_t off, const char *path) {
+  if (src->fd < 0) return n ? blob_s3_read(src->s3, src->name, off, buf, n) : 0;
+  unsigned char *p = buf;
+  for (size_t done = 0; done < n;) {
+    size_t chunk = n - done > (1u << 30) ? (1u << 30) : n - done;
+    ssize_t k = pread(src->fd, p + done, chunk, (off_t)(off + done));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return dpc_err(dpc_errno_code(errno), "blob %s: read: %s", path, strerror(errno));
+    if (k == 0) return dpc_err(DPC_EFORMAT, "blob %s: ends early (truncated while read?)", path);
+    done += (size_t)k;
   }
   return 0;
 }
 
-/* Open and validate the header; *n_out gets the float count. dst == NULL: allocate. */
+/* Check a blob's header h (and its size in bytes) against kind and, unless want_n is
+ * SIZE_MAX, its float count; *n_out gets the count. */
+static int check_header(const char *path, const unsigned char *h, uint64_t size, blob_kind kind, size_t want_n,
+                        uint64_t *n_out) {
+  uint32_t magic = get_u32(h), version = get_u32(h + 4), k = get_u32(h + 8);
+  uint64_t n = get_u64(h + 16);
+  if (magic != BLOB_MAGIC)
+    return dpc_err(DPC_EFORMAT, "blob %s: bad magic 0x%08x (expected 0x%08x): not a dipaco blob", path, magic,
+                   BLOB_MAGIC);
+  if (version != BLOB_VERSION)
+    return dpc_err(DPC_EFORMAT, "blob %s: format version %u, this build reads %u", path, version, BLOB_VERSION);
+  if (n > BLOB_MAX_FLOATS || size != BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES)
+    return dpc_err(DPC_EFORMAT, "blob %s: file is %llu bytes but the header says %" PRIu64
+                   " floats (truncated or corrupt)", path, (unsigned long long)size, n);
+  if (k != (uint32_t)kind) return dpc_err(DPC_EFORMAT, "blob %s: holds kind %u, expected %d", path, k, (int)kind);
+  if (want_n != SIZE_MAX && n != (uint64_t)want_n)
+    return dpc_err(DPC_ESHAPE, "blob %s: holds %" PRIu64 " floats, expected %zu", path, n, want_n);
+  *n_out = n;
+  return 0;
+}
+
+/* Open and validate the header; *n_out gets the float count. alloc: allocate *dstp. */
 static int blob_read_impl(blob_store *bs, const char *name, blob_kind kind, float **dstp, size_t want_n, int alloc,
                           size_t *n_out, uint32_t *crc_out) {
   char path[4096];
   int rc = blob_path(bs, name, path, sizeof path);
   if (rc) return rc;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return dpc_err(dpc_errno_code(errno), "blob %s: %s", path, strerror(errno));
-  struct stat st;
+  blob_src src;
+  uint64_t size = 0, n = 0;
+  if ((rc = src_open(bs, name, path, &src, &size))) return rc;
   unsigned char h[BLOB_HEADER_BYTES], t[BLOB_TRAILER_BYTES];
   float *buf = NULL;
-  if (fstat(fd, &st) != 0) {
-    rc = dpc_err(DPC_EIO, "blob %s: fstat: %s", path, strerror(errno));
+  if (size < BLOB_HEADER_BYTES + BLOB_TRAILER_BYTES) {
+    rc = dpc_err(DPC_EFORMAT, "blob %s: %llu bytes, too short for a blob (truncated?)", path, (unsigned long long)size);
     goto out;
   }
-  if (!S_ISREG(st.st_mode) || st.st_size < BLOB_HEADER_BYTES + BLOB_TRAILER_BYTES) {
-    rc = dpc_err(DPC_EFORMAT, "blob %s: %lld bytes, too short for a blob (truncated?)", path, (long long)st.st_size);
+  if ((rc = src_pread(&src, h, sizeof h, 0, path)) ||
+      (rc = check_header(path, h, size, kind, alloc ? SIZE_MAX : want_n, &n)))
     goto out;
-  }
-  int e = read_full(fd, h, sizeof h);
-  if (e) {
-    rc = dpc_err(DPC_EIO, "blob %s: reading the header: %s", path, strerror(-e));
-    goto out;
-  }
-  uint32_t magic = get_u32(h), version = get_u32(h + 4), k = get_u32(h + 8);
-  uint64_t n = get_u64(h + 16);
-  if (magic != BLOB_MAGIC) {
-    rc = dpc_err(DPC_EFORMAT, "blob %s: bad magic 0x%08x (expected 0x%08x): not a dipaco blob", path, magic, BLOB_MAGIC);
-    goto out;
-  }
-  if (version != BLOB_VERSION) {
-    rc = dpc_err(DPC_EFORMAT, "blob %s: format version %u, this build reads %u", path, version, BLOB_VERSION);
-    goto out;
-  }
-  if (n > BLOB_MAX_FLOATS || (uint64_t)st.st_size != BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES) {
-    rc = dpc_err(DPC_EFORMAT, "blob %s: file is %lld bytes but the header says %" PRIu64 " floats (truncated or corrupt)",
-                 path, (long long)st.st_size, n);
-    goto out;
-  }
-  if (k != (uint32_t)kind) {
-    rc = dpc_err(DPC_EFORMAT, "blob %s: holds kind %u, expected %d", path, k, (int)kind);
-    goto out;
-  }
-  if (!alloc && n != (uint64_t)want_n) {
-    rc = dpc_err(DPC_ESHAPE, "blob %s: holds %" PRIu64 " floats, expected %zu", path, n, want_n);
-    goto out;
-  }
   if (alloc) {
     buf = malloc(n ? n * sizeof(float) : 1);
     if (!buf) {
@@ -303,10 +367,9 @@ static int blob_read_impl(blob_store *bs, const char *name, blob_kind kind, floa
   } else {
     buf = *dstp;
   }
-  if ((e = read_full(fd, buf, n * sizeof(float))) || (e = read_full(fd, t, sizeof t))) {
-    rc = dpc_err(DPC_EIO, "blob %s: read: %s", path, strerror(-e));
+  if ((rc = src_pread(&src, buf, n * sizeof(float), BLOB_HEADER_BYTES, path)) ||
+      (rc = src_pread(&src, t, sizeof t, BLOB_HEADER_BYTES + n * sizeof(float), path)))
     goto out;
-  }
   uint32_t hcrc = dpc_crc32c(0, h, sizeof h), pcrc = dpc_crc32c(0, buf, n * sizeof(float));
   if (hcrc != get_u32(t + 4)) {
     rc = dpc_err(DPC_ECHECKSUM, "blob %s: header checksum 0x%08x, stored 0x%08x (corrupt)", path, hcrc, get_u32(t + 4));
@@ -324,7 +387,7 @@ static int blob_read_impl(blob_store *bs, const char *name, blob_kind kind, floa
   }
 out:
   if (alloc) free(buf);
-  close(fd);
+  src_close(&src);
   return rc;
 }
 
@@ -340,6 +403,14 @@ int blob_read_alloc(blob_store *bs, const char *name, blob_kind kind, float **ou
 
 int blob_delete_many(blob_store *bs, char *const *names, int n) {
   int first = 0;
+  if (bs->s3) {
+    for (int i = 0; i < n; i++) {
+      int rc = check_name(names[i]);
+      if (!rc) rc = blob_s3_delete(bs->s3, names[i]);
+      if (rc && !first) first = rc;
+    }
+    return first;
+  }
   char dir[4096] = "", path[4096];
   for (int i = 0; i < n; i++) {
     int rc = blob_path(bs, names[i], path, sizeof path);
@@ -432,19 +503,80 @@ static int sweep_dir(sweep_ctx *sx, const char *dir, const char *rel) {
   return rc;
 }
 
+/* Whether object `name` ("JOB/FILE") is an orphan: its job directory is referenced, it is not
+ * inner state (found by name, never recorded), and no row names it. */
+static int s3_orphan(const sweep_ctx *sx, const char *name) {
+  const char *slash = strchr(name, '/');
+  char prefix[BLOB_NAME_MAX + 2];
+  blob_kind k = BLOB_PARAMS;
+  if (!slash || check_name(name) < 0 || blob_kind_of_name(name, &k) < 0 || (size_t)(slash - name) >= BLOB_NAME_MAX)
+    return 0;
+  snprintf(prefix, sizeof prefix, "%.*s/", (int)(slash - name), name);
+  return sx->keep && keep_has_prefix(sx->keep, sx->n_keep, prefix) && k != BLOB_INNER_M && k != BLOB_INNER_V &&
+         k != BLOB_INNER_L && k != BLOB_INNER_E &&
+         !bsearch(&name, sx->keep, (size_t)sx->n_keep, sizeof *sx->keep, cmp_name);
+}
+
+typedef struct {
+  const sweep_ctx *sx;
+  char **drop;
+  int n, cap;
+} s3_sweep;
+
+static int s3_sweep_one(void *ud, const char *key, uint64_t size) {
+  (void)size;
+  s3_sweep *w = ud;
+  if (!s3_orphan(w->sx, key)) return 0;
+  if (w->n == w->cap) {
+    int cap = w->cap ? 2 * w->cap : 64;
+    char **d = realloc(w->drop, (size_t)cap * sizeof *d);
+    if (!d) return DPC_ENOMEM;
+    w->drop = d;
+    w->cap = cap;
+  }
+  return (w->drop[w->n] = strdup(key)) ? (w->n++, 0) : DPC_ENOMEM;
+}
+
+/* The store's sweep: unfinished multipart uploads (a crash mid-write) count as temporary files;
+ * orphans as in sweep_dir. */
+static int sweep_s3(blob_store *bs, sweep_ctx *sx) {
+  int rc = blob_s3_abort_uploads(bs->s3, &sx->temps);
+  s3_sweep w = {.sx = sx};
+  if (!rc) rc = blob_s3_list(bs->s3, s3_sweep_one, &w);
+  if (!rc) rc = blob_delete_many(bs, w.drop, w.n);
+  if (!rc) sx->orphans = w.n;
+  for (int i = 0; i < w.n; i++) free(w.drop[i]);
+  free(w.drop);
+  return rc;
+}
+
 int blob_store_sweep(blob_store *bs, char **keep, int n_keep, int *temps, int *orphans) {
   if (keep) qsort(keep, (size_t)n_keep, sizeof *keep, cmp_name);
   sweep_ctx sx = {.keep = keep, .n_keep = keep ? n_keep : 0};
-  int rc = sweep_dir(&sx, bs->dir, "");
+  int rc = bs->s3 ? sweep_s3(bs, &sx) : sweep_dir(&sx, bs->dir, "");
   if (temps) *temps = sx.temps;
   if (orphans) *orphans = sx.orphans;
   return rc;
+}
+
+int blob_store_health(blob_store *bs, char *reason, size_t cap, int64_t *since_ms) {
+  return bs->s3 ? blob_s3_health(bs->s3, reason, cap, since_ms) : 1;
+}
+
+int blob_store_probe(blob_store *bs) { return bs->s3 ? blob_s3_probe(bs->s3) : 0; }
+
+int blob_exists(blob_store *bs, const char *name) {
+  char path[4096];
+  uint64_t size;
+  if (blob_path(bs, name, path, sizeof path) < 0) return 0;
+  return bs->s3 ? blob_s3_size(bs->s3, name, &size) == 0 : access(path, R_OK) == 0;
 }
 
 int blob_delete(blob_store *bs, const char *name) {
   char path[4096];
   int rc = blob_path(bs, name, path, sizeof path);
   if (rc) return rc;
+  if (bs->s3) return blob_s3_delete(bs->s3, name);
   if (unlink(path) != 0) {
     if (errno == ENOENT) return 0;
     return dpc_err(dpc_errno_code(errno), "delete blob %s: %s", path, strerror(errno));
@@ -463,7 +595,7 @@ int blob_delete(blob_store *bs, const char *name) {
  * reading a spool through a mapping 2-3x slower than pread. The process keeps no more of the
  * file than one view. */
 struct blob_reader {
-  int fd;
+  blob_src src;
   unsigned char *buf;
   size_t cap;
   char path[4096];
@@ -471,68 +603,41 @@ struct blob_reader {
   uint32_t crc, trailer_crc;
 };
 
-/* Open blob `name` for reading and check its header against kind and n floats: the open fd,
- * *size the file size, *trailer_crc the stored payload crc; negative DPC_E* otherwise. */
+/* Open blob `name` for reading into *src and check its header against kind and n floats;
+ * *size gets the blob's bytes, *trailer_crc the stored payload crc. */
 static int open_checked(blob_store *bs, const char *name, blob_kind kind, size_t want_n, char *path, size_t cap,
-                        off_t *size, uint32_t *trailer_crc) {
+                        blob_src *src, uint64_t *size, uint32_t *trailer_crc) {
   int rc = blob_path(bs, name, path, cap);
-  if (rc) return rc;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return dpc_err(dpc_errno_code(errno), "blob %s: %s", path, strerror(errno));
-  struct stat st;
+  if (rc || (rc = src_open(bs, name, path, src, size))) return rc;
   unsigned char h[BLOB_HEADER_BYTES], t[BLOB_TRAILER_BYTES];
-  if (fstat(fd, &st) != 0) {
-    rc = dpc_err(DPC_EIO, "blob %s: fstat: %s", path, strerror(errno));
-    goto bad;
-  }
-  if (!S_ISREG(st.st_mode) || st.st_size < BLOB_HEADER_BYTES + BLOB_TRAILER_BYTES) {
-    rc = dpc_err(DPC_EFORMAT, "blob %s: %lld bytes, too short for a blob (truncated?)", path, (long long)st.st_size);
-    goto bad;
-  }
-  if (pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h ||
-      pread(fd, t, sizeof t, st.st_size - BLOB_TRAILER_BYTES) != (ssize_t)sizeof t) {
-    rc = dpc_err(DPC_EIO, "blob %s: reading the header: %s", path, strerror(errno));
-    goto bad;
-  }
-  uint32_t magic = get_u32(h), version = get_u32(h + 4), k = get_u32(h + 8);
-  uint64_t n = get_u64(h + 16);
-  if (magic != BLOB_MAGIC) {
-    rc = dpc_err(DPC_EFORMAT, "blob %s: bad magic 0x%08x (expected 0x%08x): not a dipaco blob", path, magic, BLOB_MAGIC);
-  } else if (version != BLOB_VERSION) {
-    rc = dpc_err(DPC_EFORMAT, "blob %s: format version %u, this build reads %u", path, version, BLOB_VERSION);
-  } else if (n > BLOB_MAX_FLOATS || (uint64_t)st.st_size != BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES) {
-    rc = dpc_err(DPC_EFORMAT, "blob %s: file is %lld bytes but the header says %" PRIu64 " floats (truncated or corrupt)",
-                 path, (long long)st.st_size, n);
-  } else if (k != (uint32_t)kind) {
-    rc = dpc_err(DPC_EFORMAT, "blob %s: holds kind %u, expected %d", path, k, (int)kind);
-  } else if (n != (uint64_t)want_n) {
-    rc = dpc_err(DPC_ESHAPE, "blob %s: holds %" PRIu64 " floats, expected %zu", path, n, want_n);
-  } else if (dpc_crc32c(0, h, sizeof h) != get_u32(t + 4)) {
+  uint64_t n = 0;
+  if (*size < BLOB_HEADER_BYTES + BLOB_TRAILER_BYTES)
+    rc = dpc_err(DPC_EFORMAT, "blob %s: %llu bytes, too short for a blob (truncated?)", path, (unsigned long long)*size);
+  if (!rc) rc = src_pread(src, h, sizeof h, 0, path);
+  if (!rc) rc = src_pread(src, t, sizeof t, *size - BLOB_TRAILER_BYTES, path);
+  if (!rc) rc = check_header(path, h, *size, kind, want_n, &n);
+  if (!rc && dpc_crc32c(0, h, sizeof h) != get_u32(t + 4))
     rc = dpc_err(DPC_ECHECKSUM, "blob %s: header checksum 0x%08x, stored 0x%08x (corrupt)", path,
                  dpc_crc32c(0, h, sizeof h), get_u32(t + 4));
+  if (rc) {
+    src_close(src);
+    return rc;
   }
-  if (rc) goto bad;
-  *size = st.st_size;
   *trailer_crc = get_u32(t);
-  return fd;
-bad:
-  close(fd);
-  return rc;
+  return 0;
 }
 
 int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_reader **out) {
   *out = NULL;
   blob_reader *r = calloc(1, sizeof *r);
   if (!r) return dpc_err(DPC_ENOMEM, "blob %s: out of memory", name);
-  off_t size;
-  int fd = open_checked(bs, name, kind, n, r->path, sizeof r->path, &size, &r->trailer_crc);
-  if (fd < 0) {
+  uint64_t size;
+  int rc = open_checked(bs, name, kind, n, r->path, sizeof r->path, &r->src, &size, &r->trailer_crc);
+  if (rc) {
     free(r);
-    return fd;
+    return rc;
   }
-  (void)size;
-  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  r->fd = fd;
+  if (r->src.fd >= 0) (void)posix_fadvise(r->src.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   r->want = (uint64_t)n * 4;
   *out = r;
   return 0;
@@ -542,15 +647,9 @@ int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
 static int reader_fill(blob_reader *r, void *dst, size_t nbytes) {
   if (nbytes > r->want - r->got)
     return dpc_err(DPC_ERANGE, "blob %s: %zu more bytes would read past the payload", r->path, nbytes);
-  unsigned char *p = dst;
-  for (size_t done = 0; done < nbytes;) {
-    ssize_t k = pread(r->fd, p + done, nbytes - done, (off_t)(BLOB_HEADER_BYTES + r->got + done));
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) return dpc_err(dpc_errno_code(errno), "blob %s: read: %s", r->path, strerror(errno));
-    if (k == 0) return dpc_err(DPC_EFORMAT, "blob %s: ends early (truncated while read?)", r->path);
-    done += (size_t)k;
-  }
-  r->crc = dpc_crc32c(r->crc, p, nbytes);
+  int rc = src_pread(&r->src, dst, nbytes, BLOB_HEADER_BYTES + r->got, r->path);
+  if (rc) return rc;
+  r->crc = dpc_crc32c(r->crc, dst, nbytes);
   r->got += nbytes;
   return 0;
 }
@@ -571,7 +670,7 @@ int blob_reader_read(blob_reader *r, void *dst, size_t nbytes) { return reader_f
 
 void blob_reader_abort(blob_reader *r) {
   if (!r) return;
-  close(r->fd);
+  src_close(&r->src);
   free(r->buf);
   free(r);
 }
@@ -589,16 +688,26 @@ int blob_reader_close(blob_reader *r, uint32_t *crc_out) {
   return rc;
 }
 
+/* A file is mapped; an object is read into an anonymous mapping, so blob_unmap frees both. */
 int blob_map(blob_store *bs, const char *name, blob_kind kind, size_t n, int verify, const float **data, void **map,
              size_t *map_len, uint32_t *crc_out) {
   char path[4096];
-  off_t size;
+  uint64_t size;
   uint32_t stored;
-  int fd = open_checked(bs, name, kind, n, path, sizeof path, &size, &stored);
-  if (fd < 0) return fd;
-  void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+  blob_src src;
+  int rc = open_checked(bs, name, kind, n, path, sizeof path, &src, &size, &stored);
+  if (rc) return rc;
+  void *m = src.fd >= 0 ? mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, src.fd, 0)
+                        : mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   int e = errno;
-  close(fd);
+  if (m != MAP_FAILED && src.fd < 0) {
+    if ((rc = src_pread(&src, m, (size_t)size, 0, path)) < 0) {
+      munmap(m, (size_t)size);
+      return rc;
+    }
+    verify = 1; /* fetched afresh: the bytes are checked whatever the caller knows */
+  }
+  src_close(&src);
   if (m == MAP_FAILED) return dpc_err(dpc_errno_code(e), "blob %s: mmap: %s", path, strerror(e));
   const float *payload = (const float *)(const void *)((const unsigned char *)m + BLOB_HEADER_BYTES);
   if (verify) {

@@ -1,5 +1,6 @@
 /* blobs.h — the coordinator's blob store: float arrays (parameters, outer momentum, deltas,
- * async buffers, inner AdamW state) as checksummed files under STATE/blobs/.
+ * async buffers, inner AdamW state) as checksummed files under STATE/blobs/, or as objects of
+ * the same format on an S3-compatible store (blob_store_open_s3; blobs_s3.h).
  *
  * File format (little-endian), version 1:
  *   header  24 bytes: u32 magic 0x42435044 ("DPCB"), u32 version 1, u32 kind (blob_kind),
@@ -25,6 +26,8 @@
  * bug (the last rename wins, both files are complete). */
 #ifndef DPC_BLOBS_H
 #define DPC_BLOBS_H
+
+#include "coordinator/s3.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -66,6 +69,12 @@ typedef struct blob_store blob_store;
 
 /* Open (creating if needed) STATE/blobs/. *out is freed with blob_store_close. */
 int blob_store_open(const char *state_dir, blob_store **out);
+/* Open a store whose blobs are objects under an S3 URL (coordinator/blobs_s3.h): the same
+ * format, names and checks; writes are durable once the store acknowledged them. Fails with the
+ * store's reason when the bucket is missing or the credentials are refused. */
+int blob_store_open_s3(const s3_options *o, blob_store **out);
+/* 1 for an S3 store. */
+int blob_store_is_s3(const blob_store *bs);
 void blob_store_close(blob_store *bs);
 /* The absolute-or-relative directory path of the store ("STATE/blobs"). */
 const char *blob_store_dir(const blob_store *bs);
@@ -126,6 +135,15 @@ void blob_reader_abort(blob_reader *r);
 int blob_map(blob_store *bs, const char *name, blob_kind kind, size_t n, int verify, const float **data, void **map,
              size_t *map_len, uint32_t *crc_out);
 void blob_unmap(void *map, size_t map_len);
+
+/* 1 while the store can be used (always, for files); 0 while an S3 store is unreachable or
+ * failing, with the last failure in reason[cap] and its start in *since_ms (may be NULL).
+ * blob_store_probe asks a store that is down whether it is back (0 when it is). */
+int blob_store_health(blob_store *bs, char *reason, size_t cap, int64_t *since_ms);
+int blob_store_probe(blob_store *bs);
+
+/* 1 if blob `name` exists (a file, or an object), else 0. */
+int blob_exists(blob_store *bs, const char *name);
 
 /* Remove blob `name` (durably: the directory is fsync'd). A missing blob is success. */
 int blob_delete(blob_store *bs, const char *name);

@@ -8,18 +8,19 @@
  * The core library (no gRPC, no libuv) is shared with dipacoctl; the layers are the daemon.
  * A daemon module calls only modules on its own layer or below it, and a lower one reaches a
  * higher one only through a callback stored here (struct coord's *_cb).
- *   core: jobspec* blobs outerio delta_screen store*
+ *   core: jobspec* blobs* outerio delta_screen store* s3*
  *   layer 0: coord membudget testhook
  *   layer 1: loop selfcheck
  *   layer 2: jobs pcache
- *   layer 3: leases rounds
+ *   layer 3: leases rounds blobwatch
  *   layer 4: svc svc_worker svc_pull svc_push svc_push_commit svc_inner
  *   layer 4: admin_upload admin_jobs admin_fleet metrics statuspage
  *   layer 5: main
  * What they hold:
- *   (core) job specs (jobspec), the blob store (blobs), the outer steps streamed range by
- *       range over blobs and run in the thread pool (outerio), the delta norm screen
- *       (delta_screen), the SQLite store (store*).
+ *   (core) job specs (jobspec), the blob store (blobs; its bytes on S3: blobs_s3), the outer
+ *       steps streamed range by range over blobs and run in the thread pool (outerio), the
+ *       delta norm screen (delta_screen), the SQLite store (store*), the S3 object-store client
+ *       and its SigV4 signer (s3, s3_sigv4).
  *   (0) coord.h: this shared state; membudget.c: the memory a job needs and the budget it
  *       must fit; testhook.c: crash-point hooks for the fault tests.
  *   (1) loop.c: the libuv loop glue, clocks, thread-pool work accounting, signals, the tick
@@ -27,7 +28,8 @@
  *   (2) jobs.c: loaded jobs (coord_job) and heartbeat notes; pcache.c: parameter buffers.
  *   (3) leases.c: lease assignment, DyLU, lease ends, recovery, expiry, worker liveness and
  *       the registry of parked Lease long-polls; rounds.c (calls leases.c): round closing,
- *       the sync outer step, the async apply, garbage collection, the tick's work.
+ *       the sync outer step, the async apply, garbage collection, the tick's work;
+ *       blobwatch.c: the blob store's outages (S3), which hold leases and outer steps.
  *   (4) svc.c: what every RPC handler shares (authentication, unpacking, streaming out);
  *       handlers by service: svc_worker.c (Register, Heartbeat, Lease, Release; calls
  *       svc_inner.c), svc_pull.c (PullFragment), svc_push.c (PushDelta: receiving; calls
@@ -220,6 +222,16 @@ typedef struct coord {
 
   uint64_t next_upload_id;
   uint64_t export_seq;
+
+  /* The blob store's health as blobwatch.c last saw it (loop thread): while an S3 store is
+   * down no lease is granted and no outer step starts; a probe on the thread pool every
+   * BLOBWATCH_PROBE_MS finds out when it is back. */
+  struct coord_store_health {
+    int down, probing;
+    int64_t since_ms, probe_at_ms, outages;
+    char reason[512];
+    uv_work_t req;
+  } store_health;
 
   /* counters for /metrics */
   uint64_t rounds_total, bytes_in, bytes_out, outer_steps;

@@ -59,10 +59,21 @@ typedef struct {
   int n_modules;   /* K_l */
 } jobspec_level;
 
+typedef enum { INNER_OPT_ADAMW = 0, INNER_OPT_MUON = 1 } jobspec_inner_optimizer;
+
+typedef struct {
+  double lr, momentum, weight_decay;
+  int nesterov, ns_steps;
+  int adjust_lr;          /* GPT_MUON_ADJUST_* */
+  int has_weight_decay;   /* 0: weight_decay is inner.weight_decay (jobspec_muon_weight_decay) */
+} jobspec_muon;
+
 typedef struct {
   double lr, lr_min_frac, weight_decay, beta1, beta2, eps, grad_clip;
   int warmup;
   jobspec_inner_state state;
+  jobspec_inner_optimizer optimizer;
+  jobspec_muon muon;      /* used with optimizer INNER_OPT_MUON only */
 } jobspec_inner;
 
 typedef struct {
@@ -216,5 +227,9 @@ int jobspec_streaming_offset(const jobspec *js, int group);
 
 const char *jobspec_algorithm_name(jobspec_algorithm a);
 const char *jobspec_inner_state_name(jobspec_inner_state s);
+/* "adamw" or "muon". */
+const char *jobspec_inner_optimizer_name(jobspec_inner_optimizer o);
+/* Muon's weight decay: inner.muon.weight_decay when given, else inner.weight_decay. */
+double jobspec_muon_weight_decay(const jobspec *js);
 
 #endif

@@ -14,6 +14,7 @@
 #include <string.h>
 
 _Static_assert(sizeof(jobspec_algorithm) == sizeof(int) && sizeof(jobspec_inner_state) == sizeof(int) &&
+                   sizeof(jobspec_inner_optimizer) == sizeof(int) &&
                    sizeof(jobspec_async_rule) == sizeof(int) && sizeof(jobspec_weighting) == sizeof(int),
                "JF_ENUM fields are read and written as int");
 
@@ -23,9 +24,17 @@ static const char *const RULE_NAMES[] = {"delayed-nesterov", "nesterov", "sgd"};
 static const char *const WEIGHT_NAMES[] = {"uniform", "tokens"};
 static const char *const ARCH_NAMES[] = {"gpt2", "llama"};         /* gpt_arch */
 static const char *const ROPE_NAMES[] = {"none", "llama3"};        /* gpt_rope_scaling */
+static const char *const OPTIMIZER_NAMES[] = {"adamw", "muon"};    /* jobspec_inner_optimizer */
+static const char *const ADJUST_NAMES[] = {"original", "match_rms_adamw"}; /* GPT_MUON_ADJUST_* */
 
 const char *jobspec_algorithm_name(jobspec_algorithm a) { return (unsigned)a < 3 ? jobspec_algo_names[a] : "?"; }
 const char *jobspec_inner_state_name(jobspec_inner_state s) { return (unsigned)s < 3 ? STATE_NAMES[s] : "?"; }
+const char *jobspec_inner_optimizer_name(jobspec_inner_optimizer o) {
+  return (unsigned)o < 2 ? OPTIMIZER_NAMES[o] : "?";
+}
+double jobspec_muon_weight_decay(const jobspec *js) {
+  return js->inner.muon.has_weight_decay ? js->inner.muon.weight_decay : js->inner.weight_decay;
+}
 
 int jf_has_ctl(const char *s) {
   for (; *s; s++)
@@ -77,6 +86,9 @@ static int is_llama(const jobspec *js) {
   return js->model.arch == GPT_ARCH_LLAMA;
 }
 
+/* When inner.muon applies. */
+static int is_muon(const jobspec *js) { return js->inner.optimizer == INNER_OPT_MUON; }
+
 static int is_llama3(const jobspec *js) {
   return is_llama(js) && js->model.rope_scaling == GPT_ROPE_LLAMA3;
 }
@@ -91,6 +103,7 @@ static int is_llama3(const jobspec *js) {
 #define UPTO(a, ref) .range = {1, (a), 0, 0, 0, (ref)}
 #define ENUM(n) .names = (n), .n_names = (int)(sizeof(n) / sizeof(n)[0])
 #define DAYS_30 (30 * 86400.0)
+#define MUON_ONLY .when = is_muon, .when_doc = "inner.optimizer \"muon\""
 
 const jobspec_field jobspec_fields[] = {
     {"", "name", .type = JF_STRING, .flags = JF_REQUIRED, AT(name), .check = check_name,
@@ -182,6 +195,28 @@ const jobspec_field jobspec_fields[] = {
     {"inner", "state", .type = JF_ENUM, AT(inner.state), .def = INNER_STATE_KEEP, ENUM(STATE_NAMES),
      .doc = "a slot's AdamW state across rounds: kept by its worker, fresh each round, or uploaded each round so any "
             "worker that takes the slot resumes it exactly"},
+    /* MuLoCo (docs/design.md §3.2): Muon on the block matrices, AdamW (the fields above) on the
+     * rest. Muon's momentum rides in the AdamW state, so every job kind carries it. Defaults:
+     * torch.optim.Muon's, except lr 0.02 (its 1e-3 assumes match_rms_adamw-like scaling). */
+    {"inner", "optimizer", .type = JF_ENUM, .flags = JF_OMIT_DEFAULT, AT(inner.optimizer), .def = INNER_OPT_ADAMW,
+     ENUM(OPTIMIZER_NAMES), .doc = "AdamW for every tensor, or Muon for the transformer blocks' matrices and AdamW "
+                                   "for the rest (MuLoCo)"},
+    {"inner", "muon", MUON_ONLY, .type = JF_OBJECT,
+     .doc = "Muon's hyperparameters (torch.optim.Muon; Newton-Schulz in fp32)"},
+    {"inner.muon", "lr", MUON_ONLY, .type = JF_NUMBER, AT(inner.muon.lr), .def = 0.02, OPEN_CLOSED(0, 10),
+     .doc = "Muon's peak learning rate; the schedule scales it as it scales inner.lr"},
+    {"inner.muon", "momentum", MUON_ONLY, .type = JF_NUMBER, AT(inner.muon.momentum), .def = 0.95, CLOSED_OPEN(0, 1),
+     .doc = "μ: buf <- lerp(buf, g, 1 - μ)"},
+    {"inner.muon", "nesterov", MUON_ONLY, .type = JF_BOOL, AT(inner.muon.nesterov), .def = 1,
+     .doc = "orthogonalise lerp(g, buf, μ) (else buf)"},
+    {"inner.muon", "ns_steps", MUON_ONLY, .type = JF_INT, AT(inner.muon.ns_steps), .def = 5, CLOSED(1, 20),
+     .doc = "Newton-Schulz iterations"},
+    {"inner.muon", "weight_decay", MUON_ONLY, .type = JF_NUMBER, .flags = JF_PRESENCE, AT(inner.muon.weight_decay),
+     .count_off = offsetof(jobspec, inner.muon.has_weight_decay), CLOSED(0, 10),
+     .doc = "Muon's decoupled weight decay (absent: inner.weight_decay)"},
+    {"inner.muon", "adjust_lr", MUON_ONLY, .type = JF_ENUM, AT(inner.muon.adjust_lr), .def = GPT_MUON_ADJUST_ORIGINAL,
+     ENUM(ADJUST_NAMES), .doc = "the learning rate of an A x B matrix times sqrt(max(1, A/B)), or 0.2 sqrt(max(A, B)) "
+                                "to match AdamW's update RMS"},
 
     /* Sync outer step (diloco, dipaco): Nesterov lr 0.6, momentum 0.7, from the DiLoCo quality
      * study (tests/bench/diloco_quality.sh): at small scale and tens of rounds, momentum 0.9

@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "coordinator/jobs.h"
 #include "coordinator/loop.h"
+#include "coordinator/blobwatch.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -291,6 +292,10 @@ int lease_assign(coord *c, int64_t worker, int64_t job_filter, store_lease *leas
   if ((rc = store_get_worker(c->st, worker, &me)) < 0 || me.state == WORKER_DRAINING) {
     free(act);
     return rc < 0 ? rc : SCHED_NO_WORK;
+  }
+  if (blobwatch_down(c, NULL, 0, NULL)) { /* a lease could neither pull nor push: ask again later */
+    free(act);
+    return SCHED_WAIT;
   }
   int64_t now = dpc_wall_ms();
   int any_work = 0;

@@ -60,6 +60,7 @@
 
 typedef struct opts {
   const char *listen, *state_dir, *metrics_addr, *join_file, *admin_file;
+  const char *blob_store, *s3_endpoint, *s3_region, *s3_creds, *s3_ca;
   struct rpc_tls tls;
   int json, ttl, hb, dead_hb, reconnect_ms, no_auth, use_tls, retention_s;
   int handshake_ms, idle_ms, self_check_ms, memory_budget_mb;
@@ -80,7 +81,10 @@ static void usage(FILE *f) {
              "         [--log-level debug|info|warn|error] [--log-json]\n"
              "         [--tls-cert FILE --tls-key FILE [--tls-ca FILE (require client certificates)]]\n"
              "         [--join-token-file FILE] [--admin-token-file FILE] (default STATE/join.token,\n"
-             "          STATE/admin.token, created 0600 at first start) [--insecure-no-auth]\n");
+             "          STATE/admin.token, created 0600 at first start) [--insecure-no-auth]\n"
+             "         [--blob-store s3://BUCKET[/PREFIX] --s3-endpoint http[s]://HOST[:PORT] [--s3-region R]\n"
+             "          [--s3-credentials FILE (mode 0600; default AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)]\n"
+             "          [--s3-ca-file FILE]] (default: blobs under STATE/blobs)\n");
 }
 
 static int parse_level(const char *v, void *dst) { return dpc_log_parse_level(v, dst) < 0 ? -1 : 0; }
@@ -122,6 +126,11 @@ static const char *flags_problem(const opts *o, char *msg, size_t cap) {
     return "TLS needs both --tls-cert and --tls-key (--tls-ca adds client certificates)";
   if (o->no_auth && (o->join_file || o->admin_file))
     return "--insecure-no-auth contradicts --join-token-file/--admin-token-file";
+  if (o->blob_store && strncmp(o->blob_store, "s3://", 5))
+    return "--blob-store: give s3://BUCKET[/PREFIX] (without it, blobs live under STATE/blobs)";
+  if (o->blob_store && !o->s3_endpoint) return "--blob-store s3://… needs --s3-endpoint http[s]://HOST[:PORT]";
+  if (!o->blob_store && (o->s3_endpoint || o->s3_region || o->s3_creds || o->s3_ca))
+    return "--s3-endpoint, --s3-region, --s3-credentials and --s3-ca-file need --blob-store s3://BUCKET[/PREFIX]";
   return NULL;
 }
 
@@ -152,6 +161,11 @@ static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
       {.name = "join-token-file", .kind = DPC_ARG_STR, .dst = &o->join_file},
       {.name = "admin-token-file", .kind = DPC_ARG_STR, .dst = &o->admin_file},
       {.name = "insecure-no-auth", .kind = DPC_ARG_FLAG, .dst = &o->no_auth},
+      {.name = "blob-store", .kind = DPC_ARG_STR, .dst = &o->blob_store},
+      {.name = "s3-endpoint", .kind = DPC_ARG_STR, .dst = &o->s3_endpoint},
+      {.name = "s3-region", .kind = DPC_ARG_STR, .dst = &o->s3_region},
+      {.name = "s3-credentials", .kind = DPC_ARG_STR, .dst = &o->s3_creds},
+      {.name = "s3-ca-file", .kind = DPC_ARG_STR, .dst = &o->s3_ca},
       DPC_ARGS_END};
   int rc = dpc_args_parse("dipaco-coordinator", argc - 1, argv + 1, args, NULL, NULL);
   *exit_code = rc > 0 ? 0 : 2;
@@ -232,10 +246,20 @@ static int lock_state_dir(const char *state_dir) {
   return lock_fd;
 }
 
+/* The blob store the flags name: files under STATE/blobs, or objects on S3. */
+static int open_blobs(coord *c, const opts *o) {
+  if (!o->blob_store) return blob_store_open(c->state_dir, &c->bs);
+  s3_options so = {.url = o->blob_store, .endpoint = o->s3_endpoint, .region = o->s3_region,
+                   .creds_file = o->s3_creds, .ca_file = o->s3_ca};
+  int rc = blob_store_open_s3(&so, &c->bs);
+  if (rc == 0) DPC_INFO("blobs are objects under %s at %s", o->blob_store, o->s3_endpoint);
+  return rc;
+}
+
 /* Store, blob store (after removing what a crash left behind) and the jobs. */
-static int open_state(coord *c) {
+static int open_state(coord *c, const opts *o) {
   int rc = store_open(c->state_dir, &c->st);
-  if (rc == 0) rc = blob_store_open(c->state_dir, &c->bs);
+  if (rc == 0) rc = open_blobs(c, o);
   if (rc == 0) {
     /* A crash mid-write leaves a blob's temp file behind (never a half blob under its name),
      * and one between a blob's rename and its row's commit (or garbage collection's commit
@@ -274,8 +298,9 @@ static int take_state(coord *c, const opts *o) {
     close(lock_fd);
     return -1;
   }
-  if (open_state(c) < 0) {
-    DPC_ERROR("cannot open the state directory %s: %s", o->state_dir, dpc_errmsg());
+  if (open_state(c, o) < 0) {
+    DPC_ERROR("cannot open the coordinator's state (%s%s%s): %s", o->state_dir, o->blob_store ? ", blobs at " : "",
+              o->blob_store ? o->blob_store : "", dpc_errmsg());
     close_state(c);
     close(lock_fd);
     return -1;

@@ -32,6 +32,7 @@
 #include "coordinator/leases.h"
 #include "coordinator/loop.h"
 #include "coordinator/statuspage.h"
+#include "coordinator/blobwatch.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -172,6 +173,11 @@ static void fmt_fleet(coord *c, sbuf *b) {
     head(b, "dipaco_active_leases", "gauge", "Leases active now (slots being trained).");
     sb_printf(b, "dipaco_active_leases %d\n", nl);
   }
+  head(b, "dipaco_blob_store_up", "gauge", "1 while the blob store answers; 0 during an S3 outage (leases and outer "
+       "steps wait).");
+  sb_printf(b, "dipaco_blob_store_up %d\n", !blobwatch_down(c, NULL, 0, NULL));
+  head(b, "dipaco_blob_store_outages_total", "counter", "Outages of the blob store since the start.");
+  sb_printf(b, "dipaco_blob_store_outages_total %lld\n", (long long)c->store_health.outages);
 }
 
 /* A label value: backslash, double quote and newline escaped (the exposition format). */

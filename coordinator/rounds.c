@@ -28,6 +28,7 @@
 #include "coordinator/leases.h"
 #include "coordinator/loop.h"
 #include "coordinator/pcache.h"
+#include "coordinator/blobwatch.h"
 #include "coordinator/testhook.h"
 #include "coordinator/outerio.h"
 
@@ -757,6 +758,7 @@ void rounds_check(coord *c) {
     lease_retry_parked(c, 1);
     return;
   }
+  if (blobwatch_down(c, NULL, 0, NULL)) return; /* nothing can be read or written: rounds wait */
   int64_t now = dpc_wall_ms();
   for (int ji = 0; ji < c->n_jobs; ji++) {
     coord_job *j = c->jobs[ji];
@@ -787,6 +789,7 @@ void rounds_note_pull(coord *c, int64_t job, int fragment, int64_t version) {
 
 void rounds_tick(coord *c) {
   if (c->stopping) return;
+  blobwatch_tick(c);
   lease_expire(c);
   lease_answer_watches(c, 0);
   rounds_check(c);

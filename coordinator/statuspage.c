@@ -14,6 +14,8 @@
 #include "coordinator/jobs.h"
 #include "coordinator/leases.h"
 #include "coordinator/loop.h"
+#include "coordinator/blobs.h"
+#include "coordinator/blobwatch.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -181,6 +183,16 @@ static cJSON *snapshot(coord *c) {
   cJSON_AddNumberToObject(co, "bytes_out_total", (double)c->bytes_out);
   cJSON_AddNumberToObject(co, "active_leases", na);
   cJSON_AddNumberToObject(co, "jobs_total", c->n_jobs);
+  char why[512];
+  int64_t since = 0;
+  cJSON *bs = cJSON_AddObjectToObject(co, "blob_store");
+  int down = blobwatch_down(c, why, sizeof why, &since);
+  cJSON_AddStringToObject(bs, "kind", blob_store_is_s3(c->bs) ? "s3" : "local");
+  cJSON_AddBoolToObject(bs, "up", !down);
+  if (down) {
+    cJSON_AddStringToObject(bs, "reason", why);
+    cJSON_AddNumberToObject(bs, "down_since_unix_ms", (double)since);
+  }
   /* Jobs: STATUSPAGE_MAX_JOBS of them, the live ones first, each group newest first; the
    * first STATUSPAGE_MAX_CHARTS get their loss history. */
   cJSON *jobs = cJSON_AddArrayToObject(root, "jobs");
@@ -367,6 +379,13 @@ int statuspage_html(coord *c, char **out, size_t *n) {
   fprintf(f, " out &middot; %.0f active leases &middot; refreshes every %d s &middot; "
              "<a href=\"/api/status\">JSON</a> &middot; <a href=\"/metrics\">metrics</a></p>\n",
           num(co, "active_leases"), STATUSPAGE_REFRESH_S);
+  const cJSON *bs = cJSON_GetObjectItemCaseSensitive(co, "blob_store");
+  if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(bs, "up"))) {
+    fprintf(f, "<p class=\"msg\">The blob store is unavailable (for %.0f s): leases and outer steps wait. ",
+            (now - num(bs, "down_since_unix_ms")) / 1000);
+    dpc_xml_escape(f, str(bs, "reason"));
+    fputs("</p>\n", f);
+  }
   const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(root, "jobs"), *j;
   if (cJSON_GetArraySize(jobs) == 0) fputs("<p>No jobs yet.</p>\n", f);
   cJSON_ArrayForEach(j, jobs) html_job(f, j);

@@ -69,9 +69,8 @@ static int inner_blob_name(const store_lease *l, const coord_job *j, int frag, i
 int svc_inner_ckpt_exists(coord *c, const coord_job *j, const store_lease *l, const int *fids, int nf) {
   for (int i = 0; i < nf; i++)
     for (int k = 0; k < inner_kinds(j); k++) {
-      char name[BLOB_NAME_MAX], path[4096];
-      if (inner_blob_name(l, j, fids[i], l->round - 1, inner_kind(j, k), name) < 0 ||
-          blob_path(c->bs, name, path, sizeof path) < 0 || access(path, R_OK) != 0)
+      char name[BLOB_NAME_MAX];
+      if (inner_blob_name(l, j, fids[i], l->round - 1, inner_kind(j, k), name) < 0 || !blob_exists(c->bs, name))
         return 0;
     }
   return nf > 0;

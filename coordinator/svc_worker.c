@@ -325,6 +325,19 @@ static void fill_hyper(const jobspec *js, Dipaco__V1__Hyper *hy) {
   hy->seed = js->seed;
 }
 
+/* Lease fields 40-46: the inner optimizer and, for Muon, its settings (docs/design.md §4.3). */
+static void fill_muon(const jobspec *js, Dipaco__V1__Lease *le) {
+  if (js->inner.optimizer != INNER_OPT_MUON) return;
+  const jobspec_muon *mu = &js->inner.muon;
+  le->inner_optimizer = DIPACO__V1__INNER_OPTIMIZER__INNER_OPTIMIZER_MUON;
+  le->muon_lr = (float)mu->lr;
+  le->muon_momentum = (float)mu->momentum;
+  le->muon_nesterov = mu->nesterov != 0;
+  le->muon_ns_steps = (uint32_t)mu->ns_steps;
+  le->muon_weight_decay = (float)jobspec_muon_weight_decay(js);
+  le->muon_adjust_lr = (Dipaco__V1__MuonAdjustLr)mu->adjust_lr;
+}
+
 /* DataWindow.dataset: the data entries of the lease's path (data.paths[path], or data.train)
  * joined with ','; NULL when out of memory or the path has no list (the caller frees). */
 static char *lease_dataset(const jobspec *js, int path) {
@@ -452,6 +465,7 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
     le.sparse_ef_beta = j->spec.sparse.ef_beta;
     le.sparse_pull = jobspec_sparse_pull(&j->spec);
   }
+  fill_muon(&j->spec, &le);
   le.spec_json = spec_json ? spec_json : "";
   Dipaco__V1__LeaseResponse resp = DIPACO__V1__LEASE_RESPONSE__INIT;
   resp.outcome = DIPACO__V1__LEASE_OUTCOME__LEASE_GRANTED;

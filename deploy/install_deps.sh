@@ -25,10 +25,10 @@ case "${1:-}" in
 esac
 PKGS="build-essential cmake pkg-config libgrpc-dev protobuf-c-compiler libprotobuf-c-dev \
 protobuf-compiler libuv1-dev libsqlite3-dev libopenblas-dev libcjson-dev libpcre2-dev \
-libsystemd-dev python3"
+libsystemd-dev libcurl4-openssl-dev libssl-dev python3"
 [ -n "$TEST" ] && PKGS="$PKGS python3-torch python3-numpy python3-grpcio python3-protobuf python3-yaml \
 python3-pil clang libclang-rt-dev binutils openssl procps util-linux bsdutils prometheus chromium \
-tesseract-ocr slurm-wlm munge systemd"
+tesseract-ocr slurm-wlm munge systemd ceph-mon ceph-osd radosgw ceph-common uuid-runtime curl"
 [ -n "$BENCH" ] && PKGS="$PKGS bible-kjv-text bible-kjv iperf3"
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=""

@@ -167,6 +167,19 @@ int gpt_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, f
   return m->ops->adamw_step(m, hp, lr, t, grad_norm);
 }
 
+int gpt_muon_step(gpt_model *m, const gpt_adamw_hparams *hp, const gpt_muon_hparams *mu, float lr, float muon_lr,
+                  int t, float *grad_norm) {
+  if (t < 1) return dpc_err(DPC_EINVAL, "AdamW step count %d must be >= 1", t);
+  if (mu->ns_steps < 1 || mu->ns_steps > 20)
+    return dpc_err(DPC_EINVAL, "Muon ns_steps %d outside [1, 20]", mu->ns_steps);
+  if (!m->ops->muon_step)
+    return dpc_err(DPC_EUNSUPPORTED, "the %s backend has no Muon inner optimizer (docs/design.md §3); use "
+                   "inner.optimizer adamw or the cpu backend", m->ops->name);
+  return m->ops->muon_step(m, hp, mu, lr, muon_lr, t, grad_norm);
+}
+
+int gpt_has_muon(const gpt_model *m) { return m->ops->muon_step != NULL; }
+
 int gpt_get_opt_state(gpt_model *m, float *m_dst, float *v_dst) { return m->ops->get_opt_state(m, m_dst, v_dst); }
 int gpt_set_opt_state(gpt_model *m, const float *m_src, const float *v_src) {
   return m->ops->set_opt_state(m, m_src, v_src);

@@ -61,6 +61,8 @@ typedef struct {
   int decay;               /* 1: AdamW weight decay applies (2-D tensors: matrices and
                             * embeddings, never a norm's gain or a bias) */
   int layer;               /* -1 for the stem, else the transformer layer index */
+  int muon;                /* 1: a transformer block's matrix, which the Muon inner optimizer
+                            * steps (gpt_muon_step); everything else stays with AdamW */
 } gpt_tensor;
 
 typedef struct {
@@ -123,6 +125,12 @@ int gpt_layout_range_tensors(const gpt_layout *lay, size_t off, size_t len, uint
 /* Per-float weight-decay mask helper: 1 if flat index i lies in a decayed tensor. */
 int gpt_layout_decays(const gpt_layout *lay, size_t i);
 
+/* The matrix Muon orthogonalises for a tensor with t->muon set, in nn.Linear orientation
+ * [out, in] = [*A, *B]: Llama's weights are stored that way (*transposed = 0); GPT-2's Conv1D
+ * weights are stored [in, out], so Muon sees their transpose (*transposed = 1). GPT-2's fused
+ * c_attn is one matrix (A = 3C, B = C); Llama's q/k/v and gate/up are one matrix each. */
+void gpt_muon_dims(const gpt_layout *lay, const gpt_tensor *t, int *A, int *B, int *transposed);
+
 typedef enum { GPT_BACKEND_CPU = 0, GPT_BACKEND_CUDA = 1 } gpt_backend_kind;
 
 typedef struct {
@@ -147,6 +155,30 @@ typedef struct {
 } gpt_adamw_scalars;
 void gpt_adamw_scalars_at(const gpt_adamw_hparams *hp, float lr, int t, gpt_adamw_scalars *s);
 
+/* Muon, the inner optimizer of the transformer blocks' matrices (docs/design.md §3), exactly
+ * torch.optim.Muon's step with its Newton-Schulz iteration run in fp32. */
+enum { GPT_MUON_ADJUST_ORIGINAL = 0, GPT_MUON_ADJUST_MATCH_RMS_ADAMW = 1 };
+typedef struct {
+  float momentum;     /* mu in [0, 1) */
+  float weight_decay; /* decoupled: theta *= 1 - lr * weight_decay */
+  int nesterov;       /* 1: the update is lerp(g, buf, mu); 0: buf */
+  int ns_steps;       /* Newton-Schulz iterations, 1..20 */
+  int adjust;         /* GPT_MUON_ADJUST_*: the lr multiplier sqrt(max(1, A/B)) or 0.2 sqrt(max(A, B)) */
+} gpt_muon_hparams;
+
+/* The Newton-Schulz coefficients (a, b, c) of torch.optim.Muon. */
+#define GPT_MUON_NS_A 3.4445f
+#define GPT_MUON_NS_B (-4.7750f)
+#define GPT_MUON_NS_C 2.0315f
+
+/* The learning-rate multiplier of an A x B Muon matrix under `adjust` (computed in double, as
+ * torch's Python floats). */
+double gpt_muon_adjust(int adjust, int A, int B);
+
+/* Parse "original" or "match_rms_adamw"; DPC_EINVAL otherwise. gpt_muon_adjust_name inverts it. */
+int gpt_muon_adjust_parse(const char *s, int *out);
+const char *gpt_muon_adjust_name(int adjust);
+
 typedef struct gpt_model gpt_model;
 
 /* The backend vtable; kernels/cpu and kernels/cuda each provide one. */
@@ -167,6 +199,9 @@ typedef struct {
   int (*reset_opt_state)(gpt_model *m);
   int (*describe)(gpt_model *m, char *name, size_t len, uint64_t *mem_bytes);
   int (*hidden)(gpt_model *m, int b, int t, float *dst);
+  /* NULL where the backend has no Muon (gpt_muon_step then fails saying so). */
+  int (*muon_step)(gpt_model *m, const gpt_adamw_hparams *hp, const gpt_muon_hparams *mu, float lr, float muon_lr,
+                   int t, float *grad_norm);
 } gpt_backend_ops;
 
 struct gpt_model {
@@ -205,7 +240,18 @@ int gpt_backward(gpt_model *m);
  * one torch.optim.AdamW step with learning rate lr and 1-based step count t. Weight decay only
  * on decayed tensors. *grad_norm (may be NULL) receives the pre-clip global norm. */
 int gpt_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, float *grad_norm);
-/* AdamW first/second moments in canonical layout (n_params floats each). */
+/* The MuLoCo inner step (docs/design.md §3): clip all gradients by their global L2 norm as
+ * gpt_adamw_step does, then one AdamW step (lr, step count t, hp) on the tensors without the
+ * muon flag and one torch.optim.Muon step (learning rate muon_lr, mu) on those with it. Muon's
+ * momentum buffer lives in the AdamW first-moment array at the Muon tensors' positions (their
+ * second-moment positions stay zero), so gpt_get/set/reset_opt_state carry it unchanged.
+ * DPC_EUNSUPPORTED on a backend without Muon. */
+int gpt_muon_step(gpt_model *m, const gpt_adamw_hparams *hp, const gpt_muon_hparams *mu, float lr, float muon_lr,
+                  int t, float *grad_norm);
+/* 1 if the model's backend has gpt_muon_step (callers refuse Muon work up front). */
+int gpt_has_muon(const gpt_model *m);
+/* AdamW first/second moments in canonical layout (n_params floats each); with Muon, m holds
+ * the Muon tensors' momentum buffers and v is zero there. */
 int gpt_get_opt_state(gpt_model *m, float *m_dst, float *v_dst);
 int gpt_set_opt_state(gpt_model *m, const float *m_src, const float *v_src);
 int gpt_reset_opt_state(gpt_model *m);

@@ -79,8 +79,12 @@ static void add_tensor(gpt_layout *lay, const char *name, int ndim, int d0, int 
   t->offset = lay->n_params;
   t->decay = ndim == 2;
   t->layer = layer;
+  t->muon = 0;
   lay->n_params += t->numel;
 }
+
+/* Marks the tensor just added as one of Muon's (a block matrix). */
+static void mark_muon(gpt_layout *lay) { lay->tensors[lay->n_tensors - 1].muon = 1; }
 
 /* Llama: the stem, then per layer the tensors of gpt.h's order (q/k/v weights, then their
  * biases, back to back; gate/up back to back). */
@@ -97,19 +101,19 @@ static void build_llama(const gpt_config *cfg, gpt_layout *lay) {
 #define T1(suffix, d0) (snprintf(nm, sizeof nm, "model.layers.%d." suffix, l), add_tensor(lay, nm, 1, d0, 0, l))
 #define T2(suffix, d0, d1) (snprintf(nm, sizeof nm, "model.layers.%d." suffix, l), add_tensor(lay, nm, 2, d0, d1, l))
     T1("input_layernorm.weight", C);
-    T2("self_attn.q_proj.weight", QD, C);
-    T2("self_attn.k_proj.weight", KD, C);
-    T2("self_attn.v_proj.weight", KD, C);
+    T2("self_attn.q_proj.weight", QD, C), mark_muon(lay);
+    T2("self_attn.k_proj.weight", KD, C), mark_muon(lay);
+    T2("self_attn.v_proj.weight", KD, C), mark_muon(lay);
     if (cfg->attention_bias) {
       T1("self_attn.q_proj.bias", QD);
       T1("self_attn.k_proj.bias", KD);
       T1("self_attn.v_proj.bias", KD);
     }
-    T2("self_attn.o_proj.weight", C, QD);
+    T2("self_attn.o_proj.weight", C, QD), mark_muon(lay);
     T1("post_attention_layernorm.weight", C);
-    T2("mlp.gate_proj.weight", I, C);
-    T2("mlp.up_proj.weight", I, C);
-    T2("mlp.down_proj.weight", C, I);
+    T2("mlp.gate_proj.weight", I, C), mark_muon(lay);
+    T2("mlp.up_proj.weight", I, C), mark_muon(lay);
+    T2("mlp.down_proj.weight", C, I), mark_muon(lay);
 #undef T1
 #undef T2
   }
@@ -138,15 +142,15 @@ int gpt_layout_build(const gpt_config *cfg, gpt_layout *lay) {
 #define T2(suffix, d0, d1) (snprintf(nm, sizeof nm, "h.%d." suffix, l), add_tensor(lay, nm, 2, d0, d1, l))
     T1("ln_1.weight", C);
     T1("ln_1.bias", C);
-    T2("attn.c_attn.weight", C, 3 * C);
+    T2("attn.c_attn.weight", C, 3 * C), mark_muon(lay);
     T1("attn.c_attn.bias", 3 * C);
-    T2("attn.c_proj.weight", C, C);
+    T2("attn.c_proj.weight", C, C), mark_muon(lay);
     T1("attn.c_proj.bias", C);
     T1("ln_2.weight", C);
     T1("ln_2.bias", C);
-    T2("mlp.c_fc.weight", C, 4 * C);
+    T2("mlp.c_fc.weight", C, 4 * C), mark_muon(lay);
     T1("mlp.c_fc.bias", 4 * C);
-    T2("mlp.c_proj.weight", 4 * C, C);
+    T2("mlp.c_proj.weight", 4 * C, C), mark_muon(lay);
     T1("mlp.c_proj.bias", C);
 #undef T1
 #undef T2
@@ -186,6 +190,12 @@ int gpt_layout_decays(const gpt_layout *lay, size_t i) {
     if (i >= t->offset && i < t->offset + t->numel) return t->decay;
   }
   return 0;
+}
+
+void gpt_muon_dims(const gpt_layout *lay, const gpt_tensor *t, int *A, int *B, int *transposed) {
+  *transposed = lay->cfg.arch == GPT_ARCH_GPT2;
+  *A = *transposed ? t->shape[1] : t->shape[0];
+  *B = *transposed ? t->shape[0] : t->shape[1];
 }
 
 int gpt_layout_range_tensors(const gpt_layout *lay, size_t off, size_t len, uint64_t *tlen, int cap) {

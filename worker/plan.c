@@ -95,6 +95,27 @@ static int check_hyper(const Dipaco__V1__Lease *L, uint64_t *total_steps) {
   return 0;
 }
 
+/* The inner optimizer (Lease fields 40-46, docs/design.md §3.2) into o. */
+static int check_muon(const Dipaco__V1__Lease *L, trainer_opts *o) {
+  if (L->inner_optimizer == DIPACO__V1__INNER_OPTIMIZER__INNER_OPTIMIZER_ADAMW) return 0;
+  if (L->inner_optimizer != DIPACO__V1__INNER_OPTIMIZER__INNER_OPTIMIZER_MUON)
+    return dpc_err(DPC_EUNSUPPORTED, "lease: inner optimizer %d is not supported by this worker", L->inner_optimizer);
+  if (!finite_pos(L->muon_lr) || !(L->muon_momentum >= 0 && L->muon_momentum < 1) || L->muon_ns_steps < 1 ||
+      L->muon_ns_steps > 20 || !(L->muon_weight_decay >= 0 && isfinite(L->muon_weight_decay)) ||
+      (L->muon_adjust_lr != DIPACO__V1__MUON_ADJUST_LR__MUON_ADJUST_LR_ORIGINAL &&
+       L->muon_adjust_lr != DIPACO__V1__MUON_ADJUST_LR__MUON_ADJUST_LR_MATCH_RMS_ADAMW))
+    return dpc_err(DPC_EINVAL, "lease: Muon settings out of range (lr %g, momentum %g, ns_steps %u, weight_decay %g, "
+                   "adjust_lr %d)", L->muon_lr, L->muon_momentum, L->muon_ns_steps, L->muon_weight_decay,
+                   (int)L->muon_adjust_lr);
+  o->muon = 1;
+  o->muon_lr = L->muon_lr;
+  o->mu = (gpt_muon_hparams){.momentum = L->muon_momentum, .weight_decay = L->muon_weight_decay,
+                             .nesterov = L->muon_nesterov, .ns_steps = (int)L->muon_ns_steps,
+                             .adjust = L->muon_adjust_lr == DIPACO__V1__MUON_ADJUST_LR__MUON_ADJUST_LR_MATCH_RMS_ADAMW
+                                           ? GPT_MUON_ADJUST_MATCH_RMS_ADAMW : GPT_MUON_ADJUST_ORIGINAL};
+  return 0;
+}
+
 /* The steps and the data window: what this worker's data order can serve. */
 static int check_window(const Dipaco__V1__Lease *L) {
   const Dipaco__V1__DataWindow *d = L->data;
@@ -185,6 +206,7 @@ int lease_plan_build(const Dipaco__V1__Lease *L, lease_plan *p) {
                            .hp = {.beta1 = h->beta1, .beta2 = h->beta2, .eps = h->eps,
                                   .weight_decay = h->weight_decay, .grad_clip = h->grad_clip},
                            .replica = (int)d->replica, .n_replicas = (int)d->replicas};
+  if ((rc = check_muon(L, &p->opts))) return rc;
   return place_fragments(L, p);
 }
 

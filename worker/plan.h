@@ -1,8 +1,9 @@
 /* plan.h — a granted lease checked and turned into what the worker runs: the model shape, the
- * trainer's settings (batch, schedule, AdamW, data replica) and where each fragment sits in
- * the path's parameter buffer. Everything this worker cannot do (grad_accum > 1, shuffle,
- * DiPaCo routing, a delta codec it cannot encode, streaming settings out of range or in a
- * lease that is not streaming) is refused here, before any transfer starts.
+ * trainer's settings (batch, schedule, AdamW or Muon + AdamW, data replica) and where each
+ * fragment sits in the path's parameter buffer. Everything this worker cannot do
+ * (grad_accum > 1, shuffle, DiPaCo routing, a delta codec it cannot encode, streaming settings
+ * out of range or in a lease that is not streaming, an unknown inner optimizer) is refused
+ * here, before any transfer starts.
  *
  * Ownership: lease_plan_build fills *p; lease_plan_free frees p->abs_off (also after a failed
  * build). Thread-safety: no shared state. */

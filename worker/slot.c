@@ -21,7 +21,8 @@ static int key_equal(const trainer_key *a, const trainer_key *b) {
   if (x->B != y->B || x->T != y->T || x->total_steps != y->total_steps || x->lr != y->lr ||
       x->lr_min_frac != y->lr_min_frac || x->warmup != y->warmup || x->hp.beta1 != y->hp.beta1 ||
       x->hp.beta2 != y->hp.beta2 || x->hp.eps != y->hp.eps || x->hp.weight_decay != y->hp.weight_decay ||
-      x->hp.grad_clip != y->hp.grad_clip || x->replica != y->replica || x->n_replicas != y->n_replicas)
+      x->hp.grad_clip != y->hp.grad_clip || x->replica != y->replica || x->n_replicas != y->n_replicas ||
+      x->muon != y->muon || x->muon_lr != y->muon_lr || memcmp(&x->mu, &y->mu, sizeof x->mu) != 0)
     return 0;
   for (int i = 0; i < a->n_paths; i++)
     if (strcmp(a->paths[i], b->paths[i]) != 0) return 0;

@@ -1,5 +1,5 @@
-/* trainer.c — the worker's inner loop: H AdamW steps from the round's global parameters,
- * producing the outer gradient. See trainer.h for the contract. */
+/* trainer.c — the worker's inner loop: H AdamW (or Muon + AdamW) steps from the round's global
+ * parameters, producing the outer gradient. See trainer.h for the contract. */
 #include "worker/trainer.h"
 #include "common/clock.h"
 #include "common/errors.h"
@@ -20,6 +20,14 @@ struct trainer {
 
 void trainer_set_sched_shift(trainer *t, long shift) { t->sched_shift = shift; }
 
+/* One optimizer step at learning rate lr: AdamW, or Muon at muon_lr · lr / o.lr with AdamW. */
+static int opt_step(trainer *t, float lr) {
+  const int step = (int)(t->adam_step + 1);
+  if (!t->o.muon) return gpt_adamw_step(t->model, &t->o.hp, lr, step, NULL);
+  const float muon_lr = (float)((double)t->o.muon_lr * ((double)lr / (double)t->o.lr));
+  return gpt_muon_step(t->model, &t->o.hp, &t->o.mu, lr, muon_lr, step, NULL);
+}
+
 int trainer_open(trainer **out, const gpt_config *cfg, const gpt_backend_opts *bo, const char *const *shards,
                  int n, const trainer_opts *opts) {
   *out = NULL;
@@ -35,6 +43,9 @@ int trainer_open(trainer **out, const gpt_config *cfg, const gpt_backend_opts *b
                  n, n == 1 ? "" : "s", shards[0], (unsigned long long)dataset_num_tokens(t->ds), opts->B, opts->T);
   if (!rc) rc = dataset_check_vocab(t->ds, cfg->vocab_size); /* names the shard and the position */
   if (!rc) rc = gpt_create(&t->model, cfg, bo, opts->B, opts->T);
+  if (!rc && opts->muon && !gpt_has_muon(t->model))
+    rc = dpc_err(DPC_EUNSUPPORTED, "the job's inner optimizer is Muon, which the %s backend does not have "
+                 "(docs/design.md §3.2)", t->model->ops->name);
   if (!rc) {
     t->inputs = malloc((size_t)opts->B * opts->T * sizeof *t->inputs);
     t->targets = malloc((size_t)opts->B * opts->T * sizeof *t->targets);
@@ -74,7 +85,7 @@ int trainer_train(trainer *t, long first_step, int steps, trainer_stats *st, tra
     if ((rc = dataset_batch(t->ds, B, T, s, t->o.replica, t->o.n_replicas, t->inputs, t->targets)) ||
         (rc = gpt_forward(t->model, t->inputs, t->targets, B, T, &loss)) || (rc = gpt_zero_grad(t->model)) ||
         (rc = gpt_backward(t->model)) ||
-        (rc = gpt_adamw_step(t->model, &t->o.hp, lr, (int)(t->adam_step + 1), NULL)))
+        (rc = opt_step(t, lr)))
       return rc;
     if (!isfinite(loss)) return dpc_err(DPC_ENUMERIC, "inner step %ld: loss is %f", s, loss);
     t->adam_step++;

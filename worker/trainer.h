@@ -1,5 +1,6 @@
 /* trainer.h — a worker's inner loop, independent of the network: given the global parameters
- * of its path at the start of a round, run H inner AdamW steps on the slot's data and produce
+ * of its path at the start of a round, run H inner AdamW (or Muon + AdamW, docs/design.md
+ * §3.2) steps on the slot's data and produce
  * the outer gradient Δ = θ_start − θ_end (docs/design.md §3).
  *
  * The step counter s of a slot is global (round·H + h): it picks the data batch (batch index
@@ -19,6 +20,9 @@ typedef struct {
   int warmup;
   gpt_adamw_hparams hp;
   int replica, n_replicas; /* data order: replica r of R */
+  int muon;                /* 1: Muon on the block matrices, AdamW (hp) on the rest (MuLoCo) */
+  float muon_lr;           /* Muon's peak rate: step s runs at muon_lr · lr(s) / lr */
+  gpt_muon_hparams mu;
 } trainer_opts;
 
 typedef struct {
@@ -61,7 +65,8 @@ int trainer_train(trainer *t, long first_step, int steps, trainer_stats *st, tra
 int trainer_get_params(trainer *t, float *dst, size_t off, size_t n);
 int trainer_set_params(trainer *t, const float *src, size_t off, size_t n);
 /* Inner optimizer state (inner_state keep/reset/checkpoint). adam_step is the number of AdamW
- * steps taken so far (torch's state['step']). */
+ * steps taken so far (torch's state['step']). With Muon, m holds its momentum buffers at the
+ * Muon tensors (v zero there): the same two arrays. */
 int trainer_reset_state(trainer *t);
 int trainer_get_state(trainer *t, float *m, float *v, long *adam_step);
 int trainer_set_state(trainer *t, const float *m, const float *v, long adam_step);

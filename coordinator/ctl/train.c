@@ -1,5 +1,5 @@
 /* train.c — dipacoctl's single-process training tools: init (a fresh model directory),
- * train (AdamW with the inner schedule) and eval (mean loss over the first K batches). They use
+ * train (AdamW, or Muon with AdamW, with the inner schedule) and eval (mean loss over the first K batches). They use
  * the same kernels, formats and data order as the daemons, so a model trained here and one
  * trained by a one-worker job with the same spec see the same batches. */
 #include "common/dataset.h"
@@ -226,10 +226,15 @@ static void format_eta(double s, char *buf, size_t n) {
 typedef struct {
   int steps, warmup, json;
   float lr, lr_min_frac, wd, beta1, beta2, eps, clip;
+  const char *optimizer;   /* "adamw" or "muon" */
+  float muon_lr, muon_wd;  /* muon_wd NAN until given: then it is --weight-decay */
+  const char *muon_adjust; /* "original" or "match_rms_adamw" */
+  gpt_muon_hparams mu;     /* momentum, nesterov, ns_steps from the flags; the rest filled by train_check */
+  const char *state_out;   /* --opt-state-out: the final optimizer state m then v, raw float32 */
 } train_opts;
 
-/* Why the flags are unusable, or NULL. */
-static const char *train_check(const train_opts *t, int threads) {
+/* Why the flags are unusable, or NULL. Completes t->mu. */
+static const char *train_check(train_opts *t, int threads) {
   if (t->steps < 1) return "--steps must be >= 1";
   if (t->warmup < 0) return "--warmup must be >= 0";
   if (!(t->lr > 0)) return "--lr must be > 0";
@@ -239,7 +244,39 @@ static const char *train_check(const train_opts *t, int threads) {
   if (!(t->eps > 0)) return "--eps must be > 0";
   if (!(t->clip >= 0)) return "--grad-clip must be >= 0 (0 disables)";
   if (threads < 0) return "--threads must be >= 0";
+  if (strcmp(t->optimizer, "adamw") != 0 && strcmp(t->optimizer, "muon") != 0)
+    return "--optimizer must be adamw or muon";
+  if (!(t->muon_lr > 0)) return "--muon-lr must be > 0";
+  if (!(t->mu.momentum >= 0 && t->mu.momentum < 1)) return "--muon-momentum must be in [0, 1)";
+  if (t->mu.nesterov != 0 && t->mu.nesterov != 1) return "--muon-nesterov must be 0 or 1";
+  if (t->mu.ns_steps < 1 || t->mu.ns_steps > 20) return "--muon-ns-steps must be in [1, 20]";
+  if (isnan(t->muon_wd)) t->muon_wd = t->wd;
+  if (!(t->muon_wd >= 0)) return "--muon-weight-decay must be >= 0";
+  if (gpt_muon_adjust_parse(t->muon_adjust, &t->mu.adjust)) return "--muon-adjust-lr must be original or match_rms_adamw";
+  t->mu.weight_decay = t->muon_wd;
   return NULL;
+}
+
+/* One optimizer step at 0-based step s: AdamW, or Muon at muon_lr * (lr_s / lr) with AdamW. */
+static int train_opt_step(session *s, const train_opts *t, const gpt_adamw_hparams *hp, float lr_s, int step,
+                          float *norm) {
+  if (strcmp(t->optimizer, "muon") != 0) return gpt_adamw_step(s->model, hp, lr_s, step + 1, norm);
+  const float muon_lr = (float)((double)t->muon_lr * ((double)lr_s / (double)t->lr));
+  return gpt_muon_step(s->model, hp, &t->mu, lr_s, muon_lr, step + 1, norm);
+}
+
+/* --opt-state-out: the optimizer state (m, then v; n_params float32 each, canonical layout). */
+static int write_opt_state(session *s, const char *path) {
+  const size_t P = s->model->lay.n_params;
+  float *buf = malloc(2 * P * sizeof *buf);
+  if (!buf) return dpc_err(DPC_ENOMEM, "out of memory for the optimizer state");
+  int rc = gpt_get_opt_state(s->model, buf, buf + P);
+  FILE *f = rc ? NULL : fopen(path, "wb");
+  if (!rc && (!f || fwrite(buf, sizeof *buf, 2 * P, f) != 2 * P))
+    rc = dpc_err(DPC_EIO, "cannot write the optimizer state to %s", path);
+  if (f && fclose(f) && !rc) rc = dpc_err(DPC_EIO, "cannot write the optimizer state to %s", path);
+  free(buf);
+  return rc;
 }
 
 /* Runs t->steps AdamW steps on the session's model, printing progress (a JSON line per step
@@ -253,7 +290,7 @@ static int train_steps(session *s, const train_opts *t, int B, int T) {
     float lr_s = gpt_lr_at(t->lr, t->warmup, steps, t->lr_min_frac, step);
     if (dataset_batch(s->ds, B, T, step, 0, 1, s->inputs, s->targets) ||
         gpt_forward(s->model, s->inputs, s->targets, B, T, &loss) || gpt_zero_grad(s->model) ||
-        gpt_backward(s->model) || gpt_adamw_step(s->model, &hp, lr_s, step + 1, &norm)) {
+        gpt_backward(s->model) || train_opt_step(s, t, &hp, lr_s, step, &norm)) {
       CTL_FAIL("train");
       return 1;
     }
@@ -285,7 +322,8 @@ int ctl_train(int argc, char **argv) {
   const char *out = NULL;
   session_opts o = {.backend = "cpu", .precision = "fp32"};
   train_opts t = {.lr = 3e-4f, .lr_min_frac = 0.1f, .wd = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                  .clip = 1.0f};
+                  .clip = 1.0f, .optimizer = "adamw", .muon_lr = 0.02f, .muon_wd = NAN, .muon_adjust = "original",
+                  .mu = {.momentum = 0.95f, .nesterov = 1, .ns_steps = 5}};
   dpc_arg args[] = {{.name = "model", .kind = DPC_ARG_STR, .dst = &o.model_dir, .required = 1},
                     {.name = "data", .kind = DPC_ARG_STR, .dst = &o.data0, .required = 1},
                     {.name = "out", .kind = DPC_ARG_STR, .dst = &out, .required = 1},
@@ -305,6 +343,14 @@ int ctl_train(int argc, char **argv) {
                     {.name = "precision", .kind = DPC_ARG_STR, .dst = &o.precision},
                     {.name = "device", .kind = DPC_ARG_INT, .dst = &o.device},
                     {.name = "json", .kind = DPC_ARG_FLAG, .dst = &t.json},
+                    {.name = "optimizer", .kind = DPC_ARG_STR, .dst = &t.optimizer},
+                    {.name = "muon-lr", .kind = DPC_ARG_FLOAT, .dst = &t.muon_lr},
+                    {.name = "muon-momentum", .kind = DPC_ARG_FLOAT, .dst = &t.mu.momentum},
+                    {.name = "muon-nesterov", .kind = DPC_ARG_INT, .dst = &t.mu.nesterov},
+                    {.name = "muon-ns-steps", .kind = DPC_ARG_INT, .dst = &t.mu.ns_steps},
+                    {.name = "muon-weight-decay", .kind = DPC_ARG_FLOAT, .dst = &t.muon_wd},
+                    {.name = "muon-adjust-lr", .kind = DPC_ARG_STR, .dst = &t.muon_adjust},
+                    {.name = "opt-state-out", .kind = DPC_ARG_STR, .dst = &t.state_out},
                     DPC_ARGS_END};
   char **pos = NULL;
   int npos = 0, status;
@@ -327,7 +373,8 @@ int ctl_train(int argc, char **argv) {
   if ((status = train_steps(&s, &t, B, T))) goto done;
   status = 1;
   double el = dpc_mono_s() - t0;
-  if (gpt_get_params(s.model, s.params, 0, s.model->lay.n_params) || modeldir_save(out, &s.cfg, s.params)) {
+  if (gpt_get_params(s.model, s.params, 0, s.model->lay.n_params) || modeldir_save(out, &s.cfg, s.params) ||
+      (t.state_out && write_opt_state(&s, t.state_out))) {
     CTL_FAIL("train");
     goto done;
   }

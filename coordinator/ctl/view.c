@@ -176,6 +176,12 @@ static void text_spec(FILE *f, const jobspec *js) {
   fprintf(f, "%-18s %.9g\n", "inner.eps", js->inner.eps);
   fprintf(f, "%-18s %.9g\n", "inner.grad_clip", js->inner.grad_clip);
   fprintf(f, "%-18s %s\n", "inner.state", jobspec_inner_state_name(js->inner.state));
+  if (js->inner.optimizer == INNER_OPT_MUON)
+    fprintf(f, "%-18s muon (AdamW for the rest): lr %.9g, momentum %.9g%s, ns_steps %d, weight_decay %.9g, "
+            "adjust_lr %s\n", "inner.optimizer", js->inner.muon.lr, js->inner.muon.momentum,
+            js->inner.muon.nesterov ? " nesterov" : "", js->inner.muon.ns_steps, jobspec_muon_weight_decay(js),
+            gpt_muon_adjust_name(js->inner.muon.adjust_lr));
+  else fprintf(f, "%-18s adamw\n", "inner.optimizer");
   fprintf(f, "%-18s %.9g\n", "outer.lr", js->outer.lr);
   fprintf(f, "%-18s %.9g\n", "outer.momentum", js->outer.momentum);
   fprintf(f, "%-18s %s\n", "outer.nesterov", js->outer.nesterov ? "true" : "false");

@@ -1,6 +1,6 @@
 /* cpu_backend.c — the CPU compute backend (gpt_cpu_ops): GPT-2 forward, backward and AdamW on
  * the canonical flat layout, after llm.c's train_gpt2.c. The Llama family's passes live in
- * cpu_llama.c (same state, products and optimizer; cpu_shared.h).
+ * cpu_llama.c (same state, products and optimizer; cpu_shared.h), Muon's step in cpu_muon.c.
  *
  * Threading: one runtime does the parallel work. Products run single-threaded in cpu_gemm
  * (dipaco's AVX-512 kernel, or OpenBLAS kept single-threaded), each thread in its own
@@ -57,6 +57,7 @@ static void cpu_destroy(gpt_model *m) {
   free(c->segs);
   free(c->seg_sumsq);
   free(c->gemm_ws);
+  free(c->muon_ws);
   cpu_llama_destroy(c);
   free(c);
   m->impl = NULL;
@@ -135,6 +136,7 @@ static int cpu_create(gpt_model *m) {
       s->off = t->offset + o;
       s->n = t->numel - o < OPT_SEG ? t->numel - o : OPT_SEG;
       s->decay = t->decay;
+      s->muon = t->muon;
     }
   }
   c->state = ST_NONE;
@@ -352,19 +354,11 @@ static int cpu_hidden(gpt_model *m, int b, int t, float *dst) {
 }
 
 /* Marks the gradients zero; the memory is written by the next backward (or by
- * grads_materialise if something reads them first). */
+ * cpu_grads_materialise if something reads them first). */
 static int cpu_zero_grad(gpt_model *m) {
   cpu_impl *c = m->impl;
   c->grads_zero = 1;
   return 0;
-}
-
-/* Turns a pending zero_grad into zeros in memory. */
-static void grads_materialise(cpu_impl *c) {
-  if (!c->grads_zero) return;
-#pragma omp parallel for num_threads(c->nt) schedule(static)
-  for (int s = 0; s < c->nseg; s++) memset(c->grads + c->segs[s].off, 0, c->segs[s].n * sizeof(float));
-  c->grads_zero = 0;
 }
 
 static int cpu_backward(gpt_model *m) {
@@ -442,32 +436,10 @@ static int cpu_backward(gpt_model *m) {
 /* ---- optimizer ------------------------------------------------------------------------- */
 
 static int cpu_adamw_step(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, float *grad_norm) {
-  cpu_impl *c = m->impl;
-  const int nt = c->nt;
-  grads_materialise(c); /* a step without a backward since zero_grad: zero gradients */
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
-  for (int s = 0; s < c->nseg; s++) c->seg_sumsq[s] = cpuk_sumsq(c->grads + c->segs[s].off, c->segs[s].n);
-  double sumsq = 0.0;
-  for (int s = 0; s < c->nseg; s++) sumsq += c->seg_sumsq[s];
-  const float norm = (float)sqrt(sumsq);
-  if (grad_norm) *grad_norm = norm;
-  if (!isfinite(norm)) return dpc_err(DPC_ENUMERIC, "adamw: gradient norm is %f (diverged; lower the learning rate)", norm);
-
-  /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (total + 1e-6), applied when < 1. */
-  float clip = 1.0f;
-  if (hp->grad_clip > 0.0f) {
-    float coef = hp->grad_clip / (norm + 1e-6f);
-    if (coef < 1.0f) clip = coef;
-  }
-  gpt_adamw_scalars k;
-  gpt_adamw_scalars_at(hp, lr, t, &k);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
-  for (int s = 0; s < c->nseg; s++) {
-    const cpu_seg *g = &c->segs[s];
-    cpuk_adamw(c->params + g->off, c->grads + g->off, c->adam_m + g->off, c->adam_v + g->off, g->n, clip,
-               g->decay ? k.decay_mul : 1.0f, hp->beta1, k.one_minus_beta1, hp->beta2, k.one_minus_beta2, k.bc2_sqrt,
-               hp->eps, k.neg_step_size);
-  }
+  float clip;
+  int rc = cpu_clip_grads(m, hp, grad_norm, &clip);
+  if (rc) return rc;
+  cpu_adamw_segs(m, hp, lr, t, clip, 0);
   return 0;
 }
 
@@ -534,4 +506,5 @@ const gpt_backend_ops gpt_cpu_ops = {
     .reset_opt_state = cpu_reset_opt_state,
     .describe = cpu_describe,
     .hidden = cpu_hidden,
+    .muon_step = cpu_muon_step,
 };

@@ -1,5 +1,5 @@
 /* cpu_kernels.c — fused row kernels of the CPU backend: LayerNorm, bias+GELU, causal softmax,
- * cross-entropy and AdamW. Loops are written so that GCC vectorises them (`omp simd` for the
+ * cross-entropy, AdamW and Muon's elementwise passes. Loops are written so that GCC vectorises them (`omp simd` for the
  * reductions, a polynomial expf instead of the libm call); every reduction runs in a fixed
  * order, so results are deterministic. */
 /* Built with -fno-math-errno (kernels/CMakeLists.txt), which, unlike a `#pragma GCC optimize`,
@@ -178,4 +178,31 @@ CPU_HOT void cpuk_adamw(float *p, float *g, float *m, float *v, size_t n, float 
   else
     adamw_loop(p, g, m, v, n, 0, 1.0f, decay_mul, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps,
                neg_step_size);
+}
+
+static inline float lerpf(float a, float b, float w) { return w < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w); }
+
+CPU_HOT void cpuk_muon_momentum(float *buf, float *g, float *X, int rows, int cols, int r0, int r1, int flip,
+                                float clip, float w_buf, float w_nest, int nesterov) {
+  for (int r = r0; r < r1; r++) {
+    for (int j = 0; j < cols; j++) {
+      const size_t i = (size_t)r * cols + j;
+      float gi = g[i];
+      if (clip != 1.0f) g[i] = gi = gi * clip;
+      const float b = buf[i] = lerpf(buf[i], gi, w_buf);
+      const float u = nesterov ? lerpf(gi, b, w_nest) : b;
+      X[flip ? (size_t)j * rows + r : i] = u;
+    }
+  }
+}
+
+CPU_HOT void cpuk_muon_update(float *theta, const float *X, int rows, int cols, int r0, int r1, int flip,
+                              float decay_mul, float neg_lr) {
+  for (int r = r0; r < r1; r++) {
+    for (int j = 0; j < cols; j++) {
+      const size_t i = (size_t)r * cols + j;
+      const float d = theta[i] * decay_mul;
+      theta[i] = d + neg_lr * X[flip ? (size_t)j * rows + r : i];
+    }
+  }
 }

@@ -62,4 +62,15 @@ void cpuk_adamw(float *p, float *g, float *m, float *v, size_t n, float clip, fl
                 float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
                 float bc2_sqrt, float eps, float neg_step_size);
 
+/* Muon's momentum (kernels/cpu/cpu_muon.c, docs/design.md §3.2) over rows [r0, r1) of a
+ * rows x cols tensor: g *= clip (written back when clip != 1), buf = lerp(buf, g, w_buf),
+ * u = nesterov ? lerp(g, buf, w_nest) : buf, stored at X[r][j], or at X[j][r] (row length
+ * rows) with flip. lerp is torch's: a + w (b - a) for w < 0.5, else b - (b - a)(1 - w). */
+void cpuk_muon_momentum(float *buf, float *g, float *X, int rows, int cols, int r0, int r1, int flip, float clip,
+                        float w_buf, float w_nest, int nesterov);
+/* Muon's update over rows [r0, r1): theta = theta * decay_mul, then theta += neg_lr * O with O
+ * X[r][j], or X[j][r] with flip (two roundings, as torch's mul_ then add_). */
+void cpuk_muon_update(float *theta, const float *X, int rows, int cols, int r0, int r1, int flip, float decay_mul,
+                      float neg_lr);
+
 #endif

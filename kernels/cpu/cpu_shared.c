@@ -1,8 +1,9 @@
 /* cpu_shared.c — what the CPU backend's two model families share (cpu_shared.h): the
- * per-thread and split matrix products, aligned allocation, the cross-entropy forward and one
- * causal attention head, forward and backward.
- * cpu_backend.c (GPT-2, the vtable, the optimizer) and cpu_llama.c (the Llama family) both call
- * it; it calls neither. */
+ * per-thread and split matrix products, aligned allocation, the cross-entropy forward, one
+ * causal attention head, forward and backward, and the optimizer's gradient clip and AdamW
+ * pass (which Muon's step in cpu_muon.c shares too).
+ * cpu_backend.c (GPT-2, the vtable), cpu_llama.c (the Llama family) and cpu_muon.c call it; it
+ * calls none of them. */
 #include "kernels/cpu/cpu_shared.h"
 #include "common/errors.h"
 #include "kernels/cpu/cpu_gemm.h"
@@ -45,12 +46,12 @@ mm_split cpu_plan_split(int nt, int M, int N) {
   return s;
 }
 
-/* Cm[M,N] = op(A) op(B) + beta * Cm, row-major, split as cpu_plan_split says. */
-void cpu_mm(const cpu_impl *c, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
-            int ldb, float beta, float *Cm, int ldc) {
+/* Cm[M,N] = alpha op(A) op(B) + beta * Cm, row-major, split as cpu_plan_split says. */
+void cpu_mm_alpha(const cpu_impl *c, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *Cm, int ldc) {
   const int nt = c->nt;
   if (nt == 1 || (double)M * N * K < 262144.0) {
-    cpu_thread_gemm(c, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
+    cpu_thread_gemm(c, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
     return;
   }
   const mm_split sp = cpu_plan_split(nt, M, N);
@@ -60,12 +61,17 @@ void cpu_mm(const cpu_impl *c, int ta, int tb, int M, int N, int K, const float 
     const int lo = i * sp.ch, hi = lo + sp.ch < dim ? lo + sp.ch : dim;
     if (sp.by_rows) {
       const float *a = ta ? A + lo : A + (size_t)lo * lda;
-      cpu_thread_gemm(c, ta, tb, hi - lo, N, K, 1.0f, a, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
+      cpu_thread_gemm(c, ta, tb, hi - lo, N, K, alpha, a, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
     } else {
       const float *b = tb ? B + (size_t)lo * ldb : B + lo;
-      cpu_thread_gemm(c, ta, tb, M, hi - lo, K, 1.0f, A, lda, b, ldb, beta, Cm + lo, ldc);
+      cpu_thread_gemm(c, ta, tb, M, hi - lo, K, alpha, A, lda, b, ldb, beta, Cm + lo, ldc);
     }
   }
+}
+
+void cpu_mm(const cpu_impl *c, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+            int ldb, float beta, float *Cm, int ldc) {
+  cpu_mm_alpha(c, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
 }
 
 int cpu_xent_forward(cpu_impl *c, int N, int V, float *loss) {
@@ -106,5 +112,50 @@ void cpu_attn_head_bwd(const cpu_impl *c, float *dq, int lddq, float *dk, float 
                     dv + (size_t)j0 * lddkv, lddkv);
     cpu_thread_gemm(c, 1, 0, bn, D, T - j0, 1.0f, S + (size_t)j0 * T + j0, T, q + (size_t)j0 * ldqkv, ldqkv, 0.0f,
                     dk + (size_t)j0 * lddkv, lddkv);
+  }
+}
+
+/* ---- optimizer ------------------------------------------------------------------------- */
+
+void cpu_grads_materialise(cpu_impl *c) {
+  if (!c->grads_zero) return;
+#pragma omp parallel for num_threads(c->nt) schedule(static)
+  for (int s = 0; s < c->nseg; s++) memset(c->grads + c->segs[s].off, 0, c->segs[s].n * sizeof(float));
+  c->grads_zero = 0;
+}
+
+int cpu_clip_grads(gpt_model *m, const gpt_adamw_hparams *hp, float *grad_norm, float *clip_out) {
+  cpu_impl *c = m->impl;
+  const int nt = c->nt;
+  cpu_grads_materialise(c); /* a step without a backward since zero_grad: zero gradients */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
+  for (int s = 0; s < c->nseg; s++) c->seg_sumsq[s] = cpuk_sumsq(c->grads + c->segs[s].off, c->segs[s].n);
+  double sumsq = 0.0;
+  for (int s = 0; s < c->nseg; s++) sumsq += c->seg_sumsq[s];
+  const float norm = (float)sqrt(sumsq);
+  if (grad_norm) *grad_norm = norm;
+  if (!isfinite(norm)) return dpc_err(DPC_ENUMERIC, "adamw: gradient norm is %f (diverged; lower the learning rate)", norm);
+
+  /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (total + 1e-6), applied when < 1. */
+  float clip = 1.0f;
+  if (hp->grad_clip > 0.0f) {
+    float coef = hp->grad_clip / (norm + 1e-6f);
+    if (coef < 1.0f) clip = coef;
+  }
+  *clip_out = clip;
+  return 0;
+}
+
+void cpu_adamw_segs(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, float clip, int skip_muon) {
+  cpu_impl *c = m->impl;
+  gpt_adamw_scalars k;
+  gpt_adamw_scalars_at(hp, lr, t, &k);
+#pragma omp parallel for num_threads(c->nt) schedule(dynamic, 4)
+  for (int s = 0; s < c->nseg; s++) {
+    const cpu_seg *g = &c->segs[s];
+    if (skip_muon && g->muon) continue;
+    cpuk_adamw(c->params + g->off, c->grads + g->off, c->adam_m + g->off, c->adam_v + g->off, g->n, clip,
+               g->decay ? k.decay_mul : 1.0f, hp->beta1, k.one_minus_beta1, hp->beta2, k.one_minus_beta2, k.bc2_sqrt,
+               hp->eps, k.neg_step_size);
   }
 }

@@ -1,6 +1,6 @@
 /* cpu_shared.h — what the CPU backend's two model families share inside kernels/cpu: the
  * backend state (cpu_impl), the per-thread and split matrix products (cpu_shared.c) and the
- * constants of the work split. cpu_backend.c holds the vtable, GPT-2 and the optimizer;
+ * constants of the work split. cpu_backend.c holds the vtable and GPT-2, cpu_muon.c Muon;
  * cpu_llama.c the Llama-class forward and backward (docs/design.md §3.12). Not part of the
  * kernels' API. */
 #ifndef DPC_CPU_SHARED_H
@@ -34,6 +34,7 @@ enum { ST_NONE, ST_LOGITS, ST_LOSS, ST_BACKWARD };
 typedef struct {
   size_t off, n; /* a piece of one tensor, in floats */
   int decay;
+  int muon;      /* the tensor is one of Muon's (gpt_tensor.muon) */
 } cpu_seg;
 
 typedef struct cpu_llama cpu_llama; /* cpu_llama.c's activations */
@@ -84,12 +85,27 @@ typedef struct {
   int gemm;           /* cpu_gemm implementation (cpu_gemm_pick at create) */
   float *gemm_ws;     /* (nt, cpu_gemm_ws_floats()) one product workspace per thread */
   cpu_llama *ll;      /* Llama activations (cpu_llama.c); NULL for GPT-2 */
+  float *muon_ws;     /* Muon's Newton-Schulz scratch (cpu_muon.c), allocated at the first Muon
+                       * step for the largest Muon matrix; NULL before */
 } cpu_impl;
 
+/* Turns a pending zero_grad into zeros in memory. */
+void cpu_grads_materialise(cpu_impl *c);
+/* The optimizer's two halves (cpu_shared.c), shared with Muon's step: the global gradient
+ * norm into *grad_norm and clip_grad_norm_'s factor into *clip (DPC_ENUMERIC when the norm is
+ * not finite); then AdamW on every segment, or with skip_muon on all but Muon's. */
+int cpu_clip_grads(gpt_model *m, const gpt_adamw_hparams *hp, float *grad_norm, float *clip);
+void cpu_adamw_segs(gpt_model *m, const gpt_adamw_hparams *hp, float lr, int t, float clip, int skip_muon);
+/* The MuLoCo inner step of gpt_muon_step (cpu_muon.c). */
+int cpu_muon_step(gpt_model *m, const gpt_adamw_hparams *hp, const gpt_muon_hparams *mu, float lr, float muon_lr,
+                  int t, float *grad_norm);
 /* C = alpha op(A) op(B) + beta C on the calling thread, in its own workspace. */
 void cpu_thread_gemm(const cpu_impl *c, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc);
-/* Cm[M,N] = op(A) op(B) + beta * Cm, row-major, split across the threads (deterministic). */
+/* Cm[M,N] = op(A) op(B) + beta * Cm, row-major, split across the threads (deterministic);
+ * cpu_mm_alpha scales the product by alpha. */
+void cpu_mm_alpha(const cpu_impl *c, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *Cm, int ldc);
 void cpu_mm(const cpu_impl *c, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
             int ldb, float beta, float *Cm, int ldc);
 /* 64-byte aligned, zeroed floats (NULL when out of memory). */

@@ -49,6 +49,7 @@ static void cuda_destroy(gpt_model *m) {
   free(c->h_tok);
   free(c->h_cnt);
   cuda_llama_destroy(c);
+  cuda_muon_destroy(c);
   free(c);
   m->impl = NULL;
 }
@@ -496,4 +497,5 @@ extern "C" const gpt_backend_ops gpt_cuda_ops = {
     cuda_get_grads,  cuda_forward,   cuda_logits,   cuda_zero_grad,    cuda_backward,
     cuda_adamw_step, cuda_get_opt_state, cuda_set_opt_state, cuda_reset_opt_state, cuda_describe,
     cuda_hidden,
+    cuda_muon_step,
 };

@@ -492,6 +492,93 @@ extern "C" int cudak_adamw(float *p, float *g, float *m, float *v, const cudak_s
   return LAUNCHED("adamw");
 }
 
+/* ---- Muon (kernels/cuda/cuda_muon.cu) ---------------------------------------------------- */
+
+__device__ __forceinline__ float lerp_rn(float a, float b, float w) {
+  return w < 0.5f ? __fadd_rn(a, __fmul_rn(w, __fsub_rn(b, a))) : __fsub_rn(b, __fmul_rn(__fsub_rn(b, a), __fsub_rn(1.0f, w)));
+}
+
+/* As cpuk_muon_momentum, one element per thread, no FMA contraction. */
+__global__ void muon_momentum_k(float *buf, float *g, float *X, int rows, int cols, int flip, const float *clipp,
+                                float w_buf, float w_nest, int nesterov) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= (size_t)rows * cols) return;
+  const int r = (int)(i / cols), j = (int)(i % cols);
+  const float clip = *clipp;
+  float gi = g[i];
+  if (clip != 1.0f) {
+    gi = __fmul_rn(gi, clip);
+    g[i] = gi;
+  }
+  const float b = lerp_rn(buf[i], gi, w_buf);
+  buf[i] = b;
+  X[flip ? (size_t)j * rows + r : i] = nesterov ? lerp_rn(gi, b, w_nest) : b;
+}
+
+extern "C" int cudak_muon_momentum(float *buf, float *g, float *X, int rows, int cols, int flip, const float *clip,
+                                   float w_buf, float w_nest, int nesterov, cudak_stream st) {
+  const size_t n = (size_t)rows * cols;
+  muon_momentum_k<<<blocks_for(n, 256), 256, 0, ST(st)>>>(buf, g, X, rows, cols, flip, clip, w_buf, w_nest, nesterov);
+  return LAUNCHED("muon_momentum");
+}
+
+/* X /= max(|X|_F, 1e-7): sums of squares in double per chunk of MUON_CHUNK floats, those
+ * reduced in a fixed order by one block (the divisor lands in part[nch]), then a grid-wide
+ * division: no atomics, so the result is the same run to run. */
+#define MUON_CHUNK 16384
+__global__ void muon_sumsq_k(double *part, const float *X, size_t n) {
+  const size_t lo = (size_t)blockIdx.x * MUON_CHUNK, hi = lo + MUON_CHUNK < n ? lo + MUON_CHUNK : n;
+  double s = 0.0;
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) s += (double)X[i] * (double)X[i];
+  s = block_reduce<double, false>(s);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+__global__ void muon_den_k(double *part, int nch) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < nch; i += blockDim.x) s += part[i];
+  s = block_reduce<double, false>(s);
+  if (threadIdx.x == 0) {
+    const float norm = (float)sqrt(s);
+    part[nch] = norm > 1e-7f ? norm : 1e-7f;
+  }
+}
+
+__global__ void muon_div_k(float *X, size_t n, const double *den) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) X[i] = __fdiv_rn(X[i], (float)*den);
+}
+
+extern "C" size_t cudak_muon_norm_scratch(size_t n) { return (n + MUON_CHUNK - 1) / MUON_CHUNK + 1; }
+
+extern "C" int cudak_muon_normalize(float *X, size_t n, double *part, cudak_stream st) {
+  const int nch = (int)((n + MUON_CHUNK - 1) / MUON_CHUNK);
+  muon_sumsq_k<<<(unsigned)nch, 256, 0, ST(st)>>>(part, X, n);
+  int rc = LAUNCHED("muon_sumsq");
+  if (rc) return rc;
+  muon_den_k<<<1, 1024, 0, ST(st)>>>(part, nch);
+  if ((rc = LAUNCHED("muon_den"))) return rc;
+  muon_div_k<<<blocks_for(n, 256), 256, 0, ST(st)>>>(X, n, part + nch);
+  return LAUNCHED("muon_div");
+}
+
+/* As cpuk_muon_update. */
+__global__ void muon_update_k(float *theta, const float *X, int rows, int cols, int flip, float decay_mul,
+                              float neg_lr) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= (size_t)rows * cols) return;
+  const int r = (int)(i / cols), j = (int)(i % cols);
+  const float d = __fmul_rn(theta[i], decay_mul);
+  theta[i] = __fadd_rn(d, __fmul_rn(neg_lr, X[flip ? (size_t)j * rows + r : i]));
+}
+
+extern "C" int cudak_muon_update(float *theta, const float *X, int rows, int cols, int flip, float decay_mul,
+                                 float neg_lr, cudak_stream st) {
+  const size_t n = (size_t)rows * cols;
+  muon_update_k<<<blocks_for(n, 256), 256, 0, ST(st)>>>(theta, X, rows, cols, flip, decay_mul, neg_lr);
+  return LAUNCHED("muon_update");
+}
+
 __global__ void to_bf16_k(__nv_bfloat16 *dst, const float *src, size_t n) {
   const size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * 4;
   if (i + 4 <= n && ((uintptr_t)(src + i) & 15) == 0) {

@@ -92,6 +92,18 @@ int cudak_adamw(float *p, float *g, float *m, float *v, const cudak_seg *segs, i
                 float decay_mul, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
                 float bc2_sqrt, float eps, float neg_step_size, cudak_stream st);
 
+/* Muon's elementwise passes (kernels/cuda/cuda_muon.cu): cpuk_muon_momentum over the whole
+ * rows x cols tensor, with the clip coefficient read from device memory (cudak_norm_clip's
+ * scal[1]); X /= max(|X|_F, 1e-7) over n floats, the sum of squares in double in a fixed order
+ * (twin: cpuk_sumsq and a division), with part a scratch of cudak_muon_norm_scratch(n)
+ * doubles; cpuk_muon_update over the whole tensor. */
+int cudak_muon_momentum(float *buf, float *g, float *X, int rows, int cols, int flip, const float *clip, float w_buf,
+                        float w_nest, int nesterov, cudak_stream st);
+size_t cudak_muon_norm_scratch(size_t n);
+int cudak_muon_normalize(float *X, size_t n, double *part, cudak_stream st);
+int cudak_muon_update(float *theta, const float *X, int rows, int cols, int flip, float decay_mul, float neg_lr,
+                      cudak_stream st);
+
 /* dst[i] = bf16(src[i]), round to nearest even; n floats. */
 int cudak_to_bf16(uint16_t *dst, const float *src, size_t n, cudak_stream st);
 

@@ -1,7 +1,7 @@
 /* cuda_shared.h — what the CUDA backend's two model files share (cuda_backend.cu with GPT-2,
- * the vtable and the optimizer; cuda_llama_model.cu with the Llama family): the backend state,
- * the error macros, the cuBLAS product (cuda_shared.cu) and the Llama entry points, which only
- * cuda_backend.cu calls. Internal to kernels/cuda; compiled as CUDA C++ only. */
+ * the vtable and the optimizer; cuda_llama_model.cu with the Llama family; cuda_muon.cu with
+ * Muon's step): the backend state, the error macros, the cuBLAS product (cuda_shared.cu) and
+ * the Llama and Muon entry points, which only cuda_backend.cu calls. Internal to kernels/cuda; compiled as CUDA C++ only. */
 #ifndef DPC_CUDA_SHARED_H
 #define DPC_CUDA_SHARED_H
 
@@ -68,6 +68,7 @@ typedef struct cuda_impl {
   int U;              /* distinct input tokens of the last forward */
   int B, T, state;
   struct cuda_llama *ll; /* the Llama family's buffers (cuda_llama_model.cu); NULL for GPT-2 */
+  struct cuda_muon *mu;  /* Muon's scratch (cuda_muon.cu), from the first Muon step; NULL before */
 } cuda_impl;
 
 #define CUDA_TRY(call)                                                                                  \
@@ -96,6 +97,13 @@ typedef struct cuda_impl {
  * must fit c->n16 (DPC_EINTERNAL otherwise). */
 int cuda_gemm(cuda_impl *c, int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, long long sA,
               const float *B, int ldb, long long sB, float beta, float *Cm, int ldc, long long sC, int batch);
+
+/* ---- Muon (cuda_muon.cu) ---- */
+
+/* gpt_muon_step on the device (the vtable's muon_step); cuda_muon_destroy frees its scratch. */
+int cuda_muon_step(gpt_model *m, const gpt_adamw_hparams *hp, const gpt_muon_hparams *mu, float lr, float muon_lr,
+                   int t, float *grad_norm);
+void cuda_muon_destroy(cuda_impl *c);
 
 /* ---- the Llama family (cuda_llama_model.cu) ---- */
 

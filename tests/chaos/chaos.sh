@@ -62,6 +62,20 @@ SEED=${CHAOS_SEED:-$(( $(od -An -N2 -tu2 /dev/urandom) ))}
 RANDOM=$SEED
 echo "chaos: seed $SEED (rerun with CHAOS_SEED=$SEED), $ROUNDS rounds, >= $WK worker and >= $CK coordinator kills"
 COORD_FLAGS=(--lease-ttl-ms 1500 --heartbeat-ms 150)
+# CHAOS_STORE=s3 (run under tests/s3/with_rgw.sh): the blobs live on the RADOS Gateway, and
+# CHAOS_GW_KILLS (default 3) of the kills SIGKILL the gateway itself, restarted at once.
+GK=0; REF_FLAGS=("${COORD_FLAGS[@]}")
+if [ "${CHAOS_STORE:-local}" = s3 ]; then
+  : "${S3_ENDPOINT:?CHAOS_STORE=s3 runs under tests/s3/with_rgw.sh}"
+  curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -X PUT "$S3_ENDPOINT/dpc-chaos" >/dev/null
+  REF_FLAGS+=(--blob-store s3://dpc-chaos/ref --s3-endpoint "$S3_ENDPOINT")
+  COORD_FLAGS+=(--blob-store s3://dpc-chaos/run --s3-endpoint "$S3_ENDPOINT")
+  GK=${CHAOS_GW_KILLS:-3}
+  # Every blob is a round trip to the gateway: fewer rounds and kills keep the test short.
+  ROUNDS=${CHAOS_ROUNDS:-30}; WK=${CHAOS_WORKER_KILLS:-10}; CK=${CHAOS_COORD_KILLS:-3}
+  echo "chaos on S3: $ROUNDS rounds, >= $WK worker, >= $CK coordinator and >= $GK gateway kills"
+fi
 
 make_corpus "$W/corpus"
 "$CTL" init --n-layer $NL --n-head 2 --n-embd 32 --n-positions 16 --vocab-size 256 --seed 13 --out "$W/init" 2>/dev/null
@@ -90,7 +104,7 @@ job_status() {
 
 # 1. Fault-free.
 t0=$(date +%s%N)
-start_coordinator "$W/ref" "${COORD_FLAGS[@]}"
+start_coordinator "$W/ref" "${REF_FLAGS[@]}"
 REF=()
 for i in $(seq 1 $NW); do start_worker "ref$i" "$W/corpus" --exit-when-done; REF+=("$LAST_WORKER_PID"); done
 job=$("$CTL" --coordinator "$COORD" job create "$W/spec-ref.json")
@@ -114,9 +128,9 @@ start_coordinator "$W/state" "${COORD_FLAGS[@]}"
 WP=()
 for i in $(seq 1 $NW); do start_worker "w$i" "$W/corpus"; WP+=("$LAST_WORKER_PID"); done
 job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
-wk=0; ck=0; last_r=0
-while [ $wk -lt "$WK" ] || [ $ck -lt "$CK" ]; do
-  left_w=$(( WK - wk )); left_c=$(( CK - ck )); left=$(( left_w + left_c ))
+wk=0; ck=0; gk=0; last_r=0
+while [ $wk -lt "$WK" ] || [ $ck -lt "$CK" ] || [ $gk -lt "$GK" ]; do
+  left_w=$(( WK - wk )); left_c=$(( CK - ck )); left_g=$(( GK - gk )); left=$(( left_w + left_c + left_g ))
   read -r r st <<<"$(job_status "$job")"
   [ "$st" = "?" ] && r=$last_r # the coordinator is restarting: the last round seen
   last_r=$r
@@ -128,22 +142,27 @@ while [ $wk -lt "$WK" ] || [ $ck -lt "$CK" ]; do
   gap_mean=0; [ $budget -gt 0 ] && gap_mean=$(( budget / left )); [ $gap_mean -gt 350 ] && gap_mean=350
   sleep "0.$(printf '%03d' $(( RANDOM % (2 * gap_mean + 1) )))"
   k0=$(date +%s%N)
-  if [ $left_c -gt 0 ] && [ $(( RANDOM % left )) -lt $left_c ]; then
+  pick=$(( RANDOM % left ))
+  if [ $pick -lt $left_g ]; then
+    gk=$((gk + 1))
+    echo "kill $((wk + ck + gk)): the S3 gateway (#$gk) at round $(grep -c 'round [0-9]* closed' "$W/coordinator.log" || true)"
+    bash "$HERE/../s3/rgw.sh" restart-gw "$RGW_DIR" >/dev/null || fail "the S3 gateway did not come back"
+  elif [ $left_c -gt 0 ] && [ $(( pick - left_g )) -lt $left_c ]; then
     kill_wait "$COORD_PID"
     ck=$((ck + 1))
-    echo "kill $((wk + ck)): coordinator (#$ck) at round $(grep -c 'round [0-9]* closed' "$W/coordinator.log" || true)"
+    echo "kill $((wk + ck + gk)): coordinator (#$ck) at round $(grep -c 'round [0-9]* closed' "$W/coordinator.log" || true)"
     sleep "0.$(printf '%03d' $(( RANDOM % (gap_mean + 1) )))"
     restart_coordinator "$W/state" "${COORD_FLAGS[@]}" || fail "the coordinator did not come back"
   else
     i=$(( RANDOM % NW ))
     kill_wait "${WP[$i]}"
     wk=$((wk + 1))
-    echo "kill $((wk + ck)): worker w$((i + 1)) (#$wk)"
+    echo "kill $((wk + ck + gk)): worker w$((i + 1)) (#$wk)"
     start_worker "w$((i + 1))" "$W/corpus"; WP[$i]=$LAST_WORKER_PID
   fi
   cost=$(( (3 * cost + ($(date +%s%N) - k0) / 1000000) / 4 ))
 done
-echo "chaos: $wk worker and $ck coordinator SIGKILLs delivered; letting the job finish"
+echo "chaos: $wk worker, $ck coordinator and $gk gateway SIGKILLs delivered; letting the job finish"
 "$CTL" --coordinator "$COORD" job wait "$job" --timeout 300 >/dev/null || fail "the job did not finish after the kills"
 "$CTL" --coordinator "$COORD" job export "$job" --path 0 --out "$W/export-chaos" >/dev/null
 "$CTL" --coordinator "$COORD" job ledger "$job" --json > "$W/ledger.json"
@@ -158,6 +177,25 @@ if [ "${CHAOS_ALGO:-sync}" = replay ]; then
   echo "leases that replayed their rounds under the kills: $n_rp"
   [ "$n_rp" -ge 5 ] || fail "only $n_rp leases replayed rounds"
 fi
-"${DPC_PYTHON:-python3}" "$HERE/../integration/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$W/state" "$job" "$ROUNDS" $R "$W"/worker-w*.log \
+CHECK_STATE=$W/state
+if [ "${CHAOS_STORE:-local}" = s3 ]; then
+  # The ledger check reads blobs from a state directory: mirror the bucket's objects into one
+  # beside the database (curl signs the query as written: sorted and percent-encoded).
+  CHECK_STATE=$W/state-mirror
+  mkdir -p "$CHECK_STATE/blobs"
+  ln -s "$W/state/dipaco.db" "$CHECK_STATE/dipaco.db"
+  for f in dipaco.db-wal dipaco.db-shm; do [ -e "$W/state/$f" ] && ln -s "$W/state/$f" "$CHECK_STATE/$f"; done
+  s3get() { curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"; }
+  listing=$(s3get "$S3_ENDPOINT/dpc-chaos?list-type=2&prefix=run%2F") || fail "cannot list the bucket"
+  grep -q "<IsTruncated>false" <<<"$listing" || fail "more objects than one listing page"
+  for key in $(grep -o '<Key>[^<]*</Key>' <<<"$listing" | sed 's/<[^>]*>//g'); do
+    mkdir -p "$CHECK_STATE/blobs/$(dirname "${key#run/}")"
+    s3get -o "$CHECK_STATE/blobs/${key#run/}" "$S3_ENDPOINT/dpc-chaos/$key" || fail "cannot read $key"
+  done
+  [ "$(s3get "$S3_ENDPOINT/dpc-chaos?uploads=" | grep -c '<UploadId>')" = 0 ] || fail "unfinished uploads left"
+  echo "mirrored $(find "$CHECK_STATE/blobs" -type f | wc -l) objects of the bucket for the ledger check"
+fi
+"${DPC_PYTHON:-python3}" "$HERE/../integration/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$CHECK_STATE" "$job" "$ROUNDS" $R "$W"/worker-w*.log \
   || fail "ledger check"
 echo "chaos: OK (seed $SEED)"

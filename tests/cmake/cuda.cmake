@@ -27,6 +27,15 @@ if(DPC_HAVE_CUDA)
                                                           -fno-sanitize-recover=undefined)
   endif()
   target_link_libraries(test_cuda_llama_wiring PRIVATE dpc_kernels dpc_common)
+  # Muon's host code likewise (cuda_muon.cu against the CPU backend's gpt_muon_step).
+  add_executable(test_cuda_muon_wiring ${CMAKE_SOURCE_DIR}/tests/unit/test_cuda_muon_wiring.cc)
+  target_include_directories(test_cuda_muon_wiring PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  target_compile_options(test_cuda_muon_wiring PRIVATE -Wall -Wextra)
+  if(DIPACO_SANITIZE)
+    target_compile_options(test_cuda_muon_wiring PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer
+                                                         -fno-sanitize-recover=undefined)
+  endif()
+  target_link_libraries(test_cuda_muon_wiring PRIVATE dpc_kernels dpc_common)
   # Throughput benchmark (not a test): tests/bench/gpu_train.sh runs it beside PyTorch.
   add_executable(gpu_train ${CMAKE_SOURCE_DIR}/tests/bench/gpu_train.c)
   target_link_libraries(gpu_train PRIVATE dpc_kernels dpc_common)
@@ -41,3 +50,4 @@ dpc_test(NAME cuda_oracle LABEL oracle TIMEOUT 120 SKIP_OK REQUIRES CUDA
 dpc_test(NAME cuda_llama_oracle LABEL oracle TIMEOUT 120 SKIP_OK REQUIRES CUDA
          COMMAND test_cuda_llama_oracle ${CMAKE_SOURCE_DIR}/tests/oracle/llama_oracle.py ${DPC_PYTHON} cuda)
 dpc_test(NAME cuda_llama_wiring LABEL unit TIMEOUT 120 SKIP_OK REQUIRES CUDA COMMAND test_cuda_llama_wiring)
+dpc_test(NAME cuda_muon_wiring LABEL unit TIMEOUT 120 SKIP_OK REQUIRES CUDA COMMAND test_cuda_muon_wiring)

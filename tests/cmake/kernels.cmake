@@ -41,3 +41,6 @@ target_link_libraries(bench_cpu_sgemm_peak PRIVATE dpc_kernels)
 add_executable(test_kmeans ${CMAKE_SOURCE_DIR}/tests/unit/test_kmeans.c)
 target_link_libraries(test_kmeans PRIVATE dpc_kernels dpc_common)
 dpc_test(NAME kmeans LABEL unit TIMEOUT 60 COMMAND test_kmeans)
+# Muon's step against AdamW's and a forward + backward (not a test): tests/bench/muon_step.c.
+add_executable(bench_muon_step EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/muon_step.c)
+target_link_libraries(bench_muon_step PRIVATE dpc_kernels dpc_common)

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# checkpoint_e2e.sh COORDINATOR WORKER DIPACOCTL — inner.state "checkpoint":
+# checkpoint_e2e.sh COORDINATOR WORKER DIPACOCTL [INNER_FIELDS] — inner.state "checkpoint":
 # a tiny sync DiLoCo job (R=2, H=3, 6 rounds) whose workers are BOTH swapped after round 0
 # (SIGTERM w1, w2: they release their leases and exit 0; fresh w3, w4 take the slots and pull
 # the slots' AdamW state with PullInnerState) must export parameters byte-identical to the same
 # job run with inner.state "keep" and no swaps. The same job with inner.state "reset" must
-# differ (so the comparison can fail: AdamW state matters here).
+# differ (so the comparison can fail: AdamW state matters here). INNER_FIELDS, JSON members
+# added to the spec's inner block, runs the same with another inner optimizer (tests/cmake/
+# muon.cmake: Muon, whose momentum buffers ride in the AdamW state, docs/design.md §3.2).
 set -euo pipefail
-COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
+COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3; INNER_FIELDS=${4:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 source "$HERE/lib.sh"
@@ -18,7 +20,7 @@ spec() { # NAME STATE
 {"name": "$1", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "diloco", "replicas": 2, "inner_steps": 3, "rounds": 6, "batch": 2, "seq_len": 16,
  "inner": {"lr": 0.01, "warmup": 2, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
-           "eps": 1e-6, "grad_clip": 0.5, "state": "$2"},
+           "eps": 1e-6, "grad_clip": 0.5, "state": "$2"$INNER_FIELDS},
  "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
 JSON
 }

@@ -4,7 +4,8 @@ dipaco's distributed and single-process DiLoCo tests.
 
 R replicas, each a torch GPT-2 (functional, from Hugging Face-named tensors in Conv1D layout) or,
 for a Llama-family config.json (model_type llama / qwen2), the LlamaForCausalLM of
-tests/oracle/llama_oracle.py run on the same named tensors (functional_call), each with its own torch.optim.AdamW kept across rounds (inner_state keep) or recreated each round
+tests/oracle/llama_oracle.py run on the same named tensors (functional_call), each with its own torch.optim.AdamW
+(or, with inner.optimizer "muon", tests/oracle/muon_ref.py's Muon + AdamW) kept across rounds (inner_state keep) or recreated each round
 (reset); each round every replica starts from the global parameters, trains H steps on its
 strided batches (batch index round·H + h, replica r of R), and the averaged delta
 (θ_global − θ_replica, summed in replica order) is applied by torch.optim.SGD(nesterov=True).
@@ -145,6 +146,11 @@ def lr_at(lr, warmup, total, fmin, s):
 
 
 def make_adamw(P, inner):
+    """The inner optimizer of a replica: torch.optim.AdamW, or with inner.optimizer "muon" Muon on
+    the block matrices and AdamW on the rest (muon_ref.Inner; the same param_groups protocol)."""
+    if inner.get("optimizer", "adamw") == "muon":
+        from muon_ref import Inner
+        return Inner(P, inner)
     decay = [p for p in P.values() if p.dim() == 2]
     other = [p for p in P.values() if p.dim() != 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": inner["weight_decay"]},

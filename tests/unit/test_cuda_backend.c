@@ -26,6 +26,8 @@ static const gpt_config *cfg = &CFG; /* the model under test */
 static const gpt_adamw_hparams HP = {0.9f, 0.95f, 1e-6f, 0.1f, 1.0f};
 enum { B = 3, T = 70, STEPS = 5 };
 static int in[STEPS][B * T], tg[STEPS][B * T];
+static int use_muon; /* run(): Muon + AdamW steps (MU) instead of AdamW */
+static const gpt_muon_hparams MU = {0.95f, 0.05f, 1, 5, GPT_MUON_ADJUST_ORIGINAL};
 
 typedef struct {
   float *p, *g, *m, *v, *logits, *hidden; /* hidden: (b, t) = (1, 5) of the first forward */
@@ -61,7 +63,9 @@ static int run(gpt_backend_kind kind, int precision, run_out *o) {
     rc = gpt_zero_grad(m);
     if (!rc) rc = gpt_forward(m, in[s], tg[s], B, T, &o->losses[s]);
     if (!rc) rc = gpt_backward(m);
-    if (!rc) rc = gpt_adamw_step(m, &HP, gpt_lr_at(3e-3f, 2, STEPS, 0.1f, s), s + 1, &o->norms[s]);
+    const float lr = gpt_lr_at(3e-3f, 2, STEPS, 0.1f, s);
+    if (!rc && use_muon) rc = gpt_muon_step(m, &HP, &MU, lr, lr * (0.02f / 3e-3f), s + 1, &o->norms[s]);
+    else if (!rc) rc = gpt_adamw_step(m, &HP, lr, s + 1, &o->norms[s]);
   }
   if (!rc) rc = gpt_get_params(m, o->p, 0, P);
   if (!rc) rc = gpt_get_opt_state(m, o->m, o->v);
@@ -167,6 +171,30 @@ static void small_batch(void) {
 }
 
 /* One model against the CPU backend: fp32 to 1e-4, a bit-identical rerun, tf32 and bf16. */
+/* Muon (cuda_muon.cu) against the CPU backend's: fp32 parameters and state after STEPS steps
+ * to 1e-4; bf16 Newton-Schulz (PyTorch's precision) losses within 1%. */
+static void check_muon(const gpt_layout *lay, const run_out *cpu_adamw) {
+  run_out cpu = {0}, gpu = {0}, bf = {0};
+  use_muon = 1;
+  CHECK_EQ_INT(run(GPT_BACKEND_CPU, 0, &cpu), 0);
+  CHECK_EQ_INT(run(GPT_BACKEND_CUDA, GPT_PREC_FP32, &gpu), 0);
+  CHECK(memcmp(cpu.p, cpu_adamw->p, lay->n_params * 4) != 0); /* Muon changed the outcome */
+  compare(lay, "muon params@5", gpu.p, cpu.p, 1e-4);
+  compare(lay, "muon m", gpu.m, cpu.m, 1e-4);
+  compare(lay, "muon v", gpu.v, cpu.v, 1e-4);
+  int rc = run(GPT_BACKEND_CUDA, GPT_PREC_BF16, &bf);
+  if (rc != DPC_EUNSUPPORTED) {
+    CHECK_EQ_INT(rc, 0);
+    double worst = 0;
+    for (int s = 0; s < STEPS && !rc; s++)
+      if (fabs(bf.losses[s] - cpu.losses[s]) / cpu.losses[s] > worst) worst = fabs(bf.losses[s] - cpu.losses[s]) / cpu.losses[s];
+    fprintf(stderr, "muon bf16: worst loss rel err %.3g\n", worst);
+    CHECK(worst <= 0.01);
+  }
+  use_muon = 0;
+  free_out(&cpu), free_out(&gpu), free_out(&bf);
+}
+
 static void check_model(const gpt_config *c, const char *name) {
   cfg = c;
   fprintf(stderr, "== %s\n", name);
@@ -233,6 +261,7 @@ static void check_model(const gpt_config *c, const char *name) {
     free_out(&r);
   }
   small_batch();
+  check_muon(&lay, &cpu);
   free_out(&cpu);
   free_out(&gpu);
 }

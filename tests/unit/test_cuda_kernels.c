@@ -272,6 +272,36 @@ static void test_adamw(void) {
   cudak_free(d_p), cudak_free(d_g), cudak_free(d_m), cudak_free(d_v), cudak_free(d_scal), cudak_free(d_segs), cudak_free(d_ss);
 }
 
+/* Muon's passes against cpuk_muon_momentum / cpuk_muon_update (both orientations, Nesterov and
+ * not, a clip below 1 read from device memory) and the normalisation against cpuk_sumsq. */
+static void test_muon(void) {
+  const int rows = 237, cols = 191; /* more than one normalisation chunk */
+  const size_t n = (size_t)rows * cols;
+  const float clip = 0.7f;
+  for (int flip = 0; flip < 2; flip++) {
+    const int nest = !flip;
+    float *buf = rand_floats(n, 0.1f), *gr = rand_floats(n, 0.5f), *th = rand_floats(n, 1), *X = malloc(n * 4), *g;
+    float *d_buf = dev(buf, n * 4), *d_g = dev(gr, n * 4), *d_th = dev(th, n * 4), *d_X = dev(NULL, n * 4);
+    float *d_clip = dev(&clip, 4);
+    cpuk_muon_momentum(buf, gr, X, rows, cols, 0, rows, flip, clip, 0.05f, 0.95f, nest);
+    CHECK_EQ_INT(cudak_muon_momentum(d_buf, d_g, d_X, rows, cols, flip, d_clip, 0.05f, 0.95f, nest, NULL), 0);
+    expect_close(flip ? "muon buf (flip)" : "muon buf", g = back(d_buf, n), buf, n, 1e-6), free(g);
+    expect_close(flip ? "muon clipped g (flip)" : "muon clipped g", g = back(d_g, n), gr, n, 1e-6), free(g);
+    expect_close(flip ? "muon X (flip)" : "muon X", g = back(d_X, n), X, n, 1e-6), free(g);
+    const float norm = (float)sqrt(cpuk_sumsq(X, n));
+    for (size_t i = 0; i < n; i++) X[i] /= norm;
+    double *d_part = dev(NULL, cudak_muon_norm_scratch(n) * sizeof(double));
+    CHECK_EQ_INT(cudak_muon_normalize(d_X, n, d_part, NULL), 0);
+    expect_close("muon normalize", g = back(d_X, n), X, n, 1e-6), free(g);
+    cudak_free(d_part);
+    cpuk_muon_update(th, X, rows, cols, 0, rows, flip, 0.998f, -0.03f);
+    CHECK_EQ_INT(cudak_muon_update(d_th, d_X, rows, cols, flip, 0.998f, -0.03f, NULL), 0);
+    expect_close(flip ? "muon update (flip)" : "muon update", g = back(d_th, n), th, n, 1e-6), free(g);
+    free(buf), free(gr), free(th), free(X);
+    cudak_free(d_buf), cudak_free(d_g), cudak_free(d_th), cudak_free(d_X), cudak_free(d_clip);
+  }
+}
+
 static void test_bf16(void) {
   const size_t n = 1001;
   float *x = rand_floats(n, 100);
@@ -314,6 +344,7 @@ int main(void) {
   test_softmax();
   test_xent();
   test_adamw();
+  test_muon();
   test_bf16();
   TEST_DONE();
 }

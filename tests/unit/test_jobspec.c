@@ -38,7 +38,9 @@ static void expect_bad(const char *s, int code, const char *want) {
 
 /* The spec BASE with `"key": value` added to section sect (at the top level for ""). */
 static void with_field(char *buf, size_t cap, const jobspec_field *f, const char *value) {
-  if (f->sect[0]) snprintf(buf, cap, "{" BASE ",\"%s\":{\"%s\":%s}}", f->sect, f->key, value);
+  if (strcmp(f->sect, "inner.muon") == 0) /* applies with the Muon optimizer only */
+    snprintf(buf, cap, "{" BASE ",\"inner\":{\"optimizer\":\"muon\",\"muon\":{\"%s\":%s}}}", f->key, value);
+  else if (f->sect[0]) snprintf(buf, cap, "{" BASE ",\"%s\":{\"%s\":%s}}", f->sect, f->key, value);
   else snprintf(buf, cap, "{" BASE ",\"%s\":%s}", f->key, value);
 }
 
@@ -204,6 +206,43 @@ static void test_llama(const char *dir) {
   CHECK_EQ_INT(jobspec_resolve_init(&js, dir), DPC_ESHAPE);
   unlink(cfg);
   rmdir(sub);
+}
+
+/* inner.optimizer "muon": its block only with it, refused values name the field, defaults
+ * (weight_decay from inner.weight_decay until given), and the canonical JSON round trip. */
+static void test_muon(void) {
+  static jobspec js, js2;
+  char *canon = NULL;
+  CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
+  CHECK(js.inner.optimizer == INNER_OPT_ADAMW);
+  CHECK_EQ_INT(jobspec_to_json(&js, &canon), 0);
+  CHECK(canon && !strstr(canon, "optimizer") && !strstr(canon, "muon")); /* adamw specs keep their bytes */
+  free(canon);
+  expect_bad("{" BASE ",\"inner\":{\"muon\":{\"lr\":0.01}}}", DPC_EINVAL, "only with inner.optimizer \"muon\"");
+  expect_bad("{" BASE ",\"inner\":{\"optimizer\":\"sgd\"}}", DPC_EINVAL, "inner.optimizer");
+  expect_bad("{" BASE ",\"inner\":{\"optimizer\":\"muon\",\"muon\":{\"adjust_lr\":\"rms\"}}}", DPC_EINVAL,
+             "inner.muon.adjust_lr");
+  expect_bad("{" BASE ",\"inner\":{\"optimizer\":\"muon\",\"muon\":{\"lr\":0}}}", DPC_EINVAL, "inner.muon.lr");
+  expect_bad("{" BASE ",\"inner\":{\"optimizer\":\"muon\",\"muon\":{\"momentum\":1}}}", DPC_EINVAL,
+             "inner.muon.momentum");
+  expect_bad("{" BASE ",\"inner\":{\"optimizer\":\"muon\",\"muon\":{\"ns_steps\":21}}}", DPC_EINVAL,
+             "inner.muon.ns_steps");
+  expect_bad("{" BASE ",\"inner\":{\"optimizer\":\"muon\",\"muon\":{\"weight_decay\":-1}}}", DPC_EINVAL,
+             "inner.muon.weight_decay");
+  CHECK_EQ_INT(parse("{" BASE ",\"inner\":{\"optimizer\":\"muon\",\"weight_decay\":0.2}}", &js), 0);
+  CHECK(js.inner.optimizer == INNER_OPT_MUON && js.inner.muon.lr == 0.02 && js.inner.muon.momentum == 0.95 &&
+        js.inner.muon.nesterov == 1 && js.inner.muon.ns_steps == 5 && js.inner.muon.adjust_lr == GPT_MUON_ADJUST_ORIGINAL);
+  CHECK(!js.inner.muon.has_weight_decay && jobspec_muon_weight_decay(&js) == 0.2);
+  CHECK_EQ_INT(parse("{" BASE ",\"inner\":{\"optimizer\":\"muon\",\"muon\":{\"lr\":0.05,\"nesterov\":false,"
+                     "\"weight_decay\":0,\"adjust_lr\":\"match_rms_adamw\"}}}", &js), 0);
+  CHECK(js.inner.muon.lr == 0.05 && js.inner.muon.nesterov == 0 && js.inner.muon.has_weight_decay &&
+        jobspec_muon_weight_decay(&js) == 0.0 && js.inner.muon.adjust_lr == GPT_MUON_ADJUST_MATCH_RMS_ADAMW);
+  CHECK_EQ_INT(jobspec_to_json(&js, &canon), 0);
+  CHECK(canon && strstr(canon, "\"optimizer\":\"muon\"") && strstr(canon, "\"adjust_lr\":\"match_rms_adamw\""));
+  CHECK_EQ_INT(canon ? parse(canon, &js2) : -1, 0);
+  CHECK(js2.inner.muon.lr == 0.05 && js2.inner.muon.has_weight_decay && js2.inner.muon.nesterov == 0 &&
+        js2.inner.muon.adjust_lr == GPT_MUON_ADJUST_MATCH_RMS_ADAMW && js2.inner.optimizer == INNER_OPT_MUON);
+  free(canon);
 }
 
 int main(void) {
@@ -617,5 +656,6 @@ int main(void) {
   test_llama(dir);
   rmdir(dir);
   test_field_table();
+  test_muon();
   TEST_DONE();
 }

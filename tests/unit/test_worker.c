@@ -13,7 +13,8 @@
  *     down") at a step inside the round, pushes nothing, says it is leaving (Release of lease
  *     0, RELEASE_DRAINING) and exits 0;
  *  3. COMMAND_DRAIN on heartbeats: the worker finishes the round, pushes, exits 0;
- *  4. a job whose data glob matches nothing: Release(RELEASE_ERROR) naming the pattern;
+ *  4. a job whose data glob matches nothing, and a Muon lease with a momentum outside [0, 1):
+ *     Release(RELEASE_ERROR) naming the pattern / the setting, before any pull;
  *  5. a push refused by the delta norm screen (FAILED_PRECONDITION): the worker does not push
  *     it again, releases the lease with RELEASE_ERROR and the refusal, and takes new work;
  * plus the data-path resolution and fragment placement helpers directly, and flag errors.
@@ -67,7 +68,7 @@ static void sleep_ms(int ms) {
 
 /* ------------------------------------------------------------- fake coordinator state */
 
-enum scenario { SC_HAPPY = 1, SC_SIGTERM, SC_DRAIN, SC_NODATA, SC_KEEP, SC_STOP, SC_REFUSED };
+enum scenario { SC_HAPPY = 1, SC_SIGTERM, SC_DRAIN, SC_NODATA, SC_KEEP, SC_STOP, SC_REFUSED, SC_BADMUON };
 #define NPUSH 5 /* pushed-delta buffers: lease 7/9 → 0, leases 21..24 → 1..4 */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -199,6 +200,12 @@ static void grant(struct rpc_call *c, uint64_t lease_id, uint32_t H, uint64_t fi
   L.data = &dw;
   L.spec_json = (char *)spec;
   L.inner_state = inner_state;
+  if (S.sc == SC_BADMUON) { /* Muon with a momentum outside [0, 1) */
+    L.inner_optimizer = DIPACO__V1__INNER_OPTIMIZER__INNER_OPTIMIZER_MUON;
+    L.muon_lr = 0.02f;
+    L.muon_momentum = 1.5f;
+    L.muon_ns_steps = 5;
+  }
   pthread_mutex_lock(&g_mu);
   S.last_granted = lease_id;
   pthread_mutex_unlock(&g_mu);
@@ -247,6 +254,10 @@ static void on_lease(struct rpc_call *c, const struct grpc_byte_buffer *req, voi
     break;
   case SC_NODATA:
     if (n == 1) grant(c, 10, 3, 0, "{\"data\":{\"train\":[\"nothing/here_*.bin\"]}}", 1, 0);
+    else no_work(c, 50);
+    break;
+  case SC_BADMUON:
+    if (n == 1) grant(c, 11, 3, 0, SPEC_OK, 1, 0);
     else no_work(c, 50);
     break;
   case SC_REFUSED: /* lease 30's push is refused by the norm screen; lease 31 is the retry */
@@ -713,10 +724,12 @@ static void test_drain(int port) {
   if (test_failures || getenv("TEST_VERBOSE")) dump(log);
 }
 
-static void test_nodata(int port) {
-  reset_state(SC_NODATA);
+/* A lease the worker must refuse before any pull: Release(RELEASE_ERROR) whose message holds
+ * want1 and want2. */
+static void test_refusal(int port, int sc, const char *name, const char *want1, const char *want2) {
+  reset_state(sc);
   char log[300];
-  snprintf(log, sizeof log, "%s/nodata.log", g_tmp);
+  snprintf(log, sizeof log, "%s/%s.log", g_tmp, name);
   pid_t pid = spawn_worker(port, 0, log);
   CHECK(pid > 0);
   int released = 0;
@@ -731,8 +744,8 @@ static void test_nodata(int port) {
   pthread_mutex_lock(&g_mu);
   CHECK(released);
   CHECK_EQ_INT(S.release_reason[0], DIPACO__V1__RELEASE_REASON__RELEASE_ERROR);
-  CHECK(strstr(S.release_msg[0], "nothing/here_*.bin") != NULL);
-  CHECK(strstr(S.release_msg[0], "matches no file") != NULL);
+  CHECK(strstr(S.release_msg[0], want1) != NULL);
+  CHECK(strstr(S.release_msg[0], want2) != NULL);
   CHECK_EQ_INT(S.pulls, 0);
   pthread_mutex_unlock(&g_mu);
   if (test_failures || getenv("TEST_VERBOSE")) dump(log);
@@ -980,7 +993,8 @@ int main(int argc, char **argv) {
     test_happy(port);
     test_sigterm(port);
     test_drain(port);
-    test_nodata(port);
+    test_refusal(port, SC_NODATA, "nodata", "nothing/here_*.bin", "matches no file");
+    test_refusal(port, SC_BADMUON, "badmuon", "Muon settings out of range", "momentum 1.5");
     test_refused(port);
     test_keep(port);
     rpc_server_stop(srv, 500);

@@ -1,0 +1,285 @@
+/* blobs_s3.c — blob bytes on S3 (see blobs_s3.h): a pool of S3 clients and a streaming writer
+ * that turns appends into a single PUT or a multipart upload. */
+#include "coordinator/blobs_s3.h"
+
+#include "common/errors.h"
+#include "common/log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define POOL_MAX 64
+
+struct blob_s3 {
+  s3_options opts; /* the strings below own what it points at */
+  char url[600], endpoint[512], region[64], ca_file[512], creds_file[512], profile[128];
+  pthread_mutex_t mu;
+  s3_client *idle[POOL_MAX];
+  int n_idle;
+  /* Health: the last request's outcome (guarded by mu). A store that could not be reached, or
+   * answered 5xx after the retries, is down until a request succeeds again. */
+  int down;
+  int64_t down_since_ms;
+  char down_reason[512];
+};
+
+struct blob_s3_writer {
+  blob_s3 *s;
+  s3_client *c;
+  char name[128];
+  uint64_t total, sent;  /* bytes declared, bytes uploaded in finished parts */
+  unsigned char *part;   /* the part being filled */
+  size_t fill, cap;
+  char upload_id[512];   /* "" until a second part is needed */
+  char (*etags)[80];
+  int nparts, etag_cap;
+};
+
+static int take(blob_s3 *s, s3_client **out);
+static void give(blob_s3 *s, s3_client *c);
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Record an outcome: DPC_EUNAVAILABLE (unreachable, or failing after the retries) marks it down
+ * with the message; any other answer, success included, shows it reachable. Returns rc. */
+static int note(blob_s3 *s, int rc) {
+  pthread_mutex_lock(&s->mu);
+  if (rc == DPC_EUNAVAILABLE) {
+    if (!s->down) s->down_since_ms = now_ms();
+    s->down = 1;
+    snprintf(s->down_reason, sizeof s->down_reason, "%s", dpc_errmsg());
+  } else {
+    s->down = 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+int blob_s3_health(blob_s3 *s, char *reason, size_t cap, int64_t *since_ms) {
+  pthread_mutex_lock(&s->mu);
+  int up = !s->down;
+  if (!up && reason && cap) snprintf(reason, cap, "%s", s->down_reason);
+  if (!up && since_ms) *since_ms = s->down_since_ms;
+  pthread_mutex_unlock(&s->mu);
+  return up;
+}
+
+int blob_s3_probe(blob_s3 *s) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_check_bucket(c);
+  give(s, c);
+  return note(s, rc);
+}
+
+static int take(blob_s3 *s, s3_client **out) {
+  pthread_mutex_lock(&s->mu);
+  s3_client *c = s->n_idle ? s->idle[--s->n_idle] : NULL;
+  pthread_mutex_unlock(&s->mu);
+  if (c) {
+    *out = c;
+    return 0;
+  }
+  return s3_open(out, &s->opts);
+}
+
+static void give(blob_s3 *s, s3_client *c) {
+  if (!c) return;
+  pthread_mutex_lock(&s->mu);
+  if (s->n_idle < POOL_MAX) {
+    s->idle[s->n_idle++] = c;
+    c = NULL;
+  }
+  pthread_mutex_unlock(&s->mu);
+  s3_close(c);
+}
+
+static const char *keep(char *dst, size_t cap, const char *src) {
+  if (!src) return NULL;
+  snprintf(dst, cap, "%s", src);
+  return dst;
+}
+
+int blob_s3_open(const s3_options *o, blob_s3 **out) {
+  *out = NULL;
+  blob_s3 *s = calloc(1, sizeof *s);
+  if (!s) return DPC_ENOMEM;
+  pthread_mutex_init(&s->mu, NULL);
+  s->opts = *o;
+  s->opts.url = keep(s->url, sizeof s->url, o->url);
+  s->opts.endpoint = keep(s->endpoint, sizeof s->endpoint, o->endpoint);
+  s->opts.region = keep(s->region, sizeof s->region, o->region);
+  s->opts.ca_file = keep(s->ca_file, sizeof s->ca_file, o->ca_file);
+  s->opts.creds_file = keep(s->creds_file, sizeof s->creds_file, o->creds_file);
+  s->opts.profile = keep(s->profile, sizeof s->profile, o->profile);
+  s3_client *c = NULL;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_check_bucket(c);
+  give(s, c);
+  if (rc) {
+    blob_s3_close(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+void blob_s3_close(blob_s3 *s) {
+  if (!s) return;
+  for (int i = 0; i < s->n_idle; i++) s3_close(s->idle[i]);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+const char *blob_s3_url(const blob_s3 *s) { return s->url; }
+
+int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, blob_s3_writer **out) {
+  *out = NULL;
+  blob_s3_writer *w = calloc(1, sizeof *w);
+  if (!w) return DPC_ENOMEM;
+  w->s = s;
+  w->total = total;
+  snprintf(w->name, sizeof w->name, "%s", name);
+  w->cap = total < BLOB_S3_PART_BYTES ? (size_t)total : BLOB_S3_PART_BYTES;
+  w->part = malloc(w->cap ? w->cap : 1);
+  int rc = w->part ? take(s, &w->c) : DPC_ENOMEM;
+  if (rc) {
+    free(w->part);
+    free(w);
+    return rc;
+  }
+  *out = w;
+  return 0;
+}
+
+/* Upload the filled part as the next part of the multipart upload (started on the first). */
+static int flush_part(blob_s3_writer *w) {
+  int rc = 0;
+  if (!w->upload_id[0]) rc = s3_mpu_create(w->c, w->name, w->upload_id, sizeof w->upload_id);
+  if (!rc && w->nparts == w->etag_cap) {
+    int cap = w->etag_cap ? 2 * w->etag_cap : 16;
+    char(*e)[80] = realloc(w->etags, (size_t)cap * sizeof *e);
+    if (!e) return DPC_ENOMEM;
+    w->etags = e;
+    w->etag_cap = cap;
+  }
+  if (!rc) rc = s3_mpu_put_part(w->c, w->name, w->upload_id, w->nparts + 1, w->part, w->fill, w->etags[w->nparts], 80);
+  if (note(w->s, rc)) return rc;
+  w->nparts++;
+  w->sent += w->fill;
+  w->fill = 0;
+  return 0;
+}
+
+int blob_s3_writer_append(blob_s3_writer *w, const void *p, size_t n) {
+  const unsigned char *b = p;
+  if (n > w->total - w->sent - w->fill)
+    return dpc_err(DPC_ERANGE, "blob %s: %zu more bytes would exceed the declared %llu", w->name, n,
+                   (unsigned long long)w->total);
+  while (n > 0) {
+    size_t k = w->cap - w->fill < n ? w->cap - w->fill : n;
+    memcpy(w->part + w->fill, b, k);
+    w->fill += k;
+    b += k;
+    n -= k;
+    /* A full part goes up unless it is the last one, which commit sends (a single PUT when
+     * the whole object fits in one part). */
+    if (w->fill == w->cap && w->sent + w->fill < w->total) {
+      int rc = flush_part(w);
+      if (rc) return rc;
+    }
+  }
+  return 0;
+}
+
+void blob_s3_writer_abort(blob_s3_writer *w) {
+  if (!w) return;
+  if (w->upload_id[0] && s3_mpu_abort(w->c, w->name, w->upload_id) < 0)
+    DPC_WARN("blob %s: aborting its upload: %s (the start-up sweep removes it)", w->name, dpc_errmsg());
+  give(w->s, w->c);
+  free(w->part);
+  free(w->etags);
+  free(w);
+}
+
+int blob_s3_writer_commit(blob_s3_writer *w) {
+  int rc = 0;
+  if (w->sent + w->fill != w->total)
+    rc = dpc_err(DPC_ESHAPE, "blob %s: got %llu of %llu bytes", w->name, (unsigned long long)(w->sent + w->fill),
+                 (unsigned long long)w->total);
+  else if (!w->upload_id[0])
+    rc = s3_put(w->c, w->name, w->part, w->fill);
+  else if (!(rc = flush_part(w)))
+    rc = s3_mpu_complete(w->c, w->name, w->upload_id, w->nparts, w->etags);
+  if (w->sent + w->fill == w->total) note(w->s, rc);
+  if (rc) {
+    blob_s3_writer_abort(w);
+    return rc;
+  }
+  give(w->s, w->c);
+  free(w->part);
+  free(w->etags);
+  free(w);
+  return 0;
+}
+
+int blob_s3_size(blob_s3 *s, const char *name, uint64_t *size) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_head(c, name, size, NULL, 0);
+  give(s, c);
+  return note(s, rc);
+}
+
+int blob_s3_read(blob_s3 *s, const char *name, uint64_t off, void *dst, size_t n) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_get_range(c, name, off, dst, n);
+  give(s, c);
+  return note(s, rc);
+}
+
+int blob_s3_delete(blob_s3 *s, const char *name) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_delete(c, name);
+  give(s, c);
+  return note(s, rc);
+}
+
+int blob_s3_list(blob_s3 *s, s3_list_fn fn, void *ud) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_list(c, "", fn, ud);
+  give(s, c);
+  return note(s, rc);
+}
+
+typedef struct {
+  s3_client *c;
+  int n, rc;
+} abort_ctx;
+
+static int abort_one(void *ud, const char *key, const char *id) {
+  abort_ctx *a = ud;
+  int rc = s3_mpu_abort(a->c, key, id);
+  if (rc == 0) a->n++;
+  else if (!a->rc) a->rc = rc;
+  return 0;
+}
+
+int blob_s3_abort_uploads(blob_s3 *s, int *n) {
+  abort_ctx a = {0};
+  int rc = take(s, &a.c);
+  if (!rc) rc = s3_mpu_list(a.c, abort_one, &a);
+  give(s, a.c);
+  if (n) *n = a.n;
+  return rc ? rc : a.rc;
+}

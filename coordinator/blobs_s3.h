@@ -1,0 +1,55 @@
+/* blobs_s3.h — the blob store's bytes on an S3-compatible object store (blobs.h keeps the
+ * format, names and checks; this module moves bytes): one object per blob under
+ * s3://BUCKET/PREFIX/NAME, written with a single PUT or, above one part, a multipart upload
+ * streamed part by part, and read in ranges.
+ *
+ * Commit point: an object exists only once its PUT or CompleteMultipartUpload succeeded, and a
+ * blob counts only once a database row names it (as with files), so a crash leaves at most an
+ * unrecorded object or an unfinished upload, which blob_store_sweep removes at start-up.
+ *
+ * Threads: a blob_s3 is shared; each call takes an S3 client (one curl handle each) from a
+ * mutex-guarded pool and gives it back, so the loop thread and the thread pool use the store
+ * at once. A writer holds one client from open to commit or abort. */
+#ifndef DPC_BLOBS_S3_H
+#define DPC_BLOBS_S3_H
+
+#include "coordinator/s3.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BLOB_S3_PART_BYTES ((size_t)16 << 20) /* multipart part size (S3's minimum is 5 MiB) */
+
+typedef struct blob_s3 blob_s3;
+typedef struct blob_s3_writer blob_s3_writer;
+
+/* Open the store and check that the bucket exists and the credentials may list it. */
+int blob_s3_open(const s3_options *o, blob_s3 **out);
+void blob_s3_close(blob_s3 *s);
+/* "s3://BUCKET/PREFIX/" as given, for messages. */
+const char *blob_s3_url(const blob_s3 *s);
+
+/* A writer of exactly `total` bytes under name. */
+int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, blob_s3_writer **out);
+int blob_s3_writer_append(blob_s3_writer *w, const void *p, size_t n);
+/* Upload what is left and make the object visible; frees the writer either way. */
+int blob_s3_writer_commit(blob_s3_writer *w);
+void blob_s3_writer_abort(blob_s3_writer *w);
+
+/* Object size (DPC_ENOENT when absent); bytes [off, off + n) into dst. */
+int blob_s3_size(blob_s3 *s, const char *name, uint64_t *size);
+int blob_s3_read(blob_s3 *s, const char *name, uint64_t off, void *dst, size_t n);
+/* Delete (absent is success). */
+int blob_s3_delete(blob_s3 *s, const char *name);
+/* Every object name under the prefix, with its size. */
+int blob_s3_list(blob_s3 *s, s3_list_fn fn, void *ud);
+/* 1 while the store answers; 0 after a request found it unreachable or failing (5xx) past its
+ * retries, until one succeeds again: reason[cap] gets the last failure, *since_ms (wall clock)
+ * when it started (either may be NULL). */
+int blob_s3_health(blob_s3 *s, char *reason, size_t cap, int64_t *since_ms);
+/* One cheap request (a one-key listing) to find out whether a store that is down is back. */
+int blob_s3_probe(blob_s3 *s);
+/* Abort every unfinished multipart upload under the prefix (start-up); *n gets how many. */
+int blob_s3_abort_uploads(blob_s3 *s, int *n);
+
+#endif

@@ -1,0 +1,23 @@
+# The S3 object store: the SigV4 signer against AWS's published examples; the client
+# (coordinator/s3.h) and the blob store on S3 (coordinator/blobs_s3.h) against a real Ceph RADOS
+# Gateway started on loopback (tests/s3/rgw.sh).
+if(DIPACO_DISTRIBUTED)
+  foreach(t test_s3_sigv4 test_s3_store test_blobs_s3)
+    add_executable(${t} ${CMAKE_SOURCE_DIR}/tests/unit/${t}.c)
+    target_link_libraries(${t} PRIVATE dpc_coord)
+  endforeach()
+endif()
+dpc_test(NAME s3_sigv4 LABEL unit TIMEOUT 30 REQUIRES DISTRIBUTED COMMAND test_s3_sigv4)
+# One gateway for both programs (it takes ~15 s to start).
+dpc_test(NAME s3_store LABEL integration TIMEOUT 240 REQUIRES DISTRIBUTED
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 bash -c "$<TARGET_FILE:test_s3_store> && $<TARGET_FILE:test_blobs_s3>")
+# Jobs on the S3 store export byte-identical to the same jobs on the local store; the
+# coordinator refuses a bad S3 configuration at start-up with the reason.
+dpc_test(NAME s3_jobs LABEL integration TIMEOUT 400 REQUIRES DISTRIBUTED
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 bash ${CMAKE_SOURCE_DIR}/tests/s3/jobs_s3.sh ${DPC_DAEMONS})
+# The chaos test of record on the S3 store: worker, coordinator and gateway SIGKILLs.
+dpc_test(NAME chaos_s3 LABEL fault TIMEOUT 600 REQUIRES DISTRIBUTED ENVIRONMENT CHAOS_STORE=s3
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh ${DPC_DAEMONS})

@@ -1,0 +1,231 @@
+/* test_s3_store.c — the S3 client (coordinator/s3.h) against a real S3 server: Ceph's RADOS
+ * Gateway started by tests/s3/with_rgw.sh (S3_ENDPOINT and the AWS_* variables in the
+ * environment; NOT_S3 a plain HTTP server, DEAD a port nobody listens on). Objects round-trip
+ * through put, ranged get, head, list and delete; multipart uploads complete, list and abort;
+ * presigned URLs work once, and fail when tampered with, expired, or sent other bytes than their
+ * signed MD5; every misconfiguration is a clear error of the right kind. */
+#include "common/errors.h"
+#include "coordinator/s3.h"
+#include "tests/unit/test.h"
+
+#include <curl/curl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int open_store(s3_client **c, const char *url, const char *endpoint, int retries) {
+  s3_options o = {.url = url, .endpoint = endpoint, .timeout_ms = 5000, .retries = retries};
+  return s3_open(c, &o);
+}
+
+typedef struct {
+  char keys[16][128];
+  uint64_t sizes[16];
+  int n;
+} listing;
+
+static int collect(void *ud, const char *key, uint64_t size) {
+  listing *l = ud;
+  if (l->n < 16) {
+    snprintf(l->keys[l->n], sizeof l->keys[0], "%s", key);
+    l->sizes[l->n++] = size;
+  }
+  return 0;
+}
+
+static int count_upload(void *ud, const char *key, const char *id) {
+  (void)key;
+  (void)id;
+  (*(int *)ud)++;
+  return 0;
+}
+
+static size_t sink(char *p, size_t s, size_t n, void *ud) {
+  (void)p;
+  *(size_t *)ud += s * n;
+  return s * n;
+}
+
+/* HTTP status of a raw request to url (a presigned one): GET, or PUT of body with content_md5. */
+static long http(const char *method, const char *url, const void *body, size_t len, const char *content_md5) {
+  CURL *e = curl_easy_init();
+  size_t got = 0;
+  struct curl_slist *h = NULL;
+  char line[64];
+  curl_easy_setopt(e, CURLOPT_URL, url);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, sink);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, &got);
+  if (!strcmp(method, "PUT")) {
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "PUT");
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)len);
+    if (content_md5) {
+      snprintf(line, sizeof line, "Content-MD5: %s", content_md5);
+      h = curl_slist_append(h, line);
+    }
+    h = curl_slist_append(h, "Content-Type:");
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+  }
+  long st = 0;
+  if (curl_easy_perform(e) == CURLE_OK) curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &st);
+  curl_slist_free_all(h);
+  curl_easy_cleanup(e);
+  return st;
+}
+
+static void objects(s3_client *c) {
+  const char *msg = "0123456789abcdefghij";
+  CHECK_EQ_INT(s3_put(c, "v/1/theta", msg, strlen(msg)), 0);
+  CHECK_EQ_INT(s3_put(c, "v/2/theta", msg, 5), 0);
+  char buf[32] = "";
+  CHECK_EQ_INT(s3_get_range(c, "v/1/theta", 10, buf, 5), 0);
+  CHECK(memcmp(buf, "abcde", 5) == 0);
+  CHECK_EQ_INT(s3_get_range(c, "v/2/theta", 0, buf, 10), DPC_EFORMAT); /* shorter than asked */
+  CHECK_EQ_INT(s3_get_range(c, "v/9/theta", 0, buf, 4), DPC_ENOENT);
+  uint64_t size = 0;
+  char etag[80], md5hex[33];
+  CHECK_EQ_INT(s3_head(c, "v/1/theta", &size, etag, sizeof etag), 0);
+  CHECK_EQ_INT(size, 20);
+  /* A single PUT's ETag is the hex MD5 of its bytes: the store kept what was sent. */
+  FILE *p = popen("printf 0123456789abcdefghij | md5sum", "r");
+  CHECK(p && fscanf(p, "%32s", md5hex) == 1);
+  if (p) pclose(p);
+  CHECK(strcmp(etag, md5hex) == 0);
+  CHECK_EQ_INT(s3_head(c, "v/9/theta", &size, NULL, 0), DPC_ENOENT);
+  listing l = {0};
+  CHECK_EQ_INT(s3_list(c, "v/", collect, &l), 0);
+  CHECK_EQ_INT(l.n, 2);
+  CHECK(l.n == 2 && !strcmp(l.keys[0], "v/1/theta") && l.sizes[0] == 20 && l.sizes[1] == 5);
+  CHECK_EQ_INT(s3_delete(c, "v/2/theta"), 0);
+  CHECK_EQ_INT(s3_delete(c, "v/2/theta"), 0); /* gone already: still fine */
+  memset(&l, 0, sizeof l);
+  CHECK_EQ_INT(s3_list(c, "v/", collect, &l), 0);
+  CHECK_EQ_INT(l.n, 1);
+}
+
+static void multipart(s3_client *c) {
+  const size_t p1 = 5u << 20, p2 = 1000;
+  unsigned char *d = malloc(p1 + p2), *back = malloc(64);
+  for (size_t i = 0; i < p1 + p2; i++) d[i] = (unsigned char)(i * 131 + (i >> 9));
+  char id[512], etags[2][80];
+  CHECK_EQ_INT(s3_mpu_create(c, "big", id, sizeof id), 0);
+  int open = 0;
+  CHECK_EQ_INT(s3_mpu_list(c, count_upload, &open), 0);
+  CHECK_EQ_INT(open, 1);
+  CHECK_EQ_INT(s3_mpu_put_part(c, "big", id, 1, d, p1, etags[0], sizeof etags[0]), 0);
+  CHECK_EQ_INT(s3_mpu_put_part(c, "big", id, 2, d + p1, p2, etags[1], sizeof etags[1]), 0);
+  CHECK_EQ_INT(s3_mpu_put_part(c, "big", id, 0, d, 1, etags[1], sizeof etags[1]), DPC_EINVAL);
+  CHECK_EQ_INT(s3_mpu_complete(c, "big", id, 2, etags), 0);
+  uint64_t size = 0;
+  CHECK_EQ_INT(s3_head(c, "big", &size, NULL, 0), 0);
+  CHECK_EQ_INT(size, p1 + p2);
+  CHECK_EQ_INT(s3_get_range(c, "big", p1 - 32, back, 64), 0); /* across the part boundary */
+  CHECK(memcmp(back, d + p1 - 32, 64) == 0);
+  open = 0;
+  CHECK_EQ_INT(s3_mpu_list(c, count_upload, &open), 0);
+  CHECK_EQ_INT(open, 0);
+  CHECK_EQ_INT(s3_mpu_create(c, "abandoned", id, sizeof id), 0);
+  CHECK_EQ_INT(s3_mpu_abort(c, "abandoned", id), 0);
+  open = 0;
+  CHECK_EQ_INT(s3_mpu_list(c, count_upload, &open), 0);
+  CHECK_EQ_INT(open, 0);
+  free(d);
+  free(back);
+}
+
+static void presigned(s3_client *c) {
+  char url[S3_URL_MAX], md5[25];
+  CHECK_EQ_INT(s3_presign(c, "GET", "v/1/theta", NULL, 60, url, sizeof url), 0);
+  CHECK_EQ_INT(http("GET", url, NULL, 0, NULL), 200);
+  size_t n = strlen(url);
+  url[n - 1] = url[n - 1] == '0' ? '1' : '0'; /* tampered signature */
+  CHECK_EQ_INT(http("GET", url, NULL, 0, NULL), 403);
+  const char *body = "a worker's delta";
+  s3_content_md5(body, strlen(body), md5);
+  CHECK_EQ_INT(s3_presign(c, "PUT", "d/7", md5, 60, url, sizeof url), 0);
+  CHECK_EQ_INT(http("PUT", url, "other bytes", 11, md5), 400); /* BadDigest: the store checked */
+  CHECK_EQ_INT(http("PUT", url, body, strlen(body), NULL), 403); /* the signed header is missing */
+  CHECK_EQ_INT(http("PUT", url, body, strlen(body), md5), 200);
+  char back[32] = "";
+  CHECK_EQ_INT(s3_get_range(c, "d/7", 0, back, strlen(body)), 0);
+  CHECK(memcmp(back, body, strlen(body)) == 0);
+  CHECK_EQ_INT(s3_presign(c, "GET", "d/7", NULL, 1, url, sizeof url), 0);
+  sleep(2);
+  CHECK_EQ_INT(http("GET", url, NULL, 0, NULL), 403); /* expired */
+}
+
+static void refusals(const char *ep) {
+  s3_client *c = NULL;
+  CHECK_EQ_INT(open_store(&c, "s3://no-such-bucket-here", ep, 0), 0);
+  if (c) CHECK_EQ_INT(s3_check_bucket(c), DPC_EINVAL);
+  if (c) CHECK(strstr(dpc_errmsg(), "does not exist") != NULL);
+  s3_close(c);
+  CHECK_EQ_INT(open_store(&c, "s3://x", ep, 0), DPC_EINVAL);       /* bucket name too short */
+  CHECK_EQ_INT(open_store(&c, "gs://bucket", ep, 0), DPC_EINVAL);  /* not s3:// */
+  CHECK_EQ_INT(open_store(&c, "s3://bucket", "ftp://h", 0), DPC_EINVAL);
+  CHECK_EQ_INT(open_store(&c, "s3://bucket", "http://h/path", 0), DPC_EINVAL);
+  /* Wrong secret. */
+  char *sk = strdup(getenv("AWS_SECRET_ACCESS_KEY"));
+  setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret", 1);
+  CHECK_EQ_INT(open_store(&c, "s3://dpc-test", ep, 0), 0);
+  if (c) CHECK_EQ_INT(s3_put(c, "k", "x", 1), DPC_EPERM);
+  s3_close(c);
+  setenv("AWS_SECRET_ACCESS_KEY", sk, 1);
+  /* A credentials file others may read is refused; mode 0600 works. */
+  char path[] = "/tmp/dpc-s3-creds-XXXXXX";
+  int fd = mkstemp(path);
+  FILE *f = fdopen(fd, "w");
+  fprintf(f, "[other]\naws_access_key_id = nope\naws_secret_access_key = nope\n\n[default]\n"
+             "aws_access_key_id = %s\naws_secret_access_key = %s\n", getenv("AWS_ACCESS_KEY_ID"), sk);
+  fclose(f);
+  chmod(path, 0644);
+  s3_options o = {.url = "s3://dpc-test", .endpoint = ep, .creds_file = path, .profile = "default"};
+  CHECK_EQ_INT(s3_open(&c, &o), DPC_EPERM);
+  CHECK(strstr(dpc_errmsg(), "chmod 600") != NULL);
+  chmod(path, 0600);
+  CHECK_EQ_INT(s3_open(&c, &o), 0);
+  if (c) CHECK_EQ_INT(s3_check_bucket(c), 0);
+  s3_close(c);
+  o.profile = "missing";
+  CHECK_EQ_INT(s3_open(&c, &o), DPC_EINVAL);
+  unlink(path);
+  free(sk);
+  /* Something that is not an S3 endpoint, and nothing at all. */
+  if (getenv("NOT_S3")) {
+    CHECK_EQ_INT(open_store(&c, "s3://dpc-test", getenv("NOT_S3"), 0), 0);
+    if (c) CHECK_EQ_INT(s3_check_bucket(c), DPC_EINVAL);
+    if (c) CHECK(strstr(dpc_errmsg(), "S3 endpoint") != NULL);
+    s3_close(c);
+  }
+  if (getenv("DEAD")) {
+    CHECK_EQ_INT(open_store(&c, "s3://dpc-test", getenv("DEAD"), 2), 0);
+    if (c) CHECK_EQ_INT(s3_check_bucket(c), DPC_EUNAVAILABLE);
+    if (c) CHECK(strstr(dpc_errmsg(), "after 3 tries") != NULL);
+    s3_close(c);
+  }
+}
+
+int main(void) {
+  const char *ep = getenv("S3_ENDPOINT");
+  if (!ep || !getenv("AWS_ACCESS_KEY_ID")) {
+    fprintf(stderr, "FAIL: run me under tests/s3/with_rgw.sh (S3_ENDPOINT and AWS_* unset)\n");
+    return 1;
+  }
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  s3_client *c = NULL;
+  CHECK_EQ_INT(open_store(&c, "s3://dpc-test/job7/", ep, 3), 0);
+  if (!c) TEST_DONE();
+  CHECK_EQ_INT(s3_create_bucket(c), 0);
+  CHECK_EQ_INT(s3_create_bucket(c), 0); /* ours already: fine */
+  CHECK_EQ_INT(s3_check_bucket(c), 0);
+  objects(c);
+  multipart(c);
+  presigned(c);
+  s3_close(c);
+  refusals(ep);
+  curl_global_cleanup();
+  TEST_DONE();
+}
