@@ -356,6 +356,27 @@ static char *lease_dataset(const jobspec *js, int path) {
 }
 
 /* The deadline of the lease's round (sync jobs with round_timeout_s), else 0. */
+/* Lease.replay_pull: the job serves replay rounds (jobspec_replay_pull) and, for at least one
+ * of the lease's fragments, the other slots' streams of a round are fewer bytes than the
+ * fragment whole (fp32 deltas never are past one other slot; e3m0 up to 8 slots are): else the
+ * worker would fetch the outer momentum for replays that cannot pay (docs/design.md §4.4). */
+static int lease_replays(const coord_job *j, const int *fids, int nf) {
+  if (!jobspec_replay_pull(&j->spec)) return 0;
+  for (int i = 0; i < nf; i++) {
+    const int f = fids[i];
+    const size_t len = j->fragments[f].len;
+    size_t sb = 0;
+    if (j->spec.sparse.enabled) sb = j->sp_bytes[f];
+    else if (dpc_codec_bytes(j->spec.streaming.codec, len,
+                             dpc_codec_is_block(j->spec.streaming.codec) ? (uint32_t)j->spec.streaming.block_floats : 0,
+                             &sb) < 0)
+      continue;
+    const double others = j->expected && j->expected[f] > 1 ? (double)(j->expected[f] - 1) : 1.0;
+    if (others * (double)sb < 4.0 * (double)len) return 1;
+  }
+  return 0;
+}
+
 static int64_t lease_deadline(coord *c, const coord_job *j, const store_lease *l, const int *fids, int nf) {
   store_round rd;
   if (nf > 0 && j->spec.algorithm != JOB_ALGO_DILOCO_ASYNC &&
@@ -455,7 +476,7 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   le.outer_lr = (float)j->spec.outer.lr;
   le.outer_momentum = (float)j->spec.outer.momentum;
   le.outer_nesterov = j->spec.outer.nesterov != 0;
-  le.replay_pull = jobspec_replay_pull(&j->spec);
+  le.replay_pull = lease_replays(j, fids, nf);
   if (j->spec.sparse.enabled) {
     le.delta_codec = (Dipaco__V1__Codec)DPC_CODEC_SPARSE;
     le.delta_block_floats = 0;

@@ -202,7 +202,7 @@ static int lease_pull(lease_work *x) {
       x->bytes += x->sparse && !x->sl_whole ? x->sl_bytes : (size_t)L->fragments[i]->num_floats * 4;
     }
     if (!rc && x->sparse) sl_note_pulled(&x->r->sparse, L, &x->p, i);
-    if (!rc && x->rp && x->rp_whole) rp_note_pulled(&x->r->replay, x->r->wc, L, &x->p, i, &x->bytes);
+    if (!rc && x->rp && x->rp_whole) rp_note_pulled(&x->r->replay, L, &x->p, i);
     if (interrupted(x)) break;
   }
   if (sparse_frags)

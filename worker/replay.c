@@ -164,6 +164,18 @@ static int apply_round(const Dipaco__V1__Lease *L, const unsigned char *b, size_
   return rc;
 }
 
+static int whole_marked(const rp_cache *c, uint64_t job, uint64_t fid) {
+  for (int k = 0; c->whole_job == job && k < c->n_whole; k++)
+    if (c->whole[k] == fid) return 1;
+  return 0;
+}
+
+static void whole_mark(rp_cache *c, uint64_t job, uint64_t fid) {
+  if (c->whole_job != job) c->n_whole = 0;
+  c->whole_job = job;
+  if (!whole_marked(c, job, fid) && c->n_whole < RP_HELD_MAX) c->whole[c->n_whole++] = fid;
+}
+
 /* This worker's own delta of fragment fid that helps make version v of job, or NULL. */
 static const rp_own *own_find(const rp_cache *c, uint64_t job, uint64_t fid, uint64_t v) {
   for (size_t k = 0; k < c->n_own; k++)
@@ -180,6 +192,12 @@ int rp_replay_round(wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__F
   *crc = 0;
   int rc = wc_pull_replay_round(wc, L->lease_id, f, v, own ? own_lease : 0, budget, max_bytes, &b, &blen, code);
   if (rc && *code == RPC_FAILED_PRECONDITION && strstr(dpc_errmsg(), "not made yet")) return RP_NOT_YET;
+  if (rc && *code == RPC_RESOURCE_EXHAUSTED) {
+    DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 ": the round that made version %" PRIu64 " is more bytes than "
+             "the fragment (%s); pulling it whole", L->lease_id, f->fragment_id, v, dpc_errmsg());
+    *code = RPC_OK;
+    return RP_OVER_BUDGET;
+  }
   if (rc) {
     if (*code == RPC_NOT_FOUND || *code == RPC_FAILED_PRECONDITION || *code == RPC_INVALID_ARGUMENT ||
         *code == RPC_RESOURCE_EXHAUSTED || *code == RPC_OK) {
@@ -216,18 +234,19 @@ static int replay_rounds(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, c
   size_t spent = 0;
   for (uint64_t v = h->version + 1; v <= f->version; v++) {
     const rp_own *own = own_find(c, L->job_id, f->fragment_id, v);
-    if (spent >= full) {
+    if (spent + 1 >= full) { /* (a replay must be strictly smaller than the whole fragment) */
       DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 ": replaying to version %" PRIu64 " would pull more than the "
                "fragment (%" PRIu64 " bytes); pulling it whole", L->lease_id, f->fragment_id, f->version, full);
       return 0;
     }
     uint32_t crc;
-    int rc = rp_replay_round(wc, L, f, v, own && own->len == len ? own->dec : NULL, own ? own->lease : 0, full - spent,
-                             th, uu, len, sp, &spent, &crc, code);
+    int rc = rp_replay_round(wc, L, f, v, own && own->len == len ? own->dec : NULL, own ? own->lease : 0,
+                             full - spent - 1, th, uu, len, sp, &spent, &crc, code);
+    if (rc == RP_OVER_BUDGET && v == h->version + 1) whole_mark(c, L->job_id, f->fragment_id); /* one round is */
     if (rc == RP_NOT_YET)
       DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 ": version %" PRIu64 " is not made yet; pulling it whole",
                L->lease_id, f->fragment_id, v);
-    if (rc != 1) return rc == RP_NOT_YET ? 0 : rc;
+    if (rc != 1) return rc == RP_NOT_YET || rc == RP_OVER_BUDGET ? 0 : rc;
   }
   *bytes += spent;
   return 1;
@@ -240,10 +259,10 @@ int rp_try_pull(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const leas
   *code = RPC_OK;
   if (!rp_lease_replays(L)) return 0;
   rp_held *h = c->held_job == L->job_id && c->held_n == p->n_params ? held_find(c, f->fragment_id, off, len) : NULL;
-  const char *why = !h                         ? "this worker holds no earlier version of it"
+  const char *why = whole_marked(c, L->job_id, f->fragment_id) ? "its rounds are larger than the fragment"
+                    : !h                         ? "this worker holds no earlier version of it"
                     : h->version > f->version  ? "it holds a later version"
                     : !f->crc32c               ? "the lease names no checksum to check a replay against"
-                    : L->outer_momentum != 0.0f && !h->u ? "it holds no outer momentum for it"
                                                : NULL;
   if (why) {
     DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 " version %" PRIu64 ": pulling it whole: %s", L->lease_id,
@@ -259,6 +278,23 @@ int rp_try_pull(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const leas
   memcpy(th, theta + off, len * sizeof(float));
   if (h->u) memcpy(uu, h->u, len * sizeof(float));
   size_t got = 0;
+  if (L->outer_momentum != 0.0f && !h->u) {
+    /* The outer momentum at the version held, pulled once, when a replay is about to use it
+     * (kept as long as the version is: versions.keep_last); carried on by the replays. */
+    Dipaco__V1__FragmentInfo fi = *f;
+    fi.version = h->version;
+    fi.crc32c = 0; /* the lease's checksum is the parameters'; the stream carries its own */
+    int rc = wc_pull_payload(wc, L->lease_id, &fi, DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM, uu, &got, code);
+    if (rc) {
+      free(th);
+      free(uu);
+      if (*code != RPC_NOT_FOUND && *code != RPC_FAILED_PRECONDITION && *code != RPC_OK) return rc;
+      DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 ": no outer momentum at version %" PRIu64 " (%s); pulling "
+               "version %" PRIu64 " whole", L->lease_id, f->fragment_id, h->version, dpc_errmsg(), f->version);
+      *code = RPC_OK;
+      return 0;
+    }
+  }
   rp_sparse sp = {.nt = 0};
   uint64_t *tlen = NULL;
   if (L->delta_codec == (Dipaco__V1__Codec)DPC_CODEC_SPARSE) { /* the fragment's layout, for its streams */
@@ -302,33 +338,15 @@ void rp_forget_range(rp_cache *c, size_t off, size_t len) {
   c->n_held = k;
 }
 
-void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i,
-                    size_t *bytes) {
+void rp_note_pulled(rp_cache *c, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i) {
   const Dipaco__V1__FragmentInfo *f = L->fragments[i];
   const size_t off = p->abs_off[i], len = (size_t)f->num_floats;
   if (c->held_job != L->job_id || c->held_n != p->n_params) rp_forget_held(c);
   c->held_job = L->job_id;
   c->held_n = p->n_params;
   rp_forget_range(c, off, len); /* every entry the range overwrote */
-  if (c->n_held >= RP_HELD_MAX) return;
-  rp_held *h = &c->held[c->n_held++];
-  *h = (rp_held){.fragment_id = f->fragment_id, .version = f->version, .off = off, .len = len};
-  /* u at this version, once: replays carry it on from here. fp32 deltas replay at about the
-   * cost of a whole pull, so the momentum is fetched only for quantized codecs. */
-  if (!rp_lease_replays(L) || L->outer_momentum == 0.0f || L->delta_codec == DIPACO__V1__CODEC__CODEC_FP32) return;
-  Dipaco__V1__FragmentInfo fi = *f;
-  fi.crc32c = 0; /* the lease's checksum is the parameters'; the stream carries its own */
-  float *u = malloc(len * sizeof(float) + 1);
-  size_t got = 0;
-  int code = RPC_OK;
-  if (u && wc_pull_payload(wc, L->lease_id, &fi, DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM, u, &got, &code) == 0) {
-    h->u = u;
-    *bytes += got;
-    return;
-  }
-  DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 ": no outer momentum at version %" PRIu64 " (%s); the next version "
-           "is pulled whole", L->lease_id, f->fragment_id, f->version, u ? dpc_errmsg() : "out of memory");
-  free(u);
+  if (c->n_held < RP_HELD_MAX && !whole_marked(c, L->job_id, f->fragment_id))
+    c->held[c->n_held++] = (rp_held){.fragment_id = f->fragment_id, .version = f->version, .off = off, .len = len};
 }
 
 int rp_decode_own(const Dipaco__V1__Lease *L, const float *delta, size_t len, float *out) {

@@ -49,6 +49,11 @@ typedef struct {
   int n_held;
   rp_own *own; /* [n_own] the last lease's pushed deltas */
   size_t n_own;
+  /* Fragments of job whole_job whose rounds the coordinator found larger than the fragment
+   * (RESOURCE_EXHAUSTED): pulled whole from then on, without their outer momentum. */
+  uint64_t whole_job;
+  uint64_t whole[RP_HELD_MAX];
+  int n_whole;
 } rp_cache;
 
 void rp_cache_free(rp_cache *c);
@@ -78,12 +83,10 @@ int rp_lease_replays(const Dipaco__V1__Lease *L);
 int rp_try_pull(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i, float *theta,
                 size_t *bytes, int *code);
 
-/* theta + p->abs_off[i] now holds fragment i of L at its base version, pulled whole. For a job
- * with outer momentum, also pulls u at that version (PAYLOAD_OUTER_MOMENTUM), so that later
- * versions can be replayed; *bytes gets its bytes (0 when not pulled or it failed: then the
- * next lease pulls whole again). */
-void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i,
-                    size_t *bytes);
+/* theta + p->abs_off[i] now holds fragment i of L at its base version, pulled whole: a later
+ * lease may replay from it (pulling the outer momentum at this version then, if the job has
+ * one: rp_try_pull). */
+void rp_note_pulled(rp_cache *c, const Dipaco__V1__Lease *L, const lease_plan *p, size_t i);
 
 /* Replay the round that made version v of fragment f of lease L (len floats): th and u hold
  * its parameters and outer momentum at v − 1 and get them at v (also when it fails: the
@@ -92,8 +95,10 @@ void rp_note_pulled(rp_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const 
  * result has the CRC-32C the coordinator sent (*crc; 0 when it no longer keeps the version:
  * unchecked), RP_NOT_YET when the coordinator has not made version v yet (ask again), 0 when
  * the fragment must be pulled whole (the reason logged), or a negative DPC_E* code (*code set)
- * for a transfer to retry. *bytes grows by the bytes pulled. */
+ * for a transfer to retry, or RP_OVER_BUDGET when the round is more than budget bytes (then
+ * pull whole). *bytes grows by the bytes pulled. */
 #define RP_NOT_YET 2
+#define RP_OVER_BUDGET 3
 int rp_replay_round(wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__FragmentInfo *f, uint64_t v,
                     const float *own, uint64_t own_lease, uint64_t budget, float *th, float *u, size_t len,
                     const rp_sparse *sp, size_t *bytes, uint32_t *crc, int *code);

@@ -202,7 +202,7 @@ static int fetch_replay(pusher *q, size_t i, int64_t v, stream_keep *k) {
     size_t bytes = 0;
     uint32_t crc = 0;
     int code = RPC_OK;
-    int rc = rp_replay_round(q->e->wc, L, f, (uint64_t)v, own, k->own_lease[i], (uint64_t)len * 4, k->stage + off,
+    int rc = rp_replay_round(q->e->wc, L, f, (uint64_t)v, own, k->own_lease[i], (uint64_t)len * 4 - 1, k->stage + off,
                              k->ustage + off, len, NULL, &bytes, &crc, &code);
     if (rc == 1 && crc) {
       DPC_INFO("lease %" PRIu64 ": fragment %" PRIu64 " version %" PRId64 " replayed from its round (%zu bytes)",

@@ -8,8 +8,9 @@ dpc_test(NAME integration_worker_kill LABEL fault TIMEOUT 400 REQUIRES DISTRIBUT
 # leave the state recoverable; the job still ends bit-identical to a fault-free run.
 dpc_test(NAME io_fault LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/io_fault.sh ${DPC_DAEMONS})
-# Replay pulls (docs/design.md §4.4): e3m0 and int8 DiLoCo and an e3m0 DiPaCo job with outer
-# Nesterov momentum, replay on and off byte-identical with fewer bytes pulled; an undecodable
-# stream, a mismatching one and a collected round each fall back to a whole pull.
+# Replay pulls (docs/design.md §4.4): e3m0, fp8 and bf16 DiLoCo, e3m0 DiPaCo and Streaming
+# DiLoCo and a SparseLoCo job, all with outer Nesterov momentum: replay on and off byte-identical
+# with fewer bytes pulled (bf16 at R = 3: no replay, the same bytes); an undecodable stream, a
+# mismatching one and a collected round each fall back to a whole pull.
 dpc_test(NAME replay_dist LABEL integration TIMEOUT 400 REQUIRES DISTRIBUTED
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/replay_dist.sh ${DPC_DAEMONS})
