@@ -133,9 +133,11 @@ for _ in $(seq 300); do
 done
 [ -n "$held" ] || fail "job show does not say that the blob store is down"
 echo "job show during the outage: $held" | cut -c1-200
-curl -sf "http://127.0.0.1:$mport/metrics" | grep -q "^dipaco_blob_store_up 0" || fail "/metrics: dipaco_blob_store_up is not 0"
-curl -sf "http://127.0.0.1:$mport/api/status" | grep -q '"up":false' || fail "status page: the store is not shown down"
-curl -sf "http://127.0.0.1:$mport/" | grep -q "blob store is unavailable" || fail "status page: no outage banner"
+# (each page read whole first: grep -q ending early would fail the pipeline under pipefail)
+page() { curl -sf "http://127.0.0.1:$mport/$1" || true; }
+grep -q "^dipaco_blob_store_up 0" <<<"$(page metrics)" || fail "/metrics: dipaco_blob_store_up is not 0"
+grep -q '"up":false' <<<"$(page api/status)" || fail "status page: the store is not shown down"
+grep -q "blob store is unavailable" <<<"$(page)" || fail "status page: no outage banner"
 r_down=$("$CTL" --coordinator "$COORD" job show "$id" --json | sed -n 's/.*"round":\([0-9]*\).*/\1/p')
 sleep 4
 r_later=$("$CTL" --coordinator "$COORD" job show "$id" --json | sed -n 's/.*"round":\([0-9]*\).*/\1/p')
@@ -146,7 +148,7 @@ echo "gateway back after $(( $(date +%s) - t0 )) s; the job stood at round $r_do
 "$CTL" --coordinator "$COORD" job export "$id" --path 0 --out "$W/outage" >/dev/null
 cmp "$W/local/long-0/model.safetensors" "$W/outage/model.safetensors" \
   || fail "the job that lived through the outage differs from its local run"
-curl -sf "http://127.0.0.1:$mport/metrics" | grep -q "^dipaco_blob_store_up 1" || fail "/metrics: the store is not up again"
-curl -sf "http://127.0.0.1:$mport/metrics" | grep -q "^dipaco_blob_store_outages_total [1-9]" || fail "no outage counted"
+grep -q "^dipaco_blob_store_up 1" <<<"$(page metrics)" || fail "/metrics: the store is not up again"
+grep -q "^dipaco_blob_store_outages_total [1-9]" <<<"$(page metrics)" || fail "no outage counted"
 grep -q "blob store available again" "$W/coordinator.log" || fail "the end of the outage was not logged"
 echo "outage: the job waited, resumed and finished byte-identical to its local run"
