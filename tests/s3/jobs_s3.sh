@@ -134,7 +134,7 @@ done
 [ -n "$held" ] || fail "job show does not say that the blob store is down"
 echo "job show during the outage: $held" | cut -c1-200
 # (each page read whole first: grep -q ending early would fail the pipeline under pipefail)
-page() { curl -sf "http://127.0.0.1:$mport/$1" || true; }
+page() { curl -sf "http://127.0.0.1:$mport/${1:-}" || true; }
 grep -q "^dipaco_blob_store_up 0" <<<"$(page metrics)" || fail "/metrics: dipaco_blob_store_up is not 0"
 grep -q '"up":false' <<<"$(page api/status)" || fail "status page: the store is not shown down"
 grep -q "blob store is unavailable" <<<"$(page)" || fail "status page: no outage banner"
