@@ -58,6 +58,10 @@ if [ "${CHAOS_ALGO:-sync}" = async ]; then
   # land before the job ends.
   ROUNDS=${CHAOS_ROUNDS:-$(( ROUNDS * 3 ))}
 fi
+# CHAOS_OPTIMIZER=muon: the inner optimizer is Muon (MuLoCo); its momentum buffers travel in the
+# checkpointed inner state like AdamW's moments.
+INNER_OPT=''
+[ "${CHAOS_OPTIMIZER:-adamw}" = muon ] && INNER_OPT=', "optimizer": "muon", "muon": {"lr": 0.02}'
 SEED=${CHAOS_SEED:-$(( $(od -An -N2 -tu2 /dev/urandom) ))}
 RANDOM=$SEED
 echo "chaos: seed $SEED (rerun with CHAOS_SEED=$SEED), $ROUNDS rounds, >= $WK worker and >= $CK coordinator kills"
@@ -86,7 +90,7 @@ spec() {
  "algorithm": "$ALG", "replicas": $R, "inner_steps": 4, "rounds": $ROUNDS, "batch": 2, "seq_len": 16,
  "round_timeout_s": 0,
  "inner": {"lr": 0.01, "warmup": 3, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
-           "eps": 1e-6, "grad_clip": 0.5, "state": "${CHAOS_INNER_STATE:-checkpoint}"},
+           "eps": 1e-6, "grad_clip": 0.5, "state": "${CHAOS_INNER_STATE:-checkpoint}"$INNER_OPT},
  "outer": {$OUTER}$STREAMING$2}
 JSON
 }

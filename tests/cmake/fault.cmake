@@ -22,6 +22,9 @@ dpc_test(NAME chaos_streaming LABEL fault TIMEOUT 600 REQUIRES DISTRIBUTED ENVIR
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh ${DPC_DAEMONS})
 dpc_test(NAME chaos_sparse LABEL fault TIMEOUT 600 REQUIRES DISTRIBUTED ENVIRONMENT CHAOS_ALGO=sparse
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh ${DPC_DAEMONS})
+# MuLoCo under the same kills: Muon's momentum buffers in the checkpointed inner state.
+dpc_test(NAME chaos_muon LABEL fault TIMEOUT 600 REQUIRES DISTRIBUTED ENVIRONMENT CHAOS_OPTIMIZER=muon
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh ${DPC_DAEMONS})
 dpc_test(NAME chaos_replay LABEL fault TIMEOUT 600 REQUIRES DISTRIBUTED ENVIRONMENT CHAOS_ALGO=replay
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh ${DPC_DAEMONS})
 dpc_test(NAME outer_corrupt LABEL fault TIMEOUT 180 REQUIRES DISTRIBUTED
