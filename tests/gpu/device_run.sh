@@ -40,7 +40,7 @@ rc=$?
 tail -30 "$OUT/build.log"
 [ $rc = 0 ] || { echo "BUILD FAILED"; exit 1; }
 if [ "$what" != bench ]; then
-  (cd "$BUILD" && ctest --output-on-failure -R "${TESTS:-cuda|cpu_oracle|llama_oracle|ctl_llama|cpu_determinism|base|ctl_offline}" -j4) 2>&1 | tee "$OUT/ctest.log" | tail -80
+  (cd "$BUILD" && ctest --output-on-failure -R "${TESTS:-cuda|cpu_oracle|llama_oracle|ctl_llama|ctl_muon|cpu_determinism|base|ctl_offline}" -j4) 2>&1 | tee "$OUT/ctest.log" | tail -80
   for t in test_cuda_kernels test_cuda_llama test_cuda_llama_wiring test_cuda_backend; do "$BUILD/tests/$t" >"$OUT/$t.log" 2>&1; done
   DPC_ORACLE_DEVICE=auto "$BUILD/tests/test_cuda_oracle" tests/oracle/gpt_oracle.py "$py" cuda >"$OUT/cuda_oracle.log" 2>&1
   "$BUILD/tests/test_cuda_llama_oracle" tests/oracle/llama_oracle.py "$py" cuda >"$OUT/cuda_llama_oracle.log" 2>&1
