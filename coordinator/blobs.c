@@ -565,6 +565,13 @@ int blob_store_health(blob_store *bs, char *reason, size_t cap, int64_t *since_m
 
 int blob_store_probe(blob_store *bs) { return bs->s3 ? blob_s3_probe(bs->s3) : 0; }
 
+int blob_store_url(blob_store *bs, const char *name, char *url, size_t cap) {
+  int rc = check_name(name);
+  if (rc) return rc;
+  if (!bs->s3) return dpc_err(DPC_EUNSUPPORTED, "blob %s: files have no URL", name);
+  return blob_s3_presign(bs->s3, name, "GET", BLOB_URL_TTL_S, url, cap);
+}
+
 int blob_exists(blob_store *bs, const char *name) {
   char path[4096];
   uint64_t size;

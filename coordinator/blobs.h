@@ -142,6 +142,12 @@ void blob_unmap(void *map, size_t map_len);
 int blob_store_health(blob_store *bs, char *reason, size_t cap, int64_t *since_ms);
 int blob_store_probe(blob_store *bs);
 
+/* How long a presigned blob URL lives: a lease's pulls happen in its first moments, and a
+ * worker whose URL expired pulls through the coordinator instead. */
+#define BLOB_URL_TTL_S 900
+/* A presigned GET URL of blob `name` (an S3 store only; DPC_EUNSUPPORTED for files). */
+int blob_store_url(blob_store *bs, const char *name, char *url, size_t cap);
+
 /* 1 if blob `name` exists (a file, or an object), else 0. */
 int blob_exists(blob_store *bs, const char *name);
 

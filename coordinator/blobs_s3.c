@@ -71,6 +71,14 @@ int blob_s3_health(blob_s3 *s, char *reason, size_t cap, int64_t *since_ms) {
   return up;
 }
 
+int blob_s3_presign(blob_s3 *s, const char *name, const char *method, int expires_s, char *url, size_t cap) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_presign(c, method, name, NULL, expires_s, url, cap);
+  give(s, c);
+  return rc;
+}
+
 int blob_s3_probe(blob_s3 *s) {
   s3_client *c;
   int rc = take(s, &c);

@@ -47,6 +47,8 @@ int blob_s3_list(blob_s3 *s, s3_list_fn fn, void *ud);
  * retries, until one succeeds again: reason[cap] gets the last failure, *since_ms (wall clock)
  * when it started (either may be NULL). */
 int blob_s3_health(blob_s3 *s, char *reason, size_t cap, int64_t *since_ms);
+/* A presigned URL for method ("GET" or "PUT") on object `name`, valid expires_s seconds. */
+int blob_s3_presign(blob_s3 *s, const char *name, const char *method, int expires_s, char *url, size_t cap);
 /* One cheap request (a one-key listing) to find out whether a store that is down is back. */
 int blob_s3_probe(blob_s3 *s);
 /* Abort every unfinished multipart upload under the prefix (start-up); *n gets how many. */

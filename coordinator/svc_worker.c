@@ -57,6 +57,7 @@
 #include "coordinator/rounds.h"
 #include "coordinator/svc.h"
 #include "coordinator/svc_inner.h"
+#include "coordinator/blobs.h"
 #include "proto/dipaco.pb-c.h"
 
 #include <math.h>
@@ -398,6 +399,13 @@ static int lease_fragment_infos(coord *c, const coord_job *j, const store_lease 
       return rc;
     svc_fill_fragment_info(j, &f, bases[i], &fi[i]);
     fp[i] = &fi[i];
+    /* On an S3 store the worker reads the parameters from the store itself; a URL that cannot
+     * be made leaves it to PullFragment. (Only the row of the base version itself: a fallback
+     * row holds another version.) */
+    char url[S3_URL_MAX];
+    if (blob_store_is_s3(c->bs) && f.version == bases[i] && f.param_blob[0] &&
+        blob_store_url(c->bs, f.param_blob, url, sizeof url) == 0)
+      fi[i].params_url = strdup(url);
   }
   return 0;
 }
@@ -494,6 +502,8 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   rpc_call_reply(call, &resp.base);
   free(spec_json);
 out:
+  for (int i = 0; fi && i < nf; i++)
+    if (fi[i].params_url && fi[i].params_url != protobuf_c_empty_string) free(fi[i].params_url);
   free(fi);
   free(fp);
   free(dataset);

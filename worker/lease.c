@@ -1,10 +1,12 @@
 /* lease.c — one lease: plan, pull, train, push, finish (lease.h). */
 #include "worker/lease.h"
+#include "common/checksum.h"
 #include "common/codec.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "worker/heartbeat.h"
 #include "worker/plan.h"
+#include "worker/storeget.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -36,6 +38,8 @@ typedef struct lease_work {
   int rp;                /* the lease replays rounds to catch up (rp_lease_replays) */
   int rp_whole;          /* pull: the rounds cannot make the fragment: pull it whole */
   size_t rp_bytes;       /* pull: bytes of the fragment's replayed rounds */
+  int direct_off;        /* pull: the store's URL failed once: pull through the coordinator */
+  size_t direct;         /* pull: fragments read from the object store */
 } lease_work;
 
 static const char *push_result_name(int r) {
@@ -126,8 +130,26 @@ static int pull_fragment(lease_work *x, int *code) {
     x->rp_whole = 1;
     rp_forget_range(&x->r->replay, x->p.abs_off[x->frag], (size_t)x->L->fragments[x->frag]->num_floats);
   }
-  return wc_pull(x->r->wc, x->L->lease_id, x->L->fragments[x->frag], x->r->slots.theta + x->p.abs_off[x->frag],
-                 &x->got, code);
+  const Dipaco__V1__FragmentInfo *f = x->L->fragments[x->frag];
+  float *dst = x->r->slots.theta + x->p.abs_off[x->frag];
+  if (f->params_url && f->params_url[0] && !x->direct_off) {
+    /* The parameters straight from the object store: the blob's payload, checked against the
+     * version's CRC-32C; any failure falls back to the coordinator (theta is rewritten whole). */
+    size_t n = (size_t)f->num_floats * sizeof(float);
+    int rc = storeget_range(f->params_url, 24, dst, n, 60000);
+    if (rc == 0 && f->crc32c && dpc_crc32c(0, dst, n) != f->crc32c)
+      rc = dpc_err(DPC_ECHECKSUM, "fragment %" PRIu64 " from the store does not match version %" PRIu64 "'s checksum",
+                   f->fragment_id, f->version);
+    if (rc == 0) {
+      x->direct++;
+      *code = RPC_OK;
+      return 0;
+    }
+    DPC_WARN("lease %" PRIu64 ": fragment %" PRIu64 ": %s; pulling it through the coordinator", x->L->lease_id,
+             f->fragment_id, dpc_errmsg());
+    x->direct_off = 1;
+  }
+  return wc_pull(x->r->wc, x->L->lease_id, f, dst, &x->got, code);
 }
 
 static int push_inner_state(lease_work *x, int *code) {
@@ -211,6 +233,9 @@ static int lease_pull(lease_work *x) {
   if (replayed)
     DPC_INFO("lease %" PRIu64 ": %zu of %zu fragments replayed from their rounds (%zu bytes)", L->lease_id, replayed,
              L->n_fragments, replay_bytes);
+  if (x->direct)
+    DPC_INFO("lease %" PRIu64 ": %zu of %zu fragments read from the object store", L->lease_id, x->direct,
+             L->n_fragments);
   if (!rc && !interrupted(x)) {
     int64_t ms = dpc_mono_ms() - t0;
     DPC_INFO("lease %" PRIu64 " pulled %zu bytes in %" PRId64 " ms (%.1f MB/s)", L->lease_id, x->bytes, ms,
