@@ -9,6 +9,7 @@
 #include "coordinator/blobs_s3.h"
 #include "coordinator/s3.h"
 #include "tests/unit/test.h"
+#include "worker/storeget.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,27 @@ static void round_trip(blob_store *bs) {
   CHECK_EQ_INT(blob_read(bs, "1/f0-v0.params", BLOB_PARAMS, y, n, NULL), DPC_ENOENT);
   free(x);
   free(y);
+}
+
+/* A worker's read through a lease's presigned URL (worker/storeget.h): the payload of a blob,
+ * refused when the URL is altered or names nothing. */
+static void presigned_reads(blob_store *bs) {
+  float x[300], y[300];
+  for (int i = 0; i < 300; i++) x[i] = (float)i / 7.0f;
+  CHECK_EQ_INT(blob_write(bs, "6/f0-v4.params", BLOB_PARAMS, x, 300, NULL), 0);
+  char url[S3_URL_MAX];
+  CHECK_EQ_INT(blob_store_url(bs, "6/f0-v4.params", url, sizeof url), 0);
+  memset(y, 0, sizeof y);
+  CHECK_EQ_INT(storeget_range(url, BLOB_HEADER_BYTES, y, sizeof y, 10000), 0);
+  CHECK(memcmp(x, y, sizeof x) == 0);
+  CHECK_EQ_INT(storeget_range(url, BLOB_HEADER_BYTES + 100 * 4, y, 50 * 4, 10000), 0);
+  CHECK(memcmp(x + 100, y, 50 * 4) == 0);
+  size_t n = strlen(url);
+  url[n - 1] = url[n - 1] == '0' ? '1' : '0';
+  CHECK_EQ_INT(storeget_range(url, BLOB_HEADER_BYTES, y, sizeof y, 10000), DPC_EPERM);
+  CHECK_EQ_INT(blob_store_url(bs, "6/f0-v5.params", url, sizeof url), 0);
+  CHECK_EQ_INT(storeget_range(url, BLOB_HEADER_BYTES, y, sizeof y, 10000), DPC_ENOENT);
+  CHECK_EQ_INT(storeget_range("http://127.0.0.1:1/x", 0, y, 4, 2000), DPC_EUNAVAILABLE);
 }
 
 static void multipart(blob_store *bs, s3_client *c) {
@@ -202,6 +224,7 @@ int main(void) {
     CHECK_EQ_INT(blob_path(bs, "1/f0-v0.params", path, sizeof path), 0);
     CHECK(strcmp(path, "s3://dpc-blobs/state/1/f0-v0.params") == 0);
     round_trip(bs);
+    presigned_reads(bs);
     multipart(bs, c);
     damaged(bs, c);
     sweep(bs, c);
