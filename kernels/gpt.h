@@ -126,10 +126,15 @@ int gpt_layout_range_tensors(const gpt_layout *lay, size_t off, size_t len, uint
 int gpt_layout_decays(const gpt_layout *lay, size_t i);
 
 /* The matrix Muon orthogonalises for a tensor with t->muon set, in nn.Linear orientation
- * [out, in] = [*A, *B]: Llama's weights are stored that way (*transposed = 0); GPT-2's Conv1D
- * weights are stored [in, out], so Muon sees their transpose (*transposed = 1). GPT-2's fused
- * c_attn is one matrix (A = 3C, B = C); Llama's q/k/v and gate/up are one matrix each. */
-void gpt_muon_dims(const gpt_layout *lay, const gpt_tensor *t, int *A, int *B, int *transposed);
+ * [out, in] = [A, B]: Llama's weights are stored that way; GPT-2's Conv1D weights are stored
+ * [in, out], so Muon sees their transpose. GPT-2's fused c_attn is one matrix (A = 3C, B = C);
+ * Llama's q/k/v and gate/up are one matrix each. Newton-Schulz works on that matrix, or on its
+ * transpose when it is taller than wide: the work matrix is p x q with p <= q, and flip says
+ * whether it is the stored tensor transposed. Both backends take their shapes from here. */
+typedef struct {
+  int A, B, p, q, flip;
+} gpt_muon_shape;
+gpt_muon_shape gpt_muon_shape_of(const gpt_layout *lay, const gpt_tensor *t);
 
 typedef enum { GPT_BACKEND_CPU = 0, GPT_BACKEND_CUDA = 1 } gpt_backend_kind;
 

@@ -192,10 +192,15 @@ int gpt_layout_decays(const gpt_layout *lay, size_t i) {
   return 0;
 }
 
-void gpt_muon_dims(const gpt_layout *lay, const gpt_tensor *t, int *A, int *B, int *transposed) {
-  *transposed = lay->cfg.arch == GPT_ARCH_GPT2;
-  *A = *transposed ? t->shape[1] : t->shape[0];
-  *B = *transposed ? t->shape[0] : t->shape[1];
+gpt_muon_shape gpt_muon_shape_of(const gpt_layout *lay, const gpt_tensor *t) {
+  gpt_muon_shape s;
+  const int conv1d = lay->cfg.arch == GPT_ARCH_GPT2; /* stored [in, out] */
+  s.A = conv1d ? t->shape[1] : t->shape[0];
+  s.B = conv1d ? t->shape[0] : t->shape[1];
+  s.flip = conv1d != (s.A > s.B);
+  s.p = s.A > s.B ? s.B : s.A;
+  s.q = s.A > s.B ? s.A : s.B;
+  return s;
 }
 
 int gpt_layout_range_tensors(const gpt_layout *lay, size_t off, size_t len, uint64_t *tlen, int cap) {

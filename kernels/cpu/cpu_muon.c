@@ -20,30 +20,13 @@
 
 #define NORM_CHUNKS 64 /* fixed pieces of the Frobenius norm, summed in order (deterministic) */
 
-/* The work matrix of tensor t: p x q with p <= q, and whether it is the transpose of the stored
- * tensor (flip). Stored S is rows x cols; the Muon matrix M is S, or S^T for GPT-2's Conv1D
- * (gpt_muon_dims); torch works on M, or M^T when M is taller than wide. */
-typedef struct {
-  int A, B, p, q, flip;
-} muon_shape;
-
-static muon_shape shape_of(const gpt_layout *lay, const gpt_tensor *t) {
-  muon_shape s;
-  int tr;
-  gpt_muon_dims(lay, t, &s.A, &s.B, &tr);
-  s.flip = tr != (s.A > s.B);
-  s.p = s.A > s.B ? s.B : s.A;
-  s.q = s.A > s.B ? s.A : s.B;
-  return s;
-}
-
 /* Allocates the scratch at the first Muon step: 2 p*q + 2 p*p floats for the largest. */
 static int muon_scratch(gpt_model *m, cpu_impl *c, size_t *pq_max, size_t *pp_max) {
   size_t pq = 0, pp = 0;
   for (int k = 0; k < m->lay.n_tensors; k++) {
     const gpt_tensor *t = &m->lay.tensors[k];
     if (!t->muon) continue;
-    muon_shape s = shape_of(&m->lay, t);
+    gpt_muon_shape s = gpt_muon_shape_of(&m->lay, t);
     if ((size_t)s.p * s.q > pq) pq = (size_t)s.p * s.q;
     if ((size_t)s.p * s.p > pp) pp = (size_t)s.p * s.p;
   }
@@ -59,7 +42,7 @@ static int muon_scratch(gpt_model *m, cpu_impl *c, size_t *pq_max, size_t *pp_ma
 /* Momentum and the Nesterov blend of tensor t into X (work orientation): g is scaled by clip
  * (written back, as clip_grad_norm_ does), buf = lerp(buf, g, 1 - mu), U = lerp(g, buf, mu)
  * or buf. Returns the Frobenius norm of U. */
-static double momentum_into(const cpu_impl *c, const gpt_tensor *t, const muon_shape *s, const gpt_muon_hparams *mu,
+static double momentum_into(const cpu_impl *c, const gpt_tensor *t, const gpt_muon_shape *s, const gpt_muon_hparams *mu,
                             float clip, float *X) {
   float *g = c->grads + t->offset, *buf = c->adam_m + t->offset;
   const int rows = t->shape[0], cols = t->shape[1], ch = (rows + c->nt - 1) / c->nt;
@@ -104,8 +87,8 @@ static float *newton_schulz(const cpu_impl *c, float *X, float *Xn, float *G, fl
 }
 
 /* theta = theta * (1 - lr wd), then theta += -lr adjust O (O = X back in storage orientation). */
-static void apply_update(const cpu_impl *c, const gpt_tensor *t, const muon_shape *s, const float *X, float decay_mul,
-                         float neg_lr) {
+static void apply_update(const cpu_impl *c, const gpt_tensor *t, const gpt_muon_shape *s, const float *X,
+                         float decay_mul, float neg_lr) {
   float *th = c->params + t->offset;
   const int rows = t->shape[0], cols = t->shape[1], ch = (rows + c->nt - 1) / c->nt;
 #pragma omp parallel for num_threads(c->nt) schedule(static)
@@ -130,7 +113,7 @@ int cpu_muon_step(gpt_model *m, const gpt_adamw_hparams *hp, const gpt_muon_hpar
   for (int k = 0; k < m->lay.n_tensors; k++) {
     const gpt_tensor *tn = &m->lay.tensors[k];
     if (!tn->muon) continue;
-    const muon_shape s = shape_of(&m->lay, tn);
+    const gpt_muon_shape s = gpt_muon_shape_of(&m->lay, tn);
     const float norm = (float)momentum_into(c, tn, &s, mu, clip, X);
     const float *O = newton_schulz(c, X, Xn, G, G2, s.p, s.q, norm, mu->ns_steps);
     const float neg_lr = (float)(-(double)muon_lr * gpt_muon_adjust(mu->adjust, s.A, s.B));

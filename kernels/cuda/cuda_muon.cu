@@ -25,22 +25,6 @@ struct cuda_muon {
   int nseg;
 };
 
-/* The work matrix of tensor t: p x q, p <= q, and whether it is the stored tensor transposed
- * (as cpu_muon.c's shape_of). */
-typedef struct {
-  int A, B, p, q, flip;
-} muon_shape;
-
-static muon_shape shape_of(const gpt_layout *lay, const gpt_tensor *t) {
-  muon_shape s;
-  int tr;
-  gpt_muon_dims(lay, t, &s.A, &s.B, &tr);
-  s.flip = tr != (s.A > s.B);
-  s.p = s.A > s.B ? s.B : s.A;
-  s.q = s.A > s.B ? s.A : s.B;
-  return s;
-}
-
 void cuda_muon_destroy(cuda_impl *c) {
   if (!c->mu) return;
   cudaFree(c->mu->X);
@@ -60,7 +44,7 @@ static int muon_alloc(gpt_model *m, cuda_impl *c) {
       nseg += (t->numel + CUDAK_SEG - 1) / CUDAK_SEG;
       continue;
     }
-    const muon_shape s = shape_of(&m->lay, t);
+    const gpt_muon_shape s = gpt_muon_shape_of(&m->lay, t);
     if ((size_t)s.p * s.q > pq) pq = (size_t)s.p * s.q;
     if ((size_t)s.p * s.p > pp) pp = (size_t)s.p * s.p;
   }
@@ -138,7 +122,7 @@ int cuda_muon_step(gpt_model *m, const gpt_adamw_hparams *hp, const gpt_muon_hpa
   for (int i = 0; i < m->lay.n_tensors; i++) {
     const gpt_tensor *tn = &m->lay.tensors[i];
     if (!tn->muon) continue;
-    const muon_shape s = shape_of(&m->lay, tn);
+    const gpt_muon_shape s = gpt_muon_shape_of(&m->lay, tn);
     const int rows = tn->shape[0], cols = tn->shape[1];
     float *X = w->X, *Xn = w->Xn;
     TRY(cudak_muon_momentum(c->adam_m + tn->offset, c->grads + tn->offset, X, rows, cols, s.flip, c->scal + 1, w_buf,
