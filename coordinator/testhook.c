@@ -17,27 +17,29 @@ static long g_nth, g_hits;
 static int g_rf_kind;
 static long g_rf_nth, g_rf_hits;
 
-static int replay_fault_init(void) {
-  static const char *const FAULTS[] = {"undecodable", "mismatch", "gone"};
-  const char *v = getenv("DIPACO_TEST_REPLAY_FAULT");
+/* Parse VAR=<name>[:<nth>] against names[0..n): *idx the name's index (-1 when VAR is unset or
+ * empty), *nth the count (default 1). DPC_EINVAL, naming VAR and the known names (of `what`:
+ * point, fault), otherwise. */
+static int parse_armed(const char *var, const char *what, const char *const *names, size_t n, const char *known,
+                       int *idx, long *nth) {
+  *idx = -1;
+  *nth = 1;
+  const char *v = getenv(var);
   if (!v || !*v) return 0;
   const char *colon = strchr(v, ':');
   size_t len = colon ? (size_t)(colon - v) : strlen(v);
-  long nth = 1;
   if (colon) {
     char *end;
-    nth = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end || nth < 1 || nth > 1000000)
-      return dpc_err(DPC_EINVAL, "DIPACO_TEST_REPLAY_FAULT=%s: the count after ':' must be an integer in [1, 1000000]", v);
+    *nth = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end || *nth < 1 || *nth > 1000000)
+      return dpc_err(DPC_EINVAL, "%s=%s: the count after ':' must be an integer in [1, 1000000]", var, v);
   }
-  for (int i = 0; i < 3; i++)
-    if (strlen(FAULTS[i]) == len && strncmp(FAULTS[i], v, len) == 0) {
-      g_rf_kind = i + 1;
-      g_rf_nth = nth;
-      DPC_WARN("test hook armed: replay round %ld served %s", nth, FAULTS[i]);
+  for (size_t i = 0; i < n; i++)
+    if (strlen(names[i]) == len && strncmp(names[i], v, len) == 0) {
+      *idx = (int)i;
       return 0;
     }
-  return dpc_err(DPC_EINVAL, "DIPACO_TEST_REPLAY_FAULT=%s: unknown fault (known: undecodable, mismatch, gone)", v);
+  return dpc_err(DPC_EINVAL, "%s=%s: unknown %s (known: %s)", var, v, what, known);
 }
 
 int testhook_replay_fault(void) {
@@ -46,29 +48,24 @@ int testhook_replay_fault(void) {
 }
 
 int testhook_init(void) {
-  int rrc = replay_fault_init();
-  if (rrc < 0) return rrc;
-  const char *v = getenv("DIPACO_TEST_STOP_AT");
-  if (!v || !*v) return 0;
-  const char *colon = strchr(v, ':');
-  size_t len = colon ? (size_t)(colon - v) : strlen(v);
-  long nth = 1;
-  if (colon) {
-    char *end;
-    nth = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end || nth < 1 || nth > 1000000)
-      return dpc_err(DPC_EINVAL, "DIPACO_TEST_STOP_AT=%s: the count after ':' must be an integer in [1, 1000000]", v);
+  static const char *const FAULTS[] = {"undecodable", "mismatch", "gone"};
+  int idx;
+  long nth;
+  int rc = parse_armed("DIPACO_TEST_REPLAY_FAULT", "fault", FAULTS, 3, "undecodable, mismatch, gone", &idx, &nth);
+  if (rc < 0) return rc;
+  if (idx >= 0) {
+    g_rf_kind = idx + 1; /* REPLAY_FAULT_* follow FAULTS' order */
+    g_rf_nth = nth;
+    DPC_WARN("test hook armed: replay round %ld served %s", nth, FAULTS[idx]);
   }
-  for (size_t i = 0; i < sizeof POINTS / sizeof POINTS[0]; i++)
-    if (strlen(POINTS[i]) == len && strncmp(POINTS[i], v, len) == 0) {
-      g_point = POINTS[i];
-      g_nth = nth;
-      testhook_armed = 1;
-      DPC_WARN("test hook armed: the coordinator stops itself (SIGSTOP) at point '%s', hit %ld", g_point, g_nth);
-      return 0;
-    }
-  return dpc_err(DPC_EINVAL,
-                 "DIPACO_TEST_STOP_AT=%s: unknown point (known: pull, push, push-commit, push-ack, outer, gc)", v);
+  rc = parse_armed("DIPACO_TEST_STOP_AT", "point", POINTS, sizeof POINTS / sizeof POINTS[0],
+                   "pull, push, push-commit, push-ack, outer, gc", &idx, &nth);
+  if (rc < 0 || idx < 0) return rc;
+  g_point = POINTS[idx];
+  g_nth = nth;
+  testhook_armed = 1;
+  DPC_WARN("test hook armed: the coordinator stops itself (SIGSTOP) at point '%s', hit %ld", g_point, g_nth);
+  return 0;
 }
 
 void testhook_hit(const char *point) {
