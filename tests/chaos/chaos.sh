@@ -71,8 +71,7 @@ COORD_FLAGS=(--lease-ttl-ms 1500 --heartbeat-ms 150)
 GK=0; REF_FLAGS=("${COORD_FLAGS[@]}")
 if [ "${CHAOS_STORE:-local}" = s3 ]; then
   : "${S3_ENDPOINT:?CHAOS_STORE=s3 runs under tests/s3/with_rgw.sh}"
-  curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -X PUT "$S3_ENDPOINT/dpc-chaos" >/dev/null
+  bash "$HERE/../s3/s3curl.sh" -X PUT "$S3_ENDPOINT/dpc-chaos" >/dev/null
   REF_FLAGS+=(--blob-store s3://dpc-chaos/ref --s3-endpoint "$S3_ENDPOINT")
   COORD_FLAGS+=(--blob-store s3://dpc-chaos/run --s3-endpoint "$S3_ENDPOINT")
   GK=${CHAOS_GW_KILLS:-3}
@@ -184,13 +183,12 @@ fi
 CHECK_STATE=$W/state
 if [ "${CHAOS_STORE:-local}" = s3 ]; then
   # The ledger check reads blobs from a state directory: mirror the bucket's objects into one
-  # beside the database (curl signs the query as written: sorted and percent-encoded).
+  # beside the database.
   CHECK_STATE=$W/state-mirror
   mkdir -p "$CHECK_STATE/blobs"
   ln -s "$W/state/dipaco.db" "$CHECK_STATE/dipaco.db"
   for f in dipaco.db-wal dipaco.db-shm; do [ -e "$W/state/$f" ] && ln -s "$W/state/$f" "$CHECK_STATE/$f"; done
-  s3get() { curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"; }
+  s3get() { bash "$HERE/../s3/s3curl.sh" "$@"; }
   listing=$(s3get "$S3_ENDPOINT/dpc-chaos?list-type=2&prefix=run%2F") || fail "cannot list the bucket"
   grep -q "<IsTruncated>false" <<<"$listing" || fail "more objects than one listing page"
   for key in $(grep -o '<Key>[^<]*</Key>' <<<"$listing" | sed 's/<[^>]*>//g'); do

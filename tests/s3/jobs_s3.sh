@@ -17,8 +17,7 @@ source "$HERE/lib.sh"
 fail() { die_with_logs jobs_s3 40 "$@"; }
 : "${S3_ENDPOINT:?run me under tests/s3/with_rgw.sh}"
 
-s3curl() { curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-  -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"; }
+s3curl() { bash "$S3DIR/s3curl.sh" "$@"; }
 s3curl -X PUT "$S3_ENDPOINT/dpc-jobs" >/dev/null || fail "cannot create the test bucket"
 
 cd "$W"
@@ -94,7 +93,6 @@ echo "leases that read parameters from the store: $direct; the diloco job's byte
 blobs=$(find "$W/state-s3" -type f \( -name '*.params' -o -name '*.momentum' -o -name '*.delta' -o -name '*.sparse' \
   -o -name '*.inner*' -o -name '*.dnbuf' \) | wc -l)
 [ "$blobs" = 0 ] || fail "the S3 run left $blobs blob file(s) in its state directory"
-# (curl signs the query as written: it must be sorted and percent-encoded already.)
 keys=$( (s3curl "$S3_ENDPOINT/dpc-jobs?list-type=2&prefix=run1%2F" || true) | grep -o '<Key>' | wc -l)
 [ "$keys" -gt 0 ] || fail "nothing was written to the bucket"
 echo "the S3 run's state directory holds no blob; the bucket holds $keys objects"
