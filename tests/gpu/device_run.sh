@@ -12,8 +12,12 @@ what=${1:-all}
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 DEBS=${DEBS:-$PWD/.gpu-debs}
 SYS=${SYSROOT:-$HOME/dpc-sysroot}
+# The sysroot is used unless pkg-config finds every library the build needs (a GPU image can
+# carry cblas.h without libcjson, say).
 use_sys=0
-if [ -n "${FORCE_SYSROOT:-}" ] || ! [ -e /usr/include/x86_64-linux-gnu/cblas.h -o -e /usr/include/cblas.h ]; then use_sys=1; fi
+if [ -n "${FORCE_SYSROOT:-}" ] || ! command -v pkg-config >/dev/null || ! pkg-config --exists libcjson libpcre2-8 openblas; then
+  use_sys=1
+fi
 if [ $use_sys = 1 ] && ! [ -d "$SYS/usr" ]; then
   mkdir -p "$SYS"
   for d in "$DEBS"/*.deb; do
@@ -32,6 +36,7 @@ fi
 py=$(command -v python3); extra+=(-DDPC_PYTHON="$py")
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 BUILD=${BUILD:-build-gpu}
+mkdir -p tests/.cache # test assets are fetched by tests/run.sh; the CUDA tests need none, but CMake names the folder
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ". ")
 arch=${CUDA_ARCH:-${cc:-90}}
 { cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDIPACO_DISTRIBUTED=OFF -DDIPACO_CUDA=ON \
