@@ -565,6 +565,8 @@ int blob_store_health(blob_store *bs, char *reason, size_t cap, int64_t *since_m
 
 int blob_store_probe(blob_store *bs) { return bs->s3 ? blob_s3_probe(bs->s3) : 0; }
 
+int blob_store_doubtful(blob_store *bs) { return bs->s3 ? blob_s3_doubtful(bs->s3) : 0; }
+
 int blob_store_url(blob_store *bs, const char *name, char *url, size_t cap) {
   int rc = check_name(name);
   if (rc) return rc;

@@ -138,9 +138,12 @@ void blob_unmap(void *map, size_t map_len);
 
 /* 1 while the store can be used (always, for files); 0 while an S3 store is unreachable or
  * failing, with the last failure in reason[cap] and its start in *since_ms (may be NULL).
- * blob_store_probe asks a store that is down whether it is back (0 when it is). */
+ * blob_store_probe asks a store that is down whether it is back (0 when it is), and then
+ * deletes the objects of failed writes that may have landed anyway; blob_store_doubtful counts
+ * those still to delete (always 0 for files, whose failed writes leave nothing). */
 int blob_store_health(blob_store *bs, char *reason, size_t cap, int64_t *since_ms);
 int blob_store_probe(blob_store *bs);
+int blob_store_doubtful(blob_store *bs);
 
 /* How long a presigned blob URL lives: a lease's pulls happen in its first moments, and a
  * worker whose URL expired pulls through the coordinator instead. */

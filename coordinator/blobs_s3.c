@@ -12,6 +12,7 @@
 #include <string.h>
 
 #define POOL_MAX 64
+#define DOUBT_MAX 1024 /* past this many, the start-up sweep is left to remove them */
 
 struct blob_s3 {
   s3_options opts; /* the strings below own what it points at */
@@ -24,6 +25,14 @@ struct blob_s3 {
   int down;
   int64_t down_since_ms;
   char down_reason[512];
+  /* Writes whose last request failed: the store may have made the object anyway (a gateway that
+   * dies after storing it and before answering), so each is deleted once the store answers
+   * again (blob_s3_probe). doubt_mu is held across those deletes, and a writer for a name
+   * takes it first and strikes the name off, so a retried write under the same name is never
+   * deleted after it succeeds. */
+  pthread_mutex_t doubt_mu;
+  char (*doubt)[128];
+  int n_doubt;
 };
 
 struct blob_s3_writer {
@@ -40,6 +49,7 @@ struct blob_s3_writer {
 
 static int take(blob_s3 *s, s3_client **out);
 static void give(blob_s3 *s, s3_client *c);
+static void doubt(blob_s3 *s, const char *name);
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -79,12 +89,48 @@ int blob_s3_presign(blob_s3 *s, const char *name, const char *method, int expire
   return rc;
 }
 
+/* Remember a write whose outcome is unknown (see doubt_mu). */
+static void doubt(blob_s3 *s, const char *name) {
+  pthread_mutex_lock(&s->doubt_mu);
+  if (!s->doubt) s->doubt = malloc(DOUBT_MAX * sizeof *s->doubt);
+  if (s->doubt && s->n_doubt < DOUBT_MAX) {
+    snprintf(s->doubt[s->n_doubt++], sizeof s->doubt[0], "%s", name);
+    DPC_WARN("blob %s: its write failed and may have landed; it is deleted once the store answers", name);
+  } else {
+    DPC_WARN("blob %s: its write failed and may have landed; the next start-up sweep removes it", name);
+  }
+  pthread_mutex_unlock(&s->doubt_mu);
+}
+
+int blob_s3_doubtful(blob_s3 *s) {
+  pthread_mutex_lock(&s->doubt_mu);
+  int n = s->n_doubt;
+  pthread_mutex_unlock(&s->doubt_mu);
+  return n;
+}
+
+/* Delete the doubtful writes; those the store refuses stay for the next probe. */
+static void clear_doubts(blob_s3 *s) {
+  pthread_mutex_lock(&s->doubt_mu);
+  for (int i = 0; i < s->n_doubt; i++) {
+    s3_client *c;
+    int rc = take(s, &c);
+    if (!rc) rc = s3_delete(c, s->doubt[i]);
+    give(s, c);
+    if (note(s, rc)) break;
+    DPC_INFO("blob %s: deleted (its write had failed)", s->doubt[i]);
+    memcpy(s->doubt[i--], s->doubt[--s->n_doubt], sizeof s->doubt[0]);
+  }
+  pthread_mutex_unlock(&s->doubt_mu);
+}
+
 int blob_s3_probe(blob_s3 *s) {
   s3_client *c;
   int rc = take(s, &c);
   if (!rc) rc = s3_check_bucket(c);
   give(s, c);
-  return note(s, rc);
+  if (!note(s, rc)) clear_doubts(s);
+  return rc;
 }
 
 static int take(blob_s3 *s, s3_client **out) {
@@ -120,6 +166,7 @@ int blob_s3_open(const s3_options *o, blob_s3 **out) {
   blob_s3 *s = calloc(1, sizeof *s);
   if (!s) return DPC_ENOMEM;
   pthread_mutex_init(&s->mu, NULL);
+  pthread_mutex_init(&s->doubt_mu, NULL);
   s->opts = *o;
   s->opts.url = keep(s->url, sizeof s->url, o->url);
   s->opts.endpoint = keep(s->endpoint, sizeof s->endpoint, o->endpoint);
@@ -143,6 +190,8 @@ void blob_s3_close(blob_s3 *s) {
   if (!s) return;
   for (int i = 0; i < s->n_idle; i++) s3_close(s->idle[i]);
   pthread_mutex_destroy(&s->mu);
+  pthread_mutex_destroy(&s->doubt_mu);
+  free(s->doubt);
   free(s);
 }
 
@@ -155,6 +204,10 @@ int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, blob_s3_wr
   w->s = s;
   w->total = total;
   snprintf(w->name, sizeof w->name, "%s", name);
+  pthread_mutex_lock(&s->doubt_mu);
+  for (int i = 0; i < s->n_doubt; i++)
+    if (strcmp(s->doubt[i], w->name) == 0) memcpy(s->doubt[i--], s->doubt[--s->n_doubt], sizeof s->doubt[0]);
+  pthread_mutex_unlock(&s->doubt_mu);
   w->cap = total < BLOB_S3_PART_BYTES ? (size_t)total : BLOB_S3_PART_BYTES;
   w->part = malloc(w->cap ? w->cap : 1);
   int rc = w->part ? take(s, &w->c) : DPC_ENOMEM;
@@ -226,7 +279,10 @@ int blob_s3_writer_commit(blob_s3_writer *w) {
     rc = s3_put(w->c, w->name, w->part, w->fill);
   else if (!(rc = flush_part(w)))
     rc = s3_mpu_complete(w->c, w->name, w->upload_id, w->nparts, w->etags);
-  if (w->sent + w->fill == w->total) note(w->s, rc);
+  if (w->sent + w->fill == w->total) {
+    note(w->s, rc);
+    if (rc) doubt(w->s, w->name);
+  }
   if (rc) {
     blob_s3_writer_abort(w);
     return rc;

@@ -5,7 +5,9 @@
  *
  * Commit point: an object exists only once its PUT or CompleteMultipartUpload succeeded, and a
  * blob counts only once a database row names it (as with files), so a crash leaves at most an
- * unrecorded object or an unfinished upload, which blob_store_sweep removes at start-up.
+ * unrecorded object or an unfinished upload, which blob_store_sweep removes at start-up. A
+ * write whose last request failed may still have made its object; the running coordinator
+ * deletes those itself (blob_s3_doubtful).
  *
  * Threads: a blob_s3 is shared; each call takes an S3 client (one curl handle each) from a
  * mutex-guarded pool and gives it back, so the loop thread and the thread pool use the store
@@ -49,8 +51,12 @@ int blob_s3_list(blob_s3 *s, s3_list_fn fn, void *ud);
 int blob_s3_health(blob_s3 *s, char *reason, size_t cap, int64_t *since_ms);
 /* A presigned URL for method ("GET" or "PUT") on object `name`, valid expires_s seconds. */
 int blob_s3_presign(blob_s3 *s, const char *name, const char *method, int expires_s, char *url, size_t cap);
-/* One cheap request (a one-key listing) to find out whether a store that is down is back. */
+/* One cheap request (a one-key listing) to find out whether a store that is down is back; when
+ * it answers, the doubtful writes are deleted. */
 int blob_s3_probe(blob_s3 *s);
+/* How many writes failed at their last request and may have left an object behind: each is
+ * deleted by the next probe that finds the store up (a failed write's caller records no row). */
+int blob_s3_doubtful(blob_s3 *s);
 /* Abort every unfinished multipart upload under the prefix (start-up); *n gets how many. */
 int blob_s3_abort_uploads(blob_s3 *s, int *n);
 

@@ -41,7 +41,8 @@ void blobwatch_tick(coord *c) {
     DPC_INFO("blob store available again after %.1f s: leases and outer steps resume",
              (double)(now - h->since_ms) / 1000.0);
   }
-  if (h->down && !h->probing && now >= h->probe_at_ms && !c->stopping) {
+  /* A probe also deletes failed writes' objects, so one runs while any wait, down or not. */
+  if ((h->down || blob_store_doubtful(c->bs) > 0) && !h->probing && now >= h->probe_at_ms && !c->stopping) {
     h->req.data = c;
     if (loop_queue_work(c, &h->req, probe_run, probe_after) == 0) {
       h->probing = 1;

@@ -15,7 +15,8 @@
 
 #define BLOBWATCH_PROBE_MS 2000
 
-/* Every tick: notice an outage or its end (logged once each) and probe while down. */
+/* Every tick: notice an outage or its end (logged once each); probe while down, or while failed
+ * writes wait to be deleted (blob_store_doubtful). */
 void blobwatch_tick(coord *c);
 /* 1 while the store is down (reason[cap] and *since_ms, both may be NULL), else 0. */
 int blobwatch_down(coord *c, char *reason, size_t cap, int64_t *since_ms);

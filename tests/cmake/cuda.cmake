@@ -41,6 +41,14 @@ if(DPC_HAVE_CUDA)
   target_link_libraries(gpu_train PRIVATE dpc_kernels dpc_common)
   dpc_link_cuda(gpu_train)
 endif()
+# Programs that load the plugin export what it takes from them (dipaco-worker when built).
+set(DPC_PLUGIN_PROGRAMS $<TARGET_FILE:dipacoctl> $<TARGET_FILE:diloco_local>)
+if(DIPACO_DISTRIBUTED)
+  list(APPEND DPC_PLUGIN_PROGRAMS $<TARGET_FILE:dipaco-worker>)
+endif()
+dpc_test(NAME cuda_plugin_symbols LABEL arch TIMEOUT 60 SKIP_OK REQUIRES CUDA
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/unit/cuda_plugin_symbols.sh $<TARGET_FILE:dipaco-cuda>
+                 $<TARGET_FILE:dpc_kernels> $<TARGET_FILE:dpc_common> -- ${DPC_PLUGIN_PROGRAMS})
 dpc_test(NAME cuda_kernels LABEL unit TIMEOUT 120 SKIP_OK REQUIRES CUDA COMMAND test_cuda_kernels)
 dpc_test(NAME cuda_llama LABEL unit TIMEOUT 120 SKIP_OK REQUIRES CUDA COMMAND test_cuda_llama)
 dpc_test(NAME cuda_backend LABEL unit TIMEOUT 120 SKIP_OK REQUIRES CUDA COMMAND test_cuda_backend)

@@ -3,7 +3,9 @@
  * network: the reference point between the PyTorch oracle and the distributed system.
  *
  * usage: diloco_local INIT_DIR SHARD OUT_DIR R H ROUNDS B T LR WARMUP LR_MIN_FRAC WD BETA1 BETA2
- *        EPS CLIP OUTER_LR OUTER_MOMENTUM STATE(keep|reset) */
+ *        EPS CLIP OUTER_LR OUTER_MOMENTUM STATE(keep|reset)
+ * env DILOCO_LOCAL_BACKENDS: the replicas' backends, comma-separated and repeated as needed
+ * ("cuda,cpu": a heterogeneous fleet, tests/gpu/hetero_diloco.sh); default cpu. */
 #include "common/errors.h"
 #include "kernels/modeldir.h"
 #include "kernels/outer.h"
@@ -33,13 +35,24 @@ int main(int argc, char **argv) {
     fprintf(stderr, "diloco_local: %s\n", dpc_errmsg());
     return 1;
   }
-  gpt_backend_opts bo = {.kind = GPT_BACKEND_CPU, .threads = 1};
+  const char *kinds = getenv("DILOCO_LOCAL_BACKENDS");
+  if (!kinds || !*kinds) kinds = "cpu";
   trainer **tr = calloc((size_t)R, sizeof *tr);
   float **deltas = calloc((size_t)R, sizeof *deltas);
   const char *shards[1] = {shard};
   size_t n = 0;
   for (int r = 0; r < R; r++) {
     o.replica = r;
+    gpt_backend_opts bo = {.kind = GPT_BACKEND_CPU, .threads = 1};
+    const char *k = kinds;
+    for (int i = 0; i < r; i++) k = strchr(k, ',') ? strchr(k, ',') + 1 : kinds; /* the r-th, cycling */
+    char name[16];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(k, ","), k);
+    if (gpt_backend_parse(name, &bo.kind)) {
+      fprintf(stderr, "diloco_local: DILOCO_LOCAL_BACKENDS: %s\n", dpc_errmsg());
+      return 2;
+    }
+    fprintf(stderr, "replica %d: %s backend\n", r, name);
     if (trainer_open(&tr[r], &cfg, &bo, shards, 1, &o)) {
       fprintf(stderr, "diloco_local: %s\n", dpc_errmsg());
       return 1;
