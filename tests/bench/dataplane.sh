@@ -18,10 +18,16 @@
 #   overhead/bound  round overhead (last push of round t acknowledged -> the last worker has
 #                   round t + 1's parameters, measured by the clients) over the physical bound
 #                   (R x model bytes / loopback rate + one memory pass), median over rounds
-# The workers are dataplane_client's simulated workers (real protocol, no training).
+#   out/round/model  bytes the coordinator wrote per round (to sockets and files: /proc/PID/io
+#                   wchar after the job's upload) over the model's fp32 bytes
+#   disk/round      bytes it wrote to block devices per round (/proc/PID/io write_bytes)
+# The workers are dataplane_client's simulated workers (real protocol, no training). With
+# STORES="local s3" each build is measured on the local store and on an S3 store (a RADOS
+# Gateway started here by tests/s3/rgw.sh on a RAM-backed OSD of RGW_MEMSTORE_BYTES, 12 GiB by
+# default): there the workers read the parameters from the store through presigned URLs.
 #
 # usage: tests/bench/dataplane.sh [124m|1b] [R=4] [ROUNDS=3]   (124m: GPT-2 small; 1b: L=18, C=2048: 1.01B)
-# env: BUILD_DIR (default build-bench-dataplane): the build measured;
+# env: BUILD_DIR (default build-bench-dataplane): the build measured; STORES (default "local");
 #      BASE_BUILD: a second build (e.g. of the previous commit) measured first, in the same run;
 #      KEEP=1 keeps the work directory.
 set -euo pipefail
@@ -66,13 +72,25 @@ DISK=$(dd if=/dev/zero of="$W/ddtest" bs=1M count=$DD_MB conv=fdatasync 2>&1 |
 rm -f "$W/ddtest"
 echo "loopback TCP: $TCP_R GB/s with $R streams, $TCP_1 GB/s with one; memory pass $PASS s; durable write $DISK GB/s"
 
-# measure NAME BUILD — one coordinator, one job, R simulated workers; appends a table row.
+STORE_FLAGS=()
+if [[ " ${STORES:-local} " == *" s3 "* ]]; then
+  export RGW_MEMSTORE_BYTES=${RGW_MEMSTORE_BYTES:-12884901888}
+  bash "$ROOT/tests/s3/rgw.sh" start "$W/rgw" >/dev/null
+  trap 'bash "$ROOT/tests/s3/rgw.sh" stop "$W/rgw" || true; cleanup' EXIT # cleanup: tests/integration/lib.sh
+  set -a; . "$W/rgw/env"; set +a
+  bash "$ROOT/tests/s3/s3curl.sh" -X PUT "$S3_ENDPOINT/dataplane" >/dev/null
+fi
+io() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/io"; }
+
+# measure NAME BUILD STORE — one coordinator, one job, R simulated workers; appends a table row.
 ROWS=()
 measure() {
-  local name=$1 b=$2 st=$W/state-$1
+  local name=$1 b=$2 store=$3 st=$W/state-$1-$3 flags=()
+  [ "$store" = s3 ] && flags=(--blob-store "s3://dataplane/$name" --s3-endpoint "$S3_ENDPOINT")
   COORDINATOR_BIN=$b/coordinator/dipaco-coordinator CTL=$b/coordinator/dipacoctl
   rm -f "$W/coordinator.log"
-  start_coordinator "$st" --lease-ttl-ms 600000 --heartbeat-ms 10000 --dead-after-heartbeats 1000 --log-level info
+  start_coordinator "$st" --lease-ttl-ms 600000 --heartbeat-ms 10000 --dead-after-heartbeats 1000 --log-level info \
+    "${flags[@]}"
   cat > "$W/spec.json" <<JSON
 {"name": "dataplane-$name", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "diloco", "replicas": $R, "inner_steps": 1, "rounds": $ROUNDS, "batch": 1, "seq_len": 8,
@@ -82,14 +100,17 @@ JSON
   t0=$(date +%s.%N)
   job=$(DIPACO_CTL_TIMEOUT_MS=3600000 "$b/coordinator/dipacoctl" --coordinator "$COORD" job create "$W/spec.json")
   t1=$(date +%s.%N)
+  local w0 d0; w0=$(io "$COORD_PID" wchar); d0=$(io "$COORD_PID" write_bytes)
   "$CLIENT" --coordinator "$COORD" --job "$job" --workers "$R" --token-file "$st/join.token" > "$W/client-$name.txt" &
   local cpid=$! chwm=0
   while kill -0 $cpid 2>/dev/null; do
     h=$(awk '/VmHWM/ {print $2}' /proc/$cpid/status 2>/dev/null || true); [ -n "$h" ] && chwm=$h; sleep 0.5
   done
   wait $cpid || { cat "$W/client-$name.txt"; tail -30 "$W/coordinator.log"; exit 1; }
-  local hwm h; hwm=$(awk '/VmHWM/ {print $2}' /proc/$COORD_PID/status)
+  local hwm h w1 d1; hwm=$(awk '/VmHWM/ {print $2}' /proc/$COORD_PID/status)
+  w1=$(io "$COORD_PID" wchar); d1=$(io "$COORD_PID" write_bytes)
   kill -TERM "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
+  name=$name-$store
   cp "$W/coordinator.log" "$W/coordinator-$name.log"
   ROWS+=("$(T0="$t0" "${DPC_PYTHON:-python3}" - "$W/client-$name.txt" "$W/coordinator-$name.log" <<PY
 import os, re, statistics, sys
@@ -116,16 +137,18 @@ print(f"| $name | {$hwm * 1024 / model:.2f} | {om:.2f} s / {mpass:.2f} s = {om /
       f"{om / dbound:.2f} | "
       f"{pull:.2f} GB/s = {pull / tcp_r:.2f} | {push:.2f} GB/s = {push / tcp_r:.2f} ({push / disk:.2f}) | "
       f"{up:.2f} GB/s = {up / tcp_1:.2f} ({up / disk:.2f}) | {ovm:.2f} s / {bound:.2f} s = {ovm / bound:.2f} | "
-      f"{$chwm / 1024:.0f} MiB |")
+      f"{$chwm / 1024:.0f} MiB | {($w1 - $w0) / $ROUNDS / model:.2f} | {($d1 - $d0) / $ROUNDS / 2**20:.1f} MiB |")
 PY
 )")
   echo "${ROWS[-1]}"
 }
 
-[ -n "${BASE_BUILD:-}" ] && measure before "$BASE_BUILD"
-measure after "$BUILD"
+for store in ${STORES:-local}; do
+  [ -n "${BASE_BUILD:-}" ] && measure before "$BASE_BUILD" "$store"
+  measure after "$BUILD" "$store"
+done
 echo
 echo "case $CASE, R = $R, $ROUNDS rounds, model $((MODEL_BYTES >> 20)) MiB; loopback TCP $TCP_R GB/s ($R streams), $TCP_1 GB/s (1); memory pass $PASS s; durable write $DISK GB/s"
-echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS | out/round/model | disk/round |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"

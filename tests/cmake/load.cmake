@@ -5,8 +5,10 @@ if(DIPACO_DISTRIBUTED)
   add_executable(dipaco_loadgen ${CMAKE_SOURCE_DIR}/tests/load/dipaco_loadgen.c)
   target_link_libraries(dipaco_loadgen PRIVATE dpc_rpc)
   # Benchmark helper (not a test): tests/bench/dataplane.sh builds and runs it.
-  add_executable(dataplane_client EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/dataplane_client.c)
-  target_link_libraries(dataplane_client PRIVATE dpc_rpc dpc_kernels)
+  add_executable(dataplane_client EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/dataplane_client.c
+                                                   ${CMAKE_SOURCE_DIR}/worker/storeget.c)
+  pkg_check_modules(DPC_BENCH_CURL REQUIRED IMPORTED_TARGET libcurl)
+  target_link_libraries(dataplane_client PRIVATE dpc_rpc dpc_kernels PkgConfig::DPC_BENCH_CURL)
 endif()
 dpc_test(NAME load_small LABEL integration TIMEOUT 120 REQUIRES DISTRIBUTED
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/load/run_load.sh

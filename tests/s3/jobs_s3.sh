@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # jobs_s3.sh COORDINATOR WORKER DIPACOCTL — run under tests/s3/with_rgw.sh: a DiLoCo job (outer
-# Nesterov, inner state checkpointed), a DiPaCo job (2x2 modules, 4 paths) and a SparseLoCo job
-# run once with blobs under STATE/blobs and once with blobs on the RADOS Gateway, each time on a
-# fresh coordinator and two workers; every export must be byte-identical between the two stores,
-# and the S3 run's state directory must hold no blob. Then the coordinator's start-up refusals:
+# Nesterov, inner state checkpointed), a DiPaCo job (2x2 modules, 4 paths), a SparseLoCo job, a
+# Streaming DiLoCo job (2 fragments, e3m0 deltas, overlapped) and an async job (delayed Nesterov) run
+# once with blobs under STATE/blobs and once with blobs on the RADOS Gateway, each time on a
+# fresh coordinator and two workers; every export of the synchronous jobs must be byte-identical
+# between the two stores (the async job's depends on arrival order: it must finish), and the
+# S3 run's state directory must hold no blob. Then the coordinator's start-up refusals:
 # a bucket that does not exist, wrong credentials, a credentials file others may read, an
 # endpoint that is not S3, flags that contradict each other. Last, an outage: the gateway is
 # killed for a while mid-job; job show, /metrics and the status page say so, leases and outer
@@ -46,15 +48,26 @@ cat > sparse.json <<JSON
  "outer": {"lr": 2.0, "momentum": 0, "nesterov": false},
  "sparse": {"density": 0.02, "chunk": 4096, "value_bits": 2, "ef_beta": 0.95}}
 JSON
+cat > streaming.json <<JSON
+{"name": "streaming", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco",
+ "replicas": 2, "inner_steps": 4, "rounds": 3, "batch": 2, "seq_len": 16, $INNER,
+ "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true},
+ "streaming": {"fragments": 2, "overlap_steps": 2, "alpha": 0.5, "codec": "e3m0"}}
+JSON
+cat > async.json <<JSON
+{"name": "async", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco-async",
+ "replicas": 2, "inner_steps": 3, "rounds": 3, "batch": 2, "seq_len": 16,
+ "inner": {"lr": 0.01, "warmup": 2, "state": "reset"}, "outer": {"rule": "delayed-nesterov", "lr": 0.4, "momentum": 0.7}}
+JSON
 
-# run_all STORE [coordinator flags…] — the three jobs on a fresh coordinator; exports in $W/STORE.
+# run_all STORE [coordinator flags…] — the jobs on a fresh coordinator; exports in $W/STORE.
 run_all() {
   local store=$1; shift
   start_coordinator "$W/state-$store" --lease-ttl-ms 20000 "$@"
   start_worker "$store-1" "$W/corpus"; local w1=$LAST_WORKER_PID
   start_worker "$store-2" "$W/corpus"; local w2=$LAST_WORKER_PID
   mkdir -p "$W/$store"
-  local jobs=(diloco dipaco sparse); [ $store = local ] && jobs+=(long)
+  local jobs=(diloco dipaco sparse streaming async); [ $store = local ] && jobs+=(long)
   for j in "${jobs[@]}"; do
     local id
     id=$("$CTL" --coordinator "$COORD" job create "$j.json" --data-dir "$W/corpus") || fail "$store: $j refused"
@@ -66,20 +79,21 @@ run_all() {
     "$CTL" --coordinator "$COORD" job show "$id" --json > "$W/$store/$j.show.json"
   done
   kill -TERM "$w1" "$w2" "$COORD_PID"; wait "$w1" "$w2" "$COORD_PID" 2>/dev/null || true
-  echo "$store: three jobs done"
+  echo "$store: ${#jobs[@]} jobs done"
 }
 
 S3FLAGS=(--blob-store s3://dpc-jobs/run1 --s3-endpoint "$S3_ENDPOINT")
 run_all local
 run_all s3 "${S3FLAGS[@]}"
 n=0
-for f in "$W"/local/{diloco,dipaco,sparse}-*/model.safetensors; do
+for f in "$W"/local/{diloco,dipaco,sparse,streaming}-*/model.safetensors; do
   g=${f/\/local\//\/s3\/}
   cmp "$f" "$g" || fail "export ${f#$W/local/} differs between the local and the S3 store"
   n=$((n + 1))
 done
-[ $n = 6 ] || fail "expected 6 exports, compared $n"
-echo "6 exports byte-identical between the local and the S3 store"
+[ $n = 7 ] || fail "expected 7 exports, compared $n"
+[ -s "$W/s3/async-0/model.safetensors" ] || fail "the async job on S3 exported nothing"
+echo "7 exports byte-identical between the local and the S3 store; the async job finished on both"
 # On S3 the workers read the parameters from the store through their leases' presigned URLs:
 # the coordinator's pull bytes shrink to what replays and fallbacks need.
 direct=$(cat "$W"/worker-s3-*.log | grep -c "read from the object store" || true)
