@@ -90,10 +90,8 @@ static int is_null(const cJSON *j) { return !j || cJSON_IsNull(j); }
 /* A boolean member: absent or null gives dflt. */
 static int get_bool(const hf_load *L, const cJSON *obj, const char *key, const char *name, int dflt, int *out) {
   const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, name);
-  if (is_null(j)) {
-    *out = dflt;
-    return 0;
-  }
+  *out = dflt; /* also on error: callers' optimised builds cannot see that they never read it then */
+  if (is_null(j)) return 0;
   if (!cJSON_IsBool(j)) return bad(L, key, "\"%s\" must be true or false", name);
   *out = cJSON_IsTrue(j);
   return 0;
@@ -501,8 +499,8 @@ static int load_merges(hf_load *L, const cJSON *merges) {
   char key[48], q[96];
   int j = 0;
   for (const cJSON *m = merges->child; m; m = m->next, j++) {
-    const char *a, *b;
-    size_t la, lb;
+    const char *a = NULL, *b = NULL;
+    size_t la = 0, lb = 0;
     snprintf(key, sizeof key, "model.merges[%d]", j);
     int rc = merge_strings(L, m, key, &a, &la, &b, &lb);
     if (rc) return rc;
@@ -617,7 +615,7 @@ static int split(dpc_tokenizer *t, int k, const unsigned char *p, size_t n, tok_
   if (n == 0) return 0;
   if (k == t->hf->nst) return word(t, p, n, o);
   const hf_stage *st = &t->hf->st[k];
-  size_t pos = 0, prev = 0, s, e;
+  size_t pos = 0, prev = 0, s = 0, e = 0;
   int rc = 0, m;
   while (!rc && pos <= n && (m = stage_match(t->hf, st, p, n, pos, &s, &e)) != 0) {
     if (m < 0) return m;

@@ -605,6 +605,7 @@ int blob_delete(blob_store *bs, const char *name) {
  * file than one view. */
 struct blob_reader {
   blob_src src;
+  blob_s3_ahead *ahead; /* an object's next range, in flight (blobs_s3.h) */
   unsigned char *buf;
   size_t cap;
   char path[4096];
@@ -656,10 +657,21 @@ int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
 static int reader_fill(blob_reader *r, void *dst, size_t nbytes) {
   if (nbytes > r->want - r->got)
     return dpc_err(DPC_ERANGE, "blob %s: %zu more bytes would read past the payload", r->path, nbytes);
-  int rc = src_pread(&r->src, dst, nbytes, BLOB_HEADER_BYTES + r->got, r->path);
+  int rc = 0;
+  if (r->ahead) {
+    rc = blob_s3_ahead_take(r->ahead, BLOB_HEADER_BYTES + r->got, nbytes, dst);
+    r->ahead = NULL;
+  }
+  if (rc == 0) rc = src_pread(&r->src, dst, nbytes, BLOB_HEADER_BYTES + r->got, r->path);
+  else if (rc == 1) rc = 0;
   if (rc) return rc;
   r->crc = dpc_crc32c(r->crc, dst, nbytes);
   r->got += nbytes;
+  /* An object: fetch the next range of the same size now (readers ask range after range). */
+  if (r->src.fd < 0 && r->got < r->want) {
+    size_t next = r->want - r->got < nbytes ? (size_t)(r->want - r->got) : nbytes;
+    if (blob_s3_ahead_start(r->src.s3, r->src.name, BLOB_HEADER_BYTES + r->got, next, &r->ahead) < 0) r->ahead = NULL;
+  }
   return 0;
 }
 
@@ -679,6 +691,7 @@ int blob_reader_read(blob_reader *r, void *dst, size_t nbytes) { return reader_f
 
 void blob_reader_abort(blob_reader *r) {
   if (!r) return;
+  blob_s3_ahead_free(r->ahead);
   src_close(&r->src);
   free(r->buf);
   free(r);

@@ -45,6 +45,14 @@ struct blob_s3_writer {
   char upload_id[512];   /* "" until a second part is needed */
   char (*etags)[80];
   int nparts, etag_cap;
+  /* The previous part uploads on a thread of its own (with a client of its own) while the next
+   * one fills: up_buf holds its bytes, up_etag its answer, up_rc and up_msg its outcome. */
+  pthread_t up_th;
+  int up_busy, up_thread, up_no, up_rc;
+  s3_client *up_c;
+  unsigned char *up_buf;
+  size_t up_n;
+  char up_etag[80], up_msg[512];
 };
 
 static int take(blob_s3 *s, s3_client **out);
@@ -221,9 +229,29 @@ int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, blob_s3_wr
 }
 
 /* Upload the filled part as the next part of the multipart upload (started on the first). */
+static void *upload_main(void *ud) {
+  blob_s3_writer *w = ud;
+  w->up_rc = s3_mpu_put_part(w->up_c, w->name, w->upload_id, w->up_no, w->up_buf, w->up_n, w->up_etag, sizeof w->up_etag);
+  if (w->up_rc) snprintf(w->up_msg, sizeof w->up_msg, "%s", dpc_errmsg());
+  return NULL;
+}
+
+/* Wait for the part in flight, if any: its ETag goes in place, its failure is returned. */
+static int upload_wait(blob_s3_writer *w) {
+  if (!w->up_busy) return 0;
+  if (w->up_thread) pthread_join(w->up_th, NULL);
+  w->up_busy = w->up_thread = 0;
+  if (w->up_rc) return note(w->s, dpc_err(w->up_rc, "%s", w->up_msg));
+  memcpy(w->etags[w->up_no - 1], w->up_etag, sizeof w->up_etag);
+  note(w->s, 0);
+  return 0;
+}
+
+/* Send the filled part as the next part of the multipart upload (started on the first): it
+ * uploads on a thread while the writer fills the other buffer. */
 static int flush_part(blob_s3_writer *w) {
-  int rc = 0;
-  if (!w->upload_id[0]) rc = s3_mpu_create(w->c, w->name, w->upload_id, sizeof w->upload_id);
+  int rc = upload_wait(w);
+  if (!rc && !w->upload_id[0]) rc = note(w->s, s3_mpu_create(w->c, w->name, w->upload_id, sizeof w->upload_id));
   if (!rc && w->nparts == w->etag_cap) {
     int cap = w->etag_cap ? 2 * w->etag_cap : 16;
     char(*e)[80] = realloc(w->etags, (size_t)cap * sizeof *e);
@@ -231,9 +259,17 @@ static int flush_part(blob_s3_writer *w) {
     w->etags = e;
     w->etag_cap = cap;
   }
-  if (!rc) rc = s3_mpu_put_part(w->c, w->name, w->upload_id, w->nparts + 1, w->part, w->fill, w->etags[w->nparts], 80);
-  if (note(w->s, rc)) return rc;
-  w->nparts++;
+  if (!rc && !w->up_c) rc = take(w->s, &w->up_c);
+  if (!rc && !w->up_buf && !(w->up_buf = malloc(w->cap))) rc = DPC_ENOMEM;
+  if (rc) return rc;
+  unsigned char *filled = w->part;
+  w->part = w->up_buf;
+  w->up_buf = filled;
+  w->up_n = w->fill;
+  w->up_no = ++w->nparts;
+  w->up_thread = pthread_create(&w->up_th, NULL, upload_main, w) == 0;
+  if (!w->up_thread) upload_main(w); /* no thread to be had: upload it here */
+  w->up_busy = 1;
   w->sent += w->fill;
   w->fill = 0;
   return 0;
@@ -262,10 +298,13 @@ int blob_s3_writer_append(blob_s3_writer *w, const void *p, size_t n) {
 
 void blob_s3_writer_abort(blob_s3_writer *w) {
   if (!w) return;
+  (void)upload_wait(w);
   if (w->upload_id[0] && s3_mpu_abort(w->c, w->name, w->upload_id) < 0)
     DPC_WARN("blob %s: aborting its upload: %s (the start-up sweep removes it)", w->name, dpc_errmsg());
   give(w->s, w->c);
+  give(w->s, w->up_c);
   free(w->part);
+  free(w->up_buf);
   free(w->etags);
   free(w);
 }
@@ -277,7 +316,7 @@ int blob_s3_writer_commit(blob_s3_writer *w) {
                  (unsigned long long)w->total);
   else if (!w->upload_id[0])
     rc = s3_put(w->c, w->name, w->part, w->fill);
-  else if (!(rc = flush_part(w)))
+  else if (!(rc = flush_part(w)) && !(rc = upload_wait(w)))
     rc = s3_mpu_complete(w->c, w->name, w->upload_id, w->nparts, w->etags);
   if (w->sent + w->fill == w->total) {
     note(w->s, rc);
@@ -288,7 +327,9 @@ int blob_s3_writer_commit(blob_s3_writer *w) {
     return rc;
   }
   give(w->s, w->c);
+  give(w->s, w->up_c);
   free(w->part);
+  free(w->up_buf);
   free(w->etags);
   free(w);
   return 0;
@@ -308,6 +349,65 @@ int blob_s3_read(blob_s3 *s, const char *name, uint64_t off, void *dst, size_t n
   if (!rc) rc = s3_get_range(c, name, off, dst, n);
   give(s, c);
   return note(s, rc);
+}
+
+/* ---- read-ahead ---- */
+
+struct blob_s3_ahead {
+  blob_s3 *s;
+  pthread_t th;
+  char name[128];
+  uint64_t off;
+  size_t n;
+  void *buf;
+  int rc;
+  char msg[512]; /* dpc_errmsg() is per thread: the reader's failure is carried over */
+};
+
+static void *ahead_main(void *ud) {
+  blob_s3_ahead *a = ud;
+  a->rc = blob_s3_read(a->s, a->name, a->off, a->buf, a->n);
+  if (a->rc) snprintf(a->msg, sizeof a->msg, "%s", dpc_errmsg());
+  return NULL;
+}
+
+int blob_s3_ahead_start(blob_s3 *s, const char *name, uint64_t off, size_t n, blob_s3_ahead **out) {
+  *out = NULL;
+  blob_s3_ahead *a = calloc(1, sizeof *a);
+  if (!a || !(a->buf = malloc(n ? n : 1))) {
+    free(a);
+    return DPC_ENOMEM;
+  }
+  a->s = s;
+  snprintf(a->name, sizeof a->name, "%s", name);
+  a->off = off;
+  a->n = n;
+  if (pthread_create(&a->th, NULL, ahead_main, a) != 0) {
+    free(a->buf);
+    free(a);
+    return dpc_err(DPC_ENOMEM, "blob %s: cannot start a read-ahead thread", name);
+  }
+  *out = a;
+  return 0;
+}
+
+int blob_s3_ahead_take(blob_s3_ahead *a, uint64_t off, size_t n, void *dst) {
+  pthread_join(a->th, NULL);
+  int rc = 0;
+  if (a->off == off && a->n == n) {
+    rc = a->rc ? dpc_err(a->rc, "%s", a->msg) : 1;
+    if (rc == 1) memcpy(dst, a->buf, n);
+  }
+  free(a->buf);
+  free(a);
+  return rc;
+}
+
+void blob_s3_ahead_free(blob_s3_ahead *a) {
+  if (!a) return;
+  pthread_join(a->th, NULL);
+  free(a->buf);
+  free(a);
 }
 
 int blob_s3_delete(blob_s3 *s, const char *name) {

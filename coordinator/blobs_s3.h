@@ -41,6 +41,15 @@ void blob_s3_writer_abort(blob_s3_writer *w);
 /* Object size (DPC_ENOENT when absent); bytes [off, off + n) into dst. */
 int blob_s3_size(blob_s3 *s, const char *name, uint64_t *size);
 int blob_s3_read(blob_s3 *s, const char *name, uint64_t off, void *dst, size_t n);
+/* A read-ahead: bytes [off, off + n) of `name` fetched on a thread of its own, so a streamed
+ * reader (the outer step reads θ, u and every delta range by range) keeps one request in
+ * flight per blob instead of waiting on each in turn. take joins it and, when it covers exactly
+ * [off, off + n), copies it into dst and returns 1 (or its error); otherwise 0 (read it
+ * yourself). take and free both release it. */
+typedef struct blob_s3_ahead blob_s3_ahead;
+int blob_s3_ahead_start(blob_s3 *s, const char *name, uint64_t off, size_t n, blob_s3_ahead **out);
+int blob_s3_ahead_take(blob_s3_ahead *a, uint64_t off, size_t n, void *dst);
+void blob_s3_ahead_free(blob_s3_ahead *a);
 /* Delete (absent is success). */
 int blob_s3_delete(blob_s3 *s, const char *name);
 /* Every object name under the prefix, with its size. */

@@ -85,7 +85,7 @@ io() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/io"; }
 # measure NAME BUILD STORE — one coordinator, one job, R simulated workers; appends a table row.
 ROWS=()
 measure() {
-  local name=$1 b=$2 store=$3 st=$W/state-$1-$3 flags=()
+  local name=$1-$3 b=$2 store=$3 st=$W/state-$1-$3 flags=()
   [ "$store" = s3 ] && flags=(--blob-store "s3://dataplane/$name" --s3-endpoint "$S3_ENDPOINT")
   COORDINATOR_BIN=$b/coordinator/dipaco-coordinator CTL=$b/coordinator/dipacoctl
   rm -f "$W/coordinator.log"
@@ -110,7 +110,6 @@ JSON
   local hwm h w1 d1; hwm=$(awk '/VmHWM/ {print $2}' /proc/$COORD_PID/status)
   w1=$(io "$COORD_PID" wchar); d1=$(io "$COORD_PID" write_bytes)
   kill -TERM "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
-  name=$name-$store
   cp "$W/coordinator.log" "$W/coordinator-$name.log"
   ROWS+=("$(T0="$t0" "${DPC_PYTHON:-python3}" - "$W/client-$name.txt" "$W/coordinator-$name.log" <<PY
 import os, re, statistics, sys

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# outer_study.sh — DiLoCo's outer rule across corpora, model sizes, R and H: each cell trains the
+# same init with every rule through diloco_local (tests/unit/diloco_local.c: the daemons'
+# trainer and outer step in one process, bit-identical to them by ctest oracle_diloco_local)
+# and reports each rule's validation loss against the cell's best rule.
+#
+# usage: tests/bench/outer_study.sh [quick|full]
+#   quick: 4 corpora x 1 size x R {2, 4} x H {10, 50}              (16 cells)
+#   full:  4 corpora x 3 sizes x R {2, 4, 8} x H {10, 20, 50, 100} (144 cells)
+# Rules: averaging (lr 1, momentum 0), the current default Nesterov (0.6, 0.7) and a Nesterov
+# grid lr {0.4, 0.7, 1.0} x momentum {0.5, 0.7, 0.9}. Rounds: 1000 inner steps per replica at
+# H = 10 (100 rounds), 2000 above (H = 20: 100, 50: 40, 100: 20).
+# Corpora, from Debian packages (none is the quickstart's): prose (the packages' Debian
+# changelogs), code (C headers under /usr/include), licences (/usr/share/common-licenses and
+# the packages' copyright files), tables (dpkg's status database and file's magic table);
+# 4 MB each, byte tokens.
+# Resumable: every finished run is one line of $RESULTS (default tests/bench/outer_study_results.tsv:
+# corpus size R H rounds rule olr omu loss seconds) and is skipped when the study runs again.
+# env: BUILD_DIR (default build-bench-study), RESULTS, PAR (runs at once, default nproc).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+GRID=${1:-quick}
+BUILD=${BUILD_DIR:-$ROOT/build-bench-study}
+RESULTS=${RESULTS:-$ROOT/tests/bench/outer_study_results.tsv}
+PAR=${PAR:-$(nproc)}
+PY=${DPC_PYTHON:-python3}
+case $GRID in
+  quick) SIZES=(s); RS=(2 4); HS=(10 50) ;;
+  full) SIZES=(s m l); RS=(2 4 8); HS=(10 20 50 100) ;;
+  *) echo "usage: $0 [quick|full]" >&2; exit 2 ;;
+esac
+CORPORA=(prose code licences tables)
+RULES=("avg 1.0 0.0" "default 0.6 0.7")
+for lr in 0.4 0.7 1.0; do for mu in 0.5 0.7 0.9; do RULES+=("nesterov $lr $mu"); done; done
+
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDIPACO_SANITIZE=OFF -DDIPACO_DISTRIBUTED=OFF >/dev/null
+cmake --build "$BUILD" --target dipacoctl diloco_local -j"$(nproc)" >/dev/null
+CTL=$BUILD/coordinator/dipacoctl; LOCAL=$BUILD/tests/diloco_local
+W=${STUDY_DIR:-/var/tmp/dpc-outer-study}; mkdir -p "$W"
+touch "$RESULTS"
+
+corpus() { # corpus NAME FILE — 4 MB of the named corpus
+  local cap=4000000
+  case $1 in
+    prose) for f in /usr/share/doc/*/changelog.Debian.gz; do zcat "$f" 2>/dev/null || true; done ;;
+    code) find /usr/include -name '*.h' 2>/dev/null | sort | xargs cat 2>/dev/null || true ;;
+    licences) cat /usr/share/common-licenses/* /usr/share/doc/*/copyright 2>/dev/null || true ;;
+    tables) cat /var/lib/dpkg/status /usr/share/misc/magic 2>/dev/null || true ;;
+  esac | head -c $cap > "$2" || true
+  [ "$(stat -c %s "$2")" -ge 1000000 ] || { echo "outer_study: corpus $1 has under 1 MB on this machine" >&2; exit 1; }
+}
+shape() {
+  case $1 in
+    s) echo "--n-layer 2 --n-head 4 --n-embd 64" ;;
+    m) echo "--n-layer 3 --n-head 4 --n-embd 128" ;;
+    l) echo "--n-layer 4 --n-head 4 --n-embd 192" ;;
+  esac
+}
+for c in "${CORPORA[@]}"; do
+  [ -f "$W/$c/data/val_000.bin" ] && continue
+  mkdir -p "$W/$c"; corpus "$c" "$W/$c/text"
+  "$CTL" data prepare --tokenizer byte --out "$W/$c/data" --val-fraction 0.05 "$W/$c/text" 2>/dev/null
+done
+for z in "${SIZES[@]}"; do
+  [ -d "$W/init-$z" ] || "$CTL" init $(shape "$z") --n-positions 64 --vocab-size 256 --seed 7 --out "$W/init-$z" >/dev/null 2>&1
+done
+
+# run CORPUS SIZE R H RULE OLR OMU — one DiLoCo run, appended to $RESULTS.
+run() {
+  local c=$1 z=$2 R=$3 H=$4 rule=$5 olr=$6 omu=$7 rounds out t0 loss
+  rounds=$(( H == 10 ? 100 : (2000 / H < 100 ? 2000 / H : 100) ))
+  out=$W/run-$c-$z-$R-$H-$rule-$olr-$omu
+  t0=$(date +%s.%N)
+  "$LOCAL" "$W/init-$z" "$W/$c/data/train_000.bin" "$out" "$R" "$H" "$rounds" 8 64 3e-3 50 0.1 0.1 0.9 0.95 1e-8 1.0 \
+    "$olr" "$omu" keep 2>"$out.log" || { echo "outer_study: $out failed: $(tail -1 "$out.log")" >&2; return 1; }
+  loss=$("$CTL" eval --model "$out" --data "$W/$c/data/val_000.bin" --batch 8 --seq-len 64 --batches 200 --json 2>/dev/null |
+         "$PY" -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n' "$c" "$z" "$R" "$H" "$rounds" "$rule" "$olr" "$omu" "$loss" \
+    "$(echo "$(date +%s.%N) - $t0" | bc)" >> "$RESULTS"
+  rm -rf "$out" "$out.log"
+}
+todo=()
+for c in "${CORPORA[@]}"; do for z in "${SIZES[@]}"; do for R in "${RS[@]}"; do for H in "${HS[@]}"; do
+  for r in "${RULES[@]}"; do
+    set -- $r
+    grep -q "^$c	$z	$R	$H	[0-9]*	$1	$2	$3	" "$RESULTS" || todo+=("$c $z $R $H $1 $2 $3")
+  done
+done; done; done; done
+echo "outer_study ($GRID): ${#todo[@]} runs to do, $PAR at once; results in $RESULTS" >&2
+i=0
+for t in "${todo[@]}"; do
+  i=$((i + 1))
+  echo "[$i/${#todo[@]}] $t" >&2
+  run $t &
+  while [ "$(jobs -rp | wc -l)" -ge "$PAR" ]; do wait -n || true; done
+done
+wait
+"$PY" "$ROOT/tests/bench/outer_table.py" "$RESULTS" "${SIZES[*]}" "${RS[*]}" "${HS[*]}"
