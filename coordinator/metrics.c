@@ -8,7 +8,7 @@
  *  - counters: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_deltas_rejected_total,
  *    dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace, disconnect),
  *    dipaco_bytes_in_total, dipaco_bytes_out_total, dipaco_pulls_total{kind},
- *    dipaco_pull_bytes_total{kind};
+ *    dipaco_pull_bytes_total{kind}, dipaco_blob_store_bytes_total{direction};
  *  - histograms (coord.hist): dipaco_outer_step_seconds, dipaco_push_seconds,
  *    dipaco_pull_seconds, dipaco_lease_wait_seconds, dipaco_round_wait_seconds,
  *    dipaco_round_overhead_seconds,
@@ -26,6 +26,7 @@
  *    dipaco_async_deltas_dropped_total
  *  — counted since the coordinator started; the durable per-delta record is the ledger. */
 #include "coordinator/metrics.h"
+#include "coordinator/s3.h"
 
 #include "common/errors.h"
 #include "common/log.h"
@@ -178,6 +179,12 @@ static void fmt_fleet(coord *c, sbuf *b) {
   sb_printf(b, "dipaco_blob_store_up %d\n", !blobwatch_down(c, NULL, 0, NULL));
   head(b, "dipaco_blob_store_outages_total", "counter", "Outages of the blob store since the start.");
   sb_printf(b, "dipaco_blob_store_outages_total %lld\n", (long long)c->store_health.outages);
+  uint64_t sent, received;
+  s3_bytes(&sent, &received);
+  head(b, "dipaco_blob_store_bytes_total", "counter", "Payload bytes the coordinator sent to and received from an "
+       "S3 blob store (0 with the local store).");
+  sb_printf(b, "dipaco_blob_store_bytes_total{direction=\"sent\"} %llu\n", (unsigned long long)sent);
+  sb_printf(b, "dipaco_blob_store_bytes_total{direction=\"received\"} %llu\n", (unsigned long long)received);
 }
 
 /* A label value: backslash, double quote and newline escaped (the exposition format). */

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,14 @@ void s3_close(s3_client *c) {
 }
 
 /* ---- one request ---------------------------------------------------------------------------- */
+
+/* Payload bytes of the requests that succeeded, process-wide (s3_bytes). */
+static _Atomic uint64_t bytes_sent, bytes_received;
+
+void s3_bytes(uint64_t *sent, uint64_t *received) {
+  *sent = bytes_sent;
+  *received = bytes_received;
+}
 
 typedef struct {
   const char *method;
@@ -391,7 +400,11 @@ static int request(s3_client *c, const s3_req *q, s3_resp *r) {
     r->dst = q->dst;
     r->dst_len = q->dst_len;
     CURLcode cc = attempt(c, q, path, r, errbuf);
-    if (cc == CURLE_OK && r->status / 100 == 2) return 0;
+    if (cc == CURLE_OK && r->status / 100 == 2) {
+      bytes_sent += q->body_len;
+      bytes_received += q->dst ? r->dst_got : r->body_len;
+      return 0;
+    }
     int again = transient(cc, r->status) && try < c->retries;
     char code[64] = "", msg[256] = "";
     xml_text(r->body, "Code", code, sizeof code);

@@ -84,6 +84,10 @@ int s3_mpu_list(s3_client *c, s3_upload_fn fn, void *ud);
 int s3_presign(const s3_client *c, const char *method, const char *key, const char *content_md5, int expires_s,
                char *url, size_t cap);
 
+/* Payload bytes sent (PUT and POST bodies) and received (GET answers) by every request of this
+ * process that succeeded, since it started: the blob store's traffic in /metrics. */
+void s3_bytes(uint64_t *sent, uint64_t *received);
+
 /* Base64 of the MD5 of data (Content-MD5) into out[25]. */
 void s3_content_md5(const void *data, size_t len, char out[25]);
 

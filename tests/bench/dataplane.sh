@@ -18,8 +18,10 @@
 #   overhead/bound  round overhead (last push of round t acknowledged -> the last worker has
 #                   round t + 1's parameters, measured by the clients) over the physical bound
 #                   (R x model bytes / loopback rate + one memory pass), median over rounds
-#   out/round/model  bytes the coordinator wrote per round (to sockets and files: /proc/PID/io
-#                   wchar after the job's upload) over the model's fp32 bytes
+#   sent, received /round/model  the coordinator's traffic per round, over the model's fp32
+#                   bytes: tensor bytes to and from workers (dipaco_bytes_out_total,
+#                   dipaco_bytes_in_total) plus payload bytes to and from an S3 store
+#                   (dipaco_blob_store_bytes_total), from /metrics after the job's upload
 #   disk/round      bytes it wrote to block devices per round (/proc/PID/io write_bytes)
 # The workers are dataplane_client's simulated workers (real protocol, no training). With
 # STORES="local s3" each build is measured on the local store and on an S3 store (a RADOS
@@ -81,6 +83,12 @@ if [[ " ${STORES:-local} " == *" s3 "* ]]; then
   bash "$ROOT/tests/s3/s3curl.sh" -X PUT "$S3_ENDPOINT/dataplane" >/dev/null
 fi
 io() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/io"; }
+# traffic — "SENT RECEIVED": the coordinator's bytes to and from workers and the store so far.
+traffic() {
+  curl -sf "http://$MADDR/metrics" | awk '/^dipaco_bytes_out_total / {s += $2} /^dipaco_bytes_in_total / {r += $2}
+    /^dipaco_blob_store_bytes_total\{direction="sent"\}/ {s += $2} /^dipaco_blob_store_bytes_total\{direction="received"\}/ {r += $2}
+    END {printf "%.0f %.0f\n", s, r}'
+}
 
 # measure NAME BUILD STORE — one coordinator, one job, R simulated workers; appends a table row.
 ROWS=()
@@ -89,8 +97,9 @@ measure() {
   [ "$store" = s3 ] && flags=(--blob-store "s3://dataplane/$name" --s3-endpoint "$S3_ENDPOINT")
   COORDINATOR_BIN=$b/coordinator/dipaco-coordinator CTL=$b/coordinator/dipacoctl
   rm -f "$W/coordinator.log"
+  MADDR=127.0.0.1:$(free_port)
   start_coordinator "$st" --lease-ttl-ms 600000 --heartbeat-ms 10000 --dead-after-heartbeats 1000 --log-level info \
-    "${flags[@]}"
+    --metrics-listen "$MADDR" "${flags[@]}"
   cat > "$W/spec.json" <<JSON
 {"name": "dataplane-$name", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "diloco", "replicas": $R, "inner_steps": 1, "rounds": $ROUNDS, "batch": 1, "seq_len": 8,
@@ -100,15 +109,17 @@ JSON
   t0=$(date +%s.%N)
   job=$(DIPACO_CTL_TIMEOUT_MS=3600000 "$b/coordinator/dipacoctl" --coordinator "$COORD" job create "$W/spec.json")
   t1=$(date +%s.%N)
-  local w0 d0; w0=$(io "$COORD_PID" wchar); d0=$(io "$COORD_PID" write_bytes)
+  local t0b d0; t0b=$(traffic); d0=$(io "$COORD_PID" write_bytes)
   "$CLIENT" --coordinator "$COORD" --job "$job" --workers "$R" --token-file "$st/join.token" > "$W/client-$name.txt" &
   local cpid=$! chwm=0
   while kill -0 $cpid 2>/dev/null; do
     h=$(awk '/VmHWM/ {print $2}' /proc/$cpid/status 2>/dev/null || true); [ -n "$h" ] && chwm=$h; sleep 0.5
   done
   wait $cpid || { cat "$W/client-$name.txt"; tail -30 "$W/coordinator.log"; exit 1; }
-  local hwm h w1 d1; hwm=$(awk '/VmHWM/ {print $2}' /proc/$COORD_PID/status)
-  w1=$(io "$COORD_PID" wchar); d1=$(io "$COORD_PID" write_bytes)
+  # The last round's outer step may still run: its traffic counts too.
+  DIPACO_CTL_TIMEOUT_MS=3600000 "$b/coordinator/dipacoctl" --coordinator "$COORD" job wait "$job" --timeout 1200 >/dev/null || true
+  local hwm h t1b d1; hwm=$(awk '/VmHWM/ {print $2}' /proc/$COORD_PID/status)
+  t1b=$(traffic); d1=$(io "$COORD_PID" write_bytes)
   kill -TERM "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
   cp "$W/coordinator.log" "$W/coordinator-$name.log"
   ROWS+=("$(T0="$t0" "${DPC_PYTHON:-python3}" - "$W/client-$name.txt" "$W/coordinator-$name.log" <<PY
@@ -136,7 +147,9 @@ print(f"| $name | {$hwm * 1024 / model:.2f} | {om:.2f} s / {mpass:.2f} s = {om /
       f"{om / dbound:.2f} | "
       f"{pull:.2f} GB/s = {pull / tcp_r:.2f} | {push:.2f} GB/s = {push / tcp_r:.2f} ({push / disk:.2f}) | "
       f"{up:.2f} GB/s = {up / tcp_1:.2f} ({up / disk:.2f}) | {ovm:.2f} s / {bound:.2f} s = {ovm / bound:.2f} | "
-      f"{$chwm / 1024:.0f} MiB | {($w1 - $w0) / $ROUNDS / model:.2f} | {($d1 - $d0) / $ROUNDS / 2**20:.1f} MiB |")
+      f"{$chwm / 1024:.0f} MiB | {($(echo $t1b | cut -d' ' -f1) - $(echo $t0b | cut -d' ' -f1)) / $ROUNDS / model:.2f} | "
+      f"{($(echo $t1b | cut -d' ' -f2) - $(echo $t0b | cut -d' ' -f2)) / $ROUNDS / model:.2f} | "
+      f"{($d1 - $d0) / $ROUNDS / 2**20:.1f} MiB |")
 PY
 )")
   echo "${ROWS[-1]}"
@@ -148,6 +161,6 @@ for store in ${STORES:-local}; do
 done
 echo
 echo "case $CASE, R = $R, $ROUNDS rounds, model $((MODEL_BYTES >> 20)) MiB; loopback TCP $TCP_R GB/s ($R streams), $TCP_1 GB/s (1); memory pass $PASS s; durable write $DISK GB/s"
-echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS | out/round/model | disk/round |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS | sent/round/model | received/round/model | disk/round |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"

@@ -173,5 +173,6 @@ cmp "$W/local/long-0/model.safetensors" "$W/outage/model.safetensors" \
   || fail "the job that lived through the outage differs from its local run"
 grep -q "^dipaco_blob_store_up 1" <<<"$(page metrics)" || fail "/metrics: the store is not up again"
 grep -q "^dipaco_blob_store_outages_total [1-9]" <<<"$(page metrics)" || fail "no outage counted"
+grep -q '^dipaco_blob_store_bytes_total{direction="sent"} [1-9]' <<<"$(page metrics)" || fail "no bytes sent to the store counted"
 grep -q "blob store available again" "$W/coordinator.log" || fail "the end of the outage was not logged"
 echo "outage: the job waited, resumed and finished byte-identical to its local run"
