@@ -14,14 +14,14 @@
 # changelogs), code (C headers under /usr/include), licences (/usr/share/common-licenses and
 # the packages' copyright files), tables (dpkg's status database and file's magic table);
 # 4 MB each, byte tokens.
-# Resumable: every finished run is one line of $RESULTS (default tests/bench/outer_study_results.tsv:
+# Resumable: every finished run is one line of $RESULTS (default $STUDY_DIR/results.tsv:
 # corpus size R H rounds rule olr omu loss seconds) and is skipped when the study runs again.
-# env: BUILD_DIR (default build-bench-study), RESULTS, PAR (runs at once, default nproc).
+# env: BUILD_DIR (default build-bench-study), STUDY_DIR (corpora, inits, runs; default
+#      /var/tmp/dpc-outer-study), RESULTS, PAR (runs at once, default nproc).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 GRID=${1:-quick}
 BUILD=${BUILD_DIR:-$ROOT/build-bench-study}
-RESULTS=${RESULTS:-$ROOT/tests/bench/outer_study_results.tsv}
 PAR=${PAR:-$(nproc)}
 PY=${DPC_PYTHON:-python3}
 case $GRID in
@@ -37,6 +37,7 @@ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDIPACO_SANITIZE=OFF -D
 cmake --build "$BUILD" --target dipacoctl diloco_local -j"$(nproc)" >/dev/null
 CTL=$BUILD/coordinator/dipacoctl; LOCAL=$BUILD/tests/diloco_local
 W=${STUDY_DIR:-/var/tmp/dpc-outer-study}; mkdir -p "$W"
+RESULTS=${RESULTS:-$W/results.tsv}
 touch "$RESULTS"
 
 corpus() { # corpus NAME FILE — 4 MB of the named corpus
@@ -76,7 +77,7 @@ run() {
   loss=$("$CTL" eval --model "$out" --data "$W/$c/data/val_000.bin" --batch 8 --seq-len 64 --batches 200 --json 2>/dev/null |
          "$PY" -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n' "$c" "$z" "$R" "$H" "$rounds" "$rule" "$olr" "$omu" "$loss" \
-    "$(echo "$(date +%s.%N) - $t0" | bc)" >> "$RESULTS"
+    "$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN {print a - b}')" >> "$RESULTS"
   rm -rf "$out" "$out.log"
 }
 todo=()
