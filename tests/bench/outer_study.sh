@@ -12,8 +12,9 @@
 # H = 10 (100 rounds), 2000 above (H = 20: 100, 50: 40, 100: 20).
 # Corpora, from Debian packages (none is the quickstart's): prose (the packages' Debian
 # changelogs), code (C headers under /usr/include), licences (/usr/share/common-licenses and
-# the packages' copyright files), tables (dpkg's status database and file's magic table);
-# 4 MB each, byte tokens.
+# the packages' copyright files), tables (dpkg's status database by paragraph, file's magic
+# table, the time-zone table, the locales' character maps); 4 MB each in a fixed shuffled order, byte tokens. Data are read in order, so
+# cells with other R and H see other text: compare rules within a cell, not cells.
 # Resumable: every finished run is one line of $RESULTS (default $STUDY_DIR/results.tsv:
 # corpus size R H rounds rule olr omu loss seconds) and is skipped when the study runs again.
 # env: BUILD_DIR (default build-bench-study), STUDY_DIR (corpora, inits, runs; default
@@ -40,15 +41,30 @@ W=${STUDY_DIR:-/var/tmp/dpc-outer-study}; mkdir -p "$W"
 RESULTS=${RESULTS:-$W/results.tsv}
 touch "$RESULTS"
 
-corpus() { # corpus NAME FILE — 4 MB of the named corpus
-  local cap=4000000
-  case $1 in
-    prose) for f in /usr/share/doc/*/changelog.Debian.gz; do zcat "$f" 2>/dev/null || true; done ;;
-    code) find /usr/include -name '*.h' 2>/dev/null | sort | xargs cat 2>/dev/null || true ;;
-    licences) cat /usr/share/common-licenses/* /usr/share/doc/*/copyright 2>/dev/null || true ;;
-    tables) cat /var/lib/dpkg/status /usr/share/misc/magic 2>/dev/null || true ;;
-  esac | head -c $cap > "$2" || true
-  [ "$(stat -c %s "$2")" -ge 1000000 ] || { echo "outer_study: corpus $1 has under 1 MB on this machine" >&2; exit 1; }
+corpus() { # corpus NAME FILE — 4 MB of the named corpus, its files (or, for one file, its
+  # paragraphs) in a fixed pseudo-random order, so that training and validation text (the last
+  # 5%) come from the whole corpus rather than from its first and last packages
+  "$PY" - "$1" "$2" <<'PY'
+import glob, gzip, hashlib, sys
+name, out = sys.argv[1], sys.argv[2]
+files = {"prose": glob.glob("/usr/share/doc/*/changelog.Debian.gz"),
+         "code": glob.glob("/usr/include/**/*.h", recursive=True),
+         "licences": glob.glob("/usr/share/common-licenses/*") + glob.glob("/usr/share/doc/*/copyright"),
+         "tables": ["/var/lib/dpkg/status", "/usr/share/misc/magic", "/usr/share/zoneinfo/tzdata.zi"] +
+                   glob.glob("/usr/share/i18n/charmaps/*.gz")}[name]
+pieces = []
+for f in files:
+    try:
+        data = (gzip.open if f.endswith(".gz") else open)(f, "rb").read()
+    except OSError:
+        continue
+    pieces += data.split(b"\n\n") if f == "/var/lib/dpkg/status" else [data]
+pieces.sort(key=lambda b: hashlib.md5(b).digest())
+text = b"\n\n".join(pieces)[:4000000]
+if len(text) < 1000000:
+    sys.exit("outer_study: corpus %s has under 1 MB on this machine" % name)
+open(out, "wb").write(text)
+PY
 }
 shape() {
   case $1 in
