@@ -320,7 +320,9 @@ int blob_s3_writer_commit(blob_s3_writer *w) {
     rc = s3_mpu_complete(w->c, w->name, w->upload_id, w->nparts, w->etags);
   if (w->sent + w->fill == w->total) {
     note(w->s, rc);
-    if (rc) doubt(w->s, w->name);
+    /* Only names written once (a delta's, with its "-t" attempt stamp) are deleted later: a
+     * name without one may be rewritten while a row still names its earlier object. */
+    if (rc && strstr(w->name, "-t")) doubt(w->s, w->name);
   }
   if (rc) {
     blob_s3_writer_abort(w);

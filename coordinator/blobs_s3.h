@@ -7,7 +7,8 @@
  * blob counts only once a database row names it (as with files), so a crash leaves at most an
  * unrecorded object or an unfinished upload, which blob_store_sweep removes at start-up. A
  * write whose last request failed may still have made its object; the running coordinator
- * deletes those itself (blob_s3_doubtful).
+ * deletes those itself when their name is never rewritten (a delta's, stamped with its
+ * attempt; blob_s3_doubtful), and the start-up sweep the others.
  *
  * Threads: a blob_s3 is shared; each call takes an S3 client (one curl handle each) from a
  * mutex-guarded pool and gives it back, so the loop thread and the thread pool use the store
