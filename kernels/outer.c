@@ -92,6 +92,17 @@ void outer_nesterov_step(float *restrict theta, float *restrict u, const float *
   }
 }
 
+float outer_momentum_at(float mu, long t, long total, long warmup, long decay) {
+  long k = 1, n = 1; /* the factor k / n, at most 1 */
+  if (warmup > 0 && t < warmup) k = t + 1, n = warmup;
+  if (decay > 0 && t >= total - decay) {
+    const long kd = total - 1 - t > 0 ? total - 1 - t : 0;
+    if (kd * n < k * decay) k = kd, n = decay; /* kd / decay < k / n */
+  }
+  if (k == n) return mu;
+  return (float)((double)mu * (double)k / (double)n);
+}
+
 void outer_sgd_step(float *restrict theta, const float *restrict g, size_t len, float lr) {
   const float neg_lr = -lr;
 #pragma omp parallel for simd schedule(static) if (len >= OUTER_PAR_MIN)

@@ -39,6 +39,13 @@ int outer_average(const float *const *deltas, const double *weights, int n, size
 void outer_nesterov_step(float *theta, float *u, const float *avg, size_t len, float lr, float mu,
                          int nesterov);
 
+/* The momentum of outer step t (0-based) of `total` under the momentum schedule (docs/design.md
+ * §3): a linear warm-up over the first `warmup` steps, factor (t + 1) / warmup, and a linear
+ * decay over the last `decay` steps, factor (total − 1 − t) / decay, so the last step has none;
+ * the smaller factor wins where the two overlap, and 0 for either means none. Computed in
+ * double and rounded once, as (float)(mu · k / n), so a Python simulation gets the same float. */
+float outer_momentum_at(float mu, long t, long total, long warmup, long decay);
+
 /* Plain SGD: θ ← θ − η·g. The async "sgd" baseline. */
 void outer_sgd_step(float *theta, const float *g, size_t len, float lr);
 

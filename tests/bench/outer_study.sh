@@ -4,41 +4,51 @@
 # trainer and outer step in one process, bit-identical to them by ctest oracle_diloco_local)
 # and reports each rule's validation loss against the cell's best rule.
 #
-# usage: tests/bench/outer_study.sh [quick|full]
+# usage: tests/bench/outer_study.sh [quick|full|muloco]
 #   quick: 4 corpora x 1 size x R {2, 4} x H {10, 50}              (16 cells)
 #   full:  4 corpora x 3 sizes x R {2, 4, 8} x H {10, 20, 50, 100} (144 cells)
-# Rules: averaging (lr 1, momentum 0), the current default Nesterov (0.6, 0.7) and a Nesterov
-# grid lr {0.4, 0.7, 1.0} x momentum {0.5, 0.7, 0.9}. Rounds: 1000 inner steps per replica at
-# H = 10 (100 rounds), 2000 above (H = 20: 100, 50: 40, 100: 20).
+#   muloco: the cell of tests/bench/muloco.sh (the quickstart's corpus and GPT-2, T 128, R 2,
+#          H 30, 600 inner steps) with AdamW ("q") and with Muon at lr 0.02 ("qmuon"), 7 rules
+# Rules: averaging (lr 1, momentum 0), the current default Nesterov (0.6, 0.7), a Nesterov
+# grid lr {0.4, 0.7, 1.0} x momentum {0.5, 0.7, 0.9}, 0.3/0.5, 0.5/0.3, 0.7/0 (SGD), and the
+# momentum schedule (kernels/outer.c outer_momentum_at: warm-up over the first 10% of the
+# rounds, decay to 0 over the last 20%) on 0.6/0.7 and 0.4/0.5 ("sched").
+# Rounds: 1000 inner steps per replica at H = 10 (100 rounds), 2000 above (H = 20: 100, 50: 40, 100: 20).
 # Corpora, from Debian packages (none is the quickstart's): prose (the packages' Debian
 # changelogs), code (C headers under /usr/include), licences (/usr/share/common-licenses and
 # the packages' copyright files), tables (dpkg's status database by paragraph, file's magic
-# table, the time-zone table, the locales' character maps); 4 MB each in a fixed shuffled order, byte tokens. Data are read in order, so
-# cells with other R and H see other text: compare rules within a cell, not cells.
-# Resumable: every finished run is one line of $RESULTS (default $STUDY_DIR/results.tsv:
+# table, the time-zone table, the locales' character maps); 4 MB each, byte tokens: files in a
+# fixed shuffled order, then cut into 2 KB blocks in a fixed shuffled order, so that the text a
+# run trains on and the validation text (the last 5%) are one distribution.
+# Resumable: every finished run is one line of $RESULTS (default $STUDY_DIR/results.tsv, for
+# muloco results-muloco.tsv:
 # corpus size R H rounds rule olr omu loss seconds) and is skipped when the study runs again.
 # env: BUILD_DIR (default build-bench-study), STUDY_DIR (corpora, inits, runs; default
-#      /var/tmp/dpc-outer-study), RESULTS, PAR (runs at once, default nproc).
+#      /var/tmp/dpc-outer-study2), RESULTS, PAR (runs at once, default nproc).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 GRID=${1:-quick}
 BUILD=${BUILD_DIR:-$ROOT/build-bench-study}
 PAR=${PAR:-$(nproc)}
 PY=${DPC_PYTHON:-python3}
-case $GRID in
-  quick) SIZES=(s); RS=(2 4); HS=(10 50) ;;
-  full) SIZES=(s m l); RS=(2 4 8); HS=(10 20 50 100) ;;
-  *) echo "usage: $0 [quick|full]" >&2; exit 2 ;;
-esac
 CORPORA=(prose code licences tables)
 RULES=("avg 1.0 0.0" "default 0.6 0.7")
 for lr in 0.4 0.7 1.0; do for mu in 0.5 0.7 0.9; do RULES+=("nesterov $lr $mu"); done; done
+RULES+=("nesterov 0.3 0.5" "nesterov 0.5 0.3" "nesterov 0.7 0.0" "sched 0.6 0.7" "sched 0.4 0.5")
+case $GRID in
+  quick) SIZES=(s); RS=(2 4); HS=(10 50) ;;
+  full) SIZES=(s m l); RS=(2 4 8); HS=(10 20 50 100) ;;
+  muloco) SIZES=(q qmuon); RS=(2); HS=(30); CORPORA=(sotu)
+          RULES=("avg 1.0 0.0" "default 0.6 0.7" "nesterov 0.8 0.7" "nesterov 0.4 0.5" "nesterov 0.5 0.3"
+                 "nesterov 0.7 0.0" "sched 0.6 0.7") ;;
+  *) echo "usage: $0 [quick|full|muloco]" >&2; exit 2 ;;
+esac
 
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDIPACO_SANITIZE=OFF -DDIPACO_DISTRIBUTED=OFF >/dev/null
 cmake --build "$BUILD" --target dipacoctl diloco_local -j"$(nproc)" >/dev/null
 CTL=$BUILD/coordinator/dipacoctl; LOCAL=$BUILD/tests/diloco_local
-W=${STUDY_DIR:-/var/tmp/dpc-outer-study}; mkdir -p "$W"
-RESULTS=${RESULTS:-$W/results.tsv}
+W=${STUDY_DIR:-/var/tmp/dpc-outer-study2}; mkdir -p "$W"
+RESULTS=${RESULTS:-$W/results$([ "$GRID" = muloco ] && echo -muloco).tsv}
 touch "$RESULTS"
 
 corpus() { # corpus NAME FILE — 4 MB of the named corpus, its files (or, for one file, its
@@ -60,7 +70,13 @@ for f in files:
         continue
     pieces += data.split(b"\n\n") if f == "/var/lib/dpkg/status" else [data]
 pieces.sort(key=lambda b: hashlib.md5(b).digest())
-text = b"\n\n".join(pieces)[:4000000]
+text = b"\n\n".join(pieces)
+# then 2 KB blocks in a fixed shuffled order: a file can be hundreds of KB (a long copyright
+# file, one charmap), and a run reads only its first 0.5-4 MB in order, so without this the
+# validation text (the last 5%) is a different distribution from the text a run trained on
+blocks = [text[i:i + 2048] for i in range(0, len(text), 2048)]
+blocks.sort(key=lambda b: hashlib.md5(b).digest())
+text = b"".join(blocks)[:4000000]
 if len(text) < 1000000:
     sys.exit("outer_study: corpus %s has under 1 MB on this machine" % name)
 open(out, "wb").write(text)
@@ -71,26 +87,41 @@ shape() {
     s) echo "--n-layer 2 --n-head 4 --n-embd 64" ;;
     m) echo "--n-layer 3 --n-head 4 --n-embd 128" ;;
     l) echo "--n-layer 4 --n-head 4 --n-embd 192" ;;
+    q*) echo "--n-layer 4 --n-head 4 --n-embd 128" ;;
   esac
 }
 for c in "${CORPORA[@]}"; do
   [ -f "$W/$c/data/val_000.bin" ] && continue
+  if [ "$c" = sotu ]; then # the MuLoCo bench's data: its first 24 files, the last 10% held out
+    assets=$(bash "$ROOT/deploy/fetch_assets.sh" "$ROOT/tests/.cache")
+    "$CTL" data prepare --tokenizer byte --out "$W/$c/data" --val-fraction 0.1 $(ls "$assets"/sotu/*.txt | head -n 24) \
+      2>/dev/null
+    continue
+  fi
   mkdir -p "$W/$c"; corpus "$c" "$W/$c/text"
   "$CTL" data prepare --tokenizer byte --out "$W/$c/data" --val-fraction 0.05 "$W/$c/text" 2>/dev/null
 done
 for z in "${SIZES[@]}"; do
-  [ -d "$W/init-$z" ] || "$CTL" init $(shape "$z") --n-positions 64 --vocab-size 256 --seed 7 --out "$W/init-$z" >/dev/null 2>&1
+  case $z in q*) [ -d "$W/init-q" ] || "$CTL" init $(shape q) --n-positions 128 --vocab-size 256 --seed 1 --out "$W/init-q" \
+                   >/dev/null 2>&1 ;; # the MuLoCo bench's init
+             *) [ -d "$W/init-$z" ] || "$CTL" init $(shape "$z") --n-positions 64 --vocab-size 256 --seed 7 \
+                   --out "$W/init-$z" >/dev/null 2>&1 ;;
+  esac
 done
 
 # run CORPUS SIZE R H RULE OLR OMU — one DiLoCo run, appended to $RESULTS.
 run() {
-  local c=$1 z=$2 R=$3 H=$4 rule=$5 olr=$6 omu=$7 rounds out t0 loss
+  local c=$1 z=$2 R=$3 H=$4 rule=$5 olr=$6 omu=$7 rounds out t0 loss T=64 init=$W/init-$2 batches=200
+  local env=(DILOCO_LOCAL_MOMENTUM_SCHEDULE= DILOCO_LOCAL_MUON=)
   rounds=$(( H == 10 ? 100 : (2000 / H < 100 ? 2000 / H : 100) ))
+  case $z in q*) T=128; init=$W/init-q; batches=100; rounds=$(( 600 / H )) ;; esac
+  [ "$z" = qmuon ] && env+=(DILOCO_LOCAL_MUON=0.02)
+  [ "$rule" = sched ] && env+=(DILOCO_LOCAL_MOMENTUM_SCHEDULE=$(( (rounds + 9) / 10 )),$(( (rounds + 4) / 5 )))
   out=$W/run-$c-$z-$R-$H-$rule-$olr-$omu
   t0=$(date +%s.%N)
-  "$LOCAL" "$W/init-$z" "$W/$c/data/train_000.bin" "$out" "$R" "$H" "$rounds" 8 64 3e-3 50 0.1 0.1 0.9 0.95 1e-8 1.0 \
-    "$olr" "$omu" keep 2>"$out.log" || { echo "outer_study: $out failed: $(tail -1 "$out.log")" >&2; return 1; }
-  loss=$("$CTL" eval --model "$out" --data "$W/$c/data/val_000.bin" --batch 8 --seq-len 64 --batches 200 --json 2>/dev/null |
+  env "${env[@]}" "$LOCAL" "$init" "$W/$c/data/train_000.bin" "$out" "$R" "$H" "$rounds" 8 "$T" 3e-3 50 0.1 0.1 0.9 0.95 \
+    1e-8 1.0 "$olr" "$omu" keep 2>"$out.log" || { echo "outer_study: $out failed: $(tail -1 "$out.log")" >&2; return 1; }
+  loss=$("$CTL" eval --model "$out" --data "$W/$c/data/val_000.bin" --batch 8 --seq-len "$T" --batches "$batches" --json 2>/dev/null |
          "$PY" -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n' "$c" "$z" "$R" "$H" "$rounds" "$rule" "$olr" "$omu" "$loss" \
     "$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN {print a - b}')" >> "$RESULTS"

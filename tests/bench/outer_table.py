@@ -41,7 +41,7 @@ def main():
     for c, z, R, H, rounds, rule, olr, omu, loss, _secs in rows:
         if keep and not (z in keep[0] and R in keep[1] and H in keep[2]):
             continue
-        name = rule if rule in ("avg", "default") else "nesterov %s/%s" % (olr, omu)
+        name = rule if rule in ("avg", "default") else "%s %s/%s" % (rule, olr, omu)
         cells[(c, z, int(R), int(H), int(rounds))][name] = float(loss)
     rules = sorted({r for v in cells.values() for r in v})
     full = {k: v for k, v in cells.items() if len(v) == len(rules)}

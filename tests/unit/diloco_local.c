@@ -5,7 +5,12 @@
  * usage: diloco_local INIT_DIR SHARD OUT_DIR R H ROUNDS B T LR WARMUP LR_MIN_FRAC WD BETA1 BETA2
  *        EPS CLIP OUTER_LR OUTER_MOMENTUM STATE(keep|reset)
  * env DILOCO_LOCAL_BACKENDS: the replicas' backends, comma-separated and repeated as needed
- * ("cuda,cpu": a heterogeneous fleet, tests/gpu/hetero_diloco.sh); default cpu. */
+ * ("cuda,cpu": a heterogeneous fleet, tests/gpu/hetero_diloco.sh); default cpu.
+ * env DILOCO_LOCAL_MOMENTUM_SCHEDULE=WARMUP,DECAY: the outer momentum of round t is
+ * outer_momentum_at(OUTER_MOMENTUM, t, ROUNDS, WARMUP, DECAY) (tests/bench/outer_study.sh).
+ * env DILOCO_LOCAL_MUON=LR: Muon on the block matrices at peak rate LR (torch.optim.Muon's
+ * defaults otherwise: momentum 0.95, Nesterov, 5 Newton-Schulz steps, "original" scaling, the
+ * AdamW weight decay), AdamW on the rest. */
 #include "common/errors.h"
 #include "kernels/modeldir.h"
 #include "kernels/outer.h"
@@ -29,6 +34,23 @@ int main(int argc, char **argv) {
                     .n_replicas = R};
   float olr = strtof(argv[17], NULL), omu = strtof(argv[18], NULL);
   int reset = strcmp(argv[19], "reset") == 0;
+  long warmup = 0, decay = 0;
+  const char *sched = getenv("DILOCO_LOCAL_MOMENTUM_SCHEDULE");
+  if (sched && *sched && (sscanf(sched, "%ld,%ld", &warmup, &decay) != 2 || warmup < 0 || decay < 0)) {
+    fprintf(stderr, "diloco_local: DILOCO_LOCAL_MOMENTUM_SCHEDULE=%s: want WARMUP,DECAY (rounds >= 0)\n", sched);
+    return 2;
+  }
+  const char *muon = getenv("DILOCO_LOCAL_MUON");
+  if (muon && *muon) {
+    o.muon = 1;
+    o.muon_lr = strtof(muon, NULL);
+    o.mu = (gpt_muon_hparams){.momentum = 0.95f, .weight_decay = o.hp.weight_decay, .nesterov = 1, .ns_steps = 5,
+                              .adjust = GPT_MUON_ADJUST_ORIGINAL};
+    if (!(o.muon_lr > 0)) {
+      fprintf(stderr, "diloco_local: DILOCO_LOCAL_MUON=%s: want a rate > 0\n", muon);
+      return 2;
+    }
+  }
   gpt_config cfg;
   float *theta = NULL;
   if (modeldir_load(init, &cfg, &theta)) {
@@ -75,7 +97,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "diloco_local: %s\n", dpc_errmsg());
       return 1;
     }
-    outer_nesterov_step(theta, u, avg, n, olr, omu, 1);
+    outer_nesterov_step(theta, u, avg, n, olr, outer_momentum_at(omu, t, rounds, warmup, decay), 1);
   }
   int rc = modeldir_save(out, &cfg, theta);
   if (rc) fprintf(stderr, "diloco_local: %s\n", dpc_errmsg());

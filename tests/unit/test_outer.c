@@ -39,6 +39,19 @@ int main(void) {
   outer_sgd_step(&th, &g, 1, 0.25f);
   CHECK_NEAR(th, 0.75, 0);
 
+  /* The momentum schedule: 10 steps, warm-up 4, decay 3 — 1/4, 2/4, 3/4, 1, 1, 1, 1, then
+   * 2/3, 1/3, 0 of μ; no schedule, and a t past the end, keep the bounds. */
+  const double want[10] = {0.25, 0.5, 0.75, 1, 1, 1, 1, 2.0 / 3, 1.0 / 3, 0};
+  for (int t = 0; t < 10; t++) {
+    CHECK_EQ_INT(outer_momentum_at(0.9f, t, 10, 4, 3) == (float)(0.9f * want[t]), 1);
+    CHECK_EQ_INT(outer_momentum_at(0.9f, t, 10, 0, 0) == 0.9f, 1);
+  }
+  CHECK_EQ_INT(outer_momentum_at(0.9f, 12, 10, 0, 3) == 0.0f, 1);
+  /* Overlapping ramps take the smaller factor: 3 steps, warm-up 3, decay 3 — 1/3, 1/3, 0. */
+  CHECK_EQ_INT(outer_momentum_at(0.6f, 0, 3, 3, 3) == (float)(0.6f / 3.0), 1);
+  CHECK_EQ_INT(outer_momentum_at(0.6f, 1, 3, 3, 3) == (float)(0.6f / 3.0), 1);
+  CHECK_EQ_INT(outer_momentum_at(0.6f, 2, 3, 3, 3) == 0.0f, 1);
+
   /* Weighted average against a long-double reference. */
   enum { NS = 5, LEN = 3001 };
   float *d[NS];
