@@ -83,6 +83,7 @@ typedef struct {
   int buffer;                    /* "delay_buffer" */
   double c;
   double delta_norm_screen;
+  int momentum_warmup, momentum_decay; /* rounds of the momentum schedule (0: none) */
 } jobspec_outer;
 
 typedef struct {
@@ -231,5 +232,10 @@ const char *jobspec_inner_state_name(jobspec_inner_state s);
 const char *jobspec_inner_optimizer_name(jobspec_inner_optimizer o);
 /* Muon's weight decay: inner.muon.weight_decay when given, else inner.weight_decay. */
 double jobspec_muon_weight_decay(const jobspec *js);
+
+/* Where a job's outer rule (outer.lr, momentum, nesterov) comes from, for `job show`: the
+ * defaults of its kind ("the defaults for diloco"), or which values differ from them. Written
+ * into buf[cap]; returns buf. */
+const char *jobspec_outer_origin(const jobspec *js, char *buf, size_t cap);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 _Static_assert(sizeof(jobspec_algorithm) == sizeof(int) && sizeof(jobspec_inner_state) == sizeof(int) &&
@@ -88,6 +89,22 @@ static int is_llama(const jobspec *js) {
 
 /* When inner.muon applies. */
 static int is_muon(const jobspec *js) { return js->inner.optimizer == INNER_OPT_MUON; }
+static int is_sync(const jobspec *js) { return js->algorithm != JOB_ALGO_DILOCO_ASYNC; }
+
+/* The momentum schedule: ramps within the job's rounds, over a momentum to ramp. */
+static int check_momentum_ramp(const jobspec *js, int n, const char *key) {
+  if (n > js->rounds)
+    return dpc_err(DPC_EINVAL, "field \"outer.%s\" = %d exceeds rounds = %d", key, n, js->rounds);
+  if (n > 0 && js->outer.momentum == 0.0)
+    return dpc_err(DPC_EINVAL, "field \"outer.%s\" = %d: outer.momentum is 0, there is no momentum to schedule", key, n);
+  return 0;
+}
+static int check_momentum_warmup(const jobspec *js) {
+  return check_momentum_ramp(js, js->outer.momentum_warmup, "momentum_warmup");
+}
+static int check_momentum_decay(const jobspec *js) {
+  return check_momentum_ramp(js, js->outer.momentum_decay, "momentum_decay");
+}
 
 static int is_llama3(const jobspec *js) {
   return is_llama(js) && js->model.rope_scaling == GPT_ROPE_LLAMA3;
@@ -243,6 +260,14 @@ const jobspec_field jobspec_fields[] = {
      CLOSED(2, 1e6),
      .doc = "refuse a delta whose L2 norm exceeds this times the median of the fragment's recent ones "
             "(coordinator/delta_screen.h)"},
+    /* The momentum schedule (kernels/outer.c outer_momentum_at): sync steps only, where step t
+     * of a fragment makes its version t + 1; left out of the canonical JSON while 0. */
+    {"outer", "momentum_warmup", .type = JF_INT, .flags = JF_OMIT_DEFAULT, AT(outer.momentum_warmup), .def = 0,
+     .check = check_momentum_warmup, .range_doc = "[0, rounds]", CLOSED(0, 10000000), .when = is_sync, .when_doc = "algorithm \"diloco\" or \"dipaco\"",
+     .doc = "momentum warm-up: step t (0-based) of the first N runs at momentum × (t + 1) / N (0 = none)"},
+    {"outer", "momentum_decay", .type = JF_INT, .flags = JF_OMIT_DEFAULT, AT(outer.momentum_decay), .def = 0,
+     .check = check_momentum_decay, .range_doc = "[0, rounds]", CLOSED(0, 10000000), .when = is_sync, .when_doc = "algorithm \"diloco\" or \"dipaco\"",
+     .doc = "momentum decay: step t of the last N runs at momentum × (rounds − 1 − t) / N, the last step at 0 (0 = none)"},
 
     {"", "max_staleness", .type = JF_INT, AT(max_staleness), .def = 0, CLOSED(0, 1000000000),
      .doc = "diloco-async: drop deltas with staleness above this (0 = no limit)"},
@@ -353,6 +378,28 @@ double jf_hi(const jobspec_field *f, const jobspec *js) {
   case JF_HI_H_MINUS_1: return js->inner_steps - 1;
   default: return f->range.hi;
   }
+}
+
+const char *jobspec_outer_origin(const jobspec *js, char *buf, size_t cap) {
+  const int alt = js->algorithm == JOB_ALGO_DILOCO_ASYNC ? 1 : js->sparse.enabled ? 2 : 0;
+  const char *kind = alt == 1 ? "diloco-async" : alt == 2 ? "SparseLoCo" : jobspec_algorithm_name(js->algorithm);
+  jobspec *d = calloc(1, sizeof *d);
+  if (!d) {
+    snprintf(buf, cap, "?");
+    return buf;
+  }
+  jf_defaults(NULL, d, 0);
+  if (alt) jf_defaults(NULL, d, alt);
+  const jobspec_outer *o = &js->outer, *e = &d->outer;
+  char set[64] = "";
+  if (o->lr != e->lr) strcat(set, ", lr");
+  if (o->momentum != e->momentum) strcat(set, ", momentum");
+  if (o->nesterov != e->nesterov) strcat(set, ", nesterov");
+  if (!set[0]) snprintf(buf, cap, "the defaults for %s (docs/jobspec.md)", kind);
+  else snprintf(buf, cap, "set by the job spec: %s (the defaults for %s: lr %.9g, momentum %.9g, nesterov %s)", set + 2,
+                kind, e->lr, e->momentum, e->nesterov ? "true" : "false");
+  free(d);
+  return buf;
 }
 
 void jf_defaults(const char *sect, void *base, int alt) {

@@ -209,6 +209,9 @@ static int validate_streaming(const jobspec *js) {
                    js->streaming.fragments, js->model.n_layer);
   if (js->streaming.eager && js->streaming.overlap_steps < 1)
     return dpc_err(DPC_EINVAL, "field \"streaming.eager\": eager updates need streaming.overlap_steps >= 1");
+  if (js->streaming.eager && (js->outer.momentum_warmup || js->outer.momentum_decay))
+    return dpc_err(DPC_EINVAL, "field \"streaming.eager\": eager updates estimate the next step with a fixed outer "
+                   "momentum; leave outer.momentum_warmup and outer.momentum_decay at 0");
   if (js->streaming.eager && js->inner.state != INNER_STATE_KEEP)
     return dpc_err(DPC_EINVAL, "field \"streaming.eager\": eager updates need inner.state \"keep\" (the eager state, "
                    "the slot's previous delta, is not part of the checkpoint)");

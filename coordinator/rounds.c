@@ -31,6 +31,7 @@
 #include "coordinator/blobwatch.h"
 #include "coordinator/testhook.h"
 #include "coordinator/outerio.h"
+#include "kernels/outer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -485,7 +486,10 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
   blob_name(&pid, w->new_param, sizeof w->new_param);
   blob_name(&mid, w->new_momentum, sizeof w->new_momentum);
   w->lr = (float)j->spec.outer.lr;
-  w->mu = (float)j->spec.outer.momentum;
+  /* Step t makes version t + 1; under the momentum schedule its momentum depends on t
+   * (replayed the same way by workers, worker/replay.c). */
+  w->mu = outer_momentum_at((float)j->spec.outer.momentum, (long)t, j->spec.rounds, j->spec.outer.momentum_warmup,
+                            j->spec.outer.momentum_decay);
   w->nesterov = j->spec.outer.nesterov;
   if (j->spec.sparse.enabled) {
     w->sp_cfg = j->sp_cfg;

@@ -484,6 +484,9 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   le.outer_lr = (float)j->spec.outer.lr;
   le.outer_momentum = (float)j->spec.outer.momentum;
   le.outer_nesterov = j->spec.outer.nesterov != 0;
+  le.outer_momentum_warmup = (uint32_t)j->spec.outer.momentum_warmup;
+  le.outer_momentum_decay = (uint32_t)j->spec.outer.momentum_decay;
+  le.outer_rounds = (uint32_t)j->spec.rounds;
   le.replay_pull = lease_replays(j, fids, nf);
   if (j->spec.sparse.enabled) {
     le.delta_codec = (Dipaco__V1__Codec)DPC_CODEC_SPARSE;

@@ -96,11 +96,14 @@ static int64_t check_table(const unsigned char *b, size_t blen, size_t len, cons
 /* One round's PAYLOAD_REPLAY_ROUND bytes applied to theta[len] and u[len] as the coordinator's
  * outer step applied them (coordinator/outerio.c: each stream decoded with dpc_codec_decode or
  * dpc_sparse_decode, outer_average with the weights served, outer_nesterov_step with the lease's
- * outer rule). Dense streams are decoded range by range, whole blocks at a time; every output
+ * outer rule at step v - 1 of its momentum schedule). Dense streams are decoded range by range, whole blocks at a time; every output
  * element depends on the same element of the inputs only, so this is the whole-array step bit
  * for bit (as the coordinator's own ranges are). Sparse streams are decoded whole. */
-static int apply_round(const Dipaco__V1__Lease *L, const unsigned char *b, size_t blen, const float *own, float *theta,
-                       float *u, size_t len, const rp_sparse *sp) {
+static int apply_round(const Dipaco__V1__Lease *L, uint64_t v, const unsigned char *b, size_t blen, const float *own,
+                       float *theta, float *u, size_t len, const rp_sparse *sp) {
+  /* The step that made version v was step v - 1 of the momentum schedule. */
+  const float mu = outer_momentum_at(L->outer_momentum, (long)v - 1, (long)L->outer_rounds,
+                                     (long)L->outer_momentum_warmup, (long)L->outer_momentum_decay);
   int64_t nn = check_table(b, blen, len, own, sp);
   if (nn < 0) return (int)nn;
   const size_t n = (size_t)nn;
@@ -152,7 +155,7 @@ static int apply_round(const Dipaco__V1__Lease *L, const unsigned char *b, size_
       if (!rc) rc = dpc_codec_decode(codec[i], st[i] + at, nb, m, block[i], d);
     }
     if (!rc) rc = outer_average(dp, w, (int)n, m, avg);
-    if (!rc) outer_nesterov_step(theta + lo, u + lo, avg, m, L->outer_lr, L->outer_momentum, L->outer_nesterov);
+    if (!rc) outer_nesterov_step(theta + lo, u + lo, avg, m, L->outer_lr, mu, L->outer_nesterov);
   }
   free(dense);
   free(avg);
@@ -210,7 +213,7 @@ int rp_replay_round(wclient *wc, const Dipaco__V1__Lease *L, const Dipaco__V1__F
   }
   *bytes += blen;
   *crc = (uint32_t)get_le(b + 4, 4);
-  rc = apply_round(L, b, blen, own, th, u, len, sp);
+  rc = apply_round(L, v, b, blen, own, th, u, len, sp);
   free(b);
   if (rc < 0) {
     DPC_WARN("lease %" PRIu64 ": fragment %" PRIu64 ": the round that made version %" PRIu64 " is unusable: %s; "

@@ -134,9 +134,11 @@ static void json_job(FILE *f, const Dipaco__V1__Job *j) {
   const char *spec = j->spec_json ? j->spec_json : "";
   jobspec *js = malloc(sizeof *js);
   char *canon = NULL;
-  if (js && spec[0] && jobspec_parse(spec, strlen(spec), js) == 0 && jobspec_to_json(js, &canon) == 0)
-    fprintf(f, ",\"spec\":%s", canon);
-  else
+  if (js && spec[0] && jobspec_parse(spec, strlen(spec), js) == 0 && jobspec_to_json(js, &canon) == 0) {
+    char origin[256];
+    fprintf(f, ",\"spec\":%s,\"outer_origin\":", canon);
+    view_jstr(f, jobspec_outer_origin(js, origin, sizeof origin));
+  } else
     fputs(",\"spec\":null", f);
   fputs(",\"spec_json\":", f);
   view_jstr(f, spec);
@@ -185,6 +187,12 @@ static void text_spec(FILE *f, const jobspec *js) {
   fprintf(f, "%-18s %.9g\n", "outer.lr", js->outer.lr);
   fprintf(f, "%-18s %.9g\n", "outer.momentum", js->outer.momentum);
   fprintf(f, "%-18s %s\n", "outer.nesterov", js->outer.nesterov ? "true" : "false");
+  char origin[256];
+  fprintf(f, "%-18s %s\n", "outer.origin", jobspec_outer_origin(js, origin, sizeof origin));
+  if (js->outer.momentum_warmup || js->outer.momentum_decay)
+    fprintf(f, "%-18s warm-up over the first %d rounds, decay to 0 over the last %d (docs/design.md §3)\n",
+            "outer.schedule", js->outer.momentum_warmup, js->outer.momentum_decay);
+  else if (js->algorithm != JOB_ALGO_DILOCO_ASYNC) fprintf(f, "%-18s none (momentum %.9g every round)\n", "outer.schedule", js->outer.momentum);
   if (js->algorithm == JOB_ALGO_DILOCO_ASYNC) {
     static const char *const rules[] = {"delayed-nesterov", "nesterov", "sgd"};
     fprintf(f, "%-18s %s\n", "outer.rule",

@@ -22,8 +22,8 @@
 # (ledger_check.py --async). CHAOS_ALGO=streaming runs a Streaming DiLoCo job (2 layers in two
 # sync groups, overlap_steps 1, alpha 0.5, e3m0 deltas) under the same kills, CHAOS_ALGO=sparse
 # a SparseLoCo job (error-feedback buffers through the checkpoint, sparse pulls), CHAOS_ALGO=replay
-# a sync job with e3m0 deltas whose workers catch up by replay pulls, against a fault-free run
-# that pulls whole (pulls.replay false).
+# a sync job with e3m0 deltas and a momentum schedule whose workers catch up by replay pulls,
+# against a fault-free run that pulls whole (pulls.replay false).
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 LONG=${CHAOS_LONG:-0}
@@ -51,6 +51,10 @@ if [ "${CHAOS_ALGO:-sync}" = replay ]; then
   # replaying rounds (docs/design.md §4.4); the fault-free reference pulls whole
   # (pulls.replay false), so the kills run replay against full pulls, byte for byte.
   STREAMING=', "streaming": {"codec": "e3m0"}'
+  # ... and the outer momentum on a schedule (warm-up over the first sixth of the rounds, decay
+  # over the last third), which the coordinator's steps after a restart and the workers'
+  # replays follow.
+  OUTER="$OUTER, \"momentum_warmup\": $(( ROUNDS / 6 )), \"momentum_decay\": $(( ROUNDS / 3 ))"
 fi
 if [ "${CHAOS_ALGO:-sync}" = async ]; then
   R=1; NW=2; ALG=diloco-async; OUTER='"rule": "delayed-nesterov", "lr": 0.7, "momentum": 0.9, "c": 0'; CHECK=(--async)

@@ -5,7 +5,8 @@
 # a 2 x 2 DiPaCo job (levels of 2 modules each, R = 2) trains with data.paths on 2 CPU workers,
 # and every exported path must equal the PyTorch DiPaCo reference (tests/oracle/dipaco_ref.py:
 # per-module Nesterov on the mean delta of the slots whose path holds the module, each slot on
-# its own path's stream) to 1e-4 relative. Also: a data.paths list of the wrong length is
+# its own path's stream; the outer momentum warmed up over 2 rounds and decayed over the last) to
+# 1e-4 relative. Also: a data.paths list of the wrong length is
 # refused by `job create` with a clear message and creates nothing; `job export --all-paths`
 # writes the DiPaCo model directory and `eval --dipaco` on it equals a PyTorch routed eval.
 set -euo pipefail
@@ -38,7 +39,7 @@ cat > spec.json <<JSON
  "levels": [{"stem": true, "layers": [0, 1], "modules": 2}, {"layers": [1, 2], "modules": 2}],
  "inner": {"lr": 0.01, "warmup": 2, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
            "eps": 1e-6, "grad_clip": 0.5, "state": "keep"},
- "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
+ "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true, "momentum_warmup": 2, "momentum_decay": 1}}
 JSON
 start_coordinator "$W/state" --lease-ttl-ms 20000
 # A list per path or nothing: three lists for four paths is refused before anything is created.

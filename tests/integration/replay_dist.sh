@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # replay_dist.sh COORDINATOR WORKER DIPACOCTL — replay pulls (docs/design.md §4.3, §4.4) through
 # a real coordinator and 3 real CPU workers on loopback (R = 3, H = 4, 5 rounds, a 2-layer
-# model, outer Nesterov lr 0.6 momentum 0.7):
+# model, outer Nesterov lr 0.6 momentum 0.7 on a schedule: warm-up over 2 rounds, decay over the
+# last 2, which replays apply round by round as the coordinator did):
 #  1. e3m0 and fp8 deltas, each job run with pulls.replay true and false: the exports are
 #     byte-identical (cmp), the workers replayed rounds (their logs, and
 #     dipaco_pulls_total{kind="replay"} on /metrics), no replay missed a checksum, and the
@@ -41,7 +42,7 @@ spec() {
  "algorithm": "$( [ "${4:-diloco}" = dipaco ] && echo dipaco || echo diloco )", "replicas": 3, "inner_steps": 4, "rounds": 5, "batch": 2, "seq_len": 16$levels,
  "inner": {"lr": 0.01, "warmup": 2, "lr_min_frac": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
            "eps": 1e-6, "grad_clip": 0.5, "state": "keep"},
- "outer": {"lr": 0.6, "momentum": 0.7, "nesterov": true},
+ "outer": {"lr": 0.6, "momentum": 0.7, "nesterov": true, "momentum_warmup": 2, "momentum_decay": 2},
  "streaming": {${stream}"codec": "$2"}, "pulls": {"replay": $3}$sparse}
 JSON
 }

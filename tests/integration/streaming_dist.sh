@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # streaming_dist.sh COORDINATOR WORKER DIPACOCTL — Streaming DiLoCo through a real coordinator
 # and 2 real CPU workers on loopback (R = 2, H = 4, 3 rounds, a 2-layer model):
-#  1. F = 2, τ = 1, α = 0.5, fp32 deltas, inner.state keep: the exported parameters equal the
-#     PyTorch simulation (tests/oracle/streaming_ref.py) to 1e-4 relative; job show reports the
+#  1. F = 2, τ = 1, α = 0.5, fp32 deltas, inner.state keep, the outer momentum decayed over the
+#     last 2 rounds: the exported parameters equal the PyTorch simulation (tests/oracle/streaming_ref.py) to 1e-4 relative; job show reports the
 #     bytes and a peak sync below the whole model's fp32 bytes.
 #  2. F = 2, τ = 2, α = 0.5, e3m0 deltas, inner.state checkpoint (local parameters and AdamW
 #     state go through the coordinator every round): the export matches the simulation with
@@ -34,6 +34,7 @@ spec() {
 JSON
 }
 spec s1 ', "streaming": {"fragments": 2, "overlap_steps": 1, "alpha": 0.5}' keep
+sed -i 's/"nesterov": true}/"nesterov": true, "momentum_warmup": 1, "momentum_decay": 2}/' "$W/s1.json"
 spec s2 ', "streaming": {"fragments": 2, "overlap_steps": 2, "alpha": 0.5, "codec": "e3m0"}' checkpoint
 spec s3 ', "streaming": {"fragments": 1, "overlap_steps": 0, "alpha": 0}' keep
 spec s4 ', "streaming": {"fragments": 2, "overlap_steps": 2, "alpha": 0.5, "eager": true}' keep

@@ -158,6 +158,25 @@ def make_adamw(P, inner):
                              lr=inner["lr"], betas=(inner["beta1"], inner["beta2"]), eps=inner["eps"])
 
 
+def momentum_at(outer, t, rounds):
+    """The outer momentum of step t (0-based) of `rounds` under outer.momentum_warmup and
+    outer.momentum_decay (kernels/outer.c outer_momentum_at): the smaller of the warm-up factor
+    (t + 1) / warmup and the decay factor (rounds - 1 - t) / decay, computed in double and
+    rounded to fp32 once, as the coordinator does."""
+    mu = struct.unpack("f", struct.pack("f", outer["momentum"]))[0]
+    k, n = 1, 1
+    warm, dec = outer.get("momentum_warmup", 0), outer.get("momentum_decay", 0)
+    if warm > 0 and t < warm:
+        k, n = t + 1, warm
+    if dec > 0 and t >= rounds - dec:
+        kd = max(rounds - 1 - t, 0)
+        if kd * n < k * dec:
+            k, n = kd, dec
+    if k == n:
+        return mu
+    return struct.unpack("f", struct.pack("f", mu * k / n))[0]
+
+
 def batch_at(tokens, s, r, R, nb, B, T):
     """Inputs and targets of batch s of replica r of R (docs/design.md §3 data order)."""
     o = ((s * R + r) % nb) * B * T
@@ -212,6 +231,8 @@ def run(init, tokens, spec, stop_after=None, delta_hook=None):
                 for d in deltas:
                     acc += d[k]
                 G[k].grad = acc / R
+        for grp in outer_opt.param_groups:
+            grp["momentum"] = momentum_at(outer, t, rounds)
         outer_opt.step()
     return {k: v.detach() for k, v in G.items()}
 

@@ -24,7 +24,7 @@ import argparse, glob, json, os, sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from diloco_ref import forward, load_model, load_tokens, lr_at, make_adamw  # noqa: E402
+from diloco_ref import forward, load_model, load_tokens, lr_at, make_adamw, momentum_at  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -162,6 +162,8 @@ def run(init, spec, data_dir, delta_hook=None):
                             n += 1
                     G[m][k].grad = acc / n
         for m in G:
+            for grp in outer_opts[m].param_groups:
+                grp["momentum"] = momentum_at(outer, t, rounds)  # every module steps once a round
             outer_opts[m].step()
     out = []
     for p in range(n_paths):

@@ -178,6 +178,7 @@ def run(init, tokens, spec, stop_after_steps=None, trace=None, stats=None):
     nb = (len(tokens) - 1) // (B * T)
     total = rounds * H
     pending = {}  # step n -> list of (g, per-replica eager estimate or None)
+    g_steps = [0] * F  # outer steps taken per group
     # eager state: per group the coordinator's eager base E_g (EAGER.md), per replica and group the
     # replica's previous (decoded) delta
     E = [{k: G0[k].clone() for k in gn} for gn in gnames]
@@ -223,6 +224,9 @@ def run(init, tokens, spec, stop_after_steps=None, trace=None, stats=None):
                 for d in ds:
                     acc += d[k]
                 G[k].grad = acc / R
+        for grp in outer_opts[g].param_groups:  # the group's step count: the version it makes, minus 1
+            grp["momentum"] = D.momentum_at(outer, g_steps[g], rounds)
+        g_steps[g] += 1
         outer_opts[g].step()
         if eager:
             with torch.no_grad():

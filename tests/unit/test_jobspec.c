@@ -210,6 +210,34 @@ static void test_llama(const char *dir) {
 
 /* inner.optimizer "muon": its block only with it, refused values name the field, defaults
  * (weight_decay from inner.weight_decay until given), and the canonical JSON round trip. */
+/* The outer momentum schedule: sync jobs only, within the rounds, over a momentum, not with
+ * eager updates; a spec without it keeps its canonical bytes; job show's origin line. */
+static void test_momentum_schedule(void) {
+  static jobspec js;
+  char *canon = NULL, origin[256];
+  CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
+  CHECK_EQ_INT(jobspec_to_json(&js, &canon), 0);
+  CHECK(canon && !strstr(canon, "momentum_warmup") && !strstr(canon, "momentum_decay"));
+  free(canon);
+  canon = NULL;
+  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "the defaults for diloco") != NULL);
+  CHECK_EQ_INT(parse("{" BASE ",\"outer\":{\"momentum_warmup\":1,\"momentum_decay\":3}}", &js), 0);
+  CHECK(js.outer.momentum_warmup == 1 && js.outer.momentum_decay == 3);
+  CHECK_EQ_INT(jobspec_to_json(&js, &canon), 0);
+  CHECK(canon && strstr(canon, "\"momentum_warmup\":1") && strstr(canon, "\"momentum_decay\":3"));
+  free(canon);
+  expect_bad("{" BASE ",\"outer\":{\"momentum_warmup\":4}}", DPC_EINVAL, "outer.momentum_warmup\" = 4 exceeds rounds");
+  expect_bad("{" BASE ",\"outer\":{\"momentum_decay\":-1}}", DPC_EINVAL, "outer.momentum_decay");
+  expect_bad("{" BASE ",\"outer\":{\"momentum\":0,\"momentum_decay\":2}}", DPC_EINVAL, "no momentum to schedule");
+  expect_bad("{\"name\":\"t1\"," MODEL "," DATA ",\"algorithm\":\"diloco-async\",\"replicas\":2,\"inner_steps\":5,"
+             "\"rounds\":3,\"batch\":4,\"seq_len\":8,\"outer\":{\"momentum_warmup\":1}}",
+             DPC_EINVAL, "outer.momentum_warmup\": only with algorithm \"diloco\" or \"dipaco\"");
+  expect_bad("{" BASE ",\"outer\":{\"momentum_decay\":1},\"streaming\":{\"overlap_steps\":1,\"eager\":true}}",
+             DPC_EINVAL, "leave outer.momentum_warmup and outer.momentum_decay at 0");
+  CHECK_EQ_INT(parse("{" BASE ",\"outer\":{\"lr\":0.5}}", &js), 0);
+  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "set by the job spec: lr (the defaults for diloco") != NULL);
+}
+
 static void test_muon(void) {
   static jobspec js, js2;
   char *canon = NULL;
@@ -657,5 +685,6 @@ int main(void) {
   rmdir(dir);
   test_field_table();
   test_muon();
+  test_momentum_schedule();
   TEST_DONE();
 }
