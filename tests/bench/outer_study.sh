@@ -8,11 +8,15 @@
 #   quick: 4 corpora x 1 size x R {2, 4} x H {10, 50}              (16 cells)
 #   full:  4 corpora x 3 sizes x R {2, 4, 8} x H {10, 20, 50, 100} (144 cells)
 #   muloco: the cell of tests/bench/muloco.sh (the quickstart's corpus and GPT-2, T 128, R 2,
-#          H 30, 600 inner steps) with AdamW ("q") and with Muon at lr 0.02 ("qmuon"), 7 rules
-# Rules: averaging (lr 1, momentum 0), the current default Nesterov (0.6, 0.7), a Nesterov
-# grid lr {0.4, 0.7, 1.0} x momentum {0.5, 0.7, 0.9}, 0.3/0.5, 0.5/0.3, 0.7/0 (SGD), and the
-# momentum schedule (kernels/outer.c outer_momentum_at: warm-up over the first 10% of the
-# rounds, decay to 0 over the last 20%) on 0.6/0.7 and 0.4/0.5 ("sched").
+#          H 30, 600 inner steps, its init) with AdamW ("q") and with Muon at lr 0.02 ("qmuon"),
+#          averaging, the default, 0.8/0.7 (the MuLoCo paper's), 0.4/0.5 and 0.5/0.3
+# Rules (outer lr / momentum, Nesterov): averaging (1/0), the current default (0.6/0.7),
+# 0.4/0.5, 0.5/0.3, 0.7/0 (SGD), 0.4/0.7, 0.7/0.7, and the momentum schedule (kernels/outer.c
+# outer_momentum_at: warm-up over the first 10% of the rounds, decay to 0 over the last 20%) on
+# 0.6/0.7 and 0.4/0.5 ("sched"); WIDE=1 adds 0.3/0.5, 0.4/0.9, 0.7/0.5, 0.7/0.9, 1/0.5, 1/0.7
+# and 1/0.9. Every cell runs once per init seed of SEEDS (default "7 8"; the size column is
+# SIZE@SEED for seeds other than 7): a single run's loss moves by up to 17% with the seed under
+# high outer momentum, so rules are compared on the mean over seeds (outer_table.py).
 # Rounds: 1000 inner steps per replica at H = 10 (100 rounds), 2000 above (H = 20: 100, 50: 40, 100: 20).
 # Corpora, from Debian packages (none is the quickstart's): prose (the packages' Debian
 # changelogs), code (C headers under /usr/include), licences (/usr/share/common-licenses and
@@ -32,15 +36,18 @@ BUILD=${BUILD_DIR:-$ROOT/build-bench-study}
 PAR=${PAR:-$(nproc)}
 PY=${DPC_PYTHON:-python3}
 CORPORA=(prose code licences tables)
-RULES=("avg 1.0 0.0" "default 0.6 0.7")
-for lr in 0.4 0.7 1.0; do for mu in 0.5 0.7 0.9; do RULES+=("nesterov $lr $mu"); done; done
-RULES+=("nesterov 0.3 0.5" "nesterov 0.5 0.3" "nesterov 0.7 0.0" "sched 0.6 0.7" "sched 0.4 0.5")
+RULES=("avg 1.0 0.0" "default 0.6 0.7" "nesterov 0.4 0.5" "nesterov 0.5 0.3" "nesterov 0.7 0.0" "nesterov 0.4 0.7"
+       "nesterov 0.7 0.7" "sched 0.6 0.7" "sched 0.4 0.5")
+if [ -n "${WIDE:-}" ]; then
+  RULES+=("nesterov 0.3 0.5" "nesterov 0.4 0.9" "nesterov 0.7 0.5" "nesterov 0.7 0.9" "nesterov 1.0 0.5"
+          "nesterov 1.0 0.7" "nesterov 1.0 0.9")
+fi
+SEEDS=(${SEEDS:-7 8})
 case $GRID in
   quick) SIZES=(s); RS=(2 4); HS=(10 50) ;;
   full) SIZES=(s m l); RS=(2 4 8); HS=(10 20 50 100) ;;
-  muloco) SIZES=(q qmuon); RS=(2); HS=(30); CORPORA=(sotu)
-          RULES=("avg 1.0 0.0" "default 0.6 0.7" "nesterov 0.8 0.7" "nesterov 0.4 0.5" "nesterov 0.5 0.3"
-                 "nesterov 0.7 0.0" "sched 0.6 0.7") ;;
+  muloco) SIZES=(q qmuon); RS=(2); HS=(30); CORPORA=(sotu); SEEDS=(1)
+          RULES=("avg 1.0 0.0" "default 0.6 0.7" "nesterov 0.8 0.7" "nesterov 0.4 0.5" "nesterov 0.5 0.3") ;;
   *) echo "usage: $0 [quick|full|muloco]" >&2; exit 2 ;;
 esac
 
@@ -48,7 +55,8 @@ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDIPACO_SANITIZE=OFF -D
 cmake --build "$BUILD" --target dipacoctl diloco_local -j"$(nproc)" >/dev/null
 CTL=$BUILD/coordinator/dipacoctl; LOCAL=$BUILD/tests/diloco_local
 W=${STUDY_DIR:-/var/tmp/dpc-outer-study2}; mkdir -p "$W"
-RESULTS=${RESULTS:-$W/results$([ "$GRID" = muloco ] && echo -muloco).tsv}
+SUFFIX=; [ "$GRID" = muloco ] && SUFFIX=-muloco
+RESULTS=${RESULTS:-$W/results$SUFFIX.tsv}
 touch "$RESULTS"
 
 corpus() { # corpus NAME FILE — 4 MB of the named corpus, its files (or, for one file, its
@@ -101,21 +109,24 @@ for c in "${CORPORA[@]}"; do
   mkdir -p "$W/$c"; corpus "$c" "$W/$c/text"
   "$CTL" data prepare --tokenizer byte --out "$W/$c/data" --val-fraction 0.05 "$W/$c/text" 2>/dev/null
 done
-for z in "${SIZES[@]}"; do
+# label SIZE SEED — a run's size column: the size for the grid's first seed (7; the MuLoCo
+# bench's 1), SIZE@SEED for another init seed.
+label() { case $2 in 7|1) echo "$1" ;; *) echo "$1@$2" ;; esac; }
+for z in "${SIZES[@]}"; do for s in "${SEEDS[@]}"; do
   case $z in q*) [ -d "$W/init-q" ] || "$CTL" init $(shape q) --n-positions 128 --vocab-size 256 --seed 1 --out "$W/init-q" \
                    >/dev/null 2>&1 ;; # the MuLoCo bench's init
-             *) [ -d "$W/init-$z" ] || "$CTL" init $(shape "$z") --n-positions 64 --vocab-size 256 --seed 7 \
-                   --out "$W/init-$z" >/dev/null 2>&1 ;;
+             *) [ -d "$W/init-$(label "$z" "$s")" ] || "$CTL" init $(shape "$z") --n-positions 64 --vocab-size 256 \
+                   --seed "$s" --out "$W/init-$(label "$z" "$s")" >/dev/null 2>&1 ;;
   esac
-done
+done; done
 
-# run CORPUS SIZE R H RULE OLR OMU — one DiLoCo run, appended to $RESULTS.
+# run CORPUS SIZE R H RULE OLR OMU — one DiLoCo run, appended to $RESULTS (SIZE may carry @SEED).
 run() {
   local c=$1 z=$2 R=$3 H=$4 rule=$5 olr=$6 omu=$7 rounds out t0 loss T=64 init=$W/init-$2 batches=200
   local env=(DILOCO_LOCAL_MOMENTUM_SCHEDULE= DILOCO_LOCAL_MUON=)
   rounds=$(( H == 10 ? 100 : (2000 / H < 100 ? 2000 / H : 100) ))
   case $z in q*) T=128; init=$W/init-q; batches=100; rounds=$(( 600 / H )) ;; esac
-  [ "$z" = qmuon ] && env+=(DILOCO_LOCAL_MUON=0.02)
+  [ "${z%@*}" = qmuon ] && env+=(DILOCO_LOCAL_MUON=0.02)
   [ "$rule" = sched ] && env+=(DILOCO_LOCAL_MOMENTUM_SCHEDULE=$(( (rounds + 9) / 10 )),$(( (rounds + 4) / 5 )))
   out=$W/run-$c-$z-$R-$H-$rule-$olr-$omu
   t0=$(date +%s.%N)
@@ -128,11 +139,12 @@ run() {
   rm -rf "$out" "$out.log"
 }
 todo=()
-for c in "${CORPORA[@]}"; do for z in "${SIZES[@]}"; do for R in "${RS[@]}"; do for H in "${HS[@]}"; do
-  for r in "${RULES[@]}"; do
+for s in "${SEEDS[@]}"; do for c in "${CORPORA[@]}"; do for z0 in "${SIZES[@]}"; do for R in "${RS[@]}"; do
+  for H in "${HS[@]}"; do for r in "${RULES[@]}"; do
     set -- $r
+    z=$(label "$z0" "$s")
     grep -q "^$c	$z	$R	$H	[0-9]*	$1	$2	$3	" "$RESULTS" || todo+=("$c $z $R $H $1 $2 $3")
-  done
+  done; done
 done; done; done; done
 echo "outer_study ($GRID): ${#todo[@]} runs to do, $PAR at once; results in $RESULTS" >&2
 i=0

@@ -2,10 +2,11 @@
 """outer_table.py RESULTS.tsv [SIZES RS HS] — the outer-rule study's tables (tests/bench/outer_study.sh),
 and with env SVG=FILE a heat map of every rule's gap in every cell.
 
-Per rule: in how many cells it is within 2% of the cell's best rule, its mean and worst gap
-(loss / best - 1). Per cell: the best rule and the gaps of averaging and of the default. Only
-cells where every rule has finished are counted; SIZES, RS and HS (space-separated) restrict
-the cells to a grid."""
+A run's size column may carry the init seed (SIZE@SEED); a rule's loss in a cell is the mean
+over the seeds, and only rules with every seed in every cell are counted. Per rule: in how many
+cells it is within 2% of the cell's best rule, its mean and worst gap (loss / best - 1), and
+how far its seeds spread. Per cell: the best rule and the gaps of averaging and of the default.
+SIZES, RS and HS (space-separated) restrict the cells to a grid."""
 import collections
 import os
 import sys
@@ -37,40 +38,52 @@ def heatmap(path, rules, cells, gap):
 def main():
     rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
     keep = [set(a.split()) for a in sys.argv[2:5]] if len(sys.argv) >= 5 else None
-    cells = collections.defaultdict(dict)
+    runs = collections.defaultdict(lambda: collections.defaultdict(dict))  # cell -> rule -> seed -> loss
     for c, z, R, H, rounds, rule, olr, omu, loss, _secs in rows:
-        if keep and not (z in keep[0] and R in keep[1] and H in keep[2]):
+        size, _, seed = z.partition("@")
+        if keep and not (size in keep[0] and R in keep[1] and H in keep[2]):
             continue
         name = rule if rule in ("avg", "default") else "%s %s/%s" % (rule, olr, omu)
-        cells[(c, z, int(R), int(H), int(rounds))][name] = float(loss)
-    rules = sorted({r for v in cells.values() for r in v})
-    full = {k: v for k, v in cells.items() if len(v) == len(rules)}
-    if not full:
+        runs[(c, size, int(R), int(H), int(rounds))][name][seed or "base"] = float(loss)
+    if not runs:
         print("no finished cell yet")
         return
+    seeds = sorted({s for v in runs.values() for r in v.values() for s in r})
+    # A rule counts where it has every seed in every cell; its loss in a cell is the mean.
+    rules = sorted(r for r in {r for v in runs.values() for r in v}
+                   if all(len(v.get(r, {})) == len(seeds) for v in runs.values()))
+    if not rules:
+        print("no rule has finished every cell and seed yet")
+        return
+    cells = {k: {r: sum(v[r].values()) / len(seeds) for r in rules} for k, v in runs.items()}
     gaps = collections.defaultdict(list)
     gap = {}
-    for k, v in full.items():
+    for k, v in cells.items():
         best = min(v.values())
         for r, loss in v.items():
             gaps[r].append(loss / best - 1)
             gap[(r, k)] = loss / best - 1
-    n = len(full)
-    print("%d cells (every rule finished)\n" % n)
-    print("| rule (outer lr / momentum) | cells within 2% of the best | mean gap | worst gap |")
-    print("|---|---|---|---|")
+    n = len(cells)
+    print("%d cells x %d seeds, %d rules (mean validation loss over the seeds)\n" % (n, len(seeds), len(rules)))
+    print("| rule (outer lr / momentum) | cells within 2% of the best | mean gap | worst gap | seed spread |")
+    print("|---|---|---|---|---|")
     for r in sorted(rules, key=lambda r: max(gaps[r])):
         g = gaps[r]
-        print("| %s | %d / %d | %.2f%% | %.2f%% |" % (r, sum(x <= 0.02 for x in g), n, 100 * sum(g) / n, 100 * max(g)))
+        # the seeds' spread: mean over cells of (max - min) / mean of the rule's losses
+        spread = sum((max(v[r].values()) - min(v[r].values())) / (sum(v[r].values()) / len(seeds))
+                     for v in runs.values()) / n
+        print("| %s | %d / %d | %.2f%% | %.2f%% | %.2f%% |" % (r, sum(x <= 0.02 for x in g), n, 100 * sum(g) / n,
+                                                         100 * max(g), 100 * spread))
     print("\n| corpus | size | R | H | rounds | best rule | best loss | averaging | default |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for k in sorted(full):
-        v = full[k]
+    for k in sorted(cells):
+        v = cells[k]
         best = min(v, key=v.get)
-        print("| %s | %s | %d | %d | %d | %s | %.4f | %+.2f%% | %+.2f%% |" % (
-            k + (best, v[best], 100 * (v["avg"] / v[best] - 1), 100 * (v["default"] / v[best] - 1))))
+        print("| %s | %s | %d | %d | %d | %s | %.4f | %s | %s |" % (
+            k + (best, v[best], "%+.2f%%" % (100 * (v["avg"] / v[best] - 1)) if "avg" in v else "-",
+                 "%+.2f%%" % (100 * (v["default"] / v[best] - 1)) if "default" in v else "-")))
     if os.environ.get("SVG"):
-        heatmap(os.environ["SVG"], sorted(rules, key=lambda r: max(gaps[r])), sorted(full), gap)
+        heatmap(os.environ["SVG"], sorted(rules, key=lambda r: max(gaps[r])), sorted(cells), gap)
 
 
 if __name__ == "__main__":
