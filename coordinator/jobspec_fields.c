@@ -96,7 +96,8 @@ static int check_momentum_ramp(const jobspec *js, int n, const char *key) {
   if (n > js->rounds)
     return dpc_err(DPC_EINVAL, "field \"outer.%s\" = %d exceeds rounds = %d", key, n, js->rounds);
   if (n > 0 && js->outer.momentum == 0.0)
-    return dpc_err(DPC_EINVAL, "field \"outer.%s\" = %d: outer.momentum is 0, there is no momentum to schedule", key, n);
+    return dpc_err(DPC_EINVAL, "field \"outer.%s\" = %d: outer.momentum is 0, there is no momentum to schedule", key,
+                   n);
   return 0;
 }
 static int check_momentum_warmup(const jobspec *js) {
@@ -121,6 +122,7 @@ static int is_llama3(const jobspec *js) {
 #define ENUM(n) .names = (n), .n_names = (int)(sizeof(n) / sizeof(n)[0])
 #define DAYS_30 (30 * 86400.0)
 #define MUON_ONLY .when = is_muon, .when_doc = "inner.optimizer \"muon\""
+#define SYNC_ONLY .when = is_sync, .when_doc = "algorithm \"diloco\" or \"dipaco\""
 
 const jobspec_field jobspec_fields[] = {
     {"", "name", .type = JF_STRING, .flags = JF_REQUIRED, AT(name), .check = check_name,
@@ -263,11 +265,12 @@ const jobspec_field jobspec_fields[] = {
     /* The momentum schedule (kernels/outer.c outer_momentum_at): sync steps only, where step t
      * of a fragment makes its version t + 1; left out of the canonical JSON while 0. */
     {"outer", "momentum_warmup", .type = JF_INT, .flags = JF_OMIT_DEFAULT, AT(outer.momentum_warmup), .def = 0,
-     .check = check_momentum_warmup, .range_doc = "[0, rounds]", CLOSED(0, 10000000), .when = is_sync, .when_doc = "algorithm \"diloco\" or \"dipaco\"",
+     .check = check_momentum_warmup, .range_doc = "[0, rounds]", CLOSED(0, 10000000), SYNC_ONLY,
      .doc = "momentum warm-up: step t (0-based) of the first N runs at momentum × (t + 1) / N (0 = none)"},
     {"outer", "momentum_decay", .type = JF_INT, .flags = JF_OMIT_DEFAULT, AT(outer.momentum_decay), .def = 0,
-     .check = check_momentum_decay, .range_doc = "[0, rounds]", CLOSED(0, 10000000), .when = is_sync, .when_doc = "algorithm \"diloco\" or \"dipaco\"",
-     .doc = "momentum decay: step t of the last N runs at momentum × (rounds − 1 − t) / N, the last step at 0 (0 = none)"},
+     .check = check_momentum_decay, .range_doc = "[0, rounds]", CLOSED(0, 10000000), SYNC_ONLY,
+     .doc = "momentum decay: step t of the last N runs at momentum × (rounds − 1 − t) / N, the last step at 0 "
+            "(0 = none)"},
 
     {"", "max_staleness", .type = JF_INT, AT(max_staleness), .def = 0, CLOSED(0, 1000000000),
      .doc = "diloco-async: drop deltas with staleness above this (0 = no limit)"},
@@ -396,8 +399,9 @@ const char *jobspec_outer_origin(const jobspec *js, char *buf, size_t cap) {
   if (o->momentum != e->momentum) strcat(set, ", momentum");
   if (o->nesterov != e->nesterov) strcat(set, ", nesterov");
   if (!set[0]) snprintf(buf, cap, "the defaults for %s (docs/jobspec.md)", kind);
-  else snprintf(buf, cap, "set by the job spec: %s (the defaults for %s: lr %.9g, momentum %.9g, nesterov %s)", set + 2,
-                kind, e->lr, e->momentum, e->nesterov ? "true" : "false");
+  else
+    snprintf(buf, cap, "set by the job spec: %s (the defaults for %s: lr %.9g, momentum %.9g, nesterov %s)", set + 2,
+             kind, e->lr, e->momentum, e->nesterov ? "true" : "false");
   free(d);
   return buf;
 }

@@ -96,9 +96,10 @@ static int64_t check_table(const unsigned char *b, size_t blen, size_t len, cons
 /* One round's PAYLOAD_REPLAY_ROUND bytes applied to theta[len] and u[len] as the coordinator's
  * outer step applied them (coordinator/outerio.c: each stream decoded with dpc_codec_decode or
  * dpc_sparse_decode, outer_average with the weights served, outer_nesterov_step with the lease's
- * outer rule at step v - 1 of its momentum schedule). Dense streams are decoded range by range, whole blocks at a time; every output
- * element depends on the same element of the inputs only, so this is the whole-array step bit
- * for bit (as the coordinator's own ranges are). Sparse streams are decoded whole. */
+ * outer rule at step v - 1 of its momentum schedule). Dense streams are decoded range by range,
+ * whole blocks at a time; every output element depends on the same element of the inputs only,
+ * so this is the whole-array step bit for bit (as the coordinator's own ranges are). Sparse
+ * streams are decoded whole. */
 static int apply_round(const Dipaco__V1__Lease *L, uint64_t v, const unsigned char *b, size_t blen, const float *own,
                        float *theta, float *u, size_t len, const rp_sparse *sp) {
   /* The step that made version v was step v - 1 of the momentum schedule. */

@@ -192,7 +192,8 @@ static void text_spec(FILE *f, const jobspec *js) {
   if (js->outer.momentum_warmup || js->outer.momentum_decay)
     fprintf(f, "%-18s warm-up over the first %d rounds, decay to 0 over the last %d (docs/design.md §3)\n",
             "outer.schedule", js->outer.momentum_warmup, js->outer.momentum_decay);
-  else if (js->algorithm != JOB_ALGO_DILOCO_ASYNC) fprintf(f, "%-18s none (momentum %.9g every round)\n", "outer.schedule", js->outer.momentum);
+  else if (js->algorithm != JOB_ALGO_DILOCO_ASYNC)
+    fprintf(f, "%-18s none (momentum %.9g every round)\n", "outer.schedule", js->outer.momentum);
   if (js->algorithm == JOB_ALGO_DILOCO_ASYNC) {
     static const char *const rules[] = {"delayed-nesterov", "nesterov", "sgd"};
     fprintf(f, "%-18s %s\n", "outer.rule",
