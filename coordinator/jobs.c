@@ -73,7 +73,7 @@ int coord_job_from_store(const store_job *sj, coord_job **out) {
   }
   j->id = sj->id;
   j->state = sj->state;
-  if ((rc = jobspec_parse(sj->spec_json, strlen(sj->spec_json), &j->spec)) < 0) goto fail;
+  if ((rc = jobspec_parse_stored(sj->spec_json, strlen(sj->spec_json), &j->spec)) < 0) goto fail;
   if ((rc = jobspec_layout(&j->spec, lay)) < 0) goto fail;
   j->n_modules = jobspec_modules(&j->spec, lay, NULL, 0);
   j->n_fragments = jobspec_fragments(&j->spec, lay, NULL, 0);

@@ -10,6 +10,22 @@
 
 int jobspec_sparse_pull(const jobspec *js) { return js->sparse.enabled && js->outer.momentum == 0.0; }
 
+static int schedule_applies(const jobspec *js) {
+  return js->algorithm != JOB_ALGO_DILOCO_ASYNC && js->outer.momentum > 0.0 && !js->streaming.eager;
+}
+
+void jobspec_derive_schedule(jobspec *js) {
+  const int on = schedule_applies(js);
+  if (!js->outer.has_momentum_warmup) js->outer.momentum_warmup = on ? (js->rounds + 9) / 10 : 0;
+  if (!js->outer.has_momentum_decay) js->outer.momentum_decay = on ? (js->rounds + 4) / 5 : 0;
+  if (on) js->outer.has_momentum_warmup = js->outer.has_momentum_decay = 1;
+}
+
+int jobspec_schedule_is_derived(const jobspec *js) {
+  return schedule_applies(js) && js->outer.momentum_warmup == (js->rounds + 9) / 10 &&
+         js->outer.momentum_decay == (js->rounds + 4) / 5;
+}
+
 int jobspec_replay_pull(const jobspec *js) {
   return js->pulls.replay && js->algorithm != JOB_ALGO_DILOCO_ASYNC && !js->streaming.eager;
 }

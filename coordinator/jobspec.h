@@ -84,6 +84,7 @@ typedef struct {
   double c;
   double delta_norm_screen;
   int momentum_warmup, momentum_decay; /* rounds of the momentum schedule (0: none) */
+  int has_momentum_warmup, has_momentum_decay; /* given (or derived at job create: jobspec_parse) */
 } jobspec_outer;
 
 typedef struct {
@@ -171,6 +172,19 @@ typedef struct {
  * returns DPC_EINVAL (or DPC_EFORMAT for text that is not JSON, DPC_ENOMEM) with a detail
  * naming the field path, e.g. `unknown field "inner.lrr"`. */
 int jobspec_parse(const char *json, size_t n, jobspec *out);
+
+/* jobspec_parse for a spec the coordinator stored (its canonical JSON): the derived defaults of
+ * jobspec_derive_schedule are not applied, so a job created before the momentum schedule
+ * existed keeps its constant momentum. Reading a job back, not creating one. */
+int jobspec_parse_stored(const char *json, size_t n, jobspec *out);
+
+/* The momentum schedule a new spec gets where it leaves it out (docs/design.md §3.4): a sync
+ * job with outer momentum and without eager updates warms its momentum up over ceil(rounds / 10)
+ * rounds and decays it over the last ceil(rounds / 5) (tests/bench/outer_study.sh chose it);
+ * other jobs none. Marks both fields given, so the canonical JSON carries them. */
+void jobspec_derive_schedule(jobspec *js);
+/* 1 if the job's schedule is the one jobspec_derive_schedule gives (for job show). */
+int jobspec_schedule_is_derived(const jobspec *js);
 
 /* Re-run every check on a struct (what jobspec_parse runs after reading). */
 int jobspec_validate(const jobspec *js);

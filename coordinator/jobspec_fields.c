@@ -239,7 +239,8 @@ const jobspec_field jobspec_fields[] = {
 
     /* Sync outer step (diloco, dipaco): Nesterov lr 0.6, momentum 0.7, from the DiLoCo quality
      * study (tests/bench/diloco_quality.sh): at small scale and tens of rounds, momentum 0.9
-     * overshoots. diloco-async (delayed Nesterov, DyLU): lr 0.4, momentum 0.7, from the
+     * overshoots; with the momentum schedule below, derived from rounds, from the study across
+     * corpora (tests/bench/outer_study.sh). diloco-async (delayed Nesterov, DyLU): lr 0.4, momentum 0.7, from the
      * heterogeneity study (tests/bench/async_heterogeneity.sh): the paper's 0.7 / 0.9 ended
      * 3-5% above sync there; stale deltas want a smaller step. With a "sparse" block
      * (SparseLoCo): plain SGD with lr 3 — the error-feedback buffer takes momentum's place, as
@@ -263,14 +264,19 @@ const jobspec_field jobspec_fields[] = {
      .doc = "refuse a delta whose L2 norm exceeds this times the median of the fragment's recent ones "
             "(coordinator/delta_screen.h)"},
     /* The momentum schedule (kernels/outer.c outer_momentum_at): sync steps only, where step t
-     * of a fragment makes its version t + 1; left out of the canonical JSON while 0. */
-    {"outer", "momentum_warmup", .type = JF_INT, .flags = JF_OMIT_DEFAULT, AT(outer.momentum_warmup), .def = 0,
-     .check = check_momentum_warmup, .range_doc = "[0, rounds]", CLOSED(0, 10000000), SYNC_ONLY,
-     .doc = "momentum warm-up: step t (0-based) of the first N runs at momentum × (t + 1) / N (0 = none)"},
-    {"outer", "momentum_decay", .type = JF_INT, .flags = JF_OMIT_DEFAULT, AT(outer.momentum_decay), .def = 0,
-     .check = check_momentum_decay, .range_doc = "[0, rounds]", CLOSED(0, 10000000), SYNC_ONLY,
+     * of a fragment makes its version t + 1. A new spec that leaves them out gets them derived
+     * from rounds (jobspec_derive_schedule) and written into its canonical JSON; a stored spec
+     * without them (created before they existed) keeps no schedule (jobspec_parse_stored). */
+    {"outer", "momentum_warmup", .type = JF_INT, .flags = JF_PRESENCE, AT(outer.momentum_warmup),
+     .count_off = offsetof(jobspec, outer.has_momentum_warmup), .check = check_momentum_warmup,
+     .range_doc = "[0, rounds]", CLOSED(0, 10000000), SYNC_ONLY,
+     .doc = "momentum warm-up: step t (0-based) of the first N runs at momentum × (t + 1) / N (0 = none; absent: "
+            "ceil(rounds / 10) for a sync job with outer momentum and without eager updates, else 0)"},
+    {"outer", "momentum_decay", .type = JF_INT, .flags = JF_PRESENCE, AT(outer.momentum_decay),
+     .count_off = offsetof(jobspec, outer.has_momentum_decay), .check = check_momentum_decay,
+     .range_doc = "[0, rounds]", CLOSED(0, 10000000), SYNC_ONLY,
      .doc = "momentum decay: step t of the last N runs at momentum × (rounds − 1 − t) / N, the last step at 0 "
-            "(0 = none)"},
+            "(0 = none; absent: ceil(rounds / 5) where the warm-up is derived)"},
 
     {"", "max_staleness", .type = JF_INT, AT(max_staleness), .def = 0, CLOSED(0, 1000000000),
      .doc = "diloco-async: drop deltas with staleness above this (0 = no limit)"},

@@ -260,7 +260,10 @@ static int parse_field(const jobspec_field *f, const cJSON *obj, const char *pre
   }
   case JF_LEVELS: return parse_levels(f, obj, js);
   case JF_STRING: return get_string(obj, prefix, key, required, jf_at(f, base), f->size);
-  case JF_INT: return get_int(obj, prefix, key, required, jf_at(f, base));
+  case JF_INT:
+    rc = get_int(obj, prefix, key, required, jf_at(f, base));
+    if (rc == 1 && (f->flags & JF_PRESENCE)) memcpy((char *)js + f->count_off, &(int){1}, sizeof(int));
+    return rc;
   case JF_NUMBER:
     rc = get_number(obj, prefix, key, required, jf_at(f, base));
     if (rc == 1 && (f->flags & JF_PRESENCE)) memcpy((char *)js + f->count_off, &(int){1}, sizeof(int));
@@ -334,13 +337,14 @@ static int parse_section(const cJSON *obj, const char *prefix, const char *sect,
 /* The top-level object, field by field, then validation. The outer rule's defaults depend on
  * the algorithm and on a "sparse" block (JF_ALT_DEFAULT), so those two are looked at first;
  * values given in "outer" win over either. */
-static int parse_root(const cJSON *root, jobspec *js) {
+static int parse_root(const cJSON *root, jobspec *js, int derive) {
   if (!cJSON_IsObject(root)) return dpc_err(DPC_EINVAL, "job spec: expected a JSON object at the top level");
   const cJSON *a = get_field(root, "algorithm");
   if (cJSON_IsString(a) && a->valuestring && strcmp(a->valuestring, jobspec_algo_names[JOB_ALGO_DILOCO_ASYNC]) == 0)
     jf_defaults(NULL, js, 1);
   if (cJSON_IsObject(get_field(root, "sparse"))) jf_defaults(NULL, js, 2);
   JS_TRY(parse_section(root, "", "", js, js));
+  if (derive) jobspec_derive_schedule(js);
   return jobspec_validate(js);
 }
 
@@ -368,7 +372,7 @@ static int check_spec_bytes(const unsigned char *s, size_t n) {
   return 0;
 }
 
-int jobspec_parse(const char *json, size_t n, jobspec *out) {
+static int parse_spec(const char *json, size_t n, jobspec *out, int derive) {
   memset(out, 0, sizeof *out);
   jf_defaults(NULL, out, 0);
   if (!json || n == 0) return dpc_err(DPC_EFORMAT, "job spec is empty");
@@ -386,7 +390,10 @@ int jobspec_parse(const char *json, size_t n, jobspec *out) {
       cJSON_Delete(root);
       return dpc_err(DPC_EFORMAT, "job spec: text after the JSON object at byte %ld", (long)(p - json));
     }
-  int rc = parse_root(root, out);
+  int rc = parse_root(root, out, derive);
   cJSON_Delete(root);
   return rc < 0 ? rc : 0;
 }
+
+int jobspec_parse(const char *json, size_t n, jobspec *out) { return parse_spec(json, n, out, 1); }
+int jobspec_parse_stored(const char *json, size_t n, jobspec *out) { return parse_spec(json, n, out, 0); }

@@ -134,7 +134,7 @@ static void json_job(FILE *f, const Dipaco__V1__Job *j) {
   const char *spec = j->spec_json ? j->spec_json : "";
   jobspec *js = malloc(sizeof *js);
   char *canon = NULL;
-  if (js && spec[0] && jobspec_parse(spec, strlen(spec), js) == 0 && jobspec_to_json(js, &canon) == 0) {
+  if (js && spec[0] && jobspec_parse_stored(spec, strlen(spec), js) == 0 && jobspec_to_json(js, &canon) == 0) {
     char origin[256];
     fprintf(f, ",\"spec\":%s,\"outer_origin\":", canon);
     view_jstr(f, jobspec_outer_origin(js, origin, sizeof origin));
@@ -190,8 +190,9 @@ static void text_spec(FILE *f, const jobspec *js) {
   char origin[256];
   fprintf(f, "%-18s %s\n", "outer.origin", jobspec_outer_origin(js, origin, sizeof origin));
   if (js->outer.momentum_warmup || js->outer.momentum_decay)
-    fprintf(f, "%-18s warm-up over the first %d rounds, decay to 0 over the last %d (docs/design.md §3)\n",
-            "outer.schedule", js->outer.momentum_warmup, js->outer.momentum_decay);
+    fprintf(f, "%-18s warm-up over the first %d rounds, decay to 0 over the last %d (%s; docs/design.md §3.4)\n",
+            "outer.schedule", js->outer.momentum_warmup, js->outer.momentum_decay,
+            jobspec_schedule_is_derived(js) ? "the default: a tenth and a fifth of the rounds" : "set by the job spec");
   else if (js->algorithm != JOB_ALGO_DILOCO_ASYNC)
     fprintf(f, "%-18s none (momentum %.9g every round)\n", "outer.schedule", js->outer.momentum);
   if (js->algorithm == JOB_ALGO_DILOCO_ASYNC) {
@@ -247,7 +248,7 @@ static void text_job(FILE *f, const Dipaco__V1__Job *j) {
                "version)\n", "data plane", (double)s->last_outer_step_s, (double)s->last_round_overhead_s);
   const char *spec = j->spec_json ? j->spec_json : "";
   jobspec *js = malloc(sizeof *js);
-  int have_spec = js && spec[0] && jobspec_parse(spec, strlen(spec), js) == 0;
+  int have_spec = js && spec[0] && jobspec_parse_stored(spec, strlen(spec), js) == 0;
   if (s->tokens) {
     double per_token = (double)(s->bytes_in + s->bytes_out) / (double)s->tokens;
     fprintf(f, "%-18s %llu (%.4g bytes per token, both directions: pushed %.4g, pulled %.4g", "tokens",

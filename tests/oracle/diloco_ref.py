@@ -158,14 +158,26 @@ def make_adamw(P, inner):
                              lr=inner["lr"], betas=(inner["beta1"], inner["beta2"]), eps=inner["eps"])
 
 
-def momentum_at(outer, t, rounds):
-    """The outer momentum of step t (0-based) of `rounds` under outer.momentum_warmup and
-    outer.momentum_decay (kernels/outer.c outer_momentum_at): the smaller of the warm-up factor
-    (t + 1) / warmup and the decay factor (rounds - 1 - t) / decay, computed in double and
-    rounded to fp32 once, as the coordinator does."""
-    mu = struct.unpack("f", struct.pack("f", outer["momentum"]))[0]
+def schedule_of(spec):
+    """(warm-up, decay) of the spec's momentum schedule: as given, or where left out the default
+    a new job gets (coordinator/jobspec.c jobspec_derive_schedule): ceil(rounds / 10) and
+    ceil(rounds / 5) for a sync job with outer momentum and without eager updates, else 0."""
+    outer, rounds = spec["outer"], spec["rounds"]
+    on = (spec.get("algorithm", "diloco") != "diloco-async" and outer.get("momentum", 0) > 0
+          and not spec.get("streaming", {}).get("eager", False))
+    return (outer.get("momentum_warmup", (rounds + 9) // 10 if on else 0),
+            outer.get("momentum_decay", (rounds + 4) // 5 if on else 0))
+
+
+def momentum_at(spec, t):
+    """The outer momentum of step t (0-based) of the spec's rounds under its momentum schedule
+    (kernels/outer.c outer_momentum_at): the smaller of the warm-up factor (t + 1) / warmup and
+    the decay factor (rounds - 1 - t) / decay, computed in double and rounded to fp32 once, as
+    the coordinator does."""
+    rounds = spec["rounds"]
+    mu = struct.unpack("f", struct.pack("f", spec["outer"]["momentum"]))[0]
     k, n = 1, 1
-    warm, dec = outer.get("momentum_warmup", 0), outer.get("momentum_decay", 0)
+    warm, dec = schedule_of(spec)
     if warm > 0 and t < warm:
         k, n = t + 1, warm
     if dec > 0 and t >= rounds - dec:
@@ -232,7 +244,7 @@ def run(init, tokens, spec, stop_after=None, delta_hook=None):
                     acc += d[k]
                 G[k].grad = acc / R
         for grp in outer_opt.param_groups:
-            grp["momentum"] = momentum_at(outer, t, rounds)
+            grp["momentum"] = momentum_at(spec, t)
         outer_opt.step()
     return {k: v.detach() for k, v in G.items()}
 

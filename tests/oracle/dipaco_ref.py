@@ -163,7 +163,7 @@ def run(init, spec, data_dir, delta_hook=None):
                     G[m][k].grad = acc / n
         for m in G:
             for grp in outer_opts[m].param_groups:
-                grp["momentum"] = momentum_at(outer, t, rounds)  # every module steps once a round
+                grp["momentum"] = momentum_at(spec, t)  # every module steps once a round
             outer_opts[m].step()
     out = []
     for p in range(n_paths):

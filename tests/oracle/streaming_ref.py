@@ -225,7 +225,7 @@ def run(init, tokens, spec, stop_after_steps=None, trace=None, stats=None):
                     acc += d[k]
                 G[k].grad = acc / R
         for grp in outer_opts[g].param_groups:  # the group's step count: the version it makes, minus 1
-            grp["momentum"] = D.momentum_at(outer, g_steps[g], rounds)
+            grp["momentum"] = D.momentum_at(spec, g_steps[g])
         g_steps[g] += 1
         outer_opts[g].step()
         if eager:

@@ -120,8 +120,8 @@ static void test_llama(const char *dir) {
   static gpt_layout lay;
   char *j1 = NULL, *j2 = NULL;
   /* The canonical JSON of a GPT-2 spec, byte for byte as stored before the Llama fields (with
-   * pulls, which every family has). */
-  CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
+   * pulls, which every family has), read back as a stored spec (no derived schedule). */
+  CHECK_EQ_INT(jobspec_parse_stored("{" BASE "}", strlen("{" BASE "}"), &js), 0);
   CHECK_EQ_INT(jobspec_to_json(&js, &j1), 0);
   CHECK(j1 && strcmp(j1, "{\"name\":\"t1\",\"model\":{\"n_layer\":4,\"n_head\":2,\"n_embd\":8,\"n_positions\":16,"
                    "\"vocab_size\":32,\"seed\":0},\"data\":{\"train\":[\"shards/train_*.bin\"],\"val\":[]},"
@@ -210,19 +210,41 @@ static void test_llama(const char *dir) {
 
 /* inner.optimizer "muon": its block only with it, refused values name the field, defaults
  * (weight_decay from inner.weight_decay until given), and the canonical JSON round trip. */
-/* The outer momentum schedule: sync jobs only, within the rounds, over a momentum, not with
- * eager updates; a spec without it keeps its canonical bytes; job show's origin line. */
+/* The outer momentum schedule: derived from rounds for a new sync spec with momentum that
+ * leaves it out (and written into its canonical JSON), none for a stored spec without it, for
+ * async, eager or momentum-free jobs, or when the spec sets 0; refused out of range, naming the
+ * field; job show's origin line. */
 static void test_momentum_schedule(void) {
   static jobspec js;
   char *canon = NULL, origin[256];
-  CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
+  CHECK_EQ_INT(parse("{\"name\":\"t1\"," MODEL "," DATA ",\"algorithm\":\"diloco\",\"replicas\":2,\"inner_steps\":5,"
+                     "\"rounds\":60,\"batch\":4,\"seq_len\":8}", &js), 0);
+  CHECK(js.outer.momentum_warmup == 6 && js.outer.momentum_decay == 12 && jobspec_schedule_is_derived(&js));
   CHECK_EQ_INT(jobspec_to_json(&js, &canon), 0);
-  CHECK(canon && !strstr(canon, "momentum_warmup") && !strstr(canon, "momentum_decay"));
+  CHECK(canon && strstr(canon, "\"momentum_warmup\":6") && strstr(canon, "\"momentum_decay\":12"));
+  static jobspec back;
+  CHECK_EQ_INT(jobspec_parse_stored(canon, strlen(canon), &back), 0); /* the stored form keeps it */
+  CHECK(back.outer.momentum_warmup == 6 && back.outer.momentum_decay == 12);
   free(canon);
   canon = NULL;
+  CHECK_EQ_INT(jobspec_parse_stored("{" BASE "}", strlen("{" BASE "}"), &back), 0); /* stored before it existed */
+  CHECK(back.outer.momentum_warmup == 0 && back.outer.momentum_decay == 0 && !jobspec_schedule_is_derived(&back));
+  CHECK_EQ_INT(parse("{" BASE ",\"outer\":{\"momentum_warmup\":0,\"momentum_decay\":0}}", &js), 0);
+  CHECK(js.outer.momentum_warmup == 0 && js.outer.momentum_decay == 0);
+  CHECK_EQ_INT(jobspec_to_json(&js, &canon), 0); /* an explicit 0 stays in the canonical form */
+  CHECK(canon && strstr(canon, "\"momentum_warmup\":0") && strstr(canon, "\"momentum_decay\":0"));
+  free(canon);
+  canon = NULL;
+  CHECK_EQ_INT(parse("{" BASE ",\"outer\":{\"lr\":1,\"momentum\":0}}", &js), 0);
+  CHECK(js.outer.momentum_warmup == 0 && js.outer.momentum_decay == 0);
+  CHECK_EQ_INT(parse("{" BASE ",\"streaming\":{\"overlap_steps\":1,\"eager\":true}}", &js), 0);
+  CHECK(js.outer.momentum_warmup == 0 && js.outer.momentum_decay == 0);
+  CHECK_EQ_INT(parse("{" BASE ",\"sparse\":{}}", &js), 0); /* SparseLoCo: plain SGD by default */
+  CHECK(js.outer.momentum_warmup == 0 && js.outer.momentum_decay == 0);
+  CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
   CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "the defaults for diloco") != NULL);
   CHECK_EQ_INT(parse("{" BASE ",\"outer\":{\"momentum_warmup\":1,\"momentum_decay\":3}}", &js), 0);
-  CHECK(js.outer.momentum_warmup == 1 && js.outer.momentum_decay == 3);
+  CHECK(js.outer.momentum_warmup == 1 && js.outer.momentum_decay == 3 && !jobspec_schedule_is_derived(&js));
   CHECK_EQ_INT(jobspec_to_json(&js, &canon), 0);
   CHECK(canon && strstr(canon, "\"momentum_warmup\":1") && strstr(canon, "\"momentum_decay\":3"));
   free(canon);
