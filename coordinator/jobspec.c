@@ -14,16 +14,20 @@ static int schedule_applies(const jobspec *js) {
   return js->algorithm != JOB_ALGO_DILOCO_ASYNC && js->outer.momentum > 0.0 && !js->streaming.eager;
 }
 
+/* ceil(rounds / 10) and ceil(rounds / 5), in long: rounds is not range-checked yet here. */
+static int default_warmup(const jobspec *js) { return js->rounds > 0 ? (int)(((long)js->rounds + 9) / 10) : 0; }
+static int default_decay(const jobspec *js) { return js->rounds > 0 ? (int)(((long)js->rounds + 4) / 5) : 0; }
+
 void jobspec_derive_schedule(jobspec *js) {
   const int on = schedule_applies(js);
-  if (!js->outer.has_momentum_warmup) js->outer.momentum_warmup = on ? (js->rounds + 9) / 10 : 0;
-  if (!js->outer.has_momentum_decay) js->outer.momentum_decay = on ? (js->rounds + 4) / 5 : 0;
+  if (!js->outer.has_momentum_warmup) js->outer.momentum_warmup = on ? default_warmup(js) : 0;
+  if (!js->outer.has_momentum_decay) js->outer.momentum_decay = on ? default_decay(js) : 0;
   if (on) js->outer.has_momentum_warmup = js->outer.has_momentum_decay = 1;
 }
 
 int jobspec_schedule_is_derived(const jobspec *js) {
-  return schedule_applies(js) && js->outer.momentum_warmup == (js->rounds + 9) / 10 &&
-         js->outer.momentum_decay == (js->rounds + 4) / 5;
+  return schedule_applies(js) && js->outer.momentum_warmup == default_warmup(js) &&
+         js->outer.momentum_decay == default_decay(js);
 }
 
 int jobspec_replay_pull(const jobspec *js) {

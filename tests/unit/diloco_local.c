@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
                     .n_replicas = R};
   float olr = strtof(argv[17], NULL), omu = strtof(argv[18], NULL);
   int reset = strcmp(argv[19], "reset") == 0;
-  long warmup = omu > 0 ? (rounds + 9) / 10 : 0, decay = omu > 0 ? (rounds + 4) / 5 : 0;
+  long warmup = omu > 0 ? ((long)rounds + 9) / 10 : 0, decay = omu > 0 ? ((long)rounds + 4) / 5 : 0;
   const char *sched = getenv("DILOCO_LOCAL_MOMENTUM_SCHEDULE");
   if (sched && *sched && (sscanf(sched, "%ld,%ld", &warmup, &decay) != 2 || warmup < 0 || decay < 0)) {
     fprintf(stderr, "diloco_local: DILOCO_LOCAL_MOMENTUM_SCHEDULE=%s: want WARMUP,DECAY (rounds >= 0)\n", sched);
