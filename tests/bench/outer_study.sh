@@ -100,13 +100,14 @@ shape() {
 }
 for c in "${CORPORA[@]}"; do
   [ -f "$W/$c/data/val_000.bin" ] && continue
+  mkdir -p "$W/$c"
   if [ "$c" = sotu ]; then # the MuLoCo bench's data: its first 24 files, the last 10% held out
     assets=$(bash "$ROOT/deploy/fetch_assets.sh" "$ROOT/tests/.cache")
     "$CTL" data prepare --tokenizer byte --out "$W/$c/data" --val-fraction 0.1 $(ls "$assets"/sotu/*.txt | head -n 24) \
       2>/dev/null
     continue
   fi
-  mkdir -p "$W/$c"; corpus "$c" "$W/$c/text"
+  corpus "$c" "$W/$c/text"
   "$CTL" data prepare --tokenizer byte --out "$W/$c/data" --val-fraction 0.05 "$W/$c/text" 2>/dev/null
 done
 # label SIZE SEED — a run's size column: the size for the grid's first seed (7; the MuLoCo
