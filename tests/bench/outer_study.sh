@@ -126,7 +126,7 @@ run() {
   local c=$1 z=$2 R=$3 H=$4 rule=$5 olr=$6 omu=$7 rounds out t0 loss T=64 init=$W/init-$2 batches=200
   local env=(DILOCO_LOCAL_MOMENTUM_SCHEDULE=0,0 DILOCO_LOCAL_MUON=)
   rounds=$(( H == 10 ? 100 : (2000 / H < 100 ? 2000 / H : 100) ))
-  case $z in q*) T=128; init=$W/init-q; batches=100; rounds=$(( 600 / H )) ;; esac
+  case $z in q*) T=128; init=$W/init-q; batches=32; rounds=$(( 600 / H )) ;; esac # 32: all the held-out text
   [ "${z%@*}" = qmuon ] && env+=(DILOCO_LOCAL_MUON=0.02)
   [ "$rule" = sched ] && env+=(DILOCO_LOCAL_MOMENTUM_SCHEDULE=$(( (rounds + 9) / 10 )),$(( (rounds + 4) / 5 )))
   out=$W/run-$c-$z-$R-$H-$rule-$olr-$omu
