@@ -17,6 +17,9 @@
 # Bytes: DiLoCo moves 2 × 4 bytes × n parameters per replica per round (pull + push); a
 # data-parallel all-reduce moves ~2 × the gradient per worker per step, i.e. H × more.
 set -euo pipefail
+# Each grid point is a constant outer rule (the study behind the constant 0.6 / 0.7); diloco_local
+# otherwise applies the job spec's default momentum schedule (docs/design.md §3.4).
+export DILOCO_LOCAL_MOMENTUM_SCHEDULE=${DILOCO_LOCAL_MOMENTUM_SCHEDULE:-0,0}
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 STUDY=${STUDY_DIR:-/tmp/diloco_quality}

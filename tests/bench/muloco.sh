@@ -4,8 +4,9 @@
 # corpus, through real daemons on loopback (a coordinator and WORKERS CPU workers), one job per
 # row, each with fp32 deltas, e3m0 (4-bit) deltas and SparseLoCo 2% (2-bit values); eval loss on
 # held-out text and the bytes the coordinator counted both ways per trained token. Rows:
-#   adamw-fp32 adamw-e3m0 adamw-sl2   AdamW inner (inner.lr), outer Nesterov 0.6 / 0.7 (the spec's
-#                                     default; SparseLoCo: its default plain SGD lr 3)
+#   adamw-fp32 adamw-e3m0 adamw-sl2   AdamW inner (inner.lr), the spec's default outer rule
+#                                     (Nesterov 0.6 / 0.7 with the momentum schedule; SparseLoCo:
+#                                     its default plain SGD lr 3)
 #   muon-fp32 muon-e3m0 muon-sl2      Muon on the block matrices (inner.muon.lr MUON_LR, the rest
 #                                     AdamW at inner.lr), outer Nesterov 0.8 / 0.7 as the MuLoCo
 #                                     paper uses (SparseLoCo: plain SGD lr 3 as above)

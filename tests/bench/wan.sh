@@ -23,7 +23,7 @@
 #
 # Rows (ROWS, space separated; each one job, fresh coordinator state, WORKERS workers):
 #   dp        H = 1: a sync every inner step (data-parallel equivalent: outer SGD lr 1, momentum 0)
-#   diloco    H = H_DILOCO, outer Nesterov OUTER_LR / OUTER_MU
+#   diloco    H = H_DILOCO, outer Nesterov OUTER_LR / OUTER_MU (with the spec's default momentum schedule)
 #   s<F>_t<τ> Streaming DiLoCo: "streaming": {"fragments": F, "overlap_steps": τ, "alpha": ALPHA}
 #   s<F>_<codec>   F fragments, τ = CODEC_TAU, "codec": e3m0 | int8 | fp8 | bf16 in the
 #             streaming block (s4_e3m0: compare with s4_t<CODEC_TAU>, its fp32 twin)
