@@ -25,7 +25,9 @@ spec() { # spec NAME ALGORITHM OUTER REPLICAS
  "inner": {"lr": 0.003, "warmup": 2, "state": "keep"}, "outer": {$3}}
 JSON
 }
-spec sync diloco '"lr": 0.7, "momentum": 0.9, "nesterov": true' 1 > "$W/sync.json"
+# The sync job keeps a constant momentum (no schedule), as delayed Nesterov has none.
+spec sync diloco '"lr": 0.7, "momentum": 0.9, "nesterov": true, "momentum_warmup": 0, "momentum_decay": 0' 1 \
+  > "$W/sync.json"
 spec async diloco-async '"rule": "delayed-nesterov", "delay_buffer": 1, "c": 0, "lr": 0.7, "momentum": 0.9' 1 > "$W/async.json"
 spec async2 diloco-async '"rule": "delayed-nesterov", "lr": 0.7, "momentum": 0.9' 2 > "$W/async2.json"
 

@@ -274,13 +274,18 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
     c, r = push(md2, chunks_of(L2, d2))
     check(c == grpc.StatusCode.OK and r.acks[0].result == pb.PUSH_ACCEPTED, "second delta accepted after restart")
 
-    # Oracle: torch SGD(nesterov) on the mean delta, in (path, replica) order.
+    # Oracle: torch SGD(nesterov) on the mean delta, in (path, replica) order, under the momentum
+    # schedule the coordinator derives for a spec without one (docs/design.md §3.4): 2 rounds give
+    # warm-up ceil(2/10) = 1 (no ramp) and decay ceil(2/5) = 1, so round 1, the last, has none.
     p = torch.tensor(theta0.copy(), dtype=torch.float32, requires_grad=True)
     opt = torch.optim.SGD([p], lr=0.7, momentum=0.9, nesterov=True)
+    steps = [0]
 
     def oracle_step(ds):
         avg = (ds[0].astype(np.float64) + ds[1].astype(np.float64)) / 2
         p.grad = torch.tensor(avg.astype(np.float32))
+        opt.param_groups[0]["momentum"] = 0.9 if steps[0] == 0 else 0.0
+        steps[0] += 1
         opt.step()
         return p.detach().numpy().copy()
 
@@ -481,7 +486,9 @@ def body(grpc, np, torch, pb, health_pb2, coord_bin, d, state, log):
     for fid, lst in pushes.items():
         lst.sort(key=lambda t: t[0])
         pt = torch.tensor(before[fid].copy(), requires_grad=True)
+        # one round: its only step is the last of the derived momentum decay, at momentum 0
         o = torch.optim.SGD([pt], lr=0.7, momentum=0.9, nesterov=True)
+        o.param_groups[0]["momentum"] = 0.0
         avg = sum(d_.astype(np.float64) for _, d_ in lst) / len(lst)
         pt.grad = torch.tensor(avg.astype(np.float32))
         o.step()
