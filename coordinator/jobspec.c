@@ -3,6 +3,7 @@
  * (jobspec_fields.h maps them). */
 #include "coordinator/jobspec.h"
 #include "common/errors.h"
+#include "kernels/outer.h"
 
 #include <string.h>
 
@@ -14,9 +15,17 @@ static int schedule_applies(const jobspec *js) {
   return js->algorithm != JOB_ALGO_DILOCO_ASYNC && js->outer.momentum > 0.0 && !js->streaming.eager;
 }
 
-/* ceil(rounds / 10) and ceil(rounds / 5), in long: rounds is not range-checked yet here. */
-static int default_warmup(const jobspec *js) { return js->rounds > 0 ? (int)(((long)js->rounds + 9) / 10) : 0; }
-static int default_decay(const jobspec *js) { return js->rounds > 0 ? (int)(((long)js->rounds + 4) / 5) : 0; }
+/* outer_default_schedule in long: rounds is not range-checked yet here. */
+static int default_warmup(const jobspec *js) {
+  long w, d;
+  outer_default_schedule(js->rounds, &w, &d);
+  return (int)w;
+}
+static int default_decay(const jobspec *js) {
+  long w, d;
+  outer_default_schedule(js->rounds, &w, &d);
+  return (int)d;
+}
 
 void jobspec_derive_schedule(jobspec *js) {
   const int on = schedule_applies(js);

@@ -46,6 +46,14 @@ void outer_nesterov_step(float *theta, float *u, const float *avg, size_t len, f
  * double and rounded once, as (float)(mu · k / n), so a Python simulation gets the same float. */
 float outer_momentum_at(float mu, long t, long total, long warmup, long decay);
 
+/* The schedule a job gets by default over `rounds` steps (tests/bench/outer_study.sh chose it):
+ * warm-up ceil(rounds / 10), decay ceil(rounds / 5); none for rounds < 1. Inline so the job
+ * spec code (coordinator/jobspec.c) shares it without linking the kernels. */
+static inline void outer_default_schedule(long rounds, long *warmup, long *decay) {
+  *warmup = rounds > 0 ? (rounds + 9) / 10 : 0;
+  *decay = rounds > 0 ? (rounds + 4) / 5 : 0;
+}
+
 /* Plain SGD: θ ← θ − η·g. The async "sgd" baseline. */
 void outer_sgd_step(float *theta, const float *g, size_t len, float lr);
 

@@ -8,7 +8,7 @@
  * ("cuda,cpu": a heterogeneous fleet, tests/gpu/hetero_diloco.sh); default cpu.
  * The outer momentum of round t is outer_momentum_at(OUTER_MOMENTUM, t, ROUNDS, WARMUP, DECAY)
  * with the schedule a new job spec gets by default (coordinator/jobspec.c
- * jobspec_derive_schedule: ceil(ROUNDS / 10), ceil(ROUNDS / 5) with momentum, else none), or
+ * jobspec_derive_schedule, kernels/outer.h outer_default_schedule; none without momentum), or
  * env DILOCO_LOCAL_MOMENTUM_SCHEDULE=WARMUP,DECAY (0,0: constant momentum; outer_study.sh).
  * env DILOCO_LOCAL_MUON=LR: Muon on the block matrices at peak rate LR (torch.optim.Muon's
  * defaults otherwise: momentum 0.95, Nesterov, 5 Newton-Schulz steps, "original" scaling, the
@@ -36,7 +36,8 @@ int main(int argc, char **argv) {
                     .n_replicas = R};
   float olr = strtof(argv[17], NULL), omu = strtof(argv[18], NULL);
   int reset = strcmp(argv[19], "reset") == 0;
-  long warmup = omu > 0 ? ((long)rounds + 9) / 10 : 0, decay = omu > 0 ? ((long)rounds + 4) / 5 : 0;
+  long warmup = 0, decay = 0;
+  if (omu > 0) outer_default_schedule(rounds, &warmup, &decay);
   const char *sched = getenv("DILOCO_LOCAL_MOMENTUM_SCHEDULE");
   if (sched && *sched && (sscanf(sched, "%ld,%ld", &warmup, &decay) != 2 || warmup < 0 || decay < 0)) {
     fprintf(stderr, "diloco_local: DILOCO_LOCAL_MOMENTUM_SCHEDULE=%s: want WARMUP,DECAY (rounds >= 0)\n", sched);
