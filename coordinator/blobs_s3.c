@@ -89,10 +89,11 @@ int blob_s3_health(blob_s3 *s, char *reason, size_t cap, int64_t *since_ms) {
   return up;
 }
 
-int blob_s3_presign(blob_s3 *s, const char *name, const char *method, int expires_s, char *url, size_t cap) {
+int blob_s3_presign(blob_s3 *s, const char *name, const char *method, const char *content_md5, int expires_s, char *url,
+                    size_t cap) {
   s3_client *c;
   int rc = take(s, &c);
-  if (!rc) rc = s3_presign(c, method, name, NULL, expires_s, url, cap);
+  if (!rc) rc = s3_presign(c, method, name, content_md5, expires_s, url, cap);
   give(s, c);
   return rc;
 }
@@ -341,6 +342,14 @@ int blob_s3_size(blob_s3 *s, const char *name, uint64_t *size) {
   s3_client *c;
   int rc = take(s, &c);
   if (!rc) rc = s3_head(c, name, size, NULL, 0);
+  give(s, c);
+  return note(s, rc);
+}
+
+int blob_s3_head(blob_s3 *s, const char *name, uint64_t *size, char *etag, size_t cap) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_head(c, name, size, etag, cap);
   give(s, c);
   return note(s, rc);
 }

@@ -39,8 +39,10 @@ int blob_s3_writer_append(blob_s3_writer *w, const void *p, size_t n);
 int blob_s3_writer_commit(blob_s3_writer *w);
 void blob_s3_writer_abort(blob_s3_writer *w);
 
-/* Object size (DPC_ENOENT when absent); bytes [off, off + n) into dst. */
+/* Object size (DPC_ENOENT when absent); with its ETag (quotes stripped) into etag[cap];
+ * bytes [off, off + n) into dst. */
 int blob_s3_size(blob_s3 *s, const char *name, uint64_t *size);
+int blob_s3_head(blob_s3 *s, const char *name, uint64_t *size, char *etag, size_t cap);
 int blob_s3_read(blob_s3 *s, const char *name, uint64_t off, void *dst, size_t n);
 /* A read-ahead: bytes [off, off + n) of `name` fetched on a thread of its own, so a streamed
  * reader (the outer step reads θ, u and every delta range by range) keeps one request in
@@ -59,8 +61,10 @@ int blob_s3_list(blob_s3 *s, s3_list_fn fn, void *ud);
  * retries, until one succeeds again: reason[cap] gets the last failure, *since_ms (wall clock)
  * when it started (either may be NULL). */
 int blob_s3_health(blob_s3 *s, char *reason, size_t cap, int64_t *since_ms);
-/* A presigned URL for method ("GET" or "PUT") on object `name`, valid expires_s seconds. */
-int blob_s3_presign(blob_s3 *s, const char *name, const char *method, int expires_s, char *url, size_t cap);
+/* A presigned URL for method ("GET" or "PUT") on object `name`, valid expires_s seconds; a PUT's
+ * content_md5 (base64, or NULL) is signed, so the store takes only those bytes. */
+int blob_s3_presign(blob_s3 *s, const char *name, const char *method, const char *content_md5, int expires_s, char *url,
+                    size_t cap);
 /* One cheap request (a one-key listing) to find out whether a store that is down is back; when
  * it answers, the doubtful writes are deleted. */
 int blob_s3_probe(blob_s3 *s);

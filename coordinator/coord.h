@@ -13,7 +13,7 @@
  *   layer 1: loop selfcheck
  *   layer 2: jobs pcache
  *   layer 3: leases rounds blobwatch
- *   layer 4: svc svc_worker svc_pull svc_push svc_push_commit svc_inner
+ *   layer 4: svc svc_worker svc_pull svc_push svc_push_commit svc_put svc_inner
  *   layer 4: admin_upload admin_jobs admin_fleet metrics statuspage
  *   layer 5: main
  * What they hold:
@@ -33,7 +33,8 @@
  *   (4) svc.c: what every RPC handler shares (authentication, unpacking, streaming out);
  *       handlers by service: svc_worker.c (Register, Heartbeat, Lease, Release; calls
  *       svc_inner.c), svc_pull.c (PullFragment), svc_push.c (PushDelta: receiving; calls
- *       svc_push_commit.c: decode, screen, commit), svc_inner.c (inner state),
+ *       svc_push_commit.c: decode, screen, commit; and svc_put.c: PrepareDeltaPut and the
+ *       objects workers put on an S3 store), svc_inner.c (inner state),
  *       admin_upload.c, admin_jobs.c (calls admin_upload.c), admin_fleet.c; metrics.c
  *       (the HTTP listener: Prometheus /metrics; calls statuspage.c), statuspage.c (the
  *       status page / and /api/status).
@@ -112,6 +113,18 @@ typedef struct coord_job {
   size_t *sp_bytes; /* [n_fragments] */
 } coord_job;
 
+/* A delta object PrepareDeltaPut named (svc_put.c): the PushDelta that commits it
+ * (PAYLOAD_DELTA_OBJECT) must find it here with the same checksum. */
+typedef struct put_prep {
+  int64_t lease;
+  int frag;
+  char name[BLOB_NAME_MAX];
+  uint32_t crc;            /* CRC-32C of the fp32 payload */
+  uint64_t bytes;          /* the object's size (the blob file) */
+  unsigned char md5[16];   /* MD5 of the object */
+  int64_t made_ms;         /* dpc_wall_ms when named: entries older than a URL's life are dropped */
+} put_prep;
+
 /* Latest heartbeat numbers of an active lease. */
 typedef struct lease_note {
   int64_t lease;
@@ -187,6 +200,10 @@ typedef struct coord {
    * most COORD_MAX_PUSHES in all, so no worker can hold open spools without bound. */
   int64_t push_leases[256];
   int n_push_leases;
+  /* Delta objects a worker was given presigned PUTs for and has not committed (svc_put.c). */
+  struct put_prep *puts;
+  int n_puts, cap_puts;
+  int delta_puts; /* leases of jobs on an S3 store may put their fp32 deltas there (--no-delta-puts: 0) */
   struct round_read *round_reads; /* PullFragment rounds being read on the thread pool (svc_pull.c) */
   int64_t live_floor_ms; /* started_ms + RESTART_GRACE_MS: a worker not heard from since the start
                             counts as seen then (it could not call a dead process) */

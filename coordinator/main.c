@@ -6,7 +6,7 @@
  * usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]
  *          [--lease-ttl-ms N] [--heartbeat-ms N] [--dead-after-heartbeats N] [--reconnect-grace-ms N]
  *          [--worker-retention-s N]
- *          [--log-level L] [--log-json]
+ *          [--log-level L] [--log-json] [--blob-store s3://… (see usage) [--no-delta-puts]]
  *          [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
  *          [--join-token-file FILE] [--admin-token-file FILE] [--insecure-no-auth]
  *
@@ -28,6 +28,7 @@
 #include "coordinator/rounds.h"
 #include "coordinator/svc.h"
 #include "coordinator/svc_inner.h"
+#include "coordinator/svc_put.h"
 #include "coordinator/svc_pull.h"
 #include "coordinator/svc_push.h"
 #include "coordinator/svc_worker.h"
@@ -63,7 +64,7 @@ typedef struct opts {
   const char *blob_store, *s3_endpoint, *s3_region, *s3_creds, *s3_ca;
   struct rpc_tls tls;
   int json, ttl, hb, dead_hb, reconnect_ms, no_auth, use_tls, retention_s;
-  int handshake_ms, idle_ms, self_check_ms, memory_budget_mb;
+  int handshake_ms, idle_ms, self_check_ms, memory_budget_mb, no_delta_puts;
   enum dpc_log_level level;
 } opts;
 
@@ -84,7 +85,8 @@ static void usage(FILE *f) {
              "          STATE/admin.token, created 0600 at first start) [--insecure-no-auth]\n"
              "         [--blob-store s3://BUCKET[/PREFIX] --s3-endpoint http[s]://HOST[:PORT] [--s3-region R]\n"
              "          [--s3-credentials FILE (mode 0600; default AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)]\n"
-             "          [--s3-ca-file FILE]] (default: blobs under STATE/blobs)\n");
+             "          [--s3-ca-file FILE] [--no-delta-puts (workers stream their deltas to the coordinator\n"
+             "          instead of putting them in the store)]] (default: blobs under STATE/blobs)\n");
 }
 
 static int parse_level(const char *v, void *dst) { return dpc_log_parse_level(v, dst) < 0 ? -1 : 0; }
@@ -129,8 +131,9 @@ static const char *flags_problem(const opts *o, char *msg, size_t cap) {
   if (o->blob_store && strncmp(o->blob_store, "s3://", 5))
     return "--blob-store: give s3://BUCKET[/PREFIX] (without it, blobs live under STATE/blobs)";
   if (o->blob_store && !o->s3_endpoint) return "--blob-store s3://… needs --s3-endpoint http[s]://HOST[:PORT]";
-  if (!o->blob_store && (o->s3_endpoint || o->s3_region || o->s3_creds || o->s3_ca))
-    return "--s3-endpoint, --s3-region, --s3-credentials and --s3-ca-file need --blob-store s3://BUCKET[/PREFIX]";
+  if (!o->blob_store && (o->s3_endpoint || o->s3_region || o->s3_creds || o->s3_ca || o->no_delta_puts))
+    return "--s3-endpoint, --s3-region, --s3-credentials, --s3-ca-file and --no-delta-puts need --blob-store "
+           "s3://BUCKET[/PREFIX]";
   return NULL;
 }
 
@@ -166,6 +169,7 @@ static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
       {.name = "s3-region", .kind = DPC_ARG_STR, .dst = &o->s3_region},
       {.name = "s3-credentials", .kind = DPC_ARG_STR, .dst = &o->s3_creds},
       {.name = "s3-ca-file", .kind = DPC_ARG_STR, .dst = &o->s3_ca},
+      {.name = "no-delta-puts", .kind = DPC_ARG_FLAG, .dst = &o->no_delta_puts},
       DPC_ARGS_END};
   int rc = dpc_args_parse("dipaco-coordinator", argc - 1, argv + 1, args, NULL, NULL);
   *exit_code = rc > 0 ? 0 : 2;
@@ -280,6 +284,7 @@ static void close_state(coord *c) {
   pcache_clear(c);
   coord_jobs_free(c);
   coord_notes_free(c);
+  put_free_all(c);
   lease_parked_free(c);
   if (c->st) store_close(c->st);
   if (c->bs) blob_store_close(c->bs);
@@ -343,6 +348,8 @@ static int serve(coord *c, const opts *o) {
   nm += svc_pull_methods(c, methods + nm);
   nm += svc_push_methods(c, methods + nm);
   nm += svc_inner_methods(c, methods + nm);
+  nm += svc_put_methods(c, methods + nm);
+  c->delta_puts = !o->no_delta_puts;
   nm += admin_upload_methods(c, methods + nm);
   nm += admin_jobs_methods(c, methods + nm);
   nm += admin_fleet_methods(c, methods + nm);

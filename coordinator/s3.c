@@ -454,8 +454,10 @@ void s3_content_md5(const void *data, size_t len, char out[25]) {
   unsigned char md[16];
   unsigned int n = 0;
   EVP_Digest(data, len, md, &n, EVP_md5(), NULL);
-  EVP_EncodeBlock((unsigned char *)out, md, 16);
+  s3_md5_base64(md, out);
 }
+
+void s3_md5_base64(const unsigned char md5[16], char out[25]) { EVP_EncodeBlock((unsigned char *)out, md5, 16); }
 
 int s3_check_bucket(s3_client *c) {
   const s3_kv q[] = {{"list-type", "2"}, {"max-keys", "1"}};

@@ -88,7 +88,8 @@ int s3_presign(const s3_client *c, const char *method, const char *key, const ch
  * process that succeeded, since it started: the blob store's traffic in /metrics. */
 void s3_bytes(uint64_t *sent, uint64_t *received);
 
-/* Base64 of the MD5 of data (Content-MD5) into out[25]. */
+/* Base64 of the MD5 of data (Content-MD5) into out[25]; s3_md5_base64 of a digest. */
 void s3_content_md5(const void *data, size_t len, char out[25]);
+void s3_md5_base64(const unsigned char md5[16], char out[25]);
 
 #endif

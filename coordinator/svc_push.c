@@ -31,6 +31,7 @@
  *    coordinator's per-worker speed EWMA (DyLU). */
 #include "coordinator/svc_push.h"
 #include "coordinator/svc_push_commit.h"
+#include "coordinator/svc_put.h"
 
 #include "common/checksum.h"
 #include "common/codec.h"
@@ -99,8 +100,23 @@ static int push_lease_fragment(push *p, const struct rpc_chunk *ch) {
  * failed. */
 static int push_check_header(push *p, const coord_job *j, int frag, const struct rpc_chunk *ch) {
   const jobspec_fragment *jf = &j->fragments[frag];
-  if (ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_DELTA) {
-    push_fail(p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_DELTA, got %u", ch->payload);
+  if (ch->payload == DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT) { /* a put object: fp32, no data (svc_put.c) */
+    if (ch->codec != DPC_CODEC_FP32 || ch->num_floats != jf->len || ch->total != 4 * (uint64_t)jf->len ||
+        ch->len != 0) {
+      push_fail(p, RPC_INVALID_ARGUMENT, "fragment %llu: a PAYLOAD_DELTA_OBJECT chunk is fp32 with num_floats %zu, "
+                "total %llu and no data; got codec %s, %llu floats, total %llu, %llu data bytes",
+                (unsigned long long)ch->fragment_id, jf->len, 4 * (unsigned long long)jf->len,
+                dpc_codec_name((int)ch->codec), (unsigned long long)ch->num_floats, (unsigned long long)ch->total,
+                (unsigned long long)ch->len);
+      return -1;
+    }
+    if (!put_lease_wants(p->c, j)) {
+      push_fail(p, RPC_FAILED_PRECONDITION, "fragment %llu: job %lld's deltas are not put in the store: push their bytes",
+                (unsigned long long)ch->fragment_id, (long long)j->id);
+      return -1;
+    }
+  } else if (ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_DELTA) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "payload: must be PAYLOAD_DELTA (or PAYLOAD_DELTA_OBJECT), got %u", ch->payload);
     return -1;
   }
   if (j->spec.sparse.enabled) { /* a sparse job pushes sparse streams of the exact size */
@@ -176,6 +192,7 @@ static int push_pick_mode(push *p, const coord_job *j, int frag) {
     int64_t st = lease_async_staleness(c, j, frag, p->base);
     if (st > j->spec.max_staleness) p->mode = 3; /* too stale: read the stream, keep nothing */
   }
+  if (p->mode == 0 && p->object && push_object_take(p) < 0) return -1;
   if (p->mode == 0 && push_claim(p) < 0) { /* UNAVAILABLE: a worker pushes again after a pause */
     if (c->n_push_leases < COORD_MAX_PUSHES)
       push_fail(p, RPC_UNAVAILABLE, "lease %lld already has a PushDelta stream writing its delta; one at a time "
@@ -184,7 +201,7 @@ static int push_pick_mode(push *p, const coord_job *j, int frag) {
       push_fail(p, RPC_UNAVAILABLE, "%d deltas are being written; push again shortly", COORD_MAX_PUSHES);
     return -1;
   }
-  if (p->mode == 0) {
+  if (p->mode == 0 && !p->object) {
     /* Each push writes its own file: a second stream for the same lease and fragment must
      * never replace the delta the first one recorded (the row names the file it applies). */
     blob_id id = {.job = p->lease.job, .fragment = frag, .version = p->lease.round, .aux = p->lease.id,
@@ -231,6 +248,8 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   p->sp_tlen = NULL;
   p->enc_blob[0] = 0;
   p->sparse = p->codec == DPC_CODEC_SPARSE;
+  p->object = ch->payload == DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT;
+  p->obj_crc = ch->crc32c;
   if (p->sparse) { /* (the job's own settings and layout: header checked above) */
     p->sp_cfg = j->sp_cfg;
     p->sp_nt = j->sp_nt[frag];
@@ -483,6 +502,11 @@ static int push_on_message(struct rpc_call *call, const struct grpc_byte_buffer 
     return 0;
   }
   if (push_chunk_header(p, &ch) < 0) return 0;
+  if (p->object) { /* the whole fragment is in the store: no bytes follow */
+    p->next = p->total;
+    p->crc = ch.crc32c;
+    return push_finish_fragment(p, &ch);
+  }
   if (p->mode == 0 && p->w && !p->enc && ch.len > 0) return push_chunk_offload(p, msg, &ch);
   if (push_chunk_data(p, msg, &ch) < 0) return 0;
   if (p->next < p->total) {

@@ -13,12 +13,14 @@
 #include "coordinator/leases.h"
 #include "coordinator/loop.h"
 #include "coordinator/rounds.h"
+#include "coordinator/svc_put.h"
 #include "coordinator/testhook.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Take the lease's writing place: 0, or -1 when another stream of the lease is writing or the
  * coordinator has COORD_MAX_PUSHES deltas in flight. */
@@ -125,6 +127,10 @@ static screen_window *push_screen_window(coord *c, coord_job *j, int frag) {
 static void push_commit_work(uv_work_t *req) {
   push *p = req->data;
   p->work_rc = 0;
+  if (p->object) { /* already durable in the store, and read back whole by push_object_work */
+    p->work_crc = p->obj_crc;
+    return;
+  }
   if (p->sparse) { /* the stream as sent, padded to whole floats: O(kept entries) */
     p->work_rc = blob_write(p->c->bs, p->blob, BLOB_SPARSE, (const float *)p->enc, (size_t)(p->total + 3) / 4,
                             &p->work_crc);
@@ -156,6 +162,7 @@ static void push_commit_after(uv_work_t *req, int status) {
   p->busy = 0;
   p->in_frag = 0;
   push_unclaim(p); /* the delta is recorded (or refused) before the next stream of the lease writes */
+  if (p->object) put_forget(c, p->lease.id, p->frag); /* recorded below, or deleted */
   if (status != 0 || p->work_rc < 0) {
     if (p->enc_blob[0]) blob_delete(c->bs, p->enc_blob);
     push_fail(p, RPC_INTERNAL, "could not store the delta durably: %s", status ? "canceled" : p->err);
@@ -165,9 +172,10 @@ static void push_commit_after(uv_work_t *req, int status) {
     lease_note *n = coord_note(c, p->lease.id, 0);
     float loss = n ? n->loss : NAN;
     /* The slot's metric row goes in with the delta: one commit (fsync) per delta, not two. */
+    /* (bytes_in: what came through the coordinator; a put object's bytes went to the store) */
     store_metric m = {.job = p->lease.job, .round = p->lease.round, .path = p->lease.path,
                       .replica = p->lease.replica, .worker = p->worker, .loss = loss, .tokens = (int64_t)p->tokens,
-                      .bytes_in = (int64_t)p->total, .bytes_out = n ? (int64_t)n->bytes_out : 0,
+                      .bytes_in = p->object ? 0 : (int64_t)p->total, .bytes_out = n ? (int64_t)n->bytes_out : 0,
                       .created_at = dpc_wall_ms()};
     /* Each row carries the pulls since the lease's previous delta, so that rows add up. */
     uint64_t pulled = n ? n->bytes_out : 0;
@@ -371,6 +379,116 @@ static void push_decode_after(uv_work_t *req, int status) {
   loop_work_done(c);
 }
 
+int push_object_take(push *p) {
+  const put_prep *e = put_prepared(p->c, p->lease.id, p->frag);
+  if (!e) {
+    push_fail(p, RPC_FAILED_PRECONDITION, "lease %lld fragment %d: no delta object was prepared for it (PrepareDeltaPut; "
+              "a restarted coordinator forgets them): push the delta's bytes", (long long)p->lease.id, p->frag + 1);
+    return -1;
+  }
+  if (e->crc != p->obj_crc) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "crc32c: fragment %d's object was prepared with CRC-32C 0x%08x, the commit says "
+              "0x%08x", p->frag + 1, e->crc, p->obj_crc);
+    return -1;
+  }
+  snprintf(p->blob, sizeof p->blob, "%s", e->name);
+  p->obj_bytes = e->bytes;
+  memcpy(p->obj_md5, e->md5, sizeof p->obj_md5);
+  return 0;
+}
+
+/* Views of this many bytes when reading a put object back. */
+#define OBJECT_VIEW_BYTES ((size_t)4 << 20)
+
+/* Thread pool: the object a worker put, checked as a streamed push's bytes are: its size and MD5
+ * (HEAD), then read back whole: the blob's format and trailer, finite values, the sum of squares
+ * (the norm screen) and the payload CRC-32C (p->work_crc). */
+static void push_object_work(uv_work_t *req) {
+  push *p = req->data;
+  blob_store *bs = p->c->bs;
+  blob_reader *r = NULL;
+  p->ss = 0;
+  p->bad_at = UINT64_MAX;
+  int rc = blob_store_check_put(bs, p->blob, p->obj_bytes, p->obj_md5);
+  if (!rc) rc = blob_reader_open(bs, p->blob, BLOB_DELTA, p->total_floats, &r);
+  size_t left = p->total_floats * sizeof(float), at = 0;
+  while (!rc && left > 0) {
+    size_t n = left < OBJECT_VIEW_BYTES ? left : OBJECT_VIEW_BYTES;
+    const void *v;
+    if ((rc = blob_reader_view(r, n, &v)) < 0) break;
+    const float *f = v;
+    double ss = 0;
+    for (size_t i = 0; i < n / sizeof(float); i++) {
+      if (!isfinite(f[i])) {
+        p->bad_at = at + i;
+        rc = DPC_ENUMERIC;
+        break;
+      }
+      ss += (double)f[i] * (double)f[i];
+    }
+    p->ss += ss;
+    left -= n;
+    at += n / sizeof(float);
+  }
+  if (r && !rc) rc = blob_reader_close(r, &p->work_crc);
+  else if (r) blob_reader_abort(r);
+  if (rc < 0 && rc != DPC_ENUMERIC) snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());
+  p->work_rc = rc;
+}
+
+static void push_object_after(uv_work_t *req, int status) {
+  push *p = req->data;
+  coord *c = p->c;
+  p->busy = 0;
+  int rc = status ? DPC_EUNAVAILABLE : p->work_rc, queued = 0, drop = 1;
+  if (status) {
+    drop = 0;
+    push_fail(p, RPC_UNAVAILABLE, "coordinator is shutting down; push again after it is back");
+  } else if (rc == DPC_EUNAVAILABLE) { /* the store is down: the object may be fine, keep it */
+    drop = 0;
+    push_fail(p, RPC_UNAVAILABLE, "reading fragment %d's object %s: %s; push again later", p->frag + 1, p->blob, p->err);
+  } else if (rc == DPC_ENUMERIC) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "data: delta of fragment %d has a non-finite value (NaN/Inf) at float %llu",
+              p->frag + 1, (unsigned long long)p->bad_at);
+  } else if (rc < 0) {
+    push_fail(p, RPC_FAILED_PRECONDITION, "fragment %d's object %s: %s: put it again or push the delta's bytes",
+              p->frag + 1, p->blob, p->err);
+  } else if (p->work_crc != p->obj_crc) {
+    push_fail(p, RPC_FAILED_PRECONDITION, "fragment %d's object %s holds a delta with CRC-32C 0x%08x, the commit says "
+              "0x%08x", p->frag + 1, p->blob, p->work_crc, p->obj_crc);
+  } else if (!p->call || p->finished) {
+    drop = 0; /* the worker commits it again */
+  } else if (push_screen(p) == 0) {
+    lease_note *n = coord_note(c, p->lease.id, 0);
+    if (n) n->hb_at = dpc_wall_ms(); /* its worker is alive (leases.c) */
+    queued = push_queue_commit(p);
+    drop = !queued;
+  }
+  if (!queued) {
+    if (drop) { /* refused: nobody will record it */
+      blob_delete(c->bs, p->blob);
+      put_forget(c, p->lease.id, p->frag);
+    }
+    push_unclaim(p);
+    p->in_frag = 0;
+    if (!p->call) push_free(p);
+    else if (!p->finished) rpc_call_read(p->call);
+  }
+  loop_work_done(c);
+}
+
+/* Mode 0 of a PAYLOAD_DELTA_OBJECT fragment: check the object on the thread pool, then screen
+ * and record it. Returns on_message's value. */
+static int push_object_verify(push *p) {
+  p->busy = 1;
+  if (loop_queue_work(p->c, &p->req, push_object_work, push_object_after) < 0) {
+    p->busy = 0;
+    push_fail(p, RPC_INTERNAL, "cannot queue the check of the delta object");
+    return 0;
+  }
+  return 1;
+}
+
 /* The last chunk of a fragment arrived: check the CRC, then by mode acknowledge a repeat, drop
  * a stale or late delta, or screen it and queue its durable commit. Returns on_message's
  * value: 1 while the commit runs (reading pauses), else 0. */
@@ -380,6 +498,12 @@ int push_finish_fragment(push *p, const struct rpc_chunk *ch) {
               p->frag + 1, p->crc, ch->crc32c);
     return 0;
   }
+  if (p->object && p->mode != 0) { /* a repeat, late or stale: the prepared object is not needed */
+    const put_prep *e = put_prepared(p->c, p->lease.id, p->frag);
+    /* (an entry's name is never one a row names: recording a delta forgets its entry) */
+    if (e) blob_delete(p->c->bs, e->name);
+    if (e) put_forget(p->c, p->lease.id, p->frag);
+  }
   if (p->mode == 1) {
     push_finish_duplicate(p);
     return 0;
@@ -388,6 +512,7 @@ int push_finish_fragment(push *p, const struct rpc_chunk *ch) {
     push_finish_stale(p);
     return 0;
   }
+  if (p->mode == 0 && p->object) return push_object_verify(p);
   if (p->mode == 0 && p->enc) { /* decode on the thread pool, then screen and commit */
     p->busy = 1;
     if (loop_queue_work(p->c, &p->req, push_decode_work, push_decode_after) < 0) {

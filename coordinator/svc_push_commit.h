@@ -69,6 +69,12 @@ typedef struct push {
   struct grpc_byte_buffer *msg_ref;
   struct rpc_chunk cur;
   uint64_t bad_at, since_writeback;
+  /* PAYLOAD_DELTA_OBJECT: the delta is the object PrepareDeltaPut named (svc_put.c), p->blob;
+   * its claimed payload CRC, and the size and MD5 it was prepared with */
+  int object;
+  uint32_t obj_crc;
+  uint64_t obj_bytes;
+  unsigned char obj_md5[16];
 } push;
 
 /* How many deltas the coordinator writes at once (coord.push_leases). */
@@ -85,5 +91,9 @@ void push_fail(push *p, int code, const char *fmt, ...) __attribute__((format(pr
  * a stale or late delta, or screen it and queue its durable commit. Returns on_message's
  * value: 1 while the commit runs (reading pauses), else 0. */
 int push_finish_fragment(push *p, const struct rpc_chunk *ch);
+
+/* PAYLOAD_DELTA_OBJECT (mode 0): take the prepared object for the push's lease and fragment into
+ * p->blob (0), or fail the push (-1): none prepared, or another checksum. */
+int push_object_take(push *p);
 
 #endif

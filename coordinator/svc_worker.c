@@ -57,6 +57,7 @@
 #include "coordinator/rounds.h"
 #include "coordinator/svc.h"
 #include "coordinator/svc_inner.h"
+#include "coordinator/svc_put.h"
 #include "coordinator/blobs.h"
 #include "proto/dipaco.pb-c.h"
 
@@ -488,6 +489,7 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   le.outer_momentum_decay = (uint32_t)j->spec.outer.momentum_decay;
   le.outer_rounds = (uint32_t)j->spec.rounds;
   le.replay_pull = lease_replays(j, fids, nf);
+  le.delta_put = put_lease_wants(c, j);
   if (j->spec.sparse.enabled) {
     le.delta_codec = (Dipaco__V1__Codec)DPC_CODEC_SPARSE;
     le.delta_block_floats = 0;

@@ -310,6 +310,101 @@ int wc_push_sparse(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
                    sent);
 }
 
+int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+                   const uint32_t *crc, const unsigned char (*md5)[16], const uint64_t *bytes, char **urls, int *code) {
+  Dipaco__V1__PrepareDeltaPutRequest req = DIPACO__V1__PREPARE_DELTA_PUT_REQUEST__INIT;
+  Dipaco__V1__DeltaPut *d = calloc(n ? n : 1, sizeof *d);
+  Dipaco__V1__DeltaPut **dp = calloc(n ? n : 1, sizeof *dp);
+  *code = RPC_OK;
+  for (size_t i = 0; i < n; i++) urls[i] = NULL;
+  if (!d || !dp) {
+    free(d);
+    free(dp);
+    return dpc_err(DPC_ENOMEM, "worker: out of memory");
+  }
+  for (size_t i = 0; i < n; i++) {
+    dipaco__v1__delta_put__init(&d[i]);
+    d[i].fragment_id = frags[i]->fragment_id;
+    d[i].num_floats = frags[i]->num_floats;
+    d[i].crc32c = crc[i];
+    d[i].object_bytes = bytes[i];
+    d[i].content_md5.data = (uint8_t *)md5[i];
+    d[i].content_md5.len = 16;
+    dp[i] = &d[i];
+  }
+  req.lease_id = lease_id;
+  req.n_puts = n;
+  req.puts = dp;
+  ProtobufCMessage *pm = NULL;
+  int rc = rpc_unary(c->rpc, SVC "PrepareDeltaPut", &req.base, &dipaco__v1__prepare_delta_put_response__descriptor,
+                     &pm, UNARY_TIMEOUT_MS);
+  *code = rpc_last_code();
+  free(d);
+  free(dp);
+  if (rc) return rc;
+  Dipaco__V1__PrepareDeltaPutResponse *r = (Dipaco__V1__PrepareDeltaPutResponse *)pm;
+  for (size_t a = 0; a < r->n_puts && !rc; a++)
+    for (size_t i = 0; i < n; i++)
+      if (r->puts[a]->fragment_id == frags[i]->fragment_id && r->puts[a]->url && r->puts[a]->url[0] && !urls[i] &&
+          !(urls[i] = strdup(r->puts[a]->url)))
+        rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
+  for (size_t i = 0; i < n && !rc; i++)
+    if (!urls[i])
+      rc = dpc_err(DPC_EFORMAT, "PrepareDeltaPut: no URL for fragment %" PRIu64, frags[i]->fragment_id);
+  protobuf_c_message_free_unpacked(pm, NULL);
+  if (rc)
+    for (size_t i = 0; i < n; i++) {
+      free(urls[i]);
+      urls[i] = NULL;
+    }
+  return rc;
+}
+
+int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+                    const uint32_t *crc, uint64_t inner_steps, uint64_t tokens, int *results, int *code) {
+  for (size_t i = 0; i < n; i++) results[i] = -1;
+  struct rpc_stream *s = NULL;
+  /* The coordinator reads every object back before it answers. */
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) total += (size_t)frags[i]->num_floats * sizeof(float);
+  int rc = rpc_stream_open(c->rpc, SVC "PushDelta", NULL, transfer_timeout_ms(total), &s);
+  *code = rpc_last_code();
+  if (rc) return rc;
+  static const unsigned char none[1];
+  for (size_t i = 0; i < n && !rc; i++) {
+    struct rpc_chunk h;
+    memset(&h, 0, sizeof h);
+    h.lease_id = lease_id;
+    h.fragment_id = frags[i]->fragment_id;
+    h.version = frags[i]->version;
+    h.codec = DPC_CODEC_FP32;
+    h.num_floats = frags[i]->num_floats;
+    h.total = frags[i]->num_floats * sizeof(float);
+    h.crc32c = crc[i];
+    h.inner_steps = inner_steps;
+    h.tokens = tokens;
+    h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT;
+    struct grpc_byte_buffer *bb = rpc_chunk_encode(&h, none, NULL, NULL);
+    rc = bb ? rpc_stream_write(s, bb) : dpc_err(DPC_ENOMEM, "worker: out of memory encoding a chunk");
+  }
+  ProtobufCMessage *pm = NULL;
+  int frc = rpc_stream_finish(s, &dipaco__v1__push_delta_response__descriptor, &pm);
+  *code = rpc_last_code();
+  rpc_stream_free(s);
+  if (frc) return frc;
+  if (rc) {
+    if (pm) protobuf_c_message_free_unpacked(pm, NULL);
+    *code = RPC_UNAVAILABLE;
+    return rc;
+  }
+  Dipaco__V1__PushDeltaResponse *r = (Dipaco__V1__PushDeltaResponse *)pm;
+  for (size_t a = 0; a < r->n_acks; a++)
+    for (size_t i = 0; i < n; i++)
+      if (r->acks[a]->fragment_id == frags[i]->fragment_id) results[i] = r->acks[a]->result;
+  protobuf_c_message_free_unpacked(pm, NULL);
+  return 0;
+}
+
 /* wc_pull_sparse_round and wc_pull_replay_round: payload PAYLOAD_SPARSE_ROUND or
  * PAYLOAD_REPLAY_ROUND (with its byte budget). */
 static int pull_round_impl(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,

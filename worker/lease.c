@@ -7,6 +7,7 @@
 #include "worker/heartbeat.h"
 #include "worker/plan.h"
 #include "worker/storeget.h"
+#include "worker/storeput.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -40,6 +41,9 @@ typedef struct lease_work {
   size_t rp_bytes;       /* pull: bytes of the fragment's replayed rounds */
   int direct_off;        /* pull: the store's URL failed once: pull through the coordinator */
   size_t direct;         /* pull: fragments read from the object store */
+  int put_off;           /* push: putting the deltas in the store failed: push them to the coordinator */
+  uint32_t *put_crc;     /* push: the deltas are in the store (Lease.delta_put): their CRC-32Cs, to commit */
+  int direct_put;        /* push: the deltas went to the store, the coordinator took them from there */
 } lease_work;
 
 static const char *push_result_name(int r) {
@@ -156,7 +160,68 @@ static int push_inner_state(lease_work *x, int *code) {
   return slot_push_inner(&x->r->slots, x->r->wc, x->L, &x->p, x->sparse ? x->sp.e : NULL, code);
 }
 
+/* Lease.delta_put: put each fragment's delta in the object store (PrepareDeltaPut, then a PUT
+ * per fragment), once; the commit (PushDelta of PAYLOAD_DELTA_OBJECT chunks) is retried alone. */
+static int put_objects(lease_work *x, int *code) {
+  const Dipaco__V1__Lease *L = x->L;
+  size_t n = L->n_fragments;
+  storeput_object *o = calloc(n, sizeof *o);
+  unsigned char(*md5)[16] = calloc(n, sizeof *md5);
+  uint32_t *crc = calloc(n, sizeof *crc);
+  uint64_t *bytes = calloc(n, sizeof *bytes);
+  char **urls = calloc(n, sizeof *urls);
+  int rc = o && md5 && crc && bytes && urls ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
+  *code = RPC_OK;
+  for (size_t i = 0; i < n && !rc; i++) {
+    storeput_make(&o[i], x->dp[i], L->fragments[i]->num_floats);
+    memcpy(md5[i], o[i].md5, 16);
+    crc[i] = o[i].crc;
+    bytes[i] = storeput_bytes(&o[i]);
+  }
+  if (!rc) rc = wc_prepare_put(x->r->wc, L->lease_id, L->fragments, n, crc, (const unsigned char(*)[16])md5, bytes,
+                               urls, code);
+  for (size_t i = 0; i < n && !rc; i++) {
+    rc = storeput_put(urls[i], &o[i], 600000);
+    if (rc) *code = RPC_OK; /* the store's failure, not the coordinator's */
+  }
+  if (!rc) {
+    x->put_crc = crc;
+    crc = NULL;
+  }
+  for (size_t i = 0; urls && i < n; i++) free(urls[i]);
+  free(urls);
+  free(bytes);
+  free(crc);
+  free(md5);
+  free(o);
+  return rc;
+}
+
+/* Whether a failed put (rc, with the coordinator's status code) falls back to pushing the bytes:
+ * the store failed, or the coordinator cannot take the object (no such method, no put for the
+ * job, an object it lost or could not read); not what a push would meet too (the lease is gone,
+ * a transient failure to retry, a refused delta). */
+static int put_falls_back(int rc, int code) {
+  if (!rc) return 0;
+  return code == RPC_OK || code == RPC_FAILED_PRECONDITION || code == RPC_UNIMPLEMENTED ||
+         code == RPC_INVALID_ARGUMENT;
+}
+
 static int push_deltas(lease_work *x, int *code) {
+  if (x->L->delta_put && !x->put_off && !x->sparse && x->L->delta_codec == DIPACO__V1__CODEC__CODEC_FP32) {
+    int rc = x->put_crc ? 0 : put_objects(x, code);
+    if (!rc)
+      rc = wc_push_objects(x->r->wc, x->L->lease_id, x->L->fragments, x->L->n_fragments, x->put_crc,
+                           (uint64_t)x->st.steps_done, (uint64_t)x->st.tokens, x->res, code);
+    if (!rc) {
+      x->direct_put = 1;
+      return 0;
+    }
+    if (!put_falls_back(rc, *code)) return rc;
+    DPC_WARN("lease %" PRIu64 ": putting the deltas in the object store failed: %s; pushing them to the coordinator",
+             x->L->lease_id, dpc_errmsg());
+    x->put_off = 1;
+  }
   if (x->sparse)
     return wc_push_sparse(x->r->wc, x->L->lease_id, x->L->fragments, x->L->n_fragments,
                           (const unsigned char *const *)x->sp.enc, x->sp.bytes, (uint64_t)x->st.steps_done,
@@ -308,8 +373,8 @@ static void log_acks(lease_work *x, int64_t ms) {
                L->fragments[i]->fragment_id, push_result_name(x->res[i]));
     }
   }
-  DPC_INFO("lease %" PRIu64 " pushed %zu bytes in %" PRId64 " ms: %s", L->lease_id, x->bytes, ms,
-           ok ? "accepted" : "not all accepted");
+  DPC_INFO("lease %" PRIu64 " pushed %zu bytes%s in %" PRId64 " ms: %s", L->lease_id, x->bytes,
+           x->direct_put ? " through the object store" : "", ms, ok ? "accepted" : "not all accepted");
 }
 
 /* The inner state (with inner.state checkpoint), then the deltas; then Release(DONE). */
@@ -352,6 +417,8 @@ static int lease_push(lease_work *x) {
   }
   free(x->dp);
   free(x->res);
+  free(x->put_crc);
+  x->put_crc = NULL;
   sl_push_free(&x->sp);
   x->dp = NULL;
   x->res = NULL;

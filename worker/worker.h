@@ -13,14 +13,15 @@
  * trainer and AdamW state kept between leases (and inner.state checkpoint transfers);
  * heartbeat.c the heartbeat thread and the coordinator's commands; data.c training files and
  * fragment placement; stop.c stop control, sleeps and backoff; client.c the Coordinator RPCs;
- * storeget.c reads of the object store through a lease's presigned URLs;
+ * storeget.c reads of the object store through a lease's presigned URLs; storeput.c the
+ * delta objects a worker puts there;
  * trainer.c the network-free inner loop; opts.h the flags' values.
  *
  * Layers, lowest first: a module includes and calls only modules on its own line or below.
  * These "layer N:" lines are the one list of worker/'s modules; tests/arch/layers.py checks
  * the includes against them.
  *   layer 0: opts trainer
- *   layer 1: data client stop storeget
+ *   layer 1: data client stop storeget storeput
  *   layer 2: plan slot heartbeat
  *   layer 3: stream sparseloco replay
  *   layer 4: lease

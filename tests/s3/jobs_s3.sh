@@ -104,6 +104,14 @@ echo "leases that read parameters from the store: $direct; the diloco job's byte
 # 3 rounds x 2 replicas pull 10,944 floats each: all of those bytes must be gone (the inner
 # state, checkpointed, still comes through the coordinator).
 [ $(( $(out local) - $(out s3) )) -ge $(( 6 * 10944 * 4 )) ] || fail "the S3 run still pulled parameters through the coordinator"
+# ... and put their fp32 deltas there themselves (PrepareDeltaPut, a presigned PUT, a commit the
+# coordinator checks): the bytes it receives shrink by every delta of the DiLoCo job.
+put=$(cat "$W"/worker-s3-*.log | grep -c "through the object store" || true)
+[ "$put" -gt 0 ] || fail "no worker put its delta in the object store"
+bin_() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_in'])" "$W/$1/diloco.show.json"; }
+echo "leases that put their deltas in the store: $put; the diloco job's bytes into the coordinator: local" \
+  "$(bin_ local), S3 $(bin_ s3)"
+[ $(( $(bin_ local) - $(bin_ s3) )) -ge $(( 6 * 10944 * 4 )) ] || fail "the S3 run still pushed deltas through the coordinator"
 blobs=$(find "$W/state-s3" -type f \( -name '*.params' -o -name '*.momentum' -o -name '*.delta' -o -name '*.sparse' \
   -o -name '*.inner*' -o -name '*.dnbuf' \) | wc -l)
 [ "$blobs" = 0 ] || fail "the S3 run left $blobs blob file(s) in its state directory"

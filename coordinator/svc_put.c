@@ -1,0 +1,225 @@
+/* svc_put.c — the dipaco.v1.Coordinator PrepareDeltaPut, and the table of delta objects it
+ * named: on an S3 store a worker PUTs its fp32 deltas to the store itself through presigned
+ * URLs, then commits them with PushDelta (PAYLOAD_DELTA_OBJECT; svc_push.c, checked and recorded
+ * in svc_push_commit.c), so that the coordinator neither receives nor forwards their bytes.
+ *
+ * Semantic choices:
+ *  - Only an active lease of the caller whose Lease.delta_put is set (a job on an S3 store with
+ *    fp32 deltas, not streaming, not SparseLoCo; svc_worker.c), fragments of the lease, each
+ *    once, with num_floats = the fragment's length, object_bytes = the blob file's size
+ *    (docs/design.md §6.4) and a 16-byte MD5. Anything else → INVALID_ARGUMENT or
+ *    FAILED_PRECONDITION naming the field; the worker then pushes through PushDelta.
+ *  - Every call names new objects (the delta name with a fresh attempt number, as a streamed
+ *    push's spool), so a retried prepare never lets an old URL overwrite a committed object;
+ *    the URL signs the MD5, so it can write only the bytes the worker announced.
+ *  - The table lives in memory: a coordinator restart forgets it, and the commit of an object
+ *    prepared before is refused (FAILED_PRECONDITION): the worker pushes the bytes instead, and
+ *    the object nobody recorded is removed by the start-up sweep. An entry not committed within
+ *    two URL lifetimes is dropped (its object is left to the sweep). */
+#include "coordinator/svc_put.h"
+
+#include "common/codec.h"
+#include "common/errors.h"
+#include "common/log.h"
+#include "coordinator/blobs.h"
+#include "coordinator/jobs.h"
+#include "coordinator/loop.h"
+#include "coordinator/svc.h"
+#include "proto/dipaco.pb-c.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Entries for the same lease and fragment replace each other; at most this many in all. */
+#define PUT_MAX_ENTRIES 65536
+
+const put_prep *put_prepared(const coord *c, int64_t lease, int frag) {
+  for (int i = 0; i < c->n_puts; i++)
+    if (c->puts[i].lease == lease && c->puts[i].frag == frag) return &c->puts[i];
+  return NULL;
+}
+
+void put_forget(coord *c, int64_t lease, int frag) {
+  for (int i = 0; i < c->n_puts; i++)
+    if (c->puts[i].lease == lease && c->puts[i].frag == frag) {
+      c->puts[i] = c->puts[--c->n_puts];
+      return;
+    }
+}
+
+void put_free_all(coord *c) {
+  free(c->puts);
+  c->puts = NULL;
+  c->n_puts = c->cap_puts = 0;
+}
+
+/* Drop entries older than two URL lifetimes (their URLs are dead). */
+static void put_expire(coord *c, int64_t now) {
+  for (int i = 0; i < c->n_puts; i++)
+    if (now - c->puts[i].made_ms > 2000LL * BLOB_URL_TTL_S) c->puts[i--] = c->puts[--c->n_puts];
+}
+
+static put_prep *put_slot(coord *c, int64_t lease, int frag) {
+  for (int i = 0; i < c->n_puts; i++)
+    if (c->puts[i].lease == lease && c->puts[i].frag == frag) return &c->puts[i];
+  if (c->n_puts >= PUT_MAX_ENTRIES) return NULL;
+  if (c->n_puts == c->cap_puts) {
+    int cap = c->cap_puts ? 2 * c->cap_puts : 16;
+    put_prep *a = realloc(c->puts, (size_t)cap * sizeof *a);
+    if (!a) return NULL;
+    c->puts = a;
+    c->cap_puts = cap;
+  }
+  return &c->puts[c->n_puts++];
+}
+
+int put_lease_wants(const coord *c, const coord_job *j) {
+  return c->delta_puts && blob_store_is_s3(c->bs) && !j->spec.sparse.enabled && !jobspec_streaming(&j->spec) &&
+         j->spec.streaming.codec == DPC_CODEC_FP32;
+}
+
+/* Check one requested object against the lease (fragment, length, sizes): 0, or -1 with the
+ * call finished. */
+static int check_put(struct rpc_call *call, coord *c, const coord_job *j, const store_lease *l,
+                     const Dipaco__V1__DeltaPut *d, size_t k, const Dipaco__V1__PrepareDeltaPutRequest *r) {
+  int64_t base;
+  int frag = (int)(d->fragment_id - 1);
+  if (d->fragment_id == 0 || d->fragment_id > (uint64_t)j->n_fragments ||
+      store_lease_base_version(c->st, l->id, frag, &base) < 0) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu].fragment_id %llu is not a fragment of lease %lld", k,
+                    (unsigned long long)d->fragment_id, (long long)l->id);
+    return -1;
+  }
+  for (size_t i = 0; i < k; i++)
+    if (r->puts[i]->fragment_id == d->fragment_id) {
+      rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu].fragment_id %llu appears twice", k,
+                      (unsigned long long)d->fragment_id);
+      return -1;
+    }
+  uint64_t n = j->fragments[frag].len;
+  uint64_t bytes = BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES;
+  if (d->num_floats != n || d->object_bytes != bytes) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu]: fragment %llu has %llu floats, an object of %llu bytes; got "
+                    "num_floats %llu, object_bytes %llu", k, (unsigned long long)d->fragment_id,
+                    (unsigned long long)n, (unsigned long long)bytes, (unsigned long long)d->num_floats,
+                    (unsigned long long)d->object_bytes);
+    return -1;
+  }
+  if (d->content_md5.len != 16) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu].content_md5: 16 bytes (an MD5), got %zu", k,
+                    d->content_md5.len);
+    return -1;
+  }
+  return 0;
+}
+
+/* The lease of the request: the caller's, active, with delta puts. NULL with the call finished. */
+static coord_job *put_lease(struct rpc_call *call, coord *c, int64_t worker,
+                            const Dipaco__V1__PrepareDeltaPutRequest *r, store_lease *l) {
+  if (r->lease_id == 0 || r->lease_id > INT64_MAX || store_get_lease(c->st, (int64_t)r->lease_id, l) < 0) {
+    rpc_call_finish(call, RPC_NOT_FOUND, "lease_id %llu: no such lease", (unsigned long long)r->lease_id);
+    return NULL;
+  }
+  if (l->worker != worker) {
+    rpc_call_finish(call, RPC_PERMISSION_DENIED, "lease %lld belongs to another worker", (long long)l->id);
+    return NULL;
+  }
+  if (l->state != LEASE_ACTIVE) {
+    rpc_call_finish(call, RPC_ABORTED, "lease %lld is no longer active; drop the work and ask for a new lease",
+                    (long long)l->id);
+    return NULL;
+  }
+  coord_job *j = coord_job_get(c, l->job);
+  if (!j || !put_lease_wants(c, j)) {
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "lease %lld: its deltas go through PushDelta (%s)", (long long)l->id,
+                    !blob_store_is_s3(c->bs) ? "this coordinator keeps its blobs on its own disk"
+                    : !c->delta_puts        ? "the coordinator runs with --no-delta-puts"
+                                            : "only fp32 deltas of jobs without streaming or SparseLoCo are put");
+    return NULL;
+  }
+  if (r->n_puts == 0) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts: at least one fragment");
+    return NULL;
+  }
+  char why[256];
+  if (!blob_store_health(c->bs, why, sizeof why, NULL)) {
+    rpc_call_finish(call, RPC_UNAVAILABLE, "the blob store is unavailable (%s); push again later", why);
+    return NULL;
+  }
+  return j;
+}
+
+static void on_prepare(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
+  coord *c = ud;
+  int64_t worker;
+  if (svc_authenticate(c, call, &worker, 0) < 0) return;
+  ProtobufCMessage *pm;
+  if (svc_unpack(call, req, &dipaco__v1__prepare_delta_put_request__descriptor, &pm)) return;
+  Dipaco__V1__PrepareDeltaPutRequest *r = (Dipaco__V1__PrepareDeltaPutRequest *)pm;
+  svc_touch(c, worker, -1);
+  store_lease l;
+  coord_job *j = put_lease(call, c, worker, r, &l);
+  size_t n = j ? r->n_puts : 0;
+  for (size_t k = 0; k < n; k++)
+    if (check_put(call, c, j, &l, r->puts[k], k, r) < 0) n = 0, j = NULL;
+  Dipaco__V1__DeltaPut *out = j ? calloc(n, sizeof *out) : NULL;
+  Dipaco__V1__DeltaPut **op = j ? calloc(n, sizeof *op) : NULL;
+  if (j && (!out || !op)) {
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    j = NULL;
+  }
+  int64_t now = dpc_wall_ms();
+  if (j) put_expire(c, now);
+  size_t made = 0;
+  for (; j && made < n; made++) {
+    const Dipaco__V1__DeltaPut *d = r->puts[made];
+    int frag = (int)(d->fragment_id - 1);
+    put_prep *e = put_slot(c, l.id, frag);
+    char url[S3_URL_MAX];
+    blob_id id = {.job = l.job, .fragment = frag, .version = l.round, .aux = l.id, .attempt = ++c->push_seq,
+                  .kind = BLOB_DELTA};
+    int rc = e ? blob_name(&id, e->name, sizeof e->name) : dpc_err(DPC_ENOMEM, "too many delta objects in flight");
+    if (!rc) rc = blob_store_put_url(c->bs, e->name, d->content_md5.data, url, sizeof url);
+    if (rc < 0) {
+      if (e) put_forget(c, l.id, frag);
+      rpc_call_finish(call, rpc_code_from_dpc(rc), "fragment %d's object: %s", frag + 1, dpc_errmsg());
+      break;
+    }
+    e->lease = l.id;
+    e->frag = frag;
+    e->crc = d->crc32c;
+    e->bytes = d->object_bytes;
+    memcpy(e->md5, d->content_md5.data, 16);
+    e->made_ms = now;
+    dipaco__v1__delta_put__init(&out[made]);
+    out[made].fragment_id = d->fragment_id;
+    out[made].num_floats = d->num_floats;
+    out[made].crc32c = d->crc32c;
+    out[made].object_bytes = d->object_bytes;
+    out[made].url = strdup(url);
+    op[made] = &out[made];
+    if (!out[made].url) {
+      rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+      break;
+    }
+  }
+  if (j && made == n) {
+    Dipaco__V1__PrepareDeltaPutResponse resp = DIPACO__V1__PREPARE_DELTA_PUT_RESPONSE__INIT;
+    resp.n_puts = n;
+    resp.puts = op;
+    rpc_call_reply(call, &resp.base);
+    DPC_DEBUG("lease %lld: %zu delta object(s) prepared", (long long)l.id, n);
+  }
+  for (size_t k = 0; out && k < n; k++) free(out[k].url);
+  free(out);
+  free(op);
+  protobuf_c_message_free_unpacked(pm, NULL);
+}
+
+static const struct rpc_method methods[] = {
+    {.path = "/dipaco.v1.Coordinator/PrepareDeltaPut", .kind = RPC_UNARY, .on_call = on_prepare},
+};
+
+int svc_put_methods(coord *c, struct rpc_method *out) {
+  return svc_methods_add(out, methods, (int)(sizeof methods / sizeof methods[0]), c);
+}

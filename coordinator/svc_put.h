@@ -1,0 +1,25 @@
+/* svc_put.h — PrepareDeltaPut and the delta objects it named (layer 4, see coord.h): workers
+ * PUT fp32 deltas to an S3 store themselves and commit them with PushDelta
+ * (PAYLOAD_DELTA_OBJECT, svc_push.c).
+ *
+ * Contract: loop thread only; the table is coord.puts (coord.h put_prep). */
+#ifndef DPC_COORD_SVC_PUT_H
+#define DPC_COORD_SVC_PUT_H
+
+#include "common/rpc.h"
+#include "coordinator/coord.h"
+
+/* Fill out[] with this file's methods (ud = c) and return how many. */
+int svc_put_methods(coord *c, struct rpc_method *out);
+
+/* 1 when the leases of job j carry Lease.delta_put (an S3 store, fp32 deltas, no streaming, no
+ * SparseLoCo, and the coordinator allows it). */
+int put_lease_wants(const coord *c, const coord_job *j);
+
+/* The object prepared for (lease, fragment), or NULL; put_forget drops it (committed or
+ * refused); put_free_all frees the table at shutdown. */
+const put_prep *put_prepared(const coord *c, int64_t lease, int frag);
+void put_forget(coord *c, int64_t lease, int frag);
+void put_free_all(coord *c);
+
+#endif

@@ -1,0 +1,124 @@
+/* storeput.c — PUTs of delta objects through presigned S3 URLs (see storeput.h). */
+#include "worker/storeput.h"
+
+#include "common/checksum.h"
+#include "common/errors.h"
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define BLOB_MAGIC 0x42435044u /* the blob file format (coordinator/blobs.h, docs/design.md §6.4) */
+#define BLOB_KIND_DELTA 3u
+
+static void put_u32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+void storeput_make(storeput_object *o, const float *delta, uint64_t n) {
+  memset(o, 0, sizeof *o);
+  o->payload = delta;
+  o->n = n;
+  put_u32(o->header, BLOB_MAGIC);
+  put_u32(o->header + 4, 1);
+  put_u32(o->header + 8, BLOB_KIND_DELTA);
+  put_u32(o->header + 12, 0);
+  put_u64(o->header + 16, n);
+  o->crc = dpc_crc32c(0, delta, n * sizeof(float));
+  put_u32(o->trailer, o->crc);
+  put_u32(o->trailer + 4, dpc_crc32c(0, o->header, sizeof o->header));
+  EVP_MD_CTX *m = EVP_MD_CTX_new();
+  unsigned int len = 0;
+  if (m && EVP_DigestInit_ex(m, EVP_md5(), NULL) && EVP_DigestUpdate(m, o->header, sizeof o->header) &&
+      EVP_DigestUpdate(m, delta, n * sizeof(float)) && EVP_DigestUpdate(m, o->trailer, sizeof o->trailer))
+    EVP_DigestFinal_ex(m, o->md5, &len);
+  EVP_MD_CTX_free(m);
+}
+
+uint64_t storeput_bytes(const storeput_object *o) { return sizeof o->header + o->n * sizeof(float) + sizeof o->trailer; }
+
+typedef struct {
+  const storeput_object *o;
+  uint64_t at;
+} source;
+
+/* curl's read callback: the header, the payload and the trailer in turn. */
+static size_t on_read(char *dst, size_t sz, size_t nm, void *ud) {
+  source *s = ud;
+  const uint64_t hb = sizeof s->o->header, pb = s->o->n * sizeof(float), total = storeput_bytes(s->o);
+  size_t cap = sz * nm, out = 0;
+  while (out < cap && s->at < total) {
+    const unsigned char *src;
+    uint64_t left;
+    if (s->at < hb) src = s->o->header + s->at, left = hb - s->at;
+    else if (s->at < hb + pb) src = (const unsigned char *)s->o->payload + (s->at - hb), left = hb + pb - s->at;
+    else src = s->o->trailer + (s->at - hb - pb), left = total - s->at;
+    size_t n = left < cap - out ? (size_t)left : cap - out;
+    memcpy(dst + out, src, n);
+    out += n;
+    s->at += n;
+  }
+  return out;
+}
+
+/* curl's write callback: the answer's body (an S3 error document), kept short for messages. */
+static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
+  char *b = ud;
+  size_t have = strlen(b), n = sz * nm;
+  if (have + 1 < 512) snprintf(b + have, 512 - have, "%.*s", (int)n, p);
+  return n;
+}
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static void init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+int storeput_put(const char *url, const storeput_object *o, int timeout_ms) {
+  pthread_once(&once, init_once);
+  char where[512], err[CURL_ERROR_SIZE] = "", body[512] = "", md5h[64];
+  const char *q = strchr(url, '?');
+  snprintf(where, sizeof where, "%.*s", (int)(q ? (size_t)(q - url) : strlen(url)), url);
+  CURL *e = curl_easy_init();
+  if (!e) return dpc_err(DPC_ENOMEM, "store PUT %s: curl_easy_init failed", where);
+  unsigned char b64[32];
+  EVP_EncodeBlock(b64, o->md5, 16);
+  snprintf(md5h, sizeof md5h, "Content-MD5: %s", (const char *)b64);
+  struct curl_slist *h = curl_slist_append(NULL, md5h);
+  struct curl_slist *h2 = h ? curl_slist_append(h, "Expect:") : NULL; /* no 100-continue round trip */
+  if (!h2) {
+    curl_slist_free_all(h);
+    curl_easy_cleanup(e);
+    return dpc_err(DPC_ENOMEM, "store PUT %s: out of memory", where);
+  }
+  source src = {.o = o};
+  curl_easy_setopt(e, CURLOPT_URL, url);
+  curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+  curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)storeput_bytes(o));
+  curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+  curl_easy_setopt(e, CURLOPT_READDATA, &src);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, h2);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, body);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout_ms < 10000 ? timeout_ms : 10000));
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, err);
+  CURLcode cc = curl_easy_perform(e);
+  long st = 0;
+  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &st);
+  curl_easy_cleanup(e);
+  curl_slist_free_all(h2);
+  if (cc != CURLE_OK)
+    return dpc_err(DPC_EUNAVAILABLE, "store PUT %s: %s%s%s", where, curl_easy_strerror(cc), err[0] ? ": " : "", err);
+  if (st / 100 == 2) return 0;
+  int code = st == 403 ? DPC_EPERM : st / 100 == 5 ? DPC_EUNAVAILABLE
+             : strstr(body, "BadDigest") || strstr(body, "InvalidDigest") ? DPC_ECHECKSUM : DPC_EIO;
+  const char *c0 = strstr(body, "<Code>"), *c1 = c0 ? strstr(c0, "</Code>") : NULL;
+  return dpc_err(code, "store PUT %s: HTTP %ld%s%.*s%s", where, st, c1 ? " " : "", c1 ? (int)(c1 - c0 - 6) : 0,
+                 c1 ? c0 + 6 : "", st == 403 ? " (the URL expired or was altered)" : "");
+}

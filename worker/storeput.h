@@ -1,0 +1,32 @@
+/* storeput.h — a worker's writes to the S3 object store that holds the coordinator's blobs:
+ * its fp32 deltas, as blob files (docs/design.md §6.4), through the presigned PUT URLs of
+ * PrepareDeltaPut (docs/design.md §4.4, §5.8). The URL signs the object's Content-MD5, so the
+ * store refuses any other bytes; the worker never holds store credentials. HTTP through
+ * libcurl, MD5 through OpenSSL's libcrypto. Thread-safe (one curl handle per call). */
+#ifndef DPC_WORKER_STOREPUT_H
+#define DPC_WORKER_STOREPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A delta as a blob object: the 24-byte header and 8-byte trailer around the payload (the
+ * fp32 delta itself, not copied), the payload's CRC-32C and the whole object's MD5. */
+typedef struct {
+  unsigned char header[24], trailer[8];
+  const float *payload;
+  uint64_t n;          /* floats */
+  uint32_t crc;        /* CRC-32C of the payload */
+  unsigned char md5[16];
+} storeput_object;
+
+/* Fill o for the n floats at delta (kept, not copied: it must outlive the PUT). */
+void storeput_make(storeput_object *o, const float *delta, uint64_t n);
+/* The object's size in bytes. */
+uint64_t storeput_bytes(const storeput_object *o);
+/* PUT the object to url within timeout_ms: 0, or DPC_EPERM (403: the URL expired or was
+ * altered), DPC_ECHECKSUM (400 BadDigest: the bytes did not match their MD5),
+ * DPC_EUNAVAILABLE (no connection, a timeout, 5xx), DPC_EIO (any other answer), with the
+ * detail in dpc_errmsg(). */
+int storeput_put(const char *url, const storeput_object *o, int timeout_ms);
+
+#endif
