@@ -8,7 +8,8 @@
  *    fp32 deltas, not streaming, not SparseLoCo; svc_worker.c), fragments of the lease, each
  *    once, with num_floats = the fragment's length, object_bytes = the blob file's size
  *    (docs/design.md §6.4) and a 16-byte MD5. Anything else → INVALID_ARGUMENT or
- *    FAILED_PRECONDITION naming the field; the worker then pushes through PushDelta.
+ *    FAILED_PRECONDITION naming the field; the worker then pushes through PushDelta. So does an
+ *    object above 5 GiB (one PUT's limit: presigned multipart uploads are not made).
  *  - Every call names new objects (the delta name with a fresh attempt number, as a streamed
  *    push's spool), so a retried prepare never lets an old URL overwrite a committed object;
  *    the URL signs the MD5, so it can write only the bytes the worker announced.
@@ -32,6 +33,8 @@
 
 /* Entries for the same lease and fragment replace each other; at most this many in all. */
 #define PUT_MAX_ENTRIES 65536
+/* S3's largest single PUT. */
+#define PUT_MAX_BYTES ((uint64_t)5 << 30)
 
 const put_prep *put_prepared(const coord *c, int64_t lease, int frag) {
   for (int i = 0; i < c->n_puts; i++)
@@ -103,6 +106,11 @@ static int check_put(struct rpc_call *call, coord *c, const coord_job *j, const 
                     "num_floats %llu, object_bytes %llu", k, (unsigned long long)d->fragment_id,
                     (unsigned long long)n, (unsigned long long)bytes, (unsigned long long)d->num_floats,
                     (unsigned long long)d->object_bytes);
+    return -1;
+  }
+  if (bytes > PUT_MAX_BYTES) { /* one PUT's limit; presigned multipart uploads are not made */
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "puts[%zu]: fragment %llu's object of %llu bytes is above one PUT's "
+                    "5 GiB: push its bytes", k, (unsigned long long)d->fragment_id, (unsigned long long)bytes);
     return -1;
   }
   if (d->content_md5.len != 16) {

@@ -23,3 +23,9 @@ dpc_test(NAME s3_jobs LABEL integration TIMEOUT 400 REQUIRES DISTRIBUTED
 dpc_test(NAME chaos_s3 LABEL fault TIMEOUT 600 REQUIRES DISTRIBUTED ENVIRONMENT CHAOS_STORE=s3
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
                  bash ${CMAKE_SOURCE_DIR}/tests/chaos/chaos.sh ${DPC_DAEMONS})
+# Workers' delta objects: PrepareDeltaPut, the presigned PUT and the commit's checks, driven by
+# python grpcio against a coordinator on the gateway.
+dpc_test(NAME s3_put_delta LABEL integration TIMEOUT 180 REQUIRES DISTRIBUTED
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/s3/put_delta.py $<TARGET_FILE:dipaco-coordinator>
+                 ${CMAKE_SOURCE_DIR}/proto)

@@ -84,10 +84,11 @@ class Daemon:
         return rc
 
 
-def run_grpc_test(coord_bin, proto_dir, prefix, body, log_tail=40):
-    """Start a coordinator in a fresh directory and run body(grpc, np, pb, d, state, log) with
-    d = [Daemon] (a body may replace d[0] to restart it); 0 when every check passed, 1 with
-    the coordinator log's tail otherwise and, with the reason printed, without the tools."""
+def run_grpc_test(coord_bin, proto_dir, prefix, body, log_tail=40, args=None):
+    """Start a coordinator in a fresh directory (with flags args, default Daemon's) and run
+    body(grpc, np, pb, d, state, log) with d = [Daemon] (a body may replace d[0] to restart it);
+    0 when every check passed, 1 with the coordinator log's tail otherwise and, with the reason
+    printed, without the tools."""
     try:
         import grpc
         import numpy as np
@@ -108,7 +109,7 @@ def run_grpc_test(coord_bin, proto_dir, prefix, body, log_tail=40):
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
         import dipaco_pb2 as pb
         state = os.path.join(tmp, "state")
-        d = [Daemon(coord_bin, state, log)]
+        d = [Daemon(coord_bin, state, log, *([args] if args else []))]
         try:
             body(grpc, np, pb, d, state, log)
         except Exception:

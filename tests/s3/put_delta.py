@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""put_delta.py — workers' delta objects on an S3 store (PrepareDeltaPut, a presigned PUT,
+PushDelta with PAYLOAD_DELTA_OBJECT; docs/design.md §4.3, §5.8), driven by python grpcio playing
+the workers of a sync DiLoCo job (R = 2, fp32 deltas, outer lr 0.7, momentum 0) against a real
+dipaco-coordinator on the RADOS Gateway of tests/s3/with_rgw.sh. Run under with_rgw.sh.
+
+  * the lease says delta_put; a commit with no object prepared is FAILED_PRECONDITION; prepares
+    with a wrong num_floats, object_bytes or MD5 length are INVALID_ARGUMENT, another worker's
+    lease PERMISSION_DENIED;
+  * the presigned PUT takes the announced bytes (200) and nothing else: other bytes with the
+    signed MD5 are refused by the store (400 BadDigest), a URL with a tampered signature too
+    (403), and a URL for another object name is not one the store accepts (403);
+  * a commit claiming another CRC-32C is INVALID_ARGUMENT; a commit of an object never PUT is
+    FAILED_PRECONDITION (missing); an object holding a NaN is INVALID_ARGUMENT naming the float;
+  * good commits are PUSH_ACCEPTED, a repeat PUSH_DUPLICATE; the round closes and version 1
+    equals θ0 − 0.7 · mean(the two deltas) (numpy), so the bytes applied are the objects';
+  * GetJob's bytes_in counts none of the objects' bytes (they went to the store).
+
+usage: put_delta.py COORDINATOR_BIN PROTO_DIR"""
+import hashlib
+import base64
+import json
+import os
+import re
+import struct
+import sys
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from daemon_kit import check, crc32c, grpc_stubs, run_grpc_test, status_of  # noqa: E402
+
+LR = 0.7
+
+
+def blob_object(np, delta):
+    """The blob file of docs/design.md §6.4 holding an fp32 delta: (bytes, payload CRC-32C, MD5)."""
+    payload = np.asarray(delta, "<f4").tobytes()
+    header = struct.pack("<IIIIQ", 0x42435044, 1, 3, 0, len(delta))
+    pcrc = crc32c(payload)
+    body = header + payload + struct.pack("<II", pcrc, crc32c(header))
+    return body, pcrc, hashlib.md5(body).digest()
+
+
+def http_put(url, body, md5):
+    """The HTTP status of a PUT of body to url with Content-MD5 md5 (and the S3 error code)."""
+    req = urllib.request.Request(url, data=body, method="PUT",
+                                 headers={"Content-MD5": base64.b64encode(md5).decode()})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, ""
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def main():
+    coord_bin, proto_dir = sys.argv[1], sys.argv[2]
+    endpoint = os.environ.get("S3_ENDPOINT")
+    if not endpoint:
+        print("FAIL: run me under tests/s3/with_rgw.sh")
+        return 1
+    # The bucket: created through the gateway's own credentials by with_rgw.sh's helper.
+    os.system(f"bash {os.path.dirname(os.path.abspath(__file__))}/s3curl.sh -X PUT {endpoint}/dpc-put >/dev/null")
+
+    args = ("--lease-ttl-ms", "30000", "--heartbeat-ms", "200", "--dead-after-heartbeats", "150", "--blob-store",
+            "s3://dpc-put/t", "--s3-endpoint", endpoint)
+    return run_grpc_test(coord_bin, proto_dir, "dpc_put_delta_",
+                         lambda grpc, np, pb, d, state, log: run(grpc, np, pb, d, state), args=args)
+
+
+def run(grpc, np, pb, d, state):
+    X = grpc_stubs(grpc, pb, d[0].addr, state)
+    mds = []
+    for i in range(2):
+        w = X["Register"](pb.RegisterRequest(hostname=f"w{i}", backend="cpu", threads=1), timeout=10)
+        mds.append([("dipaco-worker-id", str(w.worker_id)), ("dipaco-session", w.session_token)])
+    spec = {"name": "put", "model": {"n_layer": 1, "n_head": 1, "n_embd": 8, "n_positions": 8, "vocab_size": 16,
+                                     "seed": 3},
+            "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco", "replicas": 2, "inner_steps": 2,
+            "rounds": 2, "batch": 1, "seq_len": 8, "outer": {"lr": LR, "momentum": 0, "nesterov": False}}
+    job = X["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(spec)), timeout=30).summary.job_id
+    leases = []
+    for md in mds:
+        r = X["Lease"](pb.LeaseRequest(max_wait_ms=5000, job_id=job), metadata=md, timeout=10)
+        assert r.outcome == pb.LEASE_GRANTED, r
+        leases.append(r.lease)
+    check(all(L.delta_put for L in leases), "the leases of a job on the S3 store say delta_put")
+    L0, L1 = leases
+    n = L0.fragments[0].num_floats
+    cs = list(X["PullFragment"](pb.PullFragmentRequest(lease_id=L0.lease_id, fragment_id=1), metadata=mds[0],
+                                timeout=30))
+    theta0 = np.frombuffer(b"".join(c.data for c in cs), dtype="<f4").copy()
+    rng = np.random.default_rng(5)
+    deltas = [(rng.standard_normal(n) * 1e-2).astype(np.float32) for _ in range(2)]
+
+    def prepare(md, L, num_floats=n, object_bytes=None, md5=b"\0" * 16, crc=0):
+        dp = pb.DeltaPut(fragment_id=1, num_floats=num_floats, crc32c=crc,
+                         object_bytes=24 + 4 * n + 8 if object_bytes is None else object_bytes, content_md5=md5)
+        return status_of(grpc, X["PrepareDeltaPut"], pb.PrepareDeltaPutRequest(lease_id=L.lease_id, puts=[dp]),
+                         metadata=md, timeout=10)
+
+    def commit(md, L, crc):
+        ch = pb.Chunk(lease_id=L.lease_id, fragment_id=1, version=L.fragments[0].version, total=4 * n,
+                      codec=pb.CODEC_FP32, crc32c=crc, num_floats=n, inner_steps=2, tokens=16,
+                      payload=pb.PAYLOAD_DELTA_OBJECT)
+        return status_of(grpc, X["PushDelta"], iter([ch]), metadata=md, timeout=60)
+
+    def expect(res, code, word, what):
+        c, msg = res
+        check(c == code and word in str(msg), f"{what} → {code.name} naming '{word}' ({c}: {msg})")
+
+    S = grpc.StatusCode
+    obj0, crc0, md50 = blob_object(np, deltas[0])
+    expect(commit(mds[0], L0, crc0), S.FAILED_PRECONDITION, "no delta object was prepared", "a commit before a prepare")
+    expect(prepare(mds[0], L0, num_floats=n + 1, md5=md50, crc=crc0), S.INVALID_ARGUMENT, "num_floats",
+           "a prepare with the wrong num_floats")
+    expect(prepare(mds[0], L0, object_bytes=4 * n, md5=md50, crc=crc0), S.INVALID_ARGUMENT, "object_bytes",
+           "a prepare with the wrong object size")
+    expect(prepare(mds[0], L0, md5=b"\1" * 15, crc=crc0), S.INVALID_ARGUMENT, "content_md5",
+           "a prepare with a 15-byte MD5")
+    expect(prepare(mds[1], L0, md5=md50, crc=crc0), S.PERMISSION_DENIED, "another worker", "a prepare on another's lease")
+
+    c, r = prepare(mds[0], L0, md5=md50, crc=crc0)
+    check(c == S.OK and len(r.puts) == 1 and r.puts[0].url.startswith("http"), f"a good prepare gives a URL ({c})")
+    url = r.puts[0].url if c == S.OK else ""
+    other = bytearray(obj0)
+    other[30] ^= 1
+    st, err = http_put(url, bytes(other), md50)
+    check(st == 400 and "BadDigest" in err, f"other bytes with the signed MD5: the store refuses them ({st} {err[:80]})")
+    sig = re.search(r"X-Amz-Signature=([0-9a-f]{64})", url)
+    check(sig is not None, "the URL is signed (X-Amz-Signature)")
+    tampered = url.replace(sig.group(1), ("0" if sig.group(1)[0] != "0" else "1") + sig.group(1)[1:]) if sig else url
+    st, _ = http_put(tampered, obj0, md50)
+    check(st == 403, f"a URL with a tampered signature is refused ({st})")
+    st, _ = http_put(re.sub(r"-t(\d+)\.delta", r"-t\g<1>9.delta", url), obj0, md50)
+    check(st == 403, f"the URL does not write another object name ({st})")
+    st, err = http_put(url, obj0, md50)
+    check(st == 200, f"the announced bytes are taken ({st} {err[:80]})")
+    expect(commit(mds[0], L0, crc0 ^ 1), S.INVALID_ARGUMENT, "crc32c", "a commit claiming another CRC-32C")
+    c, r = commit(mds[0], L0, crc0)
+    check(c == S.OK and r.acks[0].result == pb.PUSH_ACCEPTED, f"the commit of the object is accepted ({c}: {r})")
+    c, r = commit(mds[0], L0, crc0)
+    check(c == S.OK and r.acks[0].result == pb.PUSH_DUPLICATE, f"the same commit again is a duplicate ({c}: {r})")
+
+    # Worker 1: an object never PUT, then one holding a NaN, then the good one.
+    obj1, crc1, md51 = blob_object(np, deltas[1])
+    c, _ = prepare(mds[1], L1, md5=md51, crc=crc1)
+    expect(commit(mds[1], L1, crc1), S.FAILED_PRECONDITION, "fragment 1's object", "a commit of an object never PUT")
+    bad = deltas[1].copy()
+    bad[7] = np.nan
+    objb, crcb, md5b = blob_object(np, bad)
+    c, r = prepare(mds[1], L1, md5=md5b, crc=crcb)
+    st, _ = http_put(r.puts[0].url if c == S.OK else "", objb, md5b) if c == S.OK else (c, "")
+    check(st == 200, f"the NaN object is stored ({st})")
+    expect(commit(mds[1], L1, crcb), S.INVALID_ARGUMENT, "non-finite", "a commit of an object holding a NaN")
+    c, r = prepare(mds[1], L1, md5=md51, crc=crc1)
+    st, _ = http_put(r.puts[0].url, obj1, md51) if c == S.OK else (c, "")
+    c, r = commit(mds[1], L1, crc1)
+    check(st == 200 and c == S.OK and r.acks[0].result == pb.PUSH_ACCEPTED, f"worker 1's object is accepted ({c})")
+
+    # The round closes; version 1 is the outer step over the objects' deltas.
+    import time
+    t0 = time.time()
+    while time.time() - t0 < 30:
+        if X["ListModules"](pb.ListModulesRequest(job_id=job), timeout=10).modules[0].fragments[0].version >= 1:
+            break
+        time.sleep(0.05)
+    r = X["Lease"](pb.LeaseRequest(max_wait_ms=5000, job_id=job), metadata=mds[0], timeout=10)
+    check(r.outcome == pb.LEASE_GRANTED and r.lease.fragments[0].version == 1, "round 2's lease starts at version 1")
+    cs = list(X["PullFragment"](pb.PullFragmentRequest(lease_id=r.lease.lease_id, fragment_id=1), metadata=mds[0],
+                                timeout=30))
+    theta1 = np.frombuffer(b"".join(c.data for c in cs), dtype="<f4")
+    avg = ((deltas[0].astype(np.float64) + deltas[1].astype(np.float64)) / 2).astype(np.float32)
+    want = theta0 - np.float32(LR) * avg
+    err = float(np.max(np.abs(theta1 - want)))
+    check(err <= 1e-6, f"version 1 = θ0 − {LR}·mean(deltas of the objects) (max error {err:.2e})")
+    g = X["GetJob"](pb.JobRequest(job_id=job), timeout=10)
+    check(g.summary.bytes_in == 0, f"the objects' bytes did not come through the coordinator (bytes_in "
+                                   f"{g.summary.bytes_in})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
