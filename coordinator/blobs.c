@@ -108,6 +108,15 @@ int blob_name(const blob_id *id, char *buf, size_t cap) {
   return 0;
 }
 
+/* 1 when name carries an attempt stamp ("-t<digits>." before its extension, as blob_name makes
+ * for a push's delta): such a name is written once and never rewritten, so the object of a failed
+ * write under it may be deleted as soon as the store answers (blobs_s3.h). */
+static int written_once(const char *name) {
+  const char *dot = strrchr(name, '.'), *t = dot;
+  while (t && t > name && t[-1] >= '0' && t[-1] <= '9') t--;
+  return dot && t != dot && t - name >= 2 && t[-1] == 't' && t[-2] == '-';
+}
+
 int blob_kind_of_name(const char *name, blob_kind *out) {
   const char *dot = strrchr(name, '.');
   if (dot)
@@ -204,7 +213,8 @@ int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
   char path[4096];
   rc = blob_path(bs, name, path, sizeof path);
   if (rc == 0)
-    rc = bs->s3 ? blob_s3_writer_open(bs->s3, name, BLOB_HEADER_BYTES + w->want + BLOB_TRAILER_BYTES, &w->sw)
+    rc = bs->s3 ? blob_s3_writer_open(bs->s3, name, BLOB_HEADER_BYTES + w->want + BLOB_TRAILER_BYTES,
+                                      written_once(name), &w->sw)
                 : dpc_afile_open(path, &w->f);
   if (rc == 0) {
     make_header(w->header, kind, n);

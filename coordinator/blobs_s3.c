@@ -39,6 +39,7 @@ struct blob_s3_writer {
   blob_s3 *s;
   s3_client *c;
   char name[128];
+  int once;              /* the name is never rewritten (blob_s3_writer_open) */
   uint64_t total, sent;  /* bytes declared, bytes uploaded in finished parts */
   unsigned char *part;   /* the part being filled */
   size_t fill, cap;
@@ -206,12 +207,13 @@ void blob_s3_close(blob_s3 *s) {
 
 const char *blob_s3_url(const blob_s3 *s) { return s->url; }
 
-int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, blob_s3_writer **out) {
+int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, int once, blob_s3_writer **out) {
   *out = NULL;
   blob_s3_writer *w = calloc(1, sizeof *w);
   if (!w) return DPC_ENOMEM;
   w->s = s;
   w->total = total;
+  w->once = once;
   snprintf(w->name, sizeof w->name, "%s", name);
   pthread_mutex_lock(&s->doubt_mu);
   for (int i = 0; i < s->n_doubt; i++)
@@ -321,9 +323,9 @@ int blob_s3_writer_commit(blob_s3_writer *w) {
     rc = s3_mpu_complete(w->c, w->name, w->upload_id, w->nparts, w->etags);
   if (w->sent + w->fill == w->total) {
     note(w->s, rc);
-    /* Only names written once (a delta's, with its "-t" attempt stamp) are deleted later: a
-     * name without one may be rewritten while a row still names its earlier object. */
-    if (rc && strstr(w->name, "-t")) doubt(w->s, w->name);
+    /* Only names written once are deleted later: another name may be rewritten while a row
+     * still names its earlier object. */
+    if (rc && w->once) doubt(w->s, w->name);
   }
   if (rc) {
     blob_s3_writer_abort(w);

@@ -32,8 +32,9 @@ void blob_s3_close(blob_s3 *s);
 /* "s3://BUCKET/PREFIX/" as given, for messages. */
 const char *blob_s3_url(const blob_s3 *s);
 
-/* A writer of exactly `total` bytes under name. */
-int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, blob_s3_writer **out);
+/* A writer of exactly `total` bytes under name; once = 1 for a name never rewritten (a failed
+ * write's object is then deleted as soon as the store answers; blob_s3_doubtful). */
+int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, int once, blob_s3_writer **out);
 int blob_s3_writer_append(blob_s3_writer *w, const void *p, size_t n);
 /* Upload what is left and make the object visible; frees the writer either way. */
 int blob_s3_writer_commit(blob_s3_writer *w);

@@ -290,6 +290,12 @@ static void close_state(coord *c) {
   if (c->bs) blob_store_close(c->bs);
 }
 
+/* Every tick: the rounds' housekeeping, then the delta objects no lease will commit. */
+static void tick(coord *c) {
+  rounds_tick(c);
+  if (!c->stopping) put_sweep(c);
+}
+
 /* Lock the state directory, load the tokens, open the state: the lock's descriptor, or -1
  * (logged; everything opened is closed again). */
 static int take_state(coord *c, const opts *o) {
@@ -335,7 +341,7 @@ static void raise_nofile(void) {
 }
 
 static int serve(coord *c, const opts *o) {
-  c->tick_cb = rounds_tick;
+  c->tick_cb = tick;
   c->wake_cb = rounds_check;
   c->stop_cb = on_stop;
   c->shutdown_cb = metrics_stop;

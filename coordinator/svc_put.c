@@ -15,8 +15,10 @@
  *    the URL signs the MD5, so it can write only the bytes the worker announced.
  *  - The table lives in memory: a coordinator restart forgets it, and the commit of an object
  *    prepared before is refused (FAILED_PRECONDITION): the worker pushes the bytes instead, and
- *    the object nobody recorded is removed by the start-up sweep. An entry not committed within
- *    two URL lifetimes is dropped (its object is left to the sweep). */
+ *    the object nobody recorded is removed by the start-up sweep. The tick (put_sweep) deletes
+ *    the objects of entries whose lease ended uncommitted (a worker killed, revoked or
+ *    released) or that are older than two URL lifetimes, so a running job leaves no garbage
+ *    behind but what a PUT landing after that leaves (the start-up sweep's). */
 #include "coordinator/svc_put.h"
 
 #include "common/codec.h"
@@ -60,6 +62,19 @@ void put_free_all(coord *c) {
 static void put_expire(coord *c, int64_t now) {
   for (int i = 0; i < c->n_puts; i++)
     if (now - c->puts[i].made_ms > 2000LL * BLOB_URL_TTL_S) c->puts[i--] = c->puts[--c->n_puts];
+}
+
+void put_sweep(coord *c) {
+  int64_t now = dpc_wall_ms();
+  for (int i = 0; i < c->n_puts; i++) {
+    store_lease l;
+    int ended = store_get_lease(c->st, c->puts[i].lease, &l) < 0 || l.state != LEASE_ACTIVE;
+    if (!ended && now - c->puts[i].made_ms <= 2000LL * BLOB_URL_TTL_S) continue;
+    /* (a failed delete leaves the object to the start-up sweep) */
+    if (blob_delete(c->bs, c->puts[i].name) == 0)
+      DPC_DEBUG("delta object %s: its lease ended before it was committed; deleted", c->puts[i].name);
+    c->puts[i--] = c->puts[--c->n_puts];
+  }
 }
 
 static put_prep *put_slot(coord *c, int64_t lease, int frag) {

@@ -26,10 +26,13 @@
 # The workers are dataplane_client's simulated workers (real protocol, no training). With
 # STORES="local s3" each build is measured on the local store and on an S3 store (a RADOS
 # Gateway started here by tests/s3/rgw.sh on a RAM-backed OSD of RGW_MEMSTORE_BYTES, 12 GiB by
-# default): there the workers read the parameters from the store through presigned URLs.
+# default): there the workers read the parameters from the store and put their deltas there
+# through presigned URLs; "s3push" is the S3 store with --no-delta-puts (deltas pushed to the
+# coordinator, which forwards them to the store).
 #
 # usage: tests/bench/dataplane.sh [124m|1b] [R=4] [ROUNDS=3]   (124m: GPT-2 small; 1b: L=18, C=2048: 1.01B)
-# env: BUILD_DIR (default build-bench-dataplane): the build measured; STORES (default "local");
+# env: BUILD_DIR (default build-bench-dataplane): the build measured; STORES (default "local";
+#      any of local, s3, s3push);
 #      BASE_BUILD: a second build (e.g. of the previous commit) measured first, in the same run;
 #      KEEP=1 keeps the work directory.
 set -euo pipefail
@@ -75,7 +78,7 @@ rm -f "$W/ddtest"
 echo "loopback TCP: $TCP_R GB/s with $R streams, $TCP_1 GB/s with one; memory pass $PASS s; durable write $DISK GB/s"
 
 STORE_FLAGS=()
-if [[ " ${STORES:-local} " == *" s3 "* ]]; then
+if [[ " ${STORES:-local} " == *" s3"* ]]; then
   export RGW_MEMSTORE_BYTES=${RGW_MEMSTORE_BYTES:-12884901888}
   bash "$ROOT/tests/s3/rgw.sh" start "$W/rgw" >/dev/null
   trap 'bash "$ROOT/tests/s3/rgw.sh" stop "$W/rgw" || true; cleanup' EXIT # cleanup: tests/integration/lib.sh
@@ -94,7 +97,10 @@ traffic() {
 ROWS=()
 measure() {
   local name=$1-$3 b=$2 store=$3 st=$W/state-$1-$3 flags=()
-  [ "$store" = s3 ] && flags=(--blob-store "s3://dataplane/$name" --s3-endpoint "$S3_ENDPOINT")
+  case $store in
+    s3) flags=(--blob-store "s3://dataplane/$name" --s3-endpoint "$S3_ENDPOINT") ;;
+    s3push) flags=(--blob-store "s3://dataplane/$name" --s3-endpoint "$S3_ENDPOINT" --no-delta-puts) ;;
+  esac
   COORDINATOR_BIN=$b/coordinator/dipaco-coordinator CTL=$b/coordinator/dipacoctl
   rm -f "$W/coordinator.log"
   MADDR=127.0.0.1:$(free_port)

@@ -12,7 +12,9 @@
  * from the object store in 4 MiB ranges when the lease carries a presigned URL, as
  * worker/lease.c does),
  * then pushes a delta of tiny finite values (one 4 MiB pattern sent zero-copy as every chunk;
- * the stream's CRC is computed once per fragment length). It prints one line per lease
+ * the stream's CRC is computed once per fragment length), or, when the lease says delta_put,
+ * puts it in the object store as worker/lease.c does (PrepareDeltaPut, a PUT of the blob object
+ * streamed from the pattern, its MD5 computed once per length, and the commit). It prints one line per lease
  * ("lease ROUND REPLICA pull_start pull_end push_start push_end BYTES_PULLED BYTES_PUSHED",
  * seconds on one monotonic clock) and, per round, the aggregate pull and push rates (bytes of
  * every worker over the span from the first start to the last end) and the round overhead:
@@ -29,6 +31,9 @@
 #include "kernels/outer.h"
 #include "proto/dipaco.pb-c.h"
 #include "worker/storeget.h"
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -225,6 +230,183 @@ static int push_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t
   return rc ? rc : frc;
 }
 
+/* A delta of `bytes` pattern bytes as a blob object (docs/design.md §6.4: header, payload,
+ * trailer), with its MD5; the MD5 is computed once per length, like stream_crc. */
+typedef struct {
+  unsigned char header[24], trailer[8], md5[16];
+  uint64_t bytes;
+  uint32_t crc;
+} put_obj;
+
+static void le32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void make_obj(put_obj *o, uint64_t bytes) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static uint64_t len[MAX_FRAGS];
+  static unsigned char md5[MAX_FRAGS][16];
+  static int n;
+  memset(o, 0, sizeof *o);
+  o->bytes = bytes;
+  o->crc = stream_crc(bytes);
+  le32(o->header, 0x42435044u);
+  le32(o->header + 4, 1);
+  le32(o->header + 8, 3); /* a delta */
+  for (int i = 0; i < 8; i++) o->header[16 + i] = (unsigned char)((bytes / 4) >> (8 * i));
+  le32(o->trailer, o->crc);
+  le32(o->trailer + 4, dpc_crc32c(0, o->header, 24));
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < n; i++)
+    if (len[i] == bytes) {
+      memcpy(o->md5, md5[i], 16);
+      pthread_mutex_unlock(&mu);
+      return;
+    }
+  EVP_MD_CTX *m = EVP_MD_CTX_new();
+  unsigned int ml = 0;
+  EVP_DigestInit_ex(m, EVP_md5(), NULL);
+  EVP_DigestUpdate(m, o->header, 24);
+  for (uint64_t off = 0; off < bytes; off += PATTERN_BYTES)
+    EVP_DigestUpdate(m, G.pattern, bytes - off < PATTERN_BYTES ? bytes - off : PATTERN_BYTES);
+  EVP_DigestUpdate(m, o->trailer, 8);
+  EVP_DigestFinal_ex(m, o->md5, &ml);
+  EVP_MD_CTX_free(m);
+  if (n < MAX_FRAGS) {
+    len[n] = bytes;
+    memcpy(md5[n++], o->md5, 16);
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+typedef struct {
+  const put_obj *o;
+  uint64_t at;
+} put_src;
+
+static size_t put_read(char *dst, size_t sz, size_t nm, void *ud) {
+  put_src *s = ud;
+  uint64_t total = 24 + s->o->bytes + 8;
+  size_t cap = sz * nm, out = 0;
+  while (out < cap && s->at < total) {
+    const unsigned char *src;
+    uint64_t left;
+    if (s->at < 24) src = s->o->header + s->at, left = 24 - s->at;
+    else if (s->at < 24 + s->o->bytes) {
+      uint64_t p = (s->at - 24) % PATTERN_BYTES;
+      src = G.pattern + p;
+      left = PATTERN_BYTES - p;
+      if (left > 24 + s->o->bytes - s->at) left = 24 + s->o->bytes - s->at;
+    } else src = s->o->trailer + (s->at - 24 - s->o->bytes), left = total - s->at;
+    size_t k = left < cap - out ? (size_t)left : cap - out;
+    memcpy(dst + out, src, k);
+    out += k;
+    s->at += k;
+  }
+  return out;
+}
+
+static size_t put_sink(char *p, size_t sz, size_t nm, void *ud) {
+  (void)p;
+  (void)ud;
+  return sz * nm;
+}
+
+static int put_one(const char *url, const put_obj *o) {
+  CURL *e = curl_easy_init();
+  if (!e) return DPC_ENOMEM;
+  unsigned char b64[32];
+  char hdr[64];
+  EVP_EncodeBlock(b64, o->md5, 16);
+  snprintf(hdr, sizeof hdr, "Content-MD5: %s", (const char *)b64);
+  struct curl_slist *h = curl_slist_append(curl_slist_append(NULL, hdr), "Expect:");
+  put_src src = {.o = o};
+  curl_easy_setopt(e, CURLOPT_URL, url);
+  curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+  curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)(24 + o->bytes + 8));
+  curl_easy_setopt(e, CURLOPT_READFUNCTION, put_read);
+  curl_easy_setopt(e, CURLOPT_READDATA, &src);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, put_sink);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 600000L);
+  CURLcode cc = curl_easy_perform(e);
+  long st = 0;
+  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &st);
+  curl_easy_cleanup(e);
+  curl_slist_free_all(h);
+  if (cc != CURLE_OK || st / 100 != 2)
+    return dpc_err(DPC_EIO, "PUT of a delta object: %s, HTTP %ld", curl_easy_strerror(cc), st);
+  return 0;
+}
+
+/* Lease.delta_put: PrepareDeltaPut for every fragment, a PUT of each object, and the commit
+ * (one PushDelta stream of PAYLOAD_DELTA_OBJECT chunks). */
+static int put_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t *bytes) {
+  size_t n = L->n_fragments;
+  put_obj o[MAX_FRAGS];
+  Dipaco__V1__DeltaPut d[MAX_FRAGS], *dp[MAX_FRAGS];
+  *bytes = 0;
+  for (size_t f = 0; f < n; f++) {
+    make_obj(&o[f], L->fragments[f]->num_floats * 4);
+    dipaco__v1__delta_put__init(&d[f]);
+    d[f].fragment_id = L->fragments[f]->fragment_id;
+    d[f].num_floats = L->fragments[f]->num_floats;
+    d[f].crc32c = o[f].crc;
+    d[f].object_bytes = 24 + o[f].bytes + 8;
+    d[f].content_md5.data = o[f].md5;
+    d[f].content_md5.len = 16;
+    dp[f] = &d[f];
+  }
+  Dipaco__V1__PrepareDeltaPutRequest req = DIPACO__V1__PREPARE_DELTA_PUT_REQUEST__INIT;
+  req.lease_id = L->lease_id;
+  req.n_puts = n;
+  req.puts = dp;
+  ProtobufCMessage *pm = NULL;
+  int rc = rpc_unary(c, SVC "PrepareDeltaPut", &req.base, &dipaco__v1__prepare_delta_put_response__descriptor, &pm,
+                     30000);
+  if (rc) return rc;
+  Dipaco__V1__PrepareDeltaPutResponse *pr = (Dipaco__V1__PrepareDeltaPutResponse *)pm;
+  for (size_t f = 0; f < n && !rc; f++) {
+    rc = f < pr->n_puts && pr->puts[f]->fragment_id == d[f].fragment_id ? put_one(pr->puts[f]->url, &o[f])
+                                                                          : dpc_err(DPC_EFORMAT, "PrepareDeltaPut: URLs out of order");
+    *bytes += o[f].bytes;
+  }
+  protobuf_c_message_free_unpacked(pm, NULL);
+  if (rc) return rc;
+  struct rpc_stream *s = NULL;
+  if ((rc = rpc_stream_open(c, SVC "PushDelta", NULL, 600000, &s))) return rc;
+  static const unsigned char none[1];
+  for (size_t f = 0; f < n && !rc; f++) {
+    struct rpc_chunk h;
+    memset(&h, 0, sizeof h);
+    h.lease_id = L->lease_id;
+    h.fragment_id = L->fragments[f]->fragment_id;
+    h.version = L->fragments[f]->version;
+    h.codec = DIPACO__V1__CODEC__CODEC_FP32;
+    h.num_floats = L->fragments[f]->num_floats;
+    h.inner_steps = L->inner_steps;
+    h.tokens = 1;
+    h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT;
+    h.total = o[f].bytes;
+    h.crc32c = o[f].crc;
+    struct grpc_byte_buffer *m = rpc_chunk_encode(&h, none, NULL, NULL);
+    rc = m ? rpc_stream_write(s, m) : DPC_ENOMEM;
+  }
+  pm = NULL;
+  int frc = rpc_stream_finish(s, &dipaco__v1__push_delta_response__descriptor, &pm);
+  rpc_stream_free(s);
+  if (!frc && pm) {
+    Dipaco__V1__PushDeltaResponse *r = (Dipaco__V1__PushDeltaResponse *)pm;
+    for (size_t a = 0; a < r->n_acks && !rc; a++)
+      if (r->acks[a]->result != DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED)
+        rc = dpc_err(DPC_ESTATE, "commit: fragment %" PRIu64 " ack %d, expected ACCEPTED", r->acks[a]->fragment_id,
+                     r->acks[a]->result);
+    protobuf_c_message_free_unpacked(pm, NULL);
+  }
+  return rc ? rc : frc;
+}
+
 /* One Lease call: 1 after a lease was served, 0 to ask again, 2 when no work is left. */
 static int one_lease(struct rpc_client *c, unsigned char *scratch) {
   Dipaco__V1__LeaseRequest req = DIPACO__V1__LEASE_REQUEST__INIT;
@@ -256,7 +438,7 @@ static int one_lease(struct rpc_client *c, unsigned char *scratch) {
   }
   r.pull1 = now_s();
   r.push0 = r.pull1;
-  if (!rc) rc = push_delta(c, L, &r.pushed);
+  if (!rc) rc = L->delta_put ? put_delta(c, L, &r.pushed) : push_delta(c, L, &r.pushed);
   r.push1 = now_s();
   protobuf_c_message_free_unpacked(pm, NULL);
   if (rc) return rc;

@@ -186,21 +186,9 @@ if [ "${CHAOS_ALGO:-sync}" = replay ]; then
 fi
 CHECK_STATE=$W/state
 if [ "${CHAOS_STORE:-local}" = s3 ]; then
-  # The ledger check reads blobs from a state directory: mirror the bucket's objects into one
-  # beside the database.
+  # The ledger check reads blobs from a state directory: mirror the bucket's objects into one.
   CHECK_STATE=$W/state-mirror
-  mkdir -p "$CHECK_STATE/blobs"
-  ln -s "$W/state/dipaco.db" "$CHECK_STATE/dipaco.db"
-  for f in dipaco.db-wal dipaco.db-shm; do [ -e "$W/state/$f" ] && ln -s "$W/state/$f" "$CHECK_STATE/$f"; done
-  s3get() { bash "$HERE/../s3/s3curl.sh" "$@"; }
-  listing=$(s3get "$S3_ENDPOINT/dpc-chaos?list-type=2&prefix=run%2F") || fail "cannot list the bucket"
-  grep -q "<IsTruncated>false" <<<"$listing" || fail "more objects than one listing page"
-  for key in $(grep -o '<Key>[^<]*</Key>' <<<"$listing" | sed 's/<[^>]*>//g'); do
-    mkdir -p "$CHECK_STATE/blobs/$(dirname "${key#run/}")"
-    s3get -o "$CHECK_STATE/blobs/${key#run/}" "$S3_ENDPOINT/dpc-chaos/$key" || fail "cannot read $key"
-  done
-  [ "$(s3get "$S3_ENDPOINT/dpc-chaos?uploads=" | grep -c '<UploadId>')" = 0 ] || fail "unfinished uploads left"
-  echo "mirrored $(find "$CHECK_STATE/blobs" -type f | wc -l) objects of the bucket for the ledger check"
+  bash "$HERE/../s3/mirror.sh" dpc-chaos run "$W/state" "$CHECK_STATE" || fail "cannot mirror the bucket"
 fi
 "${DPC_PYTHON:-python3}" "$HERE/../integration/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$CHECK_STATE" "$job" "$ROUNDS" $R "$W"/worker-w*.log \
   || fail "ledger check"

@@ -8,7 +8,9 @@ if(DIPACO_DISTRIBUTED)
   add_executable(dataplane_client EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/tests/bench/dataplane_client.c
                                                    ${CMAKE_SOURCE_DIR}/worker/storeget.c)
   pkg_check_modules(DPC_BENCH_CURL REQUIRED IMPORTED_TARGET libcurl)
-  target_link_libraries(dataplane_client PRIVATE dpc_rpc dpc_kernels PkgConfig::DPC_BENCH_CURL)
+  pkg_check_modules(DPC_BENCH_CRYPTO REQUIRED IMPORTED_TARGET libcrypto)
+  target_link_libraries(dataplane_client PRIVATE dpc_rpc dpc_kernels PkgConfig::DPC_BENCH_CURL
+                        PkgConfig::DPC_BENCH_CRYPTO)
 endif()
 dpc_test(NAME load_small LABEL integration TIMEOUT 120 REQUIRES DISTRIBUTED
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/load/run_load.sh

@@ -29,3 +29,12 @@ dpc_test(NAME s3_put_delta LABEL integration TIMEOUT 180 REQUIRES DISTRIBUTED
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
                  ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/s3/put_delta.py $<TARGET_FILE:dipaco-coordinator>
                  ${CMAKE_SOURCE_DIR}/proto)
+# Coordinator SIGKILLs at crash points on the S3 store (tests/integration/coord_crash.sh): after a
+# put delta was checked and before its row (the orphan object swept, the worker's commit refused
+# after the restart and its bytes pushed instead), and in the middle of an outer step.
+dpc_test(NAME coord_crash_s3_push-commit LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED ENVIRONMENT CRASH_STORE=s3
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 bash ${CMAKE_SOURCE_DIR}/tests/integration/coord_crash.sh ${DPC_DAEMONS} push-commit:3)
+dpc_test(NAME coord_crash_s3_outer LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED ENVIRONMENT CRASH_STORE=s3
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 bash ${CMAKE_SOURCE_DIR}/tests/integration/coord_crash.sh ${DPC_DAEMONS} outer:2)

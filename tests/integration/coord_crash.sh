@@ -16,6 +16,10 @@
 # (ledger_check.py --async).
 # Parameters are ~67k floats and workers ask for 64 KiB chunks, so pulls and pushes take
 # several chunks and "mid-pull" / "mid-push" really are mid-stream.
+# CRASH_STORE=s3 (run under tests/s3/with_rgw.sh): both runs keep their blobs on the RADOS
+# Gateway, where workers read parameters and put their deltas themselves (so "pull" and "push",
+# points of streamed transfers, are not reached there); the ledger check reads a mirror of the
+# bucket (tests/s3/mirror.sh).
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3; STOP=$4; ALGO=${5:-sync}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -26,6 +30,13 @@ if [ "$ALGO" = async ]; then
   ROUNDS=8; R=1; ALG=diloco-async; OUTER='"rule": "delayed-nesterov", "lr": 0.7, "momentum": 0.9, "c": 0'; CHECK=(--async)
 fi
 COORD_FLAGS=(--lease-ttl-ms 4000 --heartbeat-ms 200)
+REF_FLAGS=("${COORD_FLAGS[@]}")
+if [ "${CRASH_STORE:-local}" = s3 ]; then
+  : "${S3_ENDPOINT:?CRASH_STORE=s3 runs under tests/s3/with_rgw.sh}"
+  bash "$HERE/../s3/s3curl.sh" -X PUT "$S3_ENDPOINT/dpc-crash" >/dev/null
+  REF_FLAGS+=(--blob-store s3://dpc-crash/ref --s3-endpoint "$S3_ENDPOINT")
+  COORD_FLAGS+=(--blob-store s3://dpc-crash/run --s3-endpoint "$S3_ENDPOINT")
+fi
 WORKER_FLAGS=(--max-chunk-bytes 65536 --exit-when-done)
 
 make_corpus "$W/corpus"
@@ -41,7 +52,7 @@ JSON
 fail() { die_with_logs "coord_crash ($STOP $ALGO)" 25 "$@"; }
 
 # 1. Fault-free reference.
-start_coordinator "$W/ref" "${COORD_FLAGS[@]}"
+start_coordinator "$W/ref" "${REF_FLAGS[@]}"
 start_worker r1 "$W/corpus" "${WORKER_FLAGS[@]}"; r1=$LAST_WORKER_PID
 start_worker r2 "$W/corpus" "${WORKER_FLAGS[@]}"; r2=$LAST_WORKER_PID
 job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
@@ -86,6 +97,14 @@ grep -Eq "UNAVAILABLE|retrying|reconnect" "$W"/worker-w*.log || fail "the worker
 cmp "$W/export-ref/model.safetensors" "$W/export-crash/model.safetensors" \
   || fail "the parameters after the crash differ from the fault-free run"
 echo "exported parameters byte-identical to the fault-free run"
-"${DPC_PYTHON:-python3}" "$HERE/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$W/state" "$job" $ROUNDS $R "$W"/worker-w*.log \
+CHECK_STATE=$W/state
+if [ "${CRASH_STORE:-local}" = s3 ]; then
+  CHECK_STATE=$W/state-mirror
+  bash "$HERE/../s3/mirror.sh" dpc-crash run "$W/state" "$CHECK_STATE" || fail "cannot mirror the bucket"
+  n_put=$(cat "$W"/worker-w*.log | grep -c "through the object store" || true)
+  echo "leases that put their deltas in the store: $n_put"
+  [ "$n_put" -gt 0 ] || fail "no worker put its delta in the store"
+fi
+"${DPC_PYTHON:-python3}" "$HERE/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$CHECK_STATE" "$job" $ROUNDS $R "$W"/worker-w*.log \
   || fail "ledger check"
 echo "coord_crash $STOP $ALGO: OK"
