@@ -104,6 +104,10 @@ if [ "${CRASH_STORE:-local}" = s3 ]; then
   n_put=$(cat "$W"/worker-w*.log | grep -c "through the object store" || true)
   echo "leases that put their deltas in the store: $n_put"
   [ "$n_put" -gt 0 ] || fail "no worker put its delta in the store"
+  if [ "${STOP%%:*}" = push-commit ]; then # the restarted coordinator never prepared the object
+    grep -q "pushing them to the coordinator" "$W"/worker-w*.log || fail "no worker fell back to pushing its delta"
+    echo "a worker whose object the restarted coordinator did not know pushed its delta instead"
+  fi
 fi
 "${DPC_PYTHON:-python3}" "$HERE/ledger_check.py" "${CHECK[@]}" "$W/ledger.json" "$CHECK_STATE" "$job" $ROUNDS $R "$W"/worker-w*.log \
   || fail "ledger check"

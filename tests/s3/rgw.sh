@@ -11,7 +11,9 @@
 # Every path (config, data, logs, sockets, pid files) lives under DIR, and every port is picked
 # free at start, so runs do not collide and leave nothing behind outside DIR. Settings follow
 # what a one-OSD cluster needs: pool size 1, no cephx, crc mode for the monitor client (radosgw
-# insists on secure mode otherwise and never serves), a small memstore.
+# insists on secure mode otherwise and never serves), a small memstore (RGW_MEMSTORE_BYTES), or
+# with RGW_BLUESTORE_BYTES > 0 a BlueStore OSD on a sparse file of that size under DIR (benches
+# whose objects do not fit in RAM).
 set -euo pipefail
 
 die() { echo "rgw.sh: $*" >&2; exit 1; }
@@ -81,12 +83,21 @@ mon max pg per osd = 1000
 mon data = $D/mon/\$cluster-\$id
 [osd]
 osd data = $D/osd/\$cluster-\$id
-osd objectstore = memstore
-memstore device bytes = ${RGW_MEMSTORE_BYTES:-2147483648}
+$(if [ "${RGW_BLUESTORE_BYTES:-0}" -gt 0 ]; then
+  printf 'osd objectstore = bluestore\nbluestore block create = true\nbluestore block size = %s\n' "$RGW_BLUESTORE_BYTES"
+  printf 'bluestore fsck on mkfs = false\nosd memory target = 2147483648\n'
+else
+  printf 'osd objectstore = memstore\nmemstore device bytes = %s\n' "${RGW_MEMSTORE_BYTES:-2147483648}"
+fi)
 [client.rgw.a]
 rgw data = $D/rgw
 rgw frontends = beast endpoint=127.0.0.1:$rgw
 rgw thread pool size = 64
+# Deleted objects give their RAM back within seconds, not after RGW's default 2 h: a job
+# deletes every round's deltas and old versions, and the OSD is RAM-backed.
+rgw gc obj min wait = 0
+rgw gc processor period = 5
+rgw gc processor max time = 5
 CONF
   monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$p2,v1:127.0.0.1:$p1]" "$D/monmap" >/dev/null
   ceph-mon -c "$CONF" --mkfs -i a --monmap "$D/monmap" >"$D/log/mkfs.out" 2>&1
