@@ -159,6 +159,7 @@ typedef struct round_read {
   struct round_read *next; /* coord.round_reads */
   store_lease l;
   int frag, replay, rc, fault; /* fault: the test hook's, for this round (testhook.h) */
+  int objects; /* data holds PAYLOAD_ROUND_OBJECTS (round_objects), not the round's bytes */
   Dipaco__V1__PullFragmentRequest r; /* the request's scalars */
   unsigned char *data;
   size_t len;
@@ -291,7 +292,7 @@ static void round_send(round_read *rr, int rc, const char *err) {
     round_read_free(rr);
     return;
   }
-  replay_spoil(rr->data, rr->len, rr->fault);
+  if (!rr->objects) replay_spoil(rr->data, rr->len, rr->fault);
   if (r->offset > (uint64_t)rr->len) {
     rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)r->offset,
                     rr->len);
@@ -312,8 +313,9 @@ static void round_send(round_read *rr, int rc, const char *err) {
   os->c = c;
   os->nparts = 1;
   os->part[0] = (out_part){.data = rr->data, .total = (uint64_t)rr->len, .crc = dpc_crc32c(0, rr->data, rr->len),
-                           .payload = replay ? DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND
-                                             : DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND,
+                           .payload = rr->objects ? DIPACO__V1__PAYLOAD__PAYLOAD_ROUND_OBJECTS
+                                      : replay      ? DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND
+                                                    : DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND,
                            .fragment_id = r->fragment_id, .version = r->version, .num_floats = j->fragments[frag].len};
   os->next = r->offset;
   os->lease_id = (uint64_t)rr->l.id;
@@ -322,8 +324,9 @@ static void round_send(round_read *rr, int rc, const char *err) {
   os->ref = mom_ref;
   os->unref = mom_unref;
   os->ud = b;
-  DPC_DEBUG("lease %lld pulls the %s round of fragment %d version %llu (%zu bytes)", (long long)rr->l.id,
-            replay ? "replay" : "sparse", frag + 1, (unsigned long long)r->version, rr->len);
+  DPC_DEBUG("lease %lld pulls the %s round of fragment %d version %llu (%zu bytes%s)", (long long)rr->l.id,
+            replay ? "replay" : "sparse", frag + 1, (unsigned long long)r->version, rr->len,
+            rr->objects ? ": the table and the streams' URLs" : "");
   rr->data = NULL;
   round_read_free(rr);
   svc_stream_start(call, os);
@@ -340,6 +343,49 @@ static void round_read_after(uv_work_t *req, int status) {
   if (!rr->call) round_read_free(rr); /* the call ended meanwhile */
   else round_send(rr, status ? DPC_EINTERNAL : rr->rc, status ? "canceled" : rr->err);
   loop_work_done(c);
+}
+
+/* round_objects on an S3 store: replace the round's bytes in rr (its table filled, its streams
+ * not read) by PAYLOAD_ROUND_OBJECTS (proto/dipaco.proto): the table and, per stream, where it
+ * goes, its size, CRC-32C, blob kind and a presigned GET URL of its blob, so that the worker reads
+ * the streams from the store and the coordinator sends a few hundred bytes. Loop thread (presigning
+ * needs no network). */
+static int round_objects(coord *c, round_read *rr) {
+  size_t head = rr->nparts > 0 ? rr->parts[0].at : rr->len, cap = 16 + head, at = 0;
+  char(*urls)[S3_URL_MAX] = rr->nparts > 0 ? malloc((size_t)rr->nparts * sizeof *urls) : NULL;
+  if (rr->nparts > 0 && !urls) return DPC_ENOMEM;
+  int rc = 0;
+  for (int i = 0; i < rr->nparts && !rc; i++) {
+    rc = blob_store_url(c->bs, rr->parts[i].name, urls[i], sizeof urls[i]);
+    cap += 28 + strlen(urls[i]);
+  }
+  unsigned char *b = rc ? NULL : malloc(cap);
+  if (!rc && !b) rc = DPC_ENOMEM;
+  if (!rc) {
+    put_le(b, (uint64_t)rr->len, 8);
+    put_le(b + 8, (uint64_t)head, 4);
+    memcpy(b + 12, rr->data, head);
+    at = 12 + head;
+    put_le(b + at, (uint64_t)rr->nparts, 4);
+    at += 4;
+    for (int i = 0; i < rr->nparts; i++) {
+      const round_part *pt = &rr->parts[i];
+      size_t ul = strlen(urls[i]);
+      put_le(b + at, (uint64_t)pt->at, 8);
+      put_le(b + at + 8, (uint64_t)pt->bytes, 8);
+      put_le(b + at + 16, pt->crc, 4);
+      put_le(b + at + 20, (uint64_t)pt->kind, 4);
+      put_le(b + at + 24, (uint64_t)ul, 4);
+      memcpy(b + at + 28, urls[i], ul);
+      at += 28 + ul;
+    }
+    free(rr->data);
+    rr->data = b;
+    rr->len = at;
+    rr->objects = 1;
+  }
+  free(urls);
+  return rc;
 }
 
 /* PAYLOAD_SPARSE_ROUND (a job with jobspec_sparse_pull) or PAYLOAD_REPLAY_ROUND (a job with
@@ -383,6 +429,13 @@ static void pull_round(struct rpc_call *call, coord *c, const store_lease *l, in
   rr->fault = replay ? testhook_replay_fault() : REPLAY_FAULT_NONE;
   int rc = rr->fault == REPLAY_FAULT_GONE ? dpc_err(DPC_ENOENT, "test hook: DIPACO_TEST_REPLAY_FAULT=gone")
                 : round_table(c, j, frag, (int64_t)r->version - 1, skip, replay, replay ? r->replay_budget : 0, rr);
+  if (rc == 0 && r->round_objects && blob_store_is_s3(c->bs) && rr->fault == REPLAY_FAULT_NONE) {
+    char err[512] = "";
+    rc = round_objects(c, rr);
+    if (rc < 0) snprintf(err, sizeof err, "%s", dpc_errmsg());
+    round_send(rr, rc, err);
+    return;
+  }
   if (rc == 0 && loop_queue_work(c, &rr->req, round_read_work, round_read_after) == 0) {
     rr->next = c->round_reads;
     c->round_reads = rr;

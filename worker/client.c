@@ -1,10 +1,12 @@
 /* client.c — the worker's Coordinator calls (see client.h): one function per RPC, reply
  * validation, and the error classification the lease loop acts on. */
 #include "worker/client.h"
+#include "worker/storeget.h"
 #include "common/codec.h"
 #include "common/auth.h"
 #include "common/checksum.h"
 #include "common/errors.h"
+#include "common/log.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -405,13 +407,14 @@ int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *con
   return 0;
 }
 
-/* wc_pull_sparse_round and wc_pull_replay_round: payload PAYLOAD_SPARSE_ROUND or
- * PAYLOAD_REPLAY_ROUND (with its byte budget). */
-static int pull_round_impl(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
-                           uint64_t skip_lease, int payload, uint64_t budget, size_t max_bytes, unsigned char **out,
-                           size_t *len, int *code) {
+/* One PullFragment of a round (pull_round_impl): with objects, PAYLOAD_ROUND_OBJECTS is taken
+ * as well as `payload` (*got says which came). */
+static int pull_round_once(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
+                           uint64_t skip_lease, int payload, uint64_t budget, size_t max_bytes, int objects,
+                           unsigned char **out, size_t *len, uint32_t *got, int *code) {
   *out = NULL;
   *len = 0;
+  *got = (uint32_t)payload;
   Dipaco__V1__PullFragmentRequest req = DIPACO__V1__PULL_FRAGMENT_REQUEST__INIT;
   req.lease_id = lease_id;
   req.fragment_id = f->fragment_id;
@@ -421,6 +424,7 @@ static int pull_round_impl(wclient *c, uint64_t lease_id, const Dipaco__V1__Frag
   req.payload = (Dipaco__V1__Payload)payload;
   req.skip_lease = skip_lease;
   req.replay_budget = budget;
+  req.round_objects = objects != 0;
   const char *kind = payload == DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND ? "replay" : "sparse";
   struct rpc_stream *s = NULL;
   int rc = rpc_stream_open(c->rpc, SVC "PullFragment", &req.base, transfer_timeout_ms(max_bytes), &s);
@@ -439,11 +443,14 @@ static int pull_round_impl(wclient *c, uint64_t lease_id, const Dipaco__V1__Frag
     rc = rpc_chunk_parse(msg, &h);
     if (rc == 0) {
       if (done) what = "extra chunk after the stream";
-      else if (h.payload != (uint32_t)payload) what = "payload";
+      else if (h.payload != (uint32_t)payload &&
+               !(objects && h.payload == DIPACO__V1__PAYLOAD__PAYLOAD_ROUND_OBJECTS && !buf))
+        what = "payload";
       else if (h.fragment_id != f->fragment_id || h.version != version || h.num_floats != f->num_floats) what = "fragment";
       else if (h.total < 4 || h.total > max_bytes || (buf && h.total != total)) what = "total";
       else if (h.offset != next || h.len > h.total - next) what = "offset";
       if (!what && !buf) {
+        *got = h.payload;
         total = h.total;
         if (!(buf = malloc((size_t)total))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory for a %s round", kind);
       }
@@ -477,6 +484,87 @@ static int pull_round_impl(wclient *c, uint64_t lease_id, const Dipaco__V1__Frag
   *out = buf;
   *len = (size_t)total;
   return 0;
+}
+
+static uint64_t get_le(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+#define BLOB_KIND_ENCODED 10 /* a stream kept as sent (coordinator/blobs.h); others: the padded payload */
+
+/* A round's bytes from PAYLOAD_ROUND_OBJECTS (proto/dipaco.proto) in b[n]: the table copied, every
+ * stream read from the store through its URL and checked against its CRC-32C. Any malformed entry,
+ * failed read or mismatch fails (the caller then asks for the bytes). */
+static int round_from_objects(const unsigned char *b, size_t n, size_t max_bytes, unsigned char **out, size_t *len) {
+  if (n < 16) return dpc_err(DPC_EFORMAT, "round objects: %zu bytes", n);
+  uint64_t rlen = get_le(b, 8), head = get_le(b + 8, 4);
+  if (rlen > max_bytes || head > rlen || 12 + head + 4 > n)
+    return dpc_err(DPC_EFORMAT, "round objects: a round of %" PRIu64 " bytes, table %" PRIu64, rlen, head);
+  unsigned char *r = malloc((size_t)rlen + 4);
+  if (!r) return dpc_err(DPC_ENOMEM, "worker: out of memory for a round of %" PRIu64 " bytes", rlen);
+  memcpy(r, b + 12, (size_t)head);
+  size_t at = 12 + (size_t)head;
+  uint64_t np = get_le(b + at, 4), filled = head;
+  at += 4;
+  int rc = 0;
+  for (uint64_t i = 0; i < np && !rc; i++) {
+    if (n - at < 28) {
+      rc = dpc_err(DPC_EFORMAT, "round objects: entry %" PRIu64 " cut short", i);
+      break;
+    }
+    uint64_t where = get_le(b + at, 8), bytes = get_le(b + at + 8, 8), ul = get_le(b + at + 24, 4);
+    uint32_t crc = (uint32_t)get_le(b + at + 16, 4), kind = (uint32_t)get_le(b + at + 20, 4);
+    /* streams follow each other from the table's end; a blob's payload is padded to whole floats */
+    uint64_t take = kind == BLOB_KIND_ENCODED ? bytes : (bytes + 3) & ~(uint64_t)3;
+    if (where != filled || bytes > rlen - where || take > rlen + 4 - where || ul == 0 || ul > 8192 ||
+        n - at - 28 < ul) {
+      rc = dpc_err(DPC_EFORMAT, "round objects: entry %" PRIu64 " out of place", i);
+      break;
+    }
+    char url[8193];
+    memcpy(url, b + at + 28, (size_t)ul);
+    url[ul] = 0;
+    at += 28 + (size_t)ul;
+    rc = storeget_range(url, 24, r + where, (size_t)take, 60000);
+    if (!rc && dpc_crc32c(0, r + where, (size_t)take) != crc)
+      rc = dpc_err(DPC_ECHECKSUM, "round objects: stream %" PRIu64 " from the store does not match its CRC-32C", i);
+    filled = where + bytes;
+  }
+  if (!rc && filled != rlen) rc = dpc_err(DPC_EFORMAT, "round objects: the streams fill %" PRIu64 " of %" PRIu64
+                                          " bytes", filled, rlen);
+  if (rc) {
+    free(r);
+    return rc;
+  }
+  *out = r;
+  *len = (size_t)rlen;
+  return 0;
+}
+
+/* wc_pull_sparse_round and wc_pull_replay_round: payload PAYLOAD_SPARSE_ROUND or
+ * PAYLOAD_REPLAY_ROUND (with its byte budget). The coordinator is asked for the streams' URLs
+ * (round_objects; ignored unless its blobs are on S3), and the streams are read from the store;
+ * if that fails, the round is asked for again, bytes and all. */
+static int pull_round_impl(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,
+                           uint64_t skip_lease, int payload, uint64_t budget, size_t max_bytes, unsigned char **out,
+                           size_t *len, int *code) {
+  uint32_t got = 0;
+  int rc = pull_round_once(c, lease_id, f, version, skip_lease, payload, budget, max_bytes, 1, out, len, &got, code);
+  if (rc || got != DIPACO__V1__PAYLOAD__PAYLOAD_ROUND_OBJECTS) return rc;
+  unsigned char *obj = *out;
+  size_t olen = *len;
+  rc = round_from_objects(obj, olen, max_bytes, out, len);
+  free(obj);
+  if (!rc) {
+    DPC_INFO("fragment %" PRIu64 ": the %s round of version %" PRIu64 " read from the object store (%zu bytes)",
+             f->fragment_id, payload == DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND ? "replay" : "sparse", version, *len);
+    return 0;
+  }
+  DPC_WARN("fragment %" PRIu64 " round %" PRIu64 ": reading its streams from the store failed: %s; pulling them "
+           "through the coordinator", f->fragment_id, version, dpc_errmsg());
+  return pull_round_once(c, lease_id, f, version, skip_lease, payload, budget, max_bytes, 0, out, len, &got, code);
 }
 
 int wc_pull_sparse_round(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, uint64_t version,

@@ -112,6 +112,11 @@ bin_() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_in']
 echo "leases that put their deltas in the store: $put; the diloco job's bytes into the coordinator: local" \
   "$(bin_ local), S3 $(bin_ s3)"
 [ $(( $(bin_ local) - $(bin_ s3) )) -ge $(( 6 * 10944 * 4 )) ] || fail "the S3 run still pushed deltas through the coordinator"
+# Sparse pulls (the SparseLoCo job) and replay pulls (the streaming job) read the rounds' streams
+# from the store too: the coordinator sends their table and URLs only.
+rounds=$(cat "$W"/worker-s3-*.log | grep -c "round of version [0-9]* read from the object store" || true)
+[ "$rounds" -gt 0 ] || fail "no worker read a sparse or replay round's streams from the object store"
+echo "rounds whose streams workers read from the store: $rounds"
 blobs=$(find "$W/state-s3" -type f \( -name '*.params' -o -name '*.momentum' -o -name '*.delta' -o -name '*.sparse' \
   -o -name '*.inner*' -o -name '*.dnbuf' \) | wc -l)
 [ "$blobs" = 0 ] || fail "the S3 run left $blobs blob file(s) in its state directory"
