@@ -233,6 +233,29 @@ int wc_pull_payload(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInf
   return 0;
 }
 
+/* The end of a PushDelta stream s (wc_push, wc_push_sparse, wc_push_objects) whose writes ended
+ * with rc: finish it also after a failed write (the status says why the server hung up), and
+ * fill results[i] with fragment i's PushResult from the acks. */
+static int push_finish(struct rpc_stream *s, Dipaco__V1__FragmentInfo *const *frags, size_t n, int rc, int *results,
+                       int *code) {
+  ProtobufCMessage *pm = NULL;
+  int frc = rpc_stream_finish(s, &dipaco__v1__push_delta_response__descriptor, &pm);
+  *code = rpc_last_code();
+  rpc_stream_free(s);
+  if (frc) return frc;
+  if (rc) {
+    if (pm) protobuf_c_message_free_unpacked(pm, NULL);
+    *code = RPC_UNAVAILABLE;
+    return rc;
+  }
+  Dipaco__V1__PushDeltaResponse *r = (Dipaco__V1__PushDeltaResponse *)pm;
+  for (size_t a = 0; a < r->n_acks; a++)
+    for (size_t i = 0; i < n; i++)
+      if (r->acks[a]->fragment_id == frags[i]->fragment_id) results[i] = r->acks[a]->result;
+  protobuf_c_message_free_unpacked(pm, NULL);
+  return 0;
+}
+
 /* wc_push and wc_push_sparse: fp32 deltas encoded with codec on the way out, or (sp != NULL)
  * streams already encoded with CODEC_SPARSE of sp_bytes[i] bytes. */
 static int push_impl(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
@@ -280,23 +303,7 @@ static int push_impl(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *co
     if (!rc && sent) *sent += bytes;
   }
   free(enc);
-  /* Finish also after a failed write: the status says why the server hung up. */
-  ProtobufCMessage *pm = NULL;
-  int frc = rpc_stream_finish(s, &dipaco__v1__push_delta_response__descriptor, &pm);
-  *code = rpc_last_code();
-  rpc_stream_free(s);
-  if (frc) return frc;
-  if (rc) {
-    if (pm) protobuf_c_message_free_unpacked(pm, NULL);
-    *code = RPC_UNAVAILABLE;
-    return rc;
-  }
-  Dipaco__V1__PushDeltaResponse *r = (Dipaco__V1__PushDeltaResponse *)pm;
-  for (size_t a = 0; a < r->n_acks; a++)
-    for (size_t i = 0; i < n; i++)
-      if (r->acks[a]->fragment_id == frags[i]->fragment_id) results[i] = r->acks[a]->result;
-  protobuf_c_message_free_unpacked(pm, NULL);
-  return 0;
+  return push_finish(s, frags, n, rc, results, code);
 }
 
 int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
@@ -389,22 +396,7 @@ int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *con
     struct grpc_byte_buffer *bb = rpc_chunk_encode(&h, none, NULL, NULL);
     rc = bb ? rpc_stream_write(s, bb) : dpc_err(DPC_ENOMEM, "worker: out of memory encoding a chunk");
   }
-  ProtobufCMessage *pm = NULL;
-  int frc = rpc_stream_finish(s, &dipaco__v1__push_delta_response__descriptor, &pm);
-  *code = rpc_last_code();
-  rpc_stream_free(s);
-  if (frc) return frc;
-  if (rc) {
-    if (pm) protobuf_c_message_free_unpacked(pm, NULL);
-    *code = RPC_UNAVAILABLE;
-    return rc;
-  }
-  Dipaco__V1__PushDeltaResponse *r = (Dipaco__V1__PushDeltaResponse *)pm;
-  for (size_t a = 0; a < r->n_acks; a++)
-    for (size_t i = 0; i < n; i++)
-      if (r->acks[a]->fragment_id == frags[i]->fragment_id) results[i] = r->acks[a]->result;
-  protobuf_c_message_free_unpacked(pm, NULL);
-  return 0;
+  return push_finish(s, frags, n, rc, results, code);
 }
 
 /* One PullFragment of a round (pull_round_impl): with objects, PAYLOAD_ROUND_OBJECTS is taken

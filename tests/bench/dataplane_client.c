@@ -186,6 +186,22 @@ static int pull_fragment(struct rpc_client *c, const Dipaco__V1__Lease *L, size_
   return 0;
 }
 
+/* The end of a PushDelta stream whose writes ended with rc: every fragment must be ACCEPTED. */
+static int finish_push(struct rpc_stream *s, int rc) {
+  ProtobufCMessage *pm = NULL;
+  int frc = rpc_stream_finish(s, &dipaco__v1__push_delta_response__descriptor, &pm);
+  rpc_stream_free(s);
+  if (!frc && pm) {
+    Dipaco__V1__PushDeltaResponse *r = (Dipaco__V1__PushDeltaResponse *)pm;
+    for (size_t a = 0; a < r->n_acks && !rc; a++)
+      if (r->acks[a]->result != DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED)
+        rc = dpc_err(DPC_ESTATE, "push: fragment %" PRIu64 " ack %d, expected ACCEPTED", r->acks[a]->fragment_id,
+                     r->acks[a]->result);
+    protobuf_c_message_free_unpacked(pm, NULL);
+  }
+  return rc ? rc : frc;
+}
+
 /* Push every fragment's delta (the pattern, zero-copy) on one PushDelta stream. */
 static int push_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t *bytes) {
   struct rpc_stream *s = NULL;
@@ -216,18 +232,7 @@ static int push_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t
     }
     *bytes += total;
   }
-  ProtobufCMessage *pm = NULL;
-  int frc = rpc_stream_finish(s, &dipaco__v1__push_delta_response__descriptor, &pm);
-  rpc_stream_free(s);
-  if (!frc && pm) {
-    Dipaco__V1__PushDeltaResponse *r = (Dipaco__V1__PushDeltaResponse *)pm;
-    for (size_t a = 0; a < r->n_acks && !rc; a++)
-      if (r->acks[a]->result != DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED)
-        rc = dpc_err(DPC_ESTATE, "push: fragment %" PRIu64 " ack %d, expected ACCEPTED", r->acks[a]->fragment_id,
-                     r->acks[a]->result);
-    protobuf_c_message_free_unpacked(pm, NULL);
-  }
-  return rc ? rc : frc;
+  return finish_push(s, rc);
 }
 
 /* A delta of `bytes` pattern bytes as a blob object (docs/design.md §6.4: header, payload,
@@ -393,18 +398,7 @@ static int put_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t 
     struct grpc_byte_buffer *m = rpc_chunk_encode(&h, none, NULL, NULL);
     rc = m ? rpc_stream_write(s, m) : DPC_ENOMEM;
   }
-  pm = NULL;
-  int frc = rpc_stream_finish(s, &dipaco__v1__push_delta_response__descriptor, &pm);
-  rpc_stream_free(s);
-  if (!frc && pm) {
-    Dipaco__V1__PushDeltaResponse *r = (Dipaco__V1__PushDeltaResponse *)pm;
-    for (size_t a = 0; a < r->n_acks && !rc; a++)
-      if (r->acks[a]->result != DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED)
-        rc = dpc_err(DPC_ESTATE, "commit: fragment %" PRIu64 " ack %d, expected ACCEPTED", r->acks[a]->fragment_id,
-                     r->acks[a]->result);
-    protobuf_c_message_free_unpacked(pm, NULL);
-  }
-  return rc ? rc : frc;
+  return finish_push(s, rc);
 }
 
 /* One Lease call: 1 after a lease was served, 0 to ask again, 2 when no work is left. */
