@@ -154,8 +154,8 @@ int blob_store_url(blob_store *bs, const char *name, char *url, size_t cap);
 /* A presigned PUT URL of blob `name` that makes the store check the bytes against md5 (an S3
  * store only): a worker writes its delta object itself (docs/design.md §5.8). */
 int blob_store_put_url(blob_store *bs, const char *name, const unsigned char md5[16], char *url, size_t cap);
-/* The object a worker put: HEAD says it holds `size` bytes with ETag = md5 (DPC_ENOENT when
- * absent, DPC_EFORMAT for another size, DPC_ECHECKSUM for another MD5). */
+/* The object a worker put: HEAD says it holds `size` bytes with ETag = md5 (md5 NULL: the size
+ * only; DPC_ENOENT when absent, DPC_EFORMAT for another size, DPC_ECHECKSUM for another MD5). */
 int blob_store_check_put(blob_store *bs, const char *name, uint64_t size, const unsigned char md5[16]);
 
 /* 1 if blob `name` exists (a file, or an object), else 0. */

@@ -119,6 +119,7 @@ typedef struct put_prep {
   int64_t lease;
   int frag;
   char name[BLOB_NAME_MAX];
+  int64_t attempt;         /* the name's attempt stamp */
   uint32_t crc;            /* CRC-32C of the fp32 payload */
   uint64_t bytes;          /* the object's size (the blob file) */
   unsigned char md5[16];   /* MD5 of the object */

@@ -381,9 +381,30 @@ static void push_decode_after(uv_work_t *req, int status) {
 
 int push_object_take(push *p) {
   const put_prep *e = put_prepared(p->c, p->lease.id, p->frag);
+  if (e && p->obj_attempt != 0 && p->obj_attempt != e->attempt) {
+    push_fail(p, RPC_FAILED_PRECONDITION, "lease %lld fragment %d: the commit names object attempt %lld, the one "
+              "prepared last is %lld: put and commit that one, or push the delta's bytes", (long long)p->lease.id,
+              p->frag + 1, (long long)p->obj_attempt, (long long)e->attempt);
+    return -1;
+  }
+  if (!e && p->obj_attempt > 0 && p->obj_attempt < p->c->started_ms * 1000) {
+    /* Prepared by an earlier run of this coordinator (push_seq starts at start-ms·1000): the
+     * object is where that run named it; its bytes are checked in full all the same. */
+    blob_id id = {.job = p->lease.job, .fragment = p->frag, .version = p->lease.round, .aux = p->lease.id,
+                  .attempt = p->obj_attempt, .kind = BLOB_DELTA};
+    if (blob_name(&id, p->blob, sizeof p->blob) < 0) {
+      push_fail(p, RPC_INVALID_ARGUMENT, "step: object attempt %lld: %s", (long long)p->obj_attempt, dpc_errmsg());
+      return -1;
+    }
+    p->obj_bytes = BLOB_HEADER_BYTES + 4 * (uint64_t)p->total_floats + BLOB_TRAILER_BYTES;
+    p->obj_nomd5 = 1;
+    DPC_INFO("lease %lld fragment %d: committing object %s, prepared before this coordinator started",
+             (long long)p->lease.id, p->frag + 1, p->blob);
+    return 0;
+  }
   if (!e) {
-    push_fail(p, RPC_FAILED_PRECONDITION, "lease %lld fragment %d: no delta object was prepared for it (PrepareDeltaPut; "
-              "a restarted coordinator forgets them): push the delta's bytes", (long long)p->lease.id, p->frag + 1);
+    push_fail(p, RPC_FAILED_PRECONDITION, "lease %lld fragment %d: no delta object was prepared for it (PrepareDeltaPut): "
+              "push the delta's bytes", (long long)p->lease.id, p->frag + 1);
     return -1;
   }
   if (e->crc != p->obj_crc) {
@@ -409,7 +430,7 @@ static void push_object_work(uv_work_t *req) {
   blob_reader *r = NULL;
   p->ss = 0;
   p->bad_at = UINT64_MAX;
-  int rc = blob_store_check_put(bs, p->blob, p->obj_bytes, p->obj_md5);
+  int rc = blob_store_check_put(bs, p->blob, p->obj_bytes, p->obj_nomd5 ? NULL : p->obj_md5);
   if (!rc) rc = blob_reader_open(bs, p->blob, BLOB_DELTA, p->total_floats, &r);
   size_t left = p->total_floats * sizeof(float), at = 0;
   while (!rc && left > 0) {

@@ -71,8 +71,9 @@ typedef struct push {
   uint64_t bad_at, since_writeback;
   /* PAYLOAD_DELTA_OBJECT: the delta is the object PrepareDeltaPut named (svc_put.c), p->blob;
    * its claimed payload CRC, and the size and MD5 it was prepared with */
-  int object;
+  int object, obj_nomd5; /* obj_nomd5: prepared by an earlier run of the coordinator: no MD5 known */
   uint32_t obj_crc;
+  int64_t obj_attempt;
   uint64_t obj_bytes;
   unsigned char obj_md5[16];
 } push;

@@ -13,9 +13,11 @@
  *  - Every call names new objects (the delta name with a fresh attempt number, as a streamed
  *    push's spool), so a retried prepare never lets an old URL overwrite a committed object;
  *    the URL signs the MD5, so it can write only the bytes the worker announced.
- *  - The table lives in memory: a coordinator restart forgets it, and the commit of an object
- *    prepared before is refused (FAILED_PRECONDITION): the worker pushes the bytes instead, and
- *    the object nobody recorded is removed by the start-up sweep. The tick (put_sweep) deletes
+ *  - The table lives in memory: a coordinator restart forgets it. A commit then names its
+ *    object by the attempt number the prepare answered (Chunk.step); one stamped before this
+ *    process started is checked without its MD5 (size, then read back whole, as always) and
+ *    recorded, so the PUT is not lost; any other unknown commit is refused
+ *    (FAILED_PRECONDITION) and the worker pushes the bytes instead. The tick (put_sweep) deletes
  *    the objects of entries whose lease ended uncommitted (a worker killed, revoked or
  *    released) or that are older than two URL lifetimes, so a running job leaves no garbage
  *    behind but what a PUT landing after that leaves (the start-up sweep's). */
@@ -210,6 +212,7 @@ static void on_prepare(struct rpc_call *call, const struct grpc_byte_buffer *req
     }
     e->lease = l.id;
     e->frag = frag;
+    e->attempt = id.attempt;
     e->crc = d->crc32c;
     e->bytes = d->object_bytes;
     memcpy(e->md5, d->content_md5.data, 16);
@@ -219,6 +222,7 @@ static void on_prepare(struct rpc_call *call, const struct grpc_byte_buffer *req
     out[made].num_floats = d->num_floats;
     out[made].crc32c = d->crc32c;
     out[made].object_bytes = d->object_bytes;
+    out[made].attempt = (uint64_t)id.attempt;
     out[made].url = strdup(url);
     op[made] = &out[made];
     if (!out[made].url) {

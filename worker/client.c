@@ -320,7 +320,8 @@ int wc_push_sparse(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
 }
 
 int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                   const uint32_t *crc, const unsigned char (*md5)[16], const uint64_t *bytes, char **urls, int *code) {
+                   const uint32_t *crc, const unsigned char (*md5)[16], const uint64_t *bytes, char **urls,
+                   uint64_t *attempts, int *code) {
   Dipaco__V1__PrepareDeltaPutRequest req = DIPACO__V1__PREPARE_DELTA_PUT_REQUEST__INIT;
   Dipaco__V1__DeltaPut *d = calloc(n ? n : 1, sizeof *d);
   Dipaco__V1__DeltaPut **dp = calloc(n ? n : 1, sizeof *dp);
@@ -354,9 +355,10 @@ int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
   Dipaco__V1__PrepareDeltaPutResponse *r = (Dipaco__V1__PrepareDeltaPutResponse *)pm;
   for (size_t a = 0; a < r->n_puts && !rc; a++)
     for (size_t i = 0; i < n; i++)
-      if (r->puts[a]->fragment_id == frags[i]->fragment_id && r->puts[a]->url && r->puts[a]->url[0] && !urls[i] &&
-          !(urls[i] = strdup(r->puts[a]->url)))
-        rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
+      if (r->puts[a]->fragment_id == frags[i]->fragment_id && r->puts[a]->url && r->puts[a]->url[0] && !urls[i]) {
+        attempts[i] = r->puts[a]->attempt;
+        if (!(urls[i] = strdup(r->puts[a]->url))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
+      }
   for (size_t i = 0; i < n && !rc; i++)
     if (!urls[i])
       rc = dpc_err(DPC_EFORMAT, "PrepareDeltaPut: no URL for fragment %" PRIu64, frags[i]->fragment_id);
@@ -370,7 +372,8 @@ int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
 }
 
 int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                    const uint32_t *crc, uint64_t inner_steps, uint64_t tokens, int *results, int *code) {
+                    const uint32_t *crc, const uint64_t *attempts, uint64_t inner_steps, uint64_t tokens, int *results,
+                    int *code) {
   for (size_t i = 0; i < n; i++) results[i] = -1;
   struct rpc_stream *s = NULL;
   /* The coordinator reads every object back before it answers. */
@@ -393,6 +396,7 @@ int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *con
     h.inner_steps = inner_steps;
     h.tokens = tokens;
     h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT;
+    h.step = attempts[i];
     struct grpc_byte_buffer *bb = rpc_chunk_encode(&h, none, NULL, NULL);
     rc = bb ? rpc_stream_write(s, bb) : dpc_err(DPC_ENOMEM, "worker: out of memory encoding a chunk");
   }

@@ -96,13 +96,16 @@ int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frag
 
 /* PrepareDeltaPut (Lease.delta_put): presigned PUT URLs for the delta objects of frags[0..n)
  * (crc[i]: the payload's CRC-32C; md5[i] and bytes[i]: the object's MD5 and size, storeput.h).
- * urls[i] receives a malloc'd URL (the caller frees them; all NULL on failure). */
+ * urls[i] receives a malloc'd URL (the caller frees them; all NULL on failure), attempts[i] the
+ * object's attempt number. */
 int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                   const uint32_t *crc, const unsigned char (*md5)[16], const uint64_t *bytes, char **urls, int *code);
+                   const uint32_t *crc, const unsigned char (*md5)[16], const uint64_t *bytes, char **urls,
+                   uint64_t *attempts, int *code);
 /* One PushDelta stream that commits the objects put for frags[0..n) (PAYLOAD_DELTA_OBJECT chunks,
- * no data); results as wc_push. */
+ * no data, step = the object's attempt number); results as wc_push. */
 int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                    const uint32_t *crc, uint64_t inner_steps, uint64_t tokens, int *results, int *code);
+                    const uint32_t *crc, const uint64_t *attempts, uint64_t inner_steps, uint64_t tokens,
+                    int *results, int *code);
 
 /* wc_push for SparseLoCo: enc[i] holds fragment i's CODEC_SPARSE stream of bytes[i] bytes
  * (common/sparse.h), sent as it is. */

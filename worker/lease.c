@@ -43,6 +43,7 @@ typedef struct lease_work {
   size_t direct;         /* pull: fragments read from the object store */
   int put_off;           /* push: putting the deltas in the store failed: push them to the coordinator */
   uint32_t *put_crc;     /* push: the deltas are in the store (Lease.delta_put): their CRC-32Cs, to commit */
+  uint64_t *put_attempt; /* push: and their objects' attempt numbers */
   int direct_put;        /* push: the deltas went to the store, the coordinator took them from there */
 } lease_work;
 
@@ -170,7 +171,8 @@ static int put_objects(lease_work *x, int *code) {
   uint32_t *crc = calloc(n, sizeof *crc);
   uint64_t *bytes = calloc(n, sizeof *bytes);
   char **urls = calloc(n, sizeof *urls);
-  int rc = o && md5 && crc && bytes && urls ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
+  uint64_t *attempts = calloc(n, sizeof *attempts);
+  int rc = o && md5 && crc && bytes && urls && attempts ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
   *code = RPC_OK;
   for (size_t i = 0; i < n && !rc; i++) {
     storeput_make(&o[i], x->dp[i], L->fragments[i]->num_floats);
@@ -179,15 +181,18 @@ static int put_objects(lease_work *x, int *code) {
     bytes[i] = storeput_bytes(&o[i]);
   }
   if (!rc) rc = wc_prepare_put(x->r->wc, L->lease_id, L->fragments, n, crc, (const unsigned char(*)[16])md5, bytes,
-                               urls, code);
+                               urls, attempts, code);
   for (size_t i = 0; i < n && !rc; i++) {
     rc = storeput_put(urls[i], &o[i], 600000);
     if (rc) *code = RPC_OK; /* the store's failure, not the coordinator's */
   }
   if (!rc) {
     x->put_crc = crc;
+    x->put_attempt = attempts;
     crc = NULL;
+    attempts = NULL;
   }
+  free(attempts);
   for (size_t i = 0; urls && i < n; i++) free(urls[i]);
   free(urls);
   free(bytes);
@@ -212,7 +217,7 @@ static int push_deltas(lease_work *x, int *code) {
     int rc = x->put_crc ? 0 : put_objects(x, code);
     if (!rc)
       rc = wc_push_objects(x->r->wc, x->L->lease_id, x->L->fragments, x->L->n_fragments, x->put_crc,
-                           (uint64_t)x->st.steps_done, (uint64_t)x->st.tokens, x->res, code);
+                           x->put_attempt, (uint64_t)x->st.steps_done, (uint64_t)x->st.tokens, x->res, code);
     if (!rc) {
       x->direct_put = 1;
       return 0;
@@ -418,7 +423,9 @@ static int lease_push(lease_work *x) {
   free(x->dp);
   free(x->res);
   free(x->put_crc);
+  free(x->put_attempt);
   x->put_crc = NULL;
+  x->put_attempt = NULL;
   sl_push_free(&x->sp);
   x->dp = NULL;
   x->res = NULL;

@@ -372,7 +372,9 @@ static int put_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t 
                      30000);
   if (rc) return rc;
   Dipaco__V1__PrepareDeltaPutResponse *pr = (Dipaco__V1__PrepareDeltaPutResponse *)pm;
+  uint64_t attempt[MAX_FRAGS];
   for (size_t f = 0; f < n && !rc; f++) {
+    attempt[f] = f < pr->n_puts ? pr->puts[f]->attempt : 0;
     rc = f < pr->n_puts && pr->puts[f]->fragment_id == d[f].fragment_id ? put_one(pr->puts[f]->url, &o[f])
                                                                           : dpc_err(DPC_EFORMAT, "PrepareDeltaPut: URLs out of order");
     *bytes += o[f].bytes;
@@ -393,6 +395,7 @@ static int put_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t 
     h.inner_steps = L->inner_steps;
     h.tokens = 1;
     h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT;
+    h.step = attempt[f];
     h.total = o[f].bytes;
     h.crc32c = o[f].crc;
     struct grpc_byte_buffer *m = rpc_chunk_encode(&h, none, NULL, NULL);

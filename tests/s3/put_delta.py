@@ -14,6 +14,9 @@ dipaco-coordinator on the RADOS Gateway of tests/s3/with_rgw.sh. Run under with_
     FAILED_PRECONDITION (missing); an object holding a NaN is INVALID_ARGUMENT naming the float;
   * good commits are PUSH_ACCEPTED, a repeat PUSH_DUPLICATE; the round closes and version 1
     equals θ0 − 0.7 · mean(the two deltas) (numpy), so the bytes applied are the objects';
+  * a commit naming another attempt than the one prepared is FAILED_PRECONDITION; after a
+    coordinator restart (which forgets the prepared names) an object PUT then is committed by
+    its attempt number and accepted;
   * GetJob's bytes_in counts none of the objects' bytes (they went to the store).
 
 usage: put_delta.py COORDINATOR_BIN PROTO_DIR"""
@@ -28,7 +31,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from daemon_kit import check, crc32c, grpc_stubs, run_grpc_test, status_of  # noqa: E402
+from daemon_kit import Daemon, check, crc32c, grpc_stubs, run_grpc_test, status_of  # noqa: E402
 
 LR = 0.7
 
@@ -65,10 +68,12 @@ def main():
     args = ("--lease-ttl-ms", "30000", "--heartbeat-ms", "200", "--dead-after-heartbeats", "150", "--blob-store",
             "s3://dpc-put/t", "--s3-endpoint", endpoint)
     return run_grpc_test(coord_bin, proto_dir, "dpc_put_delta_",
-                         lambda grpc, np, pb, d, state, log: run(grpc, np, pb, d, state), args=args)
+                         lambda grpc, np, pb, d, state, log: run(grpc, np, pb, d, state,
+                                                                 lambda: Daemon(coord_bin, state, log, args)),
+                         args=args)
 
 
-def run(grpc, np, pb, d, state):
+def run(grpc, np, pb, d, state, restart):
     X = grpc_stubs(grpc, pb, d[0].addr, state)
     mds = []
     for i in range(2):
@@ -99,10 +104,10 @@ def run(grpc, np, pb, d, state):
         return status_of(grpc, X["PrepareDeltaPut"], pb.PrepareDeltaPutRequest(lease_id=L.lease_id, puts=[dp]),
                          metadata=md, timeout=10)
 
-    def commit(md, L, crc):
+    def commit(md, L, crc, attempt=0):
         ch = pb.Chunk(lease_id=L.lease_id, fragment_id=1, version=L.fragments[0].version, total=4 * n,
                       codec=pb.CODEC_FP32, crc32c=crc, num_floats=n, inner_steps=2, tokens=16,
-                      payload=pb.PAYLOAD_DELTA_OBJECT)
+                      payload=pb.PAYLOAD_DELTA_OBJECT, step=attempt)
         return status_of(grpc, X["PushDelta"], iter([ch]), metadata=md, timeout=60)
 
     def expect(res, code, word, what):
@@ -174,6 +179,25 @@ def run(grpc, np, pb, d, state):
     want = theta0 - np.float32(LR) * avg
     err = float(np.max(np.abs(theta1 - want)))
     check(err <= 1e-6, f"version 1 = θ0 − {LR}·mean(deltas of the objects) (max error {err:.2e})")
+    # Round 2: a coordinator restarted between the prepare and the commit forgets the prepared
+    # name; the commit names the object by its attempt number, and the object PUT after the
+    # restart is checked and recorded all the same.
+    L2 = r.lease
+    obj2, crc2, md52 = blob_object(np, deltas[0] * 2)
+    c, pr = prepare(mds[0], L2, md5=md52, crc=crc2)
+    check(c == S.OK and pr.puts[0].attempt > 0, f"the prepare answers the object's attempt number ({c})")
+    att = pr.puts[0].attempt if c == S.OK else 0
+    expect(commit(mds[0], L2, crc2, att + 1), S.FAILED_PRECONDITION, "names object attempt",
+           "a commit naming another attempt than the one prepared")
+    d[0].stop()
+    d[0] = restart()
+    X.clear()
+    X.update(grpc_stubs(grpc, pb, d[0].addr, state))
+    st, _ = http_put(pr.puts[0].url, obj2, md52) if c == S.OK else (c, "")
+    check(st == 200, f"the object is PUT after the coordinator restarted ({st})")
+    c, rr = commit(mds[0], L2, crc2, att)
+    check(c == S.OK and rr.acks[0].result == pb.PUSH_ACCEPTED,
+          f"its commit, naming the attempt, is accepted by the restarted coordinator ({c}: {rr})")
     g = X["GetJob"](pb.JobRequest(job_id=job), timeout=10)
     check(g.summary.bytes_in == 0, f"the objects' bytes did not come through the coordinator (bytes_in "
                                    f"{g.summary.bytes_in})")
