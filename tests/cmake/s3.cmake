@@ -38,3 +38,9 @@ dpc_test(NAME coord_crash_s3_push-commit LABEL fault TIMEOUT 300 REQUIRES DISTRI
 dpc_test(NAME coord_crash_s3_outer LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED ENVIRONMENT CRASH_STORE=s3
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
                  bash ${CMAKE_SOURCE_DIR}/tests/integration/coord_crash.sh ${DPC_DAEMONS} outer:2)
+# The faults of a real store (503, 429, dropped connections, a PUT stored but answered 500),
+# injected by a proxy in front of the gateway (tests/s3/faultproxy.py): retries and fallbacks
+# keep the job byte-identical to its local run, the ledger clean.
+dpc_test(NAME faults_s3 LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 bash ${CMAKE_SOURCE_DIR}/tests/s3/faults_s3.sh ${DPC_DAEMONS})
