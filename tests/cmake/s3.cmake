@@ -44,3 +44,9 @@ dpc_test(NAME coord_crash_s3_outer LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED 
 dpc_test(NAME faults_s3 LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
                  bash ${CMAKE_SOURCE_DIR}/tests/s3/faults_s3.sh ${DPC_DAEMONS})
+# A delta, a version and its momentum corrupted or removed on the gateway behind the
+# coordinator's back (tests/integration/outer_corrupt.sh with CORRUPT_STORE=s3): the outer step
+# pauses the job naming the checksum; start-up makes a version again, or pauses with the reason.
+dpc_test(NAME outer_corrupt_s3 LABEL fault TIMEOUT 240 REQUIRES DISTRIBUTED ENVIRONMENT CORRUPT_STORE=s3
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 bash ${CMAKE_SOURCE_DIR}/tests/integration/outer_corrupt.sh ${DPC_DAEMONS})

@@ -11,11 +11,41 @@
 # it and the deltas its round applied, bit-identically, and the job goes on. With the version before it corrupt too,
 # the restarted coordinator pauses the job at start-up with a message naming the fragment, the
 # version and the checksum.
+# CORRUPT_STORE=s3 (run under tests/s3/with_rgw.sh): the same with the blobs on the RADOS Gateway,
+# corrupted and removed there behind the coordinator's back (GET, flip a byte, PUT back; DELETE).
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 source "$HERE/lib.sh"
+FLAGS=(--lease-ttl-ms 20000)
+S3=""
+if [ "${CORRUPT_STORE:-local}" = s3 ]; then
+  : "${S3_ENDPOINT:?CORRUPT_STORE=s3 runs under tests/s3/with_rgw.sh}"
+  S3="$S3_ENDPOINT/dpc-corrupt/run"
+  bash "$HERE/../s3/s3curl.sh" -X PUT "$S3_ENDPOINT/dpc-corrupt" >/dev/null
+  FLAGS+=(--blob-store s3://dpc-corrupt/run --s3-endpoint "$S3_ENDPOINT")
+fi
+s3c() { bash "$HERE/../s3/s3curl.sh" "$@"; }
+# Blobs by name, wherever they live: flip one byte in the middle of the payload (the header and
+# trailer stay well-formed), remove, checksum, test.
+flip() {
+  local f=$W/blob.tmp
+  if [ -n "$S3" ]; then s3c -o "$f" "$S3/$1"; else f=$W/state/blobs/$1; fi
+  $PY -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[len(b) // 2] ^= 0xff; open(sys.argv[1], 'wb').write(b)" "$f"
+  if [ -n "$S3" ]; then s3c -X PUT -T "$f" "$S3/$1" >/dev/null; fi
+}
+blob_rm() { if [ -n "$S3" ]; then s3c -X DELETE "$S3/$1" >/dev/null; else rm "$W/state/blobs/$1"; fi; }
+blob_sum() { if [ -n "$S3" ]; then s3c "$S3/$1" | sha256sum; else sha256sum < "$W/state/blobs/$1"; fi; }
+blob_there() { if [ -n "$S3" ]; then s3c -I "$S3/$1" >/dev/null 2>&1; else [ -f "$W/state/blobs/$1" ]; fi; }
+first_delta() {
+  if [ -n "$S3" ]; then
+    s3c "$S3_ENDPOINT/dpc-corrupt?list-type=2&prefix=run%2F" | grep -o '<Key>[^<]*\.delta</Key>' | head -1 |
+      sed -e 's/<[^>]*>//g' -e 's|^run/||'
+  else
+    (cd "$W/state/blobs" && find . -name '*.delta' | head -1 | sed 's|^\./||')
+  fi
+}
 
 make_corpus "$W/corpus"
 cat > "$W/spec.json" <<JSON
@@ -23,17 +53,15 @@ cat > "$W/spec.json" <<JSON
  "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco", "replicas": 2, "inner_steps": 2, "rounds": 3,
  "batch": 2, "seq_len": 16}
 JSON
-DIPACO_TEST_STOP_AT=push-ack:2 start_coordinator "$W/state" --lease-ttl-ms 20000
+DIPACO_TEST_STOP_AT=push-ack:2 start_coordinator "$W/state" "${FLAGS[@]}"
 start_worker w1 "$W/corpus"; W1=$LAST_WORKER_PID
 start_worker w2 "$W/corpus"; W2=$LAST_WORKER_PID
 job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
 wait_for_line "$W/coordinator.log" "test hook: stopped at push-ack" 60 || { echo "FAIL: never reached push-ack"; exit 1; }
-blob=$(find "$W/state/blobs" -name '*.delta' | head -1)
-[ -n "$blob" ] || { echo "FAIL: no delta blob on disk"; exit 1; }
-# Flip one byte in the middle of the payload (the header and trailer stay well-formed).
-size=$(stat -c %s "$blob")
-printf '\xff' | dd of="$blob" bs=1 seek=$((size / 2)) conv=notrunc status=none
-echo "corrupted $(basename "$blob") ($size bytes)"
+blob=$(first_delta)
+[ -n "$blob" ] || { echo "FAIL: no delta blob in the store"; exit 1; }
+flip "$blob"
+echo "corrupted $blob"
 kill -CONT "$COORD_PID"
 for _ in $(seq 1 100); do
   "$CTL" --coordinator "$COORD" job show "$job" --json > "$W/show.json" 2>/dev/null || true
@@ -64,25 +92,21 @@ done
 blob_of() {
   $PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT v.' + sys.argv[4] + '_blob FROM fragments f JOIN fragment_versions v ON v.job = f.job AND v.fragment = f.fragment AND v.version = f.version - ? WHERE f.job = ? AND f.fragment = 0', (int(sys.argv[3]), int(sys.argv[2]))).fetchone()[0])" "$W/state/dipaco.db" "$1" "$2" "$3"
 }
-flip() { # flip one byte in the middle of blob $1's payload
-  local size; size=$(stat -c %s "$1")
-  printf '\x7f' | dd of="$1" bs=1 seek=$((size / 2)) conv=notrunc status=none
-}
 kill -9 "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
 # A corrupt parameter blob and a missing momentum blob: start-up makes the version again from
 # the one before it and its deltas, with the checksums its row recorded, and the job goes on.
 cur=$(blob_of "$job2" 0 param); mom=$(blob_of "$job2" 0 momentum)
-[ -f "$W/state/blobs/$cur" ] && [ -f "$W/state/blobs/$mom" ] || { echo "FAIL: no current blobs for job $job2"; exit 1; }
-sum_before=$(sha256sum < "$W/state/blobs/$cur")
-flip "$W/state/blobs/$cur"; rm "$W/state/blobs/$mom"
+blob_there "$cur" && blob_there "$mom" || { echo "FAIL: no current blobs for job $job2"; exit 1; }
+sum_before=$(blob_sum "$cur")
+flip "$cur"; blob_rm "$mom"
 echo "corrupted job $job2's $cur and removed $mom with the coordinator down"
 # The workers are held while the version made again is compared: a round closed in between
 # would supersede it and its blobs could be collected before the comparison.
 kill -STOP "$W1" "$W2"
-restart_coordinator "$W/state" --lease-ttl-ms 20000
+restart_coordinator "$W/state" "${FLAGS[@]}"
 grep -q "recovery: job $job2 fragment 1 version [0-9]* made again from version" "$W/coordinator.log" ||
   { echo "FAIL: start-up did not make the version again"; tail -20 "$W/coordinator.log"; exit 1; }
-[ "$(sha256sum < "$W/state/blobs/$cur")" = "$sum_before" ] && [ -f "$W/state/blobs/$mom" ] ||
+[ "$(blob_sum "$cur")" = "$sum_before" ] && blob_there "$mom" ||
   { echo "FAIL: the version made again differs from the one written before"; exit 1; }
 kill -CONT "$W1" "$W2"
 r0=$("$CTL" --coordinator "$COORD" job show "$job2" --json | sed -n 's/.*"round":\([0-9]*\).*/\1/p')
@@ -100,9 +124,9 @@ echo "start-up made the corrupt version again bit-identically (round $r0) and th
 # with a message naming the fragment, the version and the checksum.
 kill -9 "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
 cur=$(blob_of "$job2" 0 param); prev=$(blob_of "$job2" 1 param)
-flip "$W/state/blobs/$cur"; flip "$W/state/blobs/$prev"
+flip "$cur"; flip "$prev"
 echo "corrupted job $job2's $cur and $prev with the coordinator down"
-restart_coordinator "$W/state" --lease-ttl-ms 20000
+restart_coordinator "$W/state" "${FLAGS[@]}"
 "$CTL" --coordinator "$COORD" job show "$job2" --json > "$W/show2.json"
 "$CTL" --coordinator "$COORD" job show "$job2" | sed -n 3,4p
 grep -q '"state":"PAUSED"' "$W/show2.json" && grep -q "paused at start-up: fragment 1 version" "$W/show2.json" &&
