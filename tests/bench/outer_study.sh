@@ -4,8 +4,9 @@
 # trainer and outer step in one process, bit-identical to them by ctest oracle_diloco_local)
 # and reports each rule's validation loss against the cell's best rule.
 #
-# usage: tests/bench/outer_study.sh [quick|full|muloco]
+# usage: tests/bench/outer_study.sh [quick|r8|full|muloco]
 #   quick: 4 corpora x 1 size x R {2, 4} x H {10, 50}              (16 cells)
+#   r8:    4 corpora x 1 size x R 8 x H {10, 20}                   (8 cells)
 #   full:  4 corpora x 3 sizes x R {2, 4, 8} x H {10, 20, 50, 100} (144 cells)
 #   muloco: the cell of tests/bench/muloco.sh (the quickstart's corpus and GPT-2, T 128, R 2,
 #          H 30, 600 inner steps, its init) with AdamW ("q") and with Muon at lr 0.02 ("qmuon"),
@@ -14,7 +15,8 @@
 # 0.4/0.5, 0.5/0.3, 0.7/0 (SGD), 0.4/0.7, 0.7/0.7, and the momentum schedule (kernels/outer.c
 # outer_momentum_at: warm-up over the first 10% of the rounds, decay to 0 over the last 20%) on
 # 0.6/0.7 and 0.4/0.5 ("sched"); WIDE=1 adds 0.3/0.5, 0.4/0.9, 0.7/0.5, 0.7/0.9, 1/0.5, 1/0.7
-# and 1/0.9. Every cell runs once per init seed of SEEDS (default "7 8"; the size column is
+# and 1/0.9; RULESET=core keeps averaging, 0.6/0.7 constant, 0.4/0.5 and the two schedules. Every
+# cell runs once per init seed of SEEDS (default "7 8"; the size column is
 # SIZE@SEED for seeds other than 7): a single run's loss moves by up to 17% with the seed under
 # high outer momentum, so rules are compared on the mean over seeds (outer_table.py).
 # Rounds: 1000 inner steps per replica at H = 10 (100 rounds), 2000 above (H = 20: 100, 50: 40, 100: 20).
@@ -42,13 +44,15 @@ if [ -n "${WIDE:-}" ]; then
   RULES+=("nesterov 0.3 0.5" "nesterov 0.4 0.9" "nesterov 0.7 0.5" "nesterov 0.7 0.9" "nesterov 1.0 0.5"
           "nesterov 1.0 0.7" "nesterov 1.0 0.9")
 fi
+[ "${RULESET:-}" = core ] && RULES=("avg 1.0 0.0" "default 0.6 0.7" "nesterov 0.4 0.5" "sched 0.6 0.7" "sched 0.4 0.5")
 SEEDS=(${SEEDS:-7 8})
 case $GRID in
   quick) SIZES=(s); RS=(2 4); HS=(10 50) ;;
+  r8) SIZES=(s); RS=(8); HS=(10 20) ;;
   full) SIZES=(s m l); RS=(2 4 8); HS=(10 20 50 100) ;;
   muloco) SIZES=(q qmuon); RS=(2); HS=(30); CORPORA=(sotu); SEEDS=(1)
           RULES=("avg 1.0 0.0" "default 0.6 0.7" "nesterov 0.8 0.7" "sched 0.6 0.7") ;;
-  *) echo "usage: $0 [quick|full|muloco]" >&2; exit 2 ;;
+  *) echo "usage: $0 [quick|r8|full|muloco]" >&2; exit 2 ;;
 esac
 
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDIPACO_SANITIZE=OFF -DDIPACO_DISTRIBUTED=OFF >/dev/null
