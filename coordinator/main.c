@@ -441,8 +441,9 @@ static void verify_jobs(coord *c) {
       floats += rc == 0 ? fr[f].len : 0;
       if (rc < 0) {
         char why[768];
-        snprintf(why, sizeof why, "paused at start-up: fragment %d version %lld: %s (restore the state directory "
-                 "from a backup, then job resume; or cancel the job)", f + 1, (long long)fr[f].version, dpc_errmsg());
+        snprintf(why, sizeof why, "paused at start-up: fragment %d version %lld: %s (restore %s from a backup, "
+                 "then job resume; or cancel the job)", f + 1, (long long)fr[f].version, dpc_errmsg(),
+                 blob_store_is_s3(c->bs) ? "the state directory and the bucket's objects" : "the state directory");
         DPC_ERROR("job %lld: %s", (long long)j->id, why);
         if (j->state == JOB_RUNNING) coord_job_set_state(c, j, JOB_PAUSED, why);
       }
