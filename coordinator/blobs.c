@@ -1,6 +1,7 @@
 /* blobs.c — checksummed float arrays (format in blobs.h) as files under STATE/blobs/ or as
  * objects on an S3-compatible store (blobs_s3.c moves those bytes; every check is here). */
 #include "coordinator/blobs.h"
+#include "coordinator/blobs_cache.h"
 #include "coordinator/blobs_s3.h"
 #include "common/checksum.h"
 #include "common/errors.h"
@@ -23,8 +24,9 @@
 #endif
 
 struct blob_store {
-  char *dir;   /* STATE/blobs, or the s3:// URL */
-  blob_s3 *s3; /* NULL: files under dir */
+  char *dir;           /* STATE/blobs, or the s3:// URL */
+  blob_s3 *s3;         /* NULL: files under dir */
+  blobs_cache *cache;  /* NULL: none (files have the page cache) */
 };
 
 struct blob_writer {
@@ -35,6 +37,7 @@ struct blob_writer {
   uint64_t want, got; /* payload bytes */
   uint32_t crc;       /* of the payload so far */
   unsigned char header[BLOB_HEADER_BYTES];
+  blobs_cache_entry *ce; /* the payload's copy for the cache, published at commit */
 };
 
 static const char *const KIND_EXT[] = {NULL, "params", "momentum", "delta", "dnbuf", "innerm", "innerv", "innerl", "innere",
@@ -83,12 +86,29 @@ int blob_store_is_s3(const blob_store *bs) { return bs->s3 != NULL; }
 
 void blob_store_close(blob_store *bs) {
   if (!bs) return;
+  blobs_cache_free(bs->cache);
   blob_s3_close(bs->s3);
   free(bs->dir);
   free(bs);
 }
 
 const char *blob_store_dir(const blob_store *bs) { return bs->dir; }
+
+int blob_store_set_cache(blob_store *bs, uint64_t cap) {
+  if (!bs->s3) return dpc_err(DPC_EUNSUPPORTED, "blob store %s: the memory cache is for an S3 store", bs->dir);
+  blobs_cache_free(bs->cache);
+  bs->cache = NULL;
+  if (cap && !(bs->cache = blobs_cache_new(cap))) return dpc_err(DPC_ENOMEM, "blob store: out of memory for its cache");
+  return 0;
+}
+
+void blob_store_cache_stats(blob_store *bs, blobs_cache_stats *out) { blobs_cache_stats_get(bs->cache, out); }
+
+/* The kinds an outer step reads (and a commit checks) round after round; inner state and
+ * round streams are read rarely, by other paths. */
+static int cached_kind(blob_kind k) {
+  return k == BLOB_PARAMS || k == BLOB_MOMENTUM || k == BLOB_DELTA || k == BLOB_DN_BUF;
+}
 
 int blob_name(const blob_id *id, char *buf, size_t cap) {
   if (id->job < 0 || id->fragment < 0 || id->version < 0 || id->aux < 0 || id->attempt < 0)
@@ -225,6 +245,7 @@ int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
     free(w);
     return rc;
   }
+  if (bs->cache && cached_kind(kind)) w->ce = blobs_cache_reserve(bs->cache, name, (int)kind, n);
   *out = w;
   return 0;
 }
@@ -234,6 +255,7 @@ int blob_writer_append(blob_writer *w, const void *bytes, size_t nbytes) {
     return dpc_err(DPC_ERANGE, "blob %s: %zu more bytes would exceed the declared %" PRIu64, w->name, nbytes, w->want);
   int rc = sink_write(w, bytes, nbytes);
   if (rc) return rc;
+  if (w->ce) memcpy((unsigned char *)w->ce->data + w->got, bytes, nbytes);
   w->crc = dpc_crc32c(w->crc, bytes, nbytes);
   w->got += nbytes;
   return 0;
@@ -246,6 +268,7 @@ void blob_writer_writeback(blob_writer *w) {
 void blob_writer_abort(blob_writer *w) {
   if (!w) return;
   sink_abort(w);
+  blobs_cache_drop(w->bs->cache, w->ce);
   free(w);
 }
 
@@ -265,6 +288,9 @@ int blob_writer_commit(blob_writer *w, uint32_t *crc_out) {
   }
   rc = w->sw ? blob_s3_writer_commit(w->sw) : dpc_afile_commit(w->f);
   if (rc == 0 && crc_out) *crc_out = w->crc;
+  /* Durable in the store: from now on the object holds these bytes. */
+  if (w->ce && rc == 0) blobs_cache_publish(w->bs->cache, w->ce, w->crc);
+  else blobs_cache_drop(w->bs->cache, w->ce);
   free(w);
   return rc;
 }
@@ -417,6 +443,7 @@ int blob_delete_many(blob_store *bs, char *const *names, int n) {
   if (bs->s3) {
     for (int i = 0; i < n; i++) {
       int rc = check_name(names[i]);
+      if (!rc) blobs_cache_remove(bs->cache, names[i]);
       if (!rc) rc = blob_s3_delete(bs->s3, names[i]);
       if (rc && !first) first = rc;
     }
@@ -622,6 +649,7 @@ int blob_delete(blob_store *bs, const char *name) {
   char path[4096];
   int rc = blob_path(bs, name, path, sizeof path);
   if (rc) return rc;
+  blobs_cache_remove(bs->cache, name);
   if (bs->s3) return blob_s3_delete(bs->s3, name);
   if (unlink(path) != 0) {
     if (errno == ENOENT) return 0;
@@ -642,6 +670,9 @@ int blob_delete(blob_store *bs, const char *name) {
  * file than one view. */
 struct blob_reader {
   blob_src src;
+  blobs_cache *cache;
+  blobs_cache_entry *hit;  /* the payload, verified, from the cache: no request to the store */
+  blobs_cache_entry *fill; /* a copy for the cache, published once close verified it */
   blob_s3_ahead *ahead; /* an object's next range, in flight (blobs_s3.h) */
   unsigned char *buf;
   size_t cap;
@@ -679,13 +710,24 @@ int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
   blob_reader *r = calloc(1, sizeof *r);
   if (!r) return dpc_err(DPC_ENOMEM, "blob %s: out of memory", name);
   uint64_t size;
-  int rc = open_checked(bs, name, kind, n, r->path, sizeof r->path, &r->src, &size, &r->trailer_crc);
+  r->want = (uint64_t)n * 4;
+  r->cache = cached_kind(kind) ? bs->cache : NULL;
+  r->src.fd = -1;
+  int rc = blob_path(bs, name, r->path, sizeof r->path);
+  if (!rc && (r->hit = blobs_cache_get(r->cache, name, (int)kind, n))) {
+    r->trailer_crc = r->hit->crc;
+    *out = r;
+    return 0;
+  }
+  if (!rc) rc = open_checked(bs, name, kind, n, r->path, sizeof r->path, &r->src, &size, &r->trailer_crc);
   if (rc) {
     free(r);
     return rc;
   }
   if (r->src.fd >= 0) (void)posix_fadvise(r->src.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  r->want = (uint64_t)n * 4;
+  /* A delta is read whole twice, by its commit's check and by the outer step; θ and u come
+   * from the cache's copy of what the previous step wrote, and a miss on them is not kept. */
+  if (kind == BLOB_DELTA) r->fill = blobs_cache_reserve(r->cache, name, (int)kind, n);
   *out = r;
   return 0;
 }
@@ -694,6 +736,11 @@ int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
 static int reader_fill(blob_reader *r, void *dst, size_t nbytes) {
   if (nbytes > r->want - r->got)
     return dpc_err(DPC_ERANGE, "blob %s: %zu more bytes would read past the payload", r->path, nbytes);
+  if (r->hit) { /* verified when it was cached */
+    memcpy(dst, (const unsigned char *)r->hit->data + r->got, nbytes);
+    r->got += nbytes;
+    return 0;
+  }
   int rc = 0;
   if (r->ahead) {
     rc = blob_s3_ahead_take(r->ahead, BLOB_HEADER_BYTES + r->got, nbytes, dst);
@@ -703,6 +750,7 @@ static int reader_fill(blob_reader *r, void *dst, size_t nbytes) {
   else if (rc == 1) rc = 0;
   if (rc) return rc;
   r->crc = dpc_crc32c(r->crc, dst, nbytes);
+  if (r->fill) memcpy((unsigned char *)r->fill->data + r->got, dst, nbytes);
   r->got += nbytes;
   /* An object: fetch the next range of the same size now (readers ask range after range). */
   if (r->src.fd < 0 && r->got < r->want) {
@@ -713,6 +761,13 @@ static int reader_fill(blob_reader *r, void *dst, size_t nbytes) {
 }
 
 int blob_reader_view(blob_reader *r, size_t nbytes, const void **view) {
+  if (r->hit) { /* the cached payload itself: no copy */
+    if (nbytes > r->want - r->got)
+      return dpc_err(DPC_ERANGE, "blob %s: %zu more bytes would read past the payload", r->path, nbytes);
+    *view = (const unsigned char *)r->hit->data + r->got;
+    r->got += nbytes;
+    return 0;
+  }
   if (nbytes > r->cap) {
     unsigned char *b = realloc(r->buf, nbytes);
     if (!b) return dpc_err(DPC_ENOMEM, "blob %s: out of memory for a %zu-byte view", r->path, nbytes);
@@ -728,6 +783,8 @@ int blob_reader_read(blob_reader *r, void *dst, size_t nbytes) { return reader_f
 
 void blob_reader_abort(blob_reader *r) {
   if (!r) return;
+  blobs_cache_unref(r->cache, r->hit);
+  blobs_cache_drop(r->cache, r->fill);
   blob_s3_ahead_free(r->ahead);
   src_close(&r->src);
   free(r->buf);
@@ -736,6 +793,7 @@ void blob_reader_abort(blob_reader *r) {
 
 int blob_reader_close(blob_reader *r, uint32_t *crc_out) {
   int rc = 0;
+  if (r->hit) r->crc = r->hit->crc;
   if (r->got != r->want)
     rc = dpc_err(DPC_ESHAPE, "blob %s: %" PRIu64 " of %" PRIu64 " payload bytes read", r->path, r->got, r->want);
   else if (r->crc != r->trailer_crc)
@@ -743,6 +801,10 @@ int blob_reader_close(blob_reader *r, uint32_t *crc_out) {
                  r->trailer_crc);
   else if (crc_out)
     *crc_out = r->crc;
+  if (!rc && r->fill) {
+    blobs_cache_publish(r->cache, r->fill, r->crc);
+    r->fill = NULL;
+  }
   blob_reader_abort(r);
   return rc;
 }

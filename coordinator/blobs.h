@@ -27,6 +27,7 @@
 #ifndef DPC_BLOBS_H
 #define DPC_BLOBS_H
 
+#include "coordinator/blobs_cache.h"
 #include "coordinator/s3.h"
 
 #include <stddef.h>
@@ -75,6 +76,12 @@ int blob_store_open(const char *state_dir, blob_store **out);
 int blob_store_open_s3(const s3_options *o, blob_store **out);
 /* 1 for an S3 store. */
 int blob_store_is_s3(const blob_store *bs);
+/* Keep up to cap bytes of payloads in memory (blobs_cache.h): what the store's own writes and
+ * its reads of deltas verified, served again without a request; 0 turns it off. An S3 store
+ * only (files have the kernel's page cache): DPC_EUNSUPPORTED for files. */
+int blob_store_set_cache(blob_store *bs, uint64_t cap);
+/* The cache's counters (all 0 without a cache). */
+void blob_store_cache_stats(blob_store *bs, blobs_cache_stats *out);
 void blob_store_close(blob_store *bs);
 /* The absolute-or-relative directory path of the store ("STATE/blobs"). */
 const char *blob_store_dir(const blob_store *bs);

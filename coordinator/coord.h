@@ -17,7 +17,8 @@
  *   layer 4: admin_upload admin_jobs admin_fleet metrics statuspage
  *   layer 5: main
  * What they hold:
- *   (core) job specs (jobspec), the blob store (blobs; its bytes on S3: blobs_s3), the outer
+ *   (core) job specs (jobspec), the blob store (blobs; its bytes on S3: blobs_s3; the memory
+ *       copies an S3 store reads again: blobs_cache), the outer
  *       steps streamed range by range over blobs and run in the thread pool (outerio), the
  *       delta norm screen (delta_screen), the SQLite store (store*), the S3 object-store client
  *       and its SigV4 signer (s3, s3_sigv4).

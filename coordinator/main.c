@@ -6,7 +6,7 @@
  * usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]
  *          [--lease-ttl-ms N] [--heartbeat-ms N] [--dead-after-heartbeats N] [--reconnect-grace-ms N]
  *          [--worker-retention-s N]
- *          [--log-level L] [--log-json] [--blob-store s3://… (see usage) [--no-delta-puts]]
+ *          [--log-level L] [--log-json] [--blob-store s3://… (see usage) [--no-delta-puts] [--blob-cache-mb N]]
  *          [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
  *          [--join-token-file FILE] [--admin-token-file FILE] [--insecure-no-auth]
  *
@@ -64,7 +64,7 @@ typedef struct opts {
   const char *blob_store, *s3_endpoint, *s3_region, *s3_creds, *s3_ca;
   struct rpc_tls tls;
   int json, ttl, hb, dead_hb, reconnect_ms, no_auth, use_tls, retention_s;
-  int handshake_ms, idle_ms, self_check_ms, memory_budget_mb, no_delta_puts;
+  int handshake_ms, idle_ms, self_check_ms, memory_budget_mb, no_delta_puts, blob_cache_mb;
   enum dpc_log_level level;
 } opts;
 
@@ -86,7 +86,9 @@ static void usage(FILE *f) {
              "         [--blob-store s3://BUCKET[/PREFIX] --s3-endpoint http[s]://HOST[:PORT] [--s3-region R]\n"
              "          [--s3-credentials FILE (mode 0600; default AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)]\n"
              "          [--s3-ca-file FILE] [--no-delta-puts (workers stream their deltas to the coordinator\n"
-             "          instead of putting them in the store)]] (default: blobs under STATE/blobs)\n");
+             "          instead of putting them in the store)] [--blob-cache-mb N (memory for verified\n"
+             "          parameters, momenta and deltas, read again without a GET; default a quarter of the\n"
+             "          memory budget, taken from it; 0 = off)]] (default: blobs under STATE/blobs)\n");
 }
 
 static int parse_level(const char *v, void *dst) { return dpc_log_parse_level(v, dst) < 0 ? -1 : 0; }
@@ -131,9 +133,10 @@ static const char *flags_problem(const opts *o, char *msg, size_t cap) {
   if (o->blob_store && strncmp(o->blob_store, "s3://", 5))
     return "--blob-store: give s3://BUCKET[/PREFIX] (without it, blobs live under STATE/blobs)";
   if (o->blob_store && !o->s3_endpoint) return "--blob-store s3://… needs --s3-endpoint http[s]://HOST[:PORT]";
-  if (!o->blob_store && (o->s3_endpoint || o->s3_region || o->s3_creds || o->s3_ca || o->no_delta_puts))
-    return "--s3-endpoint, --s3-region, --s3-credentials, --s3-ca-file and --no-delta-puts need --blob-store "
-           "s3://BUCKET[/PREFIX]";
+  if (!o->blob_store && (o->s3_endpoint || o->s3_region || o->s3_creds || o->s3_ca || o->no_delta_puts ||
+                         o->blob_cache_mb >= 0))
+    return "--s3-endpoint, --s3-region, --s3-credentials, --s3-ca-file, --no-delta-puts and --blob-cache-mb need "
+           "--blob-store s3://BUCKET[/PREFIX]";
   return NULL;
 }
 
@@ -141,7 +144,8 @@ static const char *flags_problem(const opts *o, char *msg, size_t cap) {
 static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
   *o = (opts){.json = -1, .ttl = 15000, .hb = 2000, .dead_hb = 3, .reconnect_ms = 1000, .retention_s = 86400,
               .handshake_ms = RPC_HANDSHAKE_TIMEOUT_DEFAULT_MS,
-              .idle_ms = RPC_IDLE_TIMEOUT_DEFAULT_MS, .self_check_ms = 5000, .level = DPC_LOG_INFO};
+              .idle_ms = RPC_IDLE_TIMEOUT_DEFAULT_MS, .self_check_ms = 5000, .level = DPC_LOG_INFO,
+              .blob_cache_mb = -1};
   dpc_arg args[] = {
       {.name = "listen", .kind = DPC_ARG_STR, .dst = &o->listen, .required = 1},
       {.name = "state-dir", .kind = DPC_ARG_STR, .dst = &o->state_dir, .required = 1},
@@ -170,6 +174,7 @@ static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
       {.name = "s3-credentials", .kind = DPC_ARG_STR, .dst = &o->s3_creds},
       {.name = "s3-ca-file", .kind = DPC_ARG_STR, .dst = &o->s3_ca},
       {.name = "no-delta-puts", .kind = DPC_ARG_FLAG, .dst = &o->no_delta_puts},
+      {.name = "blob-cache-mb", .kind = DPC_ARG_INT, .dst = &o->blob_cache_mb, .lo = 0, .hi = 2147483647},
       DPC_ARGS_END};
   int rc = dpc_args_parse("dipaco-coordinator", argc - 1, argv + 1, args, NULL, NULL);
   *exit_code = rc > 0 ? 0 : 2;
@@ -256,8 +261,21 @@ static int open_blobs(coord *c, const opts *o) {
   s3_options so = {.url = o->blob_store, .endpoint = o->s3_endpoint, .region = o->s3_region,
                    .creds_file = o->s3_creds, .ca_file = o->s3_ca};
   int rc = blob_store_open_s3(&so, &c->bs);
-  if (rc == 0) DPC_INFO("blobs are objects under %s at %s", o->blob_store, o->s3_endpoint);
-  return rc;
+  if (rc) return rc;
+  DPC_INFO("blobs are objects under %s at %s", o->blob_store, o->s3_endpoint);
+  /* The cache's memory comes out of the jobs' budget (membudget.h), so that both fit. */
+  uint64_t cache = o->blob_cache_mb >= 0 ? (uint64_t)o->blob_cache_mb << 20
+                   : c->memory_budget_bytes ? c->memory_budget_bytes / 4 : (uint64_t)1 << 30;
+  if (c->memory_budget_bytes && cache >= c->memory_budget_bytes) {
+    DPC_ERROR("--blob-cache-mb %llu leaves nothing of the memory budget (%llu MiB) for jobs",
+              (unsigned long long)(cache >> 20), (unsigned long long)(c->memory_budget_bytes >> 20));
+    return DPC_EINVAL;
+  }
+  if ((rc = blob_store_set_cache(c->bs, cache))) return rc;
+  if (c->memory_budget_bytes) c->memory_budget_bytes -= cache;
+  DPC_INFO("blob cache: %llu MiB of memory for verified blobs (memory budget for jobs now %llu MiB)",
+           (unsigned long long)(cache >> 20), (unsigned long long)(c->memory_budget_bytes >> 20));
+  return 0;
 }
 
 /* Store, blob store (after removing what a crash left behind) and the jobs. */

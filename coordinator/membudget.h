@@ -8,7 +8,8 @@
  * largest fragment of F floats and D deltas, plus one such range in each of its D + 2 input
  * readers; D is bounded by the job's slots. Transfers in flight (pull chunks,
  * quantized deltas being decoded) come on top and are not counted: the budget should leave
- * room for them.
+ * room for them. On an S3 store the blob cache's memory (--blob-cache-mb) is taken off the
+ * budget at start-up (main.c).
  * Pure functions except membudget_default, which reads /sys/fs/cgroup and /proc. */
 #ifndef DPC_COORD_MEMBUDGET_H
 #define DPC_COORD_MEMBUDGET_H

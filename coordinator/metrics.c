@@ -8,13 +8,14 @@
  *  - counters: dipaco_rounds_total, dipaco_outer_steps_total, dipaco_deltas_rejected_total,
  *    dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace, disconnect),
  *    dipaco_bytes_in_total, dipaco_bytes_out_total, dipaco_pulls_total{kind},
- *    dipaco_pull_bytes_total{kind}, dipaco_blob_store_bytes_total{direction};
+ *    dipaco_pull_bytes_total{kind}, dipaco_blob_store_bytes_total{direction},
+ *    dipaco_blob_cache_hit_bytes_total;
  *  - histograms (coord.hist): dipaco_outer_step_seconds, dipaco_push_seconds,
  *    dipaco_pull_seconds, dipaco_lease_wait_seconds, dipaco_round_wait_seconds,
  *    dipaco_round_overhead_seconds,
  *    dipaco_delta_staleness;
  *  - gauges: dipaco_workers{state}, dipaco_active_leases, dipaco_jobs{state},
- *    dipaco_jobs_unlabeled;
+ *    dipaco_jobs_unlabeled, dipaco_blob_cache_bytes{state};
  *  - per job {job_id} (not "job": Prometheus puts its own job label on every target) — live
  *    jobs only (created, running, paused), the newest METRICS_MAX_JOBS, and per path /
  *    fragment the first METRICS_MAX_LABELS, so the label sets stay bounded:
@@ -185,6 +186,15 @@ static void fmt_fleet(coord *c, sbuf *b) {
        "S3 blob store (0 with the local store).");
   sb_printf(b, "dipaco_blob_store_bytes_total{direction=\"sent\"} %llu\n", (unsigned long long)sent);
   sb_printf(b, "dipaco_blob_store_bytes_total{direction=\"received\"} %llu\n", (unsigned long long)received);
+  blobs_cache_stats cs;
+  blob_store_cache_stats(c->bs, &cs);
+  head(b, "dipaco_blob_cache_bytes", "gauge", "Payload bytes of verified blobs the coordinator keeps in memory "
+       "(an S3 store's cache, --blob-cache-mb), by state.");
+  sb_printf(b, "dipaco_blob_cache_bytes{state=\"resident\"} %llu\n", (unsigned long long)cs.resident);
+  sb_printf(b, "dipaco_blob_cache_bytes{state=\"filling\"} %llu\n", (unsigned long long)cs.reserved);
+  sb_printf(b, "dipaco_blob_cache_bytes{state=\"limit\"} %llu\n", (unsigned long long)cs.cap);
+  head(b, "dipaco_blob_cache_hit_bytes_total", "counter", "Payload bytes read from the blob cache instead of the store.");
+  sb_printf(b, "dipaco_blob_cache_hit_bytes_total %llu\n", (unsigned long long)cs.hit_bytes);
 }
 
 /* A label value: backslash, double quote and newline escaped (the exposition format). */

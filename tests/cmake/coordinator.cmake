@@ -1,7 +1,7 @@
-# Tests of the coordinator core (dpc_coord): job spec, blob store, SQLite store, outer
+# Tests of the coordinator core (dpc_coord): job spec, blob store and its memory cache, SQLite store, outer
 # optimizer (unit tests and a PyTorch oracle), the outer steps streamed over blobs (outerio),
 # delta norm screen. Each program is tests/unit/<program>.c linked with dpc_coord.
-set(DPC_COORD_TEST_PROGRAMS test_jobspec test_store test_store_blobs test_outer test_outerio test_screen
+set(DPC_COORD_TEST_PROGRAMS test_jobspec test_store test_store_blobs test_blobs_cache test_outer test_outerio test_screen
     test_outer_oracle)
 if(DIPACO_DISTRIBUTED)
   foreach(t IN LISTS DPC_COORD_TEST_PROGRAMS)
@@ -18,6 +18,7 @@ endif()
 dpc_test(NAME coord_jobspec LABEL unit TIMEOUT 60 REQUIRES DISTRIBUTED COMMAND test_jobspec)
 dpc_test(NAME coord_store LABEL unit TIMEOUT 60 REQUIRES DISTRIBUTED COMMAND test_store)
 dpc_test(NAME coord_store_blobs LABEL unit TIMEOUT 60 REQUIRES DISTRIBUTED COMMAND test_store_blobs)
+dpc_test(NAME coord_blobs_cache LABEL unit TIMEOUT 60 REQUIRES DISTRIBUTED COMMAND test_blobs_cache)
 dpc_test(NAME coord_outer LABEL unit TIMEOUT 60 REQUIRES DISTRIBUTED COMMAND test_outer)
 dpc_test(NAME coord_outerio LABEL unit TIMEOUT 60 REQUIRES DISTRIBUTED COMMAND test_outerio)
 dpc_test(NAME coord_screen LABEL unit TIMEOUT 60 REQUIRES DISTRIBUTED COMMAND test_screen)

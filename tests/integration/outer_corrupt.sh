@@ -12,7 +12,10 @@
 # the restarted coordinator pauses the job at start-up with a message naming the fragment, the
 # version and the checksum.
 # CORRUPT_STORE=s3 (run under tests/s3/with_rgw.sh): the same with the blobs on the RADOS Gateway,
-# corrupted and removed there behind the coordinator's back (GET, flip a byte, PUT back; DELETE).
+# corrupted and removed there behind the coordinator's back (GET, flip a byte, PUT back; DELETE),
+# with the coordinator's blob cache off (--blob-cache-mb 0): with it on, the outer step would
+# read the delta its commit verified from memory and never see the damage (test_blobs_s3.c
+# checks that).
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -24,7 +27,7 @@ if [ "${CORRUPT_STORE:-local}" = s3 ]; then
   : "${S3_ENDPOINT:?CORRUPT_STORE=s3 runs under tests/s3/with_rgw.sh}"
   S3="$S3_ENDPOINT/dpc-corrupt/run"
   bash "$HERE/../s3/s3curl.sh" -X PUT "$S3_ENDPOINT/dpc-corrupt" >/dev/null
-  FLAGS+=(--blob-store s3://dpc-corrupt/run --s3-endpoint "$S3_ENDPOINT")
+  FLAGS+=(--blob-store s3://dpc-corrupt/run --s3-endpoint "$S3_ENDPOINT" --blob-cache-mb 0)
 fi
 s3c() { bash "$HERE/../s3/s3curl.sh" "$@"; }
 # Blobs by name, wherever they live: flip one byte in the middle of the payload (the header and

@@ -9,7 +9,8 @@
 # a bucket that does not exist, wrong credentials, a credentials file others may read, an
 # endpoint that is not S3, flags that contradict each other. Last, an outage: the gateway is
 # killed for a while mid-job; job show, /metrics and the status page say so, leases and outer
-# steps wait, and once it is back the job finishes byte-identical to its local run.
+# steps wait, and once it is back the job finishes byte-identical to its local run. The S3 runs
+# use the coordinator's blob cache (its default), and /metrics shows the outer steps read it.
 set -euo pipefail
 COORDINATOR_BIN=$1; WORKER_BIN=$2; CTL=$3
 HERE=$(cd "$(dirname "$0")/../integration" && pwd)
@@ -142,6 +143,9 @@ refuse "credentials readable by others" "chmod 600" "${S3FLAGS[@]}" --s3-credent
 refuse "not S3" "S3 endpoint" --blob-store s3://dpc-jobs --s3-endpoint "$NOT_S3"
 refuse "no endpoint" "needs --s3-endpoint" --blob-store s3://dpc-jobs
 refuse "endpoint without a store" "need --blob-store" --s3-endpoint "$S3_ENDPOINT"
+refuse "a blob cache without a store" "need --blob-store" --blob-cache-mb 64
+refuse "a blob cache as large as the memory budget" "leaves nothing of the memory budget" "${S3FLAGS[@]}" \
+  --memory-budget-mb 512 --blob-cache-mb 512
 chmod 600 creds
 env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$COORDINATOR_BIN" --listen 127.0.0.1:0 --state-dir "$W/state-creds" \
   "${S3FLAGS[@]}" --s3-credentials creds >"$W/creds.log" 2>&1 &
@@ -187,5 +191,8 @@ cmp "$W/local/long-0/model.safetensors" "$W/outage/model.safetensors" \
 grep -q "^dipaco_blob_store_up 1" <<<"$(page metrics)" || fail "/metrics: the store is not up again"
 grep -q "^dipaco_blob_store_outages_total [1-9]" <<<"$(page metrics)" || fail "no outage counted"
 grep -q '^dipaco_blob_store_bytes_total{direction="sent"} [1-9]' <<<"$(page metrics)" || fail "no bytes sent to the store counted"
+# The outer steps read θ, u and the checked deltas from the blob cache, not the gateway.
+grep -q '^dipaco_blob_cache_hit_bytes_total [1-9]' <<<"$(page metrics)" || fail "the outer steps never read the blob cache"
+grep -q '^dipaco_blob_cache_bytes{state="resident"} [1-9]' <<<"$(page metrics)" || fail "the blob cache holds nothing"
 grep -q "blob store available again" "$W/coordinator.log" || fail "the end of the outage was not logged"
 echo "outage: the job waited, resumed and finished byte-identical to its local run"

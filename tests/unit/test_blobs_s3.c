@@ -3,7 +3,11 @@
  * (whole, allocating, sequential reader, mapping), a blob larger than one part goes up as a
  * multipart upload, an aborted writer leaves nothing, damaged objects (a flipped byte, a short
  * object, another kind) are refused with the same errors as damaged files, and the start-up sweep
- * removes unrecorded objects and unfinished uploads but keeps recorded blobs and inner state. */
+ * removes unrecorded objects and unfinished uploads but keeps recorded blobs and inner state.
+ * With the memory cache on (blob_store_set_cache): what the store wrote, and a delta it read
+ * and verified, are read again without the store (they survive the object's loss), a delta
+ * that failed its checksum is not kept, inner state is never kept, and deleting a blob drops
+ * its copy. */
 #include "common/errors.h"
 #include "coordinator/blobs.h"
 #include "coordinator/blobs_s3.h"
@@ -182,6 +186,77 @@ static void damaged(blob_store *bs, s3_client *c) {
   free(b);
 }
 
+/* Read blob name (n floats of kind) whole through a sequential reader into y; its close's code. */
+static int read_whole(blob_store *bs, const char *name, blob_kind kind, float *y, size_t n) {
+  blob_reader *r = NULL;
+  int rc = blob_reader_open(bs, name, kind, n, &r);
+  if (rc) return rc;
+  const void *v;
+  if ((rc = blob_reader_view(r, n / 2 * sizeof(float), &v)) == 0) {
+    memcpy(y, v, n / 2 * sizeof(float));
+    rc = blob_reader_read(r, y + n / 2, (n - n / 2) * sizeof(float));
+  }
+  if (rc) {
+    blob_reader_abort(r);
+    return rc;
+  }
+  return blob_reader_close(r, NULL);
+}
+
+static void cached(blob_store *bs, s3_client *c) {
+  enum { N = 256 };
+  float x[N], y[N];
+  for (int i = 0; i < N; i++) x[i] = (float)i / 3.0f;
+  blobs_cache_stats st;
+  CHECK_EQ_INT(blob_store_set_cache(bs, 1 << 20), 0);
+  /* Written by the store: read again from memory, even once the object is gone. */
+  uint32_t crc = 0, crc2 = 0;
+  CHECK_EQ_INT(blob_write(bs, "7/f0-v1.params", BLOB_PARAMS, x, N, &crc), 0);
+  CHECK_EQ_INT(s3_delete(c, "7/f0-v1.params"), 0);
+  blob_reader *r = NULL;
+  CHECK_EQ_INT(blob_reader_open(bs, "7/f0-v1.params", BLOB_PARAMS, N, &r), 0);
+  if (r) {
+    CHECK_EQ_INT(blob_reader_read(r, y, sizeof y), 0);
+    CHECK_EQ_INT(blob_reader_close(r, &crc2), 0);
+    CHECK(memcmp(x, y, sizeof x) == 0 && crc == crc2);
+  }
+  blob_store_cache_stats(bs, &st);
+  CHECK(st.hit_bytes == sizeof x && st.resident == sizeof x);
+  CHECK_EQ_INT(blob_reader_open(bs, "7/f0-v1.params", BLOB_PARAMS, N - 1, &r), DPC_ENOENT); /* not the cached shape */
+  /* A delta read and verified once is kept; a corrupt one is refused and not kept. */
+  CHECK_EQ_INT(blob_write(bs, "7/f0-v1-a2.delta", BLOB_DELTA, x, N, NULL), 0);
+  uint64_t size = 0;
+  unsigned char *b = fetch(c, "7/f0-v1-a2.delta", &size);
+  CHECK(b != NULL);
+  if (!b) return;
+  CHECK_EQ_INT(blob_store_set_cache(bs, 1 << 20), 0); /* empty again: as after a restart */
+  CHECK_EQ_INT(s3_put(c, "7/f0-v1-a3.delta", b, size), 0);   /* as a worker puts it */
+  CHECK_EQ_INT(read_whole(bs, "7/f0-v1-a3.delta", BLOB_DELTA, y, N), 0);
+  CHECK(memcmp(x, y, sizeof x) == 0);
+  b[BLOB_HEADER_BYTES + 9] ^= 0x01;
+  CHECK_EQ_INT(s3_put(c, "7/f0-v1-a3.delta", b, size), 0); /* damaged after its check ... */
+  CHECK_EQ_INT(s3_put(c, "7/f0-v1-a4.delta", b, size), 0); /* ... and before it */
+  memset(y, 0, sizeof y);
+  CHECK_EQ_INT(read_whole(bs, "7/f0-v1-a3.delta", BLOB_DELTA, y, N), 0); /* the verified copy */
+  CHECK(memcmp(x, y, sizeof x) == 0);
+  CHECK_EQ_INT(read_whole(bs, "7/f0-v1-a4.delta", BLOB_DELTA, y, N), DPC_ECHECKSUM);
+  CHECK_EQ_INT(read_whole(bs, "7/f0-v1-a4.delta", BLOB_DELTA, y, N), DPC_ECHECKSUM); /* still from the store */
+  blob_store_cache_stats(bs, &st);
+  CHECK(st.hit_bytes == sizeof x && st.resident == sizeof x && st.reserved == 0);
+  /* Inner state is not kept; deleting a blob drops its copy. */
+  CHECK_EQ_INT(blob_write(bs, "7/f0-v0-a1.innerm", BLOB_INNER_M, x, N, NULL), 0);
+  blob_store_cache_stats(bs, &st);
+  CHECK(st.resident == sizeof x);
+  CHECK_EQ_INT(blob_delete(bs, "7/f0-v1-a3.delta"), 0);
+  CHECK_EQ_INT(read_whole(bs, "7/f0-v1-a3.delta", BLOB_DELTA, y, N), DPC_ENOENT);
+  blob_store_cache_stats(bs, &st);
+  CHECK(st.resident == 0);
+  free(b);
+  CHECK_EQ_INT(blob_store_set_cache(bs, 0), 0);
+  const char *left[] = {"7/f0-v1-a2.delta", "7/f0-v1-a4.delta", "7/f0-v0-a1.innerm"};
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(s3_delete(c, left[i]), 0);
+}
+
 typedef struct {
   char names[32][96];
   int n;
@@ -251,6 +326,7 @@ int main(void) {
     presigned_reads(bs);
     multipart(bs, c);
     damaged(bs, c);
+    cached(bs, c);
     sweep(bs, c);
   }
   blob_store_close(bs);

@@ -1,0 +1,160 @@
+/* blobs_cache.c — the memory cache of whole, verified blob payloads (contract in
+ * blobs_cache.h). A handful of entries at a time (a round's deltas, θ and u), so the table is a
+ * plain array searched linearly and eviction scans it for the least recently used entry. */
+#include "coordinator/blobs_cache.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct blobs_cache {
+  pthread_mutex_t mu;
+  blobs_cache_entry **e; /* published entries */
+  int n, cap_e;
+  uint64_t clock;
+  blobs_cache_stats st;
+};
+
+blobs_cache *blobs_cache_new(uint64_t cap) {
+  if (cap == 0) return NULL;
+  blobs_cache *bc = calloc(1, sizeof *bc);
+  if (!bc) return NULL;
+  pthread_mutex_init(&bc->mu, NULL);
+  bc->st.cap = cap;
+  return bc;
+}
+
+static void entry_free(blobs_cache_entry *e) {
+  free(e->data);
+  free(e->name);
+  free(e);
+}
+
+static void entry_unref(blobs_cache_entry *e) {
+  if (atomic_fetch_sub(&e->refs, 1) == 1) entry_free(e);
+}
+
+void blobs_cache_free(blobs_cache *bc) {
+  if (!bc) return;
+  for (int i = 0; i < bc->n; i++) entry_unref(bc->e[i]);
+  free(bc->e);
+  pthread_mutex_destroy(&bc->mu);
+  free(bc);
+}
+
+/* Take entry i out of the table (under the lock); the table's reference goes. */
+static void unpublish(blobs_cache *bc, int i) {
+  blobs_cache_entry *e = bc->e[i];
+  bc->e[i] = bc->e[--bc->n];
+  bc->st.resident -= (uint64_t)e->n * sizeof(float);
+  e->published = 0;
+  entry_unref(e);
+}
+
+static int find(const blobs_cache *bc, const char *name) {
+  for (int i = 0; i < bc->n; i++)
+    if (strcmp(bc->e[i]->name, name) == 0) return i;
+  return -1;
+}
+
+blobs_cache_entry *blobs_cache_get(blobs_cache *bc, const char *name, int kind, size_t n) {
+  if (!bc) return NULL;
+  pthread_mutex_lock(&bc->mu);
+  int i = find(bc, name);
+  blobs_cache_entry *e = i >= 0 && bc->e[i]->kind == kind && bc->e[i]->n == n ? bc->e[i] : NULL;
+  if (e) {
+    atomic_fetch_add(&e->refs, 1);
+    e->used = ++bc->clock;
+    bc->st.hits++;
+    bc->st.hit_bytes += (uint64_t)n * sizeof(float);
+  } else {
+    bc->st.misses++;
+  }
+  pthread_mutex_unlock(&bc->mu);
+  return e;
+}
+
+void blobs_cache_unref(blobs_cache *bc, blobs_cache_entry *e) {
+  (void)bc;
+  if (e) entry_unref(e);
+}
+
+blobs_cache_entry *blobs_cache_reserve(blobs_cache *bc, const char *name, int kind, size_t n) {
+  if (!bc || n == 0) return NULL;
+  uint64_t bytes = (uint64_t)n * sizeof(float);
+  if (bytes > bc->st.cap) return NULL; /* would empty the cache and still not fit */
+  pthread_mutex_lock(&bc->mu);
+  while (bc->st.resident + bc->st.reserved + bytes > bc->st.cap && bc->n > 0) {
+    int lru = 0;
+    for (int i = 1; i < bc->n; i++)
+      if (bc->e[i]->used < bc->e[lru]->used) lru = i;
+    unpublish(bc, lru);
+    bc->st.evictions++;
+  }
+  int fits = bc->st.resident + bc->st.reserved + bytes <= bc->st.cap;
+  if (fits) bc->st.reserved += bytes;
+  pthread_mutex_unlock(&bc->mu);
+  if (!fits) return NULL;
+  blobs_cache_entry *e = calloc(1, sizeof *e);
+  if (e && (e->name = strdup(name)) && (e->data = malloc(bytes))) {
+    e->kind = kind;
+    e->n = n;
+    atomic_init(&e->refs, 1);
+    return e;
+  }
+  if (e) entry_free(e);
+  pthread_mutex_lock(&bc->mu);
+  bc->st.reserved -= bytes;
+  pthread_mutex_unlock(&bc->mu);
+  return NULL;
+}
+
+void blobs_cache_drop(blobs_cache *bc, blobs_cache_entry *e) {
+  if (!e) return;
+  pthread_mutex_lock(&bc->mu);
+  bc->st.reserved -= (uint64_t)e->n * sizeof(float);
+  pthread_mutex_unlock(&bc->mu);
+  entry_unref(e);
+}
+
+void blobs_cache_publish(blobs_cache *bc, blobs_cache_entry *e, uint32_t crc) {
+  e->crc = crc;
+  pthread_mutex_lock(&bc->mu);
+  bc->st.reserved -= (uint64_t)e->n * sizeof(float);
+  int i = find(bc, e->name);
+  if (i >= 0) unpublish(bc, i);
+  if (bc->n == bc->cap_e) {
+    int cap = bc->cap_e ? 2 * bc->cap_e : 16;
+    blobs_cache_entry **a = realloc(bc->e, (size_t)cap * sizeof *a);
+    if (!a) { /* not cached: the reader goes to the store next time */
+      pthread_mutex_unlock(&bc->mu);
+      entry_unref(e);
+      return;
+    }
+    bc->e = a;
+    bc->cap_e = cap;
+  }
+  e->used = ++bc->clock;
+  e->published = 1;
+  bc->e[bc->n++] = e;
+  bc->st.resident += (uint64_t)e->n * sizeof(float);
+  pthread_mutex_unlock(&bc->mu);
+}
+
+void blobs_cache_remove(blobs_cache *bc, const char *name) {
+  if (!bc) return;
+  pthread_mutex_lock(&bc->mu);
+  int i = find(bc, name);
+  if (i >= 0) unpublish(bc, i);
+  pthread_mutex_unlock(&bc->mu);
+}
+
+void blobs_cache_stats_get(blobs_cache *bc, blobs_cache_stats *out) {
+  if (!bc) {
+    *out = (blobs_cache_stats){0};
+    return;
+  }
+  pthread_mutex_lock(&bc->mu);
+  *out = bc->st;
+  pthread_mutex_unlock(&bc->mu);
+}

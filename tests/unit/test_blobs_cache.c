@@ -1,0 +1,83 @@
+/* test_blobs_cache.c — the blob payload cache (coordinator/blobs_cache.h): an entry is readable
+ * only once published, under its name, kind and length; reserved and published bytes stay
+ * within the budget by evicting the least recently used entry; a payload larger than the
+ * budget is not cached; an entry a reader holds outlives its eviction and removal; publishing
+ * a name again replaces the old entry; the counters add up. */
+#include "coordinator/blobs_cache.h"
+#include "tests/unit/test.h"
+
+#include <string.h>
+
+/* Reserve, fill with v and publish name (n floats); 1 when it was cached. */
+static int put(blobs_cache *bc, const char *name, size_t n, float v) {
+  blobs_cache_entry *e = blobs_cache_reserve(bc, name, 3, n);
+  if (!e) return 0;
+  for (size_t i = 0; i < n; i++) e->data[i] = v;
+  blobs_cache_publish(bc, e, (uint32_t)(v * 10));
+  return 1;
+}
+
+static int has(blobs_cache *bc, const char *name, size_t n) {
+  blobs_cache_entry *e = blobs_cache_get(bc, name, 3, n);
+  blobs_cache_unref(bc, e);
+  return e != NULL;
+}
+
+int main(void) {
+  CHECK(blobs_cache_new(0) == NULL);
+  blobs_cache *bc = blobs_cache_new(4000); /* 1000 floats */
+  CHECK(bc != NULL);
+  if (!bc) TEST_DONE();
+  blobs_cache_stats st;
+
+  /* Not readable while being filled; readable once published, with its crc and bytes. */
+  blobs_cache_entry *e = blobs_cache_reserve(bc, "1/f0-v1.delta", 3, 300);
+  CHECK(e != NULL);
+  CHECK(!has(bc, "1/f0-v1.delta", 300));
+  blobs_cache_stats_get(bc, &st);
+  CHECK(st.reserved == 1200 && st.resident == 0);
+  for (int i = 0; i < 300; i++) e->data[i] = (float)i;
+  blobs_cache_publish(bc, e, 77);
+  blobs_cache_entry *g = blobs_cache_get(bc, "1/f0-v1.delta", 3, 300);
+  CHECK(g && g->crc == 77 && g->data[299] == 299.0f);
+  blobs_cache_unref(bc, g);
+  CHECK(!blobs_cache_get(bc, "1/f0-v1.delta", 2, 300)); /* another kind */
+  CHECK(!blobs_cache_get(bc, "1/f0-v1.delta", 3, 299)); /* another length */
+  blobs_cache_stats_get(bc, &st);
+  CHECK(st.reserved == 0 && st.resident == 1200 && st.hits == 1 && st.hit_bytes == 1200 && st.misses == 3);
+
+  /* A dropped reservation leaves nothing; a payload over the budget is not cached. */
+  blobs_cache_drop(bc, blobs_cache_reserve(bc, "1/f0-v2.delta", 3, 100));
+  CHECK(!has(bc, "1/f0-v2.delta", 100));
+  CHECK(blobs_cache_reserve(bc, "big", 3, 1001) == NULL);
+  CHECK(has(bc, "1/f0-v1.delta", 300)); /* ... and evicted nothing for it */
+
+  /* The least recently used entry goes first: b was read after a, so c evicts a. */
+  CHECK(put(bc, "a", 300, 1) && put(bc, "b", 300, 2));
+  CHECK(has(bc, "1/f0-v1.delta", 300) && has(bc, "b", 300));
+  CHECK(put(bc, "c", 300, 3));
+  CHECK(!has(bc, "a", 300) && has(bc, "b", 300) && has(bc, "c", 300) && has(bc, "1/f0-v1.delta", 300));
+  blobs_cache_stats_get(bc, &st);
+  CHECK(st.resident == 3600 && st.evictions == 1 && st.resident <= st.cap);
+
+  /* An entry held by a reader stays valid after eviction and removal. */
+  blobs_cache_entry *held = blobs_cache_get(bc, "b", 3, 300);
+  CHECK(held != NULL);
+  blobs_cache_remove(bc, "b");
+  CHECK(!has(bc, "b", 300));
+  CHECK(put(bc, "d", 900, 4)); /* evicts everything else */
+  CHECK(held && held->data[0] == 2.0f && held->data[299] == 2.0f);
+  blobs_cache_unref(bc, held);
+  blobs_cache_stats_get(bc, &st);
+  CHECK(st.resident == 3600 && !has(bc, "c", 300) && !has(bc, "1/f0-v1.delta", 300));
+
+  /* Publishing a name again replaces its entry. */
+  CHECK(put(bc, "d", 900, 5));
+  g = blobs_cache_get(bc, "d", 3, 900);
+  CHECK(g && g->data[0] == 5.0f && g->crc == 50);
+  blobs_cache_unref(bc, g);
+  blobs_cache_stats_get(bc, &st);
+  CHECK(st.resident == 3600);
+  blobs_cache_free(bc);
+  TEST_DONE();
+}
