@@ -15,7 +15,10 @@
 # 0.4/0.5, 0.5/0.3, 0.7/0 (SGD), 0.4/0.7, 0.7/0.7, and the momentum schedule (kernels/outer.c
 # outer_momentum_at: warm-up over the first 10% of the rounds, decay to 0 over the last 20%) on
 # 0.6/0.7 and 0.4/0.5 ("sched"); WIDE=1 adds 0.3/0.5, 0.4/0.9, 0.7/0.5, 0.7/0.9, 1/0.5, 1/0.7
-# and 1/0.9; RULESET=core keeps averaging, 0.6/0.7 constant, 0.4/0.5 and the two schedules. Every
+# and 1/0.9; RULESET=core keeps averaging, 0.6/0.7 constant, 0.4/0.5 and the two schedules,
+# RULESET=none none; EXTRA_RULES adds "RULE OLR OMU" items separated by ";" (e.g. "sched 0.5
+# 0.6;avg 1.0 0.0"). GRID_SIZES, GRID_RS and GRID_HS (space-separated) replace the grid's lists,
+# to run one slice of a grid (e.g. GRID_SIZES=m GRID_RS=2 GRID_HS=10 ... full). Every
 # cell runs once per init seed of SEEDS (default "7 8"; the size column is
 # SIZE@SEED for seeds other than 7): a single run's loss moves by up to 17% with the seed under
 # high outer momentum, so rules are compared on the mean over seeds (outer_table.py).
@@ -45,6 +48,11 @@ if [ -n "${WIDE:-}" ]; then
           "nesterov 1.0 0.7" "nesterov 1.0 0.9")
 fi
 [ "${RULESET:-}" = core ] && RULES=("avg 1.0 0.0" "default 0.6 0.7" "nesterov 0.4 0.5" "sched 0.6 0.7" "sched 0.4 0.5")
+[ "${RULESET:-}" = none ] && RULES=()
+if [ -n "${EXTRA_RULES:-}" ]; then
+  IFS=';' read -r -a extra <<< "$EXTRA_RULES"
+  RULES+=("${extra[@]}")
+fi
 SEEDS=(${SEEDS:-7 8})
 case $GRID in
   quick) SIZES=(s); RS=(2 4); HS=(10 50) ;;
@@ -54,6 +62,9 @@ case $GRID in
           RULES=("avg 1.0 0.0" "default 0.6 0.7" "nesterov 0.8 0.7" "sched 0.6 0.7") ;;
   *) echo "usage: $0 [quick|r8|full|muloco]" >&2; exit 2 ;;
 esac
+[ -n "${GRID_SIZES:-}" ] && SIZES=($GRID_SIZES)
+[ -n "${GRID_RS:-}" ] && RS=($GRID_RS)
+[ -n "${GRID_HS:-}" ] && HS=($GRID_HS)
 
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDIPACO_SANITIZE=OFF -DDIPACO_DISTRIBUTED=OFF >/dev/null
 cmake --build "$BUILD" --target dipacoctl diloco_local -j"$(nproc)" >/dev/null
