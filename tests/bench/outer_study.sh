@@ -14,8 +14,10 @@
 # Rules (outer lr / momentum, Nesterov): averaging (1/0), the current default (0.6/0.7),
 # 0.4/0.5, 0.5/0.3, 0.7/0 (SGD), 0.4/0.7, 0.7/0.7, and the momentum schedule (kernels/outer.c
 # outer_momentum_at: warm-up over the first 10% of the rounds, decay to 0 over the last 20%) on
-# 0.6/0.7 and 0.4/0.5 ("sched"); WIDE=1 adds 0.3/0.5, 0.4/0.9, 0.7/0.5, 0.7/0.9, 1/0.5, 1/0.7
-# and 1/0.9; RULESET=core keeps averaging, 0.6/0.7 constant, 0.4/0.5 and the two schedules,
+# 0.6/0.7 and 0.4/0.5 ("sched"); rule "lrdec" (only through EXTRA_RULES) is the schedule with
+# the outer lr decaying linearly to 0 over the same last 20% (diloco_local's
+# DILOCO_LOCAL_LR_DECAY, a probe no job spec has); WIDE=1 adds 0.3/0.5, 0.4/0.9, 0.7/0.5,
+# 0.7/0.9, 1/0.5, 1/0.7 and 1/0.9; RULESET=core keeps averaging, 0.6/0.7 constant, 0.4/0.5 and the two schedules,
 # RULESET=none none; EXTRA_RULES adds "RULE OLR OMU" items separated by ";" (e.g. "sched 0.5
 # 0.6;avg 1.0 0.0"). GRID_SIZES, GRID_RS and GRID_HS (space-separated) replace the grid's lists,
 # to run one slice of a grid (e.g. GRID_SIZES=m GRID_RS=2 GRID_HS=10 ... full). Every
@@ -144,6 +146,8 @@ run() {
   case $z in q*) T=128; init=$W/init-q; batches=32; rounds=$(( 600 / H )) ;; esac # 32: all the held-out text
   [ "${z%@*}" = qmuon ] && env+=(DILOCO_LOCAL_MUON=0.02)
   [ "$rule" = sched ] && env+=(DILOCO_LOCAL_MOMENTUM_SCHEDULE=$(( (rounds + 9) / 10 )),$(( (rounds + 4) / 5 )))
+  [ "$rule" = lrdec ] && env+=(DILOCO_LOCAL_MOMENTUM_SCHEDULE=$(( (rounds + 9) / 10 )),$(( (rounds + 4) / 5 )) \
+                               DILOCO_LOCAL_LR_DECAY=$(( (rounds + 4) / 5 )),0)
   out=$W/run-$c-$z-$R-$H-$rule-$olr-$omu
   t0=$(date +%s.%N)
   env "${env[@]}" "$LOCAL" "$init" "$W/$c/data/train_000.bin" "$out" "$R" "$H" "$rounds" 8 "$T" 3e-3 50 0.1 0.1 0.9 0.95 \

@@ -10,6 +10,9 @@
  * with the schedule a new job spec gets by default (coordinator/jobspec.c
  * jobspec_derive_schedule, kernels/outer.h outer_default_schedule; none without momentum), or
  * env DILOCO_LOCAL_MOMENTUM_SCHEDULE=WARMUP,DECAY (0,0: constant momentum; outer_study.sh).
+ * env DILOCO_LOCAL_LR_DECAY=D,F (a study's probe, not a job spec field): the outer lr of the
+ * last D rounds falls linearly towards F x OUTER_LR, step t at OUTER_LR x (F + (1 - F) x
+ * (ROUNDS - 1 - t) / D), as the momentum decay does.
  * env DILOCO_LOCAL_MUON=LR: Muon on the block matrices at peak rate LR (torch.optim.Muon's
  * defaults otherwise: momentum 0.95, Nesterov, 5 Newton-Schulz steps, "original" scaling, the
  * AdamW weight decay), AdamW on the rest. */
@@ -41,6 +44,14 @@ int main(int argc, char **argv) {
   const char *sched = getenv("DILOCO_LOCAL_MOMENTUM_SCHEDULE");
   if (sched && *sched && (sscanf(sched, "%ld,%ld", &warmup, &decay) != 2 || warmup < 0 || decay < 0)) {
     fprintf(stderr, "diloco_local: DILOCO_LOCAL_MOMENTUM_SCHEDULE=%s: want WARMUP,DECAY (rounds >= 0)\n", sched);
+    return 2;
+  }
+  long lr_decay = 0;
+  float lr_floor = 1;
+  const char *lrd = getenv("DILOCO_LOCAL_LR_DECAY");
+  if (lrd && *lrd && (sscanf(lrd, "%ld,%f", &lr_decay, &lr_floor) != 2 || lr_decay < 0 || lr_decay > rounds ||
+                      !(lr_floor >= 0 && lr_floor <= 1))) {
+    fprintf(stderr, "diloco_local: DILOCO_LOCAL_LR_DECAY=%s: want D,F (0 <= D <= rounds, 0 <= F <= 1)\n", lrd);
     return 2;
   }
   const char *muon = getenv("DILOCO_LOCAL_MUON");
@@ -100,7 +111,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "diloco_local: %s\n", dpc_errmsg());
       return 1;
     }
-    outer_nesterov_step(theta, u, avg, n, olr, outer_momentum_at(omu, t, rounds, warmup, decay), 1);
+    float lr_t = olr;
+    if (lr_decay > 0 && t >= rounds - lr_decay)
+      lr_t = (float)((double)olr * (lr_floor + (1.0 - lr_floor) * (double)(rounds - 1 - t) / (double)lr_decay));
+    outer_nesterov_step(theta, u, avg, n, lr_t, outer_momentum_at(omu, t, rounds, warmup, decay), 1);
   }
   int rc = modeldir_save(out, &cfg, theta);
   if (rc) fprintf(stderr, "diloco_local: %s\n", dpc_errmsg());
