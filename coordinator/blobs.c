@@ -104,6 +104,10 @@ int blob_store_set_cache(blob_store *bs, uint64_t cap) {
 
 void blob_store_cache_stats(blob_store *bs, blobs_cache_stats *out) { blobs_cache_stats_get(bs->cache, out); }
 
+void blob_store_uncache(blob_store *bs, const char *name) {
+  if (name && name[0]) blobs_cache_remove(bs->cache, name);
+}
+
 /* The kinds an outer step reads (and a commit checks) round after round; inner state and
  * round streams are read rarely, by other paths. */
 static int cached_kind(blob_kind k) {

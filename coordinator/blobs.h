@@ -82,6 +82,9 @@ int blob_store_is_s3(const blob_store *bs);
 int blob_store_set_cache(blob_store *bs, uint64_t cap);
 /* The cache's counters (all 0 without a cache). */
 void blob_store_cache_stats(blob_store *bs, blobs_cache_stats *out);
+/* Drop the memory copy of blob `name` (NULL or "": nothing), keeping the blob: an outer step
+ * that made the next version no longer needs its inputs, so they should not hold the cache. */
+void blob_store_uncache(blob_store *bs, const char *name);
 void blob_store_close(blob_store *bs);
 /* The absolute-or-relative directory path of the store ("STATE/blobs"). */
 const char *blob_store_dir(const blob_store *bs);

@@ -286,6 +286,11 @@ int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *mome
   if (rc < 0) goto out;
   rc = blob_writer_commit(io.uw, momentum_crc);
   io.uw = NULL;
+  if (rc == 0) { /* θ_t, u_t and the round's deltas are inputs of no later step */
+    blob_store_uncache(a->bs, a->param_blob);
+    blob_store_uncache(a->bs, a->momentum_blob);
+    for (int i = 0; i < n; i++) blob_store_uncache(a->bs, a->delta_blobs[i]);
+  }
 out:
   sync_io_free(&io, n);
   free(rg);
@@ -377,6 +382,12 @@ int outerio_async_step(const outerio_async *a, uint32_t *param_crc, uint32_t *mo
     bw = NULL;
   }
   if (!rc && dn_t_out) *dn_t_out = t_after;
+  if (!rc) { /* inputs of no later step */
+    blob_store_uncache(a->bs, a->param_blob);
+    blob_store_uncache(a->bs, a->momentum_blob);
+    blob_store_uncache(a->bs, a->dnbuf_blob);
+    blob_store_uncache(a->bs, a->delta_blob);
+  }
 out:
   blob_writer_abort(pw);
   blob_writer_abort(mw);
