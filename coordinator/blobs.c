@@ -676,7 +676,8 @@ struct blob_reader {
   blob_src src;
   blobs_cache *cache;
   blobs_cache_entry *hit;  /* the payload, verified, from the cache: no request to the store */
-  blobs_cache_entry *fill; /* a copy for the cache, published once close verified it */
+  blobs_cache_entry *fill; /* a copy for the cache (blob_reader_keep), published once close verified it */
+  blob_kind kind;
   blob_s3_ahead *ahead; /* an object's next range, in flight (blobs_s3.h) */
   unsigned char *buf;
   size_t cap;
@@ -716,6 +717,7 @@ int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
   uint64_t size;
   r->want = (uint64_t)n * 4;
   r->cache = cached_kind(kind) ? bs->cache : NULL;
+  r->kind = kind;
   r->src.fd = -1;
   int rc = blob_path(bs, name, r->path, sizeof r->path);
   if (!rc && (r->hit = blobs_cache_get(r->cache, name, (int)kind, n))) {
@@ -729,11 +731,13 @@ int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
     return rc;
   }
   if (r->src.fd >= 0) (void)posix_fadvise(r->src.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  /* A delta is read whole twice, by its commit's check and by the outer step; θ and u come
-   * from the cache's copy of what the previous step wrote, and a miss on them is not kept. */
-  if (kind == BLOB_DELTA) r->fill = blobs_cache_reserve(r->cache, name, (int)kind, n);
   *out = r;
   return 0;
+}
+
+void blob_reader_keep(blob_reader *r) {
+  if (r->cache && !r->hit && !r->fill && r->got == 0)
+    r->fill = blobs_cache_reserve(r->cache, r->src.name, (int)r->kind, (size_t)(r->want / 4));
 }
 
 /* Read the next nbytes of the payload into dst and checksum them. */

@@ -77,7 +77,8 @@ int blob_store_open_s3(const s3_options *o, blob_store **out);
 /* 1 for an S3 store. */
 int blob_store_is_s3(const blob_store *bs);
 /* Keep up to cap bytes of payloads in memory (blobs_cache.h): what the store's own writes and
- * its reads of deltas verified, served again without a request; 0 turns it off. An S3 store
+ * the reads asked to keep (blob_reader_keep) verified, served again without a request; 0 turns
+ * it off. An S3 store
  * only (files have the kernel's page cache): DPC_EUNSUPPORTED for files. */
 int blob_store_set_cache(blob_store *bs, uint64_t cap);
 /* The cache's counters (all 0 without a cache). */
@@ -130,6 +131,11 @@ int blob_read_alloc(blob_store *bs, const char *name, blob_kind kind, float **ou
  * until close succeeded. Close and abort free the reader (and invalidate views). */
 typedef struct blob_reader blob_reader;
 int blob_reader_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_reader **out);
+/* Right after open: keep a copy of what this reader reads in the store's cache, published when
+ * close verified it, for the next reader of the same name (the commit's check of a put delta,
+ * which the outer step reads again). Nothing without a cache, on a hit, or for a kind the
+ * cache does not keep. */
+void blob_reader_keep(blob_reader *r);
 int blob_reader_view(blob_reader *r, size_t nbytes, const void **view);
 int blob_reader_read(blob_reader *r, void *dst, size_t nbytes);
 int blob_reader_close(blob_reader *r, uint32_t *crc_out);

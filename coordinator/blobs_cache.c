@@ -47,7 +47,6 @@ static void unpublish(blobs_cache *bc, int i) {
   blobs_cache_entry *e = bc->e[i];
   bc->e[i] = bc->e[--bc->n];
   bc->st.resident -= (uint64_t)e->n * sizeof(float);
-  e->published = 0;
   entry_unref(e);
 }
 
@@ -135,7 +134,6 @@ void blobs_cache_publish(blobs_cache *bc, blobs_cache_entry *e, uint32_t crc) {
     bc->cap_e = cap;
   }
   e->used = ++bc->clock;
-  e->published = 1;
   bc->e[bc->n++] = e;
   bc->st.resident += (uint64_t)e->n * sizeof(float);
   pthread_mutex_unlock(&bc->mu);

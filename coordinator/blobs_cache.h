@@ -35,7 +35,6 @@ typedef struct blobs_cache_entry {
   float *data;  /* n floats */
   atomic_int refs;
   uint64_t used; /* LRU clock of the last get or publish */
-  int published; /* in the table */
 } blobs_cache_entry;
 
 /* Counters since the cache was made (bytes are payload bytes). */

@@ -432,6 +432,7 @@ static void push_object_work(uv_work_t *req) {
   p->bad_at = UINT64_MAX;
   int rc = blob_store_check_put(bs, p->blob, p->obj_bytes, p->obj_nomd5 ? NULL : p->obj_md5);
   if (!rc) rc = blob_reader_open(bs, p->blob, BLOB_DELTA, p->total_floats, &r);
+  if (!rc) blob_reader_keep(r); /* the outer step reads it again */
   size_t left = p->total_floats * sizeof(float), at = 0;
   while (!rc && left > 0) {
     size_t n = left < OBJECT_VIEW_BYTES ? left : OBJECT_VIEW_BYTES;

@@ -4,10 +4,10 @@
  * multipart upload, an aborted writer leaves nothing, damaged objects (a flipped byte, a short
  * object, another kind) are refused with the same errors as damaged files, and the start-up sweep
  * removes unrecorded objects and unfinished uploads but keeps recorded blobs and inner state.
- * With the memory cache on (blob_store_set_cache): what the store wrote, and a delta it read
- * and verified, are read again without the store (they survive the object's loss), a delta
- * that failed its checksum is not kept, inner state is never kept, and deleting a blob drops
- * its copy. */
+ * With the memory cache on (blob_store_set_cache): what the store wrote, and a delta read with
+ * blob_reader_keep and verified, are read again without the store (they survive the object's
+ * loss), a read without keep leaves nothing, a delta that failed its checksum is not kept,
+ * inner state is never kept, and deleting a blob drops its copy. */
 #include "common/errors.h"
 #include "coordinator/blobs.h"
 #include "coordinator/blobs_s3.h"
@@ -186,11 +186,13 @@ static void damaged(blob_store *bs, s3_client *c) {
   free(b);
 }
 
-/* Read blob name (n floats of kind) whole through a sequential reader into y; its close's code. */
+/* Read blob name (n floats of kind) whole through a sequential reader into y, asking it to keep
+ * a copy in the cache as a commit's check does; its close's code. */
 static int read_whole(blob_store *bs, const char *name, blob_kind kind, float *y, size_t n) {
   blob_reader *r = NULL;
   int rc = blob_reader_open(bs, name, kind, n, &r);
   if (rc) return rc;
+  blob_reader_keep(r);
   const void *v;
   if ((rc = blob_reader_view(r, n / 2 * sizeof(float), &v)) == 0) {
     memcpy(y, v, n / 2 * sizeof(float));
@@ -230,6 +232,15 @@ static void cached(blob_store *bs, s3_client *c) {
   CHECK(b != NULL);
   if (!b) return;
   CHECK_EQ_INT(blob_store_set_cache(bs, 1 << 20), 0); /* empty again: as after a restart */
+  /* A read that does not ask to keep its bytes (an outer step's) leaves nothing behind. */
+  CHECK_EQ_INT(blob_read(bs, "7/f0-v1-a2.delta", BLOB_DELTA, y, N, NULL), 0);
+  CHECK_EQ_INT(blob_reader_open(bs, "7/f0-v1-a2.delta", BLOB_DELTA, N, &r), 0);
+  if (r) {
+    CHECK_EQ_INT(blob_reader_read(r, y, sizeof y), 0);
+    CHECK_EQ_INT(blob_reader_close(r, NULL), 0);
+  }
+  blob_store_cache_stats(bs, &st);
+  CHECK(st.resident == 0 && st.hit_bytes == 0);
   CHECK_EQ_INT(s3_put(c, "7/f0-v1-a3.delta", b, size), 0);   /* as a worker puts it */
   CHECK_EQ_INT(read_whole(bs, "7/f0-v1-a3.delta", BLOB_DELTA, y, N), 0);
   CHECK(memcmp(x, y, sizeof x) == 0);
