@@ -247,9 +247,23 @@ const char *jobspec_inner_optimizer_name(jobspec_inner_optimizer o);
 /* Muon's weight decay: inner.muon.weight_decay when given, else inner.weight_decay. */
 double jobspec_muon_weight_decay(const jobspec *js);
 
+/* The outer rule's defaults depend on the job (docs/design.md §3.4): a diloco job without a
+ * "sparse" block or eager updates, with R <= JOBSPEC_SMALL_R replicas and fewer than
+ * JOBSPEC_LONG_H inner steps a round gets a smaller step,
+ * lr JOBSPEC_SMALL_R_LR and momentum JOBSPEC_SMALL_R_MOMENTUM, in place of the field table's
+ * (jobspec_fields.c). jobspec_outer_derived says whether js is such a job; jobspec_outer_default
+ * gives the lr, momentum and nesterov its spec gets where it leaves them out (the other fields of
+ * *out are the table's defaults). */
+#define JOBSPEC_SMALL_R 2
+#define JOBSPEC_LONG_H 20
+#define JOBSPEC_SMALL_R_LR 0.5
+#define JOBSPEC_SMALL_R_MOMENTUM 0.6
+int jobspec_outer_derived(const jobspec *js);
+void jobspec_outer_default(const jobspec *js, jobspec_outer *out);
+
 /* Where a job's outer rule (outer.lr, momentum, nesterov) comes from, for `job show`: the
- * defaults of its kind ("the defaults for diloco"), or which values differ from them. Written
- * into buf[cap]; returns buf. */
+ * defaults of its kind ("the defaults for diloco", or "for diloco at R = 2, H = 10 (derived
+ * ...)"), or which values differ from them. Written into buf[cap]; returns buf. */
 const char *jobspec_outer_origin(const jobspec *js, char *buf, size_t cap);
 
 #endif

@@ -240,16 +240,22 @@ const jobspec_field jobspec_fields[] = {
     /* Sync outer step (diloco, dipaco): Nesterov lr 0.6, momentum 0.7, from the DiLoCo quality
      * study (tests/bench/diloco_quality.sh): at small scale and tens of rounds, momentum 0.9
      * overshoots; with the momentum schedule below, derived from rounds, from the study across
-     * corpora (tests/bench/outer_study.sh). diloco-async (delayed Nesterov, DyLU): lr 0.4, momentum 0.7, from the
+     * corpora (tests/bench/outer_study.sh), which also found a smaller step better for diloco at
+     * R <= 2 with H < 20 (jobspec_outer_default, applied by jobspec_parse where the spec leaves
+     * them out). diloco-async (delayed Nesterov, DyLU): lr 0.4, momentum 0.7, from the
      * heterogeneity study (tests/bench/async_heterogeneity.sh): the paper's 0.7 / 0.9 ended
      * 3-5% above sync there; stale deltas want a smaller step. With a "sparse" block
      * (SparseLoCo): plain SGD with lr 3 — the error-feedback buffer takes momentum's place, as
      * in the SparseLoCo paper; lr 3 was best in tests/bench/sparse.sh at H = 20 and 100. */
     {"", "outer", .type = JF_OBJECT, .doc = "the outer optimizer, applied to the averaged deltas"},
     {"outer", "lr", .type = JF_NUMBER, .flags = JF_ALT_DEFAULT, AT(outer.lr), .def = 0.6, .def_async = 0.4,
-     .def_sparse = 3.0, OPEN_CLOSED(0, 10), .doc = "outer learning rate"},
+     .def_sparse = 3.0, OPEN_CLOSED(0, 10),
+     .doc = "outer learning rate (absent, a diloco job with replicas <= 2 and inner_steps < 20, no sparse block "
+            "and no eager updates gets 0.5: docs/design.md §3.4)"},
     {"outer", "momentum", .type = JF_NUMBER, .flags = JF_ALT_DEFAULT, AT(outer.momentum), .def = 0.7, .def_async = 0.7,
-     .def_sparse = 0.0, CLOSED_OPEN(0, 1), .doc = "outer momentum"},
+     .def_sparse = 0.0, CLOSED_OPEN(0, 1),
+     .doc = "outer momentum (absent, such a diloco job with replicas <= 2 and inner_steps < 20 gets 0.6: "
+            "docs/design.md §3.4)"},
     {"outer", "nesterov", .type = JF_BOOL, .flags = JF_ALT_DEFAULT, AT(outer.nesterov), .def = 1, .def_async = 1,
      .def_sparse = 0, .doc = "Nesterov momentum (else heavy ball)"},
     {"outer", "rule", .alias = "async", .type = JF_ENUM, AT(outer.async_rule), .def = OUTER_ASYNC_DN,
@@ -389,26 +395,52 @@ double jf_hi(const jobspec_field *f, const jobspec *js) {
   }
 }
 
-const char *jobspec_outer_origin(const jobspec *js, char *buf, size_t cap) {
+/* A plain DiLoCo job with few replicas and short rounds wants a smaller outer step: in the
+ * outer study (tests/bench/outer_study.sh, docs/benchmarks.md §12.3) the schedule on 0.6 / 0.7
+ * was up to 11.6% behind the best rule at R = 2, H = 10, where 0.5 / 0.6 was within 3.4%, while
+ * at R = 2 and H >= 20 and at R >= 4 0.6 / 0.7 did best. H between the studied 10 and 20 takes
+ * the smaller step, whose worst miss the study found smaller. DiPaCo (modules averaging deltas of
+ * paths with different data), async, SparseLoCo and eager streaming were not in the study and
+ * keep their kind's defaults. */
+int jobspec_outer_derived(const jobspec *js) {
+  return js->algorithm == JOB_ALGO_DILOCO && !js->sparse.enabled && !js->streaming.eager &&
+         js->replicas <= JOBSPEC_SMALL_R && js->inner_steps < JOBSPEC_LONG_H;
+}
+
+void jobspec_outer_default(const jobspec *js, jobspec_outer *out) {
   const int alt = js->algorithm == JOB_ALGO_DILOCO_ASYNC ? 1 : js->sparse.enabled ? 2 : 0;
-  const char *kind = alt == 1 ? "diloco-async" : alt == 2 ? "SparseLoCo" : jobspec_algorithm_name(js->algorithm);
   jobspec *d = calloc(1, sizeof *d);
-  if (!d) {
-    snprintf(buf, cap, "?");
-    return buf;
+  if (!d) { /* the plain defaults, without the table */
+    memset(out, 0, sizeof *out);
+    out->lr = 0.6, out->momentum = 0.7, out->nesterov = 1;
+    return;
   }
   jf_defaults(NULL, d, 0);
   if (alt) jf_defaults(NULL, d, alt);
-  const jobspec_outer *o = &js->outer, *e = &d->outer;
+  *out = d->outer;
+  free(d);
+  if (jobspec_outer_derived(js)) out->lr = JOBSPEC_SMALL_R_LR, out->momentum = JOBSPEC_SMALL_R_MOMENTUM;
+}
+
+const char *jobspec_outer_origin(const jobspec *js, char *buf, size_t cap) {
+  const int alt = js->algorithm == JOB_ALGO_DILOCO_ASYNC ? 1 : js->sparse.enabled ? 2 : 0;
+  char kind[96];
+  if (jobspec_outer_derived(js))
+    snprintf(kind, sizeof kind, "diloco at R = %d, H = %d (derived from R <= %d and H < %d)", js->replicas,
+             js->inner_steps, JOBSPEC_SMALL_R, JOBSPEC_LONG_H);
+  else
+    snprintf(kind, sizeof kind, "%s", alt == 1 ? "diloco-async" : alt == 2 ? "SparseLoCo" : jobspec_algorithm_name(js->algorithm));
+  jobspec_outer e;
+  jobspec_outer_default(js, &e);
+  const jobspec_outer *o = &js->outer;
   char set[64] = "";
-  if (o->lr != e->lr) strcat(set, ", lr");
-  if (o->momentum != e->momentum) strcat(set, ", momentum");
-  if (o->nesterov != e->nesterov) strcat(set, ", nesterov");
+  if (o->lr != e.lr) strcat(set, ", lr");
+  if (o->momentum != e.momentum) strcat(set, ", momentum");
+  if (o->nesterov != e.nesterov) strcat(set, ", nesterov");
   if (!set[0]) snprintf(buf, cap, "the defaults for %s (docs/jobspec.md)", kind);
   else
     snprintf(buf, cap, "set by the job spec: %s (the defaults for %s: lr %.9g, momentum %.9g, nesterov %s)", set + 2,
-             kind, e->lr, e->momentum, e->nesterov ? "true" : "false");
-  free(d);
+             kind, e.lr, e.momentum, e.nesterov ? "true" : "false");
   return buf;
 }
 

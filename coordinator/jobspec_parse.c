@@ -334,6 +334,17 @@ static int parse_section(const cJSON *obj, const char *prefix, const char *sect,
   return 0;
 }
 
+/* The outer lr and momentum a new spec leaves out, where they depend on R
+ * (jobspec_outer_default); the canonical JSON then carries them, so a stored job keeps them. */
+static void derive_outer(const cJSON *root, jobspec *js) {
+  if (!jobspec_outer_derived(js)) return;
+  const cJSON *o = get_field(root, "outer");
+  jobspec_outer d;
+  jobspec_outer_default(js, &d);
+  if (!cJSON_IsObject(o) || !get_field(o, "lr")) js->outer.lr = d.lr;
+  if (!cJSON_IsObject(o) || !get_field(o, "momentum")) js->outer.momentum = d.momentum;
+}
+
 /* The top-level object, field by field, then validation. The outer rule's defaults depend on
  * the algorithm and on a "sparse" block (JF_ALT_DEFAULT), so those two are looked at first;
  * values given in "outer" win over either. */
@@ -344,7 +355,10 @@ static int parse_root(const cJSON *root, jobspec *js, int derive) {
     jf_defaults(NULL, js, 1);
   if (cJSON_IsObject(get_field(root, "sparse"))) jf_defaults(NULL, js, 2);
   JS_TRY(parse_section(root, "", "", js, js));
-  if (derive) jobspec_derive_schedule(js);
+  if (derive) {
+    derive_outer(root, js);
+    jobspec_derive_schedule(js); /* after: the schedule applies where there is momentum */
+  }
   return jobspec_validate(js);
 }
 

@@ -256,6 +256,19 @@ static int push_finish(struct rpc_stream *s, Dipaco__V1__FragmentInfo *const *fr
   return 0;
 }
 
+/* The chunk header fields every delta a lease pushes shares, bytes or an object's commit. */
+static void delta_header(struct rpc_chunk *h, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f,
+                         uint64_t inner_steps, uint64_t tokens, int payload) {
+  memset(h, 0, sizeof *h);
+  h->lease_id = lease_id;
+  h->fragment_id = f->fragment_id;
+  h->version = f->version;
+  h->num_floats = f->num_floats;
+  h->inner_steps = inner_steps;
+  h->tokens = tokens;
+  h->payload = payload;
+}
+
 /* wc_push and wc_push_sparse: fp32 deltas encoded with codec on the way out, or (sp != NULL)
  * streams already encoded with CODEC_SPARSE of sp_bytes[i] bytes. */
 static int push_impl(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
@@ -278,16 +291,9 @@ static int push_impl(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *co
   unsigned char *enc = NULL;
   for (size_t i = 0; i < n && !rc; i++) {
     struct rpc_chunk h;
-    memset(&h, 0, sizeof h);
-    h.lease_id = lease_id;
-    h.fragment_id = frags[i]->fragment_id;
-    h.version = frags[i]->version;
+    delta_header(&h, lease_id, frags[i], inner_steps, tokens, DIPACO__V1__PAYLOAD__PAYLOAD_DELTA);
     h.codec = (uint32_t)codec;
     h.block_floats = dpc_codec_is_block(codec) ? block : 0;
-    h.num_floats = frags[i]->num_floats;
-    h.inner_steps = inner_steps;
-    h.tokens = tokens;
-    h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA;
     size_t bytes = 0;
     const void *data = sp ? (const void *)sp[i] : (const void *)delta[i];
     if (sp) bytes = sp_bytes[i];
@@ -385,17 +391,10 @@ int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *con
   static const unsigned char none[1];
   for (size_t i = 0; i < n && !rc; i++) {
     struct rpc_chunk h;
-    memset(&h, 0, sizeof h);
-    h.lease_id = lease_id;
-    h.fragment_id = frags[i]->fragment_id;
-    h.version = frags[i]->version;
+    delta_header(&h, lease_id, frags[i], inner_steps, tokens, DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT);
     h.codec = DPC_CODEC_FP32;
-    h.num_floats = frags[i]->num_floats;
     h.total = frags[i]->num_floats * sizeof(float);
     h.crc32c = crc[i];
-    h.inner_steps = inner_steps;
-    h.tokens = tokens;
-    h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT;
     h.step = attempts[i];
     struct grpc_byte_buffer *bb = rpc_chunk_encode(&h, none, NULL, NULL);
     rc = bb ? rpc_stream_write(s, bb) : dpc_err(DPC_ENOMEM, "worker: out of memory encoding a chunk");

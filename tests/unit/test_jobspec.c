@@ -77,6 +77,8 @@ static void test_field_table(void) {
       const jobspec_field *f = &jobspec_fields[i];
       if ((f->flags & (JF_REQUIRED | JF_SHAPE)) || f->when || strcmp(f->sect, "levels[]") == 0) continue;
       double def = (f->flags & JF_ALT_DEFAULT) && v ? (v == 1 ? f->def_async : f->def_sparse) : f->def, got;
+      if (v == 0 && strcmp(f->sect, "outer") == 0 && strcmp(f->key, "lr") == 0) def = JOBSPEC_SMALL_R_LR; /* R = 2 */
+      if (v == 0 && strcmp(f->sect, "outer") == 0 && strcmp(f->key, "momentum") == 0) def = JOBSPEC_SMALL_R_MOMENTUM;
       if (f->type == JF_NUMBER) memcpy(&got, jf_at(f, &js), sizeof got);
       else if (f->type == JF_INT || f->type == JF_BOOL || f->type == JF_ENUM || f->type == JF_CODEC) got = jf_get_int(f, &js);
       else continue;
@@ -84,9 +86,10 @@ static void test_field_table(void) {
       CHECK(got == def);
     }
   }
-  /* The outer defaults that jobspec.h once documented apart from their values. */
+  /* The outer defaults that jobspec.h once documented apart from their values (R = 2 derives
+   * its own: test_outer_derived). */
   CHECK_EQ_INT(parse("{" BASE "}", &js), 0);
-  CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7 && js.outer.nesterov == 1);
+  CHECK(js.outer.lr == 0.5 && js.outer.momentum == 0.6 && js.outer.nesterov == 1);
   /* Every field is written in the canonical JSON (sparse and quorum_grace_s once given) and
    * listed in the generated docs/jobspec.md. */
   char *canon = NULL, *md = NULL;
@@ -257,7 +260,69 @@ static void test_momentum_schedule(void) {
   expect_bad("{" BASE ",\"outer\":{\"momentum_decay\":1},\"streaming\":{\"overlap_steps\":1,\"eager\":true}}",
              DPC_EINVAL, "leave outer.momentum_warmup and outer.momentum_decay at 0");
   CHECK_EQ_INT(parse("{" BASE ",\"outer\":{\"lr\":0.5}}", &js), 0);
+  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "set by the job spec: lr (the defaults for diloco") == NULL);
+  CHECK_EQ_INT(parse("{" BASE ",\"outer\":{\"lr\":0.6}}", &js), 0);
   CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "set by the job spec: lr (the defaults for diloco") != NULL);
+}
+
+/* The outer lr and momentum a new spec leaves out depend on the job (jobspec_outer_default): a
+ * plain diloco job at R <= 2 and H < 20 gets 0.5 / 0.6, written into its canonical JSON and kept
+ * when stored; R >= 3, H >= 20, dipaco, async, SparseLoCo and eager streaming keep their kind's defaults; a
+ * value the spec gives wins, the other is still derived; job show's origin says which. */
+static void test_outer_derived(void) {
+  static jobspec js, back;
+  char *canon = NULL, origin[320];
+#define SPEC_R(alg, r, extra)                                                                                      \
+  "{\"name\":\"t1\"," MODEL "," DATA ",\"algorithm\":\"" alg "\",\"replicas\":" #r                                \
+  ",\"inner_steps\":5,\"rounds\":3,\"batch\":4,\"seq_len\":8" extra "}"
+  CHECK_EQ_INT(parse(SPEC_R("diloco", 1, ""), &js), 0);
+  CHECK(js.outer.lr == 0.5 && js.outer.momentum == 0.6 && js.outer.nesterov == 1 && jobspec_outer_derived(&js));
+  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "the defaults for diloco at R = 1, H = 5 (derived from R <= 2 and H < 20)"));
+  CHECK_EQ_INT(parse(SPEC_R("diloco", 2, ""), &js), 0);
+  CHECK(js.outer.lr == 0.5 && js.outer.momentum == 0.6 && js.outer.momentum_warmup == 1 && js.outer.momentum_decay == 1);
+  CHECK_EQ_INT(jobspec_to_json(&js, &canon), 0);
+  CHECK(canon && strstr(canon, "\"lr\":0.5,") && strstr(canon, "\"momentum\":0.6,"));
+  CHECK_EQ_INT(jobspec_parse_stored(canon, strlen(canon), &back), 0);
+  CHECK(back.outer.lr == 0.5 && back.outer.momentum == 0.6);
+  CHECK(strstr(jobspec_outer_origin(&back, origin, sizeof origin), "the defaults for diloco at R = 2"));
+  free(canon);
+  CHECK_EQ_INT(parse(SPEC_R("diloco", 3, ""), &js), 0);
+  CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7 && !jobspec_outer_derived(&js));
+  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "the defaults for diloco (docs/jobspec.md)"));
+  CHECK_EQ_INT(parse(SPEC_R("diloco", 8, ""), &js), 0);
+  CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7);
+  static const char h19[] = "{\"name\":\"t1\"," MODEL "," DATA ",\"algorithm\":\"diloco\",\"replicas\":2,"
+                            "\"inner_steps\":19,\"rounds\":3,\"batch\":4,\"seq_len\":8}";
+  CHECK_EQ_INT(parse(h19, &js), 0); /* H < 20: derived */
+  CHECK(js.outer.lr == 0.5 && js.outer.momentum == 0.6 && jobspec_outer_derived(&js));
+  static const char h20[] = "{\"name\":\"t1\"," MODEL "," DATA ",\"algorithm\":\"diloco\",\"replicas\":2,"
+                            "\"inner_steps\":20,\"rounds\":3,\"batch\":4,\"seq_len\":8}";
+  CHECK_EQ_INT(parse(h20, &js), 0); /* H >= 20: the table's */
+  CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7 && !jobspec_outer_derived(&js));
+  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "the defaults for diloco (docs/jobspec.md)"));
+  CHECK_EQ_INT(parse(SPEC_R("dipaco", 2, ""), &js), 0);
+  CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7 && !jobspec_outer_derived(&js));
+  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "the defaults for dipaco (docs/jobspec.md)"));
+  CHECK_EQ_INT(parse(SPEC_R("diloco-async", 2, ""), &js), 0);
+  CHECK(js.outer.lr == 0.4 && js.outer.momentum == 0.7);
+  CHECK_EQ_INT(parse(SPEC_R("diloco", 2, ",\"sparse\":{}"), &js), 0);
+  CHECK(js.outer.lr == 3.0 && js.outer.momentum == 0.0 && js.outer.nesterov == 0);
+  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "the defaults for SparseLoCo"));
+  CHECK_EQ_INT(parse(SPEC_R("diloco", 2, ",\"streaming\":{\"overlap_steps\":1,\"eager\":true}"), &js), 0);
+  CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7);
+  CHECK_EQ_INT(parse(SPEC_R("diloco", 2, ",\"streaming\":{\"fragments\":2}"), &js), 0); /* streaming, not eager */
+  CHECK(js.outer.lr == 0.5 && js.outer.momentum == 0.6);
+  CHECK_EQ_INT(parse(SPEC_R("diloco", 2, ",\"outer\":{\"lr\":0.7}"), &js), 0);
+  CHECK(js.outer.lr == 0.7 && js.outer.momentum == 0.6);
+  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin),
+               "set by the job spec: lr (the defaults for diloco at R = 2, H = 5 (derived from R <= 2 and H < 20): lr 0.5, "
+               "momentum 0.6"));
+  CHECK_EQ_INT(parse(SPEC_R("diloco", 2, ",\"outer\":{\"momentum\":0}"), &js), 0);
+  CHECK(js.outer.lr == 0.5 && js.outer.momentum == 0.0 && js.outer.momentum_warmup == 0);
+  CHECK_EQ_INT(parse(SPEC_R("diloco", 2, ",\"outer\":{\"lr\":0.6,\"momentum\":0.7}"), &js), 0);
+  CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7);
+  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "set by the job spec: lr, momentum"));
+#undef SPEC_R
 }
 
 static void test_muon(void) {
@@ -336,7 +401,7 @@ int main(void) {
   CHECK(js.inner.beta1 == 0.9 && js.inner.beta2 == 0.95 && js.inner.eps == 1e-8 && js.inner.grad_clip == 1.0);
   CHECK_EQ_INT(js.inner.warmup, 0);
   CHECK_EQ_INT(js.inner.state, INNER_STATE_KEEP);
-  CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7 && js.outer.nesterov == 1 && js.outer.delta_norm_screen == 0);
+  CHECK(js.outer.lr == 0.5 && js.outer.momentum == 0.6 && js.outer.nesterov == 1 && js.outer.delta_norm_screen == 0);
   /* diloco-async has its own outer defaults (lr 0.4, momentum 0.7); given values win over either. */
   CHECK_EQ_INT(parse("{\"name\":\"a\"," MODEL "," DATA ",\"algorithm\":\"diloco-async\",\"replicas\":2,"
                      "\"inner_steps\":5,\"rounds\":3,\"batch\":4,\"seq_len\":8}", &js2), 0);
@@ -708,5 +773,6 @@ int main(void) {
   test_field_table();
   test_muon();
   test_momentum_schedule();
+  test_outer_derived();
   TEST_DONE();
 }
