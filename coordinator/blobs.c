@@ -616,29 +616,11 @@ int blob_store_url(blob_store *bs, const char *name, char *url, size_t cap) {
   return blob_s3_presign(bs->s3, name, "GET", NULL, BLOB_URL_TTL_S, url, cap);
 }
 
-int blob_store_put_url(blob_store *bs, const char *name, const unsigned char md5[16], char *url, size_t cap) {
+int blob_store_s3_of(blob_store *bs, const char *name, const char *what, blob_s3 **out) {
   int rc = check_name(name);
   if (rc) return rc;
-  if (!bs->s3) return dpc_err(DPC_EUNSUPPORTED, "blob %s: files have no URL", name);
-  char b64[25];
-  s3_md5_base64(md5, b64);
-  return blob_s3_presign(bs->s3, name, "PUT", b64, BLOB_URL_TTL_S, url, cap);
-}
-
-int blob_store_check_put(blob_store *bs, const char *name, uint64_t size, const unsigned char md5[16]) {
-  int rc = check_name(name);
-  if (rc) return rc;
-  if (!bs->s3) return dpc_err(DPC_EUNSUPPORTED, "blob %s: files are not put by workers", name);
-  uint64_t got = 0;
-  char etag[80] = "", want[33];
-  if ((rc = blob_s3_head(bs->s3, name, &got, etag, sizeof etag)) < 0) return rc;
-  for (int i = 0; md5 && i < 16; i++) snprintf(want + 2 * i, 3, "%02x", md5[i]);
-  if (got != size)
-    return dpc_err(DPC_EFORMAT, "object %s holds %llu bytes, not the %llu prepared", name, (unsigned long long)got,
-                   (unsigned long long)size);
-  /* A single PUT's ETag is the MD5 of its bytes (S3, RADOS Gateway, R2). */
-  if (md5 && strcasecmp(etag, want) != 0)
-    return dpc_err(DPC_ECHECKSUM, "object %s has ETag %s, not the MD5 %s prepared", name, etag, want);
+  if (!bs->s3) return dpc_err(DPC_EUNSUPPORTED, "blob %s: %s needs an S3 store (files are the coordinator's)", name, what);
+  *out = bs->s3;
   return 0;
 }
 

@@ -167,12 +167,29 @@ int blob_store_doubtful(blob_store *bs);
 /* A presigned GET URL of blob `name` (an S3 store only; DPC_EUNSUPPORTED for files). */
 int blob_store_url(blob_store *bs, const char *name, char *url, size_t cap);
 
-/* A presigned PUT URL of blob `name` that makes the store check the bytes against md5 (an S3
- * store only): a worker writes its delta object itself (docs/design.md §5.8). */
+/* Workers' puts (blobs_put.c; docs/design.md §5.8), S3 stores only (DPC_EUNSUPPORTED for files).
+ * A presigned PUT URL of blob `name` that makes the store check the bytes against md5: a worker
+ * writes its delta object itself. */
 int blob_store_put_url(blob_store *bs, const char *name, const unsigned char md5[16], char *url, size_t cap);
-/* The object a worker put: HEAD says it holds `size` bytes with ETag = md5 (md5 NULL: the size
- * only; DPC_ENOENT when absent, DPC_EFORMAT for another size, DPC_ECHECKSUM for another MD5). */
-int blob_store_check_put(blob_store *bs, const char *name, uint64_t size, const unsigned char md5[16]);
+/* An object too large for one PUT, put by the worker in parts: begin starts a multipart upload
+ * (upload_id[cap]); part_url presigns part 1..n with its MD5; complete makes the object from
+ * the n parts whose MD5s are given (a part's ETag is its MD5); abort drops the upload. */
+int blob_store_upload_begin(blob_store *bs, const char *name, char *upload_id, size_t cap);
+int blob_store_part_url(blob_store *bs, const char *name, const char *upload_id, int part, const unsigned char md5[16],
+                        char *url, size_t cap);
+int blob_store_upload_complete(blob_store *bs, const char *name, const char *upload_id, int n,
+                               const unsigned char (*md5)[16]);
+int blob_store_upload_abort(blob_store *bs, const char *name, const char *upload_id);
+/* The ETag S3 gives an object put whole (n = 0: the hex MD5 of md5[0]) or completed from n
+ * parts (the hex MD5 of the parts' MD5s, "-n"), into etag[80]. */
+void blob_put_etag(const unsigned char (*md5)[16], int n, char etag[80]);
+/* The object a worker put: HEAD says it holds `size` bytes with that ETag (etag NULL: the size
+ * only; DPC_ENOENT when absent, DPC_EFORMAT for another size, DPC_ECHECKSUM for another ETag). */
+int blob_store_check_put(blob_store *bs, const char *name, uint64_t size, const char *etag);
+/* blobs_put.c's way into the store: `name` checked, the S3 half of bs into *out (what names the
+ * operation for the error when bs keeps files). */
+typedef struct blob_s3 blob_s3;
+int blob_store_s3_of(blob_store *bs, const char *name, const char *what, blob_s3 **out);
 
 /* 1 if blob `name` exists (a file, or an object), else 0. */
 int blob_exists(blob_store *bs, const char *name);

@@ -99,6 +99,39 @@ int blob_s3_presign(blob_s3 *s, const char *name, const char *method, const char
   return rc;
 }
 
+int blob_s3_presign_part(blob_s3 *s, const char *name, const char *upload_id, int part, const char *content_md5,
+                         int expires_s, char *url, size_t cap) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_presign_part(c, name, upload_id, part, content_md5, expires_s, url, cap);
+  give(s, c);
+  return rc;
+}
+
+int blob_s3_upload_begin(blob_s3 *s, const char *name, char *upload_id, size_t cap) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_mpu_create(c, name, upload_id, cap);
+  give(s, c);
+  return note(s, rc);
+}
+
+int blob_s3_upload_complete(blob_s3 *s, const char *name, const char *upload_id, int nparts, char (*etags)[80]) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_mpu_complete(c, name, upload_id, nparts, etags);
+  give(s, c);
+  return note(s, rc);
+}
+
+int blob_s3_upload_abort(blob_s3 *s, const char *name, const char *upload_id) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_mpu_abort(c, name, upload_id);
+  give(s, c);
+  return note(s, rc);
+}
+
 /* Remember a write whose outcome is unknown (see doubt_mu). */
 static void doubt(blob_s3 *s, const char *name) {
   pthread_mutex_lock(&s->doubt_mu);

@@ -66,6 +66,14 @@ int blob_s3_health(blob_s3 *s, char *reason, size_t cap, int64_t *since_ms);
  * content_md5 (base64, or NULL) is signed, so the store takes only those bytes. */
 int blob_s3_presign(blob_s3 *s, const char *name, const char *method, const char *content_md5, int expires_s, char *url,
                     size_t cap);
+/* A multipart upload whose parts a worker puts through presigned URLs (svc_put.c): begin names
+ * it (upload_id[cap]), presign_part signs part 1..10000 with its Content-MD5 (base64), complete
+ * makes the object from the parts (etags: each part's, quotes stripped), abort drops it. */
+int blob_s3_upload_begin(blob_s3 *s, const char *name, char *upload_id, size_t cap);
+int blob_s3_presign_part(blob_s3 *s, const char *name, const char *upload_id, int part, const char *content_md5,
+                         int expires_s, char *url, size_t cap);
+int blob_s3_upload_complete(blob_s3 *s, const char *name, const char *upload_id, int nparts, char (*etags)[80]);
+int blob_s3_upload_abort(blob_s3 *s, const char *name, const char *upload_id);
 /* One cheap request (a one-key listing) to find out whether a store that is down is back; when
  * it answers, the doubtful writes are deleted. */
 int blob_s3_probe(blob_s3 *s);

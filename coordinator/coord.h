@@ -17,8 +17,8 @@
  *   layer 4: admin_upload admin_jobs admin_fleet metrics statuspage
  *   layer 5: main
  * What they hold:
- *   (core) job specs (jobspec), the blob store (blobs; its bytes on S3: blobs_s3; the memory
- *       copies an S3 store reads again: blobs_cache), the outer
+ *   (core) job specs (jobspec), the blob store (blobs; its bytes on S3: blobs_s3; objects
+ *       workers put: blobs_put; the memory copies an S3 store reads again: blobs_cache), the outer
  *       steps streamed range by range over blobs and run in the thread pool (outerio), the
  *       delta norm screen (delta_screen), the SQLite store (store*), the S3 object-store client
  *       and its SigV4 signer (s3, s3_sigv4).
@@ -125,6 +125,9 @@ typedef struct put_prep {
   uint64_t bytes;          /* the object's size (the blob file) */
   unsigned char md5[16];   /* MD5 of the object */
   int64_t made_ms;         /* dpc_wall_ms when named: entries older than a URL's life are dropped */
+  int parts;               /* 0: one PUT; else put in this many parts of coord.put_part_bytes */
+  unsigned char (*part_md5)[16]; /* [parts], owned */
+  char upload_id[256];     /* the multipart upload the parts go to ("" for one PUT) */
 } put_prep;
 
 /* Latest heartbeat numbers of an active lease. */
@@ -206,6 +209,7 @@ typedef struct coord {
   struct put_prep *puts;
   int n_puts, cap_puts;
   int delta_puts; /* leases of jobs on an S3 store may put their fp32 deltas there (--no-delta-puts: 0) */
+  uint64_t put_part_bytes; /* a put object above this goes in parts of this size (--s3-put-part-mb) */
   struct round_read *round_reads; /* PullFragment rounds being read on the thread pool (svc_pull.c) */
   int64_t live_floor_ms; /* started_ms + RESTART_GRACE_MS: a worker not heard from since the start
                             counts as seen then (it could not call a dead process) */

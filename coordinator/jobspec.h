@@ -248,18 +248,22 @@ const char *jobspec_inner_optimizer_name(jobspec_inner_optimizer o);
 double jobspec_muon_weight_decay(const jobspec *js);
 
 /* The outer rule's defaults depend on the job (docs/design.md §3.4): a diloco job without a
- * "sparse" block or eager updates, with R <= JOBSPEC_SMALL_R replicas and fewer than
- * JOBSPEC_LONG_H inner steps a round gets a smaller step,
- * lr JOBSPEC_SMALL_R_LR and momentum JOBSPEC_SMALL_R_MOMENTUM, in place of the field table's
- * (jobspec_fields.c). jobspec_outer_derived says whether js is such a job; jobspec_outer_default
- * gives the lr, momentum and nesterov its spec gets where it leaves them out (the other fields of
- * *out are the table's defaults). */
+ * "sparse" block or eager updates and with fewer than JOBSPEC_LONG_H inner steps a round takes
+ * the step one notch smaller than the field table's 0.6 / 0.7 (0.5 / 0.6) with R <=
+ * JOBSPEC_SMALL_R replicas, and one more (0.4 / 0.5) with a large model (at least
+ * JOBSPEC_LARGE_PARAMS parameters in its transformer layers) and R <= JOBSPEC_LARGE_R.
+ * jobspec_outer_derived gives the notches (0: the table's); jobspec_outer_default the lr,
+ * momentum and nesterov a spec gets where it leaves them out (the other fields of *out are the
+ * table's); jobspec_parse applies them to the fields its spec leaves out, and
+ * jobspec_derive_outer again for the spec text json[0..n) once jobspec_resolve_init gave a spec
+ * of an init directory its shape (dipacoctl), since the size counts. */
 #define JOBSPEC_SMALL_R 2
+#define JOBSPEC_LARGE_R 4
 #define JOBSPEC_LONG_H 20
-#define JOBSPEC_SMALL_R_LR 0.5
-#define JOBSPEC_SMALL_R_MOMENTUM 0.6
+#define JOBSPEC_LARGE_PARAMS 250000L
 int jobspec_outer_derived(const jobspec *js);
 void jobspec_outer_default(const jobspec *js, jobspec_outer *out);
+int jobspec_derive_outer(jobspec *js, const char *json, size_t n);
 
 /* Where a job's outer rule (outer.lr, momentum, nesterov) comes from, for `job show`: the
  * defaults of its kind ("the defaults for diloco", or "for diloco at R = 2, H = 10 (derived

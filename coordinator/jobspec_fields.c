@@ -240,9 +240,9 @@ const jobspec_field jobspec_fields[] = {
     /* Sync outer step (diloco, dipaco): Nesterov lr 0.6, momentum 0.7, from the DiLoCo quality
      * study (tests/bench/diloco_quality.sh): at small scale and tens of rounds, momentum 0.9
      * overshoots; with the momentum schedule below, derived from rounds, from the study across
-     * corpora (tests/bench/outer_study.sh), which also found a smaller step better for diloco at
-     * R <= 2 with H < 20 (jobspec_outer_default, applied by jobspec_parse where the spec leaves
-     * them out). diloco-async (delayed Nesterov, DyLU): lr 0.4, momentum 0.7, from the
+     * corpora (tests/bench/outer_study.sh), which also found smaller steps better for diloco
+     * with H < 20 at R <= 2 and for larger models (jobspec_outer_default, applied by jobspec_parse
+     * where the spec leaves them out). diloco-async (delayed Nesterov, DyLU): lr 0.4, momentum 0.7, from the
      * heterogeneity study (tests/bench/async_heterogeneity.sh): the paper's 0.7 / 0.9 ended
      * 3-5% above sync there; stale deltas want a smaller step. With a "sparse" block
      * (SparseLoCo): plain SGD with lr 3 — the error-feedback buffer takes momentum's place, as
@@ -250,11 +250,11 @@ const jobspec_field jobspec_fields[] = {
     {"", "outer", .type = JF_OBJECT, .doc = "the outer optimizer, applied to the averaged deltas"},
     {"outer", "lr", .type = JF_NUMBER, .flags = JF_ALT_DEFAULT, AT(outer.lr), .def = 0.6, .def_async = 0.4,
      .def_sparse = 3.0, OPEN_CLOSED(0, 10),
-     .doc = "outer learning rate (absent, a diloco job with replicas <= 2 and inner_steps < 20, no sparse block "
-            "and no eager updates gets 0.5: docs/design.md §3.4)"},
+     .doc = "outer learning rate (absent, a diloco job with inner_steps < 20, no sparse block and no eager "
+            "updates gets 0.5 with replicas <= 2 or a large model at replicas <= 4, 0.4 with both: docs/design.md §3.4)"},
     {"outer", "momentum", .type = JF_NUMBER, .flags = JF_ALT_DEFAULT, AT(outer.momentum), .def = 0.7, .def_async = 0.7,
      .def_sparse = 0.0, CLOSED_OPEN(0, 1),
-     .doc = "outer momentum (absent, such a diloco job with replicas <= 2 and inner_steps < 20 gets 0.6: "
+     .doc = "outer momentum (absent, such a diloco job gets 0.6 with one of the two, 0.5 with both: "
             "docs/design.md §3.4)"},
     {"outer", "nesterov", .type = JF_BOOL, .flags = JF_ALT_DEFAULT, AT(outer.nesterov), .def = 1, .def_async = 1,
      .def_sparse = 0, .doc = "Nesterov momentum (else heavy ball)"},
@@ -395,16 +395,29 @@ double jf_hi(const jobspec_field *f, const jobspec *js) {
   }
 }
 
-/* A plain DiLoCo job with few replicas and short rounds wants a smaller outer step: in the
- * outer study (tests/bench/outer_study.sh, docs/benchmarks.md §12.3) the schedule on 0.6 / 0.7
- * was up to 11.6% behind the best rule at R = 2, H = 10, where 0.5 / 0.6 was within 3.4%, while
- * at R = 2 and H >= 20 and at R >= 4 0.6 / 0.7 did best. H between the studied 10 and 20 takes
- * the smaller step, whose worst miss the study found smaller. DiPaCo (modules averaging deltas of
- * paths with different data), async, SparseLoCo and eager streaming were not in the study and
- * keep their kind's defaults. */
+/* The outer study (tests/bench/outer_study.sh, docs/benchmarks.md §12.3): with short rounds
+ * (H = 10) the schedule on 0.6 / 0.7 fell behind the best rule at R = 2 (by up to 11.6% on the
+ * medium model and 22.7% on the large one) and on the medium model at R = 4 (4.0%), where
+ * smaller steps held: 0.5 / 0.6 on the small model at R = 2 and the medium one at R = 4, 0.4 /
+ * 0.5 on the medium and large ones at R = 2. At H >= 20 and at R = 8 0.6 / 0.7 did best. H
+ * between the studied 10 and 20 takes the smaller step, whose worst miss the study found
+ * smaller. DiPaCo (modules averaging deltas of paths with different data), async, SparseLoCo and
+ * eager streaming were not in the study and keep their kind's defaults. */
+static const double NOTCH_LR[] = {0.6, 0.5, 0.4}, NOTCH_MU[] = {0.7, 0.6, 0.5};
+
+/* Parameters in the transformer layers (the stem's embeddings left out), or 0 without a shape. */
+static long layer_params(const jobspec *js) {
+  if (!js->has_shape) return 0;
+  gpt_layout *lay = malloc(sizeof *lay);
+  long n = lay && jobspec_layout(js, lay) == 0 ? (long)(lay->layer_off[lay->cfg.n_layer] - lay->layer_off[0]) : 0;
+  free(lay);
+  return n;
+}
+
 int jobspec_outer_derived(const jobspec *js) {
-  return js->algorithm == JOB_ALGO_DILOCO && !js->sparse.enabled && !js->streaming.eager &&
-         js->replicas <= JOBSPEC_SMALL_R && js->inner_steps < JOBSPEC_LONG_H;
+  if (js->algorithm != JOB_ALGO_DILOCO || js->sparse.enabled || js->streaming.eager || js->inner_steps >= JOBSPEC_LONG_H)
+    return 0;
+  return (js->replicas <= JOBSPEC_SMALL_R) + (js->replicas <= JOBSPEC_LARGE_R && layer_params(js) >= JOBSPEC_LARGE_PARAMS);
 }
 
 void jobspec_outer_default(const jobspec *js, jobspec_outer *out) {
@@ -419,15 +432,16 @@ void jobspec_outer_default(const jobspec *js, jobspec_outer *out) {
   if (alt) jf_defaults(NULL, d, alt);
   *out = d->outer;
   free(d);
-  if (jobspec_outer_derived(js)) out->lr = JOBSPEC_SMALL_R_LR, out->momentum = JOBSPEC_SMALL_R_MOMENTUM;
+  int notch = jobspec_outer_derived(js);
+  if (notch) out->lr = NOTCH_LR[notch], out->momentum = NOTCH_MU[notch];
 }
 
 const char *jobspec_outer_origin(const jobspec *js, char *buf, size_t cap) {
   const int alt = js->algorithm == JOB_ALGO_DILOCO_ASYNC ? 1 : js->sparse.enabled ? 2 : 0;
-  char kind[96];
+  char kind[160];
   if (jobspec_outer_derived(js))
-    snprintf(kind, sizeof kind, "diloco at R = %d, H = %d (derived from R <= %d and H < %d)", js->replicas,
-             js->inner_steps, JOBSPEC_SMALL_R, JOBSPEC_LONG_H);
+    snprintf(kind, sizeof kind, "diloco at R = %d, H = %d, %.3gM parameters in its layers (derived from R, H < %d and "
+             "the model's size)", js->replicas, js->inner_steps, (double)layer_params(js) / 1e6, JOBSPEC_LONG_H);
   else
     snprintf(kind, sizeof kind, "%s", alt == 1 ? "diloco-async" : alt == 2 ? "SparseLoCo" : jobspec_algorithm_name(js->algorithm));
   jobspec_outer e;

@@ -337,12 +337,19 @@ static int parse_section(const cJSON *obj, const char *prefix, const char *sect,
 /* The outer lr and momentum a new spec leaves out, where they depend on R
  * (jobspec_outer_default); the canonical JSON then carries them, so a stored job keeps them. */
 static void derive_outer(const cJSON *root, jobspec *js) {
-  if (!jobspec_outer_derived(js)) return;
   const cJSON *o = get_field(root, "outer");
   jobspec_outer d;
   jobspec_outer_default(js, &d);
   if (!cJSON_IsObject(o) || !get_field(o, "lr")) js->outer.lr = d.lr;
   if (!cJSON_IsObject(o) || !get_field(o, "momentum")) js->outer.momentum = d.momentum;
+}
+
+int jobspec_derive_outer(jobspec *js, const char *json, size_t n) {
+  cJSON *root = cJSON_ParseWithLength(json, n);
+  if (!root) return dpc_err(DPC_EFORMAT, "job spec is not valid JSON");
+  derive_outer(root, js);
+  cJSON_Delete(root);
+  return jobspec_validate(js);
 }
 
 /* The top-level object, field by field, then validation. The outer rule's defaults depend on

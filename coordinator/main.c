@@ -6,7 +6,7 @@
  * usage: dipaco-coordinator --listen ADDR --state-dir DIR [--metrics-listen ADDR]
  *          [--lease-ttl-ms N] [--heartbeat-ms N] [--dead-after-heartbeats N] [--reconnect-grace-ms N]
  *          [--worker-retention-s N]
- *          [--log-level L] [--log-json] [--blob-store s3://… (see usage) [--no-delta-puts] [--blob-cache-mb N]]
+ *          [--log-level L] [--log-json] [--blob-store s3://… (see usage) [--no-delta-puts] [--s3-put-part-mb N] [--blob-cache-mb N]]
  *          [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
  *          [--join-token-file FILE] [--admin-token-file FILE] [--insecure-no-auth]
  *
@@ -64,7 +64,7 @@ typedef struct opts {
   const char *blob_store, *s3_endpoint, *s3_region, *s3_creds, *s3_ca;
   struct rpc_tls tls;
   int json, ttl, hb, dead_hb, reconnect_ms, no_auth, use_tls, retention_s;
-  int handshake_ms, idle_ms, self_check_ms, memory_budget_mb, no_delta_puts, blob_cache_mb;
+  int handshake_ms, idle_ms, self_check_ms, memory_budget_mb, no_delta_puts, blob_cache_mb, put_part_mb;
   enum dpc_log_level level;
 } opts;
 
@@ -86,7 +86,8 @@ static void usage(FILE *f) {
              "         [--blob-store s3://BUCKET[/PREFIX] --s3-endpoint http[s]://HOST[:PORT] [--s3-region R]\n"
              "          [--s3-credentials FILE (mode 0600; default AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)]\n"
              "          [--s3-ca-file FILE] [--no-delta-puts (workers stream their deltas to the coordinator\n"
-             "          instead of putting them in the store)] [--blob-cache-mb N (memory for verified\n"
+             "          instead of putting them in the store)] [--s3-put-part-mb N (a delta object above N MiB\n"
+             "          is put in parts of N MiB; 5..5120, default 1024)] [--blob-cache-mb N (memory for verified\n"
              "          parameters, momenta and deltas, read again without a GET; default a quarter of the\n"
              "          memory budget, taken from it; 0 = off)]] (default: blobs under STATE/blobs)\n");
 }
@@ -134,9 +135,9 @@ static const char *flags_problem(const opts *o, char *msg, size_t cap) {
     return "--blob-store: give s3://BUCKET[/PREFIX] (without it, blobs live under STATE/blobs)";
   if (o->blob_store && !o->s3_endpoint) return "--blob-store s3://… needs --s3-endpoint http[s]://HOST[:PORT]";
   if (!o->blob_store && (o->s3_endpoint || o->s3_region || o->s3_creds || o->s3_ca || o->no_delta_puts ||
-                         o->blob_cache_mb >= 0))
-    return "--s3-endpoint, --s3-region, --s3-credentials, --s3-ca-file, --no-delta-puts and --blob-cache-mb need "
-           "--blob-store s3://BUCKET[/PREFIX]";
+                         o->blob_cache_mb >= 0 || o->put_part_mb))
+    return "--s3-endpoint, --s3-region, --s3-credentials, --s3-ca-file, --no-delta-puts, --s3-put-part-mb and "
+           "--blob-cache-mb need --blob-store s3://BUCKET[/PREFIX]";
   return NULL;
 }
 
@@ -175,6 +176,8 @@ static int parse_flags(int argc, char **argv, opts *o, int *exit_code) {
       {.name = "s3-ca-file", .kind = DPC_ARG_STR, .dst = &o->s3_ca},
       {.name = "no-delta-puts", .kind = DPC_ARG_FLAG, .dst = &o->no_delta_puts},
       {.name = "blob-cache-mb", .kind = DPC_ARG_INT, .dst = &o->blob_cache_mb, .lo = 0, .hi = 2147483647},
+      /* S3's parts: at least 5 MiB (but the last), at most 5 GiB */
+      {.name = "s3-put-part-mb", .kind = DPC_ARG_INT, .dst = &o->put_part_mb, .lo = 5, .hi = 5120},
       DPC_ARGS_END};
   int rc = dpc_args_parse("dipaco-coordinator", argc - 1, argv + 1, args, NULL, NULL);
   *exit_code = rc > 0 ? 0 : 2;
@@ -374,6 +377,7 @@ static int serve(coord *c, const opts *o) {
   nm += svc_inner_methods(c, methods + nm);
   nm += svc_put_methods(c, methods + nm);
   c->delta_puts = !o->no_delta_puts;
+  c->put_part_bytes = (uint64_t)(o->put_part_mb ? o->put_part_mb : 1024) << 20;
   nm += admin_upload_methods(c, methods + nm);
   nm += admin_jobs_methods(c, methods + nm);
   nm += admin_fleet_methods(c, methods + nm);

@@ -624,6 +624,19 @@ int s3_mpu_list(s3_client *c, s3_upload_fn fn, void *ud) {
   return rc;
 }
 
+int s3_presign_part(const s3_client *c, const char *key, const char *upload_id, int part, const char *content_md5,
+                    int expires_s, char *url, size_t cap) {
+  if (part < 1 || part > 10000) return dpc_err(DPC_EINVAL, "S3: part number %d outside 1..10000", part);
+  char path[S3_NAME_MAX + 600], pn[16];
+  int rc = req_path(c, key, path, sizeof path);
+  if (rc) return rc;
+  snprintf(pn, sizeof pn, "%d", part);
+  const s3_kv q[] = {{"partNumber", pn}, {"uploadId", upload_id}};
+  const s3_kv h[] = {{"content-md5", content_md5}};
+  return s3_sigv4_presign(&c->cr, c->region, "PUT", c->base, c->host, path, q, 2, h, content_md5 ? 1 : 0, time(NULL),
+                          expires_s, url, cap);
+}
+
 int s3_presign(const s3_client *c, const char *method, const char *key, const char *content_md5, int expires_s,
                char *url, size_t cap) {
   char path[S3_NAME_MAX + 600];

@@ -84,6 +84,11 @@ int s3_mpu_list(s3_client *c, s3_upload_fn fn, void *ud);
 int s3_presign(const s3_client *c, const char *method, const char *key, const char *content_md5, int expires_s,
                char *url, size_t cap);
 
+/* A presigned UploadPart (PUT ?partNumber=part&uploadId=upload_id) of key, content_md5 signed as
+ * for s3_presign: how a worker puts one part of an upload the coordinator created. */
+int s3_presign_part(const s3_client *c, const char *key, const char *upload_id, int part, const char *content_md5,
+                    int expires_s, char *url, size_t cap);
+
 /* Payload bytes sent (PUT and POST bodies) and received (GET answers) by every request of this
  * process that succeeded, since it started: the blob store's traffic in /metrics. */
 void s3_bytes(uint64_t *sent, uint64_t *received);

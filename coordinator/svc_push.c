@@ -252,6 +252,9 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   p->obj_crc = ch->crc32c;
   p->obj_attempt = p->object && ch->step <= INT64_MAX ? (int64_t)ch->step : 0;
   p->obj_nomd5 = 0;
+  free(p->obj_part_md5);
+  p->obj_part_md5 = NULL;
+  p->obj_parts = 0;
   if (p->sparse) { /* (the job's own settings and layout: header checked above) */
     p->sp_cfg = j->sp_cfg;
     p->sp_nt = j->sp_nt[frag];

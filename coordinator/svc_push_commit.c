@@ -54,6 +54,7 @@ void push_free(push *p) {
   free(p->dec);
   free(p->buf);
   free(p->acks);
+  free(p->obj_part_md5);
   free(p);
 }
 
@@ -415,14 +416,24 @@ int push_object_take(push *p) {
   snprintf(p->blob, sizeof p->blob, "%s", e->name);
   p->obj_bytes = e->bytes;
   memcpy(p->obj_md5, e->md5, sizeof p->obj_md5);
+  if (e->parts) { /* the thread pool completes the upload (push_object_work) */
+    if (!(p->obj_part_md5 = malloc((size_t)e->parts * sizeof *p->obj_part_md5))) {
+      push_fail(p, RPC_RESOURCE_EXHAUSTED, "out of memory");
+      return -1;
+    }
+    memcpy(p->obj_part_md5, e->part_md5, (size_t)e->parts * sizeof *p->obj_part_md5);
+    p->obj_parts = e->parts;
+    snprintf(p->obj_upload_id, sizeof p->obj_upload_id, "%s", e->upload_id);
+  }
   return 0;
 }
 
 /* Views of this many bytes when reading a put object back. */
 #define OBJECT_VIEW_BYTES ((size_t)4 << 20)
 
-/* Thread pool: the object a worker put, checked as a streamed push's bytes are: its size and MD5
- * (HEAD), then read back whole: the blob's format and trailer, finite values, the sum of squares
+/* Thread pool: the object a worker put (its upload completed first when it came in parts),
+ * checked as a streamed push's bytes are: its size and ETag (HEAD: the MD5s it was prepared
+ * with), then read back whole: the blob's format and trailer, finite values, the sum of squares
  * (the norm screen) and the payload CRC-32C (p->work_crc). */
 static void push_object_work(uv_work_t *req) {
   push *p = req->data;
@@ -430,7 +441,20 @@ static void push_object_work(uv_work_t *req) {
   blob_reader *r = NULL;
   p->ss = 0;
   p->bad_at = UINT64_MAX;
-  int rc = blob_store_check_put(bs, p->blob, p->obj_bytes, p->obj_nomd5 ? NULL : p->obj_md5);
+  char etag[80], cerr[256] = "";
+  int rc = 0, crc = 0;
+  if (p->obj_parts) {
+    blob_put_etag((const unsigned char(*)[16])p->obj_part_md5, p->obj_parts, etag);
+    crc = blob_store_upload_complete(bs, p->blob, p->obj_upload_id, p->obj_parts,
+                                     (const unsigned char(*)[16])p->obj_part_md5);
+    if (crc < 0) snprintf(cerr, sizeof cerr, "%s", dpc_errmsg());
+    if (crc == DPC_EUNAVAILABLE) rc = crc;
+  } else {
+    blob_put_etag((const unsigned char(*)[16])p->obj_md5, 0, etag);
+  }
+  /* A repeated commit finds the upload completed already: the HEAD decides. */
+  if (!rc) rc = blob_store_check_put(bs, p->blob, p->obj_bytes, p->obj_nomd5 ? NULL : etag);
+  if (rc < 0 && crc < 0) rc = dpc_err(crc, "completing its upload: %s", cerr);
   if (!rc) rc = blob_reader_open(bs, p->blob, BLOB_DELTA, p->total_floats, &r);
   if (!rc) blob_reader_keep(r); /* the outer step reads it again */
   size_t left = p->total_floats * sizeof(float), at = 0;
@@ -488,8 +512,8 @@ static void push_object_after(uv_work_t *req, int status) {
   }
   if (!queued) {
     if (drop) { /* refused: nobody will record it */
-      blob_delete(c->bs, p->blob);
-      put_forget(c, p->lease.id, p->frag);
+      if (!put_prepared(c, p->lease.id, p->frag)) blob_delete(c->bs, p->blob);
+      put_discard(c, p->lease.id, p->frag);
     }
     push_unclaim(p);
     p->in_frag = 0;
@@ -521,10 +545,8 @@ int push_finish_fragment(push *p, const struct rpc_chunk *ch) {
     return 0;
   }
   if (p->object && p->mode != 0) { /* a repeat, late or stale: the prepared object is not needed */
-    const put_prep *e = put_prepared(p->c, p->lease.id, p->frag);
     /* (an entry's name is never one a row names: recording a delta forgets its entry) */
-    if (e) blob_delete(p->c->bs, e->name);
-    if (e) put_forget(p->c, p->lease.id, p->frag);
+    put_discard(p->c, p->lease.id, p->frag);
   }
   if (p->mode == 1) {
     push_finish_duplicate(p);

@@ -76,6 +76,9 @@ typedef struct push {
   int64_t obj_attempt;
   uint64_t obj_bytes;
   unsigned char obj_md5[16];
+  int obj_parts;                     /* put in parts: the upload to complete, its parts' MD5s */
+  unsigned char (*obj_part_md5)[16]; /* [obj_parts], owned */
+  char obj_upload_id[256];
 } push;
 
 /* How many deltas the coordinator writes at once (coord.push_leases). */

@@ -8,11 +8,16 @@
  *    fp32 deltas, not streaming, not SparseLoCo; svc_worker.c), fragments of the lease, each
  *    once, with num_floats = the fragment's length, object_bytes = the blob file's size
  *    (docs/design.md §6.4) and a 16-byte MD5. Anything else → INVALID_ARGUMENT or
- *    FAILED_PRECONDITION naming the field; the worker then pushes through PushDelta. So does an
- *    object above 5 GiB (one PUT's limit: presigned multipart uploads are not made).
+ *    FAILED_PRECONDITION naming the field; the worker then pushes through PushDelta.
+ *  - An object above Lease.delta_put_part_bytes (--s3-put-part-mb) comes in parts: the request
+ *    gives each part's MD5, the coordinator starts a multipart upload and presigns one PUT per
+ *    part, and the commit completes the upload (svc_push_commit.c) before its checks. Starting
+ *    the upload is one request to the store on the loop thread, as the tick's deletes are; a
+ *    store found down answers UNAVAILABLE before it.
  *  - Every call names new objects (the delta name with a fresh attempt number, as a streamed
  *    push's spool), so a retried prepare never lets an old URL overwrite a committed object;
- *    the URL signs the MD5, so it can write only the bytes the worker announced.
+ *    the URL signs the MD5, so it can write only the bytes the worker announced. An upload
+ *    whose entry is dropped uncommitted is aborted (an object, deleted).
  *  - The table lives in memory: a coordinator restart forgets it. A commit then names its
  *    object by the attempt number the prepare answered (Chunk.step); one stamped before this
  *    process started is checked without its MD5 (size, then read back whole, as always) and
@@ -39,6 +44,8 @@
 #define PUT_MAX_ENTRIES 65536
 /* S3's largest single PUT. */
 #define PUT_MAX_BYTES ((uint64_t)5 << 30)
+/* S3's most parts in one upload. */
+#define PUT_MAX_PARTS 10000
 
 const put_prep *put_prepared(const coord *c, int64_t lease, int frag) {
   for (int i = 0; i < c->n_puts; i++)
@@ -46,15 +53,34 @@ const put_prep *put_prepared(const coord *c, int64_t lease, int frag) {
   return NULL;
 }
 
+/* Remove entry i (the last one takes its place); with discard, its object or upload too. */
+static void put_drop(coord *c, int i, int discard) {
+  put_prep *e = &c->puts[i];
+  /* (a failed delete or abort leaves the object or upload to the start-up sweep) */
+  if (discard && e->upload_id[0]) blob_store_upload_abort(c->bs, e->name, e->upload_id);
+  if (discard) blob_delete(c->bs, e->name); /* (an upload may have been completed) */
+  free(e->part_md5);
+  c->puts[i] = c->puts[--c->n_puts];
+}
+
+void put_discard(coord *c, int64_t lease, int frag) {
+  for (int i = 0; i < c->n_puts; i++)
+    if (c->puts[i].lease == lease && c->puts[i].frag == frag) {
+      put_drop(c, i, 1);
+      return;
+    }
+}
+
 void put_forget(coord *c, int64_t lease, int frag) {
   for (int i = 0; i < c->n_puts; i++)
     if (c->puts[i].lease == lease && c->puts[i].frag == frag) {
-      c->puts[i] = c->puts[--c->n_puts];
+      put_drop(c, i, 0);
       return;
     }
 }
 
 void put_free_all(coord *c) {
+  for (int i = 0; i < c->n_puts; i++) free(c->puts[i].part_md5);
   free(c->puts);
   c->puts = NULL;
   c->n_puts = c->cap_puts = 0;
@@ -63,7 +89,7 @@ void put_free_all(coord *c) {
 /* Drop entries older than two URL lifetimes (their URLs are dead). */
 static void put_expire(coord *c, int64_t now) {
   for (int i = 0; i < c->n_puts; i++)
-    if (now - c->puts[i].made_ms > 2000LL * BLOB_URL_TTL_S) c->puts[i--] = c->puts[--c->n_puts];
+    if (now - c->puts[i].made_ms > 2000LL * BLOB_URL_TTL_S) put_drop(c, i--, 1);
 }
 
 void put_sweep(coord *c) {
@@ -72,16 +98,20 @@ void put_sweep(coord *c) {
     store_lease l;
     int ended = store_get_lease(c->st, c->puts[i].lease, &l) < 0 || l.state != LEASE_ACTIVE;
     if (!ended && now - c->puts[i].made_ms <= 2000LL * BLOB_URL_TTL_S) continue;
-    /* (a failed delete leaves the object to the start-up sweep) */
-    if (blob_delete(c->bs, c->puts[i].name) == 0)
-      DPC_DEBUG("delta object %s: its lease ended before it was committed; deleted", c->puts[i].name);
-    c->puts[i--] = c->puts[--c->n_puts];
+    DPC_DEBUG("delta object %s: its lease ended before it was committed; dropped", c->puts[i].name);
+    put_drop(c, i--, 1);
   }
 }
 
+/* The entry for (lease, frag): an earlier one of the pair is replaced, its object left alone (a
+ * commit of it may be under way; the start-up sweep removes it otherwise). */
 static put_prep *put_slot(coord *c, int64_t lease, int frag) {
   for (int i = 0; i < c->n_puts; i++)
-    if (c->puts[i].lease == lease && c->puts[i].frag == frag) return &c->puts[i];
+    if (c->puts[i].lease == lease && c->puts[i].frag == frag) {
+      free(c->puts[i].part_md5);
+      c->puts[i].part_md5 = NULL;
+      return &c->puts[i];
+    }
   if (c->n_puts >= PUT_MAX_ENTRIES) return NULL;
   if (c->n_puts == c->cap_puts) {
     int cap = c->cap_puts ? 2 * c->cap_puts : 16;
@@ -90,7 +120,9 @@ static put_prep *put_slot(coord *c, int64_t lease, int frag) {
     c->puts = a;
     c->cap_puts = cap;
   }
-  return &c->puts[c->n_puts++];
+  put_prep *e = &c->puts[c->n_puts++];
+  memset(e, 0, sizeof *e);
+  return e;
 }
 
 int put_lease_wants(const coord *c, const coord_job *j) {
@@ -125,11 +157,25 @@ static int check_put(struct rpc_call *call, coord *c, const coord_job *j, const 
                     (unsigned long long)d->object_bytes);
     return -1;
   }
-  if (bytes > PUT_MAX_BYTES) { /* one PUT's limit; presigned multipart uploads are not made */
-    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "puts[%zu]: fragment %llu's object of %llu bytes is above one PUT's "
-                    "5 GiB: push its bytes", k, (unsigned long long)d->fragment_id, (unsigned long long)bytes);
+  uint64_t pb = c->put_part_bytes, parts = bytes > pb ? (bytes + pb - 1) / pb : 0;
+  if (d->n_part_md5 != parts) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu].part_md5: an object of %llu bytes goes in %llu part(s) of "
+                    "%llu bytes (Lease.delta_put_part_bytes), got %zu MD5s", k, (unsigned long long)bytes,
+                    (unsigned long long)parts, (unsigned long long)pb, d->n_part_md5);
     return -1;
   }
+  if (parts > PUT_MAX_PARTS || (!parts && bytes > PUT_MAX_BYTES)) {
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "puts[%zu]: fragment %llu's object of %llu bytes is beyond what "
+                    "puts in parts of %llu bytes can hold: push its bytes", k, (unsigned long long)d->fragment_id,
+                    (unsigned long long)bytes, (unsigned long long)pb);
+    return -1;
+  }
+  for (size_t i = 0; i < d->n_part_md5; i++)
+    if (d->part_md5[i].len != 16) {
+      rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu].part_md5[%zu]: 16 bytes (an MD5), got %zu", k, i,
+                      d->part_md5[i].len);
+      return -1;
+    }
   if (d->content_md5.len != 16) {
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu].content_md5: 16 bytes (an MD5), got %zu", k,
                     d->content_md5.len);
@@ -174,6 +220,59 @@ static coord_job *put_lease(struct rpc_call *call, coord *c, int64_t worker,
   return j;
 }
 
+static void out_free(Dipaco__V1__DeltaPut *o) {
+  if (o->url != protobuf_c_empty_string) free(o->url); /* (the init's default) */
+  for (size_t i = 0; i < o->n_part_urls; i++) free(o->part_urls[i]);
+  free(o->part_urls);
+}
+
+/* Name one fragment's object and presign its PUT, or start its multipart upload and presign a
+ * PUT per part; record the entry and fill the answer *o (strings malloc'd: out_free). */
+static int prepare_one(coord *c, const store_lease *l, const Dipaco__V1__DeltaPut *d, int64_t now,
+                       Dipaco__V1__DeltaPut *o) {
+  int frag = (int)(d->fragment_id - 1);
+  dipaco__v1__delta_put__init(o);
+  put_prep *e = put_slot(c, l->id, frag);
+  if (!e) return dpc_err(DPC_ENOMEM, "too many delta objects in flight");
+  char url[S3_URL_MAX];
+  blob_id id = {.job = l->job, .fragment = frag, .version = l->round, .aux = l->id, .attempt = ++c->push_seq,
+                .kind = BLOB_DELTA};
+  int rc = blob_name(&id, e->name, sizeof e->name);
+  e->lease = l->id;
+  e->frag = frag;
+  const int parts = (int)d->n_part_md5;
+  if (!rc && parts == 0) {
+    rc = blob_store_put_url(c->bs, e->name, d->content_md5.data, url, sizeof url);
+    if (!rc && !(o->url = strdup(url))) rc = dpc_err(DPC_ENOMEM, "out of memory");
+  } else if (!rc) {
+    e->part_md5 = malloc((size_t)parts * sizeof *e->part_md5);
+    o->part_urls = calloc((size_t)parts, sizeof *o->part_urls);
+    rc = e->part_md5 && o->part_urls ? 0 : dpc_err(DPC_ENOMEM, "out of memory");
+    if (!rc) rc = blob_store_upload_begin(c->bs, e->name, e->upload_id, sizeof e->upload_id);
+    for (int i = 0; !rc && i < parts; i++) {
+      memcpy(e->part_md5[i], d->part_md5[i].data, 16);
+      rc = blob_store_part_url(c->bs, e->name, e->upload_id, i + 1, e->part_md5[i], url, sizeof url);
+      if (!rc && !(o->part_urls[o->n_part_urls++] = strdup(url))) rc = dpc_err(DPC_ENOMEM, "out of memory");
+    }
+  }
+  if (rc < 0) {
+    put_discard(c, l->id, frag); /* (aborts an upload begun) */
+    return rc;
+  }
+  e->parts = parts;
+  e->attempt = id.attempt;
+  e->crc = d->crc32c;
+  e->bytes = d->object_bytes;
+  memcpy(e->md5, d->content_md5.data, 16);
+  e->made_ms = now;
+  o->fragment_id = d->fragment_id;
+  o->num_floats = d->num_floats;
+  o->crc32c = d->crc32c;
+  o->object_bytes = d->object_bytes;
+  o->attempt = (uint64_t)id.attempt;
+  return 0;
+}
+
 static void on_prepare(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   coord *c = ud;
   int64_t worker;
@@ -196,48 +295,25 @@ static void on_prepare(struct rpc_call *call, const struct grpc_byte_buffer *req
   int64_t now = dpc_wall_ms();
   if (j) put_expire(c, now);
   size_t made = 0;
+  int failed = 0;
   for (; j && made < n; made++) {
-    const Dipaco__V1__DeltaPut *d = r->puts[made];
-    int frag = (int)(d->fragment_id - 1);
-    put_prep *e = put_slot(c, l.id, frag);
-    char url[S3_URL_MAX];
-    blob_id id = {.job = l.job, .fragment = frag, .version = l.round, .aux = l.id, .attempt = ++c->push_seq,
-                  .kind = BLOB_DELTA};
-    int rc = e ? blob_name(&id, e->name, sizeof e->name) : dpc_err(DPC_ENOMEM, "too many delta objects in flight");
-    if (!rc) rc = blob_store_put_url(c->bs, e->name, d->content_md5.data, url, sizeof url);
-    if (rc < 0) {
-      if (e) put_forget(c, l.id, frag);
-      rpc_call_finish(call, rpc_code_from_dpc(rc), "fragment %d's object: %s", frag + 1, dpc_errmsg());
-      break;
-    }
-    e->lease = l.id;
-    e->frag = frag;
-    e->attempt = id.attempt;
-    e->crc = d->crc32c;
-    e->bytes = d->object_bytes;
-    memcpy(e->md5, d->content_md5.data, 16);
-    e->made_ms = now;
-    dipaco__v1__delta_put__init(&out[made]);
-    out[made].fragment_id = d->fragment_id;
-    out[made].num_floats = d->num_floats;
-    out[made].crc32c = d->crc32c;
-    out[made].object_bytes = d->object_bytes;
-    out[made].attempt = (uint64_t)id.attempt;
-    out[made].url = strdup(url);
     op[made] = &out[made];
-    if (!out[made].url) {
-      rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    int rc = prepare_one(c, &l, r->puts[made], now, &out[made]);
+    if (rc < 0) {
+      rpc_call_finish(call, rpc_code_from_dpc(rc), "fragment %llu's object: %s",
+                      (unsigned long long)r->puts[made]->fragment_id, dpc_errmsg());
+      made++, failed = 1; /* (freed below with the others) */
       break;
     }
   }
-  if (j && made == n) {
+  if (j && made == n && !failed) {
     Dipaco__V1__PrepareDeltaPutResponse resp = DIPACO__V1__PREPARE_DELTA_PUT_RESPONSE__INIT;
     resp.n_puts = n;
     resp.puts = op;
     rpc_call_reply(call, &resp.base);
     DPC_DEBUG("lease %lld: %zu delta object(s) prepared", (long long)l.id, n);
   }
-  for (size_t k = 0; out && k < n; k++) free(out[k].url);
+  for (size_t k = 0; out && k < made; k++) out_free(&out[k]);
   free(out);
   free(op);
   protobuf_c_message_free_unpacked(pm, NULL);

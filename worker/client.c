@@ -325,27 +325,57 @@ int wc_push_sparse(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
                    sent);
 }
 
-int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                   const uint32_t *crc, const unsigned char (*md5)[16], const uint64_t *bytes, char **urls,
-                   uint64_t *attempts, int *code) {
+void wc_put_clear(wc_put *p) {
+  free(p->url);
+  p->url = NULL;
+  for (int i = 0; p->part_urls && i < p->parts; i++) free(p->part_urls[i]);
+  free(p->part_urls);
+  p->part_urls = NULL;
+}
+
+/* puts[i]'s URLs from the answer's entry a: 0, or an error naming what is missing. */
+static int take_urls(wc_put *w, const Dipaco__V1__DeltaPut *a) {
+  w->attempt = a->attempt;
+  if (w->parts == 0) {
+    if (!a->url || !a->url[0]) return dpc_err(DPC_EFORMAT, "PrepareDeltaPut: no URL for fragment %" PRIu64, a->fragment_id);
+    return (w->url = strdup(a->url)) ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
+  }
+  if (a->n_part_urls != (size_t)w->parts)
+    return dpc_err(DPC_EFORMAT, "PrepareDeltaPut: %zu part URLs for fragment %" PRIu64 ", asked for %d", a->n_part_urls,
+                   a->fragment_id, w->parts);
+  if (!(w->part_urls = calloc((size_t)w->parts, sizeof *w->part_urls))) return dpc_err(DPC_ENOMEM, "worker: out of memory");
+  for (int k = 0; k < w->parts; k++)
+    if (!(w->part_urls[k] = strdup(a->part_urls[k] ? a->part_urls[k] : ""))) return dpc_err(DPC_ENOMEM, "worker: out of memory");
+  return 0;
+}
+
+int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n, wc_put *puts,
+                   int *code) {
   Dipaco__V1__PrepareDeltaPutRequest req = DIPACO__V1__PREPARE_DELTA_PUT_REQUEST__INIT;
   Dipaco__V1__DeltaPut *d = calloc(n ? n : 1, sizeof *d);
   Dipaco__V1__DeltaPut **dp = calloc(n ? n : 1, sizeof *dp);
+  size_t np = 0;
+  for (size_t i = 0; i < n; i++) np += (size_t)puts[i].parts;
+  ProtobufCBinaryData *pm5 = calloc(np ? np : 1, sizeof *pm5);
   *code = RPC_OK;
-  for (size_t i = 0; i < n; i++) urls[i] = NULL;
-  if (!d || !dp) {
+  for (size_t i = 0; i < n; i++) puts[i].url = NULL, puts[i].part_urls = NULL;
+  if (!d || !dp || !pm5) {
     free(d);
     free(dp);
+    free(pm5);
     return dpc_err(DPC_ENOMEM, "worker: out of memory");
   }
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0, at = 0; i < n; i++) {
     dipaco__v1__delta_put__init(&d[i]);
     d[i].fragment_id = frags[i]->fragment_id;
     d[i].num_floats = frags[i]->num_floats;
-    d[i].crc32c = crc[i];
-    d[i].object_bytes = bytes[i];
-    d[i].content_md5.data = (uint8_t *)md5[i];
+    d[i].crc32c = puts[i].crc;
+    d[i].object_bytes = puts[i].bytes;
+    d[i].content_md5.data = puts[i].md5;
     d[i].content_md5.len = 16;
+    d[i].n_part_md5 = (size_t)puts[i].parts;
+    d[i].part_md5 = pm5 + at;
+    for (int k = 0; k < puts[i].parts; k++, at++) pm5[at].data = puts[i].part_md5[k], pm5[at].len = 16;
     dp[i] = &d[i];
   }
   req.lease_id = lease_id;
@@ -357,23 +387,23 @@ int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
   *code = rpc_last_code();
   free(d);
   free(dp);
+  free(pm5);
   if (rc) return rc;
   Dipaco__V1__PrepareDeltaPutResponse *r = (Dipaco__V1__PrepareDeltaPutResponse *)pm;
+  int *seen = calloc(n ? n : 1, sizeof *seen);
+  if (!seen) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
   for (size_t a = 0; a < r->n_puts && !rc; a++)
-    for (size_t i = 0; i < n; i++)
-      if (r->puts[a]->fragment_id == frags[i]->fragment_id && r->puts[a]->url && r->puts[a]->url[0] && !urls[i]) {
-        attempts[i] = r->puts[a]->attempt;
-        if (!(urls[i] = strdup(r->puts[a]->url))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
+    for (size_t i = 0; i < n && !rc; i++)
+      if (r->puts[a]->fragment_id == frags[i]->fragment_id && !seen[i]) {
+        seen[i] = 1;
+        rc = take_urls(&puts[i], r->puts[a]);
       }
   for (size_t i = 0; i < n && !rc; i++)
-    if (!urls[i])
-      rc = dpc_err(DPC_EFORMAT, "PrepareDeltaPut: no URL for fragment %" PRIu64, frags[i]->fragment_id);
+    if (!seen[i]) rc = dpc_err(DPC_EFORMAT, "PrepareDeltaPut: no answer for fragment %" PRIu64, frags[i]->fragment_id);
+  free(seen);
   protobuf_c_message_free_unpacked(pm, NULL);
   if (rc)
-    for (size_t i = 0; i < n; i++) {
-      free(urls[i]);
-      urls[i] = NULL;
-    }
+    for (size_t i = 0; i < n; i++) wc_put_clear(&puts[i]);
   return rc;
 }
 

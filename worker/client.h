@@ -94,13 +94,23 @@ int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frag
             const float *const *delta, uint64_t inner_steps, uint64_t tokens, int codec, uint32_t block,
             int *results, int *code, uint64_t *sent);
 
-/* PrepareDeltaPut (Lease.delta_put): presigned PUT URLs for the delta objects of frags[0..n)
- * (crc[i]: the payload's CRC-32C; md5[i] and bytes[i]: the object's MD5 and size, storeput.h).
- * urls[i] receives a malloc'd URL (the caller frees them; all NULL on failure), attempts[i] the
- * object's attempt number. */
-int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                   const uint32_t *crc, const unsigned char (*md5)[16], const uint64_t *bytes, char **urls,
-                   uint64_t *attempts, int *code);
+/* One delta object of PrepareDeltaPut (Lease.delta_put). In: the payload's CRC-32C, the object's
+ * MD5 and size (storeput.h) and, for an object put in parts, their count and MD5s. Out (malloc'd:
+ * wc_put_clear): the presigned URL, or one per part, and the object's attempt number. */
+typedef struct {
+  uint32_t crc;
+  unsigned char md5[16];
+  uint64_t bytes;
+  int parts;
+  unsigned char (*part_md5)[16];
+  char *url;
+  char **part_urls;
+  uint64_t attempt;
+} wc_put;
+void wc_put_clear(wc_put *p);
+/* PrepareDeltaPut for frags[0..n), puts[i] for frags[i]: the URLs, or none on failure. */
+int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n, wc_put *puts,
+                   int *code);
 /* One PushDelta stream that commits the objects put for frags[0..n) (PAYLOAD_DELTA_OBJECT chunks,
  * no data, step = the object's attempt number); results as wc_push. */
 int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,

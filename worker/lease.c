@@ -45,6 +45,7 @@ typedef struct lease_work {
   uint32_t *put_crc;     /* push: the deltas are in the store (Lease.delta_put): their CRC-32Cs, to commit */
   uint64_t *put_attempt; /* push: and their objects' attempt numbers */
   int direct_put;        /* push: the deltas went to the store, the coordinator took them from there */
+  int put_parts;         /* ... in this many parts (0: one PUT per fragment) */
 } lease_work;
 
 static const char *push_result_name(int r) {
@@ -162,42 +163,51 @@ static int push_inner_state(lease_work *x, int *code) {
 }
 
 /* Lease.delta_put: put each fragment's delta in the object store (PrepareDeltaPut, then a PUT
- * per fragment), once; the commit (PushDelta of PAYLOAD_DELTA_OBJECT chunks) is retried alone. */
+ * per fragment, or per part of one above Lease.delta_put_part_bytes), once; the commit (PushDelta
+ * of PAYLOAD_DELTA_OBJECT chunks) is retried alone. */
 static int put_objects(lease_work *x, int *code) {
   const Dipaco__V1__Lease *L = x->L;
+  const uint64_t pb = L->delta_put_part_bytes;
   size_t n = L->n_fragments;
   storeput_object *o = calloc(n, sizeof *o);
-  unsigned char(*md5)[16] = calloc(n, sizeof *md5);
-  uint32_t *crc = calloc(n, sizeof *crc);
-  uint64_t *bytes = calloc(n, sizeof *bytes);
-  char **urls = calloc(n, sizeof *urls);
-  uint64_t *attempts = calloc(n, sizeof *attempts);
-  int rc = o && md5 && crc && bytes && urls && attempts ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
+  wc_put *w = calloc(n, sizeof *w);
+  int rc = o && w ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
   *code = RPC_OK;
   for (size_t i = 0; i < n && !rc; i++) {
     storeput_make(&o[i], x->dp[i], L->fragments[i]->num_floats);
-    memcpy(md5[i], o[i].md5, 16);
-    crc[i] = o[i].crc;
-    bytes[i] = storeput_bytes(&o[i]);
+    memcpy(w[i].md5, o[i].md5, 16);
+    w[i].crc = o[i].crc;
+    w[i].bytes = storeput_bytes(&o[i]);
+    if ((w[i].parts = storeput_parts(&o[i], pb)) > 0) {
+      w[i].part_md5 = malloc((size_t)w[i].parts * sizeof *w[i].part_md5);
+      rc = w[i].part_md5 ? storeput_part_md5(&o[i], pb, w[i].part_md5) : dpc_err(DPC_ENOMEM, "worker: out of memory");
+    }
   }
-  if (!rc) rc = wc_prepare_put(x->r->wc, L->lease_id, L->fragments, n, crc, (const unsigned char(*)[16])md5, bytes,
-                               urls, attempts, code);
+  if (!rc) rc = wc_prepare_put(x->r->wc, L->lease_id, L->fragments, n, w, code);
   for (size_t i = 0; i < n && !rc; i++) {
-    rc = storeput_put(urls[i], &o[i], 600000);
+    rc = w[i].parts ? 0 : storeput_put(w[i].url, &o[i], 600000);
+    for (int k = 0; k < w[i].parts && !rc; k++)
+      rc = storeput_put_part(w[i].part_urls[k], &o[i], pb, k, w[i].part_md5[k], 600000);
     if (rc) *code = RPC_OK; /* the store's failure, not the coordinator's */
+    x->put_parts += w[i].parts;
   }
   if (!rc) {
-    x->put_crc = crc;
-    x->put_attempt = attempts;
-    crc = NULL;
-    attempts = NULL;
+    x->put_crc = calloc(n, sizeof *x->put_crc);
+    x->put_attempt = calloc(n, sizeof *x->put_attempt);
+    if (!x->put_crc || !x->put_attempt) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
+    for (size_t i = 0; i < n && !rc; i++) x->put_crc[i] = w[i].crc, x->put_attempt[i] = w[i].attempt;
+    if (rc) {
+      free(x->put_crc);
+      free(x->put_attempt);
+      x->put_crc = NULL;
+      x->put_attempt = NULL;
+    }
   }
-  free(attempts);
-  for (size_t i = 0; urls && i < n; i++) free(urls[i]);
-  free(urls);
-  free(bytes);
-  free(crc);
-  free(md5);
+  for (size_t i = 0; w && i < n; i++) {
+    wc_put_clear(&w[i]);
+    free(w[i].part_md5);
+  }
+  free(w);
   free(o);
   return rc;
 }
@@ -378,8 +388,10 @@ static void log_acks(lease_work *x, int64_t ms) {
                L->fragments[i]->fragment_id, push_result_name(x->res[i]));
     }
   }
-  DPC_INFO("lease %" PRIu64 " pushed %zu bytes%s in %" PRId64 " ms: %s", L->lease_id, x->bytes,
-           x->direct_put ? " through the object store" : "", ms, ok ? "accepted" : "not all accepted");
+  char parts[40] = "";
+  if (x->direct_put && x->put_parts) snprintf(parts, sizeof parts, " (%d parts)", x->put_parts);
+  DPC_INFO("lease %" PRIu64 " pushed %zu bytes%s%s in %" PRId64 " ms: %s", L->lease_id, x->bytes,
+           x->direct_put ? " through the object store" : "", parts, ms, ok ? "accepted" : "not all accepted");
 }
 
 /* The inner state (with inner.state checkpoint), then the deltas; then Release(DONE). */

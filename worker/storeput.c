@@ -45,20 +45,21 @@ uint64_t storeput_bytes(const storeput_object *o) { return sizeof o->header + o-
 
 typedef struct {
   const storeput_object *o;
-  uint64_t at;
+  uint64_t at, end; /* the bytes [at, end) of the object are still to send */
 } source;
 
 /* curl's read callback: the header, the payload and the trailer in turn. */
 static size_t on_read(char *dst, size_t sz, size_t nm, void *ud) {
   source *s = ud;
-  const uint64_t hb = sizeof s->o->header, pb = s->o->n * sizeof(float), total = storeput_bytes(s->o);
+  const uint64_t hb = sizeof s->o->header, pb = s->o->n * sizeof(float), total = s->end;
   size_t cap = sz * nm, out = 0;
   while (out < cap && s->at < total) {
     const unsigned char *src;
     uint64_t left;
     if (s->at < hb) src = s->o->header + s->at, left = hb - s->at;
     else if (s->at < hb + pb) src = (const unsigned char *)s->o->payload + (s->at - hb), left = hb + pb - s->at;
-    else src = s->o->trailer + (s->at - hb - pb), left = total - s->at;
+    else src = s->o->trailer + (s->at - hb - pb), left = storeput_bytes(s->o) - s->at;
+    if (left > total - s->at) left = total - s->at;
     size_t n = left < cap - out ? (size_t)left : cap - out;
     memcpy(dst + out, src, n);
     out += n;
@@ -78,7 +79,9 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
-int storeput_put(const char *url, const storeput_object *o, int timeout_ms) {
+/* The bytes [off, off + len) of the object in one PUT whose Content-MD5 is md5. */
+static int put_range(const char *url, const storeput_object *o, uint64_t off, uint64_t len, const unsigned char md5[16],
+                     int timeout_ms) {
   pthread_once(&once, init_once);
   char where[512], err[CURL_ERROR_SIZE] = "", body[512] = "", md5h[64];
   const char *q = strchr(url, '?');
@@ -86,7 +89,7 @@ int storeput_put(const char *url, const storeput_object *o, int timeout_ms) {
   CURL *e = curl_easy_init();
   if (!e) return dpc_err(DPC_ENOMEM, "store PUT %s: curl_easy_init failed", where);
   unsigned char b64[32];
-  EVP_EncodeBlock(b64, o->md5, 16);
+  EVP_EncodeBlock(b64, md5, 16);
   snprintf(md5h, sizeof md5h, "Content-MD5: %s", (const char *)b64);
   struct curl_slist *h = curl_slist_append(NULL, md5h);
   struct curl_slist *h2 = h ? curl_slist_append(h, "Expect:") : NULL; /* no 100-continue round trip */
@@ -95,10 +98,10 @@ int storeput_put(const char *url, const storeput_object *o, int timeout_ms) {
     curl_easy_cleanup(e);
     return dpc_err(DPC_ENOMEM, "store PUT %s: out of memory", where);
   }
-  source src = {.o = o};
+  source src = {.o = o, .at = off, .end = off + len};
   curl_easy_setopt(e, CURLOPT_URL, url);
   curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-  curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)storeput_bytes(o));
+  curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)len);
   curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
   curl_easy_setopt(e, CURLOPT_READDATA, &src);
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, h2);
@@ -121,4 +124,44 @@ int storeput_put(const char *url, const storeput_object *o, int timeout_ms) {
   const char *c0 = strstr(body, "<Code>"), *c1 = c0 ? strstr(c0, "</Code>") : NULL;
   return dpc_err(code, "store PUT %s: HTTP %ld%s%.*s%s", where, st, c1 ? " " : "", c1 ? (int)(c1 - c0 - 6) : 0,
                  c1 ? c0 + 6 : "", st == 403 ? " (the URL expired or was altered)" : "");
+}
+
+int storeput_put(const char *url, const storeput_object *o, int timeout_ms) {
+  return put_range(url, o, 0, storeput_bytes(o), o->md5, timeout_ms);
+}
+
+/* The MD5 of bytes [off, off + len) of the object, fed in the pieces on_read gives. */
+static int range_md5(const storeput_object *o, uint64_t off, uint64_t len, unsigned char out[16]) {
+  EVP_MD_CTX *m = EVP_MD_CTX_new();
+  unsigned int dl = 0;
+  int ok = m && EVP_DigestInit_ex(m, EVP_md5(), NULL);
+  source s = {.o = o, .at = off, .end = off + len};
+  char buf[1 << 16];
+  size_t n;
+  while (ok && (n = on_read(buf, 1, sizeof buf, &s)) > 0) ok = EVP_DigestUpdate(m, buf, n);
+  ok = ok && EVP_DigestFinal_ex(m, out, &dl);
+  EVP_MD_CTX_free(m);
+  return ok ? 0 : dpc_err(DPC_ENOMEM, "worker: MD5 of a delta part failed");
+}
+
+int storeput_parts(const storeput_object *o, uint64_t part_bytes) {
+  uint64_t b = storeput_bytes(o);
+  return part_bytes && b > part_bytes ? (int)((b + part_bytes - 1) / part_bytes) : 0;
+}
+
+int storeput_part_md5(const storeput_object *o, uint64_t part_bytes, unsigned char (*md5)[16]) {
+  const uint64_t total = storeput_bytes(o);
+  for (int i = 0, n = storeput_parts(o, part_bytes); i < n; i++) {
+    uint64_t off = (uint64_t)i * part_bytes, len = total - off < part_bytes ? total - off : part_bytes;
+    int rc = range_md5(o, off, len, md5[i]);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int storeput_put_part(const char *url, const storeput_object *o, uint64_t part_bytes, int part,
+                      const unsigned char md5[16], int timeout_ms) {
+  const uint64_t total = storeput_bytes(o), off = (uint64_t)part * part_bytes;
+  if (part < 0 || off >= total) return dpc_err(DPC_EINVAL, "worker: part %d is past the object's end", part);
+  return put_range(url, o, off, total - off < part_bytes ? total - off : part_bytes, md5, timeout_ms);
 }

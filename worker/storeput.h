@@ -1,6 +1,6 @@
 /* storeput.h — a worker's writes to the S3 object store that holds the coordinator's blobs:
  * its fp32 deltas, as blob files (docs/design.md §6.4), through the presigned PUT URLs of
- * PrepareDeltaPut (docs/design.md §4.4, §5.8). The URL signs the object's Content-MD5, so the
+ * PrepareDeltaPut (docs/design.md §4.4, §5.8), whole or in parts. The URL signs the object's Content-MD5, so the
  * store refuses any other bytes; the worker never holds store credentials. HTTP through
  * libcurl, MD5 through OpenSSL's libcrypto. Thread-safe (one curl handle per call). */
 #ifndef DPC_WORKER_STOREPUT_H
@@ -28,5 +28,14 @@ uint64_t storeput_bytes(const storeput_object *o);
  * DPC_EUNAVAILABLE (no connection, a timeout, 5xx), DPC_EIO (any other answer), with the
  * detail in dpc_errmsg(). */
 int storeput_put(const char *url, const storeput_object *o, int timeout_ms);
+
+/* An object larger than Lease.delta_put_part_bytes goes in parts of that size, the last one
+ * shorter: storeput_parts says how many (0: one PUT), storeput_part_md5 fills md5[parts] (read
+ * over the object once more), storeput_put_part PUTs part `part` (0-based) to its presigned
+ * URL, failing as storeput_put does. */
+int storeput_parts(const storeput_object *o, uint64_t part_bytes);
+int storeput_part_md5(const storeput_object *o, uint64_t part_bytes, unsigned char (*md5)[16]);
+int storeput_put_part(const char *url, const storeput_object *o, uint64_t part_bytes, int part,
+                      const unsigned char md5[16], int timeout_ms);
 
 #endif

@@ -104,10 +104,12 @@ static int upload_model(actx *a, const char *dir, const gpt_config *want, uint64
 
 /* "model": {"init": DIR}: resolves DIR against the spec file's directory, makes it absolute
  * in js, validates the spec and uploads the model; returns an exit status (0 uploaded). */
-static int resolve_and_upload(actx *a, const char *spec_path, jobspec *js, uint64_t *upload_id) {
+static int resolve_and_upload(actx *a, const char *spec_path, const char *text, size_t n, jobspec *js,
+                              uint64_t *upload_id) {
   char base[PATH_MAX], dir[PATH_MAX * 2], real[PATH_MAX];
   dir_of(spec_path, base, sizeof base);
-  if (jobspec_resolve_init(js, base)) {
+  /* (the outer defaults depend on the model's size, known only now) */
+  if (jobspec_resolve_init(js, base) || jobspec_derive_outer(js, text, n)) {
     fprintf(stderr, "dipacoctl %s: %s: %s\n", a->cmd, spec_path, dpc_errmsg());
     return 1;
   }
@@ -210,7 +212,7 @@ int cmd_job_create(actx *a, const admin_args *o, char **pos, int npos) {
     }
     if (bad) goto out;
   }
-  if (js->init_dir[0] && (status = resolve_and_upload(a, spec_path, js, &upload_id))) goto out;
+  if (js->init_dir[0] && (status = resolve_and_upload(a, spec_path, buf, n, js, &upload_id))) goto out;
   status = 1;
   if (jobspec_to_json(js, &canon)) {
     conn_fail(a, NULL, DPC_ENOMEM);

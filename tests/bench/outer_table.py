@@ -12,8 +12,7 @@ SIZES, RS and HS (space-separated) restrict the cells to a grid.
 
 outer_table.py RESULTS.tsv --defaults: every cell of the results, each against the best of the
 rules run in it (rules may differ from cell to cell), with the gap of the job spec's default
-for that cell: the schedule on 0.5 / 0.6 at R <= 2 and H < 20, else on 0.6 / 0.7 (docs/design.md
-§3.4); where it misses by more than 2%, why no rule the spec could derive holds: the cell's
+for that cell (default_rule; docs/design.md §3.4); where it misses by more than 2%, why no rule the spec could derive holds: the cell's
 best rule is itself more than 2% behind in another corpus of the same size, R and H;
 with env SVG=FILE a heat map of the default and the common rules over every cell (grey: not
 run there)."""
@@ -48,10 +47,17 @@ def heatmap(path, rules, cells, gap):
     open(path, "w").write("\n".join(out))
 
 
-def default_rule(R, H):
-    """The rule the job spec gives a diloco job of R replicas and H inner steps a round
-    (coordinator/jobspec_fields.c jobspec_outer_default)."""
-    return "sched 0.5/0.6" if R <= 2 and H < 20 else "sched 0.6/0.7"
+# Parameters in the transformer layers of the study's GPT-2 sizes (12 C^2 + 13 C a layer).
+LAYER_PARAMS = {z: L * (12 * C * C + 13 * C) for z, (L, C) in {"s": (2, 64), "m": (3, 128), "l": (4, 192)}.items()}
+
+
+def default_rule(size, R, H):
+    """The rule the job spec gives a diloco job of that model size, R replicas and H inner steps
+    a round (coordinator/jobspec_fields.c jobspec_outer_derived): one notch smaller than the
+    schedule on 0.6 / 0.7 at R <= 2 and one more for a model of 250k or more parameters in its
+    layers at R <= 4, when H < 20."""
+    notch = (R <= 2) + (R <= 4 and LAYER_PARAMS.get(size, 0) >= 250000) if H < 20 else 0
+    return ("sched 0.6/0.7", "sched 0.5/0.6", "sched 0.4/0.5")[notch]
 
 
 def defaults(path):
@@ -67,8 +73,10 @@ def defaults(path):
     for k, v in runs.items():
         # a rule counts in a cell where every seed run in the cell has finished it
         seeds = {s for r in v.values() for s in r}
+        if len(seeds) < 2:  # a cell counts once both init seeds ran (a slice still running)
+            continue
         cells[k] = {r: sum(x.values()) / len(x) for r, x in v.items() if set(x) == seeds}
-        if default_rule(k[2], k[3]) not in cells[k]:
+        if default_rule(k[1], k[2], k[3]) not in cells[k]:
             missing.append(k)
     cells = {k: v for k, v in cells.items() if k not in missing}
     held, rows = 0, []
@@ -76,7 +84,7 @@ def defaults(path):
     for k in sorted(cells, key=lambda k: (k[1], k[2], k[3], k[0])):
         v = cells[k]
         best = min(v, key=v.get)
-        d = default_rule(k[2], k[3])
+        d = default_rule(k[1], k[2], k[3])
         g = v[d] / v[best] - 1
         held += g <= 0.02
         for r in v:
@@ -100,7 +108,7 @@ def defaults(path):
     if os.environ.get("SVG"):
         ks = sorted(cells, key=lambda k: (k[1], k[2], k[3], k[0]))
         for k in ks:
-            gap[("the default", k)] = gap[(default_rule(k[2], k[3]), k)]
+            gap[("the default", k)] = gap[(default_rule(k[1], k[2], k[3]), k)]
         rules = ["the default", "sched 0.6/0.7", "sched 0.5/0.6", "sched 0.4/0.5", "const 0.6/0.7", "avg"]
         heatmap(os.environ["SVG"], rules, ks, gap)
 

@@ -33,7 +33,7 @@ if ! "$CTL" --coordinator "$COORD" job wait "$job" --timeout 240; then
 fi
 "$CTL" --coordinator "$COORD" job show "$job" | tee "$W/show.txt"
 # job show names the rule the job uses and where it comes from
-grep -q "^outer.origin .*set by the job spec: lr, momentum (the defaults for diloco at R = 2, H = 3 (derived from R <= 2 and H < 20): lr 0.5, momentum 0.6" "$W/show.txt" &&
+grep -q "^outer.origin .*set by the job spec: lr, momentum (the defaults for diloco at R = 2, H = 3, [0-9.]*M parameters in its layers (derived from R, H < 20 and the model.s size): lr 0.5, momentum 0.6" "$W/show.txt" &&
   grep -q "^outer.schedule .*warm-up over the first 2 rounds, decay to 0 over the last 2" "$W/show.txt" ||
   { echo "job show does not print the outer rule's origin and schedule"; exit 1; }
 "$CTL" --coordinator "$COORD" job export "$job" --path 0 --out "$W/export"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # jobs_s3.sh COORDINATOR WORKER DIPACOCTL — run under tests/s3/with_rgw.sh: a DiLoCo job (outer
 # Nesterov, inner state checkpointed), a DiPaCo job (2x2 modules, 4 paths), a SparseLoCo job, a
-# Streaming DiLoCo job (2 fragments, e3m0 deltas, overlapped) and an async job (delayed Nesterov) run
+# Streaming DiLoCo job (2 fragments, e3m0 deltas, overlapped), an async job (delayed Nesterov) and a
+# DiLoCo job whose 12.6 MiB deltas the S3 run puts in 5 MiB parts (--s3-put-part-mb 5) run
 # once with blobs under STATE/blobs and once with blobs on the RADOS Gateway, each time on a
 # fresh coordinator and two workers; every export of the synchronous jobs must be byte-identical
 # between the two stores (the async job's depends on arrival order: it must finish), and the
@@ -43,6 +44,13 @@ cat > dipaco.json <<JSON
  "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
 JSON
 sed -e 's/"name": "diloco"/"name": "long"/' -e 's/"rounds": 3/"rounds": 10/' diloco.json > long.json
+# A delta object of 12.6 MiB (1 layer, C 512: 3.3M floats): the S3 run puts it in 5 MiB parts.
+"$CTL" init --n-layer 1 --n-head 4 --n-embd 512 --n-positions 16 --vocab-size 256 --seed 5 --out init-big 2>/dev/null
+cat > big.json <<JSON
+{"name": "big", "model": {"init": "$W/init-big"}, "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco",
+ "replicas": 2, "inner_steps": 1, "rounds": 2, "batch": 1, "seq_len": 16, "inner": {"lr": 0.01},
+ "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
+JSON
 cat > sparse.json <<JSON
 {"name": "sparse", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco",
  "replicas": 2, "inner_steps": 3, "rounds": 3, "batch": 2, "seq_len": 16, $INNER,
@@ -68,7 +76,7 @@ run_all() {
   start_worker "$store-1" "$W/corpus"; local w1=$LAST_WORKER_PID
   start_worker "$store-2" "$W/corpus"; local w2=$LAST_WORKER_PID
   mkdir -p "$W/$store"
-  local jobs=(diloco dipaco sparse streaming async); [ $store = local ] && jobs+=(long)
+  local jobs=(diloco dipaco sparse streaming async big); [ $store = local ] && jobs+=(long)
   for j in "${jobs[@]}"; do
     local id
     id=$("$CTL" --coordinator "$COORD" job create "$j.json" --data-dir "$W/corpus") || fail "$store: $j refused"
@@ -85,16 +93,19 @@ run_all() {
 
 S3FLAGS=(--blob-store s3://dpc-jobs/run1 --s3-endpoint "$S3_ENDPOINT")
 run_all local
-run_all s3 "${S3FLAGS[@]}"
+run_all s3 "${S3FLAGS[@]}" --s3-put-part-mb 5
 n=0
-for f in "$W"/local/{diloco,dipaco,sparse,streaming}-*/model.safetensors; do
+for f in "$W"/local/{diloco,dipaco,sparse,streaming,big}-*/model.safetensors; do
   g=${f/\/local\//\/s3\/}
   cmp "$f" "$g" || fail "export ${f#$W/local/} differs between the local and the S3 store"
   n=$((n + 1))
 done
-[ $n = 7 ] || fail "expected 7 exports, compared $n"
+[ $n = 8 ] || fail "expected 8 exports, compared $n"
 [ -s "$W/s3/async-0/model.safetensors" ] || fail "the async job on S3 exported nothing"
-echo "7 exports byte-identical between the local and the S3 store; the async job finished on both"
+echo "8 exports byte-identical between the local and the S3 store; the async job finished on both"
+parts=$(cat "$W"/worker-s3-*.log | grep -c "through the object store (3 parts)" || true)
+[ "$parts" -ge 4 ] || fail "the big job's deltas were not put in 3 parts each ($parts leases)"
+echo "leases that put a delta in 3 parts: $parts"
 # On S3 the workers read the parameters from the store through their leases' presigned URLs:
 # the coordinator's pull bytes shrink to what replays and fallbacks need.
 direct=$(cat "$W"/worker-s3-*.log | grep -c "read from the object store" || true)
@@ -144,6 +155,7 @@ refuse "not S3" "S3 endpoint" --blob-store s3://dpc-jobs --s3-endpoint "$NOT_S3"
 refuse "no endpoint" "needs --s3-endpoint" --blob-store s3://dpc-jobs
 refuse "endpoint without a store" "need --blob-store" --s3-endpoint "$S3_ENDPOINT"
 refuse "a blob cache without a store" "need --blob-store" --blob-cache-mb 64
+refuse "parts below S3's 5 MiB" "s3-put-part-mb" "${S3FLAGS[@]}" --s3-put-part-mb 4
 refuse "a blob cache as large as the memory budget" "leaves nothing of the memory budget" "${S3FLAGS[@]}" \
   --memory-budget-mb 512 --blob-cache-mb 512
 chmod 600 creds

@@ -17,7 +17,11 @@ dipaco-coordinator on the RADOS Gateway of tests/s3/with_rgw.sh. Run under with_
   * a commit naming another attempt than the one prepared is FAILED_PRECONDITION; after a
     coordinator restart (which forgets the prepared names) an object PUT then is committed by
     its attempt number and accepted;
-  * GetJob's bytes_in counts none of the objects' bytes (they went to the store).
+  * GetJob's bytes_in counts none of the objects' bytes (they went to the store);
+  * on a second coordinator with --s3-put-part-mb 5, objects of 12.6 MiB go in 3 parts: the lease
+    says so, a prepare with too few part MD5s is INVALID_ARGUMENT, each part's URL takes only its
+    part's bytes, a commit with a part missing is FAILED_PRECONDITION naming the upload (which is
+    aborted), good parts commit and make version 1 as above, and no upload is left unfinished.
 
 usage: put_delta.py COORDINATOR_BIN PROTO_DIR"""
 import hashlib
@@ -28,6 +32,7 @@ import re
 import struct
 import sys
 import urllib.error
+import subprocess
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
@@ -43,6 +48,30 @@ def blob_object(np, delta):
     pcrc = crc32c(payload)
     body = header + payload + struct.pack("<II", pcrc, crc32c(header))
     return body, pcrc, hashlib.md5(body).digest()
+
+
+def version1(np, pb, X, job, md, theta0, deltas, what):
+    """Once the round closed: round 2's lease starts at version 1, which is θ0 − LR · the mean of
+    the two deltas (so the bytes applied are the objects'). Returns that lease's answer."""
+    import time
+    t0 = time.time()
+    while time.time() - t0 < 60:
+        if X["ListModules"](pb.ListModulesRequest(job_id=job), timeout=10).modules[0].fragments[0].version >= 1:
+            break
+        time.sleep(0.05)
+    r = X["Lease"](pb.LeaseRequest(max_wait_ms=5000, job_id=job), metadata=md, timeout=10)
+    check(r.outcome == pb.LEASE_GRANTED and r.lease.fragments[0].version == 1, "round 2's lease starts at version 1")
+    cs = list(X["PullFragment"](pb.PullFragmentRequest(lease_id=r.lease.lease_id, fragment_id=1), metadata=md,
+                                timeout=60))
+    theta1 = np.frombuffer(b"".join(c.data for c in cs), dtype="<f4")
+    avg = ((deltas[0].astype(np.float64) + deltas[1].astype(np.float64)) / 2).astype(np.float32)
+    err = float(np.max(np.abs(theta1 - (theta0 - np.float32(LR) * avg))))
+    check(err <= 1e-6, f"version 1 = θ0 − {LR}·mean({what}) (max error {err:.2e})")
+    return r
+
+
+def subprocess_out(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
 
 
 def http_put(url, body, md5):
@@ -67,10 +96,84 @@ def main():
 
     args = ("--lease-ttl-ms", "30000", "--heartbeat-ms", "200", "--dead-after-heartbeats", "150", "--blob-store",
             "s3://dpc-put/t", "--s3-endpoint", endpoint)
-    return run_grpc_test(coord_bin, proto_dir, "dpc_put_delta_",
-                         lambda grpc, np, pb, d, state, log: run(grpc, np, pb, d, state,
-                                                                 lambda: Daemon(coord_bin, state, log, args)),
-                         args=args)
+    rc = run_grpc_test(coord_bin, proto_dir, "dpc_put_delta_",
+                       lambda grpc, np, pb, d, state, log: run(grpc, np, pb, d, state,
+                                                               lambda: Daemon(coord_bin, state, log, args)),
+                       args=args)
+    if rc:
+        return rc
+    pargs = args[:-3] + ("s3://dpc-put/p", "--s3-endpoint", endpoint, "--s3-put-part-mb", "5")
+    return run_grpc_test(coord_bin, proto_dir, "dpc_put_parts_",
+                         lambda grpc, np, pb, d, state, log: run_parts(grpc, np, pb, d, state, endpoint),
+                         args=pargs)
+
+
+def run_parts(grpc, np, pb, d, state, endpoint):
+    """Objects above Lease.delta_put_part_bytes (--s3-put-part-mb 5) go in parts through a
+    multipart upload the coordinator starts and completes."""
+    X = grpc_stubs(grpc, pb, d[0].addr, state)
+    mds = []
+    for i in range(2):
+        w = X["Register"](pb.RegisterRequest(hostname=f"w{i}", backend="cpu", threads=1), timeout=10)
+        mds.append([("dipaco-worker-id", str(w.worker_id)), ("dipaco-session", w.session_token)])
+    # 1 layer, C 512, 256 tokens: 3.3M floats, a 12.6 MiB object, 3 parts of 5 MiB.
+    spec = {"name": "parts", "model": {"n_layer": 1, "n_head": 4, "n_embd": 512, "n_positions": 8,
+                                       "vocab_size": 256, "seed": 3},
+            "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco", "replicas": 2, "inner_steps": 2,
+            "rounds": 2, "batch": 1, "seq_len": 8, "outer": {"lr": LR, "momentum": 0, "nesterov": False}}
+    job = X["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(spec)), timeout=60).summary.job_id
+    leases = [X["Lease"](pb.LeaseRequest(max_wait_ms=5000, job_id=job), metadata=md, timeout=10).lease for md in mds]
+    P = 5 << 20
+    check(all(L.delta_put and L.delta_put_part_bytes == P for L in leases),
+          f"the leases say delta_put in parts of 5 MiB ({[L.delta_put_part_bytes for L in leases]})")
+    n = leases[0].fragments[0].num_floats
+    cs = list(X["PullFragment"](pb.PullFragmentRequest(lease_id=leases[0].lease_id, fragment_id=1),
+                                metadata=mds[0], timeout=60))
+    theta0 = np.frombuffer(b"".join(c.data for c in cs), dtype="<f4").copy()
+    rng = np.random.default_rng(6)
+    deltas = [(rng.standard_normal(n) * 1e-2).astype(np.float32) for _ in range(2)]
+    S = grpc.StatusCode
+
+    def prepare(md, L, md5, crc, part_md5):
+        dp = pb.DeltaPut(fragment_id=1, num_floats=n, crc32c=crc, object_bytes=24 + 4 * n + 8, content_md5=md5,
+                         part_md5=part_md5)
+        return status_of(grpc, X["PrepareDeltaPut"], pb.PrepareDeltaPutRequest(lease_id=L.lease_id, puts=[dp]),
+                         metadata=md, timeout=30)
+
+    def commit(md, L, crc, attempt):
+        ch = pb.Chunk(lease_id=L.lease_id, fragment_id=1, version=L.fragments[0].version, total=4 * n,
+                      codec=pb.CODEC_FP32, crc32c=crc, num_floats=n, inner_steps=2, tokens=16,
+                      payload=pb.PAYLOAD_DELTA_OBJECT, step=attempt)
+        return status_of(grpc, X["PushDelta"], iter([ch]), metadata=md, timeout=120)
+
+    objs = [blob_object(np, dl) for dl in deltas]
+    parts = [[o[0][k:k + P] for k in range(0, len(o[0]), P)] for o in objs]
+    check(len(parts[0]) == 3, f"the object is {len(objs[0][0])} bytes, {len(parts[0])} parts")
+    pmd5 = [[hashlib.md5(x).digest() for x in ps] for ps in parts]
+    c, msg = prepare(mds[0], leases[0], objs[0][2], objs[0][1], pmd5[0][:2])
+    check(c == S.INVALID_ARGUMENT and "part_md5" in str(msg), f"a prepare with 2 of 3 part MD5s is refused ({c}: {msg})")
+    c, r = prepare(mds[0], leases[0], objs[0][2], objs[0][1], pmd5[0])
+    urls = list(r.puts[0].part_urls) if c == S.OK else []
+    check(len(urls) == 3 and not r.puts[0].url and all("uploadId=" in u and "partNumber=" in u for u in urls),
+          f"a good prepare answers a presigned PUT per part ({c})")
+    att = r.puts[0].attempt if c == S.OK else 0
+    st, err = http_put(urls[1], parts[0][0], pmd5[0][1]) if urls else (0, "")
+    check(st == 400 and "BadDigest" in err, f"another part's bytes under a part's MD5 are refused ({st})")
+    for k in (0, 2):
+        http_put(urls[k], parts[0][k], pmd5[0][k])
+    c, msg = commit(mds[0], leases[0], objs[0][1], att)
+    check(c == S.FAILED_PRECONDITION and "completing its upload" in str(msg),
+          f"a commit with a part missing is refused, naming the upload ({c}: {msg})")
+    for i in range(2):
+        c, r = prepare(mds[i], leases[i], objs[i][2], objs[i][1], pmd5[i])
+        st = [http_put(u, parts[i][k], pmd5[i][k])[0] for k, u in enumerate(r.puts[0].part_urls)] if c == S.OK else []
+        c, rr = commit(mds[i], leases[i], objs[i][1], r.puts[0].attempt if c == S.OK else 0)
+        check(st == [200] * 3 and c == S.OK and rr.acks[0].result == pb.PUSH_ACCEPTED,
+              f"worker {i}: every part stored and the commit accepted ({st}, {c}: {rr if c == S.OK else ''})")
+    version1(np, pb, X, job, mds[0], theta0, deltas, "deltas put in parts")
+    out = subprocess_out(["bash", os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3curl.sh"),
+                          f"{endpoint}/dpc-put?uploads="])
+    check("<UploadId>" not in out, f"no multipart upload is left unfinished ({out[:200]})")
 
 
 def run(grpc, np, pb, d, state, restart):
@@ -164,21 +267,7 @@ def run(grpc, np, pb, d, state, restart):
     check(st == 200 and c == S.OK and r.acks[0].result == pb.PUSH_ACCEPTED, f"worker 1's object is accepted ({c})")
 
     # The round closes; version 1 is the outer step over the objects' deltas.
-    import time
-    t0 = time.time()
-    while time.time() - t0 < 30:
-        if X["ListModules"](pb.ListModulesRequest(job_id=job), timeout=10).modules[0].fragments[0].version >= 1:
-            break
-        time.sleep(0.05)
-    r = X["Lease"](pb.LeaseRequest(max_wait_ms=5000, job_id=job), metadata=mds[0], timeout=10)
-    check(r.outcome == pb.LEASE_GRANTED and r.lease.fragments[0].version == 1, "round 2's lease starts at version 1")
-    cs = list(X["PullFragment"](pb.PullFragmentRequest(lease_id=r.lease.lease_id, fragment_id=1), metadata=mds[0],
-                                timeout=30))
-    theta1 = np.frombuffer(b"".join(c.data for c in cs), dtype="<f4")
-    avg = ((deltas[0].astype(np.float64) + deltas[1].astype(np.float64)) / 2).astype(np.float32)
-    want = theta0 - np.float32(LR) * avg
-    err = float(np.max(np.abs(theta1 - want)))
-    check(err <= 1e-6, f"version 1 = θ0 − {LR}·mean(deltas of the objects) (max error {err:.2e})")
+    r = version1(np, pb, X, job, mds[0], theta0, deltas, "deltas of the objects")
     # Round 2: a coordinator restarted between the prepare and the commit forgets the prepared
     # name; the commit names the object by its attempt number, and the object PUT after the
     # restart is checked and recorded all the same.

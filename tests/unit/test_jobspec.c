@@ -77,8 +77,8 @@ static void test_field_table(void) {
       const jobspec_field *f = &jobspec_fields[i];
       if ((f->flags & (JF_REQUIRED | JF_SHAPE)) || f->when || strcmp(f->sect, "levels[]") == 0) continue;
       double def = (f->flags & JF_ALT_DEFAULT) && v ? (v == 1 ? f->def_async : f->def_sparse) : f->def, got;
-      if (v == 0 && strcmp(f->sect, "outer") == 0 && strcmp(f->key, "lr") == 0) def = JOBSPEC_SMALL_R_LR; /* R = 2 */
-      if (v == 0 && strcmp(f->sect, "outer") == 0 && strcmp(f->key, "momentum") == 0) def = JOBSPEC_SMALL_R_MOMENTUM;
+      if (v == 0 && strcmp(f->sect, "outer") == 0 && strcmp(f->key, "lr") == 0) def = 0.5; /* R = 2: derived */
+      if (v == 0 && strcmp(f->sect, "outer") == 0 && strcmp(f->key, "momentum") == 0) def = 0.6;
       if (f->type == JF_NUMBER) memcpy(&got, jf_at(f, &js), sizeof got);
       else if (f->type == JF_INT || f->type == JF_BOOL || f->type == JF_ENUM || f->type == JF_CODEC) got = jf_get_int(f, &js);
       else continue;
@@ -277,7 +277,7 @@ static void test_outer_derived(void) {
   ",\"inner_steps\":5,\"rounds\":3,\"batch\":4,\"seq_len\":8" extra "}"
   CHECK_EQ_INT(parse(SPEC_R("diloco", 1, ""), &js), 0);
   CHECK(js.outer.lr == 0.5 && js.outer.momentum == 0.6 && js.outer.nesterov == 1 && jobspec_outer_derived(&js));
-  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "the defaults for diloco at R = 1, H = 5 (derived from R <= 2 and H < 20)"));
+  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "the defaults for diloco at R = 1, H = 5, 0.00349M parameters in its layers (derived from R, H < 20"));
   CHECK_EQ_INT(parse(SPEC_R("diloco", 2, ""), &js), 0);
   CHECK(js.outer.lr == 0.5 && js.outer.momentum == 0.6 && js.outer.momentum_warmup == 1 && js.outer.momentum_decay == 1);
   CHECK_EQ_INT(jobspec_to_json(&js, &canon), 0);
@@ -315,13 +315,38 @@ static void test_outer_derived(void) {
   CHECK_EQ_INT(parse(SPEC_R("diloco", 2, ",\"outer\":{\"lr\":0.7}"), &js), 0);
   CHECK(js.outer.lr == 0.7 && js.outer.momentum == 0.6);
   CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin),
-               "set by the job spec: lr (the defaults for diloco at R = 2, H = 5 (derived from R <= 2 and H < 20): lr 0.5, "
-               "momentum 0.6"));
+               "set by the job spec: lr (the defaults for diloco at R = 2, H = 5, 0.00349M parameters in its layers "
+               "(derived from R, H < 20 and the model's size): lr 0.5, momentum 0.6"));
   CHECK_EQ_INT(parse(SPEC_R("diloco", 2, ",\"outer\":{\"momentum\":0}"), &js), 0);
   CHECK(js.outer.lr == 0.5 && js.outer.momentum == 0.0 && js.outer.momentum_warmup == 0);
   CHECK_EQ_INT(parse(SPEC_R("diloco", 2, ",\"outer\":{\"lr\":0.6,\"momentum\":0.7}"), &js), 0);
   CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7);
   CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "set by the job spec: lr, momentum"));
+  /* A large model (4 layers, C 192: 1.78M parameters in its layers) one notch more, up to R = 4. */
+#define BIG "\"model\":{\"n_layer\":4,\"n_head\":4,\"n_embd\":192,\"n_positions\":16,\"vocab_size\":32}"
+#define SPEC_BIG(r, h) "{\"name\":\"t1\"," BIG "," DATA ",\"algorithm\":\"diloco\",\"replicas\":" #r ",\"inner_steps\":" #h \
+                       ",\"rounds\":3,\"batch\":4,\"seq_len\":8}"
+  CHECK_EQ_INT(parse(SPEC_BIG(2, 10), &js), 0);
+  CHECK(js.outer.lr == 0.4 && js.outer.momentum == 0.5 && jobspec_outer_derived(&js) == 2);
+  CHECK(strstr(jobspec_outer_origin(&js, origin, sizeof origin), "R = 2, H = 10, 1.78M parameters in its layers"));
+  CHECK_EQ_INT(parse(SPEC_BIG(4, 10), &js), 0);
+  CHECK(js.outer.lr == 0.5 && js.outer.momentum == 0.6 && jobspec_outer_derived(&js) == 1);
+  CHECK_EQ_INT(parse(SPEC_BIG(8, 10), &js), 0);
+  CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7 && jobspec_outer_derived(&js) == 0);
+  CHECK_EQ_INT(parse(SPEC_BIG(2, 20), &js), 0);
+  CHECK(js.outer.lr == 0.6 && js.outer.momentum == 0.7);
+  CHECK_EQ_INT(jobspec_to_json(&js, &canon), 0); /* a stored large job keeps what it was given */
+  CHECK_EQ_INT(jobspec_parse_stored(canon, strlen(canon), &back), 0);
+  CHECK(back.outer.lr == 0.6 && back.outer.momentum == 0.7);
+  free(canon);
+  canon = NULL;
+  CHECK_EQ_INT(parse(SPEC_BIG(2, 10) , &js), 0);
+  CHECK_EQ_INT(jobspec_to_json(&js, &canon), 0); /* its canonical form parses back to the same step */
+  CHECK_EQ_INT(parse(canon, &back), 0);
+  CHECK(back.outer.lr == 0.4 && back.outer.momentum == 0.5);
+  free(canon);
+#undef SPEC_BIG
+#undef BIG
 #undef SPEC_R
 }
 
@@ -670,6 +695,30 @@ int main(void) {
   CHECK_EQ_INT(parse(j1, &js2), 0);
   CHECK_EQ_INT(js2.has_shape, 1);
   free(j1);
+  /* A large init model: the outer step derived from R alone until the shape is known, then from
+   * its size too (jobspec_derive_outer on the spec text); a value the text gives stays. */
+  snprintf(sub, sizeof sub, "%s/big", dir);
+  CHECK(mkdir(sub, 0700) == 0);
+  snprintf(cfg, sizeof cfg, "%s/config.json", sub);
+  if ((f = fopen(cfg, "w"))) {
+    fputs("{\"n_layer\":4,\"n_head\":4,\"n_embd\":192,\"n_positions\":8,\"vocab_size\":32,\"model_type\":\"gpt2\"}", f);
+    fclose(f);
+  }
+  static const char big[] = "{\"name\":\"ft\",\"model\":{\"init\":\"big\"}," DATA "," CORE "}";
+  CHECK_EQ_INT(parse(big, &js), 0);
+  CHECK(js.outer.lr == 0.5 && js.outer.momentum == 0.6);
+  CHECK_EQ_INT(jobspec_resolve_init(&js, dir), 0);
+  CHECK_EQ_INT(jobspec_derive_outer(&js, big, strlen(big)), 0);
+  CHECK(js.outer.lr == 0.4 && js.outer.momentum == 0.5);
+  static const char big_lr[] = "{\"name\":\"ft\",\"model\":{\"init\":\"big\"}," DATA "," CORE ",\"outer\":{\"lr\":0.7}}";
+  CHECK_EQ_INT(parse(big_lr, &js), 0);
+  CHECK_EQ_INT(jobspec_resolve_init(&js, dir), 0);
+  CHECK_EQ_INT(jobspec_derive_outer(&js, big_lr, strlen(big_lr)), 0);
+  CHECK(js.outer.lr == 0.7 && js.outer.momentum == 0.5);
+  unlink(cfg);
+  rmdir(sub);
+  snprintf(sub, sizeof sub, "%s/base", dir);
+  snprintf(cfg, sizeof cfg, "%s/config.json", sub);
   /* seq_len 16 > the init model's n_positions 8: caught at resolve time. */
   CHECK_EQ_INT(parse("{\"name\":\"ft\",\"model\":{\"init\":\"base\"}," DATA ",\"algorithm\":\"diloco\",\"replicas\":2,"
                      "\"inner_steps\":5,\"rounds\":3,\"batch\":4,\"seq_len\":16}",

@@ -1,0 +1,96 @@
+/* blobs_put.c — objects that workers write into an S3 blob store themselves (blobs.h "Workers'
+ * puts"; docs/design.md §5.8): presigned PUT URLs that sign each request's Content-MD5, so the
+ * store keeps only the bytes the worker announced; for an object above one PUT's size, a
+ * multipart upload the coordinator starts and completes while the worker puts its parts; and
+ * the HEAD check of what landed. The coordinator never handles these bytes on the way in. */
+#include "coordinator/blobs.h"
+#include "coordinator/blobs_s3.h"
+#include "common/errors.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+
+int blob_store_put_url(blob_store *bs, const char *name, const unsigned char md5[16], char *url, size_t cap) {
+  blob_s3 *s;
+  int rc = blob_store_s3_of(bs, name, "a presigned PUT", &s);
+  if (rc) return rc;
+  char b64[25];
+  s3_md5_base64(md5, b64);
+  return blob_s3_presign(s, name, "PUT", b64, BLOB_URL_TTL_S, url, cap);
+}
+
+int blob_store_upload_begin(blob_store *bs, const char *name, char *upload_id, size_t cap) {
+  blob_s3 *s;
+  int rc = blob_store_s3_of(bs, name, "a multipart upload", &s);
+  return rc ? rc : blob_s3_upload_begin(s, name, upload_id, cap);
+}
+
+int blob_store_part_url(blob_store *bs, const char *name, const char *upload_id, int part, const unsigned char md5[16],
+                        char *url, size_t cap) {
+  blob_s3 *s;
+  int rc = blob_store_s3_of(bs, name, "a presigned part", &s);
+  if (rc) return rc;
+  char b64[25];
+  s3_md5_base64(md5, b64);
+  return blob_s3_presign_part(s, name, upload_id, part, b64, BLOB_URL_TTL_S, url, cap);
+}
+
+static void hex(const unsigned char *d, int n, char *out) {
+  for (int i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+int blob_store_upload_complete(blob_store *bs, const char *name, const char *upload_id, int n,
+                               const unsigned char (*md5)[16]) {
+  blob_s3 *s;
+  int rc = blob_store_s3_of(bs, name, "a multipart upload", &s);
+  if (rc) return rc;
+  if (n < 1 || n > 10000) return dpc_err(DPC_EINVAL, "blob %s: %d parts (1..10000)", name, n);
+  char(*etags)[80] = malloc((size_t)n * sizeof *etags);
+  if (!etags) return dpc_err(DPC_ENOMEM, "blob %s: out of memory completing its upload", name);
+  for (int i = 0; i < n; i++) hex(md5[i], 16, etags[i]); /* a part's ETag is its MD5 (S3, RGW, R2) */
+  rc = blob_s3_upload_complete(s, name, upload_id, n, etags);
+  free(etags);
+  return rc;
+}
+
+int blob_store_upload_abort(blob_store *bs, const char *name, const char *upload_id) {
+  blob_s3 *s;
+  int rc = blob_store_s3_of(bs, name, "a multipart upload", &s);
+  return rc ? rc : blob_s3_upload_abort(s, name, upload_id);
+}
+
+void blob_put_etag(const unsigned char (*md5)[16], int n, char etag[80]) {
+  if (n <= 0) {
+    hex(md5[0], 16, etag);
+    return;
+  }
+  unsigned char d[16];
+  unsigned int len = 0;
+  EVP_MD_CTX *m = EVP_MD_CTX_new();
+  int ok = m && EVP_DigestInit_ex(m, EVP_md5(), NULL) && EVP_DigestUpdate(m, md5, (size_t)n * 16) &&
+           EVP_DigestFinal_ex(m, d, &len);
+  EVP_MD_CTX_free(m);
+  if (!ok) { /* matches no ETag, so the check fails rather than passes */
+    snprintf(etag, 80, "(no MD5)");
+    return;
+  }
+  hex(d, 16, etag);
+  snprintf(etag + 32, 80 - 32, "-%d", n);
+}
+
+int blob_store_check_put(blob_store *bs, const char *name, uint64_t size, const char *want) {
+  blob_s3 *s;
+  int rc = blob_store_s3_of(bs, name, "a put object", &s);
+  if (rc) return rc;
+  uint64_t got = 0;
+  char etag[96] = "";
+  if ((rc = blob_s3_head(s, name, &got, etag, sizeof etag)) < 0) return rc;
+  if (got != size)
+    return dpc_err(DPC_EFORMAT, "object %s holds %llu bytes, not the %llu prepared", name, (unsigned long long)got,
+                   (unsigned long long)size);
+  if (want && strcasecmp(etag, want) != 0)
+    return dpc_err(DPC_ECHECKSUM, "object %s has ETag %s, not the %s its prepared MD5s give", name, etag, want);
+  return 0;
+}
