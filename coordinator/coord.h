@@ -127,7 +127,7 @@ typedef struct put_prep {
   int64_t made_ms;         /* dpc_wall_ms when named: entries older than a URL's life are dropped */
   int parts;               /* 0: one PUT; else put in this many parts of coord.put_part_bytes */
   unsigned char (*part_md5)[16]; /* [parts], owned */
-  char upload_id[256];     /* the multipart upload the parts go to ("" for one PUT) */
+  char upload_id[512];     /* the multipart upload the parts go to ("" for one PUT) */
 } put_prep;
 
 /* Latest heartbeat numbers of an active lease. */

@@ -78,7 +78,7 @@ typedef struct push {
   unsigned char obj_md5[16];
   int obj_parts;                     /* put in parts: the upload to complete, its parts' MD5s */
   unsigned char (*obj_part_md5)[16]; /* [obj_parts], owned */
-  char obj_upload_id[256];
+  char obj_upload_id[512];
 } push;
 
 /* How many deltas the coordinator writes at once (coord.push_leases). */
