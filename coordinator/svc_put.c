@@ -110,6 +110,8 @@ static put_prep *put_slot(coord *c, int64_t lease, int frag) {
     if (c->puts[i].lease == lease && c->puts[i].frag == frag) {
       free(c->puts[i].part_md5);
       c->puts[i].part_md5 = NULL;
+      c->puts[i].parts = 0;
+      c->puts[i].upload_id[0] = 0;
       return &c->puts[i];
     }
   if (c->n_puts >= PUT_MAX_ENTRIES) return NULL;
