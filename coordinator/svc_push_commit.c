@@ -512,8 +512,7 @@ static void push_object_after(uv_work_t *req, int status) {
   }
   if (!queued) {
     if (drop) { /* refused: nobody will record it */
-      if (!put_prepared(c, p->lease.id, p->frag)) blob_delete(c->bs, p->blob);
-      put_discard(c, p->lease.id, p->frag);
+      if (!put_discard(c, p->lease.id, p->frag)) blob_delete(c->bs, p->blob);
     }
     push_unclaim(p);
     p->in_frag = 0;

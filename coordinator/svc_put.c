@@ -63,12 +63,13 @@ static void put_drop(coord *c, int i, int discard) {
   c->puts[i] = c->puts[--c->n_puts];
 }
 
-void put_discard(coord *c, int64_t lease, int frag) {
+int put_discard(coord *c, int64_t lease, int frag) {
   for (int i = 0; i < c->n_puts; i++)
     if (c->puts[i].lease == lease && c->puts[i].frag == frag) {
       put_drop(c, i, 1);
-      return;
+      return 1;
     }
+  return 0;
 }
 
 void put_forget(coord *c, int64_t lease, int frag) {

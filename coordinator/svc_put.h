@@ -20,8 +20,9 @@ int put_lease_wants(const coord *c, const coord_job *j);
  * refused); put_free_all frees the table at shutdown. */
 const put_prep *put_prepared(const coord *c, int64_t lease, int frag);
 void put_forget(coord *c, int64_t lease, int frag);
-/* put_forget for an entry whose object is not wanted: its upload aborted, its object deleted. */
-void put_discard(coord *c, int64_t lease, int frag);
+/* put_forget for an entry whose object is not wanted: its upload aborted, its object deleted;
+ * 0 when there was no entry. */
+int put_discard(coord *c, int64_t lease, int frag);
 void put_free_all(coord *c);
 /* The tick's part: delete the objects of entries whose lease ended uncommitted or whose URLs
  * are long dead, and drop the entries. */

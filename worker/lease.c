@@ -175,13 +175,12 @@ static int put_objects(lease_work *x, int *code) {
   *code = RPC_OK;
   for (size_t i = 0; i < n && !rc; i++) {
     storeput_make(&o[i], x->dp[i], L->fragments[i]->num_floats);
-    memcpy(w[i].md5, o[i].md5, 16);
     w[i].crc = o[i].crc;
     w[i].bytes = storeput_bytes(&o[i]);
-    if ((w[i].parts = storeput_parts(&o[i], pb)) > 0) {
-      w[i].part_md5 = malloc((size_t)w[i].parts * sizeof *w[i].part_md5);
-      rc = w[i].part_md5 ? storeput_part_md5(&o[i], pb, w[i].part_md5) : dpc_err(DPC_ENOMEM, "worker: out of memory");
-    }
+    if ((w[i].parts = storeput_parts(&o[i], pb)) > 0 && !(w[i].part_md5 = malloc((size_t)w[i].parts * 16)))
+      rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
+    if (!rc) rc = storeput_digest(&o[i], pb, w[i].part_md5);
+    memcpy(w[i].md5, o[i].md5, 16);
   }
   if (!rc) rc = wc_prepare_put(x->r->wc, L->lease_id, L->fragments, n, w, code);
   for (size_t i = 0; i < n && !rc; i++) {

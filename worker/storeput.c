@@ -33,12 +33,6 @@ void storeput_make(storeput_object *o, const float *delta, uint64_t n) {
   o->crc = dpc_crc32c(0, delta, n * sizeof(float));
   put_u32(o->trailer, o->crc);
   put_u32(o->trailer + 4, dpc_crc32c(0, o->header, sizeof o->header));
-  EVP_MD_CTX *m = EVP_MD_CTX_new();
-  unsigned int len = 0;
-  if (m && EVP_DigestInit_ex(m, EVP_md5(), NULL) && EVP_DigestUpdate(m, o->header, sizeof o->header) &&
-      EVP_DigestUpdate(m, delta, n * sizeof(float)) && EVP_DigestUpdate(m, o->trailer, sizeof o->trailer))
-    EVP_DigestFinal_ex(m, o->md5, &len);
-  EVP_MD_CTX_free(m);
 }
 
 uint64_t storeput_bytes(const storeput_object *o) { return sizeof o->header + o->n * sizeof(float) + sizeof o->trailer; }
@@ -130,33 +124,31 @@ int storeput_put(const char *url, const storeput_object *o, int timeout_ms) {
   return put_range(url, o, 0, storeput_bytes(o), o->md5, timeout_ms);
 }
 
-/* The MD5 of bytes [off, off + len) of the object, fed in the pieces on_read gives. */
-static int range_md5(const storeput_object *o, uint64_t off, uint64_t len, unsigned char out[16]) {
-  EVP_MD_CTX *m = EVP_MD_CTX_new();
-  unsigned int dl = 0;
-  int ok = m && EVP_DigestInit_ex(m, EVP_md5(), NULL);
-  source s = {.o = o, .at = off, .end = off + len};
-  char buf[1 << 16];
-  size_t n;
-  while (ok && (n = on_read(buf, 1, sizeof buf, &s)) > 0) ok = EVP_DigestUpdate(m, buf, n);
-  ok = ok && EVP_DigestFinal_ex(m, out, &dl);
-  EVP_MD_CTX_free(m);
-  return ok ? 0 : dpc_err(DPC_ENOMEM, "worker: MD5 of a delta part failed");
-}
-
 int storeput_parts(const storeput_object *o, uint64_t part_bytes) {
   uint64_t b = storeput_bytes(o);
   return part_bytes && b > part_bytes ? (int)((b + part_bytes - 1) / part_bytes) : 0;
 }
 
-int storeput_part_md5(const storeput_object *o, uint64_t part_bytes, unsigned char (*md5)[16]) {
+int storeput_digest(storeput_object *o, uint64_t part_bytes, unsigned char (*part_md5)[16]) {
   const uint64_t total = storeput_bytes(o);
-  for (int i = 0, n = storeput_parts(o, part_bytes); i < n; i++) {
-    uint64_t off = (uint64_t)i * part_bytes, len = total - off < part_bytes ? total - off : part_bytes;
-    int rc = range_md5(o, off, len, md5[i]);
-    if (rc) return rc;
+  const int parts = storeput_parts(o, part_bytes);
+  EVP_MD_CTX *whole = EVP_MD_CTX_new(), *part = parts ? EVP_MD_CTX_new() : NULL;
+  unsigned int dl = 0;
+  int ok = whole && (!parts || part) && EVP_DigestInit_ex(whole, EVP_md5(), NULL);
+  char buf[1 << 16];
+  for (int i = 0; ok && i < (parts ? parts : 1); i++) { /* one read pass feeds both digests */
+    uint64_t off = parts ? (uint64_t)i * part_bytes : 0, len = parts && total - off > part_bytes ? part_bytes : total - off;
+    source s = {.o = o, .at = off, .end = off + len};
+    ok = !parts || EVP_DigestInit_ex(part, EVP_md5(), NULL);
+    size_t n;
+    while (ok && (n = on_read(buf, 1, sizeof buf, &s)) > 0)
+      ok = EVP_DigestUpdate(whole, buf, n) && (!parts || EVP_DigestUpdate(part, buf, n));
+    if (ok && parts) ok = EVP_DigestFinal_ex(part, part_md5[i], &dl);
   }
-  return 0;
+  ok = ok && EVP_DigestFinal_ex(whole, o->md5, &dl);
+  EVP_MD_CTX_free(whole);
+  EVP_MD_CTX_free(part);
+  return ok ? 0 : dpc_err(DPC_ENOMEM, "worker: MD5 of a delta object failed");
 }
 
 int storeput_put_part(const char *url, const storeput_object *o, uint64_t part_bytes, int part,

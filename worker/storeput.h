@@ -10,7 +10,8 @@
 #include <stdint.h>
 
 /* A delta as a blob object: the 24-byte header and 8-byte trailer around the payload (the
- * fp32 delta itself, not copied), the payload's CRC-32C and the whole object's MD5. */
+ * fp32 delta itself, not copied), the payload's CRC-32C and (storeput_digest) the whole
+ * object's MD5. */
 typedef struct {
   unsigned char header[24], trailer[8];
   const float *payload;
@@ -19,7 +20,7 @@ typedef struct {
   unsigned char md5[16];
 } storeput_object;
 
-/* Fill o for the n floats at delta (kept, not copied: it must outlive the PUT). */
+/* Fill o for the n floats at delta (kept, not copied: it must outlive the PUT), all but its MD5. */
 void storeput_make(storeput_object *o, const float *delta, uint64_t n);
 /* The object's size in bytes. */
 uint64_t storeput_bytes(const storeput_object *o);
@@ -30,11 +31,11 @@ uint64_t storeput_bytes(const storeput_object *o);
 int storeput_put(const char *url, const storeput_object *o, int timeout_ms);
 
 /* An object larger than Lease.delta_put_part_bytes goes in parts of that size, the last one
- * shorter: storeput_parts says how many (0: one PUT), storeput_part_md5 fills md5[parts] (read
- * over the object once more), storeput_put_part PUTs part `part` (0-based) to its presigned
- * URL, failing as storeput_put does. */
+ * shorter: storeput_parts says how many (0: one PUT); storeput_digest fills o->md5 and, when
+ * there are parts, part_md5[parts], in one pass over the object; storeput_put_part PUTs part
+ * `part` (0-based) to its presigned URL, failing as storeput_put does. */
 int storeput_parts(const storeput_object *o, uint64_t part_bytes);
-int storeput_part_md5(const storeput_object *o, uint64_t part_bytes, unsigned char (*md5)[16]);
+int storeput_digest(storeput_object *o, uint64_t part_bytes, unsigned char (*part_md5)[16]);
 int storeput_put_part(const char *url, const storeput_object *o, uint64_t part_bytes, int part,
                       const unsigned char md5[16], int timeout_ms);
 

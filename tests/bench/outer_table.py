@@ -47,6 +47,12 @@ def heatmap(path, rules, cells, gap):
     open(path, "w").write("\n".join(out))
 
 
+def rule_name(rule, olr, omu):
+    """A results line's rule as the tables name it: "default" runs are the constant 0.6 / 0.7
+    (the default before the momentum schedule)."""
+    return "avg" if rule == "avg" else "const 0.6/0.7" if rule == "default" else "%s %s/%s" % (rule, olr, omu)
+
+
 # Parameters in the transformer layers of the study's GPT-2 sizes (12 C^2 + 13 C a layer).
 LAYER_PARAMS = {z: L * (12 * C * C + 13 * C) for z, (L, C) in {"s": (2, 64), "m": (3, 128), "l": (4, 192)}.items()}
 
@@ -67,8 +73,7 @@ def defaults(path):
             continue
         c, z, R, H, rounds, rule, olr, omu, loss, _secs = l.rstrip("\n").split("\t")
         size, _, seed = z.partition("@")
-        name = "avg" if rule == "avg" else "const 0.6/0.7" if rule == "default" else "%s %s/%s" % (rule, olr, omu)
-        runs[(c, size, int(R), int(H), int(rounds))][name][seed or "7"] = float(loss)
+        runs[(c, size, int(R), int(H), int(rounds))][rule_name(rule, olr, omu)][seed or "7"] = float(loss)
     cells, missing = {}, []
     for k, v in runs.items():
         # a rule counts in a cell where every seed run in the cell has finished it
@@ -123,10 +128,7 @@ def main():
         size, _, seed = z.partition("@")
         if keep and not (size in keep[0] and R in keep[1] and H in keep[2]):
             continue
-        # "default" runs are the constant 0.6 / 0.7 (the default before the momentum schedule);
-        # the job spec's default now is "sched 0.6/0.7"
-        name = "avg" if rule == "avg" else "const 0.6/0.7" if rule == "default" else "%s %s/%s" % (rule, olr, omu)
-        runs[(c, size, int(R), int(H), int(rounds))][name][seed or "base"] = float(loss)
+        runs[(c, size, int(R), int(H), int(rounds))][rule_name(rule, olr, omu)][seed or "base"] = float(loss)
     if not runs:
         print("no finished cell yet")
         return
