@@ -19,17 +19,22 @@ void pcache_unref(void *entry) {
   }
 }
 
-static void pcache_insert(coord *c, pcache_entry *e) {
-  /* Drop older versions of the same fragment (their streams keep their own references). */
+/* Drop the versions of (job, fragment) older than version (their streams keep their own
+ * references). */
+static void pcache_drop_older(coord *c, int64_t job, int fragment, int64_t version) {
   for (int i = 0; i < c->n_pcache;) {
     pcache_entry *o = c->pcache[i];
-    if (o->job == e->job && o->fragment == e->fragment && o->version < e->version) {
+    if (o->job == job && o->fragment == fragment && o->version < version) {
       c->pcache[i] = c->pcache[--c->n_pcache];
       pcache_unref(o);
     } else {
       i++;
     }
   }
+}
+
+static void pcache_insert(coord *c, pcache_entry *e) {
+  pcache_drop_older(c, e->job, e->fragment, e->version);
   if (c->n_pcache == c->cap_pcache) {
     int cap = c->cap_pcache ? c->cap_pcache * 2 : 16;
     pcache_entry **a = realloc(c->pcache, (size_t)cap * sizeof *a);
@@ -97,6 +102,14 @@ void pcache_put_map(coord *c, int64_t job, int fragment, int64_t version, const 
 }
 
 void pcache_put_blob(coord *c, int64_t job, int fragment, int64_t version, const char *blob, size_t n, uint32_t crc) {
+  if (blob_store_is_s3(c->bs)) {
+    /* On an S3 store every lease carries the version's URL and workers read it from there;
+     * mapping it here would fetch the whole version on the loop thread before the next
+     * lease is granted, for pulls that only a worker falling back to PullFragment makes
+     * (pcache_get maps it for that one). */
+    pcache_drop_older(c, job, fragment, version);
+    return;
+  }
   const float *data;
   void *map;
   size_t map_len;

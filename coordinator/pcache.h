@@ -18,7 +18,8 @@
 int pcache_get(coord *c, const store_fragment *f, pcache_entry **out);
 /* Insert a new version whose parameter blob `blob` (n floats, payload crc `crc`) was just
  * written and committed: it is mapped without re-reading it. A failure is logged and leaves
- * the version to a later pcache_get. */
+ * the version to a later pcache_get. On an S3 store (workers read versions from the store)
+ * only the older versions are dropped, and the first PullFragment maps it. */
 void pcache_put_blob(coord *c, int64_t job, int fragment, int64_t version, const char *blob, size_t n, uint32_t crc);
 /* Insert a mapping the caller made and verified (blob_map: data inside map[0..map_len));
  * ownership of the mapping passes to the cache. */

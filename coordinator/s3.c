@@ -309,11 +309,14 @@ static int req_path(const s3_client *c, const char *key, char *out, size_t cap) 
   return n > 0 && (size_t)n < cap ? 0 : dpc_err(DPC_EINVAL, "S3: key \"%s\" is too long", key ? key : "");
 }
 
+/* A failure worth another try. A reply that is not HTTP at all (curl: "Received HTTP/0.9",
+ * a weird server reply) comes from a connection cut or garbled mid-answer, as a dropped one
+ * does; the endpoint's scheme was checked at open, so it is not a wrong protocol. */
 static int transient(CURLcode cc, long status) {
   if (cc != CURLE_OK)
     return cc == CURLE_OPERATION_TIMEDOUT || cc == CURLE_COULDNT_CONNECT || cc == CURLE_RECV_ERROR ||
            cc == CURLE_SEND_ERROR || cc == CURLE_GOT_NOTHING || cc == CURLE_PARTIAL_FILE ||
-           cc == CURLE_COULDNT_RESOLVE_HOST;
+           cc == CURLE_COULDNT_RESOLVE_HOST || cc == CURLE_UNSUPPORTED_PROTOCOL || cc == CURLE_WEIRD_SERVER_REPLY;
   return status == 429 || status >= 500;
 }
 

@@ -183,10 +183,10 @@ static int put_objects(lease_work *x, int *code) {
     memcpy(w[i].md5, o[i].md5, 16);
   }
   if (!rc) rc = wc_prepare_put(x->r->wc, L->lease_id, L->fragments, n, w, code);
-  for (size_t i = 0; i < n && !rc; i++) {
-    rc = w[i].parts ? 0 : storeput_put(w[i].url, &o[i], 600000);
+  for (size_t i = 0; i < n && !rc; i++) { /* a put fails after 60 s without progress */
+    rc = w[i].parts ? 0 : storeput_put(w[i].url, &o[i], 60000);
     for (int k = 0; k < w[i].parts && !rc; k++)
-      rc = storeput_put_part(w[i].part_urls[k], &o[i], pb, k, w[i].part_md5[k], 600000);
+      rc = storeput_put_part(w[i].part_urls[k], &o[i], pb, k, w[i].part_md5[k], 60000);
     if (rc) *code = RPC_OK; /* the store's failure, not the coordinator's */
     x->put_parts += w[i].parts;
   }

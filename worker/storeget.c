@@ -9,10 +9,15 @@
 #include <string.h>
 
 typedef struct {
-  unsigned char *dst;
-  size_t cap, got;
-  int over;
+  storeget_fn fn; /* where the bytes go */
+  void *ud;
+  uint64_t cap, got;
+  int over, rc; /* more than cap arrived; fn's refusal */
 } sink;
+
+typedef struct {
+  unsigned char *dst;
+} copy_to;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
@@ -24,9 +29,14 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
     s->over = 1;
     return 0;
   }
-  memcpy(s->dst + s->got, p, n);
+  if ((s->rc = s->fn(s->ud, s->got, p, n)) < 0) return 0;
   s->got += n;
   return n;
+}
+
+static int copy_out(void *ud, uint64_t at, const void *p, size_t n) {
+  memcpy(((copy_to *)ud)->dst + at, p, n);
+  return 0;
 }
 
 /* The host and path of url, without its signed query, for messages. */
@@ -35,21 +45,38 @@ static void redact(const char *url, char *out, size_t cap) {
   snprintf(out, cap, "%.*s", (int)(q ? (size_t)(q - url) : strlen(url)), url);
 }
 
-int storeget_range(const char *url, uint64_t off, void *dst, size_t n, int timeout_ms) {
+void *storehttp_open(const char *url, int timeout_ms, char *err, char *where, size_t wcap) {
   pthread_once(&once, init_once);
-  char where[512], range[64], err[CURL_ERROR_SIZE] = "";
-  redact(url, where, sizeof where);
-  if (n == 0) return 0;
+  redact(url, where, wcap);
   CURL *e = curl_easy_init();
-  if (!e) return dpc_err(DPC_ENOMEM, "store GET %s: curl_easy_init failed", where);
-  sink s = {.dst = dst, .cap = n};
-  snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)off, (unsigned long long)(off + n - 1));
+  if (!e) return NULL;
   curl_easy_setopt(e, CURLOPT_URL, url);
-  curl_easy_setopt(e, CURLOPT_RANGE, range);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+  /* A stall limit, not a total one: a large object over a slow link may take minutes and is
+   * still healthy while bytes move. */
+  curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)(timeout_ms < 1000 ? 1 : timeout_ms / 1000));
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout_ms < 10000 ? timeout_ms : 10000));
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, err);
+  return e;
+}
+
+int storeget_range(const char *url, uint64_t off, void *dst, size_t n, int timeout_ms) {
+  copy_to c = {.dst = dst};
+  return storeget_stream(url, off, n, copy_out, &c, timeout_ms);
+}
+
+int storeget_stream(const char *url, uint64_t off, uint64_t n, storeget_fn fn, void *ud, int timeout_ms) {
+  char where[512], range[64], err[CURL_ERROR_SIZE] = "";
+  CURL *e = storehttp_open(url, timeout_ms, err, where, sizeof where);
+  if (!e) return dpc_err(DPC_ENOMEM, "store GET %s: curl_easy_init failed", where);
+  if (n == 0) {
+    curl_easy_cleanup(e);
+    return 0;
+  }
+  sink s = {.fn = fn, .ud = ud, .cap = n};
+  snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)off, (unsigned long long)(off + n - 1));
+  curl_easy_setopt(e, CURLOPT_RANGE, range);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, &s);
   curl_easy_setopt(e, CURLOPT_FAILONERROR, 1L); /* an error page is not our bytes */
@@ -57,7 +84,8 @@ int storeget_range(const char *url, uint64_t off, void *dst, size_t n, int timeo
   long st = 0;
   curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &st);
   curl_easy_cleanup(e);
-  if (s.over) return dpc_err(DPC_EFORMAT, "store GET %s: more than the %zu bytes asked for", where, n);
+  if (s.rc < 0) return s.rc;
+  if (s.over) return dpc_err(DPC_EFORMAT, "store GET %s: more than the %llu bytes asked for", where, (unsigned long long)n);
   if (cc == CURLE_HTTP_RETURNED_ERROR || (cc == CURLE_OK && st / 100 != 2)) {
     int code = st == 403 ? DPC_EPERM : st == 404 ? DPC_ENOENT : st / 100 == 5 ? DPC_EUNAVAILABLE : DPC_EIO;
     return dpc_err(code, "store GET %s: HTTP %ld%s", where, st, st == 403 ? " (the URL expired or was altered)" : "");
@@ -66,6 +94,7 @@ int storeget_range(const char *url, uint64_t off, void *dst, size_t n, int timeo
     return dpc_err(DPC_EUNAVAILABLE, "store GET %s: %s%s%s", where, curl_easy_strerror(cc), err[0] ? ": " : "", err);
   if (st != 206 && !(st == 200 && off == 0))
     return dpc_err(DPC_EFORMAT, "store GET %s: HTTP %ld instead of the range asked for", where, st);
-  if (s.got != n) return dpc_err(DPC_EFORMAT, "store GET %s: %zu of %zu bytes", where, s.got, n);
+  if (s.got != n)
+    return dpc_err(DPC_EFORMAT, "store GET %s: %llu of %llu bytes", where, (unsigned long long)s.got, (unsigned long long)n);
   return 0;
 }

@@ -1,17 +1,31 @@
 /* storeget.h — a worker's reads from the S3 object store that holds the coordinator's blobs,
  * through the presigned URLs a lease carries (FragmentInfo.params_url, docs/design.md §4.4):
  * the worker never holds store credentials, and the parameters' bytes do not pass through the
- * coordinator. HTTP through libcurl. Thread-safe (one curl handle per call). */
+ * coordinator. HTTP through libcurl. Thread-safe (one curl handle per call; storehttp_open is shared with storeput.c). */
 #ifndef DPC_WORKER_STOREGET_H
 #define DPC_WORKER_STOREGET_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bytes [off, off + n) of the object at url into dst, within timeout_ms. 0, or a negative
+/* Bytes [off, off + n) of the object at url into dst; the transfer fails once no byte has
+ * arrived for timeout_ms (or the connection is not made within min(timeout_ms, 10 s)). 0, or a negative
  * DPC_E* code with the detail in dpc_errmsg(): DPC_EPERM (403: the URL expired or was
  * altered), DPC_ENOENT (404), DPC_EFORMAT (a short or long answer), DPC_EUNAVAILABLE (no
  * connection, a timeout, 5xx). */
 int storeget_range(const char *url, uint64_t off, void *dst, size_t n, int timeout_ms);
+
+/* Bytes [off, off + n) of the object at url, handed to fn as they arrive (at: their offset in
+ * the range, in order), over one connection, for readers that consume the bytes as they come
+ * (a checksum, a decode) instead of holding the whole range. A negative return from fn stops
+ * the transfer and is returned as it is; the other errors are storeget_range's. */
+typedef int (*storeget_fn)(void *ud, uint64_t at, const void *p, size_t n);
+int storeget_stream(const char *url, uint64_t off, uint64_t n, storeget_fn fn, void *ud, int timeout_ms);
+
+/* A curl easy handle (as void *, so that callers need not include curl) for one request to
+ * url, with what every store request here shares: no signals, the stall limit and connect
+ * timeout above, err (CURL_ERROR_SIZE bytes) as its error buffer; where gets url without its
+ * signed query, for messages. NULL when curl has no handle to give. */
+void *storehttp_open(const char *url, int timeout_ms, char *err, char *where, size_t wcap);
 
 #endif

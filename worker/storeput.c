@@ -3,10 +3,10 @@
 
 #include "common/checksum.h"
 #include "common/errors.h"
+#include "worker/storeget.h"
 
 #include <curl/curl.h>
 #include <openssl/evp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -70,17 +70,12 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
   return n;
 }
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static void init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
 /* The bytes [off, off + len) of the object in one PUT whose Content-MD5 is md5. */
 static int put_range(const char *url, const storeput_object *o, uint64_t off, uint64_t len, const unsigned char md5[16],
                      int timeout_ms) {
-  pthread_once(&once, init_once);
   char where[512], err[CURL_ERROR_SIZE] = "", body[512] = "", md5h[64];
-  const char *q = strchr(url, '?');
-  snprintf(where, sizeof where, "%.*s", (int)(q ? (size_t)(q - url) : strlen(url)), url);
-  CURL *e = curl_easy_init();
+  CURL *e = storehttp_open(url, timeout_ms, err, where, sizeof where);
   if (!e) return dpc_err(DPC_ENOMEM, "store PUT %s: curl_easy_init failed", where);
   unsigned char b64[32];
   EVP_EncodeBlock(b64, md5, 16);
@@ -93,7 +88,6 @@ static int put_range(const char *url, const storeput_object *o, uint64_t off, ui
     return dpc_err(DPC_ENOMEM, "store PUT %s: out of memory", where);
   }
   source src = {.o = o, .at = off, .end = off + len};
-  curl_easy_setopt(e, CURLOPT_URL, url);
   curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
   curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)len);
   curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
@@ -101,10 +95,6 @@ static int put_range(const char *url, const storeput_object *o, uint64_t off, ui
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, h2);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, body);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout_ms < 10000 ? timeout_ms : 10000));
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, err);
   CURLcode cc = curl_easy_perform(e);
   long st = 0;
   curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &st);

@@ -9,7 +9,7 @@
  *
  * Per lease a worker pulls every fragment (chunks copied into a 4 MiB scratch buffer, CRC-32C
  * checked incrementally: a worker holds no model copy, so N workers fit beside a 1B model;
- * from the object store in 4 MiB ranges when the lease carries a presigned URL, as
+ * from the object store in one GET when the lease carries a presigned URL, as
  * worker/lease.c does),
  * then pushes a delta of tiny finite values (one 4 MiB pattern sent zero-copy as every chunk;
  * the stream's CRC is computed once per fragment length), or, when the lease says delta_put,
@@ -131,22 +131,38 @@ static int do_register(struct rpc_client *c, int idx) {
   return rc;
 }
 
+/* A pull from the store, one GET: each piece is copied where a worker's buffer would hold it
+ * (the scratch buffer, wrapping) and checksummed. */
+typedef struct {
+  unsigned char *scratch;
+  uint32_t crc;
+} store_sink;
+
+static int store_take(void *ud, uint64_t at, const void *p, size_t n) {
+  store_sink *k = ud;
+  const unsigned char *b = p;
+  while (n > 0) {
+    size_t o = (size_t)(at % PATTERN_BYTES), m = PATTERN_BYTES - o < n ? PATTERN_BYTES - o : n;
+    memcpy(k->scratch + o, b, m);
+    k->crc = dpc_crc32c(k->crc, k->scratch + o, m);
+    at += m;
+    b += m;
+    n -= m;
+  }
+  return 0;
+}
+
 /* Pull fragment fi of lease L through a 4 MiB scratch buffer; *bytes gets its size. */
 static int pull_fragment(struct rpc_client *c, const Dipaco__V1__Lease *L, size_t fi, unsigned char *scratch,
                          uint64_t *bytes) {
   const Dipaco__V1__FragmentInfo *fr = L->fragments[fi];
   if (fr->params_url && fr->params_url[0]) { /* the blob's payload starts after its 24-byte header */
-    uint64_t total = fr->num_floats * 4, off = 0;
-    uint32_t crc = 0;
-    while (off < total) {
-      size_t n = total - off < PATTERN_BYTES ? (size_t)(total - off) : PATTERN_BYTES;
-      int rc = storeget_range(fr->params_url, 24 + off, scratch, n, 600000);
-      if (rc) return rc;
-      crc = dpc_crc32c(crc, scratch, n);
-      off += n;
-    }
-    if (fr->crc32c && crc != fr->crc32c)
-      return dpc_err(DPC_ECHECKSUM, "pull from the store: CRC-32C 0x%08x, the version's is 0x%08x", crc, fr->crc32c);
+    uint64_t total = fr->num_floats * 4;
+    store_sink k = {.scratch = scratch};
+    int rc = storeget_stream(fr->params_url, 24, total, store_take, &k, 600000);
+    if (rc) return rc;
+    if (fr->crc32c && k.crc != fr->crc32c)
+      return dpc_err(DPC_ECHECKSUM, "pull from the store: CRC-32C 0x%08x, the version's is 0x%08x", k.crc, fr->crc32c);
     *bytes = total;
     return 0;
   }

@@ -7,7 +7,9 @@
  * With the memory cache on (blob_store_set_cache): what the store wrote, and a delta read with
  * blob_reader_keep and verified, are read again without the store (they survive the object's
  * loss), a read without keep leaves nothing, a delta that failed its checksum is not kept,
- * inner state is never kept, and deleting a blob drops its copy. */
+ * inner state is never kept, and deleting a blob drops its copy. A worker's reads through
+ * presigned URLs (worker/storeget.h), whole, ranged and streamed, fail with clear codes on an
+ * altered URL, a missing object, a refused piece and a server that never answers. */
 #include "common/errors.h"
 #include "coordinator/blobs.h"
 #include "coordinator/blobs_s3.h"
@@ -15,8 +17,14 @@
 #include "tests/unit/test.h"
 #include "worker/storeget.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 static s3_options opts(void) {
   return (s3_options){.url = "s3://dpc-blobs/state", .endpoint = getenv("S3_ENDPOINT"), .timeout_ms = 10000};
@@ -99,6 +107,59 @@ static void presigned_reads(blob_store *bs) {
   CHECK_EQ_INT(blob_store_url(bs, "6/f0-v5.params", url, sizeof url), 0);
   CHECK_EQ_INT(storeget_range(url, BLOB_HEADER_BYTES, y, sizeof y, 10000), DPC_ENOENT);
   CHECK_EQ_INT(storeget_range("http://127.0.0.1:1/x", 0, y, 4, 2000), DPC_EUNAVAILABLE);
+}
+
+/* storeget_stream's sink: the pieces must come in order and end to end; stop_after > 0 refuses
+ * the piece after that many bytes. */
+typedef struct {
+  unsigned char *dst;
+  uint64_t next, stop_after;
+  int pieces;
+} stream_sink;
+
+static int stream_take(void *ud, uint64_t at, const void *p, size_t n) {
+  stream_sink *k = ud;
+  if (at != k->next) return DPC_EFORMAT;
+  if (k->stop_after && at >= k->stop_after) return DPC_ESTATE;
+  memcpy(k->dst + at, p, n);
+  k->next = at + n;
+  k->pieces++;
+  return 0;
+}
+
+/* A streamed read of the same bytes over one connection; the sink's refusal ends it with the
+ * sink's code; a server that accepts and never answers fails on the stall limit, not hanging. */
+static void streamed_reads(blob_store *bs) {
+  const size_t n = (size_t)3 << 20; /* several pieces from curl */
+  float *x = malloc(n * sizeof *x), *y = calloc(n, sizeof *y);
+  CHECK(x && y);
+  for (size_t i = 0; i < n; i++) x[i] = (float)(i % 1013) * 0.5f;
+  CHECK_EQ_INT(blob_write(bs, "6/f0-v6.params", BLOB_PARAMS, x, n, NULL), 0);
+  char url[S3_URL_MAX];
+  CHECK_EQ_INT(blob_store_url(bs, "6/f0-v6.params", url, sizeof url), 0);
+  stream_sink k = {.dst = (unsigned char *)y};
+  CHECK_EQ_INT(storeget_stream(url, BLOB_HEADER_BYTES, n * 4, stream_take, &k, 10000), 0);
+  CHECK(k.next == n * 4 && k.pieces > 1);
+  CHECK(memcmp(x, y, n * 4) == 0);
+  stream_sink stop = {.dst = (unsigned char *)y, .stop_after = 1};
+  CHECK_EQ_INT(storeget_stream(url, BLOB_HEADER_BYTES, n * 4, stream_take, &stop, 10000), DPC_ESTATE);
+  CHECK(stop.pieces == 1);
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  CHECK(ls >= 0 && bind(ls, (struct sockaddr *)&a, sizeof a) == 0 && listen(ls, 4) == 0 &&
+        getsockname(ls, (struct sockaddr *)&a, &al) == 0);
+  char silent[64];
+  snprintf(silent, sizeof silent, "http://127.0.0.1:%d/x", ntohs(a.sin_port));
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  CHECK_EQ_INT(storeget_range(silent, 0, y, 4, 1500), DPC_EUNAVAILABLE);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  CHECK(took >= 0.9 && took < 10);
+  close(ls);
+  free(x);
+  free(y);
 }
 
 static void multipart(blob_store *bs, s3_client *c) {
@@ -335,6 +396,7 @@ int main(void) {
     CHECK(strcmp(path, "s3://dpc-blobs/state/1/f0-v0.params") == 0);
     round_trip(bs);
     presigned_reads(bs);
+    streamed_reads(bs);
     multipart(bs, c);
     damaged(bs, c);
     cached(bs, c);
