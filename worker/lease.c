@@ -15,6 +15,8 @@
 #include <string.h>
 
 #define TRANSFER_ATTEMPTS 10
+#define PUT_STREAMS 4 /* parts of one delta object put at once (storeput_put_parts) */
+#define GET_STREAMS 4 /* ranged GETs of one fragment at once (storeget_parallel) */
 
 /* The state of the lease in progress, shared by its phases. */
 typedef struct lease_work {
@@ -142,7 +144,7 @@ static int pull_fragment(lease_work *x, int *code) {
     /* The parameters straight from the object store: the blob's payload, checked against the
      * version's CRC-32C; any failure falls back to the coordinator (theta is rewritten whole). */
     size_t n = (size_t)f->num_floats * sizeof(float);
-    int rc = storeget_range(f->params_url, 24, dst, n, 60000);
+    int rc = storeget_parallel(f->params_url, 24, dst, n, GET_STREAMS, STOREGET_PIECE_MIN, 60000);
     if (rc == 0 && f->crc32c && dpc_crc32c(0, dst, n) != f->crc32c)
       rc = dpc_err(DPC_ECHECKSUM, "fragment %" PRIu64 " from the store does not match version %" PRIu64 "'s checksum",
                    f->fragment_id, f->version);
@@ -184,9 +186,9 @@ static int put_objects(lease_work *x, int *code) {
   }
   if (!rc) rc = wc_prepare_put(x->r->wc, L->lease_id, L->fragments, n, w, code);
   for (size_t i = 0; i < n && !rc; i++) { /* a put fails after 60 s without progress */
-    rc = w[i].parts ? 0 : storeput_put(w[i].url, &o[i], 60000);
-    for (int k = 0; k < w[i].parts && !rc; k++)
-      rc = storeput_put_part(w[i].part_urls[k], &o[i], pb, k, w[i].part_md5[k], 60000);
+    rc = w[i].parts ? storeput_put_parts(w[i].part_urls, &o[i], pb, w[i].parts,
+                                         (const unsigned char (*)[16])w[i].part_md5, PUT_STREAMS, 60000)
+                    : storeput_put(w[i].url, &o[i], 60000);
     if (rc) *code = RPC_OK; /* the store's failure, not the coordinator's */
     x->put_parts += w[i].parts;
   }

@@ -98,3 +98,45 @@ int storeget_stream(const char *url, uint64_t off, uint64_t n, storeget_fn fn, v
     return dpc_err(DPC_EFORMAT, "store GET %s: %llu of %llu bytes", where, (unsigned long long)s.got, (unsigned long long)n);
   return 0;
 }
+
+/* storeget_parallel: the range cut in `streams` pieces, one GET each. */
+typedef struct {
+  const char *url;
+  uint64_t off;
+  unsigned char *dst;
+  size_t n;
+  int timeout_ms, rc;
+  char msg[1024];
+} piece;
+
+static void *piece_main(void *ud) {
+  piece *p = ud;
+  p->rc = storeget_range(p->url, p->off, p->dst, p->n, p->timeout_ms);
+  if (p->rc) snprintf(p->msg, sizeof p->msg, "%s", dpc_errmsg());
+  return NULL;
+}
+
+int storeget_parallel(const char *url, uint64_t off, void *dst, size_t n, int streams, size_t piece_min,
+                      int timeout_ms) {
+  if (streams > STOREGET_STREAMS_MAX) streams = STOREGET_STREAMS_MAX;
+  if (piece_min < 4096) piece_min = 4096;
+  if ((uint64_t)streams > n / piece_min) streams = (int)(n / piece_min);
+  if (streams <= 1) return storeget_range(url, off, dst, n, timeout_ms);
+  piece p[STOREGET_STREAMS_MAX];
+  pthread_t th[STOREGET_STREAMS_MAX];
+  int started[STOREGET_STREAMS_MAX] = {0};
+  const size_t each = (n / (size_t)streams + 4095) & ~(size_t)4095;
+  for (int i = 0; i < streams; i++) {
+    size_t at = (size_t)i * each, len = at >= n ? 0 : n - at < each ? n - at : each;
+    p[i] = (piece){.url = url, .off = off + at, .dst = (unsigned char *)dst + at, .n = len, .timeout_ms = timeout_ms};
+    if (i > 0) started[i] = pthread_create(&th[i], NULL, piece_main, &p[i]) == 0;
+  }
+  for (int i = 0; i < streams; i++) /* the first piece here, and any no thread could be had for */
+    if (i == 0 || !started[i]) piece_main(&p[i]);
+  for (int i = 1; i < streams; i++)
+    if (started[i]) pthread_join(th[i], NULL);
+  for (int i = 0; i < streams; i++)
+    if (p[i].rc) return dpc_err(p[i].rc, "%s", p[i].msg);
+  return 0;
+}
+

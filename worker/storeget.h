@@ -15,6 +15,15 @@
  * connection, a timeout, 5xx). */
 int storeget_range(const char *url, uint64_t off, void *dst, size_t n, int timeout_ms);
 
+/* storeget_range over up to `streams` connections at once (at most STOREGET_STREAMS_MAX), each
+ * reading a piece of at least piece_min bytes (workers: STOREGET_PIECE_MIN), since object
+ * stores serve parallel ranged GETs faster than one stream; fails as storeget_range does (the
+ * first failed piece's error). */
+#define STOREGET_STREAMS_MAX 16
+#define STOREGET_PIECE_MIN ((size_t)64 << 20)
+int storeget_parallel(const char *url, uint64_t off, void *dst, size_t n, int streams, size_t piece_min,
+                      int timeout_ms);
+
 /* Bytes [off, off + n) of the object at url, handed to fn as they arrive (at: their offset in
  * the range, in order), over one connection, for readers that consume the bytes as they come
  * (a checksum, a decode) instead of holding the whole range. A negative return from fn stops

@@ -6,8 +6,8 @@ if(DIPACO_DISTRIBUTED)
     add_executable(${t} ${CMAKE_SOURCE_DIR}/tests/unit/${t}.c)
     target_link_libraries(${t} PRIVATE dpc_coord)
   endforeach()
-  # The worker's reads through presigned URLs are checked against the same gateway.
-  target_sources(test_blobs_s3 PRIVATE ${CMAKE_SOURCE_DIR}/worker/storeget.c)
+  # The worker's reads and part puts through presigned URLs are checked against the same gateway.
+  target_sources(test_blobs_s3 PRIVATE ${CMAKE_SOURCE_DIR}/worker/storeget.c ${CMAKE_SOURCE_DIR}/worker/storeput.c)
 endif()
 dpc_test(NAME s3_sigv4 LABEL unit TIMEOUT 30 REQUIRES DISTRIBUTED COMMAND test_s3_sigv4)
 # One gateway for both programs (it takes ~15 s to start).

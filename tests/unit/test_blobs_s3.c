@@ -8,14 +8,16 @@
  * blob_reader_keep and verified, are read again without the store (they survive the object's
  * loss), a read without keep leaves nothing, a delta that failed its checksum is not kept,
  * inner state is never kept, and deleting a blob drops its copy. A worker's reads through
- * presigned URLs (worker/storeget.h), whole, ranged and streamed, fail with clear codes on an
- * altered URL, a missing object, a refused piece and a server that never answers. */
+ * presigned URLs (worker/storeget.h), whole, ranged, streamed and in parallel pieces, fail with clear codes on an
+ * altered URL, a missing object, a refused piece and a server that never answers; a delta
+ * object put in parts over several streams at once completes, or fails on a spoilt part. */
 #include "common/errors.h"
 #include "coordinator/blobs.h"
 #include "coordinator/blobs_s3.h"
 #include "coordinator/s3.h"
 #include "tests/unit/test.h"
 #include "worker/storeget.h"
+#include "worker/storeput.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -141,6 +143,16 @@ static void streamed_reads(blob_store *bs) {
   CHECK_EQ_INT(storeget_stream(url, BLOB_HEADER_BYTES, n * 4, stream_take, &k, 10000), 0);
   CHECK(k.next == n * 4 && k.pieces > 1);
   CHECK(memcmp(x, y, n * 4) == 0);
+  memset(y, 0, n * 4); /* in three pieces at once, and one piece when the pieces would be small */
+  CHECK_EQ_INT(storeget_parallel(url, BLOB_HEADER_BYTES, y, n * 4, 3, (size_t)1 << 20, 10000), 0);
+  CHECK(memcmp(x, y, n * 4) == 0);
+  memset(y, 0, n * 4);
+  CHECK_EQ_INT(storeget_parallel(url, BLOB_HEADER_BYTES, y, n * 4, 3, STOREGET_PIECE_MIN, 10000), 0);
+  CHECK(memcmp(x, y, n * 4) == 0);
+  char bad[S3_URL_MAX];
+  snprintf(bad, sizeof bad, "%s", url);
+  bad[strlen(bad) - 1] = bad[strlen(bad) - 1] == '0' ? '1' : '0';
+  CHECK_EQ_INT(storeget_parallel(bad, BLOB_HEADER_BYTES, y, n * 4, 3, (size_t)1 << 20, 10000), DPC_EPERM);
   stream_sink stop = {.dst = (unsigned char *)y, .stop_after = 1};
   CHECK_EQ_INT(storeget_stream(url, BLOB_HEADER_BYTES, n * 4, stream_take, &stop, 10000), DPC_ESTATE);
   CHECK(stop.pieces == 1);
@@ -160,6 +172,50 @@ static void streamed_reads(blob_store *bs) {
   close(ls);
   free(x);
   free(y);
+}
+
+/* A worker's delta object in parts (worker/storeput.h) over three streams at once: the object
+ * the coordinator completes reads back as the delta, its ETag S3's multipart one; one part's
+ * URL altered fails the put with that part's 403 and the upload is aborted. */
+static void parallel_part_puts(blob_store *bs) {
+  const uint64_t pb = (uint64_t)5 << 20, nf = (3 * pb + 4096) / 4; /* four parts, the last short */
+  float *d = malloc(nf * sizeof *d), *back = malloc(nf * sizeof *back);
+  CHECK(d && back);
+  for (uint64_t i = 0; i < nf; i++) d[i] = (float)(i % 977) * 1e-4f;
+  storeput_object o;
+  storeput_make(&o, d, nf);
+  const int parts = storeput_parts(&o, pb);
+  CHECK_EQ_INT(parts, 4);
+  unsigned char md5[4][16];
+  CHECK_EQ_INT(storeput_digest(&o, pb, md5), 0);
+  for (int pass = 0; pass < 2; pass++) {
+    const char *name = pass ? "7/f0-v1-a3.delta" : "7/f0-v1-a2.delta";
+    char id[512], *urls[4];
+    CHECK_EQ_INT(blob_store_upload_begin(bs, name, id, sizeof id), 0);
+    for (int k = 0; k < parts; k++) {
+      urls[k] = malloc(S3_URL_MAX);
+      CHECK_EQ_INT(blob_store_part_url(bs, name, id, k + 1, md5[k], urls[k], S3_URL_MAX), 0);
+    }
+    if (pass) { /* the third part's signature spoilt */
+      size_t n = strlen(urls[2]);
+      urls[2][n - 1] = urls[2][n - 1] == '0' ? '1' : '0';
+      CHECK_EQ_INT(storeput_put_parts(urls, &o, pb, parts, (const unsigned char (*)[16])md5, 3, 10000), DPC_EPERM);
+      CHECK(strstr(dpc_errmsg(), "403") != NULL);
+      CHECK_EQ_INT(blob_store_upload_abort(bs, name, id), 0);
+    } else {
+      CHECK_EQ_INT(storeput_put_parts(urls, &o, pb, parts, (const unsigned char (*)[16])md5, 3, 10000), 0);
+      CHECK_EQ_INT(blob_store_upload_complete(bs, name, id, parts, (const unsigned char (*)[16])md5), 0);
+      char etag[80];
+      blob_put_etag((const unsigned char (*)[16])md5, parts, etag);
+      CHECK_EQ_INT(blob_store_check_put(bs, name, storeput_bytes(&o), etag), 0);
+      uint32_t crc = 0;
+      CHECK_EQ_INT(blob_read(bs, name, BLOB_DELTA, back, nf, &crc), 0);
+      CHECK(memcmp(d, back, nf * sizeof *d) == 0 && crc == o.crc);
+    }
+    for (int k = 0; k < parts; k++) free(urls[k]);
+  }
+  free(d);
+  free(back);
 }
 
 static void multipart(blob_store *bs, s3_client *c) {
@@ -397,6 +453,7 @@ int main(void) {
     round_trip(bs);
     presigned_reads(bs);
     streamed_reads(bs);
+    parallel_part_puts(bs);
     multipart(bs, c);
     damaged(bs, c);
     cached(bs, c);
