@@ -139,4 +139,3 @@ int storeget_parallel(const char *url, uint64_t off, void *dst, size_t n, int st
     if (p[i].rc) return dpc_err(p[i].rc, "%s", p[i].msg);
   return 0;
 }
-

@@ -1,7 +1,8 @@
 /* storeget.h — a worker's reads from the S3 object store that holds the coordinator's blobs,
  * through the presigned URLs a lease carries (FragmentInfo.params_url, docs/design.md §4.4):
  * the worker never holds store credentials, and the parameters' bytes do not pass through the
- * coordinator. HTTP through libcurl. Thread-safe (one curl handle per call; storehttp_open is shared with storeput.c). */
+ * coordinator. HTTP through libcurl. Thread-safe (one curl handle per call; storehttp_open is
+ * shared with storeput.c). */
 #ifndef DPC_WORKER_STOREGET_H
 #define DPC_WORKER_STOREGET_H
 
@@ -9,8 +10,8 @@
 #include <stdint.h>
 
 /* Bytes [off, off + n) of the object at url into dst; the transfer fails once no byte has
- * arrived for timeout_ms (or the connection is not made within min(timeout_ms, 10 s)). 0, or a negative
- * DPC_E* code with the detail in dpc_errmsg(): DPC_EPERM (403: the URL expired or was
+ * arrived for timeout_ms (or the connection is not made within min(timeout_ms, 10 s)). 0, or a
+ * negative DPC_E* code with the detail in dpc_errmsg(): DPC_EPERM (403: the URL expired or was
  * altered), DPC_ENOENT (404), DPC_EFORMAT (a short or long answer), DPC_EUNAVAILABLE (no
  * connection, a timeout, 5xx). */
 int storeget_range(const char *url, uint64_t off, void *dst, size_t n, int timeout_ms);

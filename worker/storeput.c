@@ -71,7 +71,6 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
   return n;
 }
 
-
 /* The bytes [off, off + len) of the object in one PUT whose Content-MD5 is md5. */
 static int put_range(const char *url, const storeput_object *o, uint64_t off, uint64_t len, const unsigned char md5[16],
                      int timeout_ms) {
@@ -196,4 +195,3 @@ int storeput_put_parts(char *const *urls, const storeput_object *o, uint64_t par
   pthread_mutex_destroy(&j.mu);
   return j.rc ? dpc_err(j.rc, "%s", j.msg) : 0;
 }
-

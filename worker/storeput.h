@@ -24,8 +24,8 @@ typedef struct {
 void storeput_make(storeput_object *o, const float *delta, uint64_t n);
 /* The object's size in bytes. */
 uint64_t storeput_bytes(const storeput_object *o);
-/* PUT the object to url, failing once no byte moved for timeout_ms: 0, or DPC_EPERM (403: the URL expired or was
- * altered), DPC_ECHECKSUM (400 BadDigest: the bytes did not match their MD5),
+/* PUT the object to url, failing once no byte moved for timeout_ms: 0, or DPC_EPERM (403: the
+ * URL expired or was altered), DPC_ECHECKSUM (400 BadDigest: the bytes did not match their MD5),
  * DPC_EUNAVAILABLE (no connection, a timeout, 5xx), DPC_EIO (any other answer), with the
  * detail in dpc_errmsg(). */
 int storeput_put(const char *url, const storeput_object *o, int timeout_ms);
