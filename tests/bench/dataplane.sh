@@ -23,6 +23,8 @@
 #                   dipaco_bytes_in_total) plus payload bytes to and from an S3 store
 #                   (dipaco_blob_store_bytes_total), from /metrics after the job's upload
 #   disk/round      bytes it wrote to block devices per round (/proc/PID/io write_bytes)
+#   CPU/round       CPU seconds per round of the coordinator, and on S3 of the gateway and its
+#                   OSD together (/proc/PID/stat utime + stime): what shares this machine's cores
 # The workers are dataplane_client's simulated workers (real protocol, no training). With
 # STORES="local s3" each build is measured on the local store and on an S3 store (a RADOS
 # Gateway started here by tests/s3/rgw.sh on a RAM-backed OSD of RGW_MEMSTORE_BYTES, 12 GiB by
@@ -86,6 +88,13 @@ if [[ " ${STORES:-local} " == *" s3"* ]]; then
   bash "$ROOT/tests/s3/s3curl.sh" -X PUT "$S3_ENDPOINT/dataplane" >/dev/null
 fi
 io() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/io"; }
+# cpu PID… — their CPU seconds so far (utime + stime); 0 for none.
+cpu() {
+  local t=0 p
+  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "$t $(getconf CLK_TCK)" | awk '{print $1 / $2}'
+}
+store_pids() { [ -z "${RGW_DIR:-}" ] || cat "$RGW_DIR/radosgw.pid" "$RGW_DIR/osd.pid"; }
 # traffic — "SENT RECEIVED": the coordinator's bytes to and from workers and the store so far.
 traffic() {
   curl -sf "http://$MADDR/metrics" | awk '/^dipaco_bytes_out_total / {s += $2} /^dipaco_bytes_in_total / {r += $2}
@@ -115,7 +124,8 @@ JSON
   t0=$(date +%s.%N)
   job=$(DIPACO_CTL_TIMEOUT_MS=3600000 "$b/coordinator/dipacoctl" --coordinator "$COORD" job create "$W/spec.json")
   t1=$(date +%s.%N)
-  local t0b d0; t0b=$(traffic); d0=$(io "$COORD_PID" write_bytes)
+  local t0b d0 c0 s0; t0b=$(traffic); d0=$(io "$COORD_PID" write_bytes)
+  c0=$(cpu "$COORD_PID"); s0=$(cpu $(store_pids))
   "$CLIENT" --coordinator "$COORD" --job "$job" --workers "$R" --token-file "$st/join.token" > "$W/client-$name.txt" &
   local cpid=$! chwm=0
   while kill -0 $cpid 2>/dev/null; do
@@ -126,6 +136,7 @@ JSON
   DIPACO_CTL_TIMEOUT_MS=3600000 "$b/coordinator/dipacoctl" --coordinator "$COORD" job wait "$job" --timeout 1200 >/dev/null || true
   local hwm h t1b d1; hwm=$(awk '/VmHWM/ {print $2}' /proc/$COORD_PID/status)
   t1b=$(traffic); d1=$(io "$COORD_PID" write_bytes)
+  local c1 s1; c1=$(cpu "$COORD_PID"); s1=$(cpu $(store_pids))
   kill -TERM "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
   cp "$W/coordinator.log" "$W/coordinator-$name.log"
   ROWS+=("$(T0="$t0" "${DPC_PYTHON:-python3}" - "$W/client-$name.txt" "$W/coordinator-$name.log" <<PY
@@ -155,7 +166,8 @@ print(f"| $name | {$hwm * 1024 / model:.2f} | {om:.2f} s / {mpass:.2f} s = {om /
       f"{up:.2f} GB/s = {up / tcp_1:.2f} ({up / disk:.2f}) | {ovm:.2f} s / {bound:.2f} s = {ovm / bound:.2f} | "
       f"{$chwm / 1024:.0f} MiB | {($(echo $t1b | cut -d' ' -f1) - $(echo $t0b | cut -d' ' -f1)) / $ROUNDS / model:.2f} | "
       f"{($(echo $t1b | cut -d' ' -f2) - $(echo $t0b | cut -d' ' -f2)) / $ROUNDS / model:.2f} | "
-      f"{($d1 - $d0) / $ROUNDS / 2**20:.1f} MiB |")
+      f"{($d1 - $d0) / $ROUNDS / 2**20:.1f} MiB | {($c1 - $c0) / $ROUNDS:.1f} s | "
+      + ("-" if "$store" == "local" else f"{($s1 - $s0) / $ROUNDS:.1f} s") + " |")
 PY
 )")
   echo "${ROWS[-1]}"
@@ -167,6 +179,6 @@ for store in ${STORES:-local}; do
 done
 echo
 echo "case $CASE, R = $R, $ROUNDS rounds, model $((MODEL_BYTES >> 20)) MiB; loopback TCP $TCP_R GB/s ($R streams), $TCP_1 GB/s (1); memory pass $PASS s; durable write $DISK GB/s"
-echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS | sent/round/model | received/round/model | disk/round |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS | sent/round/model | received/round/model | disk/round | coordinator CPU/round | store CPU/round |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
