@@ -128,10 +128,12 @@ JOB=$("$CTL" --coordinator "$COORD" job create "$W/spec.json") || fail "job crea
 echo "ok: 2: coordinator.sbatch: Slurm job $CJOB serves $COORD; dipaco job $JOB created"
 
 # ---- 3: the worker array; scancel of one task releases its lease
+# (--drain-finish-s 0: otherwise a SIGTERM that lands after the first steps were timed finishes
+# the round's few remaining steps and pushes them instead, as the partial_push test checks.)
 export DIPACO_DATA_DIR=$W/shared/corpus DIPACO_TOKEN_FILE=$DIPACO_STATE_DIR/join.token
 unset DIPACO_COORDINATOR
 AJOB=$(sbatch --parsable --array=0-2 -c 1 -o "$W/worker-%a.log" "$ROOT_SRC/deploy/slurm/worker.sbatch" \
-  --exit-when-done --min-step-ms 600 --poll-ms 500)
+  --exit-when-done --min-step-ms 600 --poll-ms 500 --drain-finish-s 0)
 JOBS+=("$AJOB")
 # The victim: the first task that trains (two of the three hold the two slots, one waits).
 V=
