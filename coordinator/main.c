@@ -406,9 +406,8 @@ static int serve(coord *c, const opts *o) {
 
 /* One blob a job needs at start-up: 0 when it maps whole with the checksum its row recorded,
  * else a DPC_E* code. With keep (parameters) the verified mapping goes to the parameter cache
- * as version `version` of (job, fragment), except on an S3 store, whose workers read versions
- * from the store (pcache.h); otherwise it is released (its pages stay in the page cache, not
- * in the coordinator). */
+ * as version `version` of (job, fragment) (which on an S3 store keeps none, pcache.h);
+ * otherwise it is released (its pages stay in the page cache, not in the coordinator). */
 static int verify_blob(coord *c, const char *name, blob_kind kind, size_t len, uint32_t want, int keep, int64_t job,
                        int fragment, int64_t version) {
   const float *data = NULL;
@@ -420,7 +419,7 @@ static int verify_blob(coord *c, const char *name, blob_kind kind, size_t len, u
                                      dpc_errmsg());
   if (rc == 0 && crc != want)
     rc = dpc_err(DPC_ECHECKSUM, "blob %s has checksum 0x%08x, its row recorded 0x%08x", name, crc, want);
-  if (rc == 0 && keep && !blob_store_is_s3(c->bs)) pcache_put_map(c, job, fragment, version, data, map, map_len, len, crc);
+  if (rc == 0 && keep) pcache_put_map(c, job, fragment, version, data, map, map_len, len, crc);
   else if (rc == 0) blob_unmap(map, map_len);
   return rc;
 }

@@ -91,8 +91,22 @@ int pcache_get(coord *c, const store_fragment *f, pcache_entry **out) {
   return 0;
 }
 
+/* On an S3 store every lease carries the version's URL and workers read it from there: a new
+ * version is not kept (mapping it at a round's close would fetch it whole on the loop thread
+ * before the next lease is granted), only the older ones dropped; a worker that falls back to
+ * PullFragment has pcache_get map it. */
+static int keeps_new(coord *c, int64_t job, int fragment, int64_t version) {
+  if (!blob_store_is_s3(c->bs)) return 1;
+  pcache_drop_older(c, job, fragment, version);
+  return 0;
+}
+
 void pcache_put_map(coord *c, int64_t job, int fragment, int64_t version, const float *data, void *map, size_t map_len,
                     size_t n, uint32_t crc) {
+  if (!keeps_new(c, job, fragment, version)) {
+    blob_unmap(map, map_len);
+    return;
+  }
   pcache_entry *e = entry_new(job, fragment, version, data, map, map_len, n, crc, 1);
   if (!e) {
     blob_unmap(map, map_len);
@@ -102,14 +116,7 @@ void pcache_put_map(coord *c, int64_t job, int fragment, int64_t version, const 
 }
 
 void pcache_put_blob(coord *c, int64_t job, int fragment, int64_t version, const char *blob, size_t n, uint32_t crc) {
-  if (blob_store_is_s3(c->bs)) {
-    /* On an S3 store every lease carries the version's URL and workers read it from there;
-     * mapping it here would fetch the whole version on the loop thread before the next
-     * lease is granted, for pulls that only a worker falling back to PullFragment makes
-     * (pcache_get maps it for that one). */
-    pcache_drop_older(c, job, fragment, version);
-    return;
-  }
+  if (!keeps_new(c, job, fragment, version)) return;
   const float *data;
   void *map;
   size_t map_len;

@@ -22,7 +22,8 @@ int pcache_get(coord *c, const store_fragment *f, pcache_entry **out);
  * only the older versions are dropped, and the first PullFragment maps it. */
 void pcache_put_blob(coord *c, int64_t job, int fragment, int64_t version, const char *blob, size_t n, uint32_t crc);
 /* Insert a mapping the caller made and verified (blob_map: data inside map[0..map_len));
- * ownership of the mapping passes to the cache. */
+ * ownership of the mapping passes to the cache (on an S3 store it is released at once, and
+ * only the older versions are dropped, as in pcache_put_blob). */
 void pcache_put_map(coord *c, int64_t job, int fragment, int64_t version, const float *data, void *map, size_t map_len,
                     size_t n, uint32_t crc);
 void pcache_ref(void *entry);   /* any thread */

@@ -99,43 +99,72 @@ int storeget_stream(const char *url, uint64_t off, uint64_t n, storeget_fn fn, v
   return 0;
 }
 
-/* storeget_parallel: the range cut in `streams` pieces, one GET each. */
+/* storehttp_fanout: the jobs shared among the streams, each taking the next one not yet taken;
+ * after the first failure no stream takes another. */
+typedef struct {
+  int (*fn)(void *ud, int k);
+  void *ud;
+  int n, next, rc;
+  pthread_mutex_t mu;
+  char msg[1024];
+} fanout;
+
+static void *fanout_main(void *arg) {
+  fanout *f = arg;
+  for (;;) {
+    pthread_mutex_lock(&f->mu);
+    int k = f->rc ? f->n : f->next++;
+    pthread_mutex_unlock(&f->mu);
+    if (k >= f->n) return NULL;
+    int rc = f->fn(f->ud, k);
+    if (rc) {
+      pthread_mutex_lock(&f->mu);
+      if (!f->rc) {
+        f->rc = rc;
+        snprintf(f->msg, sizeof f->msg, "%s", dpc_errmsg());
+      }
+      pthread_mutex_unlock(&f->mu);
+    }
+  }
+}
+
+int storehttp_fanout(int n, int streams, int (*fn)(void *ud, int k), void *ud) {
+  fanout f = {.fn = fn, .ud = ud, .n = n};
+  pthread_mutex_init(&f.mu, NULL);
+  pthread_t th[STOREHTTP_STREAMS_MAX];
+  int started = 0;
+  if (streams > n) streams = n;
+  if (streams > STOREHTTP_STREAMS_MAX) streams = STOREHTTP_STREAMS_MAX;
+  for (int i = 1; i < streams; i++) /* this thread is the first stream */
+    if (pthread_create(&th[started], NULL, fanout_main, &f) == 0) started++;
+  fanout_main(&f);
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  pthread_mutex_destroy(&f.mu);
+  return f.rc ? dpc_err(f.rc, "%s", f.msg) : 0;
+}
+
+/* storeget_parallel: the range cut in pieces of `each` bytes, one GET each. */
 typedef struct {
   const char *url;
   uint64_t off;
   unsigned char *dst;
-  size_t n;
-  int timeout_ms, rc;
-  char msg[1024];
-} piece;
+  size_t n, each;
+  int timeout_ms;
+} pieces;
 
-static void *piece_main(void *ud) {
-  piece *p = ud;
-  p->rc = storeget_range(p->url, p->off, p->dst, p->n, p->timeout_ms);
-  if (p->rc) snprintf(p->msg, sizeof p->msg, "%s", dpc_errmsg());
-  return NULL;
+static int get_piece(void *ud, int k) {
+  const pieces *p = ud;
+  size_t at = (size_t)k * p->each, len = at >= p->n ? 0 : p->n - at < p->each ? p->n - at : p->each;
+  return storeget_range(p->url, p->off + at, p->dst + at, len, p->timeout_ms);
 }
 
 int storeget_parallel(const char *url, uint64_t off, void *dst, size_t n, int streams, size_t piece_min,
                       int timeout_ms) {
-  if (streams > STOREGET_STREAMS_MAX) streams = STOREGET_STREAMS_MAX;
   if (piece_min < 4096) piece_min = 4096;
   if ((uint64_t)streams > n / piece_min) streams = (int)(n / piece_min);
+  if (streams > STOREHTTP_STREAMS_MAX) streams = STOREHTTP_STREAMS_MAX;
   if (streams <= 1) return storeget_range(url, off, dst, n, timeout_ms);
-  piece p[STOREGET_STREAMS_MAX];
-  pthread_t th[STOREGET_STREAMS_MAX];
-  int started[STOREGET_STREAMS_MAX] = {0};
-  const size_t each = (n / (size_t)streams + 4095) & ~(size_t)4095;
-  for (int i = 0; i < streams; i++) {
-    size_t at = (size_t)i * each, len = at >= n ? 0 : n - at < each ? n - at : each;
-    p[i] = (piece){.url = url, .off = off + at, .dst = (unsigned char *)dst + at, .n = len, .timeout_ms = timeout_ms};
-    if (i > 0) started[i] = pthread_create(&th[i], NULL, piece_main, &p[i]) == 0;
-  }
-  for (int i = 0; i < streams; i++) /* the first piece here, and any no thread could be had for */
-    if (i == 0 || !started[i]) piece_main(&p[i]);
-  for (int i = 1; i < streams; i++)
-    if (started[i]) pthread_join(th[i], NULL);
-  for (int i = 0; i < streams; i++)
-    if (p[i].rc) return dpc_err(p[i].rc, "%s", p[i].msg);
-  return 0;
+  pieces p = {.url = url, .off = off, .dst = dst, .n = n, .each = (n / (size_t)streams + 4095) & ~(size_t)4095,
+              .timeout_ms = timeout_ms};
+  return storehttp_fanout(streams, streams, get_piece, &p);
 }

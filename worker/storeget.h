@@ -16,11 +16,10 @@
  * connection, a timeout, 5xx). */
 int storeget_range(const char *url, uint64_t off, void *dst, size_t n, int timeout_ms);
 
-/* storeget_range over up to `streams` connections at once (at most STOREGET_STREAMS_MAX), each
+/* storeget_range over up to `streams` connections at once (at most STOREHTTP_STREAMS_MAX), each
  * reading a piece of at least piece_min bytes (workers: STOREGET_PIECE_MIN), since object
  * stores serve parallel ranged GETs faster than one stream; fails as storeget_range does (the
  * first failed piece's error). */
-#define STOREGET_STREAMS_MAX 16
 #define STOREGET_PIECE_MIN ((size_t)64 << 20)
 int storeget_parallel(const char *url, uint64_t off, void *dst, size_t n, int streams, size_t piece_min,
                       int timeout_ms);
@@ -37,5 +36,12 @@ int storeget_stream(const char *url, uint64_t off, uint64_t n, storeget_fn fn, v
  * timeout above, err (CURL_ERROR_SIZE bytes) as its error buffer; where gets url without its
  * signed query, for messages. NULL when curl has no handle to give. */
 void *storehttp_open(const char *url, int timeout_ms, char *err, char *where, size_t wcap);
+
+/* fn(ud, k) for k = 0 … n-1 over up to `streams` threads (this one among them; at most
+ * STOREHTTP_STREAMS_MAX), each taking the next k: 0, or the first failure (with its message),
+ * after which no further k is started. Parallel ranges and parts (storeget_parallel,
+ * storeput_put_parts). */
+#define STOREHTTP_STREAMS_MAX 16
+int storehttp_fanout(int n, int streams, int (*fn)(void *ud, int k), void *ud);
 
 #endif

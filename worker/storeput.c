@@ -7,7 +7,6 @@
 
 #include <curl/curl.h>
 #include <openssl/evp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -148,50 +147,22 @@ int storeput_put_part(const char *url, const storeput_object *o, uint64_t part_b
   return put_range(url, o, off, total - off < part_bytes ? total - off : part_bytes, md5, timeout_ms);
 }
 
-/* storeput_put_parts: the parts shared among the streams, each taking the next part not yet
- * taken; the first failure stops the others from starting more. */
+/* storeput_put_parts: what each part's PUT needs. */
 typedef struct {
   char *const *urls;
   const storeput_object *o;
   uint64_t part_bytes;
   const unsigned char (*md5)[16];
-  int parts, timeout_ms;
-  pthread_mutex_t mu;
-  int next, rc;
-  char msg[1024];
+  int timeout_ms;
 } parts_job;
 
-static void *parts_main(void *ud) {
-  parts_job *j = ud;
-  for (;;) {
-    pthread_mutex_lock(&j->mu);
-    int k = j->rc ? j->parts : j->next++;
-    pthread_mutex_unlock(&j->mu);
-    if (k >= j->parts) return NULL;
-    int rc = storeput_put_part(j->urls[k], j->o, j->part_bytes, k, j->md5[k], j->timeout_ms);
-    if (rc) {
-      pthread_mutex_lock(&j->mu);
-      if (!j->rc) {
-        j->rc = rc;
-        snprintf(j->msg, sizeof j->msg, "%s", dpc_errmsg());
-      }
-      pthread_mutex_unlock(&j->mu);
-    }
-  }
+static int put_part(void *ud, int k) {
+  const parts_job *j = ud;
+  return storeput_put_part(j->urls[k], j->o, j->part_bytes, k, j->md5[k], j->timeout_ms);
 }
 
 int storeput_put_parts(char *const *urls, const storeput_object *o, uint64_t part_bytes, int parts,
                        const unsigned char (*md5)[16], int streams, int timeout_ms) {
-  parts_job j = {.urls = urls, .o = o, .part_bytes = part_bytes, .md5 = md5, .parts = parts, .timeout_ms = timeout_ms};
-  pthread_mutex_init(&j.mu, NULL);
-  pthread_t th[STOREPUT_STREAMS_MAX];
-  int started = 0;
-  if (streams > parts) streams = parts;
-  if (streams > STOREPUT_STREAMS_MAX) streams = STOREPUT_STREAMS_MAX;
-  for (int i = 1; i < streams; i++) /* this thread is the first stream */
-    if (pthread_create(&th[started], NULL, parts_main, &j) == 0) started++;
-  parts_main(&j);
-  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-  pthread_mutex_destroy(&j.mu);
-  return j.rc ? dpc_err(j.rc, "%s", j.msg) : 0;
+  parts_job j = {.urls = urls, .o = o, .part_bytes = part_bytes, .md5 = md5, .timeout_ms = timeout_ms};
+  return storehttp_fanout(parts, streams, put_part, &j);
 }

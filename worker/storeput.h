@@ -39,10 +39,9 @@ int storeput_digest(storeput_object *o, uint64_t part_bytes, unsigned char (*par
 int storeput_put_part(const char *url, const storeput_object *o, uint64_t part_bytes, int part,
                       const unsigned char md5[16], int timeout_ms);
 
-/* Every part (urls[k] and md5[k] for part k) over up to `streams` connections at once (at most
- * STOREPUT_STREAMS_MAX), as object stores serve parallel parts faster than one stream; the
- * first failure, as storeput_put_part's, and no part started after it. */
-#define STOREPUT_STREAMS_MAX 16
+/* Every part (urls[k] and md5[k] for part k) over up to `streams` connections at once
+ * (storehttp_fanout, worker/storeget.h), as object stores serve parallel parts faster than one
+ * stream; the first failure, as storeput_put_part's, and no part started after it. */
 int storeput_put_parts(char *const *urls, const storeput_object *o, uint64_t part_bytes, int parts,
                        const unsigned char (*md5)[16], int streams, int timeout_ms);
 
