@@ -524,45 +524,156 @@ static void export_unref(void *ud) {
   }
 }
 
-/* Every fragment of the requested path at the requested version (0 = latest) into theta: 0,
- * or -1 with the call finished. */
-static int export_gather(coord *c, struct rpc_call *call, const coord_job *j, const Dipaco__V1__ExportPathRequest *r,
-                         float *theta) {
-  for (int f = 0; f < j->n_fragments; f++) {
+/* An export in flight: the path's fragment versions from the parameter cache (those it lacks
+ * filled on the thread pool), then copied into one θ and written out as a model directory on
+ * the thread pool; the loop thread only starts the stream. A model's worth of reading, copying
+ * and writing would otherwise stop every other call for as long. */
+typedef struct export_work export_work;
+typedef struct {
+  export_work *x;
+  int f;
+} export_slot;
+
+struct export_work {
+  svc_hold hold;
+  uv_work_t req;
+  coord *c;
+  int64_t job;
+  uint32_t path, max_chunk;
+  gpt_config model;
+  size_t n_params;
+  char dir[1200];
+  int n_frag;
+  pcache_entry **e;   /* [n_frag]: the path's versions; NULL off the path */
+  size_t *off;        /* [n_frag]: each fragment's offset in θ */
+  export_slot *slots; /* [n_frag]: the fills' callback data */
+  int pending;        /* fills still running */
+  int rc;             /* the first failure, its message in err */
+  char err[512];
+  export_buf *eb;
+  size_t n1, n2;
+};
+
+static void export_free(export_work *x) {
+  for (int f = 0; f < x->n_frag; f++)
+    if (x->e[f]) pcache_unref(x->e[f]);
+  if (x->eb) export_unref(x->eb);
+  free(x->e);
+  free(x->off);
+  free(x->slots);
+  free(x);
+}
+
+static void export_fail(export_work *x, int rc) {
+  if (x->rc < 0) return;
+  x->rc = rc;
+  snprintf(x->err, sizeof x->err, "%s", dpc_errmsg());
+}
+
+/* config.json and model.safetensors of θ as kernels/modeldir.c writes them, read back into
+ * x->eb (through a temporary directory under STATE/tmp that is removed again). Thread pool. */
+static void export_run(uv_work_t *req) {
+  export_work *x = req->data;
+  float *theta = calloc(x->n_params, sizeof *theta);
+  if (!theta) {
+    x->rc = dpc_err(DPC_ENOMEM, "out of memory for the export (%zu parameters)", x->n_params);
+  } else {
+    for (int f = 0; f < x->n_frag; f++)
+      if (x->e[f]) memcpy(theta + x->off[f], x->e[f]->data, x->e[f]->n * sizeof(float));
+    char p1[1300], p2[1300];
+    snprintf(p1, sizeof p1, "%s/%s", x->dir, MODELDIR_CONFIG);
+    snprintf(p2, sizeof p2, "%s/%s", x->dir, MODELDIR_WEIGHTS);
+    x->eb = calloc(1, sizeof *x->eb);
+    int rc = x->eb ? modeldir_save(x->dir, &x->model, theta) : dpc_err(DPC_ENOMEM, "out of memory");
+    free(theta);
+    if (x->eb) atomic_init(&x->eb->refs, 1);
+    if (rc == 0) rc = dpc_read_file(p1, 1u << 20, &x->eb->cfg, &x->n1);
+    if (rc == 0) rc = dpc_read_file(p2, (size_t)1 << 40, &x->eb->st, &x->n2);
+    unlink(p1);
+    unlink(p2);
+    rmdir(x->dir);
+    if (rc < 0) x->rc = rc;
+  }
+  if (x->rc < 0) snprintf(x->err, sizeof x->err, "%s", dpc_errmsg());
+}
+
+static void export_after(uv_work_t *req, int status) {
+  export_work *x = req->data;
+  coord *c = x->c;
+  svc_hold_remove(c, &x->hold);
+  struct rpc_call *call = x->hold.call;
+  if (status && x->rc == 0) x->rc = dpc_err(DPC_EINTERNAL, "export canceled");
+  else if (x->rc < 0) dpc_err(x->rc, "%s", x->err);
+  out_stream *os = call && x->rc == 0 ? calloc(1, sizeof *os) : NULL;
+  if (!call) {
+    /* the call ended meanwhile */
+  } else if (x->rc < 0) {
+    rpc_call_fail(call, x->rc);
+  } else if (!os) {
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    export_buf *eb = x->eb;
+    os->c = c;
+    os->nparts = 2;
+    os->part[0] = (out_part){.data = eb->cfg, .total = x->n1, .crc = dpc_crc32c(0, eb->cfg, x->n1),
+                             .payload = DIPACO__V1__PAYLOAD__PAYLOAD_CONFIG_JSON};
+    os->part[1] = (out_part){.data = eb->st, .total = x->n2, .crc = dpc_crc32c(0, eb->st, x->n2),
+                             .payload = DIPACO__V1__PAYLOAD__PAYLOAD_SAFETENSORS};
+    os->chunk = svc_chunk_size(x->max_chunk);
+    os->ref = export_ref;
+    os->unref = export_unref;
+    os->ud = eb;
+    x->eb = NULL; /* the stream's reference now */
+    DPC_INFO("export of job %lld path %u: %zu + %zu bytes", (long long)x->job, x->path, x->n1, x->n2);
+    svc_stream_start(call, os);
+  }
+  export_free(x);
+  loop_work_done(c);
+}
+
+/* Every fill has ended: write the files on the thread pool, or answer the first failure. */
+static void export_gathered(export_work *x) {
+  coord *c = x->c;
+  if (x->rc == 0 && loop_queue_work(c, &x->req, export_run, export_after) == 0) return;
+  if (x->rc == 0) export_fail(x, dpc_err(DPC_EINTERNAL, "cannot queue the export"));
+  svc_hold_remove(c, &x->hold);
+  if (x->hold.call) {
+    dpc_err(x->rc, "%s", x->err);
+    rpc_call_fail(x->hold.call, x->rc);
+  }
+  export_free(x);
+}
+
+static void export_ready(coord *c, pcache_entry *e, int rc, void *ud) {
+  (void)c;
+  export_slot *sl = ud;
+  export_work *x = sl->x;
+  if (rc < 0) export_fail(x, rc);
+  else x->e[sl->f] = e;
+  if (--x->pending == 0) export_gathered(x);
+}
+
+/* Ask the parameter cache for every fragment of the path at the requested version (0 =
+ * latest); export_gathered runs once all are there (now, or when the last fill ends). */
+static void export_gather(coord *c, const coord_job *j, const Dipaco__V1__ExportPathRequest *r, export_work *x) {
+  x->pending = 1; /* this loop's own, so that no fill's end can finish x before it ends */
+  for (int f = 0; f < j->n_fragments && x->rc == 0; f++) {
     if (!coord_job_path_has_fragment(j, (int)r->path, f)) continue;
     store_fragment fr;
     int rc = !r->version ? store_get_fragment(c->st, j->id, f, &fr)
              : r->version > INT64_MAX ? DPC_ENOENT
                                       : store_get_version(c->st, j->id, f, (int64_t)r->version, &fr);
     if (rc < 0) {
-      rpc_call_finish(call, RPC_NOT_FOUND, "fragment %d version %llu is not kept", f + 1, (unsigned long long)r->version);
-      return -1;
+      export_fail(x, dpc_err(DPC_ENOENT, "fragment %d version %llu is not kept", f + 1, (unsigned long long)r->version));
+      break;
     }
-    pcache_entry *e;
-    if ((rc = pcache_get(c, &fr, &e)) < 0) {
-      rpc_call_fail(call, rc);
-      return -1;
-    }
-    memcpy(theta + j->fragments[f].offset, e->data, e->n * sizeof(float));
-    pcache_unref(e);
+    x->off[f] = j->fragments[f].offset;
+    x->slots[f] = (export_slot){.x = x, .f = f};
+    rc = pcache_get_async(c, &fr, &x->e[f], export_ready, &x->slots[f]);
+    if (rc == 0) x->pending++;
+    else if (rc < 0) export_fail(x, rc);
   }
-  return 0;
-}
-
-/* config.json and model.safetensors of theta as kernels/modeldir.c writes them, read back into
- * eb (through a temporary directory under STATE/tmp that is removed again). */
-static int export_files(coord *c, const coord_job *j, const float *theta, export_buf *eb, size_t *n1, size_t *n2) {
-  char dir[1200], p1[1300], p2[1300];
-  snprintf(dir, sizeof dir, "%s/tmp/export-%d-%llu", c->state_dir, (int)getpid(), (unsigned long long)++c->export_seq);
-  snprintf(p1, sizeof p1, "%s/%s", dir, MODELDIR_CONFIG);
-  snprintf(p2, sizeof p2, "%s/%s", dir, MODELDIR_WEIGHTS);
-  int rc = modeldir_save(dir, &j->spec.model, theta);
-  if (rc == 0) rc = dpc_read_file(p1, 1u << 20, &eb->cfg, n1);
-  if (rc == 0) rc = dpc_read_file(p2, (size_t)1 << 40, &eb->st, n2);
-  unlink(p1);
-  unlink(p2);
-  rmdir(dir);
-  return rc;
+  if (--x->pending == 0) export_gathered(x);
 }
 
 static void on_export_path(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
@@ -571,57 +682,47 @@ static void on_export_path(struct rpc_call *call, const struct grpc_byte_buffer 
   if (svc_admin_unpack(c, call, req, &dipaco__v1__export_path_request__descriptor, &pm)) return;
   Dipaco__V1__ExportPathRequest *r = (Dipaco__V1__ExportPathRequest *)pm;
   coord_job *j = svc_job_or_fail(c, call, r->job_id);
-  float *theta = NULL;
   gpt_layout *lay = NULL;
-  export_buf *eb = NULL;
+  export_work *x = NULL;
   if (!j) goto out;
   if (r->path >= (uint32_t)j->n_paths) {
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "path: job %lld has %d path(s); got %u", (long long)j->id, j->n_paths, r->path);
     goto out;
   }
   lay = malloc(sizeof *lay);
-  if (!lay || jobspec_layout(&j->spec, lay) < 0 || !(theta = calloc(lay->n_params, sizeof *theta))) {
+  x = calloc(1, sizeof *x);
+  if (x) {
+    x->e = calloc((size_t)j->n_fragments, sizeof *x->e);
+    x->off = calloc((size_t)j->n_fragments, sizeof *x->off);
+    x->slots = calloc((size_t)j->n_fragments, sizeof *x->slots);
+  }
+  if (!lay || !x || !x->e || !x->off || !x->slots || jobspec_layout(&j->spec, lay) < 0) {
     rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory for the export");
+    if (x) export_free(x);
     goto out;
   }
-  if (export_gather(c, call, j, r, theta) < 0) goto out;
-  eb = calloc(1, sizeof *eb);
-  size_t n1 = 0, n2 = 0;
-  int rc = eb ? export_files(c, j, theta, eb, &n1, &n2) : DPC_ENOMEM;
-  if (rc < 0) {
-    rpc_call_fail(call, rc);
-    goto out;
-  }
-  atomic_init(&eb->refs, 1);
-  out_stream *os = calloc(1, sizeof *os);
-  if (!os) {
-    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-    goto out;
-  }
-  os->c = c;
-  os->nparts = 2;
-  os->part[0] = (out_part){.data = eb->cfg, .total = n1, .crc = dpc_crc32c(0, eb->cfg, n1),
-                           .payload = DIPACO__V1__PAYLOAD__PAYLOAD_CONFIG_JSON};
-  os->part[1] = (out_part){.data = eb->st, .total = n2, .crc = dpc_crc32c(0, eb->st, n2),
-                           .payload = DIPACO__V1__PAYLOAD__PAYLOAD_SAFETENSORS};
-  os->chunk = svc_chunk_size(r->max_chunk_bytes);
-  os->ref = export_ref;
-  os->unref = export_unref;
-  os->ud = eb;
-  eb = NULL;
-  DPC_INFO("export of job %lld path %u: %zu + %zu bytes", (long long)j->id, r->path, n1, n2);
-  svc_stream_start(call, os);
+  x->c = c;
+  x->job = j->id;
+  x->path = r->path;
+  x->max_chunk = r->max_chunk_bytes;
+  x->model = j->spec.model;
+  x->n_params = lay->n_params;
+  x->n_frag = j->n_fragments;
+  x->req.data = x;
+  snprintf(x->dir, sizeof x->dir, "%s/tmp/export-%d-%llu", c->state_dir, (int)getpid(),
+           (unsigned long long)++c->export_seq);
+  svc_hold_add(c, &x->hold, call);
+  export_gather(c, j, r, x);
 out:
-  if (eb) {
-    free(eb->cfg);
-    free(eb->st);
-    free(eb);
-  }
-  free(theta);
   free(lay);
   protobuf_c_message_free_unpacked(pm, NULL);
 }
 
+/* ExportPath's end: an export still being gathered or written forgets the call. */
+static void export_on_done(struct rpc_call *call, int cancelled, void *ud) {
+  if (svc_hold_forget(ud, call)) return;
+  svc_stream_on_done(call, cancelled, ud);
+}
 
 static const struct rpc_method methods[] = {
     {.path = "/dipaco.v1.Admin/CreateJob", .kind = RPC_UNARY, .on_call = on_create_job, .on_done = on_create_done},
@@ -631,7 +732,7 @@ static const struct rpc_method methods[] = {
     {.path = "/dipaco.v1.Admin/ResumeJob", .kind = RPC_UNARY, .on_call = on_resume_job},
     {.path = "/dipaco.v1.Admin/CancelJob", .kind = RPC_UNARY, .on_call = on_cancel_job},
     {.path = "/dipaco.v1.Admin/ExportPath", .kind = RPC_SERVER_STREAM, .on_call = on_export_path,
-     .on_sent = svc_stream_on_sent, .on_done = svc_stream_on_done},
+     .on_sent = svc_stream_on_sent, .on_done = export_on_done},
 };
 
 int admin_jobs_methods(coord *c, struct rpc_method *out) {

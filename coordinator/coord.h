@@ -42,9 +42,9 @@
  *   (5) main.c: flags, start-up, wiring of the callbacks, shutdown.
  *
  * Threading: one libuv loop thread owns everything here. gRPC completions reach it through
- * uv_async → rpc_server_dispatch; heavy work (delta spooling and fsync, outer steps) runs in
- * the libuv thread pool on private buffers and hands results back to the loop in the
- * after-work callback. The only object shared with other threads is a pcache entry (a mapped
+ * uv_async → rpc_server_dispatch; heavy work (delta spooling and fsync, outer steps, parameter
+ * fills, exports) runs in the libuv thread pool on private buffers and hands results back to
+ * the loop in the after-work callback. The only object shared with other threads is a pcache entry (a mapped
  * parameter blob) whose reference count is atomic, because gRPC releases zero-copy chunk
  * slices from its own threads. */
 #ifndef DPC_COORD_H
@@ -222,6 +222,8 @@ typedef struct coord {
 
   pcache_entry **pcache;
   int n_pcache, cap_pcache;
+  struct pcache_fill *pcache_fills; /* versions being mapped on the thread pool (pcache.c) */
+  struct svc_hold *holds;           /* calls waiting on the thread pool's work (svc.c) */
 
   lease_note *notes;
   int n_notes, cap_notes;

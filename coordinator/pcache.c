@@ -1,12 +1,16 @@
 /* pcache.c — the parameter cache: one referenced, read-only mapping of the parameter blob per
- * (job, fragment, version), made by outer steps and job creation, mapped and verified on a
- * miss (contract in pcache.h). */
+ * (job, fragment, version), made by outer steps and job creation, mapped and verified on the
+ * thread pool on a miss (contract in pcache.h). */
 #include "coordinator/pcache.h"
 
 #include "common/errors.h"
 #include "common/log.h"
+#include "coordinator/loop.h"
+#include "coordinator/testhook.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void pcache_ref(void *entry) { atomic_fetch_add(&((pcache_entry *)entry)->refs, 1); }
 
@@ -64,37 +68,129 @@ static pcache_entry *entry_new(int64_t job, int fragment, int64_t version, const
   return e;
 }
 
-int pcache_get(coord *c, const store_fragment *f, pcache_entry **out) {
+/* A version being mapped and verified on the thread pool, and the calls waiting for it. */
+typedef struct pcache_waiter {
+  pcache_ready_fn ready;
+  void *ud;
+  struct pcache_waiter *next;
+} pcache_waiter;
+
+typedef struct pcache_fill {
+  uv_work_t req;
+  coord *c;
+  int64_t job;
+  int fragment;
+  int64_t version;
+  char blob[BLOB_NAME_MAX];
+  size_t n;
+  const float *data; /* result (work thread) */
+  void *map;
+  size_t map_len;
+  uint32_t crc;
+  int rc;
+  char err[512];
+  pcache_waiter *waiters;
+  struct pcache_fill *next;
+} pcache_fill;
+
+static void fill_run(uv_work_t *req) {
+  pcache_fill *fl = req->data;
+  int ms = testhook_fill_delay_ms();
+  if (ms > 0) uv_sleep((unsigned)ms);
+  fl->rc = blob_map(fl->c->bs, fl->blob, BLOB_PARAMS, fl->n, 1, &fl->data, &fl->map, &fl->map_len, &fl->crc);
+  if (fl->rc < 0) snprintf(fl->err, sizeof fl->err, "%s", dpc_errmsg());
+}
+
+/* Loop thread: cache the mapping and hand each waiter its reference (or the failure). */
+static void fill_after(uv_work_t *req, int status) {
+  pcache_fill *fl = req->data;
+  coord *c = fl->c;
+  for (pcache_fill **p = &c->pcache_fills; *p; p = &(*p)->next)
+    if (*p == fl) {
+      *p = fl->next;
+      break;
+    }
+  if (status && fl->rc == 0) {
+    blob_unmap(fl->map, fl->map_len);
+    fl->rc = DPC_EINTERNAL;
+    snprintf(fl->err, sizeof fl->err, "parameter fill canceled");
+  }
+  int nw = 0;
+  for (pcache_waiter *w = fl->waiters; w; w = w->next) nw++;
+  pcache_entry *e = NULL;
+  if (fl->rc == 0) {
+    e = entry_new(fl->job, fl->fragment, fl->version, fl->data, fl->map, fl->map_len, fl->n, fl->crc, 1 + nw);
+    if (!e) {
+      blob_unmap(fl->map, fl->map_len);
+      fl->rc = DPC_ENOMEM;
+      snprintf(fl->err, sizeof fl->err, "out of memory");
+    } else {
+      pcache_insert(c, e); /* the cache's reference */
+    }
+  }
+  while (fl->waiters) {
+    pcache_waiter *w = fl->waiters;
+    fl->waiters = w->next;
+    if (fl->rc < 0) dpc_err(fl->rc, "%s", fl->err);
+    w->ready(c, e, fl->rc, w->ud);
+    free(w);
+  }
+  free(fl);
+  loop_work_done(c);
+}
+
+int pcache_get_async(coord *c, const store_fragment *f, pcache_entry **out, pcache_ready_fn ready, void *ud) {
   for (int i = 0; i < c->n_pcache; i++) {
     pcache_entry *e = c->pcache[i];
     if (e->job == f->job && e->fragment == f->fragment && e->version == f->version) {
       atomic_fetch_add(&e->refs, 1);
       *out = e;
-      return 0;
+      return 1;
     }
   }
-  /* Mapped and verified on the loop thread: only the first pull of a version that is not the
-   * newest (start-up maps every current version, outer steps map theirs) gets here. */
-  const float *data;
-  void *map;
-  size_t map_len;
-  uint32_t crc;
-  int rc = blob_map(c->bs, f->param_blob, BLOB_PARAMS, f->len, 1, &data, &map, &map_len, &crc);
-  if (rc < 0) return rc;
-  pcache_entry *e = entry_new(f->job, f->fragment, f->version, data, map, map_len, f->len, crc, 2); /* cache + caller */
-  if (!e) {
-    blob_unmap(map, map_len);
-    return dpc_err(DPC_ENOMEM, "out of memory");
+  pcache_waiter *w = calloc(1, sizeof *w);
+  if (!w) return dpc_err(DPC_ENOMEM, "out of memory");
+  w->ready = ready;
+  w->ud = ud;
+  for (pcache_fill *fl = c->pcache_fills; fl; fl = fl->next)
+    if (fl->job == f->job && fl->fragment == f->fragment && fl->version == f->version) {
+      w->next = fl->waiters;
+      fl->waiters = w;
+      return 0;
+    }
+  /* A miss (a version a worker pulls through the coordinator on an S3 store, an older one, an
+   * export's): reading and checking it is a whole pass over the version, or a whole download,
+   * which must not hold up the loop thread. */
+  pcache_fill *fl = calloc(1, sizeof *fl);
+  if (!fl || strlen(f->param_blob) >= sizeof fl->blob) {
+    free(w);
+    free(fl);
+    return fl ? dpc_err(DPC_EINTERNAL, "blob name too long") : dpc_err(DPC_ENOMEM, "out of memory");
   }
-  pcache_insert(c, e);
-  *out = e;
+  fl->c = c;
+  fl->job = f->job;
+  fl->fragment = f->fragment;
+  fl->version = f->version;
+  snprintf(fl->blob, sizeof fl->blob, "%s", f->param_blob);
+  fl->n = f->len;
+  fl->waiters = w;
+  fl->req.data = fl;
+  if (loop_queue_work(c, &fl->req, fill_run, fill_after) < 0) {
+    free(w);
+    free(fl);
+    return dpc_err(DPC_EINTERNAL, "cannot queue the parameter fill");
+  }
+  fl->next = c->pcache_fills;
+  c->pcache_fills = fl;
+  DPC_INFO("parameter cache: job %lld fragment %d version %lld is read and checked on the thread pool",
+           (long long)f->job, f->fragment + 1, (long long)f->version);
   return 0;
 }
 
 /* On an S3 store every lease carries the version's URL and workers read it from there: a new
  * version is not kept (mapping it at a round's close would fetch it whole on the loop thread
  * before the next lease is granted), only the older ones dropped; a worker that falls back to
- * PullFragment has pcache_get map it. */
+ * PullFragment has pcache_get_async map it. */
 static int keeps_new(coord *c, int64_t job, int fragment, int64_t version) {
   if (!blob_store_is_s3(c->bs)) return 1;
   pcache_drop_older(c, job, fragment, version);

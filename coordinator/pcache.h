@@ -13,13 +13,19 @@
 
 #include "coordinator/coord.h"
 
-/* Get a referenced entry for (job, fragment, version), mapping (and verifying) the blob on a
- * miss. The caller drops its reference with pcache_unref. */
-int pcache_get(coord *c, const store_fragment *f, pcache_entry **out);
+/* A fill's end, on the loop thread: e is a referenced entry (the callee drops it with
+ * pcache_unref), or NULL with rc < 0 and dpc_errmsg() saying why. */
+typedef void (*pcache_ready_fn)(coord *c, pcache_entry *e, int rc, void *ud);
+/* Get a referenced entry for (job, fragment, version) (the caller drops it with pcache_unref)
+ * without blocking the loop thread: on a hit, 1 with *out set; on a miss, 0, the blob being
+ * mapped and verified on the thread pool (a whole download on an S3 store), after which
+ * ready(c, entry, rc, ud) runs. Misses of one version while its fill runs wait on that fill.
+ * < 0 (message set) when the fill could not be started; ready then never runs. */
+int pcache_get_async(coord *c, const store_fragment *f, pcache_entry **out, pcache_ready_fn ready, void *ud);
 /* Insert a new version whose parameter blob `blob` (n floats, payload crc `crc`) was just
  * written and committed: it is mapped without re-reading it. A failure is logged and leaves
  * the version to a later pcache_get. On an S3 store (workers read versions from the store)
- * only the older versions are dropped, and the first PullFragment maps it. */
+ * only the older versions are dropped, and the first PullFragment's fill maps it. */
 void pcache_put_blob(coord *c, int64_t job, int fragment, int64_t version, const char *blob, size_t n, uint32_t crc);
 /* Insert a mapping the caller made and verified (blob_map: data inside map[0..map_len));
  * ownership of the mapping passes to the cache (on an S3 store it is released at once, and

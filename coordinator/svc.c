@@ -284,6 +284,29 @@ coord_job *svc_job_or_fail(coord *c, struct rpc_call *call, uint64_t id) {
   return j;
 }
 
+void svc_hold_add(coord *c, svc_hold *h, struct rpc_call *call) {
+  h->call = call;
+  h->next = c->holds;
+  c->holds = h;
+}
+
+void svc_hold_remove(coord *c, svc_hold *h) {
+  for (svc_hold **p = &c->holds; *p; p = &(*p)->next)
+    if (*p == h) {
+      *p = h->next;
+      return;
+    }
+}
+
+int svc_hold_forget(coord *c, struct rpc_call *call) {
+  for (svc_hold *h = c->holds; h; h = h->next)
+    if (h->call == call) {
+      h->call = NULL;
+      return 1;
+    }
+  return 0;
+}
+
 int svc_methods_add(struct rpc_method *out, const struct rpc_method *table, int n, coord *c) {
   for (int i = 0; i < n; i++) {
     out[i] = table[i];

@@ -88,6 +88,20 @@ void svc_stream_start(struct rpc_call *call, out_stream *os);
 void svc_stream_on_sent(struct rpc_call *call, int ok, void *ud);
 void svc_stream_on_done(struct rpc_call *call, int cancelled, void *ud);
 
+/* A call answered later, once work on the thread pool ends (a parameter fill, an export). The
+ * method's on_done calls svc_hold_forget, so a call that ended meanwhile (cancelled, its
+ * deadline passed) leaves h->call NULL and the work's end drops its result instead of
+ * answering a call that is gone. Embed it in the work's state; loop thread. */
+typedef struct svc_hold {
+  struct rpc_call *call;
+  struct svc_hold *next;
+} svc_hold;
+void svc_hold_add(coord *c, svc_hold *h, struct rpc_call *call);
+/* Unlink h (its work ended): h->call is then the call to answer, or NULL. */
+void svc_hold_remove(coord *c, svc_hold *h);
+/* on_done: 1 if a hold had call (now forgotten: no stream was started on it), else 0. */
+int svc_hold_forget(coord *c, struct rpc_call *call);
+
 /* Copy table[0..n) to out with ud = c; returns n. */
 int svc_methods_add(struct rpc_method *out, const struct rpc_method *table, int n, coord *c);
 

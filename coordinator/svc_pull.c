@@ -446,7 +446,84 @@ static void pull_round(struct rpc_call *call, coord *c, const store_lease *l, in
   round_send(rr, rc < 0 ? rc : DPC_EINTERNAL, err);
 }
 
-/* PullFragment's end: a round still being read forgets the call (round_read_after frees it). */
+/* A PAYLOAD_PARAMS pull whose version is being mapped on the thread pool (pcache_get_async). */
+typedef struct param_wait {
+  svc_hold hold;
+  uint64_t lease_id, fragment_id, offset;
+  int64_t job, version;
+  int frag;
+  uint32_t max_chunk_bytes;
+} param_wait;
+
+/* Stream version e (referenced; the stream takes the reference) of the fragment from byte
+ * offset, or finish the call. */
+static void params_stream(struct rpc_call *call, coord *c, const param_wait *w, pcache_entry *e) {
+  if (w->offset > (uint64_t)e->n * 4) {
+    rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)w->offset,
+                    e->n * 4);
+    pcache_unref(e);
+    return;
+  }
+  out_stream *os = calloc(1, sizeof *os);
+  if (!os) {
+    pcache_unref(e);
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  os->c = c;
+  os->nparts = 1;
+  os->part[0] = (out_part){.data = (const uint8_t *)e->data, .total = (uint64_t)e->n * 4, .crc = e->crc,
+                           .payload = DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, .fragment_id = w->fragment_id,
+                           .version = (uint64_t)w->version, .num_floats = e->n};
+  os->next = w->offset;
+  os->lease_id = w->lease_id;
+  os->job = w->job;
+  os->chunk = svc_chunk_size(w->max_chunk_bytes);
+  os->ref = pcache_ref;
+  os->unref = pcache_unref;
+  os->ud = e;
+  DPC_DEBUG("lease %llu pulls fragment %d version %lld from byte %llu", (unsigned long long)w->lease_id, w->frag,
+            (long long)w->version, (unsigned long long)w->offset);
+  svc_stream_start(call, os);
+}
+
+static void params_ready(coord *c, pcache_entry *e, int rc, void *ud) {
+  param_wait *w = ud;
+  svc_hold_remove(c, &w->hold);
+  if (!w->hold.call) { /* the call ended meanwhile */
+    if (e) pcache_unref(e);
+  } else if (rc < 0) {
+    rpc_call_fail(w->hold.call, rc);
+  } else {
+    params_stream(w->hold.call, c, w, e);
+  }
+  free(w);
+}
+
+/* PAYLOAD_PARAMS of version f: streamed at once when the parameter cache holds it, else once
+ * its fill on the thread pool ends (the loop thread answers other calls meanwhile). */
+static void pull_params(struct rpc_call *call, coord *c, const store_lease *l, const store_fragment *f,
+                        const Dipaco__V1__PullFragmentRequest *r) {
+  param_wait *w = calloc(1, sizeof *w);
+  if (!w) {
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  *w = (param_wait){.lease_id = (uint64_t)l->id, .fragment_id = r->fragment_id, .offset = r->offset, .job = l->job,
+                    .version = f->version, .frag = f->fragment, .max_chunk_bytes = r->max_chunk_bytes};
+  pcache_entry *e = NULL;
+  int rc = pcache_get_async(c, f, &e, params_ready, w);
+  if (rc == 0) {
+    svc_hold_add(c, &w->hold, call);
+    return;
+  }
+  if (rc < 0) rpc_call_fail(call, rc);
+  else params_stream(call, c, w, e);
+  free(w);
+}
+
+/* PullFragment's end: a round still being read forgets the call (round_read_after frees it), and
+ * so does a parameter fill (params_ready). */
 static void pull_on_done(struct rpc_call *call, int cancelled, void *ud) {
   coord *c = ud;
   for (round_read *rr = c->round_reads; rr; rr = rr->next)
@@ -454,6 +531,7 @@ static void pull_on_done(struct rpc_call *call, int cancelled, void *ud) {
       rr->call = NULL;
       return;
     }
+  if (svc_hold_forget(c, call)) return;
   svc_stream_on_done(call, cancelled, ud);
 }
 
@@ -495,7 +573,6 @@ static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, v
     if (r->latest) rc = store_get_fragment(c->st, l.job, frag, &f);
     else rc = store_get_version(c->st, l.job, frag, r->version ? (int64_t)r->version : base, &f);
     if (r->version > INT64_MAX) rc = DPC_ENOENT;
-    pcache_entry *e = NULL;
     store_fragment cur;
     const uint64_t want = r->version ? r->version : (uint64_t)base;
     if (rc < 0 && !r->latest && store_get_fragment(c->st, l.job, frag, &cur) == 0 && want > (uint64_t)cur.version) {
@@ -505,34 +582,8 @@ static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, v
     } else if (rc < 0) {
       rpc_call_finish(call, RPC_NOT_FOUND, "fragment %llu version %llu is not kept", (unsigned long long)r->fragment_id,
                       (unsigned long long)want);
-    } else if ((rc = pcache_get(c, &f, &e)) < 0) {
-      rpc_call_fail(call, rc);
-    } else if (r->offset > (uint64_t)e->n * 4) {
-      rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)r->offset,
-                      e->n * 4);
-      pcache_unref(e);
     } else {
-      out_stream *os = calloc(1, sizeof *os);
-      if (!os) {
-        pcache_unref(e);
-        rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-      } else {
-        os->c = c;
-        os->nparts = 1;
-        os->part[0] = (out_part){.data = (const uint8_t *)e->data, .total = (uint64_t)e->n * 4, .crc = e->crc,
-                                 .payload = DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, .fragment_id = r->fragment_id,
-                                 .version = (uint64_t)f.version, .num_floats = e->n};
-        os->next = r->offset;
-        os->lease_id = (uint64_t)l.id;
-        os->job = l.job;
-        os->chunk = svc_chunk_size(r->max_chunk_bytes);
-        os->ref = pcache_ref;
-        os->unref = pcache_unref;
-        os->ud = e;
-        DPC_DEBUG("lease %lld pulls fragment %d version %lld from byte %llu", (long long)l.id, frag, (long long)f.version,
-                  (unsigned long long)r->offset);
-        svc_stream_start(call, os);
-      }
+      pull_params(call, c, &l, &f, r);
     }
   }
   protobuf_c_message_free_unpacked(pm, NULL);

@@ -18,7 +18,9 @@ dipaco-coordinator on the RADOS Gateway of tests/s3/with_rgw.sh. Run under with_
     coordinator restart (which forgets the prepared names) an object PUT then is committed by
     its attempt number and accepted;
   * GetJob's bytes_in counts none of the objects' bytes (they went to the store);
-  * on a second coordinator with --s3-put-part-mb 5, objects of 12.6 MiB go in 3 parts: the lease
+  * on a second coordinator (its parameter-cache fills held 2 s by DIPACO_TEST_FILL_DELAY_MS), two
+    workers' pulls of θ0 through it wait on one fill on the thread pool while ListJobs answers at
+    once; with --s3-put-part-mb 5, objects of 12.6 MiB go in 3 parts: the lease
     says so, a prepare with too few part MD5s is INVALID_ARGUMENT, each part's URL takes only its
     part's bytes, a commit with a part missing is FAILED_PRECONDITION naming the upload (which is
     aborted), good parts commit and make version 1 as above, and no upload is left unfinished.
@@ -39,6 +41,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from daemon_kit import Daemon, check, crc32c, grpc_stubs, run_grpc_test, status_of  # noqa: E402
 
 LR = 0.7
+FILL_DELAY_MS = 2000
 
 
 def blob_object(np, delta):
@@ -103,14 +106,54 @@ def main():
     if rc:
         return rc
     pargs = args[:-3] + ("s3://dpc-put/p", "--s3-endpoint", endpoint, "--s3-put-part-mb", "5")
-    return run_grpc_test(coord_bin, proto_dir, "dpc_put_parts_",
-                         lambda grpc, np, pb, d, state, log: run_parts(grpc, np, pb, d, state, endpoint),
-                         args=pargs)
+    os.environ["DIPACO_TEST_FILL_DELAY_MS"] = str(FILL_DELAY_MS)
+    try:
+        return run_grpc_test(coord_bin, proto_dir, "dpc_put_parts_",
+                             lambda grpc, np, pb, d, state, log: run_parts(grpc, np, pb, d, state, endpoint, log),
+                             args=pargs)
+    finally:
+        del os.environ["DIPACO_TEST_FILL_DELAY_MS"]
 
 
-def run_parts(grpc, np, pb, d, state, endpoint):
+def pull_during_fill(np, pb, X, leases, mds, log):
+    """Both workers pull θ0 through the coordinator at once. On S3 the parameter cache holds no
+    version, so it reads and checks θ0 on the thread pool (held FILL_DELAY_MS by the test hook):
+    the two pulls wait on one fill while the loop thread answers ListJobs at once. Returns θ0."""
+    import threading
+    import time
+    got = [None, None]
+
+    def pull(i):
+        t = time.time()
+        cs = list(X["PullFragment"](pb.PullFragmentRequest(lease_id=leases[i].lease_id, fragment_id=1),
+                                    metadata=mds[i], timeout=60))
+        got[i] = (b"".join(c.data for c in cs), time.time() - t)
+
+    ts = [threading.Thread(target=pull, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    time.sleep(0.3)
+    t1 = time.time()
+    X["ListJobs"](pb.ListJobsRequest(), timeout=10)
+    answered = time.time() - t1
+    for t in ts:
+        t.join()
+    wait = [g and round(g[1], 2) for g in got]
+    check(all(g and g[1] >= FILL_DELAY_MS / 1000 - 0.1 for g in got), f"both pulls waited for the fill ({wait} s)")
+    check(answered < 0.5 * FILL_DELAY_MS / 1000,
+          f"ListJobs answered in {answered:.2f} s while the fill ran ({FILL_DELAY_MS} ms): the loop thread is free")
+    n = leases[0].fragments[0].num_floats
+    check(got[0][0] == got[1][0] and len(got[0][0]) == 4 * n, "both pulls got the same θ0, whole")
+    with open(log) as f:
+        fills = sum("fragment 1 version 0 is read and checked on the thread pool" in line for line in f)
+    check(fills == 1, f"the two pulls shared one fill ({fills} in the log)")
+    return np.frombuffer(got[0][0], dtype="<f4").copy()
+
+
+def run_parts(grpc, np, pb, d, state, endpoint, log):
     """Objects above Lease.delta_put_part_bytes (--s3-put-part-mb 5) go in parts through a
-    multipart upload the coordinator starts and completes."""
+    multipart upload the coordinator starts and completes. First, θ0 through the coordinator
+    while its fill runs (pull_during_fill)."""
     X = grpc_stubs(grpc, pb, d[0].addr, state)
     mds = []
     for i in range(2):
@@ -127,9 +170,7 @@ def run_parts(grpc, np, pb, d, state, endpoint):
     check(all(L.delta_put and L.delta_put_part_bytes == P for L in leases),
           f"the leases say delta_put in parts of 5 MiB ({[L.delta_put_part_bytes for L in leases]})")
     n = leases[0].fragments[0].num_floats
-    cs = list(X["PullFragment"](pb.PullFragmentRequest(lease_id=leases[0].lease_id, fragment_id=1),
-                                metadata=mds[0], timeout=60))
-    theta0 = np.frombuffer(b"".join(c.data for c in cs), dtype="<f4").copy()
+    theta0 = pull_during_fill(np, pb, X, leases, mds, log)
     rng = np.random.default_rng(6)
     deltas = [(rng.standard_normal(n) * 1e-2).astype(np.float32) for _ in range(2)]
     S = grpc.StatusCode
