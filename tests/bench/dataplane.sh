@@ -36,7 +36,9 @@
 # env: BUILD_DIR (default build-bench-dataplane): the build measured; STORES (default "local";
 #      any of local, s3, s3push);
 #      BASE_BUILD: a second build (e.g. of the previous commit) measured first, in the same run;
-#      KEEP=1 keeps the work directory.
+#      COORD_FLAGS: more coordinator flags (e.g. "--s3-put-part-mb 64": delta objects put in parts);
+#      KEEP=1 keeps the work directory (without it each run's blobs go as soon as it is measured,
+#      so that a 1B local run's 23 GB do not share the disk with the S3 run's store).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CASE=${1:-124m}; R=${2:-4}; ROUNDS=${3:-3}
@@ -114,7 +116,7 @@ measure() {
   rm -f "$W/coordinator.log"
   MADDR=127.0.0.1:$(free_port)
   start_coordinator "$st" --lease-ttl-ms 600000 --heartbeat-ms 10000 --dead-after-heartbeats 1000 --log-level info \
-    --metrics-listen "$MADDR" "${flags[@]}"
+    --metrics-listen "$MADDR" "${flags[@]}" ${COORD_FLAGS:-}
   cat > "$W/spec.json" <<JSON
 {"name": "dataplane-$name", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "diloco", "replicas": $R, "inner_steps": 1, "rounds": $ROUNDS, "batch": 1, "seq_len": 8,
@@ -139,6 +141,7 @@ JSON
   local c1 s1; c1=$(cpu "$COORD_PID"); s1=$(cpu $(store_pids))
   kill -TERM "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
   cp "$W/coordinator.log" "$W/coordinator-$name.log"
+  [ -n "${KEEP:-}" ] || rm -rf "$st/blobs"
   ROWS+=("$(T0="$t0" "${DPC_PYTHON:-python3}" - "$W/client-$name.txt" "$W/coordinator-$name.log" <<PY
 import os, re, statistics, sys
 client = open(sys.argv[1]).read().splitlines()

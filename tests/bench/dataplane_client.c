@@ -14,7 +14,8 @@
  * then pushes a delta of tiny finite values (one 4 MiB pattern sent zero-copy as every chunk;
  * the stream's CRC is computed once per fragment length), or, when the lease says delta_put,
  * puts it in the object store as worker/lease.c does (PrepareDeltaPut, a PUT of the blob object
- * streamed from the pattern, its MD5 computed once per length, and the commit). It prints one line per lease
+ * streamed from the pattern, in parts four at a time above the lease's part size, its MD5s computed
+ * once per length, and the commit). It prints one line per lease
  * ("lease ROUND REPLICA pull_start pull_end push_start push_end BYTES_PULLED BYTES_PUSHED",
  * seconds on one monotonic clock) and, per round, the aggregate pull and push rates (bytes of
  * every worker over the span from the first start to the last end) and the round overhead:
@@ -45,6 +46,7 @@
 
 #define SVC "/dipaco.v1.Coordinator/"
 #define MAX_FRAGS 64
+#define PUT_PARTS_MAX 64 /* parts of one delta object here: 64 GiB at the default 1 GiB parts */
 #define MAX_LEASES 4096
 #define PATTERN_BYTES RPC_CHUNK_DEFAULT
 
@@ -252,21 +254,62 @@ static int push_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t
 }
 
 /* A delta of `bytes` pattern bytes as a blob object (docs/design.md §6.4: header, payload,
- * trailer), with its MD5; the MD5 is computed once per length, like stream_crc. */
+ * trailer), with its MD5 and, above the lease's part size, each part's; the digests are
+ * computed once per (length, part size), like stream_crc. */
 typedef struct {
   unsigned char header[24], trailer[8], md5[16];
-  uint64_t bytes;
+  uint64_t bytes, part_bytes;
   uint32_t crc;
+  int parts;                /* 0: one PUT */
+  unsigned char (*pmd5)[16]; /* [parts], shared by every object of this shape; never freed */
 } put_obj;
 
 static void le32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static void make_obj(put_obj *o, uint64_t bytes) {
+/* The object's bytes [at, end), the payload streamed from the pattern. */
+typedef struct {
+  const put_obj *o;
+  uint64_t at, end;
+} put_src;
+
+static size_t put_read(char *dst, size_t sz, size_t nm, void *ud) {
+  put_src *s = ud;
+  size_t cap = sz * nm, out = 0;
+  while (out < cap && s->at < s->end) {
+    const unsigned char *src;
+    uint64_t left;
+    if (s->at < 24) src = s->o->header + s->at, left = 24 - s->at;
+    else if (s->at < 24 + s->o->bytes) {
+      uint64_t p = (s->at - 24) % PATTERN_BYTES;
+      src = G.pattern + p;
+      left = PATTERN_BYTES - p;
+      if (left > 24 + s->o->bytes - s->at) left = 24 + s->o->bytes - s->at;
+    } else src = s->o->trailer + (s->at - 24 - s->o->bytes), left = 24 + s->o->bytes + 8 - s->at;
+    if (left > s->end - s->at) left = s->end - s->at;
+    size_t k = left < cap - out ? (size_t)left : cap - out;
+    memcpy(dst + out, src, k);
+    out += k;
+    s->at += k;
+  }
+  return out;
+}
+
+/* MD5 of the object's bytes [at, end) into md (one more pass over them: no copy is kept). */
+static void obj_md5(const put_obj *o, uint64_t at, uint64_t end, unsigned char md[16], unsigned char *buf) {
+  EVP_MD_CTX *m = EVP_MD_CTX_new();
+  unsigned int ml = 0;
+  EVP_DigestInit_ex(m, EVP_md5(), NULL);
+  put_src src = {.o = o, .at = at, .end = end};
+  for (size_t k; (k = put_read((char *)buf, 1, PATTERN_BYTES, &src)) > 0;) EVP_DigestUpdate(m, buf, k);
+  EVP_DigestFinal_ex(m, md, &ml);
+  EVP_MD_CTX_free(m);
+}
+
+static int make_obj(put_obj *o, uint64_t bytes, uint64_t part_bytes) {
   static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  static uint64_t len[MAX_FRAGS];
-  static unsigned char md5[MAX_FRAGS][16];
+  static put_obj done[MAX_FRAGS];
   static int n;
   memset(o, 0, sizeof *o);
   o->bytes = bytes;
@@ -277,54 +320,33 @@ static void make_obj(put_obj *o, uint64_t bytes) {
   for (int i = 0; i < 8; i++) o->header[16 + i] = (unsigned char)((bytes / 4) >> (8 * i));
   le32(o->trailer, o->crc);
   le32(o->trailer + 4, dpc_crc32c(0, o->header, 24));
+  const uint64_t total = 24 + bytes + 8;
+  o->part_bytes = part_bytes;
+  o->parts = part_bytes && total > part_bytes ? (int)((total + part_bytes - 1) / part_bytes) : 0;
   pthread_mutex_lock(&mu);
   for (int i = 0; i < n; i++)
-    if (len[i] == bytes) {
-      memcpy(o->md5, md5[i], 16);
+    if (done[i].bytes == bytes && done[i].part_bytes == part_bytes) {
+      memcpy(o->md5, done[i].md5, 16);
+      o->pmd5 = done[i].pmd5;
       pthread_mutex_unlock(&mu);
-      return;
+      return 0;
     }
-  EVP_MD_CTX *m = EVP_MD_CTX_new();
-  unsigned int ml = 0;
-  EVP_DigestInit_ex(m, EVP_md5(), NULL);
-  EVP_DigestUpdate(m, o->header, 24);
-  for (uint64_t off = 0; off < bytes; off += PATTERN_BYTES)
-    EVP_DigestUpdate(m, G.pattern, bytes - off < PATTERN_BYTES ? bytes - off : PATTERN_BYTES);
-  EVP_DigestUpdate(m, o->trailer, 8);
-  EVP_DigestFinal_ex(m, o->md5, &ml);
-  EVP_MD_CTX_free(m);
-  if (n < MAX_FRAGS) {
-    len[n] = bytes;
-    memcpy(md5[n++], o->md5, 16);
+  unsigned char *buf = malloc(PATTERN_BYTES);
+  if (o->parts) o->pmd5 = malloc((size_t)o->parts * 16);
+  if (!buf || (o->parts && !o->pmd5)) {
+    free(buf);
+    pthread_mutex_unlock(&mu);
+    return dpc_err(DPC_ENOMEM, "out of memory");
   }
+  obj_md5(o, 0, total, o->md5, buf);
+  for (int k = 0; k < o->parts; k++) {
+    uint64_t at = (uint64_t)k * part_bytes;
+    obj_md5(o, at, at + part_bytes < total ? at + part_bytes : total, o->pmd5[k], buf);
+  }
+  free(buf);
+  if (n < MAX_FRAGS) done[n++] = *o;
   pthread_mutex_unlock(&mu);
-}
-
-typedef struct {
-  const put_obj *o;
-  uint64_t at;
-} put_src;
-
-static size_t put_read(char *dst, size_t sz, size_t nm, void *ud) {
-  put_src *s = ud;
-  uint64_t total = 24 + s->o->bytes + 8;
-  size_t cap = sz * nm, out = 0;
-  while (out < cap && s->at < total) {
-    const unsigned char *src;
-    uint64_t left;
-    if (s->at < 24) src = s->o->header + s->at, left = 24 - s->at;
-    else if (s->at < 24 + s->o->bytes) {
-      uint64_t p = (s->at - 24) % PATTERN_BYTES;
-      src = G.pattern + p;
-      left = PATTERN_BYTES - p;
-      if (left > 24 + s->o->bytes - s->at) left = 24 + s->o->bytes - s->at;
-    } else src = s->o->trailer + (s->at - 24 - s->o->bytes), left = total - s->at;
-    size_t k = left < cap - out ? (size_t)left : cap - out;
-    memcpy(dst + out, src, k);
-    out += k;
-    s->at += k;
-  }
-  return out;
+  return 0;
 }
 
 static size_t put_sink(char *p, size_t sz, size_t nm, void *ud) {
@@ -333,18 +355,19 @@ static size_t put_sink(char *p, size_t sz, size_t nm, void *ud) {
   return sz * nm;
 }
 
-static int put_one(const char *url, const put_obj *o) {
+/* PUT the object's bytes [at, end) with their MD5 to url (a whole object or one part). */
+static int put_range(const char *url, const put_obj *o, uint64_t at, uint64_t end, const unsigned char md5[16]) {
   CURL *e = curl_easy_init();
   if (!e) return DPC_ENOMEM;
   unsigned char b64[32];
   char hdr[64];
-  EVP_EncodeBlock(b64, o->md5, 16);
+  EVP_EncodeBlock(b64, md5, 16);
   snprintf(hdr, sizeof hdr, "Content-MD5: %s", (const char *)b64);
   struct curl_slist *h = curl_slist_append(curl_slist_append(NULL, hdr), "Expect:");
-  put_src src = {.o = o};
+  put_src src = {.o = o, .at = at, .end = end};
   curl_easy_setopt(e, CURLOPT_URL, url);
   curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-  curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)(24 + o->bytes + 8));
+  curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)(end - at));
   curl_easy_setopt(e, CURLOPT_READFUNCTION, put_read);
   curl_easy_setopt(e, CURLOPT_READDATA, &src);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, put_sink);
@@ -361,6 +384,27 @@ static int put_one(const char *url, const put_obj *o) {
   return 0;
 }
 
+typedef struct {
+  const put_obj *o;
+  const Dipaco__V1__DeltaPut *u;
+} put_job;
+
+static int put_part(void *ud, int k) {
+  const put_job *j = ud;
+  const uint64_t total = 24 + j->o->bytes + 8, at = (uint64_t)k * j->o->part_bytes;
+  return put_range(j->u->part_urls[k], j->o, at, at + j->o->part_bytes < total ? at + j->o->part_bytes : total,
+                   j->o->pmd5[k]);
+}
+
+/* The object whole, or its parts four at a time as worker/lease.c puts them. */
+static int put_one(const Dipaco__V1__DeltaPut *u, const put_obj *o) {
+  if (!o->parts) return put_range(u->url, o, 0, 24 + o->bytes + 8, o->md5);
+  if (u->n_part_urls != (size_t)o->parts)
+    return dpc_err(DPC_EFORMAT, "PrepareDeltaPut: %zu part URLs for %d parts", u->n_part_urls, o->parts);
+  put_job j = {.o = o, .u = u};
+  return storehttp_fanout(o->parts, 4, put_part, &j);
+}
+
 /* Lease.delta_put: PrepareDeltaPut for every fragment, a PUT of each object, and the commit
  * (one PushDelta stream of PAYLOAD_DELTA_OBJECT chunks). */
 static int put_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t *bytes) {
@@ -368,8 +412,11 @@ static int put_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t 
   put_obj o[MAX_FRAGS];
   Dipaco__V1__DeltaPut d[MAX_FRAGS], *dp[MAX_FRAGS];
   *bytes = 0;
+  ProtobufCBinaryData pmd[MAX_FRAGS][PUT_PARTS_MAX];
   for (size_t f = 0; f < n; f++) {
-    make_obj(&o[f], L->fragments[f]->num_floats * 4);
+    int rc = make_obj(&o[f], L->fragments[f]->num_floats * 4, L->delta_put_part_bytes);
+    if (rc) return rc;
+    if (o[f].parts > PUT_PARTS_MAX) return dpc_err(DPC_EINVAL, "%d parts: at most %d here", o[f].parts, PUT_PARTS_MAX);
     dipaco__v1__delta_put__init(&d[f]);
     d[f].fragment_id = L->fragments[f]->fragment_id;
     d[f].num_floats = L->fragments[f]->num_floats;
@@ -377,6 +424,9 @@ static int put_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t 
     d[f].object_bytes = 24 + o[f].bytes + 8;
     d[f].content_md5.data = o[f].md5;
     d[f].content_md5.len = 16;
+    for (int k = 0; k < o[f].parts; k++) pmd[f][k] = (ProtobufCBinaryData){.len = 16, .data = o[f].pmd5[k]};
+    d[f].n_part_md5 = (size_t)o[f].parts;
+    d[f].part_md5 = pmd[f];
     dp[f] = &d[f];
   }
   Dipaco__V1__PrepareDeltaPutRequest req = DIPACO__V1__PREPARE_DELTA_PUT_REQUEST__INIT;
@@ -391,7 +441,7 @@ static int put_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t 
   uint64_t attempt[MAX_FRAGS];
   for (size_t f = 0; f < n && !rc; f++) {
     attempt[f] = f < pr->n_puts ? pr->puts[f]->attempt : 0;
-    rc = f < pr->n_puts && pr->puts[f]->fragment_id == d[f].fragment_id ? put_one(pr->puts[f]->url, &o[f])
+    rc = f < pr->n_puts && pr->puts[f]->fragment_id == d[f].fragment_id ? put_one(pr->puts[f], &o[f])
                                                                           : dpc_err(DPC_EFORMAT, "PrepareDeltaPut: URLs out of order");
     *bytes += o[f].bytes;
   }
