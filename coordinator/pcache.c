@@ -95,7 +95,7 @@ typedef struct pcache_fill {
 
 static void fill_run(uv_work_t *req) {
   pcache_fill *fl = req->data;
-  int ms = testhook_fill_delay_ms();
+  int ms = testhook_pool_delay_ms();
   if (ms > 0) uv_sleep((unsigned)ms);
   fl->rc = blob_map(fl->c->bs, fl->blob, BLOB_PARAMS, fl->n, 1, &fl->data, &fl->map, &fl->map_len, &fl->crc);
   if (fl->rc < 0) snprintf(fl->err, sizeof fl->err, "%s", dpc_errmsg());

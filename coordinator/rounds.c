@@ -94,17 +94,21 @@ static void outer_run(uv_work_t *req) {
 }
 
 /* Blob files of collected rows are deleted on the threadpool: unlinking large files (and the
- * directory fsyncs after) can take tens of milliseconds that the loop thread would otherwise
- * spend not answering RPCs. Shutdown waits for them (loop_queue_work counts them). */
+ * directory fsyncs after) can take tens of milliseconds, and each object of an S3 store is a
+ * request, that the loop thread would otherwise spend not answering RPCs. Shutdown waits for
+ * them (loop_queue_work counts them). */
 typedef struct {
   uv_work_t req;
   coord *c;
   char **names;
   int n, rc;
+  char *upload_id; /* rounds_discard: the upload of names[0] to abort first, or NULL */
 } gc_work;
 
 static void gc_delete_run(uv_work_t *req) {
   gc_work *g = req->data;
+  if (g->upload_id && blob_store_upload_abort(g->c->bs, g->names[0], g->upload_id) < 0)
+    DPC_WARN("aborting the upload of %s: %s (the start-up sweep aborts it)", g->names[0], dpc_errmsg());
   g->rc = blob_delete_many(g->c->bs, g->names, g->n);
   if (g->rc < 0) DPC_WARN("garbage collection: %s (the start-up sweep removes what is left)", dpc_errmsg());
 }
@@ -114,23 +118,41 @@ static void gc_delete_after(uv_work_t *req, int status) {
   gc_work *g = req->data;
   coord *c = g->c;
   store_names_free(g->names, g->n);
+  free(g->upload_id);
   free(g);
   loop_work_done(c);
 }
 
-/* Takes ownership of names. */
-static void gc_delete_files(coord *c, char **names, int n) {
+/* Takes ownership of names (and of upload_id, which may be NULL). */
+static void gc_delete_files(coord *c, char **names, int n, char *upload_id) {
   gc_work *g = n > 0 ? calloc(1, sizeof *g) : NULL;
   if (g) {
     g->req.data = g;
     g->c = c;
     g->names = names;
     g->n = n;
+    g->upload_id = upload_id;
     if (loop_queue_work(c, &g->req, gc_delete_run, gc_delete_after) == 0) return;
     free(g);
   }
-  if (n > 0) blob_delete_many(c->bs, names, n); /* no memory or no threadpool: inline */
+  if (n > 0 && upload_id) blob_store_upload_abort(c->bs, names[0], upload_id); /* no memory or no threadpool: inline */
+  if (n > 0) blob_delete_many(c->bs, names, n);
   store_names_free(names, n);
+  free(upload_id);
+}
+
+void rounds_discard(coord *c, const char *name, const char *upload_id) {
+  char **names = malloc(sizeof *names);
+  char *up = upload_id && upload_id[0] ? strdup(upload_id) : NULL;
+  if (names && (names[0] = strdup(name)) && (up || !upload_id || !upload_id[0])) {
+    gc_delete_files(c, names, 1, up);
+    return;
+  }
+  if (names && names[0]) free(names[0]);
+  free(names);
+  free(up);
+  if (upload_id && upload_id[0]) blob_store_upload_abort(c->bs, name, upload_id); /* no memory: inline */
+  blob_delete(c->bs, name);
 }
 
 /* The rows go first (one transaction each), then the files: a crash in between leaves only
@@ -143,7 +165,7 @@ static void gc_fragment(coord *c, int64_t job, int fragment, int64_t round) {
   const int keep_last = j ? j->spec.versions.keep_last : 2, keep_every = j ? j->spec.versions.keep_every : 0;
   if (store_gc_versions(c->st, job, fragment, keep_last, keep_every, &names, &n) == 0) {
     if (n > 0) TESTHOOK("gc");
-    gc_delete_files(c, names, n);
+    gc_delete_files(c, names, n, NULL);
   }
   /* A SparseLoCo job or one with replay pulls keeps its last REPLAY_KEEP_ROUNDS rounds' deltas:
    * PullFragment serves them (PAYLOAD_SPARSE_ROUND, PAYLOAD_REPLAY_ROUND) to workers a few
@@ -152,7 +174,7 @@ static void gc_fragment(coord *c, int64_t job, int fragment, int64_t round) {
   int64_t before = keep ? round - (REPLAY_KEEP_ROUNDS - 1) : round;
   if (before > 0 && store_gc_deltas(c->st, job, fragment, before, &names, &n) == 0) {
     if (n > 0) TESTHOOK("gc");
-    gc_delete_files(c, names, n);
+    gc_delete_files(c, names, n, NULL);
   }
 }
 
@@ -622,8 +644,7 @@ static void async_gc(coord *c, const coord_job *j, const async_work *w) {
   /* keep_every = 2^30 keeps version 0 (multiples of it), the ledger's starting point. */
   if (store_gc_versions(c->st, w->job, w->fragment, keep, 1 << 30, &names, &n) == 0) {
     if (n > 0) TESTHOOK("gc");
-    blob_delete_many(c->bs, names, n);
-    store_names_free(names, n);
+    gc_delete_files(c, names, n, NULL);
   }
 }
 

@@ -32,6 +32,11 @@ void rounds_note_pull(coord *c, int64_t job, int fragment, int64_t version);
  * job, version 0, inputs collected, or a different result). Blocks the calling thread for one
  * outer step. */
 int rounds_recompute_version(coord *c, coord_job *j, int f, const store_fragment *cur);
+/* Delete blob `name` on the thread pool, best effort (what is left, the start-up sweep removes),
+ * aborting its multipart upload upload_id first when that is not NULL or "": a blob nobody
+ * needs (a refused delta's, an object whose lease ended, inner state two rounds old). On an S3
+ * store each is a request, which must not hold up the loop thread while the store is slow. */
+void rounds_discard(coord *c, const char *name, const char *upload_id);
 /* Periodic housekeeping (coord.tick_cb): lease expiry, worker liveness, round deadlines. */
 void rounds_tick(coord *c);
 

@@ -307,6 +307,62 @@ int svc_hold_forget(coord *c, struct rpc_call *call) {
   return 0;
 }
 
+void svc_bufs_ref(void *ud) { atomic_fetch_add(&((svc_bufs *)ud)->refs, 1); }
+
+void svc_bufs_unref(void *ud) {
+  svc_bufs *b = ud;
+  if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
+  for (int k = 0; k < 3; k++) free(b->data[k]);
+  free(b);
+}
+
+svc_read *svc_read_new(void) {
+  svc_read *r = calloc(1, sizeof *r);
+  if (r && !(r->b = calloc(1, sizeof *r->b))) {
+    free(r);
+    return NULL;
+  }
+  if (r) atomic_init(&r->b->refs, 1);
+  return r;
+}
+
+void svc_read_free(svc_read *r) {
+  if (!r) return;
+  svc_bufs_unref(r->b);
+  free(r);
+}
+
+static void read_run(uv_work_t *req) {
+  svc_read *r = req->data;
+  int ms = testhook_pool_delay_ms();
+  if (ms > 0) uv_sleep((unsigned)ms);
+  for (int k = 0; k < r->n && r->rc == 0; k++)
+    r->rc = blob_read_alloc(r->c->bs, r->name[k], r->kind[k], &r->b->data[k], &r->got[k], NULL);
+  if (r->rc < 0) snprintf(r->err, sizeof r->err, "%s", dpc_errmsg());
+}
+
+static void read_after(uv_work_t *req, int status) {
+  svc_read *r = req->data;
+  coord *c = r->c;
+  svc_hold_remove(c, &r->hold);
+  if (status && r->rc == 0) {
+    r->rc = DPC_ECANCELED;
+    snprintf(r->err, sizeof r->err, "canceled");
+  }
+  if (r->rc < 0) dpc_err(r->rc, "%s", r->err);
+  r->ready(c, r->hold.call, r);
+  svc_read_free(r);
+  loop_work_done(c);
+}
+
+int svc_read_start(coord *c, struct rpc_call *call, svc_read *r) {
+  r->c = c;
+  r->req.data = r;
+  if (loop_queue_work(c, &r->req, read_run, read_after) < 0) return dpc_err(DPC_EUNAVAILABLE, "cannot queue the read");
+  svc_hold_add(c, &r->hold, call);
+  return 0;
+}
+
 int svc_methods_add(struct rpc_method *out, const struct rpc_method *table, int n, coord *c) {
   for (int i = 0; i < n; i++) {
     out[i] = table[i];

@@ -102,6 +102,43 @@ void svc_hold_remove(coord *c, svc_hold *h);
 /* on_done: 1 if a hold had call (now forgotten: no stream was started on it), else 0. */
 int svc_hold_forget(coord *c, struct rpc_call *call);
 
+/* Up to three blobs read whole on the thread pool for a stream (PullInnerState's M, V and L;
+ * PullFragment's momentum), so that the loop thread reads no model-sized blob itself. The
+ * caller fills n, name[k], kind[k] and ready (and ud), then svc_read_start; ready(c, call, r)
+ * runs on the loop thread once the reads end: call is NULL when the call ended meanwhile; r->rc
+ * (< 0 with r->err) or the arrays r->b->data[k] of r->got[k] floats. The arrays live in r->b,
+ * reference-counted for zero-copy streams (svc_bufs_ref/unref as out_stream ref/unref; a
+ * stream takes its own reference). r and its reference are freed after ready returns; ud is
+ * ready's to free. */
+typedef struct svc_bufs {
+  atomic_int refs;
+  float *data[3];
+} svc_bufs;
+void svc_bufs_ref(void *ud);   /* any thread */
+void svc_bufs_unref(void *ud); /* any thread */
+
+typedef struct svc_read svc_read;
+struct svc_read {
+  svc_hold hold;
+  uv_work_t req;
+  coord *c;
+  int n;
+  char name[3][BLOB_NAME_MAX];
+  blob_kind kind[3];
+  size_t got[3];
+  svc_bufs *b;
+  int rc;
+  char err[512];
+  void (*ready)(coord *c, struct rpc_call *call, svc_read *r);
+  void *ud;
+};
+/* A zeroed svc_read with its buffers, or NULL (out of memory). */
+svc_read *svc_read_new(void);
+/* Queue r's reads, holding call: 0, or < 0 (nothing queued; the caller frees r with
+ * svc_read_free). The method's on_done must call svc_hold_forget. */
+int svc_read_start(coord *c, struct rpc_call *call, svc_read *r);
+void svc_read_free(svc_read *r);
+
 /* Copy table[0..n) to out with ud = c; returns n. */
 int svc_methods_add(struct rpc_method *out, const struct rpc_method *table, int n, coord *c);
 

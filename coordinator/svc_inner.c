@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "coordinator/jobs.h"
 #include "coordinator/loop.h"
+#include "coordinator/rounds.h"
 #include "coordinator/svc.h"
 #include "proto/dipaco.pb-c.h"
 
@@ -159,7 +160,7 @@ static void ipush_after(uv_work_t *req, int status) {
     char name[BLOB_NAME_MAX];
     if (p->lease.round >= 2 &&
         inner_blob_name(&p->lease, p->job, p->frag, p->lease.round - 2, p->work_kind, name) == 0)
-      blob_delete(c->bs, name); /* best effort: the state of round − 2 is no longer needed */
+      rounds_discard(c, name, NULL); /* best effort: the state of round − 2 is no longer needed */
     DPC_DEBUG("lease %lld: inner state %s of fragment %d round %lld stored (step %llu)", (long long)p->lease.id,
               p->work_kind == BLOB_INNER_M   ? "m"
               : p->work_kind == BLOB_INNER_V ? "v"
@@ -345,38 +346,55 @@ static void ipush_on_done(struct rpc_call *call, int cancelled, void *ud) {
   if (!p->busy) ipush_free(p);
 }
 
-/* The two arrays (m, v) a PullInnerState stream serves, shared with gRPC's zero-copy chunks:
- * freed when the stream and every chunk in flight have let go (unref runs on any thread). */
-typedef struct ipull_bufs {
-  atomic_int refs;
-  float *data[3];
-} ipull_bufs;
+/* A PullInnerState whose blobs are being read on the thread pool: what its stream needs. */
+typedef struct {
+  int64_t lease, round;
+  int frag, nk;
+  uint64_t fragment_id;
+  size_t n;
+  uint32_t payload[3], max_chunk;
+} ipull_ctx;
 
-static void ipull_ref(void *ud) { atomic_fetch_add(&((ipull_bufs *)ud)->refs, 1); }
-
-static void ipull_unref(void *ud) {
-  ipull_bufs *b = ud;
-  if (atomic_fetch_sub(&b->refs, 1) != 1) return;
-  free(b->data[0]);
-  free(b->data[1]);
-  free(b->data[2]);
-  free(b);
-}
-
-/* The M and V (and with streaming L) blobs of fragment frag from the round before l's into b
- * (M carries n + 2 floats, V and L n). */
-static int ipull_read(coord *c, const coord_job *j, const store_lease *l, int frag, ipull_bufs *b) {
-  size_t n = j->fragments[frag].len, got[3] = {0, 0, 0};
-  int rc = 0, nk = inner_kinds(j);
-  for (int k = 0; k < nk && rc == 0; k++) {
-    char name[BLOB_NAME_MAX];
-    rc = inner_blob_name(l, j, frag, l->round - 1, inner_kind(j, k), name);
-    if (rc == 0) rc = blob_read_alloc(c->bs, name, inner_kind(j, k), &b->data[k], &got[k], NULL);
-  }
-  if (rc == 0 && (got[0] != n + 2 || got[1] != n || (nk == 3 && got[2] != n)))
+/* The M and V (and with streaming L) blobs of the round before the lease's are read: stream
+ * them (M carries n + 2 floats, the last two the AdamW step's bit pattern; V and L n). */
+static void ipull_ready(coord *c, struct rpc_call *call, svc_read *r) {
+  ipull_ctx *x = r->ud;
+  const size_t n = x->n;
+  int rc = r->rc;
+  if (rc == 0 && (r->got[0] != n + 2 || r->got[1] != n || (x->nk == 3 && r->got[2] != n)))
     rc = dpc_err(DPC_EFORMAT, "inner state blobs of fragment %d hold %zu/%zu/%zu floats, expected %zu+2/%zu/%zu",
-                 frag + 1, got[0], got[1], got[2], n, n, n);
-  return rc;
+                 x->frag + 1, r->got[0], r->got[1], r->got[2], n, n, n);
+  out_stream *os = call && rc == 0 ? calloc(1, sizeof *os) : NULL;
+  if (call && rc == 0 && !os) rc = dpc_err(DPC_ENOMEM, "out of memory for a stream");
+  if (!call) {
+    /* the call ended meanwhile */
+  } else if (rc < 0) {
+    rpc_call_finish(call, rc == DPC_ENOENT ? RPC_NOT_FOUND : rpc_code_from_dpc(rc),
+                    "no inner state checkpoint of round %lld for lease %lld fragment %d: %s", (long long)x->round - 1,
+                    (long long)x->lease, x->frag + 1, dpc_errmsg());
+  } else {
+    uint32_t lo, hi;
+    memcpy(&lo, &r->b->data[0][n], 4);
+    memcpy(&hi, &r->b->data[0][n + 1], 4);
+    uint64_t step = (uint64_t)lo | (uint64_t)hi << 32;
+    os->c = c;
+    os->nparts = x->nk;
+    for (int k = 0; k < os->nparts; k++)
+      os->part[k] = (out_part){.data = (const uint8_t *)r->b->data[k], .total = (uint64_t)n * 4,
+                               .crc = dpc_crc32c(0, r->b->data[k], n * 4), .payload = x->payload[k],
+                               .fragment_id = x->fragment_id, .version = (uint64_t)x->round - 1, .num_floats = n,
+                               .step = step};
+    os->lease_id = (uint64_t)x->lease;
+    os->chunk = svc_chunk_size(x->max_chunk);
+    os->ref = svc_bufs_ref;
+    os->unref = svc_bufs_unref;
+    os->ud = r->b;
+    svc_bufs_ref(r->b); /* the stream's reference */
+    DPC_INFO("lease %lld pulls the inner state of fragment %d from round %lld (step %llu)", (long long)x->lease,
+             x->frag + 1, (long long)x->round - 1, (unsigned long long)step);
+    svc_stream_start(call, os);
+  }
+  free(x);
 }
 
 static void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
@@ -401,52 +419,42 @@ static void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, 
   } else if (l.round < 1) {
     rpc_call_finish(call, RPC_NOT_FOUND, "lease %lld trains round 0: there is no earlier inner state", (long long)l.id);
   } else {
-    size_t n = j->fragments[frag].len;
-    ipull_bufs *b = calloc(1, sizeof *b);
-    int rc = b ? 0 : DPC_ENOMEM;
-    if (b) {
-      atomic_init(&b->refs, 1);
-      rc = ipull_read(c, j, &l, frag, b);
+    svc_read *rd = svc_read_new();
+    ipull_ctx *x = rd ? calloc(1, sizeof *x) : NULL;
+    int rc = x ? 0 : dpc_err(DPC_ENOMEM, "out of memory");
+    if (x) {
+      *x = (ipull_ctx){.lease = l.id, .round = l.round, .frag = frag, .nk = inner_kinds(j),
+                       .fragment_id = r->fragment_id, .n = j->fragments[frag].len, .max_chunk = r->max_chunk_bytes};
+      rd->n = x->nk;
+      rd->ready = ipull_ready;
+      rd->ud = x;
+      for (int k = 0; k < x->nk && rc == 0; k++) {
+        x->payload[k] = inner_payload(j, k);
+        rd->kind[k] = inner_kind(j, k);
+        rc = inner_blob_name(&l, j, frag, l.round - 1, rd->kind[k], rd->name[k]);
+      }
     }
-    out_stream *os = rc == 0 ? calloc(1, sizeof *os) : NULL;
-    if (rc == 0 && !os) rc = dpc_err(DPC_ENOMEM, "out of memory for a stream");
+    if (rc == 0) rc = svc_read_start(c, call, rd);
     if (rc < 0) {
-      rpc_call_finish(call, rc == DPC_ENOENT ? RPC_NOT_FOUND : rpc_code_from_dpc(rc),
-                      "no inner state checkpoint of round %lld for lease %lld fragment %d: %s", (long long)l.round - 1,
-                      (long long)l.id, frag + 1, dpc_errmsg());
-      if (b) ipull_unref(b);
-    } else {
-      /* The M blob carries the AdamW step as two extra floats holding its bit pattern. */
-      uint32_t lo, hi;
-      memcpy(&lo, &b->data[0][n], 4);
-      memcpy(&hi, &b->data[0][n + 1], 4);
-      uint64_t step = (uint64_t)lo | (uint64_t)hi << 32;
-      os->c = c;
-      os->nparts = inner_kinds(j);
-      for (int k = 0; k < os->nparts; k++)
-        os->part[k] = (out_part){.data = (const uint8_t *)b->data[k], .total = (uint64_t)n * 4,
-                                 .crc = dpc_crc32c(0, b->data[k], n * 4),
-                                 .payload = inner_payload(j, k),
-                                 .fragment_id = r->fragment_id, .version = (uint64_t)l.round - 1, .num_floats = n,
-                                 .step = step};
-      os->lease_id = (uint64_t)l.id;
-      os->chunk = svc_chunk_size(r->max_chunk_bytes);
-      os->ref = ipull_ref;
-      os->unref = ipull_unref;
-      os->ud = b;
-      DPC_INFO("lease %lld pulls the inner state of fragment %d from round %lld (step %llu)", (long long)l.id, frag + 1,
-               (long long)l.round - 1, (unsigned long long)step);
-      svc_stream_start(call, os);
+      rpc_call_fail(call, rc);
+      free(x);
+      svc_read_free(rd);
     }
   }
   protobuf_c_message_free_unpacked(pm, NULL);
+}
+
+/* PullInnerState's end: a read still under way forgets the call. */
+static void ipull_on_done(struct rpc_call *call, int cancelled, void *ud) {
+  if (svc_hold_forget(ud, call)) return;
+  svc_stream_on_done(call, cancelled, ud);
 }
 
 static const struct rpc_method methods[] = {
     {.path = "/dipaco.v1.Coordinator/PushInnerState", .kind = RPC_CLIENT_STREAM, .on_call = ipush_on_call,
      .on_message = ipush_on_message, .on_done = ipush_on_done},
     {.path = "/dipaco.v1.Coordinator/PullInnerState", .kind = RPC_SERVER_STREAM, .on_call = on_ipull,
-     .on_sent = svc_stream_on_sent, .on_done = svc_stream_on_done},
+     .on_sent = svc_stream_on_sent, .on_done = ipull_on_done},
 };
 
 int svc_inner_methods(coord *c, struct rpc_method *out) {

@@ -27,32 +27,55 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A momentum blob read for one pull, freed when the stream and its chunks let go. */
+/* A momentum pull: what its stream needs once the blob is read (or zeros made). */
 typedef struct {
-  atomic_int refs;
-  float *data;
-} mom_buf;
-#include "proto/dipaco.pb-c.h"
+  uint64_t lease_id, fragment_id, offset, version;
+  size_t n;
+  uint32_t max_chunk;
+} mom_ctx;
 
-#include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+/* Stream the momentum in b->data[0] (got floats; r's reads' outcome in rc) from x->offset. */
+static void mom_stream(coord *c, struct rpc_call *call, const mom_ctx *x, svc_bufs *b, size_t got, int rc) {
+  if (rc == 0 && got != x->n)
+    rc = dpc_err(DPC_EFORMAT, "the momentum blob holds %zu floats, want %zu", got, x->n);
+  if (rc < 0) {
+    rpc_call_fail(call, rc);
+    return;
+  }
+  if (x->offset > (uint64_t)x->n * 4) {
+    rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)x->offset,
+                    x->n * 4);
+    return;
+  }
+  out_stream *os = calloc(1, sizeof *os);
+  if (!os) {
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  os->c = c;
+  os->nparts = 1;
+  os->part[0] = (out_part){.data = (const uint8_t *)b->data[0], .total = (uint64_t)x->n * 4,
+                           .crc = dpc_crc32c(0, b->data[0], x->n * 4),
+                           .payload = DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM, .fragment_id = x->fragment_id,
+                           .version = x->version, .num_floats = x->n};
+  os->next = x->offset;
+  os->lease_id = x->lease_id;
+  os->chunk = svc_chunk_size(x->max_chunk);
+  os->ref = svc_bufs_ref;
+  os->unref = svc_bufs_unref;
+  os->ud = b;
+  svc_bufs_ref(b); /* the stream's reference */
+  svc_stream_start(call, os);
+}
 
-/* ---- PullFragment ------------------------------------------------------------------------------- */
-
-static void mom_ref(void *ud) { atomic_fetch_add(&((mom_buf *)ud)->refs, 1); }
-
-static void mom_unref(void *ud) {
-  mom_buf *b = ud;
-  if (atomic_fetch_sub(&b->refs, 1) != 1) return;
-  free(b->data);
-  free(b);
+static void mom_ready(coord *c, struct rpc_call *call, svc_read *r) {
+  if (call) mom_stream(c, call, r->ud, r->b, r->got[0], r->rc);
+  free(r->ud);
 }
 
 /* Eager updates and replay pulls: the outer momentum of fragment frag at version r->version
- * (an eager job or one with replay pulls; zeros at version 0), read from its blob and streamed like parameters. */
+ * (an eager job or one with replay pulls; zeros at version 0), read from its blob on the
+ * thread pool and streamed like parameters. */
 static void pull_momentum(struct rpc_call *call, coord *c, const store_lease *l, int frag,
                           const Dipaco__V1__PullFragmentRequest *r) {
   coord_job *j = coord_job_get(c, l->job);
@@ -70,47 +93,29 @@ static void pull_momentum(struct rpc_call *call, coord *c, const store_lease *l,
                     frag + 1, (unsigned long long)r->version, later ? "not made yet; ask again" : "not kept");
     return;
   }
-  mom_buf *b = calloc(1, sizeof *b);
-  size_t n = j->fragments[frag].len;
-  int rc = b ? 0 : DPC_ENOMEM;
-  if (!rc && f.momentum_blob[0]) {
-    size_t got = 0;
-    rc = blob_read_alloc(c->bs, f.momentum_blob, BLOB_MOMENTUM, &b->data, &got, NULL);
-    if (!rc && got != n) rc = dpc_err(DPC_EFORMAT, "momentum blob %s holds %zu floats, want %zu", f.momentum_blob, got, n);
-  } else if (!rc && !(b->data = calloc(n ? n : 1, sizeof(float)))) {
-    rc = DPC_ENOMEM;
-  }
-  out_stream *os = rc == 0 ? calloc(1, sizeof *os) : NULL;
-  if (rc == 0 && !os) rc = DPC_ENOMEM;
-  if (rc < 0) {
-    rpc_call_fail(call, rc);
-    if (b) {
-      free(b->data);
-      free(b);
-    }
+  svc_read *rd = svc_read_new();
+  mom_ctx *x = rd ? calloc(1, sizeof *x) : NULL;
+  if (!x) {
+    svc_read_free(rd);
+    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
-  if (r->offset > (uint64_t)n * 4) {
-    rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)r->offset,
-                    n * 4);
-    free(b->data);
-    free(b);
-    free(os);
-    return;
+  *x = (mom_ctx){.lease_id = (uint64_t)l->id, .fragment_id = r->fragment_id, .offset = r->offset,
+                 .version = (uint64_t)f.version, .n = j->fragments[frag].len, .max_chunk = r->max_chunk_bytes};
+  int rc = 0;
+  if (f.momentum_blob[0]) {
+    rd->n = 1;
+    snprintf(rd->name[0], sizeof rd->name[0], "%s", f.momentum_blob);
+    rd->kind[0] = BLOB_MOMENTUM;
+    rd->ready = mom_ready;
+    rd->ud = x;
+    if ((rc = svc_read_start(c, call, rd)) == 0) return;
+  } else if (!(rd->b->data[0] = calloc(x->n ? x->n : 1, sizeof(float)))) {
+    rc = dpc_err(DPC_ENOMEM, "out of memory");
   }
-  atomic_init(&b->refs, 1);
-  os->c = c;
-  os->nparts = 1;
-  os->part[0] = (out_part){.data = (const uint8_t *)b->data, .total = (uint64_t)n * 4,
-                           .crc = dpc_crc32c(0, b->data, n * 4), .payload = DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM,
-                           .fragment_id = r->fragment_id, .version = (uint64_t)f.version, .num_floats = n};
-  os->next = r->offset;
-  os->lease_id = (uint64_t)l->id;
-  os->chunk = svc_chunk_size(r->max_chunk_bytes);
-  os->ref = mom_ref;
-  os->unref = mom_unref;
-  os->ud = b;
-  svc_stream_start(call, os);
+  mom_stream(c, call, x, rd->b, rc == 0 ? x->n : 0, rc); /* zeros at once, or the failure */
+  free(x);
+  svc_read_free(rd);
 }
 
 static void put_le(unsigned char *p, uint64_t v, int n) {
@@ -299,7 +304,7 @@ static void round_send(round_read *rr, int rc, const char *err) {
     round_read_free(rr);
     return;
   }
-  mom_buf *b = calloc(1, sizeof *b);
+  svc_bufs *b = calloc(1, sizeof *b);
   out_stream *os = b ? calloc(1, sizeof *os) : NULL;
   coord_job *j = coord_job_get(c, rr->l.job);
   if (!os || !j) {
@@ -309,7 +314,7 @@ static void round_send(round_read *rr, int rc, const char *err) {
     return;
   }
   atomic_init(&b->refs, 1);
-  b->data = (float *)(void *)rr->data; /* the stream owns the bytes now */
+  b->data[0] = (float *)(void *)rr->data; /* the stream owns the bytes now */
   os->c = c;
   os->nparts = 1;
   os->part[0] = (out_part){.data = rr->data, .total = (uint64_t)rr->len, .crc = dpc_crc32c(0, rr->data, rr->len),
@@ -321,8 +326,8 @@ static void round_send(round_read *rr, int rc, const char *err) {
   os->lease_id = (uint64_t)rr->l.id;
   os->job = replay ? rr->l.job : 0;
   os->chunk = svc_chunk_size(r->max_chunk_bytes);
-  os->ref = mom_ref;
-  os->unref = mom_unref;
+  os->ref = svc_bufs_ref;
+  os->unref = svc_bufs_unref;
   os->ud = b;
   DPC_DEBUG("lease %lld pulls the %s round of fragment %d version %llu (%zu bytes%s)", (long long)rr->l.id,
             replay ? "replay" : "sparse", frag + 1, (unsigned long long)r->version, rr->len,

@@ -165,7 +165,7 @@ static void push_commit_after(uv_work_t *req, int status) {
   push_unclaim(p); /* the delta is recorded (or refused) before the next stream of the lease writes */
   if (p->object) put_forget(c, p->lease.id, p->frag); /* recorded below, or deleted */
   if (status != 0 || p->work_rc < 0) {
-    if (p->enc_blob[0]) blob_delete(c->bs, p->enc_blob);
+    if (p->enc_blob[0]) rounds_discard(c, p->enc_blob, NULL);
     push_fail(p, RPC_INTERNAL, "could not store the delta durably: %s", status ? "canceled" : p->err);
   } else {
     TESTHOOK("push-commit");
@@ -194,8 +194,8 @@ static void push_commit_after(uv_work_t *req, int status) {
      * none; each removes its own file now rather than leave it to the restart sweep. */
     char msg[512];
     snprintf(msg, sizeof msg, "%s", rc < 0 ? dpc_errmsg() : "");
-    if (rc != 0) blob_delete(c->bs, p->blob);
-    if (rc != 0 && p->enc_blob[0]) blob_delete(c->bs, p->enc_blob);
+    if (rc != 0) rounds_discard(c, p->blob, NULL);
+    if (rc != 0 && p->enc_blob[0]) rounds_discard(c, p->enc_blob, NULL);
     if (rc != 0 && n) n->bytes_out += pulled; /* not recorded: the next row carries them */
     if (rc == 0 || rc == 1) {
       push_ack(p, p->frag, rc == 0 ? DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED : DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE,
@@ -512,7 +512,7 @@ static void push_object_after(uv_work_t *req, int status) {
   }
   if (!queued) {
     if (drop) { /* refused: nobody will record it */
-      if (!put_discard(c, p->lease.id, p->frag)) blob_delete(c->bs, p->blob);
+      if (!put_discard(c, p->lease.id, p->frag)) rounds_discard(c, p->blob, NULL);
     }
     push_unclaim(p);
     p->in_frag = 0;

@@ -11,9 +11,10 @@
  *    FAILED_PRECONDITION naming the field; the worker then pushes through PushDelta.
  *  - An object above Lease.delta_put_part_bytes (--s3-put-part-mb) comes in parts: the request
  *    gives each part's MD5, the coordinator starts a multipart upload and presigns one PUT per
- *    part, and the commit completes the upload (svc_push_commit.c) before its checks. Starting
- *    the upload is one request to the store on the loop thread, as the tick's deletes are; a
- *    store found down answers UNAVAILABLE before it.
+ *    part, and the commit completes the upload (svc_push_commit.c) before its checks. The
+ *    uploads start on the thread pool and the call is answered after; a store found down
+ *    answers UNAVAILABLE before it. Objects and uploads dropped are deleted and aborted on the
+ *    thread pool too (rounds_discard).
  *  - Every call names new objects (the delta name with a fresh attempt number, as a streamed
  *    push's spool), so a retried prepare never lets an old URL overwrite a committed object;
  *    the URL signs the MD5, so it can write only the bytes the worker announced. An upload
@@ -34,9 +35,12 @@
 #include "coordinator/blobs.h"
 #include "coordinator/jobs.h"
 #include "coordinator/loop.h"
+#include "coordinator/rounds.h"
 #include "coordinator/svc.h"
+#include "coordinator/testhook.h"
 #include "proto/dipaco.pb-c.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,9 +60,9 @@ const put_prep *put_prepared(const coord *c, int64_t lease, int frag) {
 /* Remove entry i (the last one takes its place); with discard, its object or upload too. */
 static void put_drop(coord *c, int i, int discard) {
   put_prep *e = &c->puts[i];
-  /* (a failed delete or abort leaves the object or upload to the start-up sweep) */
-  if (discard && e->upload_id[0]) blob_store_upload_abort(c->bs, e->name, e->upload_id);
-  if (discard) blob_delete(c->bs, e->name); /* (an upload may have been completed) */
+  /* On the thread pool; a failed delete or abort leaves the object or upload to the start-up
+   * sweep. The object goes too: an upload may have been completed. */
+  if (discard) rounds_discard(c, e->name, e->upload_id);
   free(e->part_md5);
   c->puts[i] = c->puts[--c->n_puts];
 }
@@ -229,8 +233,9 @@ static void out_free(Dipaco__V1__DeltaPut *o) {
   free(o->part_urls);
 }
 
-/* Name one fragment's object and presign its PUT, or start its multipart upload and presign a
- * PUT per part; record the entry and fill the answer *o (strings malloc'd: out_free). */
+/* Name one fragment's object, record its entry and fill the answer *o (strings malloc'd:
+ * out_free): a single PUT is presigned at once; an object in parts gets its part URLs once its
+ * multipart upload has started (prep_begin_run, prep_after). */
 static int prepare_one(coord *c, const store_lease *l, const Dipaco__V1__DeltaPut *d, int64_t now,
                        Dipaco__V1__DeltaPut *o) {
   int frag = (int)(d->fragment_id - 1);
@@ -251,15 +256,10 @@ static int prepare_one(coord *c, const store_lease *l, const Dipaco__V1__DeltaPu
     e->part_md5 = malloc((size_t)parts * sizeof *e->part_md5);
     o->part_urls = calloc((size_t)parts, sizeof *o->part_urls);
     rc = e->part_md5 && o->part_urls ? 0 : dpc_err(DPC_ENOMEM, "out of memory");
-    if (!rc) rc = blob_store_upload_begin(c->bs, e->name, e->upload_id, sizeof e->upload_id);
-    for (int i = 0; !rc && i < parts; i++) {
-      memcpy(e->part_md5[i], d->part_md5[i].data, 16);
-      rc = blob_store_part_url(c->bs, e->name, e->upload_id, i + 1, e->part_md5[i], url, sizeof url);
-      if (!rc && !(o->part_urls[o->n_part_urls++] = strdup(url))) rc = dpc_err(DPC_ENOMEM, "out of memory");
-    }
+    for (int i = 0; !rc && i < parts; i++) memcpy(e->part_md5[i], d->part_md5[i].data, 16);
   }
   if (rc < 0) {
-    put_discard(c, l->id, frag); /* (aborts an upload begun) */
+    put_discard(c, l->id, frag);
     return rc;
   }
   e->parts = parts;
@@ -276,6 +276,127 @@ static int prepare_one(coord *c, const store_lease *l, const Dipaco__V1__DeltaPu
   return 0;
 }
 
+/* A PrepareDeltaPut being answered: its objects are named; those in parts wait for their
+ * multipart uploads, started on the thread pool (each is a request to the store, which must
+ * not hold up the loop thread while the store is slow). */
+typedef struct {
+  char name[BLOB_NAME_MAX]; /* the entry's object as named by this call */
+  int multi;                /* in parts: its upload starts on the thread pool */
+  char upload_id[512];
+  int rc;
+  char err[256];
+} prep_upload;
+
+typedef struct {
+  svc_hold hold;
+  uv_work_t req;
+  coord *c;
+  int64_t lease;
+  size_t n;
+  Dipaco__V1__DeltaPut *out; /* [n] the answer */
+  Dipaco__V1__DeltaPut **op;
+  prep_upload *up; /* [n] */
+} prep_work;
+
+static void prep_free(prep_work *w) {
+  for (size_t k = 0; w->out && k < w->n; k++) out_free(&w->out[k]);
+  free(w->out);
+  free(w->op);
+  free(w->up);
+  free(w);
+}
+
+/* The call failed: drop the entries it named that are still there (nobody will put them). */
+static void prep_drop(coord *c, prep_work *w) {
+  for (size_t k = 0; k < w->n; k++) {
+    const put_prep *e = put_prepared(c, w->lease, (int)(w->out[k].fragment_id - 1));
+    if (e && strcmp(e->name, w->up[k].name) == 0) put_discard(c, w->lease, e->frag);
+  }
+}
+
+static void prep_begin_run(uv_work_t *req) {
+  prep_work *w = req->data;
+  int ms = testhook_pool_delay_ms();
+  if (ms > 0) uv_sleep((unsigned)ms);
+  for (size_t k = 0; k < w->n; k++) {
+    prep_upload *u = &w->up[k];
+    if (!u->multi) continue;
+    u->rc = blob_store_upload_begin(w->c->bs, u->name, u->upload_id, sizeof u->upload_id);
+    if (u->rc < 0) snprintf(u->err, sizeof u->err, "%s", dpc_errmsg());
+  }
+}
+
+/* Upload k's start has ended: give its entry the upload and presign a PUT per part into the
+ * answer. With drop (the call is gone, or another object of it failed), or when the entry was
+ * dropped or replaced meanwhile (its lease ended, a newer prepare), the entry and the upload
+ * go instead. */
+static int prep_parts(coord *c, prep_work *w, size_t k, int drop) {
+  prep_upload *u = &w->up[k];
+  int frag = (int)(w->out[k].fragment_id - 1);
+  put_prep *e = (put_prep *)put_prepared(c, w->lease, frag);
+  if (e && strcmp(e->name, u->name) != 0) e = NULL;
+  if (u->rc < 0) {
+    if (e) put_discard(c, w->lease, frag);
+    return dpc_err(u->rc, "%s", u->err);
+  }
+  if (!e || drop) {
+    if (e) {
+      snprintf(e->upload_id, sizeof e->upload_id, "%s", u->upload_id);
+      put_discard(c, w->lease, frag); /* (aborts the upload) */
+    } else {
+      rounds_discard(c, u->name, u->upload_id);
+    }
+    return drop ? DPC_ECANCELED
+                : dpc_err(DPC_ESTATE, "the lease ended, or a newer PrepareDeltaPut replaced this one, while its "
+                                      "upload started");
+  }
+  snprintf(e->upload_id, sizeof e->upload_id, "%s", u->upload_id);
+  char url[S3_URL_MAX];
+  Dipaco__V1__DeltaPut *o = &w->out[k];
+  for (int i = 0; i < e->parts; i++) {
+    int rc = blob_store_part_url(c->bs, e->name, e->upload_id, i + 1, e->part_md5[i], url, sizeof url);
+    if (!rc && !(o->part_urls[o->n_part_urls++] = strdup(url))) rc = dpc_err(DPC_ENOMEM, "out of memory");
+    if (rc < 0) {
+      put_discard(c, w->lease, frag); /* (aborts the upload) */
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static void prep_reply(struct rpc_call *call, prep_work *w) {
+  Dipaco__V1__PrepareDeltaPutResponse resp = DIPACO__V1__PREPARE_DELTA_PUT_RESPONSE__INIT;
+  resp.n_puts = w->n;
+  resp.puts = w->op;
+  rpc_call_reply(call, &resp.base);
+  DPC_DEBUG("lease %lld: %zu delta object(s) prepared", (long long)w->lease, w->n);
+}
+
+static void prep_after(uv_work_t *req, int status) {
+  prep_work *w = req->data;
+  coord *c = w->c;
+  svc_hold_remove(c, &w->hold);
+  struct rpc_call *call = w->hold.call;
+  int failed = 0;
+  for (size_t k = 0; k < w->n; k++) {
+    prep_upload *u = &w->up[k];
+    if (!u->multi) continue;
+    if (status && u->rc == 0) { /* (libuv never cancels started work; kept for the contract) */
+      u->rc = DPC_ECANCELED;
+      snprintf(u->err, sizeof u->err, "canceled");
+    }
+    int rc = prep_parts(c, w, k, failed || !call);
+    if (rc < 0 && !failed && call)
+      rpc_call_finish(call, rpc_code_from_dpc(rc), "fragment %llu's object: %s",
+                      (unsigned long long)w->out[k].fragment_id, dpc_errmsg());
+    failed |= rc < 0;
+  }
+  if (failed) prep_drop(c, w);
+  if (call && !failed) prep_reply(call, w);
+  prep_free(w);
+  loop_work_done(c);
+}
+
 static void on_prepare(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {
   coord *c = ud;
   int64_t worker;
@@ -289,41 +410,64 @@ static void on_prepare(struct rpc_call *call, const struct grpc_byte_buffer *req
   size_t n = j ? r->n_puts : 0;
   for (size_t k = 0; k < n; k++)
     if (check_put(call, c, j, &l, r->puts[k], k, r) < 0) n = 0, j = NULL;
-  Dipaco__V1__DeltaPut *out = j ? calloc(n, sizeof *out) : NULL;
-  Dipaco__V1__DeltaPut **op = j ? calloc(n, sizeof *op) : NULL;
-  if (j && (!out || !op)) {
+  prep_work *w = j ? calloc(1, sizeof *w) : NULL;
+  if (w) {
+    w->out = calloc(n, sizeof *w->out);
+    w->op = calloc(n, sizeof *w->op);
+    w->up = calloc(n, sizeof *w->up);
+  }
+  if (j && (!w || !w->out || !w->op || !w->up)) {
     rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
     j = NULL;
   }
   int64_t now = dpc_wall_ms();
   if (j) put_expire(c, now);
-  size_t made = 0;
-  int failed = 0;
-  for (; j && made < n; made++) {
-    op[made] = &out[made];
-    int rc = prepare_one(c, &l, r->puts[made], now, &out[made]);
+  int uploads = 0;
+  for (size_t k = 0; j && k < n; k++) {
+    w->op[k] = &w->out[k];
+    w->n = k + 1;
+    int rc = prepare_one(c, &l, r->puts[k], now, &w->out[k]);
     if (rc < 0) {
       rpc_call_finish(call, rpc_code_from_dpc(rc), "fragment %llu's object: %s",
-                      (unsigned long long)r->puts[made]->fragment_id, dpc_errmsg());
-      made++, failed = 1; /* (freed below with the others) */
-      break;
+                      (unsigned long long)r->puts[k]->fragment_id, dpc_errmsg());
+      w->n = k; /* (prepare_one dropped its own entry) */
+      w->lease = l.id;
+      prep_drop(c, w);
+      w->n = k + 1; /* (its answer is freed with the others) */
+      j = NULL;
+    } else {
+      snprintf(w->up[k].name, sizeof w->up[k].name, "%s", put_prepared(c, l.id, (int)(r->puts[k]->fragment_id - 1))->name);
+      w->up[k].multi = r->puts[k]->n_part_md5 > 0;
+      uploads += w->up[k].multi;
     }
   }
-  if (j && made == n && !failed) {
-    Dipaco__V1__PrepareDeltaPutResponse resp = DIPACO__V1__PREPARE_DELTA_PUT_RESPONSE__INIT;
-    resp.n_puts = n;
-    resp.puts = op;
-    rpc_call_reply(call, &resp.base);
-    DPC_DEBUG("lease %lld: %zu delta object(s) prepared", (long long)l.id, n);
+  if (j && !uploads) {
+    prep_reply(call, w);
+  } else if (j) {
+    w->c = c;
+    w->lease = l.id;
+    w->req.data = w;
+    if (loop_queue_work(c, &w->req, prep_begin_run, prep_after) == 0) {
+      svc_hold_add(c, &w->hold, call);
+      w = NULL;
+    } else {
+      prep_drop(c, w);
+      rpc_call_finish(call, RPC_UNAVAILABLE, "cannot start the multipart uploads now; push again later");
+    }
   }
-  for (size_t k = 0; out && k < made; k++) out_free(&out[k]);
-  free(out);
-  free(op);
+  if (w) prep_free(w);
   protobuf_c_message_free_unpacked(pm, NULL);
 }
 
+/* PrepareDeltaPut's end: a prepare still starting its uploads forgets the call. */
+static void prep_on_done(struct rpc_call *call, int cancelled, void *ud) {
+  (void)cancelled;
+  svc_hold_forget(ud, call);
+}
+
 static const struct rpc_method methods[] = {
-    {.path = "/dipaco.v1.Coordinator/PrepareDeltaPut", .kind = RPC_UNARY, .on_call = on_prepare},
+    {.path = "/dipaco.v1.Coordinator/PrepareDeltaPut", .kind = RPC_UNARY, .on_call = on_prepare,
+     .on_done = prep_on_done},
 };
 
 int svc_put_methods(coord *c, struct rpc_method *out) {

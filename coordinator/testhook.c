@@ -16,7 +16,7 @@ static long g_nth, g_hits;
 
 static int g_rf_kind;
 static long g_rf_nth, g_rf_hits;
-static int g_fill_delay_ms;
+static int g_pool_delay_ms;
 
 /* Parse VAR=<name>[:<nth>] against names[0..n): *idx the name's index (-1 when VAR is unset or
  * empty), *nth the count (default 1). DPC_EINVAL, naming VAR and the known names (of `what`:
@@ -48,20 +48,20 @@ int testhook_replay_fault(void) {
   return g_rf_kind;
 }
 
-int testhook_fill_delay_ms(void) { return g_fill_delay_ms; }
+int testhook_pool_delay_ms(void) { return g_pool_delay_ms; }
 
 int testhook_init(void) {
   static const char *const FAULTS[] = {"undecodable", "mismatch", "gone"};
   int idx;
   long nth;
-  const char *d = getenv("DIPACO_TEST_FILL_DELAY_MS");
+  const char *d = getenv("DIPACO_TEST_POOL_DELAY_MS");
   if (d && *d) {
     char *end;
     long ms = strtol(d, &end, 10);
     if (end == d || *end || ms < 0 || ms > 600000)
-      return dpc_err(DPC_EINVAL, "DIPACO_TEST_FILL_DELAY_MS=%s: must be an integer in [0, 600000]", d);
-    g_fill_delay_ms = (int)ms;
-    DPC_WARN("test hook armed: parameter-cache fills wait %ld ms first", ms);
+      return dpc_err(DPC_EINVAL, "DIPACO_TEST_POOL_DELAY_MS=%s: must be an integer in [0, 600000]", d);
+    g_pool_delay_ms = (int)ms;
+    DPC_WARN("test hook armed: thread-pool work that calls wait for sleeps %ld ms first", ms);
   }
   int rc = parse_armed("DIPACO_TEST_REPLAY_FAULT", "fault", FAULTS, 3, "undecodable, mismatch, gone", &idx, &nth);
   if (rc < 0) return rc;

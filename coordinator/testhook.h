@@ -42,11 +42,12 @@ enum { REPLAY_FAULT_NONE = 0, REPLAY_FAULT_UNDECODABLE, REPLAY_FAULT_MISMATCH, R
 /* Count a served replay round; the fault to apply to it (REPLAY_FAULT_*). Loop thread only. */
 int testhook_replay_fault(void);
 
-/* DIPACO_TEST_FILL_DELAY_MS=<ms> (0 … 600000): every parameter-cache fill (pcache.c: a version
- * mapped and verified on the thread pool for a PullFragment or an export) sleeps that long
- * first, so a test can show the loop thread answering meanwhile. Read by testhook_init; any
- * thread may read it after. */
-int testhook_fill_delay_ms(void);
+/* DIPACO_TEST_POOL_DELAY_MS=<ms> (0 … 600000): work on the thread pool that a call waits for
+ * (a parameter-cache fill, pcache.c; the blobs a pull reads, svc_read in svc.c; the multipart
+ * uploads a PrepareDeltaPut starts, svc_put.c) sleeps that long first, so a test can show the
+ * loop thread answering other calls meanwhile. Read by testhook_init; any thread may read it
+ * after. */
+int testhook_pool_delay_ms(void);
 
 #define TESTHOOK(point)                  \
   do {                                   \

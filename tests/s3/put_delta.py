@@ -18,9 +18,10 @@ dipaco-coordinator on the RADOS Gateway of tests/s3/with_rgw.sh. Run under with_
     coordinator restart (which forgets the prepared names) an object PUT then is committed by
     its attempt number and accepted;
   * GetJob's bytes_in counts none of the objects' bytes (they went to the store);
-  * on a second coordinator (its parameter-cache fills held 2 s by DIPACO_TEST_FILL_DELAY_MS), two
-    workers' pulls of θ0 through it wait on one fill on the thread pool while ListJobs answers at
-    once; with --s3-put-part-mb 5, objects of 12.6 MiB go in 3 parts: the lease
+  * on a second coordinator (its thread-pool work that calls wait for held 2 s by
+    DIPACO_TEST_POOL_DELAY_MS), two workers' pulls of θ0 through it wait on one parameter fill,
+    and a prepare in parts on its upload's start, while ListJobs answers at once; with
+    --s3-put-part-mb 5, objects of 12.6 MiB go in 3 parts: the lease
     says so, a prepare with too few part MD5s is INVALID_ARGUMENT, each part's URL takes only its
     part's bytes, a commit with a part missing is FAILED_PRECONDITION naming the upload (which is
     aborted), good parts commit and make version 1 as above, and no upload is left unfinished.
@@ -41,7 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from daemon_kit import Daemon, check, crc32c, grpc_stubs, run_grpc_test, status_of  # noqa: E402
 
 LR = 0.7
-FILL_DELAY_MS = 2000
+POOL_DELAY_MS = 2000
 
 
 def blob_object(np, delta):
@@ -106,30 +107,28 @@ def main():
     if rc:
         return rc
     pargs = args[:-3] + ("s3://dpc-put/p", "--s3-endpoint", endpoint, "--s3-put-part-mb", "5")
-    os.environ["DIPACO_TEST_FILL_DELAY_MS"] = str(FILL_DELAY_MS)
+    os.environ["DIPACO_TEST_POOL_DELAY_MS"] = str(POOL_DELAY_MS)
     try:
         return run_grpc_test(coord_bin, proto_dir, "dpc_put_parts_",
                              lambda grpc, np, pb, d, state, log: run_parts(grpc, np, pb, d, state, endpoint, log),
                              args=pargs)
     finally:
-        del os.environ["DIPACO_TEST_FILL_DELAY_MS"]
+        del os.environ["DIPACO_TEST_POOL_DELAY_MS"]
 
 
-def pull_during_fill(np, pb, X, leases, mds, log):
-    """Both workers pull θ0 through the coordinator at once. On S3 the parameter cache holds no
-    version, so it reads and checks θ0 on the thread pool (held FILL_DELAY_MS by the test hook):
-    the two pulls wait on one fill while the loop thread answers ListJobs at once. Returns θ0."""
+def while_waiting(pb, X, calls):
+    """Run calls (functions) in threads, each waiting on the coordinator's thread pool (held
+    POOL_DELAY_MS by the test hook); meanwhile time ListJobs, which the loop thread answers.
+    Returns ([(result, seconds)] per call, ListJobs' seconds)."""
     import threading
     import time
-    got = [None, None]
+    got = [None] * len(calls)
 
-    def pull(i):
+    def run(i):
         t = time.time()
-        cs = list(X["PullFragment"](pb.PullFragmentRequest(lease_id=leases[i].lease_id, fragment_id=1),
-                                    metadata=mds[i], timeout=60))
-        got[i] = (b"".join(c.data for c in cs), time.time() - t)
+        got[i] = (calls[i](), time.time() - t)
 
-    ts = [threading.Thread(target=pull, args=(i,)) for i in range(2)]
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
     for t in ts:
         t.start()
     time.sleep(0.3)
@@ -138,10 +137,27 @@ def pull_during_fill(np, pb, X, leases, mds, log):
     answered = time.time() - t1
     for t in ts:
         t.join()
+    return got, answered
+
+
+def check_waited(got, answered, what):
     wait = [g and round(g[1], 2) for g in got]
-    check(all(g and g[1] >= FILL_DELAY_MS / 1000 - 0.1 for g in got), f"both pulls waited for the fill ({wait} s)")
-    check(answered < 0.5 * FILL_DELAY_MS / 1000,
-          f"ListJobs answered in {answered:.2f} s while the fill ran ({FILL_DELAY_MS} ms): the loop thread is free")
+    check(all(g and g[1] >= POOL_DELAY_MS / 1000 - 0.1 for g in got), f"{what} waited on the thread pool ({wait} s)")
+    check(answered < 0.5 * POOL_DELAY_MS / 1000,
+          f"ListJobs answered in {answered:.2f} s meanwhile ({POOL_DELAY_MS} ms): the loop thread is free")
+
+
+def pull_during_fill(np, pb, X, leases, mds, log):
+    """Both workers pull θ0 through the coordinator at once. On S3 the parameter cache holds no
+    version, so it reads and checks θ0 on the thread pool: the two pulls wait on one fill while
+    the loop thread answers ListJobs at once. Returns θ0."""
+    def pull(i):
+        cs = X["PullFragment"](pb.PullFragmentRequest(lease_id=leases[i].lease_id, fragment_id=1), metadata=mds[i],
+                               timeout=60)
+        return b"".join(c.data for c in cs)
+
+    got, answered = while_waiting(pb, X, [lambda: pull(0), lambda: pull(1)])
+    check_waited(got, answered, "both pulls")
     n = leases[0].fragments[0].num_floats
     check(got[0][0] == got[1][0] and len(got[0][0]) == 4 * n, "both pulls got the same θ0, whole")
     with open(log) as f:
@@ -193,7 +209,9 @@ def run_parts(grpc, np, pb, d, state, endpoint, log):
     pmd5 = [[hashlib.md5(x).digest() for x in ps] for ps in parts]
     c, msg = prepare(mds[0], leases[0], objs[0][2], objs[0][1], pmd5[0][:2])
     check(c == S.INVALID_ARGUMENT and "part_md5" in str(msg), f"a prepare with 2 of 3 part MD5s is refused ({c}: {msg})")
-    c, r = prepare(mds[0], leases[0], objs[0][2], objs[0][1], pmd5[0])
+    got, answered = while_waiting(pb, X, [lambda: prepare(mds[0], leases[0], objs[0][2], objs[0][1], pmd5[0])])
+    check_waited(got, answered, "a prepare in parts (its upload starts on the thread pool)")
+    c, r = got[0][0]
     urls = list(r.puts[0].part_urls) if c == S.OK else []
     check(len(urls) == 3 and not r.puts[0].url and all("uploadId=" in u and "partNumber=" in u for u in urls),
           f"a good prepare answers a presigned PUT per part ({c})")
