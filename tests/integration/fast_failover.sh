@@ -57,8 +57,7 @@ mv "$W/coordinator.log" "$W/coordinator-ref.log"
 
 # 2. Victim (3 s steps: the spare must start and register before its round ends, on a loaded machine too), slow worker (1.5 s steps: longer than the window at 400 ms), and a
 #    spare (300 ms steps) that starts once both slots are leased.
-MPORT=$(free_port)
-start_coordinator "$W/state" "${FLAGS[@]}" --metrics-listen 127.0.0.1:$MPORT || fail "coordinator"
+start_coordinator_metrics "$W/state" "${FLAGS[@]}" || fail "coordinator"
 start_worker victim "$W/corpus" --min-step-ms 3000; victim=$LAST_WORKER_PID
 start_worker slow "$W/corpus" --min-step-ms 1500
 job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")

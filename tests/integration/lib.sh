@@ -50,6 +50,21 @@ start_coordinator() {
   launch_coordinator "$@"
 }
 
+# start_coordinator_metrics STATE_DIR [extra flags...] — start_coordinator with /metrics on a
+# free loopback port, MPORT (and URL=http://127.0.0.1:MPORT). A port free_port found can be taken
+# by a test running beside this one before the coordinator binds it: a start that finds either
+# of its ports in use is tried again on fresh ones.
+start_coordinator_metrics() {
+  local i n
+  for i in 1 2 3 4 5; do
+    MPORT=$(free_port); URL=http://127.0.0.1:$MPORT
+    n=0; if [ -f "$W/coordinator.log" ]; then n=$(wc -l < "$W/coordinator.log"); fi
+    start_coordinator "$@" --metrics-listen "127.0.0.1:$MPORT" >"$W/start.out" 2>&1 && return 0
+    tail -n +$((n + 1)) "$W/coordinator.log" | grep -q "address already in use" || break
+  done
+  cat "$W/start.out"; return 1
+}
+
 # restart_coordinator STATE_DIR [extra flags...] — start it again on the same address ($COORD),
 # e.g. after a SIGKILL, so that running workers find it where they left it. The port can stay
 # busy for a moment after the old process died: a start that fails is tried again.

@@ -20,8 +20,7 @@ ROUNDS=12
 ops_setup
 ops_spec "$W/spec.json" cli-demo diloco 2 $ROUNDS
 ops_spec "$W/held.json" cli-held diloco 1 5
-MPORT=$(free_port)
-start_coordinator "$W/state" --metrics-listen 127.0.0.1:$MPORT || fail "coordinator"
+start_coordinator_metrics "$W/state" || fail "coordinator"
 C=("$CTL" --coordinator "$COORD")
 job=$("${C[@]}" job create "$W/spec.json" 2>>"$W/ctl.log") || fail "job create"
 # Three watchers at once, before any worker: plain lines, a terminal screen, a progress bar.

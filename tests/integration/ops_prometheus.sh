@@ -20,8 +20,7 @@ ops_setup
 # Long jobs (paced workers), cancelled at the end: per-job series exist while a job is live.
 ops_spec "$W/sync.json" ops-sync diloco 2 400
 ops_spec "$W/async.json" ops-async diloco-async 1 400
-MPORT=$(free_port)
-start_coordinator "$W/state" --metrics-listen 127.0.0.1:$MPORT || fail "coordinator"
+start_coordinator_metrics "$W/state" || fail "coordinator"
 for n in w1 w2 w3; do start_worker $n "$W/corpus" --min-step-ms 40; done
 sync=$("$CTL" --coordinator "$COORD" job create "$W/sync.json" 2>>"$W/ctl.log") || fail "job create (sync)"
 async=$("$CTL" --coordinator "$COORD" job create "$W/async.json" 2>>"$W/ctl.log") || fail "job create (async)"

@@ -22,9 +22,7 @@ NAME=status-page-demo
 HOSTILE='<script>alert(1)</script>&host'
 ops_setup
 ops_spec "$W/spec.json" $NAME diloco 2 400
-MPORT=$(free_port)
-URL=http://127.0.0.1:$MPORT
-start_coordinator "$W/state" --metrics-listen 127.0.0.1:$MPORT || fail "coordinator"
+start_coordinator_metrics "$W/state" || fail "coordinator"
 start_worker gpu-node-1 "$W/corpus" --min-step-ms 40
 # (lib.sh's start_worker names the log after the worker: this one gets a plain log name)
 "$WORKER_BIN" --coordinator "$COORD" --data-dir "$W/corpus" --name "$HOSTILE" --threads 1 --min-step-ms 40 \

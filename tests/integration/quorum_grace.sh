@@ -23,8 +23,7 @@ cat > "$W/spec.json" <<JSON
  "quorum": 0.5, "quorum_grace_s": 1, "round_timeout_s": 120}
 JSON
 FLAGS=(--heartbeat-ms 200 --lease-ttl-ms 60000 --dead-after-heartbeats 100)
-MPORT=$(free_port)
-start_coordinator "$W/state" "${FLAGS[@]}" --metrics-listen 127.0.0.1:$MPORT || fail "coordinator"
+start_coordinator_metrics "$W/state" "${FLAGS[@]}" || fail "coordinator"
 start_worker fast "$W/corpus" --min-step-ms 200
 start_worker stall "$W/corpus" --min-step-ms 200; stall=$LAST_WORKER_PID
 job=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")

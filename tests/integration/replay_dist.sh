@@ -47,8 +47,7 @@ spec() {
 JSON
 }
 
-MPORT=$(free_port)
-start_coordinator "$W/state" --lease-ttl-ms 20000 --metrics-listen 127.0.0.1:$MPORT
+start_coordinator_metrics "$W/state" --lease-ttl-ms 20000
 start_worker w1 "$W/corpus"
 start_worker w2 "$W/corpus"
 start_worker w3 "$W/corpus"

@@ -167,9 +167,8 @@ wait_for_line "$W/creds.log" "blobs are objects under" 20 || fail "a 0600 creden
 echo "a credentials file of mode 0600 is accepted"
 
 # The outage.
-mport=$(free_port)
-start_coordinator "$W/state-outage" --lease-ttl-ms 20000 --metrics-listen 127.0.0.1:$mport \
-  --blob-store s3://dpc-jobs/outage --s3-endpoint "$S3_ENDPOINT"
+start_coordinator_metrics "$W/state-outage" --lease-ttl-ms 20000 \
+  --blob-store s3://dpc-jobs/outage --s3-endpoint "$S3_ENDPOINT"; mport=$MPORT
 start_worker o1 "$W/corpus"; start_worker o2 "$W/corpus"
 id=$("$CTL" --coordinator "$COORD" job create long.json --data-dir "$W/corpus")
 for _ in $(seq 200); do
