@@ -210,7 +210,6 @@ typedef struct coord {
   int n_puts, cap_puts;
   int delta_puts; /* leases of jobs on an S3 store may put their fp32 deltas there (--no-delta-puts: 0) */
   uint64_t put_part_bytes; /* a put object above this goes in parts of this size (--s3-put-part-mb) */
-  struct round_read *round_reads; /* PullFragment rounds being read on the thread pool (svc_pull.c) */
   int64_t live_floor_ms; /* started_ms + RESTART_GRACE_MS: a worker not heard from since the start
                             counts as seen then (it could not call a dead process) */
   int stopping;     /* SIGTERM/SIGINT seen: refuse new work, shut down when idle */

@@ -156,12 +156,11 @@ typedef struct {
 
 /* A PAYLOAD_REPLAY_ROUND / PAYLOAD_SPARSE_ROUND answer whose streams are read from the blob store
  * on the thread pool (a round of a large model is R streams of its size): the table is filled on
- * the loop thread, the streams after it. call is NULL once the call ended meanwhile. */
+ * the loop thread, the streams after it. hold.call is NULL once the call ended meanwhile. */
 typedef struct round_read {
+  svc_hold hold; /* registered while the streams are read */
   uv_work_t req;
   coord *c;
-  struct rpc_call *call;
-  struct round_read *next; /* coord.round_reads */
   store_lease l;
   int frag, replay, rc, fault; /* fault: the test hook's, for this round (testhook.h) */
   int objects; /* data holds PAYLOAD_ROUND_OBJECTS (round_objects), not the round's bytes */
@@ -283,7 +282,7 @@ static void replay_spoil(unsigned char *b, size_t len, int fault) {
 
 /* Send round rr's bytes (read) on its call, or the error that kept them. Loop thread. */
 static void round_send(round_read *rr, int rc, const char *err) {
-  struct rpc_call *call = rr->call;
+  struct rpc_call *call = rr->hold.call;
   coord *c = rr->c;
   const Dipaco__V1__PullFragmentRequest *r = &rr->r;
   const int frag = rr->frag, replay = rr->replay;
@@ -340,12 +339,8 @@ static void round_send(round_read *rr, int rc, const char *err) {
 static void round_read_after(uv_work_t *req, int status) {
   round_read *rr = req->data;
   coord *c = rr->c;
-  for (round_read **p = &c->round_reads; *p; p = &(*p)->next)
-    if (*p == rr) {
-      *p = rr->next;
-      break;
-    }
-  if (!rr->call) round_read_free(rr); /* the call ended meanwhile */
+  svc_hold_remove(c, &rr->hold);
+  if (!rr->hold.call) round_read_free(rr); /* the call ended meanwhile */
   else round_send(rr, status ? DPC_EINTERNAL : rr->rc, status ? "canceled" : rr->err);
   loop_work_done(c);
 }
@@ -424,7 +419,7 @@ static void pull_round(struct rpc_call *call, coord *c, const store_lease *l, in
     return;
   }
   rr->c = c;
-  rr->call = call;
+  rr->hold.call = call;
   rr->l = *l;
   rr->frag = frag;
   rr->replay = replay;
@@ -442,8 +437,7 @@ static void pull_round(struct rpc_call *call, coord *c, const store_lease *l, in
     return;
   }
   if (rc == 0 && loop_queue_work(c, &rr->req, round_read_work, round_read_after) == 0) {
-    rr->next = c->round_reads;
-    c->round_reads = rr;
+    svc_hold_add(c, &rr->hold, call);
     return;
   }
   char err[512];
@@ -527,15 +521,10 @@ static void pull_params(struct rpc_call *call, coord *c, const store_lease *l, c
   free(w);
 }
 
-/* PullFragment's end: a round still being read forgets the call (round_read_after frees it), and
- * so does a parameter fill (params_ready). */
+/* PullFragment's end: a round still being read (round_read_after), a parameter fill
+ * (params_ready) or a momentum read (mom_ready) forgets the call. */
 static void pull_on_done(struct rpc_call *call, int cancelled, void *ud) {
   coord *c = ud;
-  for (round_read *rr = c->round_reads; rr; rr = rr->next)
-    if (rr->call == call) {
-      rr->call = NULL;
-      return;
-    }
   if (svc_hold_forget(c, call)) return;
   svc_stream_on_done(call, cancelled, ud);
 }

@@ -85,7 +85,8 @@ STORE_FLAGS=()
 if [[ " ${STORES:-local} " == *" s3"* ]]; then
   export RGW_MEMSTORE_BYTES=${RGW_MEMSTORE_BYTES:-12884901888}
   bash "$ROOT/tests/s3/rgw.sh" start "$W/rgw" >/dev/null
-  trap 'bash "$ROOT/tests/s3/rgw.sh" stop "$W/rgw" || true; cleanup' EXIT # cleanup: tests/integration/lib.sh
+  # cleanup (tests/integration/lib.sh) exits with the status it finds: the script's, not the stop's
+  trap 'rc=$?; bash "$ROOT/tests/s3/rgw.sh" stop "$W/rgw" || true; (exit $rc); cleanup' EXIT
   set -a; . "$W/rgw/env"; set +a
   bash "$ROOT/tests/s3/s3curl.sh" -X PUT "$S3_ENDPOINT/dataplane" >/dev/null
 fi

@@ -13,7 +13,8 @@
 # what a one-OSD cluster needs: pool size 1, no cephx, crc mode for the monitor client (radosgw
 # insists on secure mode otherwise and never serves), a small memstore (RGW_MEMSTORE_BYTES), or
 # with RGW_BLUESTORE_BYTES > 0 a BlueStore OSD on a sparse file of that size under DIR (benches
-# whose objects do not fit in RAM).
+# whose objects do not fit in RAM). RGW_CONF_EXTRA: more lines for the [global] section
+# (printf %b: "\n" separates them), e.g. the daemons' debug levels for a bench.
 set -euo pipefail
 
 die() { echo "rgw.sh: $*" >&2; exit 1; }
@@ -83,6 +84,7 @@ mon allow pool size one = true
 mon warn on pool no redundancy = false
 mon data avail warn = 1
 mon max pg per osd = 1000
+$(printf '%b' "${RGW_CONF_EXTRA:-}")
 [mon]
 mon data = $D/mon/\$cluster-\$id
 [osd]
