@@ -31,6 +31,8 @@
 # default): there the workers read the parameters from the store and put their deltas there
 # through presigned URLs; "s3push" is the S3 store with --no-delta-puts (deltas pushed to the
 # coordinator, which forwards them to the store).
+# The RAM-backed OSD holds one 124M job of 3 rounds on a 23 GB machine; more rounds, BASE_BUILD
+# with S3 or the 1B case need RGW_BLUESTORE_BYTES (a BlueStore OSD on a sparse file of that size).
 #
 # usage: tests/bench/dataplane.sh [124m|1b] [R=4] [ROUNDS=3]   (124m: GPT-2 small; 1b: L=18, C=2048: 1.01B)
 # env: BUILD_DIR (default build-bench-dataplane): the build measured; STORES (default "local";

@@ -41,11 +41,11 @@ start_coordinator() { # $1 = listen address, $2 = log
   for _ in $(seq 1 100); do [ -n "$(port_of "$2")" ] && return 0; sleep 0.1; done
   fail "the coordinator did not start"
 }
-start_workers() { # two workers on $PORT that leave when the job is done (pids in WP)
+start_workers() { # two workers on $PORT that leave when the job is done (pids in WP); $@: more flags
   WP=()
   for w in 1 2; do
     "$WK" --coordinator "127.0.0.1:$PORT" --data-dir "$W" --threads 1 --name "w$w" --token-file "$W/state/join.token" \
-      --exit-when-done --log-json 2> "$W/worker$w.log" &
+      --exit-when-done --log-json "$@" 2> "$W/worker$w.log" &
     WP+=($!)
     PIDS+=($!)
   done
@@ -110,7 +110,10 @@ for w in 1 2; do mv "$W/worker$w.log" "$W/worker$w-case1.log"; done
 DIPACO_TEST_STOP_AT=push-ack:5 start_coordinator "127.0.0.1:$PORT" "$W/coord1.log"
 DIPACO_ADMIN_TOKEN=$(cat "$W/state/admin.token"); export DIPACO_ADMIN_TOKEN
 JOB=$("$CTL" job create "$W/spec.json" 2>>"$W/ctl.log")
-start_workers
+# 10 ms a step at least: a round's 40 steps take 0.4 s, so the worker that finishes round 1
+# second has its round-2 lease before the other's round-2 push (the 5th) stops the coordinator
+# (unpaced, a round trained in 30 ms and the slower worker could still be asking for its lease).
+start_workers --min-step-ms 10
 for _ in $(seq 1 300); do grep -q "test hook: stopped at push-ack" "$W/coord1.log" && break; sleep 0.1; done
 grep -q "test hook: stopped at push-ack" "$W/coord1.log" || fail "the coordinator never stopped at push-ack"
 # Both workers hold a lease of round 2: the one whose push is unanswered gives it up once the
