@@ -31,8 +31,8 @@
  *       the registry of parked Lease long-polls; rounds.c (calls leases.c): round closing,
  *       the sync outer step, the async apply, garbage collection, the tick's work;
  *       blobwatch.c: the blob store's outages (S3), which hold leases and outer steps.
- *   (4) svc.c: what every RPC handler shares (authentication, unpacking, streaming out);
- *       handlers by service: svc_worker.c (Register, Heartbeat, Lease, Release; calls
+ *   (4) svc.c: what every RPC handler shares (authentication, unpacking, streaming out, calls
+ *       held for pool work); handlers by service: svc_worker.c (Register, Heartbeat, Lease, Release; calls
  *       svc_inner.c), svc_pull.c (PullFragment), svc_push.c (PushDelta: receiving; calls
  *       svc_push_commit.c: decode, screen, commit; and svc_put.c: PrepareDeltaPut and the
  *       objects workers put on an S3 store), svc_inner.c (inner state),

@@ -1,6 +1,7 @@
 /* svc.c — what the RPC handlers of both services share: the worker session check, request
- * unpacking, the liveness touch, the Admin token check, FragmentInfo, and the zero-copy
- * server-streaming chunk sender (PullFragment, PullInnerState, ExportPath).
+ * unpacking, the liveness touch, the Admin token check, FragmentInfo, the zero-copy
+ * server-streaming chunk sender (PullFragment, PullInnerState, ExportPath), and calls answered
+ * after work on the thread pool (svc_hold; svc_read, blobs read there for a stream).
  *
  * Wire ids. fragment_id and module_id on the wire are the job spec's 0-based fragment /
  * module ids + 1 (0 means "none" in the proto). Slot.path / Slot.replica are 0-based.
