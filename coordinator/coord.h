@@ -32,8 +32,8 @@
  *       the sync outer step, the async apply, garbage collection, the tick's work;
  *       blobwatch.c: the blob store's outages (S3), which hold leases and outer steps.
  *   (4) svc.c: what every RPC handler shares (authentication, unpacking, streaming out, calls
- *       held for pool work); handlers by service: svc_worker.c (Register, Heartbeat, Lease, Release; calls
- *       svc_inner.c), svc_pull.c (PullFragment), svc_push.c (PushDelta: receiving; calls
+ *       held for pool work); handlers by service: svc_worker.c (Register, Heartbeat, Lease,
+ *       Release; calls svc_inner.c), svc_pull.c (PullFragment), svc_push.c (PushDelta: receiving; calls
  *       svc_push_commit.c: decode, screen, commit; and svc_put.c: PrepareDeltaPut and the
  *       objects workers put on an S3 store), svc_inner.c (inner state),
  *       admin_upload.c, admin_jobs.c (calls admin_upload.c), admin_fleet.c; metrics.c
