@@ -33,9 +33,9 @@
  *       blobwatch.c: the blob store's outages (S3), which hold leases and outer steps.
  *   (4) svc.c: what every RPC handler shares (authentication, unpacking, streaming out, calls
  *       held for pool work); handlers by service: svc_worker.c (Register, Heartbeat, Lease,
- *       Release; calls svc_inner.c), svc_pull.c (PullFragment), svc_push.c (PushDelta: receiving; calls
- *       svc_push_commit.c: decode, screen, commit; and svc_put.c: PrepareDeltaPut and the
- *       objects workers put on an S3 store), svc_inner.c (inner state),
+ *       Release; calls svc_inner.c), svc_pull.c (PullFragment), svc_push.c (PushDelta:
+ *       receiving; calls svc_push_commit.c: decode, screen, commit; and svc_put.c:
+ *       PrepareDeltaPut and the objects workers put on an S3 store), svc_inner.c (inner state),
  *       admin_upload.c, admin_jobs.c (calls admin_upload.c), admin_fleet.c; metrics.c
  *       (the HTTP listener: Prometheus /metrics; calls statuspage.c), statuspage.c (the
  *       status page / and /api/status).
