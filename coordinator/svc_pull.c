@@ -27,6 +27,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Stream one part to call from byte `offset`, the stream taking the reference on ud that the
+ * caller hands over: an offset past the end answers OUT_OF_RANGE and no memory
+ * RESOURCE_EXHAUSTED, and either drops that reference. */
+static void stream_one(struct rpc_call *call, coord *c, const out_part *part, uint64_t offset, uint64_t lease_id,
+                       int64_t job, uint32_t max_chunk, void (*ref)(void *), void (*unref)(void *), void *ud) {
+  out_stream *os = offset <= part->total ? calloc(1, sizeof *os) : NULL;
+  if (!os) {
+    if (offset > part->total)
+      rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%llu bytes)", (unsigned long long)offset,
+                      (unsigned long long)part->total);
+    else rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    unref(ud);
+    return;
+  }
+  os->c = c;
+  os->nparts = 1;
+  os->part[0] = *part;
+  os->next = offset;
+  os->lease_id = lease_id;
+  os->job = job;
+  os->chunk = svc_chunk_size(max_chunk);
+  os->ref = ref;
+  os->unref = unref;
+  os->ud = ud;
+  svc_stream_start(call, os);
+}
+
 /* A momentum pull: what its stream needs once the blob is read (or zeros made). */
 typedef struct {
   uint64_t lease_id, fragment_id, offset, version;
@@ -42,30 +69,11 @@ static void mom_stream(coord *c, struct rpc_call *call, const mom_ctx *x, svc_bu
     rpc_call_fail(call, rc);
     return;
   }
-  if (x->offset > (uint64_t)x->n * 4) {
-    rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)x->offset,
-                    x->n * 4);
-    return;
-  }
-  out_stream *os = calloc(1, sizeof *os);
-  if (!os) {
-    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  os->c = c;
-  os->nparts = 1;
-  os->part[0] = (out_part){.data = (const uint8_t *)b->data[0], .total = (uint64_t)x->n * 4,
-                           .crc = dpc_crc32c(0, b->data[0], x->n * 4),
-                           .payload = DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM, .fragment_id = x->fragment_id,
-                           .version = x->version, .num_floats = x->n};
-  os->next = x->offset;
-  os->lease_id = x->lease_id;
-  os->chunk = svc_chunk_size(x->max_chunk);
-  os->ref = svc_bufs_ref;
-  os->unref = svc_bufs_unref;
-  os->ud = b;
+  out_part part = {.data = (const uint8_t *)b->data[0], .total = (uint64_t)x->n * 4,
+                   .crc = dpc_crc32c(0, b->data[0], x->n * 4), .payload = DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM,
+                   .fragment_id = x->fragment_id, .version = x->version, .num_floats = x->n};
   svc_bufs_ref(b); /* the stream's reference */
-  svc_stream_start(call, os);
+  stream_one(call, c, &part, x->offset, x->lease_id, 0, x->max_chunk, svc_bufs_ref, svc_bufs_unref, b);
 }
 
 static void mom_ready(coord *c, struct rpc_call *call, svc_read *r) {
@@ -297,16 +305,9 @@ static void round_send(round_read *rr, int rc, const char *err) {
     return;
   }
   if (!rr->objects) replay_spoil(rr->data, rr->len, rr->fault);
-  if (r->offset > (uint64_t)rr->len) {
-    rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)r->offset,
-                    rr->len);
-    round_read_free(rr);
-    return;
-  }
   svc_bufs *b = calloc(1, sizeof *b);
-  out_stream *os = b ? calloc(1, sizeof *os) : NULL;
   coord_job *j = coord_job_get(c, rr->l.job);
-  if (!os || !j) {
+  if (!b || !j) {
     rpc_call_finish(call, j ? RPC_RESOURCE_EXHAUSTED : RPC_NOT_FOUND, "%s", j ? "out of memory" : "the job is gone");
     free(b);
     round_read_free(rr);
@@ -314,26 +315,20 @@ static void round_send(round_read *rr, int rc, const char *err) {
   }
   atomic_init(&b->refs, 1);
   b->data[0] = (float *)(void *)rr->data; /* the stream owns the bytes now */
-  os->c = c;
-  os->nparts = 1;
-  os->part[0] = (out_part){.data = rr->data, .total = (uint64_t)rr->len, .crc = dpc_crc32c(0, rr->data, rr->len),
-                           .payload = rr->objects ? DIPACO__V1__PAYLOAD__PAYLOAD_ROUND_OBJECTS
-                                      : replay      ? DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND
-                                                    : DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND,
-                           .fragment_id = r->fragment_id, .version = r->version, .num_floats = j->fragments[frag].len};
-  os->next = r->offset;
-  os->lease_id = (uint64_t)rr->l.id;
-  os->job = replay ? rr->l.job : 0;
-  os->chunk = svc_chunk_size(r->max_chunk_bytes);
-  os->ref = svc_bufs_ref;
-  os->unref = svc_bufs_unref;
-  os->ud = b;
+  out_part part = {.data = rr->data, .total = (uint64_t)rr->len, .crc = dpc_crc32c(0, rr->data, rr->len),
+                   .payload = rr->objects ? DIPACO__V1__PAYLOAD__PAYLOAD_ROUND_OBJECTS
+                              : replay      ? DIPACO__V1__PAYLOAD__PAYLOAD_REPLAY_ROUND
+                                            : DIPACO__V1__PAYLOAD__PAYLOAD_SPARSE_ROUND,
+                   .fragment_id = r->fragment_id, .version = r->version, .num_floats = j->fragments[frag].len};
   DPC_DEBUG("lease %lld pulls the %s round of fragment %d version %llu (%zu bytes%s)", (long long)rr->l.id,
             replay ? "replay" : "sparse", frag + 1, (unsigned long long)r->version, rr->len,
             rr->objects ? ": the table and the streams' URLs" : "");
+  const uint64_t offset = r->offset, lease_id = (uint64_t)rr->l.id;
+  const int64_t job = replay ? rr->l.job : 0;
+  const uint32_t max_chunk = r->max_chunk_bytes;
   rr->data = NULL;
   round_read_free(rr);
-  svc_stream_start(call, os);
+  stream_one(call, c, &part, offset, lease_id, job, max_chunk, svc_bufs_ref, svc_bufs_unref, b);
 }
 
 static void round_read_after(uv_work_t *req, int status) {
@@ -457,33 +452,12 @@ typedef struct param_wait {
 /* Stream version e (referenced; the stream takes the reference) of the fragment from byte
  * offset, or finish the call. */
 static void params_stream(struct rpc_call *call, coord *c, const param_wait *w, pcache_entry *e) {
-  if (w->offset > (uint64_t)e->n * 4) {
-    rpc_call_finish(call, RPC_OUT_OF_RANGE, "offset %llu is past the end (%zu bytes)", (unsigned long long)w->offset,
-                    e->n * 4);
-    pcache_unref(e);
-    return;
-  }
-  out_stream *os = calloc(1, sizeof *os);
-  if (!os) {
-    pcache_unref(e);
-    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  os->c = c;
-  os->nparts = 1;
-  os->part[0] = (out_part){.data = (const uint8_t *)e->data, .total = (uint64_t)e->n * 4, .crc = e->crc,
-                           .payload = DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, .fragment_id = w->fragment_id,
-                           .version = (uint64_t)w->version, .num_floats = e->n};
-  os->next = w->offset;
-  os->lease_id = w->lease_id;
-  os->job = w->job;
-  os->chunk = svc_chunk_size(w->max_chunk_bytes);
-  os->ref = pcache_ref;
-  os->unref = pcache_unref;
-  os->ud = e;
+  out_part part = {.data = (const uint8_t *)e->data, .total = (uint64_t)e->n * 4, .crc = e->crc,
+                   .payload = DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, .fragment_id = w->fragment_id,
+                   .version = (uint64_t)w->version, .num_floats = e->n};
   DPC_DEBUG("lease %llu pulls fragment %d version %lld from byte %llu", (unsigned long long)w->lease_id, w->frag,
             (long long)w->version, (unsigned long long)w->offset);
-  svc_stream_start(call, os);
+  stream_one(call, c, &part, w->offset, w->lease_id, w->job, w->max_chunk_bytes, pcache_ref, pcache_unref, e);
 }
 
 static void params_ready(coord *c, pcache_entry *e, int rc, void *ud) {
