@@ -7,12 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Spare buffers kept at most (a round's deltas, θ and u of a few fragments). */
+#define SPARE_MAX 16
+
 struct blobs_cache {
   pthread_mutex_t mu;
   blobs_cache_entry **e; /* published entries */
   int n, cap_e;
   uint64_t clock;
   blobs_cache_stats st;
+  struct {
+    float *data;
+    size_t n;
+  } spare[SPARE_MAX];
+  int n_spare;
+  int closed;       /* blobs_cache_free ran: buffers are no longer kept */
+  atomic_int refs;  /* the owner's, and one per entry alive */
 };
 
 blobs_cache *blobs_cache_new(uint64_t cap) {
@@ -20,26 +30,59 @@ blobs_cache *blobs_cache_new(uint64_t cap) {
   blobs_cache *bc = calloc(1, sizeof *bc);
   if (!bc) return NULL;
   pthread_mutex_init(&bc->mu, NULL);
+  atomic_init(&bc->refs, 1);
   bc->st.cap = cap;
   return bc;
 }
 
-static void entry_free(blobs_cache_entry *e) {
-  free(e->data);
-  free(e->name);
-  free(e);
+static void cache_unref(blobs_cache *bc) {
+  if (atomic_fetch_sub(&bc->refs, 1) != 1) return;
+  pthread_mutex_destroy(&bc->mu);
+  free(bc);
 }
 
-static void entry_unref(blobs_cache_entry *e) {
-  if (atomic_fetch_sub(&e->refs, 1) == 1) entry_free(e);
+/* Keep a freed payload buffer as a spare when the budget has room, else free it (under the
+ * lock). */
+static void spare_or_free(blobs_cache *bc, float *data, size_t n) {
+  uint64_t bytes = (uint64_t)n * sizeof(float);
+  if (data && !bc->closed && bc->n_spare < SPARE_MAX &&
+      bc->st.resident + bc->st.reserved + bc->st.spare + bytes <= bc->st.cap) {
+    bc->spare[bc->n_spare].data = data;
+    bc->spare[bc->n_spare++].n = n;
+    bc->st.spare += bytes;
+  } else {
+    free(data);
+  }
+}
+
+/* The last reference to e went. locked: the caller holds the cache's lock (and so a reference
+ * of its own to the cache, which therefore outlives this). */
+static void entry_release(blobs_cache_entry *e, int locked) {
+  blobs_cache *bc = e->owner;
+  if (!locked) pthread_mutex_lock(&bc->mu);
+  spare_or_free(bc, e->data, e->n);
+  if (!locked) pthread_mutex_unlock(&bc->mu);
+  free(e->name);
+  free(e);
+  cache_unref(bc);
+}
+
+static void entry_unref(blobs_cache_entry *e, int locked) {
+  if (atomic_fetch_sub(&e->refs, 1) == 1) entry_release(e, locked);
 }
 
 void blobs_cache_free(blobs_cache *bc) {
   if (!bc) return;
-  for (int i = 0; i < bc->n; i++) entry_unref(bc->e[i]);
+  pthread_mutex_lock(&bc->mu);
+  bc->closed = 1;
+  for (int i = 0; i < bc->n; i++) entry_unref(bc->e[i], 1);
+  bc->n = 0;
   free(bc->e);
-  pthread_mutex_destroy(&bc->mu);
-  free(bc);
+  bc->e = NULL;
+  for (int i = 0; i < bc->n_spare; i++) free(bc->spare[i].data);
+  bc->n_spare = 0;
+  pthread_mutex_unlock(&bc->mu);
+  cache_unref(bc);
 }
 
 /* Take entry i out of the table (under the lock); the table's reference goes. */
@@ -47,7 +90,7 @@ static void unpublish(blobs_cache *bc, int i) {
   blobs_cache_entry *e = bc->e[i];
   bc->e[i] = bc->e[--bc->n];
   bc->st.resident -= (uint64_t)e->n * sizeof(float);
-  entry_unref(e);
+  entry_unref(e, 1);
 }
 
 static int find(const blobs_cache *bc, const char *name) {
@@ -75,7 +118,20 @@ blobs_cache_entry *blobs_cache_get(blobs_cache *bc, const char *name, int kind, 
 
 void blobs_cache_unref(blobs_cache *bc, blobs_cache_entry *e) {
   (void)bc;
-  if (e) entry_unref(e);
+  if (e) entry_unref(e, 0);
+}
+
+/* Under the lock: a spare of exactly n floats taken out of the spares, or NULL. */
+static float *take_spare(blobs_cache *bc, size_t n) {
+  for (int i = 0; i < bc->n_spare; i++)
+    if (bc->spare[i].n == n) {
+      float *d = bc->spare[i].data;
+      bc->spare[i] = bc->spare[--bc->n_spare];
+      bc->st.spare -= (uint64_t)n * sizeof(float);
+      bc->st.reuses++;
+      return d;
+    }
+  return NULL;
 }
 
 blobs_cache_entry *blobs_cache_reserve(blobs_cache *bc, const char *name, int kind, size_t n) {
@@ -83,28 +139,46 @@ blobs_cache_entry *blobs_cache_reserve(blobs_cache *bc, const char *name, int ki
   uint64_t bytes = (uint64_t)n * sizeof(float);
   if (bytes > bc->st.cap) return NULL; /* would empty the cache and still not fit */
   pthread_mutex_lock(&bc->mu);
-  while (bc->st.resident + bc->st.reserved + bytes > bc->st.cap && bc->n > 0) {
+  float *data = take_spare(bc, n);
+  /* Room for a fresh buffer: spares go before published entries, the least recently used
+   * first. */
+  while (!data && bc->st.resident + bc->st.reserved + bc->st.spare + bytes > bc->st.cap && (bc->n_spare || bc->n)) {
+    if (bc->n_spare) {
+      bc->n_spare--;
+      bc->st.spare -= (uint64_t)bc->spare[bc->n_spare].n * sizeof(float);
+      free(bc->spare[bc->n_spare].data);
+      continue;
+    }
     int lru = 0;
     for (int i = 1; i < bc->n; i++)
       if (bc->e[i]->used < bc->e[lru]->used) lru = i;
     unpublish(bc, lru);
     bc->st.evictions++;
+    data = take_spare(bc, n); /* the evicted entry's buffer, when it had this length */
   }
-  int fits = bc->st.resident + bc->st.reserved + bytes <= bc->st.cap;
-  if (fits) bc->st.reserved += bytes;
+  int fits = data || bc->st.resident + bc->st.reserved + bc->st.spare + bytes <= bc->st.cap;
+  if (fits) {
+    bc->st.reserved += bytes;
+    atomic_fetch_add(&bc->refs, 1); /* the entry's */
+  }
   pthread_mutex_unlock(&bc->mu);
   if (!fits) return NULL;
   blobs_cache_entry *e = calloc(1, sizeof *e);
-  if (e && (e->name = strdup(name)) && (e->data = malloc(bytes))) {
+  if (e && (e->name = strdup(name)) && (data || (data = malloc(bytes)))) {
+    e->owner = bc;
+    e->data = data;
     e->kind = kind;
     e->n = n;
     atomic_init(&e->refs, 1);
     return e;
   }
-  if (e) entry_free(e);
+  if (e) free(e->name);
+  free(e);
   pthread_mutex_lock(&bc->mu);
   bc->st.reserved -= bytes;
+  spare_or_free(bc, data, n);
   pthread_mutex_unlock(&bc->mu);
+  cache_unref(bc);
   return NULL;
 }
 
@@ -113,7 +187,7 @@ void blobs_cache_drop(blobs_cache *bc, blobs_cache_entry *e) {
   pthread_mutex_lock(&bc->mu);
   bc->st.reserved -= (uint64_t)e->n * sizeof(float);
   pthread_mutex_unlock(&bc->mu);
-  entry_unref(e);
+  entry_unref(e, 0);
 }
 
 void blobs_cache_publish(blobs_cache *bc, blobs_cache_entry *e, uint32_t crc) {
@@ -126,8 +200,8 @@ void blobs_cache_publish(blobs_cache *bc, blobs_cache_entry *e, uint32_t crc) {
     int cap = bc->cap_e ? 2 * bc->cap_e : 16;
     blobs_cache_entry **a = realloc(bc->e, (size_t)cap * sizeof *a);
     if (!a) { /* not cached: the reader goes to the store next time */
+      entry_unref(e, 1);
       pthread_mutex_unlock(&bc->mu);
-      entry_unref(e);
       return;
     }
     bc->e = a;

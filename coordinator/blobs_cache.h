@@ -11,11 +11,18 @@
  * memory, with no request to the store.
  *
  * An entry is filled privately (reserve, fill data[], publish with its verified crc, or drop)
- * and published only whole and verified, so a reader never sees a partial payload. Reserved
- * and published bytes together stay within the budget: a reservation evicts the least
+ * and published only whole and verified, so a reader never sees a partial payload. Reserved,
+ * published and spare (below) bytes together stay within the budget: a reservation evicts the least
  * recently used published entries, and fails (NULL: the caller goes on uncached) when even an
  * empty cache could not hold it. Entries are reference-counted; an evicted or removed entry
  * held by a reader is freed when its last reference goes.
+ *
+ * Payload buffers are recycled: a freed entry's buffer is kept as a spare (counted in the
+ * budget) and a later reservation of the same length takes it instead of fresh memory. The
+ * same lengths come back round after round (a fragment's deltas, θ and u), and fresh
+ * model-sized memory costs a page fault and a zeroed page per 4 KiB on first touch, which
+ * made those faults a sixth of a round's CPU on S3. A reservation that finds no spare of its
+ * length frees spares before it evicts published entries.
  *
  * Thread-safe (one mutex; the payload copies happen outside it). */
 #ifndef DPC_BLOBS_CACHE_H
@@ -28,6 +35,7 @@
 typedef struct blobs_cache blobs_cache;
 
 typedef struct blobs_cache_entry {
+  blobs_cache *owner; /* takes the buffer back when the last reference goes */
   char *name;
   int kind;
   size_t n;     /* floats */
@@ -40,19 +48,22 @@ typedef struct blobs_cache_entry {
 /* Counters since the cache was made (bytes are payload bytes). */
 typedef struct {
   uint64_t cap, resident, reserved; /* budget, published bytes, bytes being filled */
-  uint64_t hit_bytes, hits, misses, evictions;
+  uint64_t spare;                   /* freed payload buffers kept for reuse */
+  uint64_t hit_bytes, hits, misses, evictions, reuses;
 } blobs_cache_stats;
 
 /* A cache of at most cap bytes; NULL when cap is 0 or out of memory (no cache). */
 blobs_cache *blobs_cache_new(uint64_t cap);
-/* Frees every entry no reader holds; held ones go with their last reference. */
+/* Frees every entry no reader holds and the spares; held ones go with their last reference
+ * (the cache's own memory with the last of them). */
 void blobs_cache_free(blobs_cache *bc);
 
 /* A referenced published entry of `name` with n floats of `kind`, or NULL (counted as a miss). */
 blobs_cache_entry *blobs_cache_get(blobs_cache *bc, const char *name, int kind, size_t n);
 void blobs_cache_unref(blobs_cache *bc, blobs_cache_entry *e);
 
-/* A private entry of n floats to fill, or NULL when it cannot fit the budget or memory. */
+/* A private entry of n floats to fill (its data[] holds garbage until filled: a recycled
+ * buffer), or NULL when it cannot fit the budget or memory. */
 blobs_cache_entry *blobs_cache_reserve(blobs_cache *bc, const char *name, int kind, size_t n);
 /* Make a filled entry readable with its payload's verified crc (replacing an older entry of
  * the same name); the caller's reference is consumed. */

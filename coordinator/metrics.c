@@ -9,7 +9,7 @@
  *    dipaco_lease_revocations_total{reason} (heartbeat, ttl, deadline, grace, disconnect),
  *    dipaco_bytes_in_total, dipaco_bytes_out_total, dipaco_pulls_total{kind},
  *    dipaco_pull_bytes_total{kind}, dipaco_blob_store_bytes_total{direction},
- *    dipaco_blob_cache_hit_bytes_total;
+ *    dipaco_blob_cache_hit_bytes_total, dipaco_blob_cache_reuses_total;
  *  - histograms (coord.hist): dipaco_outer_step_seconds, dipaco_push_seconds,
  *    dipaco_pull_seconds, dipaco_lease_wait_seconds, dipaco_round_wait_seconds,
  *    dipaco_round_overhead_seconds,
@@ -192,9 +192,13 @@ static void fmt_fleet(coord *c, sbuf *b) {
        "(an S3 store's cache, --blob-cache-mb), by state.");
   sb_printf(b, "dipaco_blob_cache_bytes{state=\"resident\"} %llu\n", (unsigned long long)cs.resident);
   sb_printf(b, "dipaco_blob_cache_bytes{state=\"filling\"} %llu\n", (unsigned long long)cs.reserved);
+  sb_printf(b, "dipaco_blob_cache_bytes{state=\"spare\"} %llu\n", (unsigned long long)cs.spare);
   sb_printf(b, "dipaco_blob_cache_bytes{state=\"limit\"} %llu\n", (unsigned long long)cs.cap);
   head(b, "dipaco_blob_cache_hit_bytes_total", "counter", "Payload bytes read from the blob cache instead of the store.");
   sb_printf(b, "dipaco_blob_cache_hit_bytes_total %llu\n", (unsigned long long)cs.hit_bytes);
+  head(b, "dipaco_blob_cache_reuses_total", "counter", "Cache fills that took a freed payload buffer of their length "
+       "instead of fresh memory.");
+  sb_printf(b, "dipaco_blob_cache_reuses_total %llu\n", (unsigned long long)cs.reuses);
 }
 
 /* A label value: backslash, double quote and newline escaped (the exposition format). */

@@ -205,5 +205,7 @@ grep -q '^dipaco_blob_store_bytes_total{direction="sent"} [1-9]' <<<"$(page metr
 # The outer steps read θ, u and the checked deltas from the blob cache, not the gateway.
 grep -q '^dipaco_blob_cache_hit_bytes_total [1-9]' <<<"$(page metrics)" || fail "the outer steps never read the blob cache"
 grep -q '^dipaco_blob_cache_bytes{state="resident"} [1-9]' <<<"$(page metrics)" || fail "the blob cache holds nothing"
+# Round after round the same lengths come back: fills take freed buffers, not fresh memory.
+grep -q '^dipaco_blob_cache_reuses_total [1-9]' <<<"$(page metrics)" || fail "no cache fill reused a freed buffer"
 grep -q "blob store available again" "$W/coordinator.log" || fail "the end of the outage was not logged"
 echo "outage: the job waited, resumed and finished byte-identical to its local run"

@@ -114,7 +114,10 @@ CONF
   id=$(timeout 20 ceph -c "$CONF" osd new "$osd_uuid")
   mkdir -p "$D/osd/ceph-$id"
   ceph-osd -c "$CONF" -i "$id" --mkfs --osd-uuid "$osd_uuid" >"$D/log/osd-mkfs.out" 2>&1
-  ceph-osd -c "$CONF" -f -i "$id" >"$D/log/osd.out" 2>&1 &
+  # The same malloc thresholds as radosgw's (start_gw): a RAM-backed OSD allocates every
+  # object's buffers afresh and, without them, faults and zeroes each page again.
+  MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_TOP_PAD_=67108864 \
+    ceph-osd -c "$CONF" -f -i "$id" >"$D/log/osd.out" 2>&1 &
   echo $! >"$D/osd.pid"
   wait_for 60 ceph-osd sh -c "timeout 5 ceph -c '$CONF' osd stat | grep -q '1 up'"
   start_gw

@@ -2,7 +2,10 @@
  * only once published, under its name, kind and length; reserved and published bytes stay
  * within the budget by evicting the least recently used entry; a payload larger than the
  * budget is not cached; an entry a reader holds outlives its eviction and removal; publishing
- * a name again replaces the old entry; the counters add up. */
+ * a name again replaces the old entry; the counters add up; a freed entry's buffer is kept as a
+ * spare within the budget and taken by the next reservation of its length, and spares go
+ * before published entries when room is needed; an entry held past the cache's end stays
+ * valid. */
 #include "coordinator/blobs_cache.h"
 #include "tests/unit/test.h"
 
@@ -78,6 +81,46 @@ int main(void) {
   blobs_cache_unref(bc, g);
   blobs_cache_stats_get(bc, &st);
   CHECK(st.resident == 3600);
+
+  /* Recycling: the replaced and removed entries' buffers are spares within the budget; a
+   * reservation of the same length takes one (the same memory, no fresh allocation). */
+  blobs_cache_stats_get(bc, &st);
+  CHECK(st.spare <= st.cap - st.resident);
+  g = blobs_cache_get(bc, "d", 3, 900);
+  float *d_mem = g ? g->data : NULL;
+  blobs_cache_unref(bc, g);
+  blobs_cache_remove(bc, "d");
+  blobs_cache_stats_get(bc, &st);
+  CHECK(st.resident == 0 && st.spare >= 3600 && st.spare <= st.cap);
+  uint64_t reuses = st.reuses;
+  e = blobs_cache_reserve(bc, "e", 3, 900);
+  CHECK(e && e->data == d_mem);
+  blobs_cache_stats_get(bc, &st);
+  CHECK(st.reuses == reuses + 1 && st.reserved == 3600 && st.resident + st.reserved + st.spare <= st.cap);
+  for (int i = 0; e && i < 900; i++) e->data[i] = 6.0f;
+  if (e) blobs_cache_publish(bc, e, 60);
+  g = blobs_cache_get(bc, "e", 3, 900);
+  CHECK(g && g->data[0] == 6.0f && g->data[899] == 6.0f && g->crc == 60);
+  blobs_cache_unref(bc, g);
+
+  /* Room for another length: spares are freed before any published entry is evicted. */
+  blobs_cache_remove(bc, "e");
+  CHECK(put(bc, "f", 100, 7));
+  blobs_cache_stats_get(bc, &st);
+  uint64_t evictions = st.evictions;
+  CHECK(st.spare == 3600 && st.resident == 400); /* e's buffer waits for a 900-float entry */
+  CHECK(put(bc, "g", 500, 8));                   /* 400 + 2000 + 3600 > 4000: the spare goes */
+  blobs_cache_stats_get(bc, &st);
+  CHECK(st.evictions == evictions && st.spare == 0 && st.resident == 2400);
+  CHECK(has(bc, "f", 100) && has(bc, "g", 500));
+
+  /* A dropped reservation's buffer is a spare too; a reader may hold an entry past the end. */
+  blobs_cache_drop(bc, blobs_cache_reserve(bc, "h", 3, 200));
+  blobs_cache_stats_get(bc, &st);
+  CHECK(st.reserved == 0 && st.spare == 800 && st.resident + st.spare <= st.cap);
+  held = blobs_cache_get(bc, "g", 3, 500);
   blobs_cache_free(bc);
+  CHECK(held && held->data[0] == 8.0f && held->data[499] == 8.0f);
+  blobs_cache_unref(NULL, held); /* frees the entry and, last, the cache (ASan: no leak) */
   TEST_DONE();
 }
