@@ -2,6 +2,7 @@
  * objects on an S3-compatible store (blobs_s3.c moves those bytes; every check is here). */
 #include "coordinator/blobs.h"
 #include "coordinator/blobs_cache.h"
+#include "coordinator/blobs_known.h"
 #include "coordinator/blobs_s3.h"
 #include "common/checksum.h"
 #include "common/errors.h"
@@ -27,6 +28,7 @@ struct blob_store {
   char *dir;           /* STATE/blobs, or the s3:// URL */
   blob_s3 *s3;         /* NULL: files under dir */
   blobs_cache *cache;  /* NULL: none (files have the page cache) */
+  blobs_known *known;  /* S3: the inner-state names in the store (NULL: ask it) */
 };
 
 struct blob_writer {
@@ -38,11 +40,17 @@ struct blob_writer {
   uint32_t crc;       /* of the payload so far */
   unsigned char header[BLOB_HEADER_BYTES];
   blobs_cache_entry *ce; /* the payload's copy for the cache, published at commit */
+  blob_kind kind;
 };
 
 static const char *const KIND_EXT[] = {NULL, "params", "momentum", "delta", "dnbuf", "innerm", "innerv", "innerl", "innere",
                                        "sparse", "encoded"};
 #define N_KINDS ((int)(sizeof KIND_EXT / sizeof KIND_EXT[0]))
+
+/* A slot's inner state: found by name, never recorded in a row. */
+static int inner_kind(blob_kind k) {
+  return k == BLOB_INNER_M || k == BLOB_INNER_V || k == BLOB_INNER_L || k == BLOB_INNER_E;
+}
 
 static int kind_ok(blob_kind k) { return (int)k >= 1 && (int)k < N_KINDS; }
 
@@ -74,6 +82,7 @@ int blob_store_open_s3(const s3_options *o, blob_store **out) {
   if (!bs) return dpc_err(DPC_ENOMEM, "blob store: out of memory");
   int rc = blob_s3_open(o, &bs->s3);
   if (!rc && !(bs->dir = strdup(blob_s3_url(bs->s3)))) rc = dpc_err(DPC_ENOMEM, "blob store: out of memory");
+  if (!rc) bs->known = blobs_known_new(); /* none: lease grants ask the store */
   if (rc) {
     blob_store_close(bs);
     return rc;
@@ -87,6 +96,7 @@ int blob_store_is_s3(const blob_store *bs) { return bs->s3 != NULL; }
 void blob_store_close(blob_store *bs) {
   if (!bs) return;
   blobs_cache_free(bs->cache);
+  blobs_known_free(bs->known);
   blob_s3_close(bs->s3);
   free(bs->dir);
   free(bs);
@@ -232,6 +242,7 @@ int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
   blob_writer *w = calloc(1, sizeof *w);
   if (!w) return dpc_err(DPC_ENOMEM, "blob %s: out of memory", name);
   w->bs = bs;
+  w->kind = kind;
   snprintf(w->name, sizeof w->name, "%s", name);
   w->want = (uint64_t)n * 4;
   char path[4096];
@@ -295,6 +306,7 @@ int blob_writer_commit(blob_writer *w, uint32_t *crc_out) {
   /* Durable in the store: from now on the object holds these bytes. */
   if (w->ce && rc == 0) blobs_cache_publish(w->bs->cache, w->ce, w->crc);
   else blobs_cache_drop(w->bs->cache, w->ce);
+  if (rc == 0 && w->bs->known && inner_kind(w->kind)) blobs_known_add(w->bs->known, w->name);
   free(w);
   return rc;
 }
@@ -448,6 +460,7 @@ int blob_delete_many(blob_store *bs, char *const *names, int n) {
     for (int i = 0; i < n; i++) {
       int rc = check_name(names[i]);
       if (!rc) blobs_cache_remove(bs->cache, names[i]);
+      if (!rc && bs->known) blobs_known_del(bs->known, names[i]);
       if (!rc) rc = blob_s3_delete(bs->s3, names[i]);
       if (rc && !first) first = rc;
     }
@@ -554,13 +567,13 @@ static int s3_orphan(const sweep_ctx *sx, const char *name) {
   if (!slash || check_name(name) < 0 || blob_kind_of_name(name, &k) < 0 || (size_t)(slash - name) >= BLOB_NAME_MAX)
     return 0;
   snprintf(prefix, sizeof prefix, "%.*s/", (int)(slash - name), name);
-  return sx->keep && keep_has_prefix(sx->keep, sx->n_keep, prefix) && k != BLOB_INNER_M && k != BLOB_INNER_V &&
-         k != BLOB_INNER_L && k != BLOB_INNER_E &&
+  return sx->keep && keep_has_prefix(sx->keep, sx->n_keep, prefix) && !inner_kind(k) &&
          !bsearch(&name, sx->keep, (size_t)sx->n_keep, sizeof *sx->keep, cmp_name);
 }
 
 typedef struct {
   const sweep_ctx *sx;
+  blobs_known *known;
   char **drop;
   int n, cap;
 } s3_sweep;
@@ -568,6 +581,9 @@ typedef struct {
 static int s3_sweep_one(void *ud, const char *key, uint64_t size) {
   (void)size;
   s3_sweep *w = ud;
+  blob_kind k;
+  if (w->known && check_name(key) == 0 && blob_kind_of_name(key, &k) == 0 && inner_kind(k))
+    blobs_known_add(w->known, key);
   if (!s3_orphan(w->sx, key)) return 0;
   if (w->n == w->cap) {
     int cap = w->cap ? 2 * w->cap : 64;
@@ -583,8 +599,10 @@ static int s3_sweep_one(void *ud, const char *key, uint64_t size) {
  * orphans as in sweep_dir. */
 static int sweep_s3(blob_store *bs, sweep_ctx *sx) {
   int rc = blob_s3_abort_uploads(bs->s3, &sx->temps);
-  s3_sweep w = {.sx = sx};
+  s3_sweep w = {.sx = sx, .known = bs->known};
+  if (bs->known) blobs_known_reset(bs->known);
   if (!rc) rc = blob_s3_list(bs->s3, s3_sweep_one, &w);
+  if (!rc && bs->known) blobs_known_set_complete(bs->known); /* every inner-state name is in it */
   if (!rc) rc = blob_delete_many(bs, w.drop, w.n);
   if (!rc) sx->orphans = w.n;
   for (int i = 0; i < w.n; i++) free(w.drop[i]);
@@ -628,7 +646,10 @@ int blob_exists(blob_store *bs, const char *name) {
   char path[4096];
   uint64_t size;
   if (blob_path(bs, name, path, sizeof path) < 0) return 0;
-  return bs->s3 ? blob_s3_size(bs->s3, name, &size) == 0 : access(path, R_OK) == 0;
+  if (!bs->s3) return access(path, R_OK) == 0;
+  blob_kind k;
+  int known = bs->known && blob_kind_of_name(name, &k) == 0 && inner_kind(k) ? blobs_known_has(bs->known, name) : -1;
+  return known >= 0 ? known : blob_s3_size(bs->s3, name, &size) == 0;
 }
 
 int blob_delete(blob_store *bs, const char *name) {
@@ -636,6 +657,7 @@ int blob_delete(blob_store *bs, const char *name) {
   int rc = blob_path(bs, name, path, sizeof path);
   if (rc) return rc;
   blobs_cache_remove(bs->cache, name);
+  if (bs->known) blobs_known_del(bs->known, name);
   if (bs->s3) return blob_s3_delete(bs->s3, name);
   if (unlink(path) != 0) {
     if (errno == ENOENT) return 0;

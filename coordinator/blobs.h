@@ -191,7 +191,9 @@ int blob_store_check_put(blob_store *bs, const char *name, uint64_t size, const 
 typedef struct blob_s3 blob_s3;
 int blob_store_s3_of(blob_store *bs, const char *name, const char *what, blob_s3 **out);
 
-/* 1 if blob `name` exists (a file, or an object), else 0. */
+/* 1 if blob `name` exists (a file, or an object), else 0. On S3 an inner-state name is answered
+ * without a request, from the names this coordinator wrote or its start-up sweep listed
+ * (blobs_known.h); before a sweep completed, and for other names, by a HEAD. */
 int blob_exists(blob_store *bs, const char *name);
 
 /* Remove blob `name` (durably: the directory is fsync'd). A missing blob is success. */

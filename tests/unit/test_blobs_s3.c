@@ -3,7 +3,8 @@
  * (whole, allocating, sequential reader, mapping), a blob larger than one part goes up as a
  * multipart upload, an aborted writer leaves nothing, damaged objects (a flipped byte, a short
  * object, another kind) are refused with the same errors as damaged files, and the start-up sweep
- * removes unrecorded objects and unfinished uploads but keeps recorded blobs and inner state.
+ * removes unrecorded objects and unfinished uploads but keeps recorded blobs and inner state;
+ * after it, inner state's existence is answered without a request.
  * With the memory cache on (blob_store_set_cache): what the store wrote, and a delta read with
  * blob_reader_keep and verified, are read again without the store (they survive the object's
  * loss), a read without keep leaves nothing, a delta that failed its checksum is not kept,
@@ -431,6 +432,37 @@ static void sweep(blob_store *bs, s3_client *c) {
   CHECK_EQ_INT(orphans, 0);
 }
 
+/* After a sweep, whether inner state exists is answered from the names the store wrote or the
+ * listing found, without a request: an object removed behind the store's back still counts
+ * (the proof that no HEAD was made), one deleted through it does not; other kinds ask the
+ * store. */
+static void known_inner(blob_store *bs, s3_client *c) {
+  float x[8] = {0};
+  unsigned char junk[4] = {1, 2, 3, 4};
+  CHECK_EQ_INT(s3_put(c, "4/f0-v1-a5.innerv", junk, sizeof junk), 0); /* not through the store */
+  CHECK(!blob_exists(bs, "4/f0-v1-a5.innerv")); /* swept before it was put: unknown, no request */
+  s3_options o = opts();
+  blob_store *fresh = NULL; /* a store not swept yet asks with a HEAD */
+  CHECK_EQ_INT(blob_store_open_s3(&o, &fresh), 0);
+  CHECK(fresh && blob_exists(fresh, "4/f0-v1-a5.innerv") && !blob_exists(fresh, "4/f0-v9-a5.innerv"));
+  blob_store_close(fresh);
+  CHECK_EQ_INT(blob_store_sweep(bs, NULL, 0, NULL, NULL), 0);
+  CHECK(blob_exists(bs, "4/f0-v1-a5.innerv") && blob_exists(bs, "4/f0-v1-a2.innerm")); /* listed */
+  CHECK_EQ_INT(s3_delete(c, "4/f0-v1-a5.innerv"), 0);
+  CHECK(blob_exists(bs, "4/f0-v1-a5.innerv")); /* answered from the set: no request */
+  CHECK_EQ_INT(blob_delete(bs, "4/f0-v1-a2.innerm"), 0);
+  CHECK(!blob_exists(bs, "4/f0-v1-a2.innerm"));
+  CHECK(!blob_exists(bs, "4/f0-v2-a2.innerm"));
+  CHECK_EQ_INT(blob_write(bs, "4/f0-v2-a2.innerm", BLOB_INNER_M, x, 8, NULL), 0);
+  CHECK(blob_exists(bs, "4/f0-v2-a2.innerm"));
+  char *del[] = {"4/f0-v2-a2.innerm", "4/f0-v1-a5.innerv"};
+  CHECK_EQ_INT(blob_delete_many(bs, del, 2), 0);
+  CHECK(!blob_exists(bs, "4/f0-v2-a2.innerm") && !blob_exists(bs, "4/f0-v1-a5.innerv"));
+  CHECK(blob_exists(bs, "4/f0-v2.params")); /* other kinds: a HEAD */
+  CHECK_EQ_INT(s3_delete(c, "4/f0-v2.params"), 0);
+  CHECK(!blob_exists(bs, "4/f0-v2.params"));
+}
+
 int main(void) {
   if (!getenv("S3_ENDPOINT")) {
     fprintf(stderr, "FAIL: run me under tests/s3/with_rgw.sh\n");
@@ -458,6 +490,7 @@ int main(void) {
     damaged(bs, c);
     cached(bs, c);
     sweep(bs, c);
+    known_inner(bs, c);
   }
   blob_store_close(bs);
   s3_close(c);
