@@ -35,6 +35,22 @@ struct blob_s3 {
   int n_doubt;
 };
 
+/* Parts of one writer uploading at once: a gateway takes a part in steps (hash, store, answer),
+ * so one part at a time leaves it idle between them. */
+#define UP_MAX 4
+
+/* A part uploading on a thread of its own, with a client of its own: buf holds its bytes, etag
+ * its answer, rc and msg its outcome. */
+typedef struct {
+  struct blob_s3_writer *w;
+  pthread_t th;
+  int busy, thread, no, rc;
+  s3_client *c;
+  unsigned char *buf;
+  size_t n;
+  char etag[80], msg[512];
+} up_slot;
+
 struct blob_s3_writer {
   blob_s3 *s;
   s3_client *c;
@@ -46,14 +62,10 @@ struct blob_s3_writer {
   char upload_id[512];   /* "" until a second part is needed */
   char (*etags)[80];
   int nparts, etag_cap;
-  /* The previous part uploads on a thread of its own (with a client of its own) while the next
-   * one fills: up_buf holds its bytes, up_etag its answer, up_rc and up_msg its outcome. */
-  pthread_t up_th;
-  int up_busy, up_thread, up_no, up_rc;
-  s3_client *up_c;
-  unsigned char *up_buf;
-  size_t up_n;
-  char up_etag[80], up_msg[512];
+  /* Up to UP_MAX earlier parts upload while the next one fills, taken in turn (up_next: the
+   * slot the next part goes to, the oldest in flight). */
+  up_slot up[UP_MAX];
+  int up_next;
 };
 
 static int take(blob_s3 *s, s3_client **out);
@@ -264,29 +276,47 @@ int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, int once, 
   return 0;
 }
 
-/* Upload the filled part as the next part of the multipart upload (started on the first). */
+/* Upload one filled part of the multipart upload. */
 static void *upload_main(void *ud) {
-  blob_s3_writer *w = ud;
-  w->up_rc = s3_mpu_put_part(w->up_c, w->name, w->upload_id, w->up_no, w->up_buf, w->up_n, w->up_etag, sizeof w->up_etag);
-  if (w->up_rc) snprintf(w->up_msg, sizeof w->up_msg, "%s", dpc_errmsg());
+  up_slot *u = ud;
+  blob_s3_writer *w = u->w;
+  u->rc = s3_mpu_put_part(u->c, w->name, w->upload_id, u->no, u->buf, u->n, u->etag, sizeof u->etag);
+  if (u->rc) snprintf(u->msg, sizeof u->msg, "%s", dpc_errmsg());
   return NULL;
 }
 
-/* Wait for the part in flight, if any: its ETag goes in place, its failure is returned. */
-static int upload_wait(blob_s3_writer *w) {
-  if (!w->up_busy) return 0;
-  if (w->up_thread) pthread_join(w->up_th, NULL);
-  w->up_busy = w->up_thread = 0;
-  if (w->up_rc) return note(w->s, dpc_err(w->up_rc, "%s", w->up_msg));
-  memcpy(w->etags[w->up_no - 1], w->up_etag, sizeof w->up_etag);
+/* Wait for slot u's part, if any: its ETag goes in place, its failure is returned. */
+static int upload_wait(blob_s3_writer *w, up_slot *u) {
+  if (!u->busy) return 0;
+  if (u->thread) pthread_join(u->th, NULL);
+  u->busy = u->thread = 0;
+  if (u->rc) return note(w->s, dpc_err(u->rc, "%s", u->msg));
+  memcpy(w->etags[u->no - 1], u->etag, sizeof u->etag);
   note(w->s, 0);
   return 0;
 }
 
+/* Wait for every part in flight, oldest first; the first failure is returned (with its
+ * message: the parts after it are only joined). */
+static int upload_wait_all(blob_s3_writer *w) {
+  int first = 0;
+  for (int k = 0; k < UP_MAX; k++) {
+    up_slot *u = &w->up[(w->up_next + k) % UP_MAX];
+    if (!first) {
+      first = upload_wait(w, u);
+    } else if (u->busy) {
+      if (u->thread) pthread_join(u->th, NULL);
+      u->busy = u->thread = 0;
+    }
+  }
+  return first;
+}
+
 /* Send the filled part as the next part of the multipart upload (started on the first): it
- * uploads on a thread while the writer fills the other buffer. */
+ * uploads on a thread while the writer fills another buffer. */
 static int flush_part(blob_s3_writer *w) {
-  int rc = upload_wait(w);
+  up_slot *u = &w->up[w->up_next];
+  int rc = upload_wait(w, u);
   if (!rc && !w->upload_id[0]) rc = note(w->s, s3_mpu_create(w->c, w->name, w->upload_id, sizeof w->upload_id));
   if (!rc && w->nparts == w->etag_cap) {
     int cap = w->etag_cap ? 2 * w->etag_cap : 16;
@@ -295,20 +325,34 @@ static int flush_part(blob_s3_writer *w) {
     w->etags = e;
     w->etag_cap = cap;
   }
-  if (!rc && !w->up_c) rc = take(w->s, &w->up_c);
-  if (!rc && !w->up_buf && !(w->up_buf = malloc(w->cap))) rc = DPC_ENOMEM;
+  if (!rc && !u->c) rc = take(w->s, &u->c);
+  if (!rc && !u->buf && !(u->buf = malloc(w->cap))) rc = DPC_ENOMEM;
   if (rc) return rc;
   unsigned char *filled = w->part;
-  w->part = w->up_buf;
-  w->up_buf = filled;
-  w->up_n = w->fill;
-  w->up_no = ++w->nparts;
-  w->up_thread = pthread_create(&w->up_th, NULL, upload_main, w) == 0;
-  if (!w->up_thread) upload_main(w); /* no thread to be had: upload it here */
-  w->up_busy = 1;
+  w->part = u->buf;
+  u->buf = filled;
+  u->w = w;
+  u->n = w->fill;
+  u->no = ++w->nparts;
+  u->thread = pthread_create(&u->th, NULL, upload_main, u) == 0;
+  if (!u->thread) upload_main(u); /* no thread to be had: upload it here */
+  u->busy = 1;
+  w->up_next = (w->up_next + 1) % UP_MAX;
   w->sent += w->fill;
   w->fill = 0;
   return 0;
+}
+
+/* The writer's clients and buffers go (every part has been waited for). */
+static void writer_free(blob_s3_writer *w) {
+  give(w->s, w->c);
+  for (int i = 0; i < UP_MAX; i++) {
+    give(w->s, w->up[i].c);
+    free(w->up[i].buf);
+  }
+  free(w->part);
+  free(w->etags);
+  free(w);
 }
 
 int blob_s3_writer_append(blob_s3_writer *w, const void *p, size_t n) {
@@ -334,15 +378,10 @@ int blob_s3_writer_append(blob_s3_writer *w, const void *p, size_t n) {
 
 void blob_s3_writer_abort(blob_s3_writer *w) {
   if (!w) return;
-  (void)upload_wait(w);
+  (void)upload_wait_all(w);
   if (w->upload_id[0] && s3_mpu_abort(w->c, w->name, w->upload_id) < 0)
     DPC_WARN("blob %s: aborting its upload: %s (the start-up sweep removes it)", w->name, dpc_errmsg());
-  give(w->s, w->c);
-  give(w->s, w->up_c);
-  free(w->part);
-  free(w->up_buf);
-  free(w->etags);
-  free(w);
+  writer_free(w);
 }
 
 int blob_s3_writer_commit(blob_s3_writer *w) {
@@ -352,7 +391,7 @@ int blob_s3_writer_commit(blob_s3_writer *w) {
                  (unsigned long long)w->total);
   else if (!w->upload_id[0])
     rc = s3_put(w->c, w->name, w->part, w->fill);
-  else if (!(rc = flush_part(w)) && !(rc = upload_wait(w)))
+  else if (!(rc = flush_part(w)) && !(rc = upload_wait_all(w)))
     rc = s3_mpu_complete(w->c, w->name, w->upload_id, w->nparts, w->etags);
   if (w->sent + w->fill == w->total) {
     note(w->s, rc);
@@ -364,12 +403,7 @@ int blob_s3_writer_commit(blob_s3_writer *w) {
     blob_s3_writer_abort(w);
     return rc;
   }
-  give(w->s, w->c);
-  give(w->s, w->up_c);
-  free(w->part);
-  free(w->up_buf);
-  free(w->etags);
-  free(w);
+  writer_free(w);
   return 0;
 }
 

@@ -1,7 +1,7 @@
 /* blobs_s3.h — the blob store's bytes on an S3-compatible object store (blobs.h keeps the
  * format, names and checks; this module moves bytes): one object per blob under
  * s3://BUCKET/PREFIX/NAME, written with a single PUT or, above one part, a multipart upload
- * streamed part by part, and read in ranges.
+ * streamed part by part (up to four parts in flight), and read in ranges.
  *
  * Commit point: an object exists only once its PUT or CompleteMultipartUpload succeeded, and a
  * blob counts only once a database row names it (as with files), so a crash leaves at most an

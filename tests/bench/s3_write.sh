@@ -35,7 +35,7 @@ writer() { "$1/tests/s3_write_bench" "$MIB" "$REPS" | awk '{print $3}' | median;
 echo "| build | writer | curl PUT | writer / curl (rate) |"
 echo "|---|---|---|---|"
 row() {
-  local c w; c=$(curl_put); w=$(writer "$2")
+  local c w; c=$(printf '%.3f' "$(curl_put)"); w=$(writer "$2")
   echo "| $1 | $w s ($(echo "scale=3; $MIB / 1024 / $w" | bc) GiB/s) | $c s | $(echo "scale=2; $c / $w" | bc) |"
 }
 if [ -n "${BASE_BUILD:-}" ]; then
