@@ -404,22 +404,46 @@ static int serve(coord *c, const opts *o) {
   return 0;
 }
 
-/* One blob a job needs at start-up: 0 when it maps whole with the checksum its row recorded,
- * else a DPC_E* code. With keep (parameters) the verified mapping goes to the parameter cache
- * as version `version` of (job, fragment) (which on an S3 store keeps none, pcache.h);
- * otherwise it is released (its pages stay in the page cache, not in the coordinator). */
+/* On an S3 store: object `name` read whole by the sequential reader and checked (its crc into
+ * *crc), the verified copy kept in the blob cache, so that the first outer step after a restart
+ * reads θ, u and the buffer from memory instead of the store a second time. */
+static int verify_object(coord *c, const char *name, blob_kind kind, size_t len, uint32_t *crc) {
+  blob_reader *r;
+  int rc = blob_reader_open(c->bs, name, kind, len, &r);
+  if (rc) return rc;
+  blob_reader_keep(r);
+  for (size_t left = len * sizeof(float), k; rc == 0 && left > 0; left -= k) {
+    const void *v;
+    k = left < ((size_t)4 << 20) ? left : ((size_t)4 << 20);
+    rc = blob_reader_view(r, k, &v);
+  }
+  if (rc) {
+    blob_reader_abort(r);
+    return rc;
+  }
+  return blob_reader_close(r, crc);
+}
+
+/* One blob a job needs at start-up: 0 when it reads whole with the checksum its row recorded,
+ * else a DPC_E* code. Files are mapped: with keep (parameters) the verified mapping goes to the
+ * parameter cache as version `version` of (job, fragment); otherwise it is released (its pages
+ * stay in the page cache, not in the coordinator). Objects go to the blob cache instead (the
+ * parameter cache keeps no version of an S3 store, pcache.h). */
 static int verify_blob(coord *c, const char *name, blob_kind kind, size_t len, uint32_t want, int keep, int64_t job,
                        int fragment, int64_t version) {
   const float *data = NULL;
   void *map = NULL;
   size_t map_len = 0;
   uint32_t crc = 0;
-  int rc = blob_map(c->bs, name, kind, len, 1, &data, &map, &map_len, &crc);
+  int s3 = blob_store_is_s3(c->bs);
+  int rc = s3 ? verify_object(c, name, kind, len, &crc) : blob_map(c->bs, name, kind, len, 1, &data, &map, &map_len, &crc);
   if (rc == DPC_ESHAPE) rc = dpc_err(DPC_EFORMAT, "blob %s does not hold the fragment's %zu floats: %s", name, len,
                                      dpc_errmsg());
-  if (rc == 0 && crc != want)
+  if (rc == 0 && crc != want) {
+    if (s3) blob_store_uncache(c->bs, name); /* whole, but not what the row recorded */
     rc = dpc_err(DPC_ECHECKSUM, "blob %s has checksum 0x%08x, its row recorded 0x%08x", name, crc, want);
-  if (rc == 0 && keep) pcache_put_map(c, job, fragment, version, data, map, map_len, len, crc);
+  }
+  if (rc == 0 && keep && !s3) pcache_put_map(c, job, fragment, version, data, map, map_len, len, crc);
   else if (rc == 0) blob_unmap(map, map_len);
   return rc;
 }
@@ -437,8 +461,9 @@ static int verify_fragment(coord *c, int64_t job, int f, const store_fragment *f
 /* Start-up: every running or paused job's current parameters, momentum and delayed-Nesterov
  * buffer are read back and checked against their rows. A job with a
  * corrupt or missing blob is PAUSED with the reason instead of failing its pulls and outer
- * steps over and over; the parameter mappings go to the parameter cache, so the first pulls
- * after a restart cost nothing more. */
+ * steps over and over; the parameter mappings go to the parameter cache (on an S3 store the
+ * verified copies go to the blob cache), so the first pulls and outer step after a restart
+ * cost nothing more. */
 static void verify_jobs(coord *c) {
   double t0 = dpc_mono_s();
   size_t floats = 0;
@@ -472,7 +497,13 @@ static void verify_jobs(coord *c) {
     }
     free(fr);
   }
-  if (floats) DPC_INFO("recovery: verified %zu floats of job state in %.2f s", floats, dpc_mono_s() - t0);
+  blobs_cache_stats cs;
+  blob_store_cache_stats(c->bs, &cs);
+  if (floats && blob_store_is_s3(c->bs))
+    DPC_INFO("recovery: verified %zu floats of job state in %.2f s; %llu bytes of it kept in the blob cache", floats,
+             dpc_mono_s() - t0, (unsigned long long)cs.resident);
+  else if (floats)
+    DPC_INFO("recovery: verified %zu floats of job state in %.2f s", floats, dpc_mono_s() - t0);
 }
 
 /* Restart recovery: leases whose deltas are all in are finished, and rounds whose deltas
