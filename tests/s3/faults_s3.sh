@@ -64,7 +64,13 @@ echo "coordinator requests retried: $n"
 [ "$n" -gt 0 ] || fail "the coordinator never retried a request"
 fb=$(cat "$W"/worker-wstate-*.log | grep -c "through the coordinator\|pushing them to the coordinator" || true)
 echo "worker transfers that fell back to the coordinator: $fb"
-kill_wait "$COORD_PID"
+# SIGTERM, not SIGKILL: the coordinator finishes its thread-pool work first, among it the last
+# round's garbage collection, whose DELETEs the faults slow down. A SIGKILL there leaves objects
+# for the next start-up's sweep, which the ledger check below would count as orphans.
+kill -TERM "$COORD_PID"
+for _ in $(seq 1 600); do kill -0 "$COORD_PID" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$COORD_PID" 2>/dev/null && { kill_wait "$COORD_PID"; fail "the coordinator did not stop within 60 s of SIGTERM"; }
+wait "$COORD_PID" 2>/dev/null || true
 bash "$S3DIR/mirror.sh" dpc-faults run "$W/state" "$W/mirror" || fail "cannot mirror the bucket"
 "$PY" "$HERE/ledger_check.py" "$W/ledger.json" "$W/mirror" "$job" $ROUNDS $R "$W"/worker-wstate-*.log \
   || fail "ledger check"
