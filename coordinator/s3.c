@@ -224,6 +224,8 @@ typedef struct {
 typedef struct {
   const unsigned char *p;
   size_t left;
+  const unsigned char *base; /* the whole body, for a rewind */
+  size_t len;
 } s3_src;
 
 static size_t on_write(char *p, size_t sz, size_t n, void *ud) {
@@ -264,6 +266,17 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
     r->has_length = 1;
   }
   return len;
+}
+
+/* curl rewinds the body when it sends a request again itself (a kept-alive connection the
+ * server had closed); without this a PUT on such a connection failed with "necessary data
+ * rewind wasn't possible". */
+static int on_seek(void *ud, curl_off_t off, int origin) {
+  s3_src *s = ud;
+  if (origin != SEEK_SET || off < 0 || (uint64_t)off > s->len) return CURL_SEEKFUNC_CANTSEEK;
+  s->p = s->base + off;
+  s->left = s->len - (size_t)off;
+  return CURL_SEEKFUNC_OK;
 }
 
 static size_t on_read(char *p, size_t sz, size_t n, void *ud) {
@@ -316,7 +329,8 @@ static int transient(CURLcode cc, long status) {
   if (cc != CURLE_OK)
     return cc == CURLE_OPERATION_TIMEDOUT || cc == CURLE_COULDNT_CONNECT || cc == CURLE_RECV_ERROR ||
            cc == CURLE_SEND_ERROR || cc == CURLE_GOT_NOTHING || cc == CURLE_PARTIAL_FILE ||
-           cc == CURLE_COULDNT_RESOLVE_HOST || cc == CURLE_UNSUPPORTED_PROTOCOL || cc == CURLE_WEIRD_SERVER_REPLY;
+           cc == CURLE_SEND_FAIL_REWIND || cc == CURLE_COULDNT_RESOLVE_HOST || cc == CURLE_UNSUPPORTED_PROTOCOL ||
+           cc == CURLE_WEIRD_SERVER_REPLY;
   return status == 429 || status >= 500;
 }
 
@@ -360,7 +374,7 @@ static CURLcode attempt(s3_client *c, const s3_req *q, const char *path, s3_resp
   }
   CURL *e = c->h;
   curl_easy_reset(e);
-  s3_src src = {q->body, q->body_len};
+  s3_src src = {q->body, q->body_len, q->body, q->body_len};
   curl_easy_setopt(e, CURLOPT_URL, url);
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -378,6 +392,8 @@ static CURLcode attempt(s3_client *c, const s3_req *q, const char *path, s3_resp
     curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
     curl_easy_setopt(e, CURLOPT_READDATA, &src);
+    curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, on_seek);
+    curl_easy_setopt(e, CURLOPT_SEEKDATA, &src);
     curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
     if (!strcmp(q->method, "POST")) curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "POST");
   } else if (strcmp(q->method, "GET")) {

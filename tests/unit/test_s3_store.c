@@ -3,16 +3,21 @@
  * environment; NOT_S3 a plain HTTP server, DEAD a port nobody listens on). Objects round-trip
  * through put, ranged get, head, list and delete; multipart uploads complete, list and abort;
  * presigned URLs work once, and fail when tampered with, expired, or sent other bytes than their
- * signed MD5; every misconfiguration is a clear error of the right kind. */
+ * signed MD5; every misconfiguration is a clear error of the right kind; a PUT on a kept-alive
+ * connection the server closed is sent again whole on a fresh one. */
 #include "common/errors.h"
 #include "coordinator/s3.h"
 #include "tests/unit/test.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -208,6 +213,83 @@ static void refusals(const char *ep) {
   }
 }
 
+/* A server that answers the first PUT on a connection and then, like a gateway that closed an
+ * idle kept-alive connection, reads the second and closes without an answer; on the next
+ * connection it answers again. full counts requests whose whole body arrived. */
+typedef struct {
+  int ls, full, answered;
+} closer;
+
+/* Read one request on fd (headers, then Content-Length bytes); 1 when it came whole. */
+static int read_request(int fd) {
+  char buf[65536];
+  size_t got = 0, want = 0;
+  char *end = NULL;
+  while (!end) {
+    ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+    if (k <= 0) return 0;
+    got += (size_t)k;
+    buf[got] = 0;
+    end = strstr(buf, "\r\n\r\n");
+    if (!end && got == sizeof buf - 1) return 0;
+  }
+  const char *cl = strstr(buf, "Content-Length:");
+  if (cl) want = strtoull(cl + 15, NULL, 10);
+  size_t have = got - (size_t)(end + 4 - buf);
+  while (have < want) {
+    ssize_t k = recv(fd, buf, sizeof buf, 0);
+    if (k <= 0) return 0;
+    have += (size_t)k;
+  }
+  return have == want;
+}
+
+static void answer(int fd, closer *s) {
+  const char ok[] = "HTTP/1.1 200 OK\r\nETag: \"0123\"\r\nContent-Length: 0\r\n\r\n";
+  if (send(fd, ok, sizeof ok - 1, 0) == (ssize_t)(sizeof ok - 1)) s->answered++;
+}
+
+static void *closer_main(void *ud) {
+  closer *s = ud;
+  int a = accept(s->ls, NULL, NULL);
+  if (a >= 0 && read_request(a)) {
+    s->full++;
+    answer(a, s);
+    s->full += read_request(a); /* the second PUT: read, then the connection closes unanswered */
+  }
+  if (a >= 0) close(a);
+  int b = accept(s->ls, NULL, NULL);
+  if (b >= 0 && read_request(b)) {
+    s->full++;
+    answer(b, s);
+  }
+  if (b >= 0) close(b);
+  return NULL;
+}
+
+static void closed_connection(void) {
+  closer s = {.ls = socket(AF_INET, SOCK_STREAM, 0)};
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  CHECK(s.ls >= 0 && bind(s.ls, (struct sockaddr *)&a, sizeof a) == 0 && listen(s.ls, 4) == 0 &&
+        getsockname(s.ls, (struct sockaddr *)&a, &al) == 0);
+  char ep[64];
+  snprintf(ep, sizeof ep, "http://127.0.0.1:%d", ntohs(a.sin_port));
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, closer_main, &s) == 0);
+  s3_client *c = NULL;
+  CHECK_EQ_INT(open_store(&c, "s3://dpc-closer", ep, -1), 0); /* no retries of ours: curl's resend alone */
+  static unsigned char body[100000];
+  memset(body, 7, sizeof body);
+  if (c) CHECK_EQ_INT(s3_put(c, "k1", body, sizeof body), 0);
+  if (c) CHECK_EQ_INT(s3_put(c, "k2", body, sizeof body), 0);
+  s3_close(c);
+  pthread_join(th, NULL);
+  close(s.ls);
+  CHECK_EQ_INT(s.full, 3); /* k1, k2 on the closed connection, k2 again whole */
+  CHECK_EQ_INT(s.answered, 2);
+}
+
 int main(void) {
   const char *ep = getenv("S3_ENDPOINT");
   if (!ep || !getenv("AWS_ACCESS_KEY_ID")) {
@@ -226,6 +308,7 @@ int main(void) {
   presigned(c);
   s3_close(c);
   refusals(ep);
+  closed_connection();
   curl_global_cleanup();
   TEST_DONE();
 }
