@@ -285,11 +285,17 @@ static void *upload_main(void *ud) {
   return NULL;
 }
 
-/* Wait for slot u's part, if any: its ETag goes in place, its failure is returned. */
-static int upload_wait(blob_s3_writer *w, up_slot *u) {
+/* Wait for slot u's part, if any, without looking at its outcome; 1 when there was one. */
+static int upload_join(up_slot *u) {
   if (!u->busy) return 0;
   if (u->thread) pthread_join(u->th, NULL);
   u->busy = u->thread = 0;
+  return 1;
+}
+
+/* Wait for slot u's part, if any: its ETag goes in place, its failure is returned. */
+static int upload_wait(blob_s3_writer *w, up_slot *u) {
+  if (!upload_join(u)) return 0;
   if (u->rc) return note(w->s, dpc_err(u->rc, "%s", u->msg));
   memcpy(w->etags[u->no - 1], u->etag, sizeof u->etag);
   note(w->s, 0);
@@ -302,12 +308,8 @@ static int upload_wait_all(blob_s3_writer *w) {
   int first = 0;
   for (int k = 0; k < UP_MAX; k++) {
     up_slot *u = &w->up[(w->up_next + k) % UP_MAX];
-    if (!first) {
-      first = upload_wait(w, u);
-    } else if (u->busy) {
-      if (u->thread) pthread_join(u->th, NULL);
-      u->busy = u->thread = 0;
-    }
+    if (!first) first = upload_wait(w, u);
+    else upload_join(u);
   }
   return first;
 }
