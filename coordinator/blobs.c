@@ -41,6 +41,7 @@ struct blob_writer {
   unsigned char header[BLOB_HEADER_BYTES];
   blobs_cache_entry *ce; /* the payload's copy for the cache, published at commit */
   blob_kind kind;
+  int later; /* BLOB_WRITE_LATER on S3: nothing sent before the commit (sw opened there) */
 };
 
 static const char *const KIND_EXT[] = {NULL, "params", "momentum", "delta", "dnbuf", "innerm", "innerv", "innerl", "innere",
@@ -230,9 +231,21 @@ static int sink_write(blob_writer *w, const void *p, size_t n) {
 static void sink_abort(blob_writer *w) {
   if (w->sw) blob_s3_writer_abort(w->sw);
   else dpc_afile_abort(w->f);
+  w->sw = NULL;
+  w->f = NULL;
 }
 
-int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_writer **out) {
+/* A BLOB_WRITE_LATER writer's commit: open the object now and send the header and the
+ * payload from the cache's copy. */
+static int send_later(blob_writer *w) {
+  int rc = blob_s3_writer_open(w->bs->s3, w->name, BLOB_HEADER_BYTES + w->want + BLOB_TRAILER_BYTES,
+                               written_once(w->name), &w->sw);
+  if (rc == 0) rc = sink_write(w, w->header, sizeof w->header);
+  if (rc == 0) rc = sink_write(w, w->ce->data, (size_t)w->want);
+  return rc;
+}
+
+int blob_writer_open_ex(blob_store *bs, const char *name, blob_kind kind, size_t n, int flags, blob_writer **out) {
   *out = NULL;
   int rc = check_name(name);
   if (rc) return rc;
@@ -245,36 +258,42 @@ int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n,
   w->kind = kind;
   snprintf(w->name, sizeof w->name, "%s", name);
   w->want = (uint64_t)n * 4;
+  make_header(w->header, kind, n);
+  if (bs->cache && cached_kind(kind)) w->ce = blobs_cache_reserve(bs->cache, name, (int)kind, n);
+  /* Sent at the commit, from the cache's copy: nothing to open now. */
+  w->later = bs->s3 && w->ce && (flags & BLOB_WRITE_LATER);
   char path[4096];
-  rc = blob_path(bs, name, path, sizeof path);
-  if (rc == 0)
+  rc = w->later ? 0 : blob_path(bs, name, path, sizeof path);
+  if (rc == 0 && !w->later)
     rc = bs->s3 ? blob_s3_writer_open(bs->s3, name, BLOB_HEADER_BYTES + w->want + BLOB_TRAILER_BYTES,
                                       written_once(name), &w->sw)
                 : dpc_afile_open(path, &w->f);
-  if (rc == 0) {
-    make_header(w->header, kind, n);
-    rc = sink_write(w, w->header, sizeof w->header);
-    if (rc) sink_abort(w);
-  }
+  if (rc == 0 && !w->later && (rc = sink_write(w, w->header, sizeof w->header))) sink_abort(w);
   if (rc) {
+    blobs_cache_drop(bs->cache, w->ce);
     free(w);
     return rc;
   }
-  if (bs->cache && cached_kind(kind)) w->ce = blobs_cache_reserve(bs->cache, name, (int)kind, n);
   *out = w;
   return 0;
+}
+
+int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_writer **out) {
+  return blob_writer_open_ex(bs, name, kind, n, 0, out);
 }
 
 int blob_writer_append(blob_writer *w, const void *bytes, size_t nbytes) {
   if (nbytes > w->want - w->got)
     return dpc_err(DPC_ERANGE, "blob %s: %zu more bytes would exceed the declared %" PRIu64, w->name, nbytes, w->want);
-  int rc = sink_write(w, bytes, nbytes);
+  int rc = w->later ? 0 : sink_write(w, bytes, nbytes);
   if (rc) return rc;
   if (w->ce) memcpy((unsigned char *)w->ce->data + w->got, bytes, nbytes);
   w->crc = dpc_crc32c(w->crc, bytes, nbytes);
   w->got += nbytes;
   return 0;
 }
+
+uint32_t blob_writer_crc(const blob_writer *w) { return w->crc; }
 
 void blob_writer_writeback(blob_writer *w) {
   if (w->f) dpc_afile_writeback(w->f);
@@ -296,7 +315,8 @@ int blob_writer_commit(blob_writer *w, uint32_t *crc_out) {
   unsigned char t[BLOB_TRAILER_BYTES];
   put_u32(t, w->crc);
   put_u32(t + 4, dpc_crc32c(0, w->header, BLOB_HEADER_BYTES));
-  int rc = sink_write(w, t, sizeof t);
+  int rc = w->later ? send_later(w) : 0;
+  if (rc == 0) rc = sink_write(w, t, sizeof t);
   if (rc) {
     blob_writer_abort(w);
     return rc;

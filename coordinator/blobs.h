@@ -104,6 +104,14 @@ int blob_write(blob_store *bs, const char *name, blob_kind kind, const float *da
  * Commit and abort free the writer, commit even when it fails. */
 typedef struct blob_writer blob_writer;
 int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_writer **out);
+/* BLOB_WRITE_LATER: on an S3 store whose blob cache takes the payload, nothing is sent until
+ * the commit, which sends it from the cache's copy (a sync outer step's momentum: its commit
+ * runs after the version's, so that the store's bandwidth goes first to the parameters the
+ * workers wait for). Otherwise, and on the local store, the same as blob_writer_open. */
+#define BLOB_WRITE_LATER 1
+int blob_writer_open_ex(blob_store *bs, const char *name, blob_kind kind, size_t n, int flags, blob_writer **out);
+/* crc32c of the payload appended so far (what the commit will return once all is in). */
+uint32_t blob_writer_crc(const blob_writer *w);
 int blob_writer_append(blob_writer *w, const void *bytes, size_t nbytes);
 int blob_writer_commit(blob_writer *w, uint32_t *crc_out);
 /* Ask the kernel to start writing back the bytes appended so far (no waiting; see

@@ -12,7 +12,7 @@
  *   layer 0: coord membudget testhook
  *   layer 1: loop selfcheck
  *   layer 2: jobs pcache
- *   layer 3: leases rounds blobwatch
+ *   layer 3: leases rounds rounds_close blobwatch
  *   layer 4: svc svc_worker svc_pull svc_push svc_push_commit svc_put svc_inner
  *   layer 4: admin_upload admin_jobs admin_fleet metrics statuspage
  *   layer 5: main
@@ -75,6 +75,11 @@ typedef struct pcache_entry {
   atomic_int refs; /* 1 for the cache's own reference + 1 per chunk gRPC still holds */
 } pcache_entry;
 
+/* coord_job.momentum: the newest sync version's momentum blob is stored; is being stored (its
+ * commit on the thread pool); failed to be stored and must be made again; is being made again.
+ * The fragment's next outer step waits for STORED (rounds.c). */
+enum { COORD_MOMENTUM_STORED = 0, COORD_MOMENTUM_WRITING, COORD_MOMENTUM_LOST, COORD_MOMENTUM_REMAKING };
+
 /* A job as the loop keeps it: the parsed spec and its derived structure. */
 typedef struct coord_job {
   int64_t id;
@@ -84,6 +89,8 @@ typedef struct coord_job {
   jobspec_module *modules;     /* [n_modules] */
   jobspec_fragment *fragments; /* [n_fragments] */
   int *outer_busy;             /* [n_fragments]: an outer step is in flight */
+  int *momentum;               /* [n_fragments]: COORD_MOMENTUM_* of the newest version's momentum blob
+                                  (a sync step commits its version before that blob is stored) */
   int *outer_fails;            /* [n_fragments]: outer steps in a row that found a corrupt or missing blob */
   int64_t *outer_retry_at;     /* [n_fragments]: after a failed outer step (e.g. a full disk), no new
                                   try before this time (dpc_wall_ms) */

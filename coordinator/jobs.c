@@ -17,6 +17,7 @@ void coord_job_free(coord_job *j) {
   free(j->modules);
   free(j->fragments);
   free(j->outer_busy);
+  free(j->momentum);
   free(j->outer_retry_at);
   free(j->outer_fails);
   free(j->ov_version);
@@ -85,6 +86,7 @@ int coord_job_from_store(const store_job *sj, coord_job **out) {
   j->modules = calloc((size_t)j->n_modules, sizeof *j->modules);
   j->fragments = calloc((size_t)j->n_fragments, sizeof *j->fragments);
   j->outer_busy = calloc((size_t)j->n_fragments, sizeof *j->outer_busy);
+  j->momentum = calloc((size_t)j->n_fragments, sizeof *j->momentum);
   j->outer_retry_at = calloc((size_t)j->n_fragments, sizeof *j->outer_retry_at);
   j->outer_fails = calloc((size_t)j->n_fragments, sizeof *j->outer_fails);
   j->expected = calloc((size_t)j->n_fragments, sizeof *j->expected);
@@ -92,7 +94,7 @@ int coord_job_from_store(const store_job *sj, coord_job **out) {
   j->ov_from_ms = calloc((size_t)j->n_fragments, sizeof *j->ov_from_ms);
   j->ov_pulled = calloc((size_t)j->n_fragments, sizeof *j->ov_pulled);
   j->path_loss = calloc((size_t)j->n_paths, sizeof *j->path_loss);
-  if (!j->modules || !j->fragments || !j->outer_busy || !j->outer_retry_at || !j->outer_fails || !j->expected ||
+  if (!j->modules || !j->fragments || !j->outer_busy || !j->momentum || !j->outer_retry_at || !j->outer_fails || !j->expected ||
       !j->path_loss || !j->ov_version || !j->ov_from_ms || !j->ov_pulled) {
     rc = dpc_err(DPC_ENOMEM, "out of memory loading job %lld", (long long)sj->id);
     goto fail;

@@ -186,7 +186,8 @@ static int sync_io_open(const outerio_sync *a, size_t maxr, size_t sp_bytes, syn
     if (rc < 0) return rc;
   }
   if ((rc = blob_writer_open(a->bs, a->new_param, BLOB_PARAMS, a->len, &io->pw)) < 0) return rc;
-  return blob_writer_open(a->bs, a->new_momentum, BLOB_MOMENTUM, a->len, &io->uw);
+  return blob_writer_open_ex(a->bs, a->new_momentum, BLOB_MOMENTUM, a->len, a->momentum_later ? BLOB_WRITE_LATER : 0,
+                             &io->uw);
 }
 
 /* Step every range: read theta, u and the deltas' range, average, Nesterov, write. Returns a
@@ -284,7 +285,12 @@ int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *mome
   rc = blob_writer_commit(io.pw, param_crc);
   io.pw = NULL;
   if (rc < 0) goto out;
-  rc = blob_writer_commit(io.uw, momentum_crc);
+  if (a->momentum_later) {
+    *momentum_crc = blob_writer_crc(io.uw);
+    *a->momentum_later = io.uw;
+  } else {
+    rc = blob_writer_commit(io.uw, momentum_crc);
+  }
   io.uw = NULL;
   if (rc == 0) { /* θ_t, u_t and the round's deltas are inputs of no later step */
     blob_store_uncache(a->bs, a->param_blob);

@@ -55,10 +55,16 @@ typedef struct {
   float lr, mu;
   int nesterov;
   const char *new_param, *new_momentum; /* θ_{t+1}, u_{t+1} */
+  /* Not NULL: u_{t+1}'s writer (opened BLOB_WRITE_LATER) is handed back here uncommitted, every
+   * byte appended, *momentum_crc its checksum; the caller commits or aborts it. The version
+   * can be committed before its momentum is stored because the inputs it is made from stay
+   * until the next round closes (docs/design.md §5.3). */
+  blob_writer **momentum_later;
 } outerio_sync;
 
-/* The sync outer step: θ_{t+1}, u_{t+1} written durably; *param_crc / *momentum_crc get
- * their payload checksums. 0 or a negative DPC_E* code (nothing written then). */
+/* The sync outer step: θ_{t+1}, u_{t+1} written durably (u_{t+1} left to the caller with
+ * momentum_later); *param_crc / *momentum_crc get their payload checksums. 0 or a negative
+ * DPC_E* code (nothing written then). */
 int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *momentum_crc);
 
 typedef enum { OUTERIO_SGD = 0, OUTERIO_NESTEROV = 1, OUTERIO_DN = 2 } outerio_rule;

@@ -20,6 +20,7 @@
  * 2·slots + 2 (a lease pulls its base version right after grant). The job finishes when the
  * budget is trained, no lease is active and no delta is pending. */
 #include "coordinator/rounds.h"
+#include "coordinator/rounds_close.h"
 
 #include "common/errors.h"
 #include "common/sparse.h"
@@ -68,9 +69,12 @@ typedef struct {
   int short_reason; /* 0: every expected delta; REVOKE_DEADLINE / REVOKE_GRACE: closed without some */
   int early;        /* REVOKE_GRACE before the window's end: no missing slot could deliver */
   int64_t first_at, last_at; /* earliest and latest received_at of the merged deltas */
+  int remake;                /* making a committed version again: both blobs stored before the answer */
+  blob_writer *momentum_w;   /* otherwise: u_{t+1}'s writer, committed after the version (momentum_store) */
 } outer_work;
 
 static void outer_work_free(outer_work *w) {
+  blob_writer_abort(w->momentum_w);
   free(w->sp_tlen);
   free(w->delta_blobs);
   free(w->delta_crcs);
@@ -86,7 +90,8 @@ static void outer_run(uv_work_t *req) {
                     .n = w->n, .delta_blobs = (const char (*)[BLOB_NAME_MAX])w->delta_blobs,
                     .delta_crcs = w->delta_crcs, .weights = w->weights, .sp_cfg = w->sp_tlen ? &w->sp_cfg : NULL,
                     .sp_tlen = w->sp_tlen, .sp_nt = w->sp_nt, .lr = w->lr, .mu = w->mu, .nesterov = w->nesterov,
-                    .new_param = w->new_param, .new_momentum = w->new_momentum};
+                    .new_param = w->new_param, .new_momentum = w->new_momentum,
+                    .momentum_later = w->remake ? NULL : &w->momentum_w};
   int rc = outerio_sync_step(&a, &w->param_crc, &w->momentum_crc);
   if (rc < 0) snprintf(w->err, sizeof w->err, "%s", dpc_errmsg());
   w->rc = rc;
@@ -211,6 +216,8 @@ static void skip_missing_slots(coord *c, coord_job *j, int fragment, int64_t rou
 
 static void check_job_done(coord *c, coord_job *j) {
   if (j->state != JOB_RUNNING && j->state != JOB_PAUSED) return;
+  for (int f = 0; f < j->n_fragments; f++)
+    if (j->momentum[f] != COORD_MOMENTUM_STORED) return; /* a row names it: it is stored first */
   store_fragment *frags;
   int nf;
   if (store_list_fragments(c->st, j->id, &frags, &nf) < 0) return;
@@ -273,6 +280,73 @@ static void outer_failed(coord *c, coord_job *j, const outer_work *w) {
   pause_fragment(c, j, w->fragment, what);
 }
 
+/* A sync version's momentum is stored after the version's commit, on the thread pool: the
+ * round's window (last delta in -> every worker holding the new parameters) then waits for
+ * θ_{t+1} alone, and on an S3 store the momentum's bytes are sent only now (BLOB_WRITE_LATER),
+ * leaving the store's bandwidth to θ_{t+1} until then. A crash or a failed write before it is
+ * stored loses nothing: the version's inputs (θ_t, u_t, the round's deltas) stay until the next
+ * round closes, and that round's outer step waits for COORD_MOMENTUM_STORED; the momentum is
+ * made again from them (remake_momentum here, rounds_recompute_version at start-up). */
+typedef struct {
+  uv_work_t req;
+  coord *c;
+  int64_t job, version;
+  int fragment, rc;
+  blob_writer *w;
+  char name[BLOB_NAME_MAX], err[512];
+  double seconds;
+} momentum_work;
+
+static void momentum_run(uv_work_t *req) {
+  momentum_work *m = req->data;
+  double t0 = dpc_mono_s();
+  m->rc = blob_writer_commit(m->w, NULL);
+  m->w = NULL;
+  if (m->rc < 0) snprintf(m->err, sizeof m->err, "%s", dpc_errmsg());
+  m->seconds = dpc_mono_s() - t0;
+}
+
+static void momentum_after(uv_work_t *req, int status) {
+  momentum_work *m = req->data;
+  coord *c = m->c;
+  coord_job *j = coord_job_get(c, m->job);
+  if (status != 0 && m->w) { /* canceled before it ran */
+    blob_writer_abort(m->w);
+    m->rc = DPC_EIO;
+    snprintf(m->err, sizeof m->err, "canceled");
+  }
+  if (m->rc < 0)
+    DPC_ERROR("job %lld fragment %d version %lld: its momentum %s could not be stored: %s; it is made again from "
+              "the version before it", (long long)m->job, m->fragment + 1, (long long)m->version, m->name, m->err);
+  else
+    DPC_DEBUG("job %lld fragment %d version %lld: momentum stored %.3f s after the version", (long long)m->job,
+              m->fragment + 1, (long long)m->version, m->seconds);
+  if (j && m->fragment < j->n_fragments)
+    j->momentum[m->fragment] = m->rc < 0 ? COORD_MOMENTUM_LOST : COORD_MOMENTUM_STORED;
+  free(m);
+  loop_work_done(c);
+  if (!c->stopping) rounds_check(c);
+}
+
+/* Store w's momentum (its writer taken) now that its version is committed. */
+static void momentum_store(coord *c, coord_job *j, outer_work *w) {
+  momentum_work *m = calloc(1, sizeof *m);
+  blob_writer *bw = w->momentum_w;
+  w->momentum_w = NULL;
+  if (j) j->momentum[w->fragment] = COORD_MOMENTUM_WRITING;
+  TESTHOOK("outer-momentum");
+  if (m) {
+    *m = (momentum_work){.req.data = m, .c = c, .job = w->job, .version = w->new_version, .fragment = w->fragment,
+                         .w = bw};
+    snprintf(m->name, sizeof m->name, "%s", w->new_momentum);
+    if (loop_queue_work(c, &m->req, momentum_run, momentum_after) == 0) return;
+    free(m);
+  }
+  int rc = blob_writer_commit(bw, NULL); /* no memory or no thread pool: here */
+  if (j) j->momentum[w->fragment] = rc < 0 ? COORD_MOMENTUM_LOST : COORD_MOMENTUM_STORED;
+  if (rc < 0) DPC_ERROR("job %lld: momentum %s: %s; it is made again", (long long)w->job, w->new_momentum, dpc_errmsg());
+}
+
 static void outer_after(uv_work_t *req, int status) {
   outer_work *w = req->data;
   coord *c = w->c;
@@ -300,6 +374,7 @@ static void outer_after(uv_work_t *req, int status) {
     if (j) j->outer_retry_at[w->fragment] = dpc_wall_ms() + OUTER_RETRY_MS;
     goto done;
   }
+  if (w->momentum_w) momentum_store(c, j, w);
   c->rounds_total++;
   c->outer_steps++;
   if (w->n > 0) coord_observe(c, HIST_ROUND_WAIT, (double)(w->last_at - w->first_at) / 1000.0);
@@ -328,146 +403,6 @@ done:
   outer_work_free(w);
   loop_work_done(c);
   if (!c->stopping) rounds_check(c);
-}
-
-/* ceil(quorum · expected), at least 1: the deltas a round of fragment f needs to close short. */
-static int quorum_need(const coord_job *j, int f) {
-  int need = (int)ceil(j->spec.quorum * j->expected[f] - 1e-9);
-  return need < 1 ? 1 : need;
-}
-
-static int cmp_i64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* When the quorum of a round was reached: the need-th earliest first arrival (received_at, a
- * durable fact) among the slots of ds[0..n) (in (path, replica) order, one slot's deltas
- * adjacent), or INT64_MAX with fewer slots or no memory. A restarted coordinator computes the
- * same time, so a round's grace window ends when it would have without the restart. */
-static int64_t quorum_reached_at(const store_delta *ds, int n, int need) {
-  int64_t *first = malloc((size_t)(n > 0 ? n : 1) * sizeof *first);
-  if (!first) return INT64_MAX;
-  int k = 0;
-  for (int i = 0; i < n; i++) {
-    if (k > 0 && ds[i - 1].path == ds[i].path && ds[i - 1].replica == ds[i].replica) {
-      if (ds[i].received_at < first[k - 1]) first[k - 1] = ds[i].received_at;
-    } else {
-      first[k++] = ds[i].received_at;
-    }
-  }
-  int64_t at = INT64_MAX;
-  if (k >= need) {
-    qsort(first, (size_t)k, sizeof *first, cmp_i64);
-    at = first[need - 1];
-  }
-  free(first);
-  return at;
-}
-
-/* The adaptive grace window (a quorum below 1 and no quorum_grace_s): twice the median
- * first-to-last delta spread of the last GRACE_ROUNDS rounds of the fragment that merged every
- * slot, within [GRACE_MIN_MS, GRACE_MAX_MS]; none (-1) until such a round exists. Healthy
- * rounds set it: a slow but live worker that keeps making the full rounds widens the spread,
- * and so the window, for itself; a dead one costs a round at most that long. It is computed
- * from durable rows (the closed rounds' applied deltas), so a restarted coordinator gets the
- * same window. */
-#define GRACE_ROUNDS 8
-#define GRACE_MIN_MS 250
-#define GRACE_MAX_MS 60000
-
-static int64_t grace_window_ms(coord *c, const coord_job *j, int f, int64_t t) {
-  if (j->spec.has_quorum_grace) return (int64_t)llround(j->spec.quorum_grace_s * 1000.0);
-  if (j->spec.quorum >= 1.0) return -1;
-  int64_t spread[GRACE_ROUNDS];
-  int count[GRACE_ROUNDS], n = 0, k = 0;
-  if (store_round_spreads(c->st, j->id, f, t, GRACE_ROUNDS, spread, count, &n) < 0) return -1;
-  for (int i = 0; i < n; i++)
-    if (count[i] >= j->expected[f]) spread[k++] = spread[i];
-  if (k == 0) return -1;
-  qsort(spread, (size_t)k, sizeof *spread, cmp_i64);
-  int64_t g = 2 * spread[k / 2];
-  return g < GRACE_MIN_MS ? GRACE_MIN_MS : g > GRACE_MAX_MS ? GRACE_MAX_MS : g;
-}
-
-/* Whether a slot of round t of (j, f) missing from d[0..k) (the slots in, (path, replica)
- * order) can still deliver: an active lease of round t for it whose worker is connected (not
- * on c->lost). A quorum round need not wait out its grace window for slots that cannot: no
- * worker trains them (none was free; a SIGTERMed worker released its lease), or the one that
- * does has closed its connection. On an error it answers yes (the window decides). Not for
- * streaming jobs, whose leases span the rounds of several fragments. */
-static int missing_can_arrive(coord *c, const coord_job *j, int f, int64_t t, const store_delta *d, int k) {
-  store_lease *act;
-  int na;
-  if (store_list_active_leases(c->st, j->id, &act, &na) < 0) return 1;
-  int can = 0;
-  for (int i = 0; i < na && !can; i++) {
-    if (act[i].round != t || !coord_job_path_has_fragment(j, act[i].path, f) || lease_worker_lost(c, act[i].worker))
-      continue;
-    int in = 0;
-    for (int q = 0; q < k && !in; q++) in = d[q].path == act[i].path && d[q].replica == act[i].replica;
-    can = !in;
-  }
-  free(act);
-  return can;
-}
-
-/* The deltas that close round t of (j, f) now — one per slot (the newest), in (path, replica)
- * order: all expected ones; or, with at least ceil(quorum · expected), those in at the round
- * deadline (*short_reason = REVOKE_DEADLINE), or quorum_grace_s after the quorum was reached,
- * or as soon as no missing slot can still deliver (missing_can_arrive) (REVOKE_GRACE; *early
- * set in that last case). 0 with *ds (caller frees) and *n set, or -1 when the round stays
- * open. The deadline and the window are durable facts (the received rows, their received_at,
- * the round's deadline); the early close depends on which workers are connected, which a
- * restarted coordinator does not know (it then waits for the window). Either way the set
- * merged is what store_commit_outer records (applied; the rest of the round's deltas
- * dropped), so a restart replays every closed round as it was. */
-static int closing_deltas(coord *c, const coord_job *j, int f, int64_t t, int64_t now, store_delta **ds, int *n,
-                          int *short_reason, int *early) {
-  /* Called after every push: count first (one index scan), read the rows only when the round
-   * can close. */
-  int have;
-  *early = 0;
-  if (store_count_received_slots(c->st, j->id, f, t, &have) < 0 || have == 0) return -1;
-  const int need = quorum_need(j, f);
-  int past_deadline = 0;
-  int64_t grace_ms = -1;
-  if (have < j->expected[f]) {
-    if (have < need) return -1;
-    store_round r;
-    past_deadline = store_get_round(c->st, j->id, f, t, &r) == 0 && r.deadline_at != 0 && now >= r.deadline_at;
-    if (!past_deadline) grace_ms = grace_window_ms(c, j, f, t);
-  }
-  int nd;
-  if (store_list_deltas(c->st, j->id, f, t, DELTA_RECEIVED, ds, &nd) < 0) return -1;
-  store_delta *d = *ds;
-  const int64_t quorum_at = have < j->expected[f] && !past_deadline ? quorum_reached_at(d, nd, need) : INT64_MAX;
-  /* Keep one delta per slot (the newest), in (path, replica) order. */
-  int k = 0;
-  for (int i = 0; i < nd; i++) {
-    if (k > 0 && d[k - 1].path == d[i].path && d[k - 1].replica == d[i].replica) d[k - 1] = d[i];
-    else d[k++] = d[i];
-  }
-  *n = k;
-  *short_reason = 0;
-  if (k < j->expected[f]) {
-    const int quorum = k > 0 && k >= need;
-    if (quorum && past_deadline) {
-      *short_reason = REVOKE_DEADLINE;
-    } else if (quorum && grace_ms >= 0 && quorum_at != INT64_MAX && now >= quorum_at + grace_ms) {
-      *short_reason = REVOKE_GRACE;
-    } else if (quorum && !jobspec_streaming(&j->spec) && !missing_can_arrive(c, j, f, t, d, k)) {
-      *short_reason = REVOKE_GRACE;
-      *early = 1;
-    } else {
-      /* The window closes the round on time, not at the next tick (up to 500 ms later). */
-      if (quorum && grace_ms >= 0 && quorum_at != INT64_MAX) loop_wake_at(c, quorum_at + grace_ms);
-      free(d);
-      *ds = NULL;
-      return -1;
-    }
-  }
-  return 0;
 }
 
 /* The outer step of round fr->version of (j, f) over ds[0..n); NULL when out of memory. */
@@ -526,15 +461,19 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
   return w;
 }
 
+static void remake_momentum(coord *c, coord_job *j, int f);
+
 /* Start the outer step of (j, f) for its open round if it is complete. */
 static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
   if (j->outer_busy[f] || now < j->outer_retry_at[f]) return;
+  if (j->momentum[f] == COORD_MOMENTUM_LOST) remake_momentum(c, j, f);
+  if (j->momentum[f] != COORD_MOMENTUM_STORED) return; /* the step reads it */
   store_fragment fr;
   if (store_get_fragment(c->st, j->id, f, &fr) < 0) return;
   if (fr.version >= j->spec.rounds) return;
   store_delta *ds;
   int n, short_reason, early;
-  if (closing_deltas(c, j, f, fr.version, now, &ds, &n, &short_reason, &early) < 0) return;
+  if (rounds_closing_deltas(c, j, f, fr.version, now, &ds, &n, &short_reason, &early) < 0) return;
   outer_work *w = outer_work_new(c, j, f, &fr, ds, n, short_reason, early);
   free(ds);
   if (!w) {
@@ -548,9 +487,13 @@ static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
   }
 }
 
-int rounds_recompute_version(coord *c, coord_job *j, int f, const store_fragment *cur) {
+/* *out: the outer step that makes cur (fragment f of sync job j) again, from the version
+ * before it and the deltas its round applied, its blobs stored before it answers; or a DPC_E*
+ * code with dpc_errmsg saying why it cannot be made again. */
+static int remake_work(coord *c, const coord_job *j, int f, const store_fragment *cur, outer_work **out) {
+  *out = NULL;
   if (j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC)
-    return dpc_err(DPC_EUNSUPPORTED, "start-up does not make an async job's versions again");
+    return dpc_err(DPC_EUNSUPPORTED, "an async job's versions are not made again");
   if (cur->version < 1) return dpc_err(DPC_ENOENT, "version 0 comes from the job's creation, not from an outer step");
   store_fragment prev;
   store_delta *ds = NULL;
@@ -571,17 +514,85 @@ int rounds_recompute_version(coord *c, coord_job *j, int f, const store_fragment
     outer_work_free(w);
     return dpc_err(DPC_ESTATE, "cannot make it again: its blobs are not named as an outer step names them");
   }
+  w->remake = 1;
+  *out = w;
+  return 0;
+}
+
+/* After remake_work's step ran: 0 when it has the checksums cur's row recorded (logged with
+ * `how`), else a DPC_E* code with w->err saying why. */
+static int remake_result(outer_work *w, uint32_t param_crc, uint32_t momentum_crc, const char *how) {
+  if (w->rc < 0) return w->rc;
+  if (w->param_crc != param_crc || w->momentum_crc != momentum_crc) {
+    snprintf(w->err, sizeof w->err, "made again, it has checksums 0x%08x/0x%08x, its row recorded 0x%08x/0x%08x",
+             w->param_crc, w->momentum_crc, param_crc, momentum_crc);
+    return w->rc = DPC_ECHECKSUM;
+  }
+  DPC_INFO("%sjob %lld fragment %d version %lld made again from version %lld and its %d deltas in %.2f s", how,
+           (long long)w->job, w->fragment + 1, (long long)w->new_version, (long long)w->round, w->n, w->seconds);
+  return 0;
+}
+
+int rounds_recompute_version(coord *c, coord_job *j, int f, const store_fragment *cur) {
+  outer_work *w;
+  int rc = remake_work(c, j, f, cur, &w);
+  if (rc < 0) return rc;
   outer_run(&w->req);
-  rc = w->rc;
+  rc = remake_result(w, cur->param_crc, cur->momentum_crc, "recovery: ");
   if (rc < 0) rc = dpc_err(rc, "making it again failed: %s", w->err);
-  else if (w->param_crc != cur->param_crc || w->momentum_crc != cur->momentum_crc)
-    rc = dpc_err(DPC_ECHECKSUM, "made again, it has checksums 0x%08x/0x%08x, its row recorded 0x%08x/0x%08x",
-                 w->param_crc, w->momentum_crc, cur->param_crc, cur->momentum_crc);
-  else
-    DPC_INFO("recovery: job %lld fragment %d version %lld made again from version %lld and its %d deltas in %.2f s",
-             (long long)j->id, f + 1, (long long)cur->version, (long long)prev.version, n, w->seconds);
   outer_work_free(w);
   return rc;
+}
+
+/* A momentum that failed to be stored (momentum_after) is made again on the thread pool: its
+ * version's outer step once more, both blobs stored, the checksums checked against the row. */
+static void remake_after(uv_work_t *req, int status) {
+  outer_work *w = req->data;
+  coord *c = w->c;
+  coord_job *j = coord_job_get(c, w->job);
+  if (status != 0 && w->rc == 0) {
+    w->rc = DPC_EIO;
+    snprintf(w->err, sizeof w->err, "canceled");
+  }
+  uint32_t pc = w->param_crc, mc = w->momentum_crc;
+  store_fragment cur;
+  if (w->rc == 0 && store_get_version(c->st, w->job, w->fragment, w->new_version, &cur) == 0) {
+    pc = cur.param_crc;
+    mc = cur.momentum_crc;
+  }
+  int rc = remake_result(w, pc, mc, "");
+  if (j && w->fragment < j->n_fragments) {
+    j->momentum[w->fragment] = rc < 0 ? COORD_MOMENTUM_LOST : COORD_MOMENTUM_STORED;
+    if (rc < 0) {
+      DPC_ERROR("job %lld fragment %d: making version %lld's momentum again failed: %s; trying again in %d ms",
+                (long long)w->job, w->fragment + 1, (long long)w->new_version, w->err, OUTER_RETRY_MS);
+      j->outer_retry_at[w->fragment] = dpc_wall_ms() + OUTER_RETRY_MS;
+      outer_failed(c, j, w);
+    } else {
+      j->outer_fails[w->fragment] = 0;
+    }
+  }
+  outer_work_free(w);
+  loop_work_done(c);
+  if (!c->stopping) rounds_check(c);
+}
+
+static void remake_momentum(coord *c, coord_job *j, int f) {
+  store_fragment cur;
+  if (store_get_fragment(c->st, j->id, f, &cur) < 0) return;
+  outer_work *w;
+  if (remake_work(c, j, f, &cur, &w) < 0) {
+    char what[640];
+    snprintf(what, sizeof what, "version %lld's momentum could not be stored, nor made again: %s",
+             (long long)cur.version, dpc_errmsg());
+    pause_fragment(c, j, f, what);
+    return;
+  }
+  j->momentum[f] = COORD_MOMENTUM_REMAKING;
+  if (loop_queue_work(c, &w->req, outer_run, remake_after) < 0) {
+    j->momentum[f] = COORD_MOMENTUM_LOST;
+    outer_work_free(w);
+  }
 }
 
 /* ---- async apply ---------------------------------------------------------------------------- */

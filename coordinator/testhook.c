@@ -10,7 +10,7 @@
 
 int testhook_armed;
 
-static const char *const POINTS[] = {"pull", "push", "push-commit", "push-ack", "outer", "gc"};
+static const char *const POINTS[] = {"pull", "push", "push-commit", "push-ack", "outer", "outer-momentum", "gc"};
 static const char *g_point;
 static long g_nth, g_hits;
 
@@ -71,7 +71,7 @@ int testhook_init(void) {
     DPC_WARN("test hook armed: replay round %ld served %s", nth, FAULTS[idx]);
   }
   rc = parse_armed("DIPACO_TEST_STOP_AT", "point", POINTS, sizeof POINTS / sizeof POINTS[0],
-                   "pull, push, push-commit, push-ack, outer, gc", &idx, &nth);
+                   "pull, push, push-commit, push-ack, outer, outer-momentum, gc", &idx, &nth);
   if (rc < 0 || idx < 0) return rc;
   g_point = POINTS[idx];
   g_nth = nth;

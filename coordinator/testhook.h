@@ -17,6 +17,8 @@
  *   push-ack     PushDelta: the delta row is committed, the acknowledgement not yet sent.
  *   outer        Sync outer step: the new version's parameter and momentum blobs are written,
  *                the round's transaction (version row, deltas applied, round closed) is not.
+ *   outer-momentum  Sync outer step: the round's transaction is committed, the new version's
+ *                momentum blob not yet stored (its commit runs after the version's).
  *   gc           Garbage collection: the old versions' / applied deltas' rows are updated in
  *                SQLite, their blob files not yet deleted (the code's order: DB first).
  * An unknown point name makes testhook_init fail, so a typo in a test cannot pass silently.

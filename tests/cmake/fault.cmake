@@ -8,6 +8,8 @@ dpc_test(NAME coord_crash_push LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED COMM
 dpc_test(NAME coord_crash_push-commit LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED COMMAND ${DPC_COORD_CRASH} push-commit:3)
 dpc_test(NAME coord_crash_push-ack LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED COMMAND ${DPC_COORD_CRASH} push-ack:3)
 dpc_test(NAME coord_crash_outer LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED COMMAND ${DPC_COORD_CRASH} outer:2)
+dpc_test(NAME coord_crash_outer-momentum LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED
+         COMMAND ${DPC_COORD_CRASH} outer-momentum:2)
 dpc_test(NAME coord_crash_gc LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED COMMAND ${DPC_COORD_CRASH} gc:2)
 # The same for a one-slot diloco-async job (deterministic: no self-inflicted staleness).
 dpc_test(NAME coord_crash_async_push-ack LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED COMMAND ${DPC_COORD_CRASH} push-ack:3 async)

@@ -31,13 +31,17 @@ dpc_test(NAME s3_put_delta LABEL integration TIMEOUT 180 REQUIRES DISTRIBUTED
                  ${CMAKE_SOURCE_DIR}/proto)
 # Coordinator SIGKILLs at crash points on the S3 store (tests/integration/coord_crash.sh): after a
 # put delta was checked and before its row (the orphan object swept, the worker's commit refused
-# after the restart and its bytes pushed instead), and in the middle of an outer step.
+# after the restart and its bytes pushed instead), in the middle of an outer step, and after a
+# version's commit with its momentum not yet stored (made again at the restart).
 dpc_test(NAME coord_crash_s3_push-commit LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED ENVIRONMENT CRASH_STORE=s3
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
                  bash ${CMAKE_SOURCE_DIR}/tests/integration/coord_crash.sh ${DPC_DAEMONS} push-commit:3)
 dpc_test(NAME coord_crash_s3_outer LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED ENVIRONMENT CRASH_STORE=s3
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
                  bash ${CMAKE_SOURCE_DIR}/tests/integration/coord_crash.sh ${DPC_DAEMONS} outer:2)
+dpc_test(NAME coord_crash_s3_outer-momentum LABEL fault TIMEOUT 300 REQUIRES DISTRIBUTED ENVIRONMENT CRASH_STORE=s3
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 bash ${CMAKE_SOURCE_DIR}/tests/integration/coord_crash.sh ${DPC_DAEMONS} outer-momentum:2)
 # The faults of a real store (503, 429, dropped connections, a PUT stored but answered 500),
 # injected by a proxy in front of the gateway (tests/s3/faultproxy.py): retries and fallbacks
 # keep the job byte-identical to its local run, the ledger clean.

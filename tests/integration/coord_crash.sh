@@ -85,6 +85,8 @@ case ${STOP%%:*} in
   push) [[ $recovery == *"removed "[1-9]*" unfinished blob temp"* ]] || fail "the half-received delta's spool file was not removed" ;;
   push-commit|outer|gc) [[ $recovery == *" and "[1-9]*" blob(s) no row references"* ]] || fail "no orphaned blob was removed" ;;
   push-ack) [[ $recovery == *"had all its deltas in"* ]] || fail "the lease whose delta was durable was not finished" ;;
+  outer-momentum) [[ $recovery == *"version "[1-9]*" made again from version"* ]] \
+    || fail "the version committed before its momentum was stored was not made again" ;;
 esac
 # On S3 the start-up check keeps the versions it verified for the first outer step.
 if [ "${CRASH_STORE:-local}" = s3 ] && ! [[ $recovery =~ \ [1-9][0-9]*\ bytes\ of\ it\ kept\ in\ the\ blob\ cache ]]; then

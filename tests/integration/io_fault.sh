@@ -8,6 +8,8 @@
 #     without the fault, the job completes;
 #  2. one failed rename of an outer step's parameter blob (a version write): the outer step
 #     fails, is tried again a second later from the durable deltas, and the job completes;
+#     then one failed rename of a momentum blob, whose version is committed before it is
+#     stored: the momentum is made again from the version before it, and the job completes;
 #  3. SQLite's own writes failing with a full disk (SQLITE_FULL): Register/Lease calls are
 #     answered with an error, the coordinator stays up; restarted without it, the job completes;
 #  4. one failed SQLite fsync (a commit that does not reach the disk): the call fails, the
@@ -115,6 +117,17 @@ echo "ok: 2: a failed version write was retried"
 export_cmp "$JOB" version-rename
 stop_workers
 stop_coordinator "rename fault"
+DIPACO_TEST_IO_FAULT=rename:1@-v1.momentum start_coordinator "$W/s2m" "${FLAGS[@]}"
+JOB=$("$CTL" --coordinator "$COORD" job create "$W/spec.json")
+workers mom
+wait_done "$JOB" 120 "momentum rename fault"
+grep -Eq "momentum .*-v1.momentum could not be stored: .*rename" "$W/coordinator.log" \
+  || fail "the injected rename did not hit the momentum's store"
+grep -Eq "version 1 made again from version 0" "$W/coordinator.log" || fail "the momentum was not made again"
+echo "ok: 2: a failed momentum write was made again"
+export_cmp "$JOB" momentum-rename
+stop_workers
+stop_coordinator "momentum rename fault"
 
 # ---- 3: SQLite disk full from the job's first write on, then restart without it
 start_coordinator "$W/s3" "${FLAGS[@]}"
