@@ -8,7 +8,9 @@
  * With the memory cache on (blob_store_set_cache): what the store wrote, and a delta read with
  * blob_reader_keep and verified, are read again without the store (they survive the object's
  * loss), a read without keep leaves nothing, a delta that failed its checksum is not kept,
- * inner state is never kept, and deleting a blob drops its copy. A worker's reads through
+ * inner state is never kept, and deleting a blob drops its copy; a blob written with
+ * BLOB_WRITE_LATER reaches the store only at its commit (without room in the cache, as it
+ * comes). A worker's reads through
  * presigned URLs (worker/storeget.h), whole, ranged, streamed and in parallel pieces, fail with clear codes on an
  * altered URL, a missing object, a refused piece and a server that never answers; a delta
  * object put in parts over several streams at once completes, or fails on a spoilt part. */
@@ -386,6 +388,63 @@ static void cached(blob_store *bs, s3_client *c) {
   for (int i = 0; i < 3; i++) CHECK_EQ_INT(s3_delete(c, left[i]), 0);
 }
 
+static int count_upload(void *ud, const char *key, const char *id) {
+  (void)key;
+  (void)id;
+  (*(int *)ud)++;
+  return 0;
+}
+
+/* BLOB_WRITE_LATER (a sync step's momentum): with the payload in the cache nothing reaches
+ * the store before the commit, which sends it whole; the writer's checksum is the commit's.
+ * The same blob written the ordinary way has its multipart upload under way before the
+ * commit, which is what proves the first half of the check can fail. */
+static void written_later(blob_store *bs, s3_client *c) {
+  const size_t n = (size_t)5 << 20; /* 20 MiB: more than one 16 MiB part */
+  float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+  CHECK(x && y);
+  if (!x || !y) goto out;
+  for (size_t i = 0; i < n; i++) x[i] = (float)(i % 1013) * 1e-3f;
+  CHECK_EQ_INT(blob_store_set_cache(bs, 64 << 20), 0);
+  for (int later = 0; later < 2; later++) {
+    const char *name = later ? "7/f0-v2.momentum" : "7/f0-v3.momentum";
+    blob_writer *w = NULL;
+    CHECK_EQ_INT(blob_writer_open_ex(bs, name, BLOB_MOMENTUM, n, later ? BLOB_WRITE_LATER : 0, &w), 0);
+    if (!w) continue;
+    CHECK_EQ_INT(blob_writer_append(w, x, n / 2 * sizeof *x), 0);
+    CHECK_EQ_INT(blob_writer_append(w, x + n / 2, (n - n / 2) * sizeof *x), 0);
+    int ups = 0;
+    CHECK_EQ_INT(s3_mpu_list(c, count_upload, &ups), 0);
+    CHECK_EQ_INT(ups, later ? 0 : 1);
+    uint64_t size = 0;
+    CHECK_EQ_INT(s3_head(c, name, &size, NULL, 0), DPC_ENOENT);
+    const uint32_t running = blob_writer_crc(w);
+    uint32_t crc = 0, crc2 = 0;
+    CHECK_EQ_INT(blob_writer_commit(w, &crc), 0);
+    CHECK(crc == running);
+    CHECK_EQ_INT(s3_head(c, name, &size, NULL, 0), 0);
+    CHECK(size == BLOB_HEADER_BYTES + n * sizeof *x + BLOB_TRAILER_BYTES);
+    blob_store_uncache(bs, name); /* read from the store */
+    CHECK_EQ_INT(blob_read(bs, name, BLOB_MOMENTUM, y, n, &crc2), 0);
+    CHECK(crc2 == crc && memcmp(x, y, n * sizeof *x) == 0);
+    CHECK_EQ_INT(s3_delete(c, name), 0);
+  }
+  /* Without room in the cache it is written as it comes, as any blob. */
+  CHECK_EQ_INT(blob_store_set_cache(bs, 0), 0);
+  blob_writer *w = NULL;
+  CHECK_EQ_INT(blob_writer_open_ex(bs, "7/f0-v4.momentum", BLOB_MOMENTUM, n, BLOB_WRITE_LATER, &w), 0);
+  if (w) {
+    CHECK_EQ_INT(blob_writer_append(w, x, n * sizeof *x), 0);
+    int ups = 0;
+    CHECK_EQ_INT(s3_mpu_list(c, count_upload, &ups), 0);
+    CHECK_EQ_INT(ups, 1);
+    blob_writer_abort(w);
+  }
+out:
+  free(x);
+  free(y);
+}
+
 typedef struct {
   char names[32][96];
   int n;
@@ -491,6 +550,7 @@ int main(void) {
     cached(bs, c);
     sweep(bs, c);
     known_inner(bs, c);
+    written_later(bs, c);
   }
   blob_store_close(bs);
   s3_close(c);
