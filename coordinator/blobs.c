@@ -42,6 +42,7 @@ struct blob_writer {
   blobs_cache_entry *ce; /* the payload's copy for the cache, published at commit */
   blob_kind kind;
   int later; /* BLOB_WRITE_LATER on S3: nothing sent before the commit (sw opened there) */
+  const atomic_int *hurry; /* later: the commit sends in the background until it is set */
 };
 
 static const char *const KIND_EXT[] = {NULL, "params", "momentum", "delta", "dnbuf", "innerm", "innerv", "innerl", "innere",
@@ -240,6 +241,7 @@ static void sink_abort(blob_writer *w) {
 static int send_later(blob_writer *w) {
   int rc = blob_s3_writer_open(w->bs->s3, w->name, BLOB_HEADER_BYTES + w->want + BLOB_TRAILER_BYTES,
                                written_once(w->name), &w->sw);
+  if (rc == 0) blob_s3_writer_background(w->sw, w->hurry);
   if (rc == 0) rc = sink_write(w, w->header, sizeof w->header);
   if (rc == 0) rc = sink_write(w, w->ce->data, (size_t)w->want);
   return rc;
@@ -294,6 +296,8 @@ int blob_writer_append(blob_writer *w, const void *bytes, size_t nbytes) {
 }
 
 uint32_t blob_writer_crc(const blob_writer *w) { return w->crc; }
+
+void blob_writer_hurry_flag(blob_writer *w, const atomic_int *hurry) { w->hurry = hurry; }
 
 void blob_writer_writeback(blob_writer *w) {
   if (w->f) dpc_afile_writeback(w->f);

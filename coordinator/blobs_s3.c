@@ -6,6 +6,7 @@
 #include "common/log.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
@@ -66,7 +67,14 @@ struct blob_s3_writer {
    * slot the next part goes to, the oldest in flight). */
   up_slot up[UP_MAX];
   int up_next;
+  int background;            /* blob_s3_writer_background: one part in flight until *hurry */
+  const atomic_int *hurry;
 };
+
+/* Parts in flight at most now: only ever grows (so the slots in use stay in range). */
+static int slots(const blob_s3_writer *w) {
+  return w->background && !(w->hurry && atomic_load(w->hurry)) ? 1 : UP_MAX;
+}
 
 static int take(blob_s3 *s, s3_client **out);
 static void give(blob_s3 *s, s3_client *c);
@@ -276,6 +284,12 @@ int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, int once, 
   return 0;
 }
 
+void blob_s3_writer_background(blob_s3_writer *w, const atomic_int *hurry) {
+  if (w->nparts > 0) return;
+  w->background = 1;
+  w->hurry = hurry;
+}
+
 /* Upload one filled part of the multipart upload. */
 static void *upload_main(void *ud) {
   up_slot *u = ud;
@@ -306,8 +320,9 @@ static int upload_wait(blob_s3_writer *w, up_slot *u) {
  * message: the parts after it are only joined). */
 static int upload_wait_all(blob_s3_writer *w) {
   int first = 0;
-  for (int k = 0; k < UP_MAX; k++) {
-    up_slot *u = &w->up[(w->up_next + k) % UP_MAX];
+  const int ns = slots(w);
+  for (int k = 0; k < ns; k++) {
+    up_slot *u = &w->up[(w->up_next + k) % ns];
     if (!first) first = upload_wait(w, u);
     else upload_join(u);
   }
@@ -339,7 +354,7 @@ static int flush_part(blob_s3_writer *w) {
   u->thread = pthread_create(&u->th, NULL, upload_main, u) == 0;
   if (!u->thread) upload_main(u); /* no thread to be had: upload it here */
   u->busy = 1;
-  w->up_next = (w->up_next + 1) % UP_MAX;
+  w->up_next = (w->up_next + 1) % slots(w);
   w->sent += w->fill;
   w->fill = 0;
   return 0;

@@ -91,6 +91,7 @@ typedef struct coord_job {
   int *outer_busy;             /* [n_fragments]: an outer step is in flight */
   int *momentum;               /* [n_fragments]: COORD_MOMENTUM_* of the newest version's momentum blob
                                   (a sync step commits its version before that blob is stored) */
+  atomic_int **momentum_hurry; /* [n_fragments]: while WRITING, the flag that sends it at full speed */
   int *outer_fails;            /* [n_fragments]: outer steps in a row that found a corrupt or missing blob */
   int64_t *outer_retry_at;     /* [n_fragments]: after a failed outer step (e.g. a full disk), no new
                                   try before this time (dpc_wall_ms) */

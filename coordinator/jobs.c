@@ -18,6 +18,7 @@ void coord_job_free(coord_job *j) {
   free(j->fragments);
   free(j->outer_busy);
   free(j->momentum);
+  free(j->momentum_hurry);
   free(j->outer_retry_at);
   free(j->outer_fails);
   free(j->ov_version);
@@ -87,6 +88,7 @@ int coord_job_from_store(const store_job *sj, coord_job **out) {
   j->fragments = calloc((size_t)j->n_fragments, sizeof *j->fragments);
   j->outer_busy = calloc((size_t)j->n_fragments, sizeof *j->outer_busy);
   j->momentum = calloc((size_t)j->n_fragments, sizeof *j->momentum);
+  j->momentum_hurry = calloc((size_t)j->n_fragments, sizeof *j->momentum_hurry);
   j->outer_retry_at = calloc((size_t)j->n_fragments, sizeof *j->outer_retry_at);
   j->outer_fails = calloc((size_t)j->n_fragments, sizeof *j->outer_fails);
   j->expected = calloc((size_t)j->n_fragments, sizeof *j->expected);
@@ -94,7 +96,7 @@ int coord_job_from_store(const store_job *sj, coord_job **out) {
   j->ov_from_ms = calloc((size_t)j->n_fragments, sizeof *j->ov_from_ms);
   j->ov_pulled = calloc((size_t)j->n_fragments, sizeof *j->ov_pulled);
   j->path_loss = calloc((size_t)j->n_paths, sizeof *j->path_loss);
-  if (!j->modules || !j->fragments || !j->outer_busy || !j->momentum || !j->outer_retry_at || !j->outer_fails || !j->expected ||
+  if (!j->modules || !j->fragments || !j->outer_busy || !j->momentum || !j->momentum_hurry || !j->outer_retry_at || !j->outer_fails || !j->expected ||
       !j->path_loss || !j->ov_version || !j->ov_from_ms || !j->ov_pulled) {
     rc = dpc_err(DPC_ENOMEM, "out of memory loading job %lld", (long long)sj->id);
     goto fail;

@@ -20,7 +20,8 @@
  * checksum its row recorded), every average and parameter came out finite; otherwise the
  * writers are aborted and the error (DPC_ECHECKSUM, DPC_EFORMAT, DPC_ENOENT, DPC_ESHAPE,
  * DPC_ENUMERIC, DPC_EIO ...) is returned with dpc_errmsg set. The two (or three) output blobs
- * are fsync'd at their commits, at the end; the kernel is asked to start writing each range
+ * are fsync'd at their commits, at the end (a sync step's momentum, with momentum_later, by
+ * the caller after the version's commit); the kernel is asked to start writing each range
  * back as soon as it is appended, so most of the write-back overlaps the computation.
  *
  * Thread-safety: reentrant; runs on the coordinator's thread pool (one call per fragment at a

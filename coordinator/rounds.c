@@ -4,7 +4,10 @@
  * delta-by-delta apply, the garbage collection of old versions and delta blobs, the end of a
  * job, and the housekeeping tick.
  *
- * Sync rule: round t of fragment f closes when every slot whose path contains f's module has
+ * A sync step's version is committed once its parameters are stored; its momentum is stored
+ * after (momentum_store), and made again from the kept inputs if that fails (remake_momentum).
+ *
+ * Sync rule (rounds_close.c): round t of fragment f closes when every slot whose path contains f's module has
  * a received delta for it, or — at the round deadline, or quorum_grace_s after the
  * ceil(quorum · expected)-th slot's delta arrived — when at least ceil(quorum · expected)
  * have (slot rules: leases.c).
@@ -295,6 +298,7 @@ typedef struct {
   blob_writer *w;
   char name[BLOB_NAME_MAX], err[512];
   double seconds;
+  atomic_int hurry; /* set once the next round waits for it (hurry_momentum) */
 } momentum_work;
 
 static void momentum_run(uv_work_t *req) {
@@ -321,8 +325,10 @@ static void momentum_after(uv_work_t *req, int status) {
   else
     DPC_DEBUG("job %lld fragment %d version %lld: momentum stored %.3f s after the version", (long long)m->job,
               m->fragment + 1, (long long)m->version, m->seconds);
-  if (j && m->fragment < j->n_fragments)
+  if (j && m->fragment < j->n_fragments) {
     j->momentum[m->fragment] = m->rc < 0 ? COORD_MOMENTUM_LOST : COORD_MOMENTUM_STORED;
+    j->momentum_hurry[m->fragment] = NULL;
+  }
   free(m);
   loop_work_done(c);
   if (!c->stopping) rounds_check(c);
@@ -339,7 +345,12 @@ static void momentum_store(coord *c, coord_job *j, outer_work *w) {
     *m = (momentum_work){.req.data = m, .c = c, .job = w->job, .version = w->new_version, .fragment = w->fragment,
                          .w = bw};
     snprintf(m->name, sizeof m->name, "%s", w->new_momentum);
-    if (loop_queue_work(c, &m->req, momentum_run, momentum_after) == 0) return;
+    atomic_init(&m->hurry, 0);
+    blob_writer_hurry_flag(bw, &m->hurry);
+    if (loop_queue_work(c, &m->req, momentum_run, momentum_after) == 0) {
+      if (j) j->momentum_hurry[w->fragment] = &m->hurry;
+      return;
+    }
     free(m);
   }
   int rc = blob_writer_commit(bw, NULL); /* no memory or no thread pool: here */
@@ -463,11 +474,31 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
 
 static void remake_momentum(coord *c, coord_job *j, int f);
 
+/* While (j, f)'s newest momentum is being stored in the background: once the next round could
+ * close (its outer step waits for that momentum), send the rest at full speed. */
+static void hurry_momentum(coord *c, coord_job *j, int f, int64_t now) {
+  atomic_int *flag = j->momentum_hurry[f];
+  if (j->momentum[f] != COORD_MOMENTUM_WRITING || !flag || atomic_load(flag)) return;
+  store_fragment fr;
+  store_delta *ds;
+  int n, short_reason, early;
+  if (store_get_fragment(c->st, j->id, f, &fr) < 0 || fr.version >= j->spec.rounds ||
+      rounds_closing_deltas(c, j, f, fr.version, now, &ds, &n, &short_reason, &early) < 0)
+    return;
+  free(ds);
+  atomic_store(flag, 1);
+  DPC_DEBUG("job %lld fragment %d: round %lld can close; version %lld's momentum is sent at full speed",
+            (long long)j->id, f + 1, (long long)fr.version, (long long)fr.version);
+}
+
 /* Start the outer step of (j, f) for its open round if it is complete. */
 static void check_fragment(coord *c, coord_job *j, int f, int64_t now) {
   if (j->outer_busy[f] || now < j->outer_retry_at[f]) return;
   if (j->momentum[f] == COORD_MOMENTUM_LOST) remake_momentum(c, j, f);
-  if (j->momentum[f] != COORD_MOMENTUM_STORED) return; /* the step reads it */
+  if (j->momentum[f] != COORD_MOMENTUM_STORED) { /* the step reads it */
+    hurry_momentum(c, j, f, now);
+    return;
+  }
   store_fragment fr;
   if (store_get_fragment(c->st, j->id, f, &fr) < 0) return;
   if (fr.version >= j->spec.rounds) return;

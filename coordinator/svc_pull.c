@@ -101,6 +101,13 @@ static void pull_momentum(struct rpc_call *call, coord *c, const store_lease *l,
                     frag + 1, (unsigned long long)r->version, later ? "not made yet; ask again" : "not kept");
     return;
   }
+  store_fragment cur;
+  if (j->momentum[frag] != COORD_MOMENTUM_STORED && store_get_fragment(c->st, l->job, frag, &cur) == 0 &&
+      cur.version == f.version) { /* committed before its momentum is stored (rounds.c) */
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "fragment %d momentum version %llu is not stored yet; ask again",
+                    frag + 1, (unsigned long long)r->version);
+    return;
+  }
   svc_read *rd = svc_read_new();
   mom_ctx *x = rd ? calloc(1, sizeof *x) : NULL;
   if (!x) {

@@ -24,6 +24,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -406,11 +407,15 @@ static void written_later(blob_store *bs, s3_client *c) {
   if (!x || !y) goto out;
   for (size_t i = 0; i < n; i++) x[i] = (float)(i % 1013) * 1e-3f;
   CHECK_EQ_INT(blob_store_set_cache(bs, 64 << 20), 0);
-  for (int later = 0; later < 2; later++) {
+  for (int mode = 0; mode < 3; mode++) { /* ordinary; later, one part in flight; later, hurried */
+    const int later = mode > 0;
     const char *name = later ? "7/f0-v2.momentum" : "7/f0-v3.momentum";
     blob_writer *w = NULL;
     CHECK_EQ_INT(blob_writer_open_ex(bs, name, BLOB_MOMENTUM, n, later ? BLOB_WRITE_LATER : 0, &w), 0);
     if (!w) continue;
+    atomic_int hurry;
+    atomic_init(&hurry, mode == 2);
+    blob_writer_hurry_flag(w, &hurry);
     CHECK_EQ_INT(blob_writer_append(w, x, n / 2 * sizeof *x), 0);
     CHECK_EQ_INT(blob_writer_append(w, x + n / 2, (n - n / 2) * sizeof *x), 0);
     int ups = 0;
