@@ -475,15 +475,17 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
 static void remake_momentum(coord *c, coord_job *j, int f);
 
 /* While (j, f)'s newest momentum is being stored in the background: once the next round could
- * close (its outer step waits for that momentum), send the rest at full speed. */
+ * close (its outer step waits for that momentum), or when there is none (the job's end waits
+ * for it), send the rest at full speed. */
 static void hurry_momentum(coord *c, coord_job *j, int f, int64_t now) {
   atomic_int *flag = j->momentum_hurry[f];
   if (j->momentum[f] != COORD_MOMENTUM_WRITING || !flag || atomic_load(flag)) return;
   store_fragment fr;
-  store_delta *ds;
+  store_delta *ds = NULL;
   int n, short_reason, early;
-  if (store_get_fragment(c->st, j->id, f, &fr) < 0 || fr.version >= j->spec.rounds ||
-      rounds_closing_deltas(c, j, f, fr.version, now, &ds, &n, &short_reason, &early) < 0)
+  if (store_get_fragment(c->st, j->id, f, &fr) < 0 ||
+      (fr.version < j->spec.rounds &&
+       rounds_closing_deltas(c, j, f, fr.version, now, &ds, &n, &short_reason, &early) < 0))
     return;
   free(ds);
   atomic_store(flag, 1);
