@@ -106,14 +106,15 @@ int blob_write(blob_store *bs, const char *name, blob_kind kind, const float *da
 typedef struct blob_writer blob_writer;
 int blob_writer_open(blob_store *bs, const char *name, blob_kind kind, size_t n, blob_writer **out);
 /* BLOB_WRITE_LATER: on an S3 store whose blob cache takes the payload, nothing is sent until
- * the commit, which sends it from the cache's copy with one part in flight (a sync outer
- * step's momentum: its commit runs after the version's, and the store's bandwidth goes first
- * to the parameters the workers are reading) until the flag given to blob_writer_hurry_flag
- * is set (someone waits for the blob: up to four). Otherwise, and on the local store, the
- * same as blob_writer_open. */
+ * the commit, which sends it from the cache's copy (a sync outer step's momentum: its commit
+ * runs after the version's); given a flag by blob_writer_hurry_flag, with one part in flight
+ * until the flag is set (the store's bandwidth goes first to the parameters the workers are
+ * reading; once someone waits for the blob, up to four). Otherwise, and on the local store,
+ * the same as blob_writer_open. */
 #define BLOB_WRITE_LATER 1
 int blob_writer_open_ex(blob_store *bs, const char *name, blob_kind kind, size_t n, int flags, blob_writer **out);
-/* Before the commit of a BLOB_WRITE_LATER writer; the flag must outlive the commit. */
+/* Before the commit of a BLOB_WRITE_LATER writer (NULL: none); the flag must outlive the
+ * commit. */
 void blob_writer_hurry_flag(blob_writer *w, const atomic_int *hurry);
 /* crc32c of the payload appended so far (what the commit will return once all is in). */
 uint32_t blob_writer_crc(const blob_writer *w);

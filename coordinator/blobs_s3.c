@@ -67,13 +67,12 @@ struct blob_s3_writer {
    * slot the next part goes to, the oldest in flight). */
   up_slot up[UP_MAX];
   int up_next;
-  int background;            /* blob_s3_writer_background: one part in flight until *hurry */
-  const atomic_int *hurry;
+  const atomic_int *hurry; /* blob_s3_writer_background: one part in flight until it is set */
 };
 
 /* Parts in flight at most now: only ever grows (so the slots in use stay in range). */
 static int slots(const blob_s3_writer *w) {
-  return w->background && !(w->hurry && atomic_load(w->hurry)) ? 1 : UP_MAX;
+  return w->hurry && !atomic_load(w->hurry) ? 1 : UP_MAX;
 }
 
 static int take(blob_s3 *s, s3_client **out);
@@ -285,9 +284,7 @@ int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, int once, 
 }
 
 void blob_s3_writer_background(blob_s3_writer *w, const atomic_int *hurry) {
-  if (w->nparts > 0) return;
-  w->background = 1;
-  w->hurry = hurry;
+  if (w->nparts == 0) w->hurry = hurry;
 }
 
 /* Upload one filled part of the multipart upload. */

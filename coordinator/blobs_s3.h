@@ -37,10 +37,11 @@ const char *blob_s3_url(const blob_s3 *s);
  * write's object is then deleted as soon as the store answers; blob_s3_doubtful). */
 int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, int once, blob_s3_writer **out);
 int blob_s3_writer_append(blob_s3_writer *w, const void *p, size_t n);
-/* Before the first append: one part in flight instead of up to four, so that the writer takes
- * a small share of the store beside the requests others wait for (a sync step's momentum,
- * sent after its version's commit while the workers read the new parameters), until *hurry
- * (may be NULL; set from any thread, read at each part) turns non-zero: then up to four. */
+/* Before the first append, with hurry not NULL: one part in flight instead of up to four, so
+ * that the writer takes a small share of the store beside the requests others wait for (a
+ * sync step's momentum, sent after its version's commit while the workers read the new
+ * parameters), until *hurry (set from any thread, read at each part) turns non-zero: then up
+ * to four. */
 void blob_s3_writer_background(blob_s3_writer *w, const atomic_int *hurry);
 /* Upload what is left and make the object visible; frees the writer either way. */
 int blob_s3_writer_commit(blob_s3_writer *w);

@@ -96,8 +96,8 @@ int coord_job_from_store(const store_job *sj, coord_job **out) {
   j->ov_from_ms = calloc((size_t)j->n_fragments, sizeof *j->ov_from_ms);
   j->ov_pulled = calloc((size_t)j->n_fragments, sizeof *j->ov_pulled);
   j->path_loss = calloc((size_t)j->n_paths, sizeof *j->path_loss);
-  if (!j->modules || !j->fragments || !j->outer_busy || !j->momentum || !j->momentum_hurry || !j->outer_retry_at || !j->outer_fails || !j->expected ||
-      !j->path_loss || !j->ov_version || !j->ov_from_ms || !j->ov_pulled) {
+  if (!j->modules || !j->fragments || !j->outer_busy || !j->momentum || !j->momentum_hurry || !j->outer_retry_at ||
+      !j->outer_fails || !j->expected || !j->path_loss || !j->ov_version || !j->ov_from_ms || !j->ov_pulled) {
     rc = dpc_err(DPC_ENOMEM, "out of memory loading job %lld", (long long)sj->id);
     goto fail;
   }

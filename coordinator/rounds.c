@@ -351,6 +351,7 @@ static void momentum_store(coord *c, coord_job *j, outer_work *w) {
       if (j) j->momentum_hurry[w->fragment] = &m->hurry;
       return;
     }
+    blob_writer_hurry_flag(bw, NULL); /* m goes: the commit below sends at full speed */
     free(m);
   }
   int rc = blob_writer_commit(bw, NULL); /* no memory or no thread pool: here */
