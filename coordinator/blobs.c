@@ -605,7 +605,7 @@ typedef struct {
 static int s3_sweep_one(void *ud, const char *key, uint64_t size) {
   (void)size;
   s3_sweep *w = ud;
-  blob_kind k;
+  blob_kind k = BLOB_PARAMS;
   if (w->known && check_name(key) == 0 && blob_kind_of_name(key, &k) == 0 && inner_kind(k))
     blobs_known_add(w->known, key);
   if (!s3_orphan(w->sx, key)) return 0;
@@ -671,7 +671,7 @@ int blob_exists(blob_store *bs, const char *name) {
   uint64_t size;
   if (blob_path(bs, name, path, sizeof path) < 0) return 0;
   if (!bs->s3) return access(path, R_OK) == 0;
-  blob_kind k;
+  blob_kind k = BLOB_PARAMS;
   int known = bs->known && blob_kind_of_name(name, &k) == 0 && inner_kind(k) ? blobs_known_has(bs->known, name) : -1;
   return known >= 0 ? known : blob_s3_size(bs->s3, name, &size) == 0;
 }
