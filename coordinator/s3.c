@@ -32,6 +32,9 @@ struct s3_client {
   char ca_file[512];
   s3_creds cr;
   int timeout_ms, retries;
+  /* https: TLS already authenticates every byte in transit, so the payload PUTs here skip
+   * Content-MD5 (an MD5 pass over each object, 0.7 CPU-s per 474 MiB). */
+  int https;
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -153,6 +156,7 @@ static int parse_endpoint(s3_client *c, const char *ep) {
   memcpy(c->base, ep, n);
   c->base[n] = 0;
   snprintf(c->host, sizeof c->host, "%s", c->base + (h - ep));
+  c->https = !strncmp(ep, "https://", 8);
   return 0;
 }
 
@@ -430,7 +434,10 @@ static int request(s3_client *c, const s3_req *q, s3_resp *r) {
     xml_text(r->body, "Message", msg, sizeof msg);
     if (!again) {
       const char *what = q->key ? q->key : "(bucket)";
-      if (cc != CURLE_OK && cc != CURLE_WRITE_ERROR)
+      if (cc == CURLE_PEER_FAILED_VERIFICATION) /* a setting to fix, not an outage to wait out */
+        rc = dpc_err(DPC_EINVAL, "S3 %s at %s: the store's certificate is not trusted (%s): give its CA with "
+                     "--s3-ca-file", q->method, c->base, errbuf[0] ? errbuf : curl_easy_strerror(cc));
+      else if (cc != CURLE_OK && cc != CURLE_WRITE_ERROR)
         rc = dpc_err(cc == CURLE_BAD_FUNCTION_ARGUMENT ? DPC_EINVAL : DPC_EUNAVAILABLE,
                      "S3 %s %s/%s%s at %s: %s%s%s (after %d tries)", q->method, c->bucket, c->prefix, what, c->base,
                      curl_easy_strerror(cc), errbuf[0] ? ": " : "", errbuf, try + 1);
@@ -502,8 +509,8 @@ int s3_create_bucket(s3_client *c) {
 
 int s3_put(s3_client *c, const char *key, const void *data, size_t len) {
   char md5[25];
-  s3_content_md5(data, len, md5);
-  s3_req rq = {.method = "PUT", .key = key, .body = data, .body_len = len, .content_md5 = md5};
+  if (!c->https) s3_content_md5(data, len, md5);
+  s3_req rq = {.method = "PUT", .key = key, .body = data, .body_len = len, .content_md5 = c->https ? NULL : md5};
   s3_resp r;
   int rc = request(c, &rq, &r);
   free(r.body);
@@ -584,9 +591,10 @@ int s3_mpu_put_part(s3_client *c, const char *key, const char *upload_id, int pa
   if (part < 1 || part > 10000) return dpc_err(DPC_EINVAL, "S3: part number %d outside 1..10000", part);
   char pn[16], md5[25];
   snprintf(pn, sizeof pn, "%d", part);
-  s3_content_md5(data, len, md5);
+  if (!c->https) s3_content_md5(data, len, md5);
   const s3_kv q[] = {{"partNumber", pn}, {"uploadId", upload_id}};
-  s3_req rq = {.method = "PUT", .key = key, .query = q, .nq = 2, .body = data, .body_len = len, .content_md5 = md5};
+  s3_req rq = {.method = "PUT", .key = key, .query = q, .nq = 2, .body = data, .body_len = len,
+               .content_md5 = c->https ? NULL : md5};
   s3_resp r;
   int rc = request(c, &rq, &r);
   free(r.body);

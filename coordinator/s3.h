@@ -4,8 +4,8 @@
  * let a worker move one object's bytes itself (docs/design.md §5, docs/operations.md).
  *
  * HTTP goes through libcurl; requests are signed with SigV4 (s3_sigv4.h), path-style
- * (ENDPOINT/BUCKET/KEY), payload UNSIGNED-PAYLOAD with a Content-MD5 on every PUT so the store
- * verifies the bytes it keeps. Every request has a deadline; timeouts, connection failures, 429
+ * (ENDPOINT/BUCKET/KEY), payload UNSIGNED-PAYLOAD with a Content-MD5 on every PUT over http so
+ * the store verifies the bytes it keeps (over https TLS does that already). Every request has a deadline; timeouts, connection failures, 429
  * and 5xx are retried with jittered exponential backoff (100 ms doubling to 5 s, at most
  * `retries` more tries); other answers fail at once with the store's error code and message.
  *

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/rpc.h"
 #include "worker/client.h"
+#include "worker/storeget.h"
 #include "worker/worker.h"
 
 #include <errno.h>
@@ -59,6 +60,8 @@ static const char usage[] =
     "                           default $DIPACO_JOIN_TOKEN), presented to Register\n"
     "  --tls-ca FILE            use TLS; verify the coordinator's certificate against this CA\n"
     "  --tls-cert FILE --tls-key FILE  client certificate and key (mutual TLS)\n"
+    "  --s3-ca-file FILE        verify an https object store's certificate (the presigned URLs of\n"
+    "                           leases on an S3 store) against this CA bundle (default: the system's)\n"
     "  --health-listen HOST:PORT  serve grpc.health.v1.Health/Check there (SERVING while the\n"
     "                           worker runs), e.g. for a Kubernetes gRPC liveness probe; or unix:PATH\n"
     "  --log-level L            debug, info, warn or error (default info)\n"
@@ -76,6 +79,7 @@ struct cli {
   int grace_s;
   const char *token_file;
   const char *health_listen;
+  const char *s3_ca_file;
   struct rpc_tls tls;
   enum dpc_log_level level;
 };
@@ -108,6 +112,7 @@ static int parse_flags(int argc, char **argv, struct cli *c) {
       {.name = "tls-cert", .kind = DPC_ARG_STR, .dst = &c->tls.cert_file},
       {.name = "tls-key", .kind = DPC_ARG_STR, .dst = &c->tls.key_file},
       {.name = "health-listen", .kind = DPC_ARG_STR, .dst = &c->health_listen},
+      {.name = "s3-ca-file", .kind = DPC_ARG_STR, .dst = &c->s3_ca_file},
       {.name = "log-json", .kind = DPC_ARG_FLAG, .dst = &c->log_json},
       DPC_ARGS_END,
   };
@@ -122,6 +127,10 @@ static int parse_flags(int argc, char **argv, struct cli *c) {
   } else if (o->drain_finish_s >= c->grace_s) {
     fprintf(stderr, "dipaco-worker: --drain-finish-s %g must be below --grace-s %d (the push and the release "
             "come after the steps, within the grace period)\n", o->drain_finish_s, c->grace_s);
+    return 2;
+  }
+  if (storehttp_set_ca_file(c->s3_ca_file)) {
+    fprintf(stderr, "dipaco-worker: %s\n", dpc_errmsg());
     return 2;
   }
   if (access(o->data_dir, R_OK | X_OK) != 0) {

@@ -4,9 +4,11 @@
 #include "common/errors.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
   storeget_fn fn; /* where the bytes go */
@@ -20,6 +22,7 @@ typedef struct {
 } copy_to;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static char ca_file[4096]; /* set once before any request (storehttp_set_ca_file) */
 static void init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
 static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
@@ -45,6 +48,15 @@ static void redact(const char *url, char *out, size_t cap) {
   snprintf(out, cap, "%.*s", (int)(q ? (size_t)(q - url) : strlen(url)), url);
 }
 
+int storehttp_set_ca_file(const char *path) {
+  ca_file[0] = 0;
+  if (!path || !path[0]) return 0;
+  if (strlen(path) >= sizeof ca_file) return dpc_err(DPC_EINVAL, "--s3-ca-file: the path is too long");
+  if (access(path, R_OK) < 0) return dpc_err(DPC_EINVAL, "--s3-ca-file %s: %s", path, strerror(errno));
+  snprintf(ca_file, sizeof ca_file, "%s", path);
+  return 0;
+}
+
 void *storehttp_open(const char *url, int timeout_ms, char *err, char *where, size_t wcap) {
   pthread_once(&once, init_once);
   redact(url, where, wcap);
@@ -58,6 +70,7 @@ void *storehttp_open(const char *url, int timeout_ms, char *err, char *where, si
   curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)(timeout_ms < 1000 ? 1 : timeout_ms / 1000));
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout_ms < 10000 ? timeout_ms : 10000));
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, err);
+  if (ca_file[0]) curl_easy_setopt(e, CURLOPT_CAINFO, ca_file);
   return e;
 }
 
@@ -90,6 +103,9 @@ int storeget_stream(const char *url, uint64_t off, uint64_t n, storeget_fn fn, v
     int code = st == 403 ? DPC_EPERM : st == 404 ? DPC_ENOENT : st / 100 == 5 ? DPC_EUNAVAILABLE : DPC_EIO;
     return dpc_err(code, "store GET %s: HTTP %ld%s", where, st, st == 403 ? " (the URL expired or was altered)" : "");
   }
+  if (cc == CURLE_PEER_FAILED_VERIFICATION)
+    return dpc_err(DPC_EUNAVAILABLE, "store GET %s: the store's certificate is not trusted (%s): give its CA with "
+                   "--s3-ca-file", where, err[0] ? err : curl_easy_strerror(cc));
   if (cc != CURLE_OK)
     return dpc_err(DPC_EUNAVAILABLE, "store GET %s: %s%s%s", where, curl_easy_strerror(cc), err[0] ? ": " : "", err);
   if (st != 206 && !(st == 200 && off == 0))

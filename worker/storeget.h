@@ -31,6 +31,11 @@ int storeget_parallel(const char *url, uint64_t off, void *dst, size_t n, int st
 typedef int (*storeget_fn)(void *ud, uint64_t at, const void *p, size_t n);
 int storeget_stream(const char *url, uint64_t off, uint64_t n, storeget_fn fn, void *ud, int timeout_ms);
 
+/* The CA bundle that https URLs of the store are verified against (the worker's --s3-ca-file,
+ * for a store whose certificate a private CA signed); NULL or unset: the system's. Call once,
+ * before any request. 0, or DPC_EINVAL with the reason when path cannot be read. */
+int storehttp_set_ca_file(const char *path);
+
 /* A curl easy handle (as void *, so that callers need not include curl) for one request to
  * url, with what every store request here shares: no signals, the stall limit and connect
  * timeout above, err (CURL_ERROR_SIZE bytes) as its error buffer; where gets url without its

@@ -8,7 +8,8 @@
 # between the two stores (the async job's depends on arrival order: it must finish), and the
 # S3 run's state directory must hold no blob. Then the coordinator's start-up refusals:
 # a bucket that does not exist, wrong credentials, a credentials file others may read, an
-# endpoint that is not S3, flags that contradict each other. Last, an outage: the gateway is
+# endpoint that is not S3, an https store whose certificate no CA given vouches for, flags that
+# contradict each other. Between those two parts, the DiLoCo job again over https. Last, an outage: the gateway is
 # killed for a while mid-job; job show, /metrics and the status page say so, leases and outer
 # steps wait, and once it is back the job finishes byte-identical to its local run. The S3 runs
 # use the coordinator's blob cache (its default), and /metrics shows the outer steps read it.
@@ -136,6 +137,27 @@ keys=$( (s3curl "$S3_ENDPOINT/dpc-jobs?list-type=2&prefix=run1%2F" || true) | gr
 [ "$keys" -gt 0 ] || fail "nothing was written to the bucket"
 echo "the S3 run's state directory holds no blob; the bucket holds $keys objects"
 
+# https: the same gateway over TLS, its certificate signed by a CA of this run (rgw.sh). The
+# coordinator and worker tls-1 are given the CA and move the bytes with the store; worker tls-2
+# is not, cannot verify the store, says why and moves its bytes through the coordinator. The
+# DiLoCo job must still export byte-identical to its local run.
+start_coordinator "$W/state-tls" --lease-ttl-ms 20000 --blob-store s3://dpc-jobs/tls --s3-endpoint "$S3_ENDPOINT_TLS" \
+  --s3-ca-file "$S3_CA_FILE"
+start_worker tls-1 "$W/corpus" --s3-ca-file "$S3_CA_FILE"; w1=$LAST_WORKER_PID
+start_worker tls-2 "$W/corpus"; w2=$LAST_WORKER_PID
+id=$("$CTL" --coordinator "$COORD" job create diloco.json --data-dir "$W/corpus") || fail "https: diloco refused"
+"$CTL" --coordinator "$COORD" job wait "$id" --timeout 200 >/dev/null || fail "https: diloco did not finish"
+"$CTL" --coordinator "$COORD" job export "$id" --path 0 --out "$W/tls-diloco" >/dev/null
+kill -TERM "$w1" "$w2" "$COORD_PID"; wait "$w1" "$w2" "$COORD_PID" 2>/dev/null || true
+cmp "$W/local/diloco-0/model.safetensors" "$W/tls-diloco/model.safetensors" || fail "https: the export differs from the local run's"
+grep -q "blobs are objects under .*https://" "$W/coordinator.log" || fail "https: the coordinator did not use the https endpoint"
+grep -q "read from the object store" "$W/worker-tls-1.log" || fail "https: the worker given the CA did not read from the store"
+grep -q "through the object store" "$W/worker-tls-1.log" || fail "https: the worker given the CA did not put its deltas in the store"
+grep -qi "certificate" "$W/worker-tls-2.log" || fail "https: the worker without the CA did not say why: $(grep -i warn "$W/worker-tls-2.log" | tail -2)"
+! grep -q "read from the object store" "$W/worker-tls-2.log" || fail "https: a worker without the CA read from the store"
+echo "https: the DiLoCo job byte-identical; the worker with the CA used the store, the one without fell back:" \
+  "$(grep -i -m1 "certificate" "$W/worker-tls-2.log" | cut -c1-200)"
+
 # Start-up refusals: each exits non-zero at once with the reason.
 refuse() { # WHAT PATTERN FLAGS…
   local what=$1 pat=$2; shift 2
@@ -152,6 +174,7 @@ printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' "$AWS_A
 chmod 644 creds
 refuse "credentials readable by others" "chmod 600" "${S3FLAGS[@]}" --s3-credentials creds
 refuse "not S3" "S3 endpoint" --blob-store s3://dpc-jobs --s3-endpoint "$NOT_S3"
+refuse "https without the store's CA" "certificate" --blob-store s3://dpc-jobs --s3-endpoint "$S3_ENDPOINT_TLS"
 refuse "no endpoint" "needs --s3-endpoint" --blob-store s3://dpc-jobs
 refuse "endpoint without a store" "need --blob-store" --s3-endpoint "$S3_ENDPOINT"
 refuse "a blob cache without a store" "need --blob-store" --blob-cache-mb 64

@@ -3,7 +3,9 @@
 # for the tests and benches that need a real S3 server (docs/testing.md).
 #
 #   rgw.sh start DIR     start mon + osd (memstore, RAM-backed) + radosgw under DIR; prints
-#                        DIR/env (S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, RGW_PID…)
+#                        DIR/env (S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, RGW_DIR,
+#                        and S3_ENDPOINT_TLS with S3_CA_FILE: the same gateway over https, its
+#                        certificate signed by a throwaway CA made here)
 #   rgw.sh stop DIR      stop the three daemons (by pid) and leave DIR for the logs
 #   rgw.sh restart-gw DIR  SIGKILL radosgw and start it again on the same port
 #   rgw.sh stop-gw DIR / start-gw DIR   SIGKILL radosgw (an outage) / start it again
@@ -47,13 +49,24 @@ start_gw() {
 
 case "$cmd" in
 start)
-  for b in ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph uuidgen curl; do
+  for b in ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph uuidgen curl openssl; do
     command -v "$b" >/dev/null || die "$b not found: deploy/install_deps.sh --test installs Ceph"
   done
   [ -e "$D/ceph.conf" ] && die "$D already holds a cluster: stop it and use a fresh folder"
   mkdir -p "$D"/{mon,osd,rgw,run,log,crash}
-  p1=$(free_port); p2=$(free_port); pmin=$(free_port); rgw=$(free_port)
+  p1=$(free_port); p2=$(free_port); pmin=$(free_port); rgw=$(free_port); rgws=$(free_port)
   echo "$rgw" >"$D/rgw.port"
+  # https beside http: a CA of this run only, and a certificate for 127.0.0.1 it signs.
+  mkdir -p "$D/tls"
+  ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+  openssl req -x509 "${ec[@]}" -keyout "$D/tls/ca.key" -out "$D/tls/ca.pem" -days 7 \
+    -subj "/CN=dipaco test CA" >"$D/log/tls.out" 2>&1 || die "openssl: no test CA (see $D/log/tls.out)"
+  openssl req "${ec[@]}" -keyout "$D/tls/server.key" -out "$D/tls/server.csr" -subj "/CN=127.0.0.1" \
+    >>"$D/log/tls.out" 2>&1 || die "openssl: no server key (see $D/log/tls.out)"
+  printf 'subjectAltName=IP:127.0.0.1\n' >"$D/tls/san.ext"
+  openssl x509 -req -in "$D/tls/server.csr" -CA "$D/tls/ca.pem" -CAkey "$D/tls/ca.key" -CAcreateserial \
+    -out "$D/tls/server.pem" -days 7 -extfile "$D/tls/san.ext" >>"$D/log/tls.out" 2>&1 ||
+    die "openssl: no server certificate (see $D/log/tls.out)"
   fsid=$(uuidgen)
   cat >"$CONF" <<CONF
 [global]
@@ -97,7 +110,7 @@ else
 fi)
 [client.rgw.a]
 rgw data = $D/rgw
-rgw frontends = beast endpoint=127.0.0.1:$rgw
+rgw frontends = beast endpoint=127.0.0.1:$rgw ssl_endpoint=127.0.0.1:$rgws ssl_certificate=$D/tls/server.pem ssl_private_key=$D/tls/server.key
 rgw thread pool size = 64
 # Deleted objects give their RAM back within seconds, not after RGW's default 2 h: a job
 # deletes every round's deltas and old versions, and the OSD is RAM-backed.
@@ -127,6 +140,8 @@ CONF
     --secret-key="$sk" >"$D/log/user.out" 2>&1 || die "radosgw-admin user create failed (see $D/log/user.out)"
   cat >"$D/env" <<ENV
 S3_ENDPOINT=http://127.0.0.1:$rgw
+S3_ENDPOINT_TLS=https://127.0.0.1:$rgws
+S3_CA_FILE=$D/tls/ca.pem
 AWS_ACCESS_KEY_ID=$ak
 AWS_SECRET_ACCESS_KEY=$sk
 RGW_DIR=$D
