@@ -327,6 +327,7 @@ static void create_commit(coord *c, create_work *w) {
     return;
   }
   store_job_clear(&sj);
+  coord_job_prewarm(c, j);
   if (r->initial_upload_id) { /* consumed: version 0's blobs hold the weights now */
     char path[1200];
     admin_upload_path(c, r->initial_upload_id, path, sizeof path);

@@ -116,6 +116,8 @@ int blob_store_set_cache(blob_store *bs, uint64_t cap) {
 
 void blob_store_cache_stats(blob_store *bs, blobs_cache_stats *out) { blobs_cache_stats_get(bs->cache, out); }
 
+int blob_store_prewarm(blob_store *bs, size_t floats, int count) { return blobs_cache_prewarm(bs->cache, floats, count); }
+
 void blob_store_uncache(blob_store *bs, const char *name) {
   if (name && name[0]) blobs_cache_remove(bs->cache, name);
 }

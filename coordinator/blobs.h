@@ -84,6 +84,10 @@ int blob_store_is_s3(const blob_store *bs);
 int blob_store_set_cache(blob_store *bs, uint64_t cap);
 /* The cache's counters (all 0 without a cache). */
 void blob_store_cache_stats(blob_store *bs, blobs_cache_stats *out);
+/* On an S3 store with a cache: blobs_cache_prewarm of `count` payload buffers of `floats`
+ * (a job's θ, u and deltas per fragment); how many it made (0 without a cache). Slow: off the
+ * loop thread. */
+int blob_store_prewarm(blob_store *bs, size_t floats, int count);
 /* Drop the memory copy of blob `name` (NULL or "": nothing), keeping the blob: an outer step
  * that made the next version no longer needs its inputs, so they should not hold the cache. */
 void blob_store_uncache(blob_store *bs, const char *name);

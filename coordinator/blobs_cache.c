@@ -230,3 +230,32 @@ void blobs_cache_stats_get(blobs_cache *bc, blobs_cache_stats *out) {
   *out = bc->st;
   pthread_mutex_unlock(&bc->mu);
 }
+
+/* Under the lock: whether one more spare of n floats would be kept, with `want` of them. */
+static int spare_wanted(const blobs_cache *bc, size_t n, int want) {
+  int have = 0;
+  for (int i = 0; i < bc->n_spare; i++) have += bc->spare[i].n == n;
+  return !bc->closed && have < want && bc->n_spare < SPARE_MAX &&
+         bc->st.resident + bc->st.reserved + bc->st.spare + (uint64_t)n * sizeof(float) <= bc->st.cap;
+}
+
+int blobs_cache_prewarm(blobs_cache *bc, size_t n, int want) {
+  if (!bc || n == 0) return 0;
+  const size_t bytes = n * sizeof(float);
+  for (int made = 0;; made++) {
+    pthread_mutex_lock(&bc->mu);
+    int more = spare_wanted(bc, n, want);
+    pthread_mutex_unlock(&bc->mu);
+    float *d = more ? malloc(bytes) : NULL;
+    if (!d) return made;
+    for (size_t i = 0; i < bytes; i += 4096) ((volatile char *)d)[i] = 0; /* fault each page in now */
+    pthread_mutex_lock(&bc->mu);
+    more = spare_wanted(bc, n, want); /* a reservation may have taken the room meanwhile */
+    if (more) spare_or_free(bc, d, n);
+    pthread_mutex_unlock(&bc->mu);
+    if (!more) {
+      free(d);
+      return made;
+    }
+  }
+}

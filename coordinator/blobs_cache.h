@@ -76,4 +76,11 @@ void blobs_cache_remove(blobs_cache *bc, const char *name);
 
 void blobs_cache_stats_get(blobs_cache *bc, blobs_cache_stats *out);
 
+/* Spares of n floats made ahead, their pages touched, until `want` of that length are kept or
+ * the budget or the spare slots are full: a job's first rounds then fill their θ, u and
+ * delta copies without faulting fresh pages in while workers wait (the same count of the same
+ * lengths comes back every round). Returns how many it made. Slow (touches the memory): call
+ * it off the loop thread. */
+int blobs_cache_prewarm(blobs_cache *bc, size_t n, int want);
+
 #endif

@@ -4,6 +4,7 @@
 
 #include "common/errors.h"
 #include "common/log.h"
+#include "coordinator/blobs.h"
 #include "coordinator/loop.h"
 
 #include <math.h>
@@ -219,4 +220,61 @@ int coord_job_partial_ok(const coord_job *j) {
 
 double coord_job_delta_weight(const coord_job *j, int64_t tokens) {
   return j->spec.weighting == WEIGHTING_TOKENS ? (double)tokens : 1.0;
+}
+
+/* ---- blob-cache buffers made ahead ---------------------------------------------------------- */
+
+typedef struct {
+  uv_work_t req;
+  coord *c;
+  int64_t job;
+  int n, made;
+  size_t *len; /* [n] fragment lengths (floats) */
+  int *count;  /* [n] buffers wanted of that length */
+} prewarm_work;
+
+static void prewarm_run(uv_work_t *req) {
+  prewarm_work *w = req->data;
+  for (int i = 0; i < w->n; i++) w->made += blob_store_prewarm(w->c->bs, w->len[i], w->count[i]);
+}
+
+static void prewarm_after(uv_work_t *req, int status) {
+  (void)status;
+  prewarm_work *w = req->data;
+  if (w->made) DPC_INFO("job %lld: %d blob-cache buffers made ready", (long long)w->job, w->made);
+  loop_work_done(w->c);
+  free(w->len);
+  free(w->count);
+  free(w);
+}
+
+void coord_job_prewarm(coord *c, const coord_job *j) {
+  if (!blob_store_is_s3(c->bs) || j->n_fragments <= 0) return;
+  blobs_cache_stats st;
+  blob_store_cache_stats(c->bs, &st);
+  if (!st.cap) return;
+  prewarm_work *w = calloc(1, sizeof *w);
+  if (w) {
+    w->len = calloc((size_t)j->n_fragments, sizeof *w->len);
+    w->count = calloc((size_t)j->n_fragments, sizeof *w->count);
+  }
+  if (!w || !w->len || !w->count) goto fail;
+  w->c = c;
+  w->job = j->id;
+  w->req.data = w;
+  /* Fragments of one length share their buffers' count: per fragment, the deltas of a round
+   * plus θ and u of the version read and of the version written. */
+  for (int f = 0; f < j->n_fragments; f++) {
+    int k = 0;
+    while (k < w->n && w->len[k] != j->fragments[f].len) k++;
+    if (k == w->n) w->len[w->n++] = j->fragments[f].len;
+    w->count[k] += j->expected[f] + 4;
+  }
+  if (loop_queue_work(c, &w->req, prewarm_run, prewarm_after) == 0) return;
+fail:
+  if (w) {
+    free(w->len);
+    free(w->count);
+  }
+  free(w);
 }

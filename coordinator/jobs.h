@@ -22,6 +22,11 @@ void coord_job_free(coord_job *j);
 void coord_jobs_free(coord *c);
 /* Change a job's state in the store and the cache. */
 int coord_job_set_state(coord *c, coord_job *j, store_job_state s, const char *why);
+/* On an S3 store with a blob cache: make ready, on the thread pool, the payload buffers job
+ * j's rounds fill in the cache (per fragment its deltas, θ and u of two versions), so that its
+ * first rounds do not fault fresh memory in while workers wait (blobs_cache_prewarm). Nothing
+ * otherwise, or when the pool refuses the work. */
+void coord_job_prewarm(coord *c, const coord_job *j);
 /* 1 if path `path` of j contains fragment `fragment`'s module. */
 int coord_job_path_has_fragment(const coord_job *j, int path, int fragment);
 /* Whether a delta may cover fewer steps than its lease (a worker stopped mid-lease pushes what

@@ -511,6 +511,8 @@ static void verify_jobs(coord *c) {
  * to reconnect (they could not heartbeat while this process was down). */
 static void recover(coord *c) {
   verify_jobs(c);
+  for (int i = 0; i < c->n_jobs; i++)
+    if (c->jobs[i]->state == JOB_RUNNING) coord_job_prewarm(c, c->jobs[i]);
   lease_recover(c);
   c->started_ms = dpc_wall_ms();
   c->push_seq = c->started_ms * 1000; /* above every earlier run's attempts (≤ 1000 pushes per ms) */

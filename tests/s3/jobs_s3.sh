@@ -151,6 +151,7 @@ id=$("$CTL" --coordinator "$COORD" job create diloco.json --data-dir "$W/corpus"
 kill -TERM "$w1" "$w2" "$COORD_PID"; wait "$w1" "$w2" "$COORD_PID" 2>/dev/null || true
 cmp "$W/local/diloco-0/model.safetensors" "$W/tls-diloco/model.safetensors" || fail "https: the export differs from the local run's"
 grep -q "blobs are objects under .*https://" "$W/coordinator.log" || fail "https: the coordinator did not use the https endpoint"
+grep -q "job $id: [0-9]* blob-cache buffers made ready" "$W/coordinator.log" || fail "no blob-cache buffers made ahead for the job"
 grep -q "read from the object store" "$W/worker-tls-1.log" || fail "https: the worker given the CA did not read from the store"
 grep -q "through the object store" "$W/worker-tls-1.log" || fail "https: the worker given the CA did not put its deltas in the store"
 grep -qi "certificate" "$W/worker-tls-2.log" || fail "https: the worker without the CA did not say why: $(grep -i warn "$W/worker-tls-2.log" | tail -2)"

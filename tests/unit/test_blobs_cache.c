@@ -5,7 +5,7 @@
  * a name again replaces the old entry; the counters add up; a freed entry's buffer is kept as a
  * spare within the budget and taken by the next reservation of its length, and spares go
  * before published entries when room is needed; an entry held past the cache's end stays
- * valid. */
+ * valid; buffers made ahead (prewarm) are spares within the count and the budget. */
 #include "coordinator/blobs_cache.h"
 #include "tests/unit/test.h"
 
@@ -122,5 +122,22 @@ int main(void) {
   blobs_cache_free(bc);
   CHECK(held && held->data[0] == 8.0f && held->data[499] == 8.0f);
   blobs_cache_unref(NULL, held); /* frees the entry and, last, the cache (ASan: no leak) */
+
+  /* Buffers made ahead: spares of one length up to the count asked for and the budget; a
+   * reservation of that length takes one instead of fresh memory. */
+  CHECK(blobs_cache_prewarm(NULL, 10, 1) == 0);
+  bc = blobs_cache_new(4000);
+  CHECK(bc != NULL);
+  if (!bc) TEST_DONE();
+  CHECK(blobs_cache_prewarm(bc, 300, 5) == 3); /* a fourth would pass 1000 floats */
+  blobs_cache_stats_get(bc, &st);
+  CHECK(st.spare == 3600 && st.resident == 0 && st.reserved == 0 && st.reuses == 0);
+  CHECK(blobs_cache_prewarm(bc, 300, 5) == 0); /* no room left */
+  CHECK(blobs_cache_prewarm(bc, 300, 2) == 0); /* already three */
+  e = blobs_cache_reserve(bc, "p", 3, 300);
+  blobs_cache_stats_get(bc, &st);
+  CHECK(e && st.reuses == 1 && st.spare == 2400 && st.reserved == 1200);
+  blobs_cache_drop(bc, e);
+  blobs_cache_free(bc); /* the spares go with it (ASan: no leak) */
   TEST_DONE();
 }
