@@ -23,6 +23,8 @@
 #                   dipaco_bytes_in_total) plus payload bytes to and from an S3 store
 #                   (dipaco_blob_store_bytes_total), from /metrics after the job's upload
 #   disk/round      bytes it wrote to block devices per round (/proc/PID/io write_bytes)
+#   faults/round    fresh memory the coordinator touched per round (minor page faults x 4 KiB,
+#                   /proc/PID/stat): each costs a zeroed page, and a job's first rounds pay them
 #   CPU/round       CPU seconds per round of the coordinator, and on S3 of the gateway and its
 #                   OSD together (/proc/PID/stat utime + stime): what shares this machine's cores
 # The workers are dataplane_client's simulated workers (real protocol, no training). With
@@ -38,6 +40,9 @@
 # env: BUILD_DIR (default build-bench-dataplane): the build measured; STORES (default "local";
 #      any of local, s3, s3push);
 #      BASE_BUILD: a second build (e.g. of the previous commit) measured first, in the same run;
+#      TRAIN_MS (default 0): each simulated worker sleeps that long between its pull and its push,
+#      standing for the inner steps (0: every push overlaps the other workers' pulls, a stress
+#      case; a real round trains for minutes, and the store's background work runs meanwhile);
 #      COORD_FLAGS: more coordinator flags (e.g. "--s3-put-part-mb 64": delta objects put in parts);
 #      KEEP=1 keeps the work directory (without it each run's blobs go as soon as it is measured,
 #      so that a 1B local run's 23 GB do not share the disk with the S3 run's store).
@@ -60,7 +65,7 @@ source "$ROOT/tests/integration/lib.sh"
 "$BUILD/coordinator/dipacoctl" init "${SHAPE[@]}" --seed 1 --out "$W/init" >/dev/null
 MODEL_BYTES=$("${DPC_PYTHON:-python3}" -c "import json; c=json.load(open('$W/init/config.json')); L,C,V,T=c['n_layer'],c['n_embd'],c['vocab_size'],c['n_positions']; print(4*(V*C+T*C+L*(12*C*C+13*C)+2*C))")
 ST_BYTES=$(stat -c %s "$W/init/model.safetensors")
-echo "case $CASE: model $((MODEL_BYTES >> 20)) MiB fp32, R = $R, $ROUNDS rounds, $(nproc) cores"
+echo "case $CASE: model $((MODEL_BYTES >> 20)) MiB fp32, R = $R, $ROUNDS rounds, training ${TRAIN_MS:-0} ms a lease, $(nproc) cores"
 
 # Loopback TCP in this run: iperf3 with R streams and with one.
 iperf() {
@@ -130,8 +135,9 @@ JSON
   job=$(DIPACO_CTL_TIMEOUT_MS=3600000 "$b/coordinator/dipacoctl" --coordinator "$COORD" job create "$W/spec.json")
   t1=$(date +%s.%N)
   local t0b d0 c0 s0; t0b=$(traffic); d0=$(io "$COORD_PID" write_bytes)
-  c0=$(cpu "$COORD_PID"); s0=$(cpu $(store_pids))
-  "$CLIENT" --coordinator "$COORD" --job "$job" --workers "$R" --token-file "$st/join.token" > "$W/client-$name.txt" &
+  c0=$(cpu "$COORD_PID"); s0=$(cpu $(store_pids)); f0=$(awk '{print $10}' "/proc/$COORD_PID/stat")
+  "$CLIENT" --coordinator "$COORD" --job "$job" --workers "$R" --token-file "$st/join.token" \
+    --train-ms "${TRAIN_MS:-0}" > "$W/client-$name.txt" &
   local cpid=$! chwm=0
   while kill -0 $cpid 2>/dev/null; do
     h=$(awk '/VmHWM/ {print $2}' /proc/$cpid/status 2>/dev/null || true); [ -n "$h" ] && chwm=$h; sleep 0.5
@@ -141,7 +147,7 @@ JSON
   DIPACO_CTL_TIMEOUT_MS=3600000 "$b/coordinator/dipacoctl" --coordinator "$COORD" job wait "$job" --timeout 1200 >/dev/null || true
   local hwm h t1b d1; hwm=$(awk '/VmHWM/ {print $2}' /proc/$COORD_PID/status)
   t1b=$(traffic); d1=$(io "$COORD_PID" write_bytes)
-  local c1 s1; c1=$(cpu "$COORD_PID"); s1=$(cpu $(store_pids))
+  local c1 s1 f1; c1=$(cpu "$COORD_PID"); s1=$(cpu $(store_pids)); f1=$(awk '{print $10}' "/proc/$COORD_PID/stat")
   kill -TERM "$COORD_PID"; wait "$COORD_PID" 2>/dev/null || true
   cp "$W/coordinator.log" "$W/coordinator-$name.log"
   [ -n "${KEEP:-}" ] || rm -rf "$st/blobs"
@@ -172,7 +178,7 @@ print(f"| $name | {$hwm * 1024 / model:.2f} | {om:.2f} s / {mpass:.2f} s = {om /
       f"{up:.2f} GB/s = {up / tcp_1:.2f} ({up / disk:.2f}) | {ovm:.2f} s / {bound:.2f} s = {ovm / bound:.2f} | "
       f"{$chwm / 1024:.0f} MiB | {($(echo $t1b | cut -d' ' -f1) - $(echo $t0b | cut -d' ' -f1)) / $ROUNDS / model:.2f} | "
       f"{($(echo $t1b | cut -d' ' -f2) - $(echo $t0b | cut -d' ' -f2)) / $ROUNDS / model:.2f} | "
-      f"{($d1 - $d0) / $ROUNDS / 2**20:.1f} MiB | {($c1 - $c0) / $ROUNDS:.1f} s | "
+      f"{($d1 - $d0) / $ROUNDS / 2**20:.1f} MiB | {($f1 - $f0) * 4 / 1024 / $ROUNDS:.0f} MiB | {($c1 - $c0) / $ROUNDS:.1f} s | "
       + ("-" if "$store" == "local" else f"{($s1 - $s0) / $ROUNDS:.1f} s") + " |")
 PY
 )")
@@ -184,7 +190,7 @@ for store in ${STORES:-local}; do
   measure after "$BUILD" "$store"
 done
 echo
-echo "case $CASE, R = $R, $ROUNDS rounds, model $((MODEL_BYTES >> 20)) MiB; loopback TCP $TCP_R GB/s ($R streams), $TCP_1 GB/s (1); memory pass $PASS s; durable write $DISK GB/s"
-echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS | sent/round/model | received/round/model | disk/round | coordinator CPU/round | store CPU/round |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "case $CASE, R = $R, $ROUNDS rounds, training ${TRAIN_MS:-0} ms a lease, model $((MODEL_BYTES >> 20)) MiB; loopback TCP $TCP_R GB/s ($R streams), $TCP_1 GB/s (1); memory pass $PASS s; durable write $DISK GB/s"
+echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS | sent/round/model | received/round/model | disk/round | coordinator faults/round | coordinator CPU/round | store CPU/round |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"

@@ -5,13 +5,16 @@
  * alone.
  *
  *   dataplane_client --coordinator ADDR --job ID --workers N [--token-file F] [--timeout-s S]
+ *                    [--train-ms MS]
  *   dataplane_client --memory-pass R FLOATS
  *
  * Per lease a worker pulls every fragment (chunks copied into a 4 MiB scratch buffer, CRC-32C
  * checked incrementally: a worker holds no model copy, so N workers fit beside a 1B model;
  * from the object store in one GET when the lease carries a presigned URL, as
  * worker/lease.c does),
- * then pushes a delta of tiny finite values (one 4 MiB pattern sent zero-copy as every chunk;
+ * then, with --train-ms, sleeps that long (the inner steps of a real worker, during which the
+ * coordinator's background work, such as an S3 store's momentum upload, is off the workers'
+ * path; without it every push overlaps the other workers' pulls), then pushes a delta of tiny finite values (one 4 MiB pattern sent zero-copy as every chunk;
  * the stream's CRC is computed once per fragment length), or, when the lease says delta_put,
  * puts it in the object store as worker/lease.c does (PrepareDeltaPut, a PUT of the blob object
  * streamed from the pattern, in parts four at a time above the lease's part size, its MD5s computed
@@ -61,6 +64,7 @@ static struct {
   uint64_t job;
   int n;
   double deadline;
+  long train_ms; /* simulated inner steps between pull and push */
   char bearer[DPC_TOKEN_MAX + 8];
   unsigned char *pattern; /* PATTERN_BYTES of tiny finite floats, the bytes of every pushed chunk */
   pthread_mutex_t mu;
@@ -500,7 +504,11 @@ static int one_lease(struct rpc_client *c, unsigned char *scratch) {
     r.pulled += b;
   }
   r.pull1 = now_s();
-  r.push0 = r.pull1;
+  if (!rc && G.train_ms > 0) {
+    struct timespec ts = {G.train_ms / 1000, (G.train_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  r.push0 = now_s();
   if (!rc) rc = L->delta_put ? put_delta(c, L, &r.pushed) : push_delta(c, L, &r.pushed);
   r.push1 = now_s();
   protobuf_c_message_free_unpacked(pm, NULL);
@@ -582,14 +590,15 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--workers")) G.n = atoi(v);
     else if (!strcmp(a, "--token-file")) token_file = v;
     else if (!strcmp(a, "--timeout-s")) timeout_s = atof(v);
+    else if (!strcmp(a, "--train-ms")) G.train_ms = atol(v);
     else {
       fprintf(stderr, "dataplane_client: unknown flag %s\n", a);
       return 2;
     }
   }
-  if (!G.target || !G.job || G.n < 1 || G.n > 64) {
+  if (!G.target || !G.job || G.n < 1 || G.n > 64 || G.train_ms < 0 || G.train_ms > 3600000) {
     fprintf(stderr, "usage: dataplane_client --coordinator ADDR --job ID --workers N(1..64) [--token-file F] "
-                    "[--timeout-s S]\n       dataplane_client --memory-pass R FLOATS\n");
+                    "[--timeout-s S] [--train-ms MS]\n       dataplane_client --memory-pass R FLOATS\n");
     return 2;
   }
   if (token_file) {
