@@ -263,12 +263,13 @@ void coord_job_prewarm(coord *c, const coord_job *j) {
   w->job = j->id;
   w->req.data = w;
   /* Fragments of one length share their buffers' count: per fragment, the deltas of a round
-   * plus θ and u of the version read and of the version written. */
+   * (not SparseLoCo's: their blobs are the short encoded streams) plus θ and u of the version
+   * read and of the version written. */
   for (int f = 0; f < j->n_fragments; f++) {
     int k = 0;
     while (k < w->n && w->len[k] != j->fragments[f].len) k++;
     if (k == w->n) w->len[w->n++] = j->fragments[f].len;
-    w->count[k] += j->expected[f] + 4;
+    w->count[k] += (j->spec.sparse.enabled ? 0 : j->expected[f]) + 4;
   }
   if (loop_queue_work(c, &w->req, prewarm_run, prewarm_after) == 0) return;
 fail:
