@@ -57,6 +57,14 @@ int storehttp_set_ca_file(const char *path) {
   return 0;
 }
 
+int storehttp_fail(int cc, const char *err, const char *method, const char *where) {
+  if (cc == CURLE_PEER_FAILED_VERIFICATION)
+    return dpc_err(DPC_EUNAVAILABLE, "store %s %s: the store's certificate is not trusted (%s): give its CA with "
+                   "--s3-ca-file", method, where, err[0] ? err : curl_easy_strerror((CURLcode)cc));
+  return dpc_err(DPC_EUNAVAILABLE, "store %s %s: %s%s%s", method, where, curl_easy_strerror((CURLcode)cc),
+                 err[0] ? ": " : "", err);
+}
+
 void *storehttp_open(const char *url, int timeout_ms, char *err, char *where, size_t wcap) {
   pthread_once(&once, init_once);
   redact(url, where, wcap);
@@ -103,11 +111,7 @@ int storeget_stream(const char *url, uint64_t off, uint64_t n, storeget_fn fn, v
     int code = st == 403 ? DPC_EPERM : st == 404 ? DPC_ENOENT : st / 100 == 5 ? DPC_EUNAVAILABLE : DPC_EIO;
     return dpc_err(code, "store GET %s: HTTP %ld%s", where, st, st == 403 ? " (the URL expired or was altered)" : "");
   }
-  if (cc == CURLE_PEER_FAILED_VERIFICATION)
-    return dpc_err(DPC_EUNAVAILABLE, "store GET %s: the store's certificate is not trusted (%s): give its CA with "
-                   "--s3-ca-file", where, err[0] ? err : curl_easy_strerror(cc));
-  if (cc != CURLE_OK)
-    return dpc_err(DPC_EUNAVAILABLE, "store GET %s: %s%s%s", where, curl_easy_strerror(cc), err[0] ? ": " : "", err);
+  if (cc != CURLE_OK) return storehttp_fail(cc, err, "GET", where);
   if (st != 206 && !(st == 200 && off == 0))
     return dpc_err(DPC_EFORMAT, "store GET %s: HTTP %ld instead of the range asked for", where, st);
   if (s.got != n)

@@ -42,6 +42,11 @@ int storehttp_set_ca_file(const char *path);
  * signed query, for messages. NULL when curl has no handle to give. */
 void *storehttp_open(const char *url, int timeout_ms, char *err, char *where, size_t wcap);
 
+/* The error of a request that failed in transport (cc, a CURLcode other than CURLE_OK; err its
+ * error buffer), "store METHOD WHERE: …": DPC_EUNAVAILABLE, and an untrusted certificate named
+ * as such with the flag that fixes it. */
+int storehttp_fail(int cc, const char *err, const char *method, const char *where);
+
 /* fn(ud, k) for k = 0 … n-1 over up to `streams` threads (this one among them; at most
  * STOREHTTP_STREAMS_MAX), each taking the next k: 0, or the first failure (with its message),
  * after which no further k is started. Parallel ranges and parts (storeget_parallel,

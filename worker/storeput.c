@@ -99,8 +99,7 @@ static int put_range(const char *url, const storeput_object *o, uint64_t off, ui
   curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &st);
   curl_easy_cleanup(e);
   curl_slist_free_all(h2);
-  if (cc != CURLE_OK)
-    return dpc_err(DPC_EUNAVAILABLE, "store PUT %s: %s%s%s", where, curl_easy_strerror(cc), err[0] ? ": " : "", err);
+  if (cc != CURLE_OK) return storehttp_fail(cc, err, "PUT", where);
   if (st / 100 == 2) return 0;
   int code = st == 403 ? DPC_EPERM : st / 100 == 5 ? DPC_EUNAVAILABLE
              : strstr(body, "BadDigest") || strstr(body, "InvalidDigest") ? DPC_ECHECKSUM : DPC_EIO;
