@@ -271,10 +271,17 @@ int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, int once, 
   for (int i = 0; i < s->n_doubt; i++)
     if (strcmp(s->doubt[i], w->name) == 0) memcpy(s->doubt[i--], s->doubt[--s->n_doubt], sizeof s->doubt[0]);
   pthread_mutex_unlock(&s->doubt_mu);
-  w->cap = total < BLOB_S3_PART_BYTES ? (size_t)total : BLOB_S3_PART_BYTES;
-  w->part = malloc(w->cap ? w->cap : 1);
-  int rc = w->part ? take(s, &w->c) : DPC_ENOMEM;
+  int rc = take(s, &w->c);
+  /* Parts grow past BLOB_S3_PART_BYTES only for objects that would need more parts than the
+   * store allows (above 156 GiB at S3's 10000). */
+  uint64_t part = rc ? 0 : s3_part_bytes(total, BLOB_S3_PART_BYTES, s3_max_parts(w->c));
+  if (!rc && part == 0)
+    rc = dpc_err(DPC_EINVAL, "blob %s: %llu bytes do not fit in one S3 object (%d parts of at most 5 GiB): split the "
+                 "model into more fragments", name, (unsigned long long)total, s3_max_parts(w->c));
+  w->cap = total < part ? (size_t)total : (size_t)part;
+  if (!rc && !(w->part = malloc(w->cap ? w->cap : 1))) rc = DPC_ENOMEM;
   if (rc) {
+    give(s, w->c);
     free(w->part);
     free(w);
     return rc;

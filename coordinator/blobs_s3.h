@@ -22,7 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BLOB_S3_PART_BYTES ((size_t)16 << 20) /* multipart part size (S3's minimum is 5 MiB) */
+/* Multipart part size (S3's minimum is 5 MiB); larger for an object that would otherwise need more
+ * parts than the store allows (s3_part_bytes). */
+#define BLOB_S3_PART_BYTES ((size_t)16 << 20)
 
 typedef struct blob_s3 blob_s3;
 typedef struct blob_s3_writer blob_s3_writer;

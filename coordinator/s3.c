@@ -32,6 +32,7 @@ struct s3_client {
   char ca_file[512];
   s3_creds cr;
   int timeout_ms, retries;
+  int max_parts, page; /* s3_options */
   int https; /* the endpoint is https (payload_md5) */
 };
 
@@ -172,6 +173,8 @@ int s3_open(s3_client **out, const s3_options *o) {
   if (!rc) rc = o->creds_file ? s3_creds_load(&c->cr, o->creds_file, o->profile) : s3_creds_from_env(&c->cr);
   c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 30000;
   c->retries = o->retries > 0 ? o->retries : o->retries < 0 ? 0 : 5;
+  c->max_parts = o->max_parts > 0 && o->max_parts < S3_MAX_PARTS ? o->max_parts : S3_MAX_PARTS;
+  c->page = o->page > 0 && o->page < 1000 ? o->page : 1000;
   if (!rc && !(c->h = curl_easy_init())) rc = dpc_err(DPC_ENOMEM, "S3: curl_easy_init failed");
   if (rc) {
     s3_close(c);
@@ -316,6 +319,13 @@ static const char *xml_text(const char *xml, const char *tag, char *out, size_t 
   }
   out[k] = 0;
   return e + strlen(close);
+}
+
+/* A listing page says more follow (IsTruncated). */
+static int truncated(const char *body) {
+  char t[16] = "";
+  xml_text(body, "IsTruncated", t, sizeof t);
+  return !strcmp(t, "true");
 }
 
 /* The request's path: /BUCKET[/PREFIX KEY]. */
@@ -556,31 +566,64 @@ int s3_delete(s3_client *c, const char *key) {
   return rc == DPC_ENOENT ? 0 : rc;
 }
 
-int s3_list(s3_client *c, const char *p, s3_list_fn fn, void *ud) {
-  char full[S3_NAME_MAX + 512], token[1024] = "";
-  snprintf(full, sizeof full, "%s%s", c->prefix, p ? p : "");
+/* Each <tag> entry of a listing page whose Key is under the prefix: fn(ud, the key relative to
+ * the prefix, the entry's <field>); entries without either are not ours to judge and are passed
+ * over. fn's non-zero answer stops the walk and is returned. */
+static int each_entry(const s3_client *c, const char *body, const char *tag, const char *field, s3_upload_fn fn,
+                      void *ud) {
+  const char *at = body ? body : "";
   const size_t skip = strlen(c->prefix);
+  char block[4096], key[S3_NAME_MAX + 512], val[512];
+  int rc = 0;
+  while (!rc && (at = xml_text(at, tag, block, sizeof block)) != NULL)
+    if (xml_text(block, "Key", key, sizeof key) && xml_text(block, field, val, sizeof val) &&
+        !strncmp(key, c->prefix, skip))
+      rc = fn(ud, key + skip, val);
+  return rc;
+}
+
+/* s3_list's callback behind each_entry: the Size field as a number. */
+struct sized {
+  s3_list_fn fn;
+  void *ud;
+};
+static int on_sized(void *ud, const char *key, const char *size) {
+  const struct sized *s = ud;
+  return s->fn(s->ud, key, strtoull(size, NULL, 10));
+}
+
+int s3_list(s3_client *c, const char *p, s3_list_fn fn, void *ud) {
+  char full[S3_NAME_MAX + 512], token[1024] = "", page[16];
+  snprintf(full, sizeof full, "%s%s", c->prefix, p ? p : "");
+  snprintf(page, sizeof page, "%d", c->page);
   for (;;) {
-    s3_kv q[3] = {{"list-type", "2"}, {"prefix", full}, {"continuation-token", token}};
-    s3_req rq = {.method = "GET", .query = q, .nq = token[0] ? 3 : 2};
+    s3_kv q[4] = {{"list-type", "2"}, {"max-keys", page}, {"prefix", full}, {"continuation-token", token}};
+    s3_req rq = {.method = "GET", .query = q, .nq = token[0] ? 4 : 3};
     s3_resp r;
     int rc = request(c, &rq, &r);
     if (rc) return rc;
-    const char *at = r.body ? r.body : "";
-    char block[4096], key[S3_NAME_MAX + 512], size[32];
-    while (!rc && (at = xml_text(at, "Contents", block, sizeof block)) != NULL) {
-      if (!xml_text(block, "Key", key, sizeof key) || !xml_text(block, "Size", size, sizeof size) ||
-          strncmp(key, c->prefix, skip))
-        continue;
-      rc = fn(ud, key + skip, strtoull(size, NULL, 10));
-    }
-    char trunc[16] = "";
-    xml_text(r.body, "IsTruncated", trunc, sizeof trunc);
-    int more = !strcmp(trunc, "true") && xml_text(r.body, "NextContinuationToken", token, sizeof token);
+    struct sized sz = {fn, ud};
+    rc = each_entry(c, r.body, "Contents", "Size", on_sized, &sz);
+    int more = truncated(r.body);
+    char prev[sizeof token];
+    memcpy(prev, token, sizeof prev);
+    if (!rc && more && (!xml_text(r.body, "NextContinuationToken", token, sizeof token) || !strcmp(token, prev)))
+      rc = dpc_err(DPC_EFORMAT, "S3 listing of %s: a truncated page without a new NextContinuationToken", full);
     free(r.body);
     if (rc || !more) return rc;
   }
 }
+
+uint64_t s3_part_bytes(uint64_t total, uint64_t want, int max_parts) {
+  if (max_parts <= 0 || max_parts > S3_MAX_PARTS) max_parts = S3_MAX_PARTS;
+  if (total > S3_MAX_OBJECT_BYTES) return 0;
+  const uint64_t mib = (uint64_t)1 << 20, need = (total + (uint64_t)max_parts - 1) / (uint64_t)max_parts;
+  if (need <= want) return want;
+  uint64_t p = (need + mib - 1) / mib * mib;
+  return p <= S3_MAX_PART_BYTES ? p : 0;
+}
+
+int s3_max_parts(const s3_client *c) { return c->max_parts; }
 
 int s3_mpu_create(s3_client *c, const char *key, char *upload_id, size_t cap) {
   const s3_kv q[] = {{"uploads", NULL}};
@@ -595,7 +638,7 @@ int s3_mpu_create(s3_client *c, const char *key, char *upload_id, size_t cap) {
 
 int s3_mpu_put_part(s3_client *c, const char *key, const char *upload_id, int part, const void *data, size_t len,
                     char *etag, size_t etag_cap) {
-  if (part < 1 || part > 10000) return dpc_err(DPC_EINVAL, "S3: part number %d outside 1..10000", part);
+  if (part < 1 || part > c->max_parts) return dpc_err(DPC_EINVAL, "S3: part number %d outside 1..%d", part, c->max_parts);
   char pn[16], md5[25];
   snprintf(pn, sizeof pn, "%d", part);
   const s3_kv q[] = {{"partNumber", pn}, {"uploadId", upload_id}};
@@ -641,25 +684,35 @@ int s3_mpu_abort(s3_client *c, const char *key, const char *upload_id) {
 }
 
 int s3_mpu_list(s3_client *c, s3_upload_fn fn, void *ud) {
-  const s3_kv q[] = {{"uploads", NULL}, {"prefix", c->prefix}};
-  s3_req rq = {.method = "GET", .query = q, .nq = 2};
-  s3_resp r;
-  int rc = request(c, &rq, &r);
-  if (rc) return rc;
-  const char *at = r.body ? r.body : "";
-  char block[4096], key[S3_NAME_MAX + 512], id[512];
-  const size_t skip = strlen(c->prefix);
-  while (!rc && (at = xml_text(at, "Upload", block, sizeof block)) != NULL)
-    if (xml_text(block, "Key", key, sizeof key) && xml_text(block, "UploadId", id, sizeof id) &&
-        !strncmp(key, c->prefix, skip))
-      rc = fn(ud, key + skip, id);
-  free(r.body);
-  return rc;
+  char kmark[S3_NAME_MAX + 512] = "", umark[512] = "", page[16];
+  snprintf(page, sizeof page, "%d", c->page);
+  for (;;) {
+    /* The markers resume after the last upload of the page before; the sweep's aborts of
+     * uploads already listed do not move them. */
+    s3_kv q[5] = {{"uploads", NULL}, {"max-uploads", page}, {"prefix", c->prefix}, {"key-marker", kmark},
+                  {"upload-id-marker", umark}};
+    s3_req rq = {.method = "GET", .query = q, .nq = kmark[0] ? 5 : 3};
+    s3_resp r;
+    int rc = request(c, &rq, &r);
+    if (rc) return rc;
+    rc = each_entry(c, r.body, "Upload", "UploadId", fn, ud);
+    int more = truncated(r.body);
+    char pk[sizeof kmark], pu[sizeof umark];
+    memcpy(pk, kmark, sizeof pk);
+    memcpy(pu, umark, sizeof pu);
+    if (!rc && more &&
+        (!xml_text(r.body, "NextKeyMarker", kmark, sizeof kmark) || !kmark[0] ||
+         !xml_text(r.body, "NextUploadIdMarker", umark, sizeof umark) || (!strcmp(kmark, pk) && !strcmp(umark, pu))))
+      rc = dpc_err(DPC_EFORMAT, "S3 listing of uploads under %s: a truncated page without new next markers",
+                   c->prefix[0] ? c->prefix : "the bucket");
+    free(r.body);
+    if (rc || !more) return rc;
+  }
 }
 
 int s3_presign_part(const s3_client *c, const char *key, const char *upload_id, int part, const char *content_md5,
                     int expires_s, char *url, size_t cap) {
-  if (part < 1 || part > 10000) return dpc_err(DPC_EINVAL, "S3: part number %d outside 1..10000", part);
+  if (part < 1 || part > c->max_parts) return dpc_err(DPC_EINVAL, "S3: part number %d outside 1..%d", part, c->max_parts);
   char path[S3_NAME_MAX + 600], pn[16];
   int rc = req_path(c, key, path, sizeof path);
   if (rc) return rc;

@@ -35,7 +35,15 @@ typedef struct {
   const char *profile;     /* NULL: AWS_PROFILE or "default" */
   int timeout_ms;          /* per request; 0: 30000 */
   int retries;             /* extra tries on transient failures; 0: 5; -1: none */
+  int max_parts;           /* the store's limit on parts of one upload; 0: S3_MAX_PARTS (tests lower it) */
+  int page;                /* keys or uploads asked for per listing page; 0: 1000, S3's default */
 } s3_options;
+
+/* S3's limits, which S3-compatible stores (R2, GCS, Ceph) share: parts of one multipart upload,
+ * a part's size, an object's size. */
+#define S3_MAX_PARTS 10000
+#define S3_MAX_PART_BYTES ((uint64_t)5 << 30)
+#define S3_MAX_OBJECT_BYTES ((uint64_t)5 << 40)
 
 typedef struct s3_client s3_client;
 
@@ -68,13 +76,21 @@ int s3_delete(s3_client *c, const char *key);
 typedef int (*s3_list_fn)(void *ud, const char *key, uint64_t size);
 int s3_list(s3_client *c, const char *p, s3_list_fn fn, void *ud);
 
-/* Multipart upload: parts 1 .. 10000, each ≥ 5 MiB but the last. */
+/* The part size for a multipart upload of total bytes: want (≥ 5 MiB), or the smallest whole
+ * MiB above it that keeps the parts within max_parts (0: S3_MAX_PARTS); 0 when total is beyond
+ * S3's object limit or no part size within S3_MAX_PART_BYTES fits. */
+uint64_t s3_part_bytes(uint64_t total, uint64_t want, int max_parts);
+/* The client's max_parts (s3_options). */
+int s3_max_parts(const s3_client *c);
+
+/* Multipart upload: parts 1 .. max_parts (S3: 10000), each ≥ 5 MiB but the last. */
 int s3_mpu_create(s3_client *c, const char *key, char *upload_id, size_t cap);
 int s3_mpu_put_part(s3_client *c, const char *key, const char *upload_id, int part, const void *data, size_t len,
                     char *etag, size_t etag_cap);
 int s3_mpu_complete(s3_client *c, const char *key, const char *upload_id, int nparts, char (*etags)[80]);
 int s3_mpu_abort(s3_client *c, const char *key, const char *upload_id);
-/* Unfinished multipart uploads under the prefix: fn(ud, key, upload_id). */
+/* Unfinished multipart uploads under the prefix, every page of ListMultipartUploads:
+ * fn(ud, key, upload_id); fn returning non-zero stops the walk and is returned. */
 typedef int (*s3_upload_fn)(void *ud, const char *key, const char *upload_id);
 int s3_mpu_list(s3_client *c, s3_upload_fn fn, void *ud);
 

@@ -1,7 +1,7 @@
 /* test_blobs_s3.c — the blob store on S3 (blob_store_open_s3, coordinator/blobs_s3.h) against a
  * real RADOS Gateway (run under tests/s3/with_rgw.sh): blobs round-trip through every read path
  * (whole, allocating, sequential reader, mapping), a blob larger than one part goes up as a
- * multipart upload, an aborted writer leaves nothing, damaged objects (a flipped byte, a short
+ * multipart upload (in larger parts where the store allows too few; refused when even those cannot hold it), an aborted writer leaves nothing, damaged objects (a flipped byte, a short
  * object, another kind) are refused with the same errors as damaged files, and the start-up sweep
  * removes unrecorded objects and unfinished uploads but keeps recorded blobs and inner state;
  * after it, inner state's existence is answered without a request.
@@ -279,6 +279,44 @@ static void multipart(blob_store *bs, s3_client *c) {
   free(x);
 }
 
+/* A store that allows two parts to an upload: a blob of more than two 16 MiB parts goes up in
+ * two larger ones (its ETag says how many) and reads back whole. */
+static void few_parts(void) {
+  s3_options o = opts();
+  o.url = "s3://dpc-blobs/few";
+  o.max_parts = 2;
+  blob_store *bs = NULL;
+  CHECK_EQ_INT(blob_store_open_s3(&o, &bs), 0);
+  if (!bs) return;
+  const size_t n = (BLOB_S3_PART_BYTES / 4) * 2 + 4096;
+  float *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++) x[i] = (float)(i % 7919) * 0.5f;
+  uint32_t crc = 0, crc2 = 1;
+  CHECK_EQ_INT(blob_write(bs, "5/f0-v1.params", BLOB_PARAMS, x, n, &crc), 0);
+  s3_options co = opts();
+  co.url = "s3://dpc-blobs/few";
+  s3_client *fc = NULL;
+  CHECK_EQ_INT(s3_open(&fc, &co), 0);
+  uint64_t size = 0;
+  char etag[80] = "";
+  if (fc) CHECK_EQ_INT(s3_head(fc, "5/f0-v1.params", &size, etag, sizeof etag), 0);
+  CHECK(strlen(etag) > 2 && !strcmp(etag + strlen(etag) - 2, "-2"));
+  const float *data;
+  void *map;
+  size_t map_len;
+  CHECK_EQ_INT(blob_map(bs, "5/f0-v1.params", BLOB_PARAMS, n, 1, &data, &map, &map_len, &crc2), 0);
+  CHECK(crc2 == crc && memcmp(data, x, n * sizeof *x) == 0);
+  blob_unmap(map, map_len);
+  /* Beyond two parts of S3's largest (5 GiB) the object cannot be made at all: refused as the
+   * writer opens, before anything is sent. */
+  blob_writer *w = NULL;
+  CHECK_EQ_INT(blob_writer_open(bs, "5/f0-v2.params", BLOB_PARAMS, (size_t)3 << 30, &w), DPC_EINVAL);
+  CHECK(w == NULL && strstr(dpc_errmsg(), "2 parts of at most 5 GiB") != NULL);
+  s3_close(fc);
+  blob_store_close(bs);
+  free(x);
+}
+
 static void damaged(blob_store *bs, s3_client *c) {
   float x[64] = {1, 2, 3};
   CHECK_EQ_INT(blob_write(bs, "3/f0-v1.params", BLOB_PARAMS, x, 64, NULL), 0);
@@ -551,6 +589,7 @@ int main(void) {
     streamed_reads(bs);
     parallel_part_puts(bs);
     multipart(bs, c);
+    few_parts();
     damaged(bs, c);
     cached(bs, c);
     sweep(bs, c);

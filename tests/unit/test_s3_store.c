@@ -2,6 +2,7 @@
  * Gateway started by tests/s3/with_rgw.sh (S3_ENDPOINT and the AWS_* variables in the
  * environment; NOT_S3 a plain HTTP server, DEAD a port nobody listens on). Objects round-trip
  * through put, ranged get, head, list and delete; multipart uploads complete, list and abort;
+ * listings follow every page (two to a page here); part sizes grow past S3's part limit;
  * presigned URLs work once, and fail when tampered with, expired, or sent other bytes than their
  * signed MD5; every misconfiguration is a clear error of the right kind; a PUT on a kept-alive
  * connection the server closed is sent again whole on a fresh one. */
@@ -139,6 +140,79 @@ static void multipart(s3_client *c) {
   CHECK_EQ_INT(open, 0);
   free(d);
   free(back);
+}
+
+/* Abort each upload listed, as the start-up sweep does, and count it. */
+static int abort_upload(void *ud, const char *key, const char *id) {
+  s3_client *c = ((void **)ud)[0];
+  (*(int *)((void **)ud)[1])++;
+  return s3_mpu_abort(c, key, id);
+}
+
+static int stop_at_third(void *ud, const char *key, uint64_t size) {
+  (void)key;
+  (void)size;
+  return ++*(int *)ud == 3 ? 7 : 0;
+}
+
+/* Listings two to a page: every object and every unfinished upload (two of one key, so the
+ * upload-id marker matters) comes back, aborting uploads while listing them misses none, and a
+ * callback's stop is returned. */
+static void paging(const char *ep) {
+  s3_options o = {.url = "s3://dpc-test/paged/", .endpoint = ep, .timeout_ms = 5000, .page = 2};
+  s3_client *c = NULL;
+  CHECK_EQ_INT(s3_open(&c, &o), 0);
+  if (!c) return;
+  char key[32], id[512];
+  for (int i = 0; i < 5; i++) {
+    snprintf(key, sizeof key, "o/%d", i);
+    CHECK_EQ_INT(s3_put(c, key, key, strlen(key)), 0);
+  }
+  listing l = {0};
+  CHECK_EQ_INT(s3_list(c, "o/", collect, &l), 0);
+  CHECK_EQ_INT(l.n, 5);
+  CHECK(l.n == 5 && !strcmp(l.keys[0], "o/0") && !strcmp(l.keys[4], "o/4") && l.sizes[4] == 3);
+  int seen = 0;
+  CHECK_EQ_INT(s3_list(c, "o/", stop_at_third, &seen), 7);
+  CHECK_EQ_INT(seen, 3);
+  const char *keys[] = {"u/a", "u/b", "u/b", "u/c", "u/d"};
+  for (int i = 0; i < 5; i++) CHECK_EQ_INT(s3_mpu_create(c, keys[i], id, sizeof id), 0);
+  int open = 0;
+  CHECK_EQ_INT(s3_mpu_list(c, count_upload, &open), 0);
+  CHECK_EQ_INT(open, 5);
+  int aborted = 0;
+  void *ud[2] = {c, &aborted};
+  CHECK_EQ_INT(s3_mpu_list(c, abort_upload, ud), 0);
+  CHECK_EQ_INT(aborted, 5);
+  open = 0;
+  CHECK_EQ_INT(s3_mpu_list(c, count_upload, &open), 0);
+  CHECK_EQ_INT(open, 0);
+  s3_close(c);
+}
+
+/* Part sizes: S3's 16 MiB parts up to 10000 of them, then the smallest whole MiB that fits;
+ * nothing beyond 5 TiB; a client's lower part limit is enforced. */
+static void part_sizes(const char *ep) {
+  const uint64_t mib = 1u << 20, p16 = 16 * mib;
+  CHECK(s3_part_bytes(100, p16, 0) == p16);
+  CHECK(s3_part_bytes(10000 * p16, p16, 0) == p16);
+  CHECK(s3_part_bytes(10000 * p16 + 1, p16, 0) == 17 * mib);
+  CHECK(s3_part_bytes(200ull << 30, p16, 0) == 21 * mib); /* a fragment of 53B fp32 parameters */
+  CHECK(s3_part_bytes(S3_MAX_OBJECT_BYTES, p16, 0) == 525 * mib);
+  CHECK(s3_part_bytes(S3_MAX_OBJECT_BYTES + 1, p16, 0) == 0);
+  CHECK(s3_part_bytes(33 * mib, p16, 2) == 17 * mib);
+  CHECK(s3_part_bytes(32 * mib, p16, 2) == p16);
+  s3_options o = {.url = "s3://dpc-test/few/", .endpoint = ep, .timeout_ms = 5000, .max_parts = 2};
+  s3_client *c = NULL;
+  CHECK_EQ_INT(s3_open(&c, &o), 0);
+  if (!c) return;
+  CHECK_EQ_INT(s3_max_parts(c), 2);
+  char id[512], etag[80];
+  CHECK_EQ_INT(s3_mpu_create(c, "x", id, sizeof id), 0);
+  CHECK_EQ_INT(s3_mpu_put_part(c, "x", id, 3, "abc", 3, etag, sizeof etag), DPC_EINVAL);
+  CHECK(strstr(dpc_errmsg(), "outside 1..2") != NULL);
+  CHECK_EQ_INT(s3_mpu_abort(c, "x", id), 0);
+  s3_close(c);
 }
 
 static void presigned(s3_client *c) {
@@ -307,6 +381,8 @@ int main(void) {
   multipart(c);
   presigned(c);
   s3_close(c);
+  paging(ep);
+  part_sizes(ep);
   refusals(ep);
   closed_connection();
   curl_global_cleanup();
