@@ -22,10 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_UPLOAD_BYTES ((uint64_t)16 << 30)
+/* An upload's hard bound (a 256B-parameter model in F32 is 1 TiB); what bounds one in practice is
+ * the free space of STATE/uploads, checked as it starts so that a model that cannot fit is
+ * refused at once, not after hours of sending. */
+#define MAX_UPLOAD_BYTES ((uint64_t)1 << 40)
 
 /* ---- UploadInitialModel --------------------------------------------------------------------- */
 
@@ -126,18 +130,25 @@ static void upload_commit_after(uv_work_t *req, int status) {
 /* The first chunk: check the header, pick the id and open the file. 0, or -1 with the call
  * failed. */
 static int upload_begin(coord *c, struct rpc_call *call, upload *u, const struct rpc_chunk *ch) {
-  char err[600];
+  char err[1800];
   if (ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_SAFETENSORS || ch->offset != 0) {
     upload_fail(call, u, RPC_INVALID_ARGUMENT, "payload/offset: an upload is PAYLOAD_SAFETENSORS chunks from offset 0");
     return -1;
   }
   if (ch->total > MAX_UPLOAD_BYTES || ch->total < 8) {
     upload_fail(call, u, ch->total < 8 ? RPC_INVALID_ARGUMENT : RPC_RESOURCE_EXHAUSTED,
-                "total: an upload must be 8 bytes .. 16 GiB");
+                "total: an upload must be 8 bytes .. 1 TiB");
     return -1;
   }
   char dir[1100], path[1200];
   snprintf(dir, sizeof dir, "%s/uploads", c->state_dir);
+  struct statvfs sv;
+  if (dpc_mkdir_p(dir) == 0 && statvfs(dir, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < ch->total) {
+    snprintf(err, sizeof err, "total: an upload of %llu bytes does not fit in %s (%llu bytes free)",
+             (unsigned long long)ch->total, dir, (unsigned long long)sv.f_bavail * sv.f_frsize);
+    upload_fail(call, u, RPC_RESOURCE_EXHAUSTED, err);
+    return -1;
+  }
   u->id = c->next_upload_id++;
   admin_upload_path(c, u->id, path, sizeof path);
   if (dpc_mkdir_p(dir) < 0 || dpc_afile_open(path, &u->f) < 0) {

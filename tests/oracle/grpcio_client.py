@@ -4,7 +4,9 @@ coordinator uses) as an outside client of a real dipaco-coordinator: Health/Chec
 SERVING for the server and both services and NOT_FOUND for an unknown one,
 dipaco.v1.Admin/ListJobs answers an empty list on a fresh state directory, CreateJob of a
 shape-only spec gives a job that ListJobs and GetJob then report with the spec's numbers,
-paging with after_job_id, state filtering, and NOT_FOUND for an unknown job. Message classes
+paging with after_job_id, state filtering, and NOT_FOUND for an unknown job; UploadInitialModel
+refuses a size over 1 TiB or the state directory's free space at its first chunk, and takes one
+of a 7B model's F32 weights (28 GiB) where the space is there. Message classes
 are generated at test time with `protoc --python_out`. Admin calls carry the admin token
 (STATE/admin.token of the coordinator started here; $DIPACO_ADMIN_TOKEN with --addr).
 
@@ -227,6 +229,43 @@ def run(grpc, pb, hpb, addr, fresh, proc, state):
         pass
     r = health(hpb.HealthCheckRequest(service=""), timeout=5)
     check(r.status == hpb.HealthCheckResponse.SERVING, "serving after an abandoned CreateJob")
+    if state:
+        uploads(grpc, pb, ach[0], state)
+
+
+def uploads(grpc, pb, ch, state):
+    """An upload's size is judged by its first chunk: over 1 TiB, or over the free space of the
+    state directory, it is refused at once, naming the bound; a model of F32 weights above 16 GiB
+    (a 7B Llama) is not refused for its size; nothing is left behind."""
+    upload = ch.stream_unary("/dipaco.v1.Admin/UploadInitialModel", request_serializer=pb.Chunk.SerializeToString,
+                             response_deserializer=pb.UploadInitialModelResponse.FromString)
+
+    def up(total):
+        try:
+            upload(iter([pb.Chunk(payload=pb.PAYLOAD_SAFETENSORS, offset=0, total=total, data=b"12345678")]),
+                   timeout=10)
+            return grpc.StatusCode.OK, ""
+        except grpc.RpcError as e:
+            return e.code(), e.details() or ""
+
+    X = grpc.StatusCode.RESOURCE_EXHAUSTED
+    c, d = up((1 << 40) + 1)
+    check(c == X and "1 TiB" in d, f"an upload over 1 TiB is refused at its first chunk ({c}: {d})")
+    sv = os.statvfs(state)
+    free = sv.f_bavail * sv.f_frsize
+    big = free + (1 << 30)
+    c, d = up(big)
+    want = "does not fit" if big <= 1 << 40 else "1 TiB"
+    check(c == X and want in d, f"an upload of {big} bytes, {free} free: refused, \"{want}\" ({c}: {d})")
+    seven_b = 28 << 30  # F32 weights of a 7B model
+    c, d = up(seven_b)
+    if free > seven_b + (1 << 30):
+        check(c == grpc.StatusCode.INVALID_ARGUMENT and "ended before its last chunk" in d,
+              f"an upload of 28 GiB is taken (the stream here ends early: {c}: {d})")
+    else:
+        check(c == X and "does not fit" in d, f"an upload of 28 GiB with {free} bytes free: refused ({c}: {d})")
+    left = os.listdir(os.path.join(state, "uploads")) if os.path.isdir(os.path.join(state, "uploads")) else []
+    check(left == [], f"no upload file left behind ({left})")
 
 
 if __name__ == "__main__":
