@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define ADMIN "/dipaco.v1.Admin/"
-#define MODEL_MAX_BYTES ((size_t)1 << 36)    /* 64 GiB: upload / export bound */
+#define MODEL_MAX_BYTES ((size_t)1 << 40)    /* 1 TiB: upload / export bound, the coordinator's (admin_upload.c) */
 #define STREAM_TIMEOUT_MS (24 * 3600 * 1000) /* bulk transfers: effectively none */
 #define CREATE_UPLOAD_TIMEOUT_MS (3600 * 1000) /* CreateJob from an upload (writes the model's blobs) */
 
