@@ -179,22 +179,30 @@ int blob_store_health(blob_store *bs, char *reason, size_t cap, int64_t *since_m
 int blob_store_probe(blob_store *bs);
 int blob_store_doubtful(blob_store *bs);
 
-/* How long a presigned blob URL lives: a lease's pulls happen in its first moments, and a
- * worker whose URL expired pulls through the coordinator instead. */
+/* How long a presigned blob URL lives (blob_url_ttl_s): BLOB_URL_TTL_S, plus the time to move
+ * `bytes` at BLOB_URL_MIN_RATE, where `bytes` is what its holder may move before its last
+ * request with the URL starts (a store checks the expiry when a request begins, not while it
+ * runs: a 28 GB delta put in parts four at a time over a slow link starts its last parts an
+ * hour in); at most SigV4's 7 days. A worker whose URL expired anyway moves the bytes through
+ * the coordinator. */
 #define BLOB_URL_TTL_S 900
-/* A presigned GET URL of blob `name` (an S3 store only; DPC_EUNSUPPORTED for files). */
-int blob_store_url(blob_store *bs, const char *name, char *url, size_t cap);
+#define BLOB_URL_MIN_RATE ((uint64_t)1000000) /* bytes a second */
+int blob_url_ttl_s(uint64_t bytes);
+/* A presigned GET URL of blob `name` (an S3 store only; DPC_EUNSUPPORTED for files), living
+ * blob_url_ttl_s(bytes). */
+int blob_store_url(blob_store *bs, const char *name, uint64_t bytes, char *url, size_t cap);
 
 /* Workers' puts (blobs_put.c; docs/design.md §5.8), S3 stores only (DPC_EUNSUPPORTED for files).
  * A presigned PUT URL of blob `name` that makes the store check the bytes against md5: a worker
- * writes its delta object itself. */
-int blob_store_put_url(blob_store *bs, const char *name, const unsigned char md5[16], char *url, size_t cap);
+ * writes its delta object itself. The URLs live blob_url_ttl_s(bytes). */
+int blob_store_put_url(blob_store *bs, const char *name, const unsigned char md5[16], uint64_t bytes, char *url,
+                       size_t cap);
 /* An object too large for one PUT, put by the worker in parts: begin starts a multipart upload
  * (upload_id[cap]); part_url presigns part 1..n with its MD5; complete makes the object from
  * the n parts whose MD5s are given (a part's ETag is its MD5); abort drops the upload. */
 int blob_store_upload_begin(blob_store *bs, const char *name, char *upload_id, size_t cap);
 int blob_store_part_url(blob_store *bs, const char *name, const char *upload_id, int part, const unsigned char md5[16],
-                        char *url, size_t cap);
+                        uint64_t bytes, char *url, size_t cap);
 int blob_store_upload_complete(blob_store *bs, const char *name, const char *upload_id, int n,
                                const unsigned char (*md5)[16]);
 int blob_store_upload_abort(blob_store *bs, const char *name, const char *upload_id);

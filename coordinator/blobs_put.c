@@ -12,13 +12,14 @@
 #include <stdlib.h>
 #include <strings.h>
 
-int blob_store_put_url(blob_store *bs, const char *name, const unsigned char md5[16], char *url, size_t cap) {
+int blob_store_put_url(blob_store *bs, const char *name, const unsigned char md5[16], uint64_t bytes, char *url,
+                       size_t cap) {
   blob_s3 *s;
   int rc = blob_store_s3_of(bs, name, "a presigned PUT", &s);
   if (rc) return rc;
   char b64[25];
   s3_md5_base64(md5, b64);
-  return blob_s3_presign(s, name, "PUT", b64, BLOB_URL_TTL_S, url, cap);
+  return blob_s3_presign(s, name, "PUT", b64, blob_url_ttl_s(bytes), url, cap);
 }
 
 int blob_store_upload_begin(blob_store *bs, const char *name, char *upload_id, size_t cap) {
@@ -28,13 +29,13 @@ int blob_store_upload_begin(blob_store *bs, const char *name, char *upload_id, s
 }
 
 int blob_store_part_url(blob_store *bs, const char *name, const char *upload_id, int part, const unsigned char md5[16],
-                        char *url, size_t cap) {
+                        uint64_t bytes, char *url, size_t cap) {
   blob_s3 *s;
   int rc = blob_store_s3_of(bs, name, "a presigned part", &s);
   if (rc) return rc;
   char b64[25];
   s3_md5_base64(md5, b64);
-  return blob_s3_presign_part(s, name, upload_id, part, b64, BLOB_URL_TTL_S, url, cap);
+  return blob_s3_presign_part(s, name, upload_id, part, b64, blob_url_ttl_s(bytes), url, cap);
 }
 
 static void hex(const unsigned char *d, int n, char *out) {

@@ -132,7 +132,8 @@ typedef struct put_prep {
   uint32_t crc;            /* CRC-32C of the fp32 payload */
   uint64_t bytes;          /* the object's size (the blob file) */
   unsigned char md5[16];   /* MD5 of the object */
-  int64_t made_ms;         /* dpc_wall_ms when named: entries older than a URL's life are dropped */
+  int64_t made_ms;         /* dpc_wall_ms when named: entries older than two URL lives are dropped */
+  uint64_t url_bytes;      /* what the URLs were made for (blob_url_ttl_s): the request's objects */
   int parts;               /* 0: one PUT; else put in this many parts of coord.put_part_bytes */
   unsigned char (*part_md5)[16]; /* [parts], owned */
   char upload_id[512];     /* the multipart upload the parts go to ("" for one PUT) */

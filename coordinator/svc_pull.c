@@ -358,7 +358,7 @@ static int round_objects(coord *c, round_read *rr) {
   if (rr->nparts > 0 && !urls) return DPC_ENOMEM;
   int rc = 0;
   for (int i = 0; i < rr->nparts && !rc; i++) {
-    rc = blob_store_url(c->bs, rr->parts[i].name, urls[i], sizeof urls[i]);
+    rc = blob_store_url(c->bs, rr->parts[i].name, (uint64_t)rr->len, urls[i], sizeof urls[i]);
     cap += 28 + strlen(urls[i]);
   }
   unsigned char *b = rc ? NULL : malloc(cap);

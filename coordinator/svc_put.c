@@ -91,10 +91,15 @@ void put_free_all(coord *c) {
   c->n_puts = c->cap_puts = 0;
 }
 
-/* Drop entries older than two URL lifetimes (their URLs are dead). */
+/* An entry older than two lives of its URLs (their URLs are dead). */
+static int put_old(const put_prep *e, int64_t now) {
+  return now - e->made_ms > 2000LL * blob_url_ttl_s(e->url_bytes);
+}
+
+/* Drop the entries whose URLs are dead. */
 static void put_expire(coord *c, int64_t now) {
   for (int i = 0; i < c->n_puts; i++)
-    if (now - c->puts[i].made_ms > 2000LL * BLOB_URL_TTL_S) put_drop(c, i--, 1);
+    if (put_old(&c->puts[i], now)) put_drop(c, i--, 1);
 }
 
 void put_sweep(coord *c) {
@@ -102,7 +107,7 @@ void put_sweep(coord *c) {
   for (int i = 0; i < c->n_puts; i++) {
     store_lease l;
     int ended = store_get_lease(c->st, c->puts[i].lease, &l) < 0 || l.state != LEASE_ACTIVE;
-    if (!ended && now - c->puts[i].made_ms <= 2000LL * BLOB_URL_TTL_S) continue;
+    if (!ended && !put_old(&c->puts[i], now)) continue;
     DPC_DEBUG("delta object %s: its lease ended before it was committed; dropped", c->puts[i].name);
     put_drop(c, i--, 1);
   }
@@ -236,7 +241,7 @@ static void out_free(Dipaco__V1__DeltaPut *o) {
 /* Name one fragment's object, record its entry and fill the answer *o (strings malloc'd:
  * out_free): a single PUT is presigned at once; an object in parts gets its part URLs once its
  * multipart upload has started (prep_begin_run, prep_after). */
-static int prepare_one(coord *c, const store_lease *l, const Dipaco__V1__DeltaPut *d, int64_t now,
+static int prepare_one(coord *c, const store_lease *l, const Dipaco__V1__DeltaPut *d, uint64_t all_bytes, int64_t now,
                        Dipaco__V1__DeltaPut *o) {
   int frag = (int)(d->fragment_id - 1);
   dipaco__v1__delta_put__init(o);
@@ -250,7 +255,7 @@ static int prepare_one(coord *c, const store_lease *l, const Dipaco__V1__DeltaPu
   e->frag = frag;
   const int parts = (int)d->n_part_md5;
   if (!rc && parts == 0) {
-    rc = blob_store_put_url(c->bs, e->name, d->content_md5.data, url, sizeof url);
+    rc = blob_store_put_url(c->bs, e->name, d->content_md5.data, all_bytes, url, sizeof url);
     if (!rc && !(o->url = strdup(url))) rc = dpc_err(DPC_ENOMEM, "out of memory");
   } else if (!rc) {
     e->part_md5 = malloc((size_t)parts * sizeof *e->part_md5);
@@ -268,6 +273,7 @@ static int prepare_one(coord *c, const store_lease *l, const Dipaco__V1__DeltaPu
   e->bytes = d->object_bytes;
   memcpy(e->md5, d->content_md5.data, 16);
   e->made_ms = now;
+  e->url_bytes = all_bytes;
   o->fragment_id = d->fragment_id;
   o->num_floats = d->num_floats;
   o->crc32c = d->crc32c;
@@ -354,7 +360,7 @@ static int prep_parts(coord *c, prep_work *w, size_t k, int drop) {
   char url[S3_URL_MAX];
   Dipaco__V1__DeltaPut *o = &w->out[k];
   for (int i = 0; i < e->parts; i++) {
-    int rc = blob_store_part_url(c->bs, e->name, e->upload_id, i + 1, e->part_md5[i], url, sizeof url);
+    int rc = blob_store_part_url(c->bs, e->name, e->upload_id, i + 1, e->part_md5[i], e->url_bytes, url, sizeof url);
     if (!rc && !(o->part_urls[o->n_part_urls++] = strdup(url))) rc = dpc_err(DPC_ENOMEM, "out of memory");
     if (rc < 0) {
       put_discard(c, w->lease, frag); /* (aborts the upload) */
@@ -422,11 +428,13 @@ static void on_prepare(struct rpc_call *call, const struct grpc_byte_buffer *req
   }
   int64_t now = dpc_wall_ms();
   if (j) put_expire(c, now);
+  uint64_t all_bytes = 0; /* the worker puts the objects one after another: the URLs must outlive them all */
+  for (size_t k = 0; j && k < n; k++) all_bytes += r->puts[k]->object_bytes;
   int uploads = 0;
   for (size_t k = 0; j && k < n; k++) {
     w->op[k] = &w->out[k];
     w->n = k + 1;
-    int rc = prepare_one(c, &l, r->puts[k], now, &w->out[k]);
+    int rc = prepare_one(c, &l, r->puts[k], all_bytes, now, &w->out[k]);
     if (rc < 0) {
       rpc_call_finish(call, rpc_code_from_dpc(rc), "fragment %llu's object: %s",
                       (unsigned long long)r->puts[k]->fragment_id, dpc_errmsg());

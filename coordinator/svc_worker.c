@@ -392,6 +392,7 @@ static int64_t lease_deadline(coord *c, const coord_job *j, const store_lease *l
 static int lease_fragment_infos(coord *c, const coord_job *j, const store_lease *l, const int *fids,
                                 const int64_t *bases, int nf, Dipaco__V1__FragmentInfo *fi,
                                 Dipaco__V1__FragmentInfo **fp) {
+  uint64_t pulled = 0;
   for (int i = 0; i < nf; i++) {
     store_fragment f;
     int rc;
@@ -404,8 +405,9 @@ static int lease_fragment_infos(coord *c, const coord_job *j, const store_lease 
      * be made leaves it to PullFragment. (Only the row of the base version itself: a fallback
      * row holds another version.) */
     char url[S3_URL_MAX];
+    pulled += (uint64_t)fi[i].num_floats * sizeof(float); /* fragments are pulled one after another */
     if (blob_store_is_s3(c->bs) && f.version == bases[i] && f.param_blob[0] &&
-        blob_store_url(c->bs, f.param_blob, url, sizeof url) == 0)
+        blob_store_url(c->bs, f.param_blob, pulled, url, sizeof url) == 0)
       fi[i].params_url = strdup(url);
   }
   return 0;

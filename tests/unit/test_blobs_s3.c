@@ -101,7 +101,8 @@ static void presigned_reads(blob_store *bs) {
   for (int i = 0; i < 300; i++) x[i] = (float)i / 7.0f;
   CHECK_EQ_INT(blob_write(bs, "6/f0-v4.params", BLOB_PARAMS, x, 300, NULL), 0);
   char url[S3_URL_MAX];
-  CHECK_EQ_INT(blob_store_url(bs, "6/f0-v4.params", url, sizeof url), 0);
+  CHECK_EQ_INT(blob_store_url(bs, "6/f0-v4.params", 1200, url, sizeof url), 0);
+  CHECK(strstr(url, "X-Amz-Expires=900&") != NULL); /* a small object: the base life */
   memset(y, 0, sizeof y);
   CHECK_EQ_INT(storeget_range(url, BLOB_HEADER_BYTES, y, sizeof y, 10000), 0);
   CHECK(memcmp(x, y, sizeof x) == 0);
@@ -110,9 +111,21 @@ static void presigned_reads(blob_store *bs) {
   size_t n = strlen(url);
   url[n - 1] = url[n - 1] == '0' ? '1' : '0';
   CHECK_EQ_INT(storeget_range(url, BLOB_HEADER_BYTES, y, sizeof y, 10000), DPC_EPERM);
-  CHECK_EQ_INT(blob_store_url(bs, "6/f0-v5.params", url, sizeof url), 0);
+  CHECK_EQ_INT(blob_store_url(bs, "6/f0-v5.params", 0, url, sizeof url), 0);
   CHECK_EQ_INT(storeget_range(url, BLOB_HEADER_BYTES, y, sizeof y, 10000), DPC_ENOENT);
   CHECK_EQ_INT(storeget_range("http://127.0.0.1:1/x", 0, y, 4, 2000), DPC_EUNAVAILABLE);
+  /* A URL lives long enough for what its holder moves before it is used, at BLOB_URL_MIN_RATE
+   * (a 28 GB delta over a slow link), within SigV4's 7 days; the store takes such a URL. */
+  CHECK_EQ_INT(blob_url_ttl_s(0), 900);
+  CHECK_EQ_INT(blob_url_ttl_s(28000000000ull), 28900);
+  CHECK_EQ_INT(blob_url_ttl_s((uint64_t)1 << 40), 604800);
+  CHECK_EQ_INT(blob_store_url(bs, "6/f0-v4.params", (uint64_t)1 << 40, url, sizeof url), 0);
+  CHECK(strstr(url, "X-Amz-Expires=604800&") != NULL);
+  CHECK_EQ_INT(storeget_range(url, BLOB_HEADER_BYTES, y, sizeof y, 10000), 0);
+  CHECK(memcmp(x, y, sizeof x) == 0);
+  unsigned char md5[16] = {0};
+  CHECK_EQ_INT(blob_store_put_url(bs, "6/f0-v7.params", md5, 28000000000ull, url, sizeof url), 0);
+  CHECK(strstr(url, "X-Amz-Expires=28900&") != NULL);
 }
 
 /* storeget_stream's sink: the pieces must come in order and end to end; stop_after > 0 refuses
@@ -142,7 +155,7 @@ static void streamed_reads(blob_store *bs) {
   for (size_t i = 0; i < n; i++) x[i] = (float)(i % 1013) * 0.5f;
   CHECK_EQ_INT(blob_write(bs, "6/f0-v6.params", BLOB_PARAMS, x, n, NULL), 0);
   char url[S3_URL_MAX];
-  CHECK_EQ_INT(blob_store_url(bs, "6/f0-v6.params", url, sizeof url), 0);
+  CHECK_EQ_INT(blob_store_url(bs, "6/f0-v6.params", 0, url, sizeof url), 0);
   stream_sink k = {.dst = (unsigned char *)y};
   CHECK_EQ_INT(storeget_stream(url, BLOB_HEADER_BYTES, n * 4, stream_take, &k, 10000), 0);
   CHECK(k.next == n * 4 && k.pieces > 1);
@@ -198,7 +211,7 @@ static void parallel_part_puts(blob_store *bs) {
     CHECK_EQ_INT(blob_store_upload_begin(bs, name, id, sizeof id), 0);
     for (int k = 0; k < parts; k++) {
       urls[k] = malloc(S3_URL_MAX);
-      CHECK_EQ_INT(blob_store_part_url(bs, name, id, k + 1, md5[k], urls[k], S3_URL_MAX), 0);
+      CHECK_EQ_INT(blob_store_part_url(bs, name, id, k + 1, md5[k], 0, urls[k], S3_URL_MAX), 0);
     }
     if (pass) { /* the third part's signature spoilt */
       size_t n = strlen(urls[2]);
