@@ -143,7 +143,8 @@ static int upload_begin(coord *c, struct rpc_call *call, upload *u, const struct
   char dir[1100], path[1200];
   snprintf(dir, sizeof dir, "%s/uploads", c->state_dir);
   struct statvfs sv;
-  if (dpc_mkdir_p(dir) == 0 && statvfs(dir, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < ch->total) {
+  int made = dpc_mkdir_p(dir) == 0;
+  if (made && statvfs(dir, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < ch->total) {
     snprintf(err, sizeof err, "total: an upload of %llu bytes does not fit in %s (%llu bytes free)",
              (unsigned long long)ch->total, dir, (unsigned long long)sv.f_bavail * sv.f_frsize);
     upload_fail(call, u, RPC_RESOURCE_EXHAUSTED, err);
@@ -151,7 +152,7 @@ static int upload_begin(coord *c, struct rpc_call *call, upload *u, const struct
   }
   u->id = c->next_upload_id++;
   admin_upload_path(c, u->id, path, sizeof path);
-  if (dpc_mkdir_p(dir) < 0 || dpc_afile_open(path, &u->f) < 0) {
+  if (!made || dpc_afile_open(path, &u->f) < 0) {
     snprintf(err, sizeof err, "cannot store the upload: %s", dpc_errmsg());
     upload_fail(call, u, RPC_INTERNAL, err);
     return -1;
