@@ -1,5 +1,5 @@
-/* safetensors.c — validated safetensors reader (header parsed with cJSON, data by pread)
- * and deterministic atomic writer. */
+/* safetensors.c — validated safetensors reader (header parsed with cJSON, data by pread or a
+ * caller's ranged reads) and deterministic atomic writer. */
 #include "common/safetensors.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
@@ -21,7 +21,9 @@
 
 struct st_file {
   char *path;
-  int fd;
+  int fd;         /* st_open's file, or -1 */
+  st_read_fn rd;  /* where the bytes come from: the file, or st_open_source's source */
+  void *ctx;
   uint64_t data_start; /* 8 + header length */
   uint64_t data_size;
   int n;
@@ -108,6 +110,13 @@ static int pread_full(int fd, void *dst, size_t n, uint64_t off) {
     off += (uint64_t)r;
   }
   return 0;
+}
+
+/* st_open's source: the file, by pread. */
+static int file_read(void *ctx, uint64_t off, void *dst, size_t n) {
+  const st_file *f = ctx;
+  int r = pread_full(f->fd, dst, n, off);
+  return r < 0 ? dpc_err(DPC_EIO, "read %s: %s", f->path, strerror(-r)) : r;
 }
 
 /* A JSON number that is a non-negative integer representable exactly (< 2^53). */
@@ -268,75 +277,86 @@ void st_close(st_file *f) {
   free(f);
 }
 
-int st_open(const char *path, st_file **out) {
-  *out = NULL;
+/* The header of a file or source of `size` bytes whose reader f->rd is set: validated, parsed. */
+static int open_header(st_file *f, uint64_t size) {
+  const char *path = f->path;
+  int rc = 0;
+  char *hdr = NULL;
+  unsigned char lenbuf[8];
+  if (size < 8)
+    return fmt_err(path, "truncated: %llu bytes, too short for the 8-byte header length", (unsigned long long)size);
+  int r = f->rd(f->ctx, 0, lenbuf, 8);
+  if (r) return r < 0 ? r : fmt_err(path, "truncated while reading");
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--) hlen = hlen << 8 | lenbuf[i];
+  if (hlen > ST_MAX_HEADER)
+    return fmt_err(path, "header length %llu exceeds the %u-byte limit (not a safetensors file?)",
+                   (unsigned long long)hlen, ST_MAX_HEADER);
+  if (hlen > size - 8)
+    return fmt_err(path, "header length %llu exceeds the file size %llu (truncated or not safetensors)",
+                   (unsigned long long)hlen, (unsigned long long)size);
+  f->data_start = 8 + hlen;
+  f->data_size = size - f->data_start;
+  hdr = malloc(hlen + 1);
+  if (!hdr) return dpc_err(DPC_ENOMEM, "%s: cannot allocate %llu-byte header", path, (unsigned long long)hlen);
+  r = f->rd(f->ctx, 8, hdr, hlen);
+  if (r) {
+    rc = r < 0 ? r : fmt_err(path, "truncated while reading header");
+  } else {
+    hdr[hlen] = '\0';
+    rc = memchr(hdr, '\0', hlen) ? fmt_err(path, "header contains a NUL byte") : parse_header(f, hdr, hlen);
+  }
+  free(hdr);
+  return rc;
+}
+
+static st_file *new_file(const char *path) {
   st_file *f = calloc(1, sizeof *f);
   if (!f || !(f->path = strdup(path))) {
     free(f);
-    return dpc_err(DPC_ENOMEM, "%s: out of memory", path);
+    dpc_err(DPC_ENOMEM, "%s: out of memory", path);
+    return NULL;
   }
+  f->fd = -1;
+  return f;
+}
+
+int st_open(const char *path, st_file **out) {
+  *out = NULL;
+  st_file *f = new_file(path);
+  if (!f) return DPC_ENOMEM;
+  f->rd = file_read;
+  f->ctx = f;
   f->fd = open(path, O_RDONLY | O_CLOEXEC);
   if (f->fd < 0) {
     int e = errno;
     st_close(f);
     return dpc_err(dpc_errno_code(e), "open %s: %s", path, strerror(e));
   }
-  int rc = 0;
-  char *hdr = NULL;
   struct stat st;
-  unsigned char lenbuf[8];
-  if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    rc = dpc_err(DPC_EIO, "%s: not a readable regular file", path);
-    goto fail;
+  int rc = fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode) ? dpc_err(DPC_EIO, "%s: not a readable regular file", path)
+                                                          : open_header(f, (uint64_t)st.st_size);
+  if (rc) {
+    st_close(f);
+    return rc;
   }
-  uint64_t size = (uint64_t)st.st_size;
-  if (size < 8) {
-    rc = fmt_err(path, "truncated: %llu bytes, too short for the 8-byte header length", (unsigned long long)size);
-    goto fail;
-  }
-  int r = pread_full(f->fd, lenbuf, 8, 0);
-  if (r) {
-    rc = r < 0 ? dpc_err(DPC_EIO, "read %s: %s", path, strerror(-r)) : fmt_err(path, "truncated while reading");
-    goto fail;
-  }
-  uint64_t hlen = 0;
-  for (int i = 7; i >= 0; i--) hlen = hlen << 8 | lenbuf[i];
-  if (hlen > ST_MAX_HEADER) {
-    rc = fmt_err(path, "header length %llu exceeds the %u-byte limit (not a safetensors file?)",
-                 (unsigned long long)hlen, ST_MAX_HEADER);
-    goto fail;
-  }
-  if (hlen > size - 8) {
-    rc = fmt_err(path, "header length %llu exceeds the file size %llu (truncated or not safetensors)",
-                 (unsigned long long)hlen, (unsigned long long)size);
-    goto fail;
-  }
-  f->data_start = 8 + hlen;
-  f->data_size = size - f->data_start;
-  hdr = malloc(hlen + 1);
-  if (!hdr) {
-    rc = dpc_err(DPC_ENOMEM, "%s: cannot allocate %llu-byte header", path, (unsigned long long)hlen);
-    goto fail;
-  }
-  r = pread_full(f->fd, hdr, hlen, 8);
-  if (r) {
-    rc = r < 0 ? dpc_err(DPC_EIO, "read %s: %s", path, strerror(-r)) : fmt_err(path, "truncated while reading header");
-    goto fail;
-  }
-  hdr[hlen] = '\0';
-  if (memchr(hdr, '\0', hlen)) {
-    rc = fmt_err(path, "header contains a NUL byte");
-    goto fail;
-  }
-  rc = parse_header(f, hdr, hlen);
-  if (rc) goto fail;
-  free(hdr);
   *out = f;
   return 0;
-fail:
-  free(hdr);
-  st_close(f);
-  return rc;
+}
+
+int st_open_source(const char *label, uint64_t size, st_read_fn rd, void *ctx, st_file **out) {
+  *out = NULL;
+  st_file *f = new_file(label);
+  if (!f) return DPC_ENOMEM;
+  f->rd = rd;
+  f->ctx = ctx;
+  int rc = open_header(f, size);
+  if (rc) {
+    st_close(f);
+    return rc;
+  }
+  *out = f;
+  return 0;
 }
 
 const char *st_path(const st_file *f) { return f->path; }
@@ -356,8 +376,12 @@ const char *st_metadata(const st_file *f, const char *key) {
 }
 
 static int read_at(const st_file *f, const st_tensor *t, void *dst, size_t n, uint64_t off) {
-  int r = pread_full(f->fd, dst, n, f->data_start + off);
-  if (r < 0) return dpc_err(DPC_EIO, "read %s (tensor \"%.200s\"): %s", f->path, t->name, strerror(-r));
+  int r = f->rd(f->ctx, f->data_start + off, dst, n);
+  if (r < 0) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", dpc_errmsg());
+    return dpc_err(r, "tensor \"%.200s\": %s", t->name, why);
+  }
   if (r > 0) return fmt_err(f->path, "file ends inside tensor \"%.200s\" (truncated after opening?)", t->name);
   return 0;
 }
@@ -378,17 +402,16 @@ int st_read_f32(const st_file *f, int i, uint64_t start, uint64_t n, float *dst)
   if (t->dtype != ST_BF16 && t->dtype != ST_F16)
     return dpc_err(DPC_EUNSUPPORTED, "%s: tensor \"%.200s\" has dtype %s; only F32, BF16 and F16 can be read as float",
                    f->path, t->name, dtypes[t->dtype].name);
-  uint16_t buf[4096];
-  uint64_t done = 0;
-  while (done < n) {
-    size_t m = n - done > 4096 ? 4096 : (size_t)(n - done);
-    int rc = read_at(f, t, buf, m * 2, t->begin + (start + done) * 2);
-    if (rc) return rc;
-    if (t->dtype == ST_BF16)
-      for (size_t k = 0; k < m; k++) dst[done + k] = st_bf16_to_f32(buf[k]);
-    else
-      for (size_t k = 0; k < m; k++) dst[done + k] = st_f16_to_f32(buf[k]);
-    done += m;
+  /* One read for the whole range (a remote source pays per request): the 16-bit values go to
+   * the upper half of dst and are widened in place from the front, each float ending where the
+   * next value not yet read starts. */
+  unsigned char *h = (unsigned char *)(dst + n) - (size_t)n * 2;
+  int rc = read_at(f, t, h, (size_t)n * 2, t->begin + start * 2);
+  if (rc) return rc;
+  for (uint64_t k = 0; k < n; k++) {
+    uint16_t v;
+    memcpy(&v, h + 2 * k, 2);
+    dst[k] = t->dtype == ST_BF16 ? st_bf16_to_f32(v) : st_f16_to_f32(v);
   }
   return 0;
 }

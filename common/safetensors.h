@@ -3,7 +3,8 @@
  * [..], "data_offsets": [begin, end]}, ..., "__metadata__": {"k": "v"}}, then the data
  * section, offsets relative to its start.
  *
- * Reading: st_open() reads and validates only the header (the file is untrusted: header
+ * Reading: st_open() (or st_open_source(), over ranged reads of any source) reads and
+ * validates only the header (the file is untrusted: header
  * length against the file size and a 100 MB cap, well-formed JSON, known dtypes,
  * non-negative shapes without overflow, each tensor's byte size = numel x dtype size, and
  * the tensors tiling the data section exactly — no overlap, no hole, nothing past the end —
@@ -42,6 +43,13 @@ typedef struct st_file st_file;
 /* Open and validate `path`. On error the detail names the file and the problem:
  * DPC_ENOENT/DPC_EPERM/DPC_EIO (cannot read), DPC_EFORMAT (bad header). Free with st_close. */
 int st_open(const char *path, st_file **out);
+/* The same over any source of `size` bytes (an object in a store, read in ranges): rd(ctx, off,
+ * dst, n) fills dst with bytes [off, off + n) and returns 0, 1 when the source ends first, or a
+ * DPC_E* code with its detail set; it is called once per header field and once per tensor
+ * range read, and from several threads only if the caller reads from several. `label` names the
+ * source in messages. */
+typedef int (*st_read_fn)(void *ctx, uint64_t off, void *dst, size_t n);
+int st_open_source(const char *label, uint64_t size, st_read_fn rd, void *ctx, st_file **out);
 void st_close(st_file *f);
 
 const char *st_path(const st_file *f);

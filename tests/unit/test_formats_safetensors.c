@@ -25,6 +25,23 @@ static void write_raw(const char *hdr, uint64_t hlen_override, size_t data_len) 
   fclose(f);
 }
 
+/* A source in memory for st_open_source: counts its reads; fail_from > 0 fails every read at or
+ * past that offset as a store outage would. */
+typedef struct {
+  const unsigned char *b;
+  uint64_t len, fail_from;
+  int reads;
+} mem_src;
+
+static int mem_read(void *ctx, uint64_t off, void *dst, size_t n) {
+  mem_src *m = ctx;
+  m->reads++;
+  if (m->fail_from && off + n > m->fail_from) return dpc_err(DPC_EUNAVAILABLE, "store down at %llu", (unsigned long long)off);
+  if (off > m->len || n > m->len - off) return 1;
+  memcpy(dst, m->b + off, n);
+  return 0;
+}
+
 /* Open must fail with `code` and a detail naming the file and containing `what`. */
 static int expect_fail(const char *hdr, size_t data_len, int code, const char *what) {
   write_raw(hdr, 0, data_len);
@@ -113,6 +130,38 @@ int main(void) {
   CHECK_EQ_INT(st_read_raw(f, i, ig), 0);
   CHECK(ig[0] == 5 && ig[1] == -6);
   CHECK_EQ_INT(st_find(f, "nope"), -1);
+  /* The same bytes from a ranged source: equal tensors, one read per tensor range (a 16-bit
+   * tensor included, widened in place), a failing source's error with the tensor named, a
+   * source shorter than it said. */
+  {
+    FILE *rf = fopen(path, "rb");
+    unsigned char raw[4096];
+    size_t rn = fread(raw, 1, sizeof raw, rf);
+    fclose(rf);
+    CHECK(rn > 8 && rn < sizeof raw);
+    mem_src m = {.b = raw, .len = rn};
+    st_file *g;
+    CHECK_EQ_INT(st_open_source("mem://model", rn, mem_read, &m, &g), 0);
+    CHECK_EQ_INT(st_num_tensors(g), 5);
+    CHECK(strcmp(st_metadata(g, "note"), "tab\there \"quoted\"") == 0);
+    m.reads = 0;
+    CHECK_EQ_INT(st_read_f32(g, st_find(g, "b.matrix"), 1, 5, got), 0);
+    CHECK(memcmp(got, a + 1, 5 * sizeof *a) == 0 && m.reads == 1);
+    m.reads = 0;
+    CHECK_EQ_INT(st_read_f32(g, st_find(g, "half"), 1, 2, got), 0);
+    CHECK(got[0] == -3.0f && got[1] == st_bf16_to_f32(h[2]) && m.reads == 1);
+    m.fail_from = 9;
+    CHECK_EQ_INT(st_read_f32(g, st_find(g, "b.matrix"), 0, 6, got), DPC_EUNAVAILABLE);
+    CHECK(strstr(dpc_errmsg(), "b.matrix") && strstr(dpc_errmsg(), "store down"));
+    st_close(g);
+    m.fail_from = 0;
+    CHECK_EQ_INT(st_open_source("mem://model", rn + 64, mem_read, &m, &g), DPC_EFORMAT); /* the tensors do not tile */
+    m.len = 6;
+    CHECK_EQ_INT(st_open_source("mem://short", rn, mem_read, &m, &g), DPC_EFORMAT);
+    CHECK(strstr(dpc_errmsg(), "mem://short") && strstr(dpc_errmsg(), "truncated"));
+    m.fail_from = 1;
+    CHECK_EQ_INT(st_open_source("mem://down", rn, mem_read, &m, &g), DPC_EUNAVAILABLE);
+  }
   /* A file truncated after opening gives an error, not a crash. */
   CHECK(truncate(path, 8 + 8) == 0);
   CHECK_EQ_INT(st_read_f32(f, st_find(f, "b.matrix"), 0, 6, got), DPC_EFORMAT);
