@@ -328,12 +328,7 @@ static void create_commit(coord *c, create_work *w) {
   }
   store_job_clear(&sj);
   coord_job_prewarm(c, j);
-  if (r->initial_upload_id) { /* consumed: version 0's blobs hold the weights now */
-    char path[1200];
-    admin_upload_path(c, r->initial_upload_id, path, sizeof path);
-    if (unlink(path) != 0 && errno != ENOENT)
-      DPC_WARN("job %lld: cannot remove upload %s: %s", (long long)w->id, path, strerror(errno));
-  }
+  if (r->initial_upload_id) admin_upload_drop(c, r->initial_upload_id); /* version 0's blobs hold it now */
   /* Version 0 is served from its blobs' mappings: the parameters in memory can go now. */
   free(w->theta);
   w->theta = NULL;

@@ -94,6 +94,7 @@ int blob_store_open_s3(const s3_options *o, blob_store **out) {
 }
 
 int blob_store_is_s3(const blob_store *bs) { return bs->s3 != NULL; }
+blob_s3 *blob_store_s3(blob_store *bs) { return bs->s3; }
 
 void blob_store_close(blob_store *bs) {
   if (!bs) return;
@@ -604,8 +605,9 @@ typedef struct {
   int n, cap;
 } s3_sweep;
 
-static int s3_sweep_one(void *ud, const char *key, uint64_t size) {
+static int s3_sweep_one(void *ud, const char *key, uint64_t size, int64_t mtime_s) {
   (void)size;
+  (void)mtime_s;
   s3_sweep *w = ud;
   blob_kind k = BLOB_PARAMS;
   if (w->known && check_name(key) == 0 && blob_kind_of_name(key, &k) == 0 && inner_kind(k))
@@ -627,7 +629,7 @@ static int sweep_s3(blob_store *bs, sweep_ctx *sx) {
   int rc = blob_s3_abort_uploads(bs->s3, &sx->temps);
   s3_sweep w = {.sx = sx, .known = bs->known};
   if (bs->known) blobs_known_reset(bs->known);
-  if (!rc) rc = blob_s3_list(bs->s3, s3_sweep_one, &w);
+  if (!rc) rc = blob_s3_list(bs->s3, "", s3_sweep_one, &w);
   if (!rc && bs->known) blobs_known_set_complete(bs->known); /* every inner-state name is in it */
   if (!rc) rc = blob_delete_many(bs, w.drop, w.n);
   if (!rc) sx->orphans = w.n;

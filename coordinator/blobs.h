@@ -77,6 +77,10 @@ int blob_store_open(const char *state_dir, blob_store **out);
 int blob_store_open_s3(const s3_options *o, blob_store **out);
 /* 1 for an S3 store. */
 int blob_store_is_s3(const blob_store *bs);
+/* An S3 store's objects, for what is kept there beside the blobs (uploads, admin_upload.c);
+ * NULL for files. */
+typedef struct blob_s3 blob_s3;
+blob_s3 *blob_store_s3(blob_store *bs);
 /* Keep up to cap bytes of payloads in memory (blobs_cache.h): what the store's own writes and
  * the reads asked to keep (blob_reader_keep) verified, served again without a request; 0 turns
  * it off. An S3 store

@@ -519,10 +519,10 @@ int blob_s3_delete(blob_s3 *s, const char *name) {
   return note(s, rc);
 }
 
-int blob_s3_list(blob_s3 *s, s3_list_fn fn, void *ud) {
+int blob_s3_list(blob_s3 *s, const char *under, s3_list_fn fn, void *ud) {
   s3_client *c;
   int rc = take(s, &c);
-  if (!rc) rc = s3_list(c, "", fn, ud);
+  if (!rc) rc = s3_list(c, under, fn, ud);
   give(s, c);
   return note(s, rc);
 }

@@ -65,8 +65,9 @@ int blob_s3_ahead_take(blob_s3_ahead *a, uint64_t off, size_t n, void *dst);
 void blob_s3_ahead_free(blob_s3_ahead *a);
 /* Delete (absent is success). */
 int blob_s3_delete(blob_s3 *s, const char *name);
-/* Every object name under the prefix, with its size. */
-int blob_s3_list(blob_s3 *s, s3_list_fn fn, void *ud);
+/* Every object name under the prefix whose name starts with `under` ("" = all), with its size
+ * and when it was written. */
+int blob_s3_list(blob_s3 *s, const char *under, s3_list_fn fn, void *ud);
 /* 1 while the store answers; 0 after a request found it unreachable or failing (5xx) past its
  * retries, until one succeeds again: reason[cap] gets the last failure, *since_ms (wall clock)
  * when it started (either may be NULL). */

@@ -337,7 +337,12 @@ static int take_state(coord *c, const opts *o) {
     close(lock_fd);
     return -1;
   }
-  admin_uploads_init(c);
+  if (admin_uploads_init(c) < 0) {
+    DPC_ERROR("cannot open the coordinator's state: %s", dpc_errmsg());
+    close_state(c);
+    close(lock_fd);
+    return -1;
+  }
   return lock_fd;
 }
 

@@ -567,9 +567,10 @@ int s3_delete(s3_client *c, const char *key) {
 }
 
 /* Each <tag> entry of a listing page whose Key is under the prefix: fn(ud, the key relative to
- * the prefix, the entry's <field>); entries without either are not ours to judge and are passed
- * over. fn's non-zero answer stops the walk and is returned. */
-static int each_entry(const s3_client *c, const char *body, const char *tag, const char *field, s3_upload_fn fn,
+ * the prefix, the entry's <field>, the whole entry); entries without either are not ours to
+ * judge and are passed over. fn's non-zero answer stops the walk and is returned. */
+typedef int (*entry_fn)(void *ud, const char *key, const char *val, const char *entry);
+static int each_entry(const s3_client *c, const char *body, const char *tag, const char *field, entry_fn fn,
                       void *ud) {
   const char *at = body ? body : "";
   const size_t skip = strlen(c->prefix);
@@ -578,18 +579,43 @@ static int each_entry(const s3_client *c, const char *body, const char *tag, con
   while (!rc && (at = xml_text(at, tag, block, sizeof block)) != NULL)
     if (xml_text(block, "Key", key, sizeof key) && xml_text(block, field, val, sizeof val) &&
         !strncmp(key, c->prefix, skip))
-      rc = fn(ud, key + skip, val);
+      rc = fn(ud, key + skip, val, block);
   return rc;
 }
 
-/* s3_list's callback behind each_entry: the Size field as a number. */
+/* An S3 timestamp ("2026-11-29T01:17:26.000Z", UTC) in seconds since the epoch; 0 when absent or
+ * malformed (a store that leaves it out makes everything look old, never new). */
+static int64_t s3_time(const char *entry) {
+  char t[64];
+  struct tm tm = {0};
+  if (!xml_text(entry, "LastModified", t, sizeof t) ||
+      sscanf(t, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
+    return 0;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  time_t v = timegm(&tm);
+  return v < 0 ? 0 : (int64_t)v;
+}
+
+/* s3_list's callback behind each_entry: the Size field as a number, LastModified as seconds. */
 struct sized {
   s3_list_fn fn;
   void *ud;
 };
-static int on_sized(void *ud, const char *key, const char *size) {
+static int on_sized(void *ud, const char *key, const char *size, const char *entry) {
   const struct sized *s = ud;
-  return s->fn(s->ud, key, strtoull(size, NULL, 10));
+  return s->fn(s->ud, key, strtoull(size, NULL, 10), s3_time(entry));
+}
+
+/* s3_mpu_list's callback behind each_entry. */
+struct uploads {
+  s3_upload_fn fn;
+  void *ud;
+};
+static int on_upload(void *ud, const char *key, const char *upload_id, const char *entry) {
+  (void)entry;
+  const struct uploads *u = ud;
+  return u->fn(u->ud, key, upload_id);
 }
 
 int s3_list(s3_client *c, const char *p, s3_list_fn fn, void *ud) {
@@ -695,7 +721,8 @@ int s3_mpu_list(s3_client *c, s3_upload_fn fn, void *ud) {
     s3_resp r;
     int rc = request(c, &rq, &r);
     if (rc) return rc;
-    rc = each_entry(c, r.body, "Upload", "UploadId", fn, ud);
+    struct uploads up = {fn, ud};
+    rc = each_entry(c, r.body, "Upload", "UploadId", on_upload, &up);
     int more = truncated(r.body);
     char pk[sizeof kmark], pu[sizeof umark];
     memcpy(pk, kmark, sizeof pk);

@@ -71,9 +71,10 @@ int s3_head(s3_client *c, const char *key, uint64_t *size, char *etag, size_t et
 /* Deleting a key that does not exist succeeds (S3 semantics). */
 int s3_delete(s3_client *c, const char *key);
 
-/* Every key under prefix p (relative; "" = all) with its size, via ListObjectsV2 pages; fn
- * returning non-zero stops the walk and is returned. */
-typedef int (*s3_list_fn)(void *ud, const char *key, uint64_t size);
+/* Every key under prefix p (relative; "" = all) with its size and when it was last written
+ * (seconds since the epoch by the store's clock; 0 if the store did not say), via ListObjectsV2
+ * pages; fn returning non-zero stops the walk and is returned. */
+typedef int (*s3_list_fn)(void *ud, const char *key, uint64_t size, int64_t mtime_s);
 int s3_list(s3_client *c, const char *p, s3_list_fn fn, void *ud);
 
 /* The part size for a multipart upload of total bytes: want (≥ 5 MiB), or the smallest whole

@@ -6,7 +6,7 @@
 # once with blobs under STATE/blobs and once with blobs on the RADOS Gateway, each time on a
 # fresh coordinator and two workers; every export of the synchronous jobs must be byte-identical
 # between the two stores (the async job's depends on arrival order: it must finish), and the
-# S3 run's state directory must hold no blob. Then the coordinator's start-up refusals:
+# S3 run's state directory must hold no blob (and no upload: its models went to the store). Then the coordinator's start-up refusals:
 # a bucket that does not exist, wrong credentials, a credentials file others may read, an
 # endpoint that is not S3, an https store whose certificate no CA given vouches for, flags that
 # contradict each other. Between those two parts, the DiLoCo job again over https. Last, an outage: the gateway is
@@ -136,6 +136,14 @@ blobs=$(find "$W/state-s3" -type f \( -name '*.params' -o -name '*.momentum' -o 
 keys=$( (s3curl "$S3_ENDPOINT/dpc-jobs?list-type=2&prefix=run1%2F" || true) | grep -o '<Key>' | wc -l)
 [ "$keys" -gt 0 ] || fail "nothing was written to the bucket"
 echo "the S3 run's state directory holds no blob; the bucket holds $keys objects"
+# The models dipacoctl uploaded went to the store (nothing under STATE/uploads), and each job
+# that took one removed it.
+up=$(grep -c 'upload [0-9]* stored: [0-9]* bytes (in the blob store)' "$W/coordinator.log" || true)
+[ "$up" = 6 ] || fail "the S3 run stored $up of its 6 uploads in the store"
+[ -z "$(find "$W/state-s3" -path '*uploads*' -type f)" ] || fail "the S3 run left an upload under its state directory"
+left=$( (s3curl "$S3_ENDPOINT/dpc-jobs?list-type=2&prefix=run1%2Fuploads%2F" || true) | { grep -o '<Key>' || true; } | wc -l)
+[ "$left" = 0 ] || fail "$left upload object(s) left in the bucket after their jobs were created"
+echo "the S3 run's 6 uploads went to the store and were removed once their jobs held them"
 
 # https: the same gateway over TLS, its certificate signed by a CA of this run (rgw.sh). The
 # coordinator and worker tls-1 are given the CA and move the bytes with the store; worker tls-2

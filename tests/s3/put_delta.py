@@ -18,6 +18,10 @@ dipaco-coordinator on the RADOS Gateway of tests/s3/with_rgw.sh. Run under with_
     coordinator restart (which forgets the prepared names) an object PUT then is committed by
     its attempt number and accepted;
   * GetJob's bytes_in counts none of the objects' bytes (they went to the store);
+  * an upload (UploadInitialModel, 20 MiB: two parts) is the object t/uploads/<id>.safetensors
+    in the bucket, none of it under the state directory; a CreateJob naming it reads it from the
+    store and refuses bytes that are not safetensors, naming the object; one naming no upload
+    is NOT_FOUND; after the restart a new upload's id follows the stored one's;
   * on a second coordinator (its thread-pool work that calls wait for held 2 s by
     DIPACO_TEST_POOL_DELAY_MS), two workers' pulls of θ0 through it wait on one parameter fill,
     and a prepare in parts on its upload's start, while ListJobs answers at once; with
@@ -87,6 +91,42 @@ def http_put(url, body, md5):
             return r.status, ""
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(errors="replace")
+
+
+def upload(grpc, pb, X, data, chunk=4 << 20):
+    """UploadInitialModel of data in chunks: (status code, reply or details)."""
+    crc = crc32c(data)
+    chunks = [pb.Chunk(payload=pb.PAYLOAD_SAFETENSORS, offset=o, total=len(data), data=data[o:o + chunk],
+                       crc32c=crc if o + chunk >= len(data) else 0) for o in range(0, len(data), chunk)]
+    return status_of(grpc, X["UploadInitialModel"], iter(chunks), timeout=60)
+
+
+def uploads_in_store(grpc, pb, X, state, S):
+    """Uploads are objects in the store, not files under the state directory. The id of the
+    upload made, for the check after the restart."""
+    endpoint = os.environ["S3_ENDPOINT"]
+    junk = bytes(range(256)) * (80 << 10)  # 20 MiB: more than one 16 MiB part
+    c, up = upload(grpc, pb, X, junk)
+    check(c == S.OK and up.bytes == len(junk), f"a 20 MiB upload is stored ({c})")
+    uid = up.upload_id if c == S.OK else 0
+    ls = subprocess_out(["bash", os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3curl.sh"),
+                         f"{endpoint}/dpc-put?list-type=2&prefix=t%2Fuploads%2F"])
+    check(f"<Key>t/uploads/{uid}.safetensors</Key>" in ls and f"<Size>{len(junk)}</Size>" in ls,
+          f"the upload is the object t/uploads/{uid}.safetensors of {len(junk)} bytes ({ls[-300:]})")
+    on_disk = [os.path.join(r, f) for r, _, fs in os.walk(state) for f in fs if "upload" in r or "safetensors" in f]
+    check(on_disk == [], f"no upload under the state directory ({on_disk})")
+    spec = {"name": "from-upload", "model": {"n_layer": 1, "n_head": 1, "n_embd": 8, "n_positions": 8,
+                                             "vocab_size": 16},
+            "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco", "replicas": 1, "inner_steps": 1,
+            "rounds": 1, "batch": 1, "seq_len": 8}
+    c, why = status_of(grpc, X["CreateJob"], pb.CreateJobRequest(spec_json=json.dumps(spec), initial_upload_id=uid),
+                       timeout=60)
+    check(c == S.INVALID_ARGUMENT and f"s3://dpc-put/t/uploads/{uid}.safetensors" in str(why),
+          f"a job from an upload that is not safetensors is refused, naming the object ({c}: {why})")
+    c, why = status_of(grpc, X["CreateJob"],
+                       pb.CreateJobRequest(spec_json=json.dumps(spec), initial_upload_id=uid + 1000), timeout=60)
+    check(c == S.NOT_FOUND and "no such upload" in str(why), f"a job from no upload: NOT_FOUND ({c}: {why})")
+    return uid
 
 
 def main():
@@ -337,10 +377,14 @@ def run(grpc, np, pb, d, state, restart):
     att = pr.puts[0].attempt if c == S.OK else 0
     expect(commit(mds[0], L2, crc2, att + 1), S.FAILED_PRECONDITION, "names object attempt",
            "a commit naming another attempt than the one prepared")
+    uid = uploads_in_store(grpc, pb, X, state, S)
     d[0].stop()
     d[0] = restart()
     X.clear()
     X.update(grpc_stubs(grpc, pb, d[0].addr, state))
+    c, up = upload(grpc, pb, X, b"12345678")
+    check(c == S.OK and up.upload_id == uid + 1,
+          f"after the restart the next upload's id follows the stored one's ({c}: {up}, stored {uid})")
     st, _ = http_put(pr.puts[0].url, obj2, md52) if c == S.OK else (c, "")
     check(st == 200, f"the object is PUT after the coordinator restarted ({st})")
     c, rr = commit(mds[0], L2, crc2, att)

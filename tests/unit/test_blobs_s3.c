@@ -507,8 +507,9 @@ typedef struct {
   int n;
 } names;
 
-static int collect(void *ud, const char *key, uint64_t size) {
+static int collect(void *ud, const char *key, uint64_t size, int64_t mtime_s) {
   (void)size;
+  (void)mtime_s;
   names *l = ud;
   if (l->n < 32) snprintf(l->names[l->n++], 96, "%s", key);
   return 0;

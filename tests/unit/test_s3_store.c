@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,13 +31,15 @@ static int open_store(s3_client **c, const char *url, const char *endpoint, int 
 typedef struct {
   char keys[16][128];
   uint64_t sizes[16];
+  int64_t mtimes[16];
   int n;
 } listing;
 
-static int collect(void *ud, const char *key, uint64_t size) {
+static int collect(void *ud, const char *key, uint64_t size, int64_t mtime_s) {
   listing *l = ud;
   if (l->n < 16) {
     snprintf(l->keys[l->n], sizeof l->keys[0], "%s", key);
+    l->mtimes[l->n] = mtime_s;
     l->sizes[l->n++] = size;
   }
   return 0;
@@ -105,6 +108,9 @@ static void objects(s3_client *c) {
   CHECK_EQ_INT(s3_list(c, "v/", collect, &l), 0);
   CHECK_EQ_INT(l.n, 2);
   CHECK(l.n == 2 && !strcmp(l.keys[0], "v/1/theta") && l.sizes[0] == 20 && l.sizes[1] == 5);
+  /* When each was written, by the store's clock (the same machine's here). */
+  const int64_t now = (int64_t)time(NULL);
+  CHECK(l.mtimes[0] > now - 120 && l.mtimes[0] <= now + 5 && l.mtimes[1] > now - 120 && l.mtimes[1] <= now + 5);
   CHECK_EQ_INT(s3_delete(c, "v/2/theta"), 0);
   CHECK_EQ_INT(s3_delete(c, "v/2/theta"), 0); /* gone already: still fine */
   memset(&l, 0, sizeof l);
@@ -149,9 +155,10 @@ static int abort_upload(void *ud, const char *key, const char *id) {
   return s3_mpu_abort(c, key, id);
 }
 
-static int stop_at_third(void *ud, const char *key, uint64_t size) {
+static int stop_at_third(void *ud, const char *key, uint64_t size, int64_t mtime_s) {
   (void)key;
   (void)size;
+  (void)mtime_s;
   return ++*(int *)ud == 3 ? 7 : 0;
 }
 
