@@ -258,6 +258,9 @@ void blob_s3_close(blob_s3 *s) {
 }
 
 const char *blob_s3_url(const blob_s3 *s) { return s->url; }
+int blob_s3_max_parts(const blob_s3 *s) {
+  return s->opts.max_parts > 0 && s->opts.max_parts < S3_MAX_PARTS ? s->opts.max_parts : S3_MAX_PARTS;
+}
 
 int blob_s3_writer_open(blob_s3 *s, const char *name, uint64_t total, int once, blob_s3_writer **out) {
   *out = NULL;

@@ -34,6 +34,8 @@ int blob_s3_open(const s3_options *o, blob_s3 **out);
 void blob_s3_close(blob_s3 *s);
 /* "s3://BUCKET/PREFIX/" as given, for messages. */
 const char *blob_s3_url(const blob_s3 *s);
+/* The most parts the store takes to one multipart upload (s3_options.max_parts). */
+int blob_s3_max_parts(const blob_s3 *s);
 
 /* A writer of exactly `total` bytes under name; once = 1 for a name never rewritten (a failed
  * write's object is then deleted as soon as the store answers; blob_s3_doubtful). */

@@ -33,6 +33,7 @@
 #include "common/errors.h"
 #include "common/log.h"
 #include "coordinator/blobs.h"
+#include "coordinator/blobs_s3.h"
 #include "coordinator/jobs.h"
 #include "coordinator/loop.h"
 #include "coordinator/rounds.h"
@@ -48,8 +49,6 @@
 #define PUT_MAX_ENTRIES 65536
 /* S3's largest single PUT. */
 #define PUT_MAX_BYTES ((uint64_t)5 << 30)
-/* S3's most parts in one upload. */
-#define PUT_MAX_PARTS 10000
 
 const put_prep *put_prepared(const coord *c, int64_t lease, int frag) {
   for (int i = 0; i < c->n_puts; i++)
@@ -142,6 +141,17 @@ int put_lease_wants(const coord *c, const coord_job *j) {
          j->spec.streaming.codec == DPC_CODEC_FP32;
 }
 
+uint64_t put_part_bytes(const coord *c, const coord_job *j) {
+  uint64_t most = 0;
+  for (int f = 0; f < j->n_fragments; f++) {
+    uint64_t bytes = BLOB_HEADER_BYTES + 4 * (uint64_t)j->fragments[f].len + BLOB_TRAILER_BYTES;
+    if (bytes > most) most = bytes;
+  }
+  blob_s3 *s3 = blob_store_s3(c->bs);
+  uint64_t pb = s3 ? s3_part_bytes(most, c->put_part_bytes, blob_s3_max_parts(s3)) : 0;
+  return pb ? pb : c->put_part_bytes; /* beyond S3's object limit: check_put refuses it */
+}
+
 /* Check one requested object against the lease (fragment, length, sizes): 0, or -1 with the
  * call finished. */
 static int check_put(struct rpc_call *call, coord *c, const coord_job *j, const store_lease *l,
@@ -169,14 +179,15 @@ static int check_put(struct rpc_call *call, coord *c, const coord_job *j, const 
                     (unsigned long long)d->object_bytes);
     return -1;
   }
-  uint64_t pb = c->put_part_bytes, parts = bytes > pb ? (bytes + pb - 1) / pb : 0;
+  uint64_t pb = put_part_bytes(c, j), parts = bytes > pb ? (bytes + pb - 1) / pb : 0;
   if (d->n_part_md5 != parts) {
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu].part_md5: an object of %llu bytes goes in %llu part(s) of "
                     "%llu bytes (Lease.delta_put_part_bytes), got %zu MD5s", k, (unsigned long long)bytes,
                     (unsigned long long)parts, (unsigned long long)pb, d->n_part_md5);
     return -1;
   }
-  if (parts > PUT_MAX_PARTS || (!parts && bytes > PUT_MAX_BYTES)) {
+  blob_s3 *s3 = blob_store_s3(c->bs);
+  if (!s3 || parts > (uint64_t)blob_s3_max_parts(s3) || (!parts && bytes > PUT_MAX_BYTES)) {
     rpc_call_finish(call, RPC_FAILED_PRECONDITION, "puts[%zu]: fragment %llu's object of %llu bytes is beyond what "
                     "puts in parts of %llu bytes can hold: push its bytes", k, (unsigned long long)d->fragment_id,
                     (unsigned long long)bytes, (unsigned long long)pb);

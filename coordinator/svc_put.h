@@ -15,6 +15,9 @@ int svc_put_methods(coord *c, struct rpc_method *out);
 /* 1 when the leases of job j carry Lease.delta_put (an S3 store, fp32 deltas, no streaming, no
  * SparseLoCo, and the coordinator allows it). */
 int put_lease_wants(const coord *c, const coord_job *j);
+/* Lease.delta_put_part_bytes of job j's leases: --s3-put-part-mb, or the smallest whole MiB
+ * above it that puts the job's largest delta object in S3's 10000 parts (s3_part_bytes). */
+uint64_t put_part_bytes(const coord *c, const coord_job *j);
 
 /* The object prepared for (lease, fragment), or NULL; put_forget drops it (committed or
  * refused); put_free_all frees the table at shutdown. */

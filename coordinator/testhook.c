@@ -17,6 +17,7 @@ static long g_nth, g_hits;
 static int g_rf_kind;
 static long g_rf_nth, g_rf_hits;
 static int g_pool_delay_ms;
+static int g_s3_max_parts;
 
 /* Parse VAR=<name>[:<nth>] against names[0..n): *idx the name's index (-1 when VAR is unset or
  * empty), *nth the count (default 1). DPC_EINVAL, naming VAR and the known names (of `what`:
@@ -49,6 +50,7 @@ int testhook_replay_fault(void) {
 }
 
 int testhook_pool_delay_ms(void) { return g_pool_delay_ms; }
+int testhook_s3_max_parts(void) { return g_s3_max_parts; }
 
 int testhook_init(void) {
   static const char *const FAULTS[] = {"undecodable", "mismatch", "gone"};
@@ -62,6 +64,15 @@ int testhook_init(void) {
       return dpc_err(DPC_EINVAL, "DIPACO_TEST_POOL_DELAY_MS=%s: must be an integer in [0, 600000]", d);
     g_pool_delay_ms = (int)ms;
     DPC_WARN("test hook armed: thread-pool work that calls wait for sleeps %ld ms first", ms);
+  }
+  const char *mp = getenv("DIPACO_TEST_S3_MAX_PARTS");
+  if (mp && *mp) {
+    char *end;
+    long n = strtol(mp, &end, 10);
+    if (end == mp || *end || n < 2 || n > 10000)
+      return dpc_err(DPC_EINVAL, "DIPACO_TEST_S3_MAX_PARTS=%s: must be an integer in [2, 10000]", mp);
+    g_s3_max_parts = (int)n;
+    DPC_WARN("test hook armed: the S3 store takes at most %ld parts to an upload", n);
   }
   int rc = parse_armed("DIPACO_TEST_REPLAY_FAULT", "fault", FAULTS, 3, "undecodable, mismatch, gone", &idx, &nth);
   if (rc < 0) return rc;

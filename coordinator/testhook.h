@@ -51,6 +51,12 @@ int testhook_replay_fault(void);
  * after. */
 int testhook_pool_delay_ms(void);
 
+/* DIPACO_TEST_S3_MAX_PARTS=<n> (2 … 10000): the coordinator's S3 client takes the store to
+ * allow at most n parts to a multipart upload instead of S3's 10000, so that a test with
+ * megabyte objects shows what a 50 GB one meets (part sizes grown to fit, svc_put.c). Read by
+ * testhook_init; 0 when unset. */
+int testhook_s3_max_parts(void);
+
 #define TESTHOOK(point)                  \
   do {                                   \
     if (testhook_armed) testhook_hit(point); \

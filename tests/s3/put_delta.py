@@ -25,8 +25,9 @@ dipaco-coordinator on the RADOS Gateway of tests/s3/with_rgw.sh. Run under with_
   * on a second coordinator (its thread-pool work that calls wait for held 2 s by
     DIPACO_TEST_POOL_DELAY_MS), two workers' pulls of θ0 through it wait on one parameter fill,
     and a prepare in parts on its upload's start, while ListJobs answers at once; with
-    --s3-put-part-mb 5, objects of 12.6 MiB go in 3 parts: the lease
-    says so, a prepare with too few part MD5s is INVALID_ARGUMENT, each part's URL takes only its
+    --s3-put-part-mb 5 and a store taking 2 parts to an upload (DIPACO_TEST_S3_MAX_PARTS), objects
+    of 12.6 MiB go in 2 parts of 7 MiB: the lease says so, a prepare with too few part MD5s, or
+    with those of 5 MiB parts, is INVALID_ARGUMENT, each part's URL takes only its
     part's bytes, a commit with a part missing is FAILED_PRECONDITION naming the upload (which is
     aborted), good parts commit and make version 1 as above, and no upload is left unfinished.
 
@@ -148,12 +149,14 @@ def main():
         return rc
     pargs = args[:-3] + ("s3://dpc-put/p", "--s3-endpoint", endpoint, "--s3-put-part-mb", "5")
     os.environ["DIPACO_TEST_POOL_DELAY_MS"] = str(POOL_DELAY_MS)
+    os.environ["DIPACO_TEST_S3_MAX_PARTS"] = "2"
     try:
         return run_grpc_test(coord_bin, proto_dir, "dpc_put_parts_",
                              lambda grpc, np, pb, d, state, log: run_parts(grpc, np, pb, d, state, endpoint, log),
                              args=pargs)
     finally:
         del os.environ["DIPACO_TEST_POOL_DELAY_MS"]
+        del os.environ["DIPACO_TEST_S3_MAX_PARTS"]
 
 
 def while_waiting(pb, X, calls):
@@ -208,24 +211,29 @@ def pull_during_fill(np, pb, X, leases, mds, log):
 
 def run_parts(grpc, np, pb, d, state, endpoint, log):
     """Objects above Lease.delta_put_part_bytes (--s3-put-part-mb 5) go in parts through a
-    multipart upload the coordinator starts and completes. First, θ0 through the coordinator
+    multipart upload the coordinator starts and completes; with a store that takes 2 parts to an
+    upload (DIPACO_TEST_S3_MAX_PARTS) the parts grow to fit. First, θ0 through the coordinator
     while its fill runs (pull_during_fill)."""
     X = grpc_stubs(grpc, pb, d[0].addr, state)
     mds = []
     for i in range(2):
         w = X["Register"](pb.RegisterRequest(hostname=f"w{i}", backend="cpu", threads=1), timeout=10)
         mds.append([("dipaco-worker-id", str(w.worker_id)), ("dipaco-session", w.session_token)])
-    # 1 layer, C 512, 256 tokens: 3.3M floats, a 12.6 MiB object, 3 parts of 5 MiB.
+    # 1 layer, C 512, 256 tokens: 3.3M floats, a 12.6 MiB object: 3 parts of 5 MiB, but the store
+    # takes 2, so 2 parts of 7 MiB (the smallest whole MiB that fits).
     spec = {"name": "parts", "model": {"n_layer": 1, "n_head": 4, "n_embd": 512, "n_positions": 8,
                                        "vocab_size": 256, "seed": 3},
             "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco", "replicas": 2, "inner_steps": 2,
             "rounds": 2, "batch": 1, "seq_len": 8, "outer": {"lr": LR, "momentum": 0, "nesterov": False}}
     job = X["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(spec)), timeout=60).summary.job_id
     leases = [X["Lease"](pb.LeaseRequest(max_wait_ms=5000, job_id=job), metadata=md, timeout=10).lease for md in mds]
-    P = 5 << 20
-    check(all(L.delta_put and L.delta_put_part_bytes == P for L in leases),
-          f"the leases say delta_put in parts of 5 MiB ({[L.delta_put_part_bytes for L in leases]})")
     n = leases[0].fragments[0].num_floats
+    mib = 1 << 20
+    half = (24 + 4 * n + 8 + 1) // 2  # each of 2 parts holds at least half the object
+    P = (half + mib - 1) // mib * mib
+    check(P > 5 << 20 and all(L.delta_put and L.delta_put_part_bytes == P for L in leases),
+          f"the leases say delta_put in parts of {P >> 20} MiB, not 5, to fit 2 parts "
+          f"({[L.delta_put_part_bytes for L in leases]})")
     theta0 = pull_during_fill(np, pb, X, leases, mds, log)
     rng = np.random.default_rng(6)
     deltas = [(rng.standard_normal(n) * 1e-2).astype(np.float32) for _ in range(2)]
@@ -245,21 +253,25 @@ def run_parts(grpc, np, pb, d, state, endpoint, log):
 
     objs = [blob_object(np, dl) for dl in deltas]
     parts = [[o[0][k:k + P] for k in range(0, len(o[0]), P)] for o in objs]
-    check(len(parts[0]) == 3, f"the object is {len(objs[0][0])} bytes, {len(parts[0])} parts")
+    check(len(parts[0]) == 2, f"the object is {len(objs[0][0])} bytes, {len(parts[0])} parts")
     pmd5 = [[hashlib.md5(x).digest() for x in ps] for ps in parts]
-    c, msg = prepare(mds[0], leases[0], objs[0][2], objs[0][1], pmd5[0][:2])
-    check(c == S.INVALID_ARGUMENT and "part_md5" in str(msg), f"a prepare with 2 of 3 part MD5s is refused ({c}: {msg})")
+    c, msg = prepare(mds[0], leases[0], objs[0][2], objs[0][1], pmd5[0][:1])
+    check(c == S.INVALID_ARGUMENT and "part_md5" in str(msg), f"a prepare with 1 of 2 part MD5s is refused ({c}: {msg})")
+    c, msg = prepare(mds[0], leases[0], objs[0][2], objs[0][1],
+                     [hashlib.md5(objs[0][0][k:k + (5 << 20)]).digest() for k in range(0, len(objs[0][0]), 5 << 20)])
+    check(c == S.INVALID_ARGUMENT and "part_md5" in str(msg),
+          f"a prepare with the MD5s of 5 MiB parts is refused ({c}: {msg})")
     got, answered = while_waiting(pb, X, [lambda: prepare(mds[0], leases[0], objs[0][2], objs[0][1], pmd5[0])])
     check_waited(got, answered, "a prepare in parts (its upload starts on the thread pool)")
     c, r = got[0][0]
     urls = list(r.puts[0].part_urls) if c == S.OK else []
-    check(len(urls) == 3 and not r.puts[0].url and all("uploadId=" in u and "partNumber=" in u for u in urls),
+    check(len(urls) == 2 and not r.puts[0].url and all("uploadId=" in u and "partNumber=" in u for u in urls),
           f"a good prepare answers a presigned PUT per part ({c})")
     att = r.puts[0].attempt if c == S.OK else 0
     st, err = http_put(urls[1], parts[0][0], pmd5[0][1]) if urls else (0, "")
     check(st == 400 and "BadDigest" in err, f"another part's bytes under a part's MD5 are refused ({st})")
-    for k in (0, 2):
-        http_put(urls[k], parts[0][k], pmd5[0][k])
+    if urls:
+        http_put(urls[0], parts[0][0], pmd5[0][0])
     c, msg = commit(mds[0], leases[0], objs[0][1], att)
     check(c == S.FAILED_PRECONDITION and "completing its upload" in str(msg),
           f"a commit with a part missing is refused, naming the upload ({c}: {msg})")
@@ -267,7 +279,7 @@ def run_parts(grpc, np, pb, d, state, endpoint, log):
         c, r = prepare(mds[i], leases[i], objs[i][2], objs[i][1], pmd5[i])
         st = [http_put(u, parts[i][k], pmd5[i][k])[0] for k, u in enumerate(r.puts[0].part_urls)] if c == S.OK else []
         c, rr = commit(mds[i], leases[i], objs[i][1], r.puts[0].attempt if c == S.OK else 0)
-        check(st == [200] * 3 and c == S.OK and rr.acks[0].result == pb.PUSH_ACCEPTED,
+        check(st == [200] * 2 and c == S.OK and rr.acks[0].result == pb.PUSH_ACCEPTED,
               f"worker {i}: every part stored and the commit accepted ({st}, {c}: {rr if c == S.OK else ''})")
     version1(np, pb, X, job, mds[0], theta0, deltas, "deltas put in parts")
     out = subprocess_out(["bash", os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3curl.sh"),
