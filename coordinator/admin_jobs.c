@@ -21,6 +21,7 @@
 
 #include "common/checksum.h"
 #include "common/codec.h"
+#include "common/clock.h"
 #include "common/errors.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -280,12 +281,19 @@ static void create_run(uv_work_t *req) {
   coord *c = w->c;
   const Dipaco__V1__CreateJobRequest *r = (const Dipaco__V1__CreateJobRequest *)w->pm;
   int rc;
+  double t0 = dpc_mono_s();
   if (r->initial_upload_id) {
     if ((rc = admin_load_upload(c, r->initial_upload_id, w->lay, w->theta)) < 0) {
-      w->code = rc == DPC_ENOENT ? RPC_NOT_FOUND : RPC_INVALID_ARGUMENT;
+      /* the upload's fault, or the store's (an outage: UNAVAILABLE, try again) */
+      w->code = rc == DPC_ENOENT ? RPC_NOT_FOUND
+                : rc == DPC_EFORMAT || rc == DPC_ESHAPE || rc == DPC_EINVAL || rc == DPC_EUNSUPPORTED
+                    ? RPC_INVALID_ARGUMENT
+                    : rpc_code_from_dpc(rc);
       snprintf(w->err, sizeof w->err, "%s", dpc_errmsg());
       return;
     }
+    DPC_INFO("job \"%s\": upload %llu read (%zu parameters) in %.2f s; writing version 0", w->js.name,
+             (unsigned long long)r->initial_upload_id, w->lay->n_params, dpc_mono_s() - t0);
   } else {
     gpt_init_params(w->lay, w->theta, w->js.seed);
   }

@@ -371,15 +371,37 @@ static void upload_on_done(struct rpc_call *call, int cancelled, void *ud) {
   else upload_free(u);
 }
 
-/* st_open_source over an upload's object: ranged GETs of at most 64 MiB, so that no request of
- * a multi-GB tensor runs into the client's per-request deadline. */
+/* st_open_source over an upload's object. A model has hundreds of tensors, most of them small
+ * (norms, biases), and a request costs the store milliseconds however few bytes it moves, so
+ * reads under WINDOW bytes are served from a window of the object fetched in one GET (tensors
+ * are read in the file's order, so the next small ones are in it); larger ones go straight to
+ * their destination in GETs of at most 64 MiB, so no request of a multi-GB tensor runs into the
+ * client's per-request deadline. */
+#define WINDOW ((size_t)4 << 20)
 typedef struct {
   blob_s3 *s3;
   char key[64];
+  uint64_t size;
+  unsigned char *win; /* [WINDOW], bytes [win_off, win_off + win_len) of the object */
+  uint64_t win_off;
+  size_t win_len;
 } s3_source;
 
 static int s3_source_read(void *ctx, uint64_t off, void *dst, size_t n) {
-  const s3_source *src = ctx;
+  s3_source *src = ctx;
+  if (off > src->size || n > src->size - off) return 1;
+  if (n < WINDOW && src->win) {
+    if (off < src->win_off || off + n > src->win_off + src->win_len) {
+      size_t len = src->size - off < WINDOW ? (size_t)(src->size - off) : WINDOW;
+      int rc = blob_s3_read(src->s3, src->key, off, src->win, len);
+      src->win_len = 0;
+      if (rc < 0) return rc;
+      src->win_off = off;
+      src->win_len = len;
+    }
+    memcpy(dst, src->win + (off - src->win_off), n);
+    return 0;
+  }
   const size_t step = (size_t)64 << 20;
   for (size_t done = 0; done < n; done += step) {
     int rc = blob_s3_read(src->s3, src->key, off + done, (char *)dst + done, n - done < step ? n - done : step);
@@ -395,17 +417,19 @@ static int open_upload(const coord *c, uint64_t id, s3_source *src, st_file **f)
     admin_upload_path(c, id, path, sizeof path);
     return st_open(path, f);
   }
-  uint64_t size = 0;
   upload_key(id, src->key, sizeof src->key);
-  int rc = blob_s3_size(src->s3, src->key, &size);
+  int rc = blob_s3_size(src->s3, src->key, &src->size);
   upload_url(src->s3, id, path, sizeof path);
-  return rc < 0 ? rc : st_open_source(path, size, s3_source_read, src, f);
+  if (rc < 0) return rc;
+  if (!(src->win = malloc(WINDOW))) return dpc_err(DPC_ENOMEM, "out of memory");
+  return st_open_source(path, src->size, s3_source_read, src, f);
 }
 
 int admin_load_upload(const coord *c, uint64_t id, const gpt_layout *lay, float *theta) {
   st_file *f;
-  s3_source src;
+  s3_source src = {0};
   int rc = open_upload(c, id, &src, &f);
+  if (rc < 0) free(src.win);
   if (rc < 0) return rc == DPC_ENOENT ? dpc_err(DPC_ENOENT, "initial_upload_id %llu: no such upload", (unsigned long long)id) : rc;
   for (int i = 0; i < lay->n_tensors && rc == 0; i++) {
     const gpt_tensor *t = &lay->tensors[i];
@@ -428,6 +452,7 @@ int admin_load_upload(const coord *c, uint64_t id, const gpt_layout *lay, float 
     rc = st_read_f32(f, k, 0, t->numel, theta + t->offset);
   }
   st_close(f);
+  free(src.win);
   if (rc < 0) return rc;
   for (size_t i = 0; i < lay->n_params; i++)
     if (!isfinite(theta[i])) return dpc_err(DPC_EINVAL, "initial_upload_id %llu: non-finite parameter at %zu", (unsigned long long)id, i);

@@ -27,6 +27,9 @@
 #                   /proc/PID/stat): each costs a zeroed page, and a job's first rounds pay them
 #   CPU/round       CPU seconds per round of the coordinator, and on S3 of the gateway and its
 #                   OSD together (/proc/PID/stat utime + stime): what shares this machine's cores
+#   job create      the dipacoctl job create command's time (the upload, then version 0 written)
+#                   and what the coordinator wrote to its disk meanwhile (the upload and version 0
+#                   on the local store; on S3 both go to the store)
 # The workers are dataplane_client's simulated workers (real protocol, no training). With
 # STORES="local s3" each build is measured on the local store and on an S3 store (a RADOS
 # Gateway started here by tests/s3/rgw.sh on a RAM-backed OSD of RGW_MEMSTORE_BYTES, 12 GiB by
@@ -130,7 +133,7 @@ measure() {
  "algorithm": "diloco", "replicas": $R, "inner_steps": 1, "rounds": $ROUNDS, "batch": 1, "seq_len": 8,
  "round_timeout_s": 0}
 JSON
-  local t0 t1 job
+  local t0 t1 job dpre; dpre=$(io "$COORD_PID" write_bytes)
   t0=$(date +%s.%N)
   job=$(DIPACO_CTL_TIMEOUT_MS=3600000 "$b/coordinator/dipacoctl" --coordinator "$COORD" job create "$W/spec.json")
   t1=$(date +%s.%N)
@@ -179,7 +182,8 @@ print(f"| $name | {$hwm * 1024 / model:.2f} | {om:.2f} s / {mpass:.2f} s = {om /
       f"{$chwm / 1024:.0f} MiB | {($(echo $t1b | cut -d' ' -f1) - $(echo $t0b | cut -d' ' -f1)) / $ROUNDS / model:.2f} | "
       f"{($(echo $t1b | cut -d' ' -f2) - $(echo $t0b | cut -d' ' -f2)) / $ROUNDS / model:.2f} | "
       f"{($d1 - $d0) / $ROUNDS / 2**20:.1f} MiB | {($f1 - $f0) * 4 / 1024 / $ROUNDS:.0f} MiB | {($c1 - $c0) / $ROUNDS:.1f} s | "
-      + ("-" if "$store" == "local" else f"{($s1 - $s0) / $ROUNDS:.1f} s") + " |")
+      + ("-" if "$store" == "local" else f"{($s1 - $s0) / $ROUNDS:.1f} s")
+      + f" | {$t1 - $t0:.2f} s, {($d0 - $dpre) / 2**20:.0f} MiB |")
 PY
 )")
   echo "${ROWS[-1]}"
@@ -191,6 +195,6 @@ for store in ${STORES:-local}; do
 done
 echo
 echo "case $CASE, R = $R, $ROUNDS rounds, training ${TRAIN_MS:-0} ms a lease, model $((MODEL_BYTES >> 20)) MiB; loopback TCP $TCP_R GB/s ($R streams), $TCP_1 GB/s (1); memory pass $PASS s; durable write $DISK GB/s"
-echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS | sent/round/model | received/round/model | disk/round | coordinator faults/round | coordinator CPU/round | store CPU/round |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS | sent/round/model | received/round/model | disk/round | coordinator faults/round | coordinator CPU/round | store CPU/round | job create (time, coordinator disk) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
