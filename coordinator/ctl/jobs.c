@@ -51,12 +51,13 @@ static void dir_of(const char *path, char *buf, size_t cap) {
 
 /* Serialise params as the canonical safetensors bytes (modeldir_save into a private temp
  * directory, removed at once) and free them: *out maps the file's pages, so the upload holds
- * one copy of the model in memory, not two (a 7B model's F32 weights are 28 GiB). Unmap *out
- * with munmap(*out, *n). */
+ * one copy of the model in memory, not two (a 7B model's F32 weights are 28 GiB). The
+ * directory is under $TMPDIR, else /var/tmp, not /tmp: /tmp is often a tmpfs, whose pages
+ * are memory again. Unmap *out with munmap(*out, *n). */
 static int safetensors_map(const gpt_config *cfg, float *params, void **out, size_t *n) {
   const char *tmp = getenv("TMPDIR");
   char dir[PATH_MAX], f1[PATH_MAX + 32], f2[PATH_MAX + 32];
-  snprintf(dir, sizeof dir, "%s/dipacoctl-upload-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  snprintf(dir, sizeof dir, "%s/dipacoctl-upload-XXXXXX", tmp && tmp[0] ? tmp : "/var/tmp");
   if (!mkdtemp(dir)) {
     free(params);
     return dpc_err(dpc_errno_code(errno), "%s: cannot create: %s", dir, strerror(errno));
