@@ -717,3 +717,87 @@ int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo 
   }
   return rc;
 }
+
+/* The blob kinds of a slot's inner state (coordinator/blobs.h, docs/design.md §6.4): M, V, and
+ * the third stream's, L (streaming) or E (SparseLoCo). */
+enum { KIND_INNER_M = 5, KIND_INNER_V = 6, KIND_INNER_L = 7, KIND_INNER_E = 8 };
+#define INNER_OBJECTS_MAX 65536 /* the answer's text: a few presigned URLs */
+
+/* PullInnerState with objects: the answer's PAYLOAD_INNER_OBJECTS text into *text (NUL-ended,
+ * caller frees). */
+static int inner_object_urls(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, char **text,
+                             int *code) {
+  Dipaco__V1__PullInnerStateRequest req = DIPACO__V1__PULL_INNER_STATE_REQUEST__INIT;
+  req.lease_id = lease_id;
+  req.fragment_id = f->fragment_id;
+  req.max_chunk_bytes = c->max_chunk_bytes;
+  req.objects = 1;
+  struct rpc_stream *s = NULL;
+  int rc = rpc_stream_open(c->rpc, SVC "PullInnerState", &req.base, UNARY_TIMEOUT_MS, &s);
+  *code = rpc_last_code();
+  if (rc) return rc;
+  char *t = NULL;
+  uint64_t next = 0, total = 0;
+  uint32_t crc = 0, want = 0;
+  for (;;) {
+    struct grpc_byte_buffer *msg = NULL;
+    rc = rpc_stream_read(s, &msg);
+    if (rc <= 0) break;
+    struct rpc_chunk h;
+    rc = rpc_chunk_parse(msg, &h);
+    if (rc == 0 && (h.payload != DIPACO__V1__PAYLOAD__PAYLOAD_INNER_OBJECTS || h.total >= INNER_OBJECTS_MAX ||
+                    h.offset != next || h.len > h.total - next || (t && h.total != total)))
+      rc = dpc_err(DPC_EFORMAT, "PullInnerState: fragment %" PRIu64 ": not an answer of objects (payload %u)",
+                   f->fragment_id, h.payload);
+    if (rc == 0 && !t && !(t = calloc(1, (size_t)h.total + 1))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
+    if (rc == 0) rc = rpc_chunk_copy(msg, &h, t + next);
+    rpc_msg_free(msg);
+    if (rc) break;
+    total = h.total;
+    crc = dpc_crc32c(crc, t + next, h.len);
+    next += h.len;
+    want = h.crc32c;
+  }
+  *code = rpc_last_code();
+  rpc_stream_free(s);
+  if (rc == 0 && (!t || next != total || crc != want))
+    rc = dpc_err(DPC_EFORMAT, "PullInnerState: fragment %" PRIu64 ": the objects' answer is incomplete", f->fragment_id);
+  if (rc) free(t);
+  else *text = t;
+  return rc;
+}
+
+int wc_pull_inner_objects(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *m, float *v,
+                          float *local, int third, uint64_t *step, int *code) {
+  char *text = NULL;
+  int rc = inner_object_urls(c, lease_id, f, &text, code);
+  if (rc) return rc;
+  float *const dst[3] = {m, v, local};
+  const uint32_t kinds[3] = {KIND_INNER_M, KIND_INNER_V,
+                             third == DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS ? KIND_INNER_L : KIND_INNER_E};
+  const int parts = local ? 3 : 2;
+  const uint64_t n = f->num_floats;
+  unsigned char stepb[8] = {0};
+  char *line = text, what[96];
+  *code = RPC_OK;
+  for (int k = 0; k < parts && rc == 0; k++) {
+    char *nl = strchr(line, '\n');
+    if (!nl) {
+      rc = dpc_err(DPC_EFORMAT, "PullInnerState: fragment %" PRIu64 ": %d object URL(s), expected %d", f->fragment_id,
+                   k, parts);
+      break;
+    }
+    *nl = 0;
+    snprintf(what, sizeof what, "inner state object %d of fragment %" PRIu64, k + 1, f->fragment_id);
+    /* M holds the AdamW step in two more floats' bit patterns (svc_inner.c) */
+    rc = storeget_blob(line, what, kinds[k], k == 0 ? n + 2 : n, dst[k], n, k == 0 ? stepb : NULL,
+                       60000 /* a stall limit, as for the parameters */);
+    line = nl + 1;
+  }
+  free(text);
+  if (rc == 0) {
+    *step = 0;
+    for (int i = 7; i >= 0; i--) *step = *step << 8 | stepb[i];
+  }
+  return rc;
+}

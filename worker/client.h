@@ -139,6 +139,12 @@ int wc_push_inner(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const
  * each stream's CRC. */
 int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *m, float *v, float *local,
                   int third, uint64_t *step, int *code);
+/* The same from the object store (blobs on S3: FragmentInfo.params_url set): PullInnerState
+ * with objects answers where the blobs are, and they are read and checked here (storeget_blob)
+ * without their bytes passing through the coordinator. A failure of the store is returned with
+ * *code RPC_OK; the caller then pulls through the coordinator. */
+int wc_pull_inner_objects(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *m, float *v,
+                          float *local, int third, uint64_t *step, int *code);
 
 /* SparseLoCo sparse pull: the bytes of PAYLOAD_SPARSE_ROUND (proto) that made `version` of
  * fragment f (skip_lease: the lease whose delta is left out, 0 = none), at most max_bytes,

@@ -240,10 +240,20 @@ static int pull_inner(wclient *wc, worker_ctl *ctl, unsigned *seed, const Dipaco
   int rc = 0;
   for (size_t i = 0; i < L->n_fragments && !rc; i++) {
     const Dipaco__V1__FragmentInfo *f = L->fragments[i];
-    for (int attempt = 0;; attempt++) {
+    float *const mi = m + p->abs_off[i], *const vi = v + p->abs_off[i], *const li = local ? local + p->abs_off[i] : NULL;
+    int done = 0;
+    if (f->params_url && f->params_url[0]) { /* the blobs are in an object store: read them there */
       int code = RPC_OK;
-      rc = wc_pull_inner(wc, L->lease_id, f, m + p->abs_off[i], v + p->abs_off[i], local ? local + p->abs_off[i] : NULL,
-                         third_payload(L), step, &code);
+      if ((done = wc_pull_inner_objects(wc, L->lease_id, f, mi, vi, li, third_payload(L), step, &code) == 0))
+        DPC_INFO("lease %" PRIu64 ": inner state of fragment %" PRIu64 " read from the object store (step %" PRIu64 ")",
+                 L->lease_id, f->fragment_id, *step);
+      else
+        DPC_WARN("lease %" PRIu64 ": reading the inner state from the object store: %s; asking the coordinator for "
+                 "its bytes", L->lease_id, dpc_errmsg());
+    }
+    for (int attempt = 0; !done; attempt++) {
+      int code = RPC_OK;
+      rc = wc_pull_inner(wc, L->lease_id, f, mi, vi, li, third_payload(L), step, &code);
       if (rc == 0 || wc_classify(rc, code) != WC_RETRY || attempt >= 3 || worker_stopping(ctl)) break;
       DPC_WARN("lease %" PRIu64 ": pulling the inner state: %s; retrying", L->lease_id, dpc_errmsg());
       if (worker_sleep(ctl, worker_backoff_ms(attempt, seed))) break;

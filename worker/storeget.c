@@ -1,6 +1,7 @@
 /* storeget.c — ranged GETs of presigned S3 URLs (see storeget.h). */
 #include "worker/storeget.h"
 
+#include "common/checksum.h"
 #include "common/errors.h"
 
 #include <curl/curl.h>
@@ -187,4 +188,83 @@ int storeget_parallel(const char *url, uint64_t off, void *dst, size_t n, int st
   pieces p = {.url = url, .off = off, .dst = dst, .n = n, .each = (n / (size_t)streams + 4095) & ~(size_t)4095,
               .timeout_ms = timeout_ms};
   return storehttp_fanout(streams, streams, get_piece, &p);
+}
+
+/* ---- a blob object read whole ---- */
+
+#define BLOB_MAGIC 0x42435044u /* the blob file format (coordinator/blobs.h, docs/design.md §6.4) */
+
+static uint32_t get_u32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* storeget_blob's router: the header, the first n_dst floats, the rest, the trailer. */
+typedef struct {
+  const char *what;
+  uint32_t kind;
+  uint64_t n, n_dst;
+  unsigned char hdr[24], trailer[8];
+  unsigned char *dst, *extra;
+  uint32_t crc; /* of the payload so far */
+} blob_sink;
+
+static int blob_byte_span(blob_sink *b, uint64_t at, const unsigned char *p, size_t n) {
+  const uint64_t pay = 24 + 4 * b->n;
+  if (at < 24) {
+    size_t k = n < 24 - at ? n : (size_t)(24 - at);
+    memcpy(b->hdr + at, p, k);
+    if (at + k < 24) return (int)k;
+    uint64_t got_n = 0;
+    for (int i = 7; i >= 0; i--) got_n = got_n << 8 | b->hdr[16 + i];
+    if (get_u32(b->hdr) != BLOB_MAGIC || get_u32(b->hdr + 4) != 1 || get_u32(b->hdr + 8) != b->kind ||
+        get_u32(b->hdr + 12) != 0 || got_n != b->n)
+      return dpc_err(DPC_EFORMAT, "%s: not a blob of kind %u holding %llu floats (magic %08x, kind %u, %llu floats)",
+                     b->what, b->kind, (unsigned long long)b->n, get_u32(b->hdr), get_u32(b->hdr + 8),
+                     (unsigned long long)got_n);
+    return (int)k;
+  }
+  if (at < pay) {
+    size_t k = n < pay - at ? n : (size_t)(pay - at);
+    const uint64_t off = at - 24, split = 4 * b->n_dst;
+    b->crc = dpc_crc32c(b->crc, p, k);
+    if (off < split) {
+      size_t d = k < split - off ? k : (size_t)(split - off);
+      memcpy(b->dst + off, p, d);
+      if (d < k) memcpy(b->extra, p + d, k - d);
+    } else {
+      memcpy(b->extra + (off - split), p, k);
+    }
+    return (int)k;
+  }
+  size_t k = n < pay + 8 - at ? n : (size_t)(pay + 8 - at);
+  memcpy(b->trailer + (at - pay), p, k);
+  return (int)k;
+}
+
+static int blob_bytes(void *ud, uint64_t at, const void *p, size_t n) {
+  blob_sink *b = ud;
+  const unsigned char *q = p;
+  while (n > 0) { /* a piece may straddle the header, the payload and the trailer */
+    int k = blob_byte_span(b, at, q, n);
+    if (k < 0) return k;
+    at += (uint64_t)k;
+    q += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+int storeget_blob(const char *url, const char *what, uint32_t kind, uint64_t n, float *dst, uint64_t n_dst, void *extra,
+                  int timeout_ms) {
+  if (n_dst > n || n - n_dst > 2) return dpc_err(DPC_EINVAL, "%s: %llu of %llu floats asked for", what,
+                                                 (unsigned long long)n_dst, (unsigned long long)n);
+  blob_sink b = {.what = what, .kind = kind, .n = n, .n_dst = n_dst, .dst = (unsigned char *)dst};
+  unsigned char spare[8];
+  b.extra = extra ? extra : spare;
+  int rc = storeget_stream(url, 0, 24 + 4 * n + 8, blob_bytes, &b, timeout_ms);
+  if (rc) return rc;
+  if (get_u32(b.trailer) != b.crc || get_u32(b.trailer + 4) != dpc_crc32c(0, b.hdr, sizeof b.hdr))
+    return dpc_err(DPC_ECHECKSUM, "%s: its checksums do not hold (payload %08x, trailer %08x)", what, b.crc,
+                   get_u32(b.trailer));
+  return 0;
 }

@@ -31,6 +31,15 @@ int storeget_parallel(const char *url, uint64_t off, void *dst, size_t n, int st
 typedef int (*storeget_fn)(void *ud, uint64_t at, const void *p, size_t n);
 int storeget_stream(const char *url, uint64_t off, uint64_t n, storeget_fn fn, void *ud, int timeout_ms);
 
+/* A blob object of the coordinator's format (header, n floats, trailer; coordinator/blobs.h,
+ * docs/design.md §6.4) at url, read whole over one connection: the header must say `kind`
+ * and n floats and both trailer checksums must hold. Floats [0, n_dst) go to dst, the rest (at
+ * most two: the AdamW step an inner-state M blob carries) to extra (may be NULL). `what` names
+ * the object in messages. 0, or storeget_range's errors, DPC_EFORMAT for another header,
+ * DPC_ECHECKSUM when a checksum does not hold. */
+int storeget_blob(const char *url, const char *what, uint32_t kind, uint64_t n, float *dst, uint64_t n_dst, void *extra,
+                  int timeout_ms);
+
 /* The CA bundle that https URLs of the store are verified against (the worker's --s3-ca-file,
  * for a store whose certificate a private CA signed); NULL or unset: the system's. Call once,
  * before any request. 0, or DPC_EINVAL with the reason when path cannot be read. */

@@ -114,9 +114,17 @@ direct=$(cat "$W"/worker-s3-*.log | grep -c "read from the object store" || true
 out() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_out'])" "$W/$1/diloco.show.json"; }
 echo "leases that read parameters from the store: $direct; the diloco job's bytes through the coordinator: local" \
   "$(out local), S3 $(out s3)"
-# 3 rounds x 2 replicas pull 10,944 floats each: all of those bytes must be gone (the inner
-# state, checkpointed, still comes through the coordinator).
+# 3 rounds x 2 replicas pull 10,944 floats each: all of those bytes must be gone, and so must
+# the inner state's (checkpointed: PullInnerState answers where its blobs are, and the workers
+# read them from the store), unless a worker fell back to the coordinator's bytes.
 [ $(( $(out local) - $(out s3) )) -ge $(( 6 * 10944 * 4 )) ] || fail "the S3 run still pulled parameters through the coordinator"
+inner=$(cat "$W"/worker-s3-*.log | grep -c "inner state of fragment [0-9]* read from the object store" || true)
+[ "$inner" -gt 0 ] || fail "no worker read a slot's inner state from the object store"
+back=$(cat "$W"/worker-s3-*.log | grep -c "reading the inner state from the object store" || true)
+# What the coordinator still sends is the answers' URLs (at most 3 x 4 KiB per pull).
+[ "$back" -gt 0 ] || [ "$(out s3)" -le $(( inner * 12288 )) ] \
+  || fail "the diloco job sent $(out s3) bytes to workers on S3 with no fallback, more than $inner answers of URLs"
+echo "inner states read from the store: $inner (fallbacks to the coordinator: $back)"
 # ... and put their fp32 deltas there themselves (PrepareDeltaPut, a presigned PUT, a commit the
 # coordinator checks): the bytes it receives shrink by every delta of the DiLoCo job.
 put=$(cat "$W"/worker-s3-*.log | grep -c "through the object store" || true)
