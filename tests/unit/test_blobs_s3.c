@@ -4,7 +4,8 @@
  * multipart upload (in larger parts where the store allows too few; refused when even those cannot hold it), an aborted writer leaves nothing, damaged objects (a flipped byte, a short
  * object, another kind) are refused with the same errors as damaged files, and the start-up sweep
  * removes unrecorded objects and unfinished uploads but keeps recorded blobs and inner state;
- * after it, inner state's existence is answered without a request.
+ * after it, inner state's existence is answered without a request. A worker's whole-object read
+ * through a URL (storeget_blob) checks the header and both checksums.
  * With the memory cache on (blob_store_set_cache): what the store wrote, and a delta read with
  * blob_reader_keep and verified, are read again without the store (they survive the object's
  * loss), a read without keep leaves nothing, a delta that failed its checksum is not kept,
@@ -359,6 +360,39 @@ static void damaged(blob_store *bs, s3_client *c) {
   free(b);
 }
 
+/* A worker's read of a whole blob object through its URL (storeget_blob: inner-state
+ * checkpoints): the floats asked for land in dst and nothing past them, M's two extra floats
+ * (the AdamW step) in extra; another kind or length, a flipped payload bit, a cut object and a
+ * request for more than two extra floats are refused. */
+static void blob_objects(blob_store *bs, s3_client *c) {
+  enum { N = 100 };
+  float x[N + 2], y[N + 1];
+  for (int i = 0; i < N; i++) x[i] = (float)i * 0.25f - 3.0f;
+  const uint64_t step = 0x0000000500000007ull;
+  memcpy(x + N, &step, 8);
+  CHECK_EQ_INT(blob_write(bs, "8/f0-v2-a3.inner_m", BLOB_INNER_M, x, N + 2, NULL), 0);
+  char url[S3_URL_MAX];
+  CHECK_EQ_INT(blob_store_url(bs, "8/f0-v2-a3.inner_m", 0, url, sizeof url), 0);
+  unsigned char extra[8] = {0};
+  y[N] = 42.0f;
+  CHECK_EQ_INT(storeget_blob(url, "m", BLOB_INNER_M, N + 2, y, N, extra, 10000), 0);
+  CHECK(memcmp(x, y, N * sizeof(float)) == 0 && y[N] == 42.0f && memcmp(extra, &step, 8) == 0);
+  CHECK_EQ_INT(storeget_blob(url, "m", BLOB_INNER_V, N + 2, y, N, extra, 10000), DPC_EFORMAT);
+  CHECK(strstr(dpc_errmsg(), "kind 6") != NULL);
+  CHECK_EQ_INT(storeget_blob(url, "m", BLOB_INNER_M, N, y, N, NULL, 10000), DPC_EFORMAT);
+  CHECK_EQ_INT(storeget_blob(url, "m", BLOB_INNER_M, N + 3, y, N, extra, 10000), DPC_EINVAL);
+  uint64_t size = 0;
+  unsigned char *b = fetch(c, "8/f0-v2-a3.inner_m", &size);
+  CHECK(b != NULL && size == BLOB_HEADER_BYTES + (N + 2) * 4 + BLOB_TRAILER_BYTES);
+  if (!b) return;
+  b[BLOB_HEADER_BYTES + 9] ^= 0x04; /* damaged behind the store's back */
+  CHECK_EQ_INT(s3_put(c, "8/f0-v2-a3.inner_m", b, size), 0);
+  CHECK_EQ_INT(storeget_blob(url, "m", BLOB_INNER_M, N + 2, y, N, extra, 10000), DPC_ECHECKSUM);
+  CHECK_EQ_INT(s3_put(c, "8/f0-v2-a3.inner_m", b, size - 8), 0); /* cut */
+  CHECK_EQ_INT(storeget_blob(url, "m", BLOB_INNER_M, N + 2, y, N, extra, 10000), DPC_EFORMAT);
+  free(b);
+}
+
 /* Read blob name (n floats of kind) whole through a sequential reader into y, asking it to keep
  * a copy in the cache as a commit's check does; its close's code. */
 static int read_whole(blob_store *bs, const char *name, blob_kind kind, float *y, size_t n) {
@@ -606,6 +640,7 @@ int main(void) {
     multipart(bs, c);
     few_parts();
     damaged(bs, c);
+    blob_objects(bs, c);
     cached(bs, c);
     sweep(bs, c);
     known_inner(bs, c);
