@@ -279,7 +279,7 @@ int slot_resume_checkpoint(slot_cache *c, wclient *wc, worker_ctl *ctl, unsigned
   if (!rc) rc = pull_inner(wc, ctl, seed, L, p, m, v, local, &step);
   if (!rc) rc = trainer_set_state(c->tr, m, v, (long)step);
   if (!rc)
-    DPC_INFO("lease %" PRIu64 ": resumed the slot's AdamW state from the coordinator (step %" PRIu64 ", lease starts at %"
+    DPC_INFO("lease %" PRIu64 ": resumed the slot's AdamW state from its checkpoint (step %" PRIu64 ", lease starts at %"
              PRIu64 ")", L->lease_id, step, L->first_step);
   free(m);
   free(v);

@@ -175,7 +175,12 @@ echo "chaos: $wk worker, $ck coordinator and $gk gateway SIGKILLs delivered; let
 "$CTL" --coordinator "$COORD" job ledger "$job" --json > "$W/ledger.json"
 echo "chaos run: $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 resumed=$(cat "$W"/worker-w*.log | grep -c "resumed the slot's AdamW state" || true)
-echo "workers resumed a slot's AdamW state from the coordinator $resumed times"
+echo "workers resumed a slot's AdamW state from its checkpoint $resumed times"
+if [ "${CHAOS_STORE:-local}" = s3 ]; then # ... reading it from the store, not through the coordinator
+  fromstore=$(cat "$W"/worker-w*.log | grep -c "inner state of fragment [0-9]* read from the object store" || true)
+  echo "of which the inner state was read from the object store: $fromstore fragment(s)"
+  [ "$resumed" = 0 ] || [ "$fromstore" -gt 0 ] || fail "no worker read a checkpoint from the object store"
+fi
 cmp "$W/export-ref/model.safetensors" "$W/export-chaos/model.safetensors" \
   || fail "the parameters after the chaos run differ from the fault-free run"
 echo "exported parameters byte-identical to the fault-free run"

@@ -57,11 +57,11 @@ start_worker w4 "$W/corpus"
 "$CTL" --coordinator "$COORD" job export "$job" --path 0 --out "$W/export-ckpt" >/dev/null
 
 # The new workers resumed the slots' state from the coordinator (not a fresh AdamW).
-n=$(cat "$W/worker-w3.log" "$W/worker-w4.log" | grep -c "resumed the slot's AdamW state from the coordinator" || true)
+n=$(cat "$W/worker-w3.log" "$W/worker-w4.log" | grep -c "resumed the slot's AdamW state from its checkpoint" || true)
 # The old workers may get a round or two further before SIGTERM lands (the machine may be
 # loaded), so count at least one resume; the cmp against "keep" below is what proves exactness.
 [ "$n" -ge 1 ] || { echo "w3/w4 resumed inner state $n times, expected >= 1"; tail -20 "$W"/worker-w3.log "$W"/worker-w4.log; exit 1; }
-echo "w3/w4 resumed the slots' AdamW state from the coordinator $n times"
+echo "w3/w4 resumed the slots' AdamW state from their checkpoints $n times"
 
 cmp "$W/export-keep/model.safetensors" "$W/export-ckpt/model.safetensors" \
   || { echo "FAIL: checkpoint job with swapped workers differs from the keep job"; exit 1; }
