@@ -52,29 +52,29 @@ int testhook_replay_fault(void) {
 int testhook_pool_delay_ms(void) { return g_pool_delay_ms; }
 int testhook_s3_max_parts(void) { return g_s3_max_parts; }
 
+/* VAR=<integer in [lo, hi]> into *out (left alone when VAR is unset or empty); DPC_EINVAL,
+ * naming VAR and the range, for anything else. */
+static int env_int(const char *var, long lo, long hi, int *out) {
+  const char *v = getenv(var);
+  if (!v || !*v) return 0;
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (end == v || *end || n < lo || n > hi)
+    return dpc_err(DPC_EINVAL, "%s=%s: must be an integer in [%ld, %ld]", var, v, lo, hi);
+  *out = (int)n;
+  return 0;
+}
+
 int testhook_init(void) {
   static const char *const FAULTS[] = {"undecodable", "mismatch", "gone"};
   int idx;
   long nth;
-  const char *d = getenv("DIPACO_TEST_POOL_DELAY_MS");
-  if (d && *d) {
-    char *end;
-    long ms = strtol(d, &end, 10);
-    if (end == d || *end || ms < 0 || ms > 600000)
-      return dpc_err(DPC_EINVAL, "DIPACO_TEST_POOL_DELAY_MS=%s: must be an integer in [0, 600000]", d);
-    g_pool_delay_ms = (int)ms;
-    DPC_WARN("test hook armed: thread-pool work that calls wait for sleeps %ld ms first", ms);
-  }
-  const char *mp = getenv("DIPACO_TEST_S3_MAX_PARTS");
-  if (mp && *mp) {
-    char *end;
-    long n = strtol(mp, &end, 10);
-    if (end == mp || *end || n < 2 || n > 10000)
-      return dpc_err(DPC_EINVAL, "DIPACO_TEST_S3_MAX_PARTS=%s: must be an integer in [2, 10000]", mp);
-    g_s3_max_parts = (int)n;
-    DPC_WARN("test hook armed: the S3 store takes at most %ld parts to an upload", n);
-  }
-  int rc = parse_armed("DIPACO_TEST_REPLAY_FAULT", "fault", FAULTS, 3, "undecodable, mismatch, gone", &idx, &nth);
+  int rc = env_int("DIPACO_TEST_POOL_DELAY_MS", 0, 600000, &g_pool_delay_ms);
+  if (rc < 0) return rc;
+  if (g_pool_delay_ms) DPC_WARN("test hook armed: thread-pool work that calls wait for sleeps %d ms first", g_pool_delay_ms);
+  if ((rc = env_int("DIPACO_TEST_S3_MAX_PARTS", 2, 10000, &g_s3_max_parts)) < 0) return rc;
+  if (g_s3_max_parts) DPC_WARN("test hook armed: the S3 store takes at most %d parts to an upload", g_s3_max_parts);
+  rc = parse_armed("DIPACO_TEST_REPLAY_FAULT", "fault", FAULTS, 3, "undecodable, mismatch, gone", &idx, &nth);
   if (rc < 0) return rc;
   if (idx >= 0) {
     g_rf_kind = idx + 1; /* REPLAY_FAULT_* follow FAULTS' order */
