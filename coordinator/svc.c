@@ -16,6 +16,7 @@
  * or a worker's id + session token) → PERMISSION_DENIED. */
 #include "coordinator/svc.h"
 
+#include "common/checksum.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "coordinator/jobs.h"
@@ -370,4 +371,35 @@ int svc_methods_add(struct rpc_method *out, const struct rpc_method *table, int 
     out[i].ud = c;
   }
   return n;
+}
+
+void svc_answer_urls(struct rpc_call *call, coord *c, const out_part *meta, uint64_t lease_id, uint32_t max_chunk,
+                     const char *const *names, int k, uint64_t ttl_bytes) {
+  svc_bufs *b = calloc(1, sizeof *b);
+  char *text = b ? malloc((size_t)k * 4096 + 1) : NULL;
+  out_stream *os = text ? calloc(1, sizeof *os) : NULL;
+  int rc = os ? 0 : dpc_err(DPC_ENOMEM, "out of memory");
+  size_t len = 0;
+  for (int i = 0; i < k && rc == 0; i++)
+    if ((rc = blob_store_url(c->bs, names[i], ttl_bytes, text + len, 4095)) == 0) {
+      len += strlen(text + len);
+      text[len++] = '\n';
+    }
+  if (rc < 0) {
+    rpc_call_fail(call, rc);
+    free(os);
+    free(text);
+    free(b);
+    return;
+  }
+  atomic_init(&b->refs, 1);
+  b->data[0] = (float *)(void *)text; /* the stream owns the text now */
+  *os = (out_stream){.c = c, .nparts = 1, .lease_id = lease_id, .chunk = svc_chunk_size(max_chunk),
+                     .ref = svc_bufs_ref, .unref = svc_bufs_unref, .ud = b};
+  os->part[0] = *meta;
+  os->part[0].data = (const uint8_t *)text;
+  os->part[0].total = len;
+  os->part[0].crc = dpc_crc32c(0, text, len);
+  os->part[0].payload = DIPACO__V1__PAYLOAD__PAYLOAD_BLOB_URLS;
+  svc_stream_start(call, os);
 }

@@ -84,6 +84,12 @@ typedef struct out_stream {
 
 /* Take ownership of os (one reference on ud included) and start sending on call. */
 void svc_stream_start(struct rpc_call *call, out_stream *os);
+/* On an S3 store, answer where blobs are instead of their bytes: one PAYLOAD_BLOB_URLS chunk
+ * (proto/dipaco.pb-c.h) holding a presigned GET URL per name, one per line, each living
+ * blob_url_ttl_s(ttl_bytes); meta gives the chunk's fragment_id, version and num_floats. The
+ * call is answered either way (an error finishes it). */
+void svc_answer_urls(struct rpc_call *call, coord *c, const out_part *meta, uint64_t lease_id, uint32_t max_chunk,
+                     const char *const *names, int k, uint64_t ttl_bytes);
 /* The on_sent / on_done callbacks of a method that streams with svc_stream_start. */
 void svc_stream_on_sent(struct rpc_call *call, int ok, void *ud);
 void svc_stream_on_done(struct rpc_call *call, int cancelled, void *ud);

@@ -397,55 +397,30 @@ static void ipull_ready(coord *c, struct rpc_call *call, svc_read *r) {
   free(x);
 }
 
-/* PullInnerState with objects on an S3 store: the blobs' presigned GET URLs, one per line
- * (PAYLOAD_INNER_OBJECTS), instead of their bytes; the worker reads and checks them itself.
- * Whether they exist is answered as for the lease's grant (blobs_known: no request). */
+/* PullInnerState with objects on an S3 store: the blobs' presigned GET URLs (svc_answer_urls)
+ * instead of their bytes; the worker reads and checks them itself. Whether they exist is
+ * answered as for the lease's grant (blobs_known: no request). */
 static void ipull_objects(struct rpc_call *call, coord *c, const store_lease *l, const coord_job *j, int frag,
                           const Dipaco__V1__PullInnerStateRequest *r) {
   const int nk = inner_kinds(j);
   const uint64_t n = j->fragments[frag].len;
-  const uint64_t all = (uint64_t)nk * (BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES) + 8;
   char name[3][BLOB_NAME_MAX];
-  svc_bufs *b = calloc(1, sizeof *b);
-  char *text = b ? malloc((size_t)nk * 4096) : NULL;
-  int rc = text ? 0 : dpc_err(DPC_ENOMEM, "out of memory");
-  size_t len = 0;
-  for (int k = 0; k < nk && rc == 0; k++) {
-    if ((rc = inner_blob_name(l, j, frag, l->round - 1, inner_kind(j, k), name[k])) < 0) break;
-    if (!blob_exists(c->bs, name[k])) {
+  const char *names[3] = {name[0], name[1], name[2]};
+  int rc = 0;
+  for (int k = 0; k < nk && rc == 0; k++)
+    if ((rc = inner_blob_name(l, j, frag, l->round - 1, inner_kind(j, k), name[k])) == 0 && !blob_exists(c->bs, name[k]))
       rc = dpc_err(DPC_ENOENT, "%s is not in the store", name[k]);
-      break;
-    }
-    if ((rc = blob_store_url(c->bs, name[k], all, text + len, 4095)) == 0) {
-      len += strlen(text + len);
-      text[len++] = '\n';
-    }
-  }
   if (rc < 0) {
     rpc_call_finish(call, rc == DPC_ENOENT ? RPC_NOT_FOUND : rpc_code_from_dpc(rc),
                     "no inner state checkpoint of round %lld for lease %lld fragment %d: %s", (long long)l->round - 1,
                     (long long)l->id, frag + 1, dpc_errmsg());
-    free(text);
-    free(b);
     return;
   }
-  out_stream *os = calloc(1, sizeof *os);
-  if (!os) {
-    rpc_call_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-    free(text);
-    free(b);
-    return;
-  }
-  atomic_init(&b->refs, 1);
-  b->data[0] = (float *)(void *)text; /* the stream owns the text now */
-  *os = (out_stream){.c = c, .nparts = 1, .lease_id = (uint64_t)l->id, .chunk = svc_chunk_size(r->max_chunk_bytes),
-                     .ref = svc_bufs_ref, .unref = svc_bufs_unref, .ud = b};
-  os->part[0] = (out_part){.data = (const uint8_t *)text, .total = len, .crc = dpc_crc32c(0, text, len),
-                           .payload = DIPACO__V1__PAYLOAD__PAYLOAD_INNER_OBJECTS, .fragment_id = r->fragment_id,
-                           .version = (uint64_t)l->round - 1, .num_floats = n};
   DPC_INFO("lease %lld reads the inner state of fragment %d from round %lld in the store", (long long)l->id, frag + 1,
            (long long)l->round - 1);
-  svc_stream_start(call, os);
+  const out_part meta = {.fragment_id = r->fragment_id, .version = (uint64_t)l->round - 1, .num_floats = n};
+  svc_answer_urls(call, c, &meta, (uint64_t)l->id, r->max_chunk_bytes, names, nk,
+                  (uint64_t)nk * (BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES) + 8);
 }
 
 static void on_ipull(struct rpc_call *call, const struct grpc_byte_buffer *req, void *ud) {

@@ -84,6 +84,18 @@ static void mom_ready(coord *c, struct rpc_call *call, svc_read *r) {
 /* Eager updates and replay pulls: the outer momentum of fragment frag at version r->version
  * (an eager job or one with replay pulls; zeros at version 0), read from its blob on the
  * thread pool and streamed like parameters. */
+/* PullFragment with objects on an S3 store: where version f's blob `name` (its parameters or
+ * momentum) is, instead of its bytes; the worker reads and checks it itself. */
+static void blob_url_answer(struct rpc_call *call, coord *c, const store_lease *l, const store_fragment *f,
+                            const char *name, const Dipaco__V1__PullFragmentRequest *r) {
+  const out_part meta = {.fragment_id = r->fragment_id, .version = (uint64_t)f->version, .num_floats = f->len};
+  DPC_DEBUG("lease %lld reads fragment %llu version %lld's %s from the store", (long long)l->id,
+            (unsigned long long)r->fragment_id, (long long)f->version,
+            r->payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM ? "momentum" : "parameters");
+  svc_answer_urls(call, c, &meta, (uint64_t)l->id, r->max_chunk_bytes, &name, 1,
+                  BLOB_HEADER_BYTES + 4 * (uint64_t)f->len + BLOB_TRAILER_BYTES);
+}
+
 static void pull_momentum(struct rpc_call *call, coord *c, const store_lease *l, int frag,
                           const Dipaco__V1__PullFragmentRequest *r) {
   coord_job *j = coord_job_get(c, l->job);
@@ -106,6 +118,10 @@ static void pull_momentum(struct rpc_call *call, coord *c, const store_lease *l,
       cur.version == f.version) { /* committed before its momentum is stored (rounds.c) */
     rpc_call_finish(call, RPC_FAILED_PRECONDITION, "fragment %d momentum version %llu is not stored yet; ask again",
                     frag + 1, (unsigned long long)r->version);
+    return;
+  }
+  if (r->objects && f.momentum_blob[0] && blob_store_is_s3(c->bs)) {
+    blob_url_answer(call, c, l, &f, f.momentum_blob, r);
     return;
   }
   svc_read *rd = svc_read_new();
@@ -557,6 +573,8 @@ static void on_pull(struct rpc_call *call, const struct grpc_byte_buffer *req, v
     } else if (rc < 0) {
       rpc_call_finish(call, RPC_NOT_FOUND, "fragment %llu version %llu is not kept", (unsigned long long)r->fragment_id,
                       (unsigned long long)want);
+    } else if (r->objects && blob_store_is_s3(c->bs)) {
+      blob_url_answer(call, c, &l, &f, f.param_blob, r);
     } else {
       pull_params(call, c, &l, &f, r);
     }

@@ -5,13 +5,21 @@
 #include "common/codec.h"
 #include "common/auth.h"
 #include "common/checksum.h"
+#include "common/clock.h"
 #include "common/errors.h"
 #include "common/log.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The blob kinds (coordinator/blobs.h, docs/design.md §6.4) a worker reads from the store: a
+ * version's parameters and momentum, and a slot's inner state: M, V, and the third stream's, L
+ * (streaming) or E (SparseLoCo). */
+enum { KIND_PARAMS = 1, KIND_MOMENTUM = 2, KIND_INNER_M = 5, KIND_INNER_V = 6, KIND_INNER_L = 7, KIND_INNER_E = 8 };
+#define BLOB_URLS_MAX 65536 /* an answer of URLs: a few presigned URLs */
 
 #define SVC "/dipaco.v1.Coordinator/"
 #define UNARY_TIMEOUT_MS 10000
@@ -188,13 +196,38 @@ int wc_heartbeat(wclient *c, const Dipaco__V1__HeartbeatRequest *req, Dipaco__V1
   return 0;
 }
 
+static int pull_stream(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, int payload, float *dst,
+                       size_t *got, int *code);
+static int pull_from_store(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, int payload, float *dst,
+                           int *code);
+
+/* (The lease's own pull: the worker read f->params_url already, or could not: the bytes.) */
 int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *dst, size_t *got,
             int *code) {
-  return wc_pull_payload(c, lease_id, f, DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, dst, got, code);
+  return pull_stream(c, lease_id, f, DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS, dst, got, code);
 }
 
 int wc_pull_payload(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, int payload, float *dst,
                     size_t *got, int *code) {
+  const int zero_u = payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM && f->version == 0; /* no blob: zeros */
+  if (*got == 0 && f->params_url && f->params_url[0] && !zero_u && dpc_mono_ns() >= atomic_load(&c->store_retry_ns)) {
+    int rc = pull_from_store(c, lease_id, f, payload, dst, code);
+    if (rc == 0) {
+      *got = (size_t)f->num_floats * sizeof(float);
+      return 0;
+    }
+    if (*code != RPC_OK) return rc; /* the coordinator's answer (e.g. not made yet): as for the bytes */
+    if (rc != DPC_EUNSUPPORTED) { /* the store failed us: the next minute's pulls go through the coordinator */
+      DPC_WARN("lease %" PRIu64 ": reading fragment %" PRIu64 " version %" PRIu64 " from the object store: %s; pulling "
+               "it through the coordinator", lease_id, f->fragment_id, f->version, dpc_errmsg());
+      atomic_store(&c->store_retry_ns, dpc_mono_ns() + (int64_t)60 * 1000000000);
+    }
+  }
+  return pull_stream(c, lease_id, f, payload, dst, got, code);
+}
+
+static int pull_stream(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, int payload, float *dst,
+                       size_t *got, int *code) {
   Dipaco__V1__PullFragmentRequest req = DIPACO__V1__PULL_FRAGMENT_REQUEST__INIT;
   size_t bytes = (size_t)f->num_floats * sizeof(float);
   req.lease_id = lease_id;
@@ -718,37 +751,32 @@ int wc_pull_inner(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo 
   return rc;
 }
 
-/* The blob kinds of a slot's inner state (coordinator/blobs.h, docs/design.md §6.4): M, V, and
- * the third stream's, L (streaming) or E (SparseLoCo). */
-enum { KIND_INNER_M = 5, KIND_INNER_V = 6, KIND_INNER_L = 7, KIND_INNER_E = 8 };
-#define INNER_OBJECTS_MAX 65536 /* the answer's text: a few presigned URLs */
 
-/* PullInnerState with objects: the answer's PAYLOAD_INNER_OBJECTS text into *text (NUL-ended,
- * caller frees). */
-static int inner_object_urls(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, char **text,
-                             int *code) {
-  Dipaco__V1__PullInnerStateRequest req = DIPACO__V1__PULL_INNER_STATE_REQUEST__INIT;
-  req.lease_id = lease_id;
-  req.fragment_id = f->fragment_id;
-  req.max_chunk_bytes = c->max_chunk_bytes;
-  req.objects = 1;
+/* A PullFragment or PullInnerState (method) asked with objects: the answer's PAYLOAD_BLOB_URLS
+ * text into *text (NUL-ended, caller frees) and its Chunk.version into *version (may be NULL).
+ * DPC_EUNSUPPORTED with *code RPC_OK when the coordinator answered with the bytes instead. */
+static int blob_urls(wclient *c, const char *method, const ProtobufCMessage *req, uint64_t fragment_id, char **text,
+                     uint64_t *version, int *code) {
   struct rpc_stream *s = NULL;
-  int rc = rpc_stream_open(c->rpc, SVC "PullInnerState", &req.base, UNARY_TIMEOUT_MS, &s);
+  int rc = rpc_stream_open(c->rpc, method, req, UNARY_TIMEOUT_MS, &s);
   *code = rpc_last_code();
   if (rc) return rc;
   char *t = NULL;
   uint64_t next = 0, total = 0;
   uint32_t crc = 0, want = 0;
+  int ours = 0; /* the failure is in what came, not in the call */
   for (;;) {
     struct grpc_byte_buffer *msg = NULL;
     rc = rpc_stream_read(s, &msg);
     if (rc <= 0) break;
+    ours = 1;
     struct rpc_chunk h;
     rc = rpc_chunk_parse(msg, &h);
-    if (rc == 0 && (h.payload != DIPACO__V1__PAYLOAD__PAYLOAD_INNER_OBJECTS || h.total >= INNER_OBJECTS_MAX ||
-                    h.offset != next || h.len > h.total - next || (t && h.total != total)))
-      rc = dpc_err(DPC_EFORMAT, "PullInnerState: fragment %" PRIu64 ": not an answer of objects (payload %u)",
-                   f->fragment_id, h.payload);
+    if (rc == 0 && h.payload != DIPACO__V1__PAYLOAD__PAYLOAD_BLOB_URLS)
+      rc = dpc_err(DPC_EUNSUPPORTED, "%s: fragment %" PRIu64 ": answered with payload %u, not the blobs' URLs", method,
+                   fragment_id, h.payload);
+    else if (rc == 0 && (h.total >= BLOB_URLS_MAX || h.offset != next || h.len > h.total - next || (t && h.total != total)))
+      rc = dpc_err(DPC_EFORMAT, "%s: fragment %" PRIu64 ": a malformed answer of URLs", method, fragment_id);
     if (rc == 0 && !t && !(t = calloc(1, (size_t)h.total + 1))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
     if (rc == 0) rc = rpc_chunk_copy(msg, &h, t + next);
     rpc_msg_free(msg);
@@ -757,13 +785,59 @@ static int inner_object_urls(wclient *c, uint64_t lease_id, const Dipaco__V1__Fr
     crc = dpc_crc32c(crc, t + next, h.len);
     next += h.len;
     want = h.crc32c;
+    if (version) *version = h.version;
+    ours = 0;
   }
-  *code = rpc_last_code();
+  *code = ours ? RPC_OK : rpc_last_code(); /* rpc_stream_read returned 0: the stream ended with OK */
   rpc_stream_free(s);
   if (rc == 0 && (!t || next != total || crc != want))
-    rc = dpc_err(DPC_EFORMAT, "PullInnerState: fragment %" PRIu64 ": the objects' answer is incomplete", f->fragment_id);
+    rc = dpc_err(DPC_EFORMAT, "%s: fragment %" PRIu64 ": the URLs' answer is incomplete", method, fragment_id);
   if (rc) free(t);
   else *text = t;
+  return rc;
+}
+
+/* PullInnerState with objects: the URLs of fragment f's inner-state blobs. */
+static int inner_object_urls(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, char **text,
+                             int *code) {
+  Dipaco__V1__PullInnerStateRequest req = DIPACO__V1__PULL_INNER_STATE_REQUEST__INIT;
+  req.lease_id = lease_id;
+  req.fragment_id = f->fragment_id;
+  req.max_chunk_bytes = c->max_chunk_bytes;
+  req.objects = 1;
+  return blob_urls(c, SVC "PullInnerState", &req.base, f->fragment_id, text, NULL, code);
+}
+
+/* PullFragment with objects: version f->version's parameters or momentum read from the store
+ * and checked (the blob's own checksums, and the lease's CRC-32C where it names one). */
+static int pull_from_store(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, int payload, float *dst,
+                           int *code) {
+  Dipaco__V1__PullFragmentRequest req = DIPACO__V1__PULL_FRAGMENT_REQUEST__INIT;
+  req.lease_id = lease_id;
+  req.fragment_id = f->fragment_id;
+  req.version = f->version;
+  req.codec = DIPACO__V1__CODEC__CODEC_FP32;
+  req.max_chunk_bytes = c->max_chunk_bytes;
+  req.payload = (Dipaco__V1__Payload)payload;
+  req.objects = 1;
+  char *text = NULL, what[128];
+  uint64_t version = 0;
+  int rc = blob_urls(c, SVC "PullFragment", &req.base, f->fragment_id, &text, &version, code);
+  if (rc) return rc;
+  char *nl = strchr(text, '\n');
+  if (nl) *nl = 0;
+  snprintf(what, sizeof what, "fragment %" PRIu64 " version %" PRIu64 "'s %s", f->fragment_id, f->version,
+           payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM ? "momentum" : "parameters");
+  if (!nl || version != f->version)
+    rc = dpc_err(DPC_EFORMAT, "PullFragment: %s: an answer of URLs for version %" PRIu64, what, version);
+  else
+    rc = storeget_blob(text, what, payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM ? KIND_MOMENTUM : KIND_PARAMS,
+                       f->num_floats, dst, f->num_floats, NULL, 60000 /* a stall limit, as for the lease's pull */);
+  free(text);
+  if (rc == 0 && f->crc32c && dpc_crc32c(0, dst, (size_t)f->num_floats * sizeof(float)) != f->crc32c)
+    rc = dpc_err(DPC_ECHECKSUM, "%s: the store's copy disagrees with the lease's CRC-32C", what);
+  if (rc == 0)
+    DPC_INFO("lease %" PRIu64 ": %s read from the object store", lease_id, what);
   return rc;
 }
 

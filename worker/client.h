@@ -28,6 +28,9 @@ typedef struct {
   uint32_t lease_ttl_ms;
   uint32_t max_chunk_bytes;           /* what we send per chunk (our flag ∧ the server's) */
   uint32_t chunk_flag;                /* --max-chunk-bytes */
+  /* wc_pull_payload reads from the object store again only after this (dpc_mono_ns): a read
+   * that failed sends the next minute's pulls through the coordinator at once. */
+  _Atomic int64_t store_retry_ns;
 } wclient;
 
 /* What to do after a failed call. */
@@ -80,7 +83,10 @@ int wc_heartbeat(wclient *c, const Dipaco__V1__HeartbeatRequest *req,
 int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, float *dst,
             size_t *got, int *code);
 /* wc_pull of another payload of the fragment: PAYLOAD_PARAMS, or PAYLOAD_OUTER_MOMENTUM
- * (eager updates: the outer momentum at f->version). */
+ * (eager updates: the outer momentum at f->version). When the blobs are in an object store
+ * (f->params_url set) a fresh pull asks where the version's blob is (PullFragment with objects)
+ * and reads and checks it there (storeget_blob); a failed read is logged and the pull goes
+ * through the coordinator. */
 int wc_pull_payload(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, int payload, float *dst,
                     size_t *got, int *code);
 

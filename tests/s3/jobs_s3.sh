@@ -125,6 +125,10 @@ back=$(cat "$W"/worker-s3-*.log | grep -c "reading the inner state from the obje
 [ "$back" -gt 0 ] || [ "$(out s3)" -le $(( inner * 12288 )) ] \
   || fail "the diloco job sent $(out s3) bytes to workers on S3 with no fallback, more than $inner answers of URLs"
 echo "inner states read from the store: $inner (fallbacks to the coordinator: $back)"
+# Versions other than a lease's own (Streaming DiLoCo's merges, replays' momentum) too.
+vers=$(cat "$W"/worker-s3-*.log | grep -c "version [0-9]*'s [a-z]* read from the object store" || true)
+[ "$vers" -gt 0 ] || fail "no worker read another version's parameters or momentum from the object store"
+echo "other versions' parameters or momentum read from the store: $vers"
 # ... and put their fp32 deltas there themselves (PrepareDeltaPut, a presigned PUT, a commit the
 # coordinator checks): the bytes it receives shrink by every delta of the DiLoCo job.
 put=$(cat "$W"/worker-s3-*.log | grep -c "through the object store" || true)
