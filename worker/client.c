@@ -209,8 +209,14 @@ int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, fl
 
 int wc_pull_payload(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, int payload, float *dst,
                     size_t *got, int *code) {
-  const int zero_u = payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM && f->version == 0; /* no blob: zeros */
-  if (*got == 0 && f->params_url && f->params_url[0] && !zero_u && dpc_mono_ns() >= atomic_load(&c->store_retry_ns)) {
+  if (payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM && f->version == 0) {
+    /* The outer momentum starts at zero (the coordinator serves zeros there, docs/design.md §4.3). */
+    memset(dst, 0, (size_t)f->num_floats * sizeof(float));
+    *got = (size_t)f->num_floats * sizeof(float);
+    *code = RPC_OK;
+    return 0;
+  }
+  if (*got == 0 && f->params_url && f->params_url[0] && dpc_mono_ns() >= atomic_load(&c->store_retry_ns)) {
     int rc = pull_from_store(c, lease_id, f, payload, dst, code);
     if (rc == 0) {
       *got = (size_t)f->num_floats * sizeof(float);

@@ -86,7 +86,7 @@ int wc_pull(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, fl
  * (eager updates: the outer momentum at f->version). When the blobs are in an object store
  * (f->params_url set) a fresh pull asks where the version's blob is (PullFragment with objects)
  * and reads and checks it there (storeget_blob); a failed read is logged and the pull goes
- * through the coordinator. */
+ * through the coordinator. Version 0's momentum is zeros, made here without a call. */
 int wc_pull_payload(wclient *c, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f, int payload, float *dst,
                     size_t *got, int *code);
 
