@@ -15,10 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The blob kinds (coordinator/blobs.h, docs/design.md §6.4) a worker reads from the store: a
- * version's parameters and momentum, and a slot's inner state: M, V, and the third stream's, L
- * (streaming) or E (SparseLoCo). */
-enum { KIND_PARAMS = 1, KIND_MOMENTUM = 2, KIND_INNER_M = 5, KIND_INNER_V = 6, KIND_INNER_L = 7, KIND_INNER_E = 8 };
 #define BLOB_URLS_MAX 65536 /* an answer of URLs: a few presigned URLs */
 
 #define SVC "/dipaco.v1.Coordinator/"
@@ -837,7 +833,8 @@ static int pull_from_store(wclient *c, uint64_t lease_id, const Dipaco__V1__Frag
   if (!nl || version != f->version)
     rc = dpc_err(DPC_EFORMAT, "PullFragment: %s: an answer of URLs for version %" PRIu64, what, version);
   else
-    rc = storeget_blob(text, what, payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM ? KIND_MOMENTUM : KIND_PARAMS,
+    rc = storeget_blob(text, what,
+                       payload == DIPACO__V1__PAYLOAD__PAYLOAD_OUTER_MOMENTUM ? STORE_KIND_MOMENTUM : STORE_KIND_PARAMS,
                        f->num_floats, dst, f->num_floats, NULL, 60000 /* a stall limit, as for the lease's pull */);
   free(text);
   if (rc == 0 && f->crc32c && dpc_crc32c(0, dst, (size_t)f->num_floats * sizeof(float)) != f->crc32c)
@@ -853,8 +850,9 @@ int wc_pull_inner_objects(wclient *c, uint64_t lease_id, const Dipaco__V1__Fragm
   int rc = inner_object_urls(c, lease_id, f, &text, code);
   if (rc) return rc;
   float *const dst[3] = {m, v, local};
-  const uint32_t kinds[3] = {KIND_INNER_M, KIND_INNER_V,
-                             third == DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS ? KIND_INNER_L : KIND_INNER_E};
+  const uint32_t kinds[3] = {
+      STORE_KIND_INNER_M, STORE_KIND_INNER_V,
+      third == DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS ? STORE_KIND_INNER_L : STORE_KIND_INNER_E};
   const int parts = local ? 3 : 2;
   const uint64_t n = f->num_floats;
   unsigned char stepb[8] = {0};

@@ -192,8 +192,6 @@ int storeget_parallel(const char *url, uint64_t off, void *dst, size_t n, int st
 
 /* ---- a blob object read whole ---- */
 
-#define BLOB_MAGIC 0x42435044u /* the blob file format (coordinator/blobs.h, docs/design.md §6.4) */
-
 static uint32_t get_u32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -216,7 +214,7 @@ static int blob_byte_span(blob_sink *b, uint64_t at, const unsigned char *p, siz
     if (at + k < 24) return (int)k;
     uint64_t got_n = 0;
     for (int i = 7; i >= 0; i--) got_n = got_n << 8 | b->hdr[16 + i];
-    if (get_u32(b->hdr) != BLOB_MAGIC || get_u32(b->hdr + 4) != 1 || get_u32(b->hdr + 8) != b->kind ||
+    if (get_u32(b->hdr) != STORE_BLOB_MAGIC || get_u32(b->hdr + 4) != 1 || get_u32(b->hdr + 8) != b->kind ||
         get_u32(b->hdr + 12) != 0 || got_n != b->n)
       return dpc_err(DPC_EFORMAT, "%s: not a blob of kind %u holding %llu floats (magic %08x, kind %u, %llu floats)",
                      b->what, b->kind, (unsigned long long)b->n, get_u32(b->hdr), get_u32(b->hdr + 8),

@@ -10,8 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define BLOB_MAGIC 0x42435044u /* the blob file format (coordinator/blobs.h, docs/design.md §6.4) */
-#define BLOB_KIND_DELTA 3u
 
 static void put_u32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
@@ -25,9 +23,9 @@ void storeput_make(storeput_object *o, const float *delta, uint64_t n) {
   memset(o, 0, sizeof *o);
   o->payload = delta;
   o->n = n;
-  put_u32(o->header, BLOB_MAGIC);
+  put_u32(o->header, STORE_BLOB_MAGIC);
   put_u32(o->header + 4, 1);
-  put_u32(o->header + 8, BLOB_KIND_DELTA);
+  put_u32(o->header + 8, STORE_KIND_DELTA);
   put_u32(o->header + 12, 0);
   put_u64(o->header + 16, n);
   o->crc = dpc_crc32c(0, delta, n * sizeof(float));
