@@ -21,7 +21,7 @@ enum {
 };
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 #define CODEC_MAX 5u   /* dipaco.v1.Codec (CODEC_SPARSE) */
-#define PAYLOAD_MAX 13u /* dipaco.v1.Payload: PAYLOAD_BLOB_URLS */
+#define PAYLOAD_MAX 14u /* dipaco.v1.Payload: PAYLOAD_INNER_OBJECT */
 
 /* A read cursor over the slices of a raw byte buffer. */
 struct cur {

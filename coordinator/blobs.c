@@ -585,8 +585,9 @@ static int sweep_dir(sweep_ctx *sx, const char *dir, const char *rel) {
   return rc;
 }
 
-/* Whether object `name` ("JOB/FILE") is an orphan: its job directory is referenced, it is not
- * inner state (found by name, never recorded), and no row names it. */
+/* Whether object `name` ("JOB/FILE") is an orphan: its job directory is referenced, it is not a
+ * slot's inner state (found by name, never recorded; a worker's put of it, stamped with an
+ * attempt, is left over once committed or abandoned), and no row names it. */
 static int s3_orphan(const sweep_ctx *sx, const char *name) {
   const char *slash = strchr(name, '/');
   char prefix[BLOB_NAME_MAX + 2];
@@ -594,7 +595,7 @@ static int s3_orphan(const sweep_ctx *sx, const char *name) {
   if (!slash || check_name(name) < 0 || blob_kind_of_name(name, &k) < 0 || (size_t)(slash - name) >= BLOB_NAME_MAX)
     return 0;
   snprintf(prefix, sizeof prefix, "%.*s/", (int)(slash - name), name);
-  return sx->keep && keep_has_prefix(sx->keep, sx->n_keep, prefix) && !inner_kind(k) &&
+  return sx->keep && keep_has_prefix(sx->keep, sx->n_keep, prefix) && (!inner_kind(k) || written_once(name)) &&
          !bsearch(&name, sx->keep, (size_t)sx->n_keep, sizeof *sx->keep, cmp_name);
 }
 
@@ -655,17 +656,14 @@ int blob_store_probe(blob_store *bs) { return bs->s3 ? blob_s3_probe(bs->s3) : 0
 
 int blob_store_doubtful(blob_store *bs) { return bs->s3 ? blob_s3_doubtful(bs->s3) : 0; }
 
-int blob_url_ttl_s(uint64_t bytes) {
-  const uint64_t most = 7 * 24 * 3600, t = BLOB_URL_TTL_S + bytes / BLOB_URL_MIN_RATE;
-  return (int)(t < most ? t : most);
-}
-
 int blob_store_url(blob_store *bs, const char *name, uint64_t bytes, char *url, size_t cap) {
   int rc = check_name(name);
   if (rc) return rc;
   if (!bs->s3) return dpc_err(DPC_EUNSUPPORTED, "blob %s: files have no URL", name);
   return blob_s3_presign(bs->s3, name, "GET", NULL, blob_url_ttl_s(bytes), url, cap);
 }
+
+blobs_known *blob_store_known(blob_store *bs) { return bs->known; }
 
 int blob_store_s3_of(blob_store *bs, const char *name, const char *what, blob_s3 **out) {
   int rc = check_name(name);

@@ -216,10 +216,20 @@ void blob_put_etag(const unsigned char (*md5)[16], int n, char etag[80]);
 /* The object a worker put: HEAD says it holds `size` bytes with that ETag (etag NULL: the size
  * only; DPC_ENOENT when absent, DPC_EFORMAT for another size, DPC_ECHECKSUM for another ETag). */
 int blob_store_check_put(blob_store *bs, const char *name, uint64_t size, const char *etag);
+/* The store copies object `from` to `to` itself (CopyObject: no byte passes through the
+ * coordinator), only while `from`'s ETag is etag when one is given (DPC_ECHECKSUM otherwise); an
+ * inner-state `to` is then known to exist (blob_exists). At most 5 GiB. */
+int blob_store_copy(blob_store *bs, const char *from, const char *to, const char *etag);
+/* An S3 object whose delete failed (a written-once name nothing will write again): deleted
+ * once a probe finds the store answering (the start-up sweep otherwise). */
+void blob_store_delete_later(blob_store *bs, const char *name);
 /* blobs_put.c's way into the store: `name` checked, the S3 half of bs into *out (what names the
  * operation for the error when bs keeps files). */
 typedef struct blob_s3 blob_s3;
 int blob_store_s3_of(blob_store *bs, const char *name, const char *what, blob_s3 **out);
+/* The set of inner-state names known to be in an S3 store (NULL for files). */
+typedef struct blobs_known blobs_known;
+blobs_known *blob_store_known(blob_store *bs);
 
 /* 1 if blob `name` exists (a file, or an object), else 0. On S3 an inner-state name is answered
  * without a request, from the names this coordinator wrote or its start-up sweep listed

@@ -4,6 +4,7 @@
  * multipart upload the coordinator starts and completes while the worker puts its parts; and
  * the HEAD check of what landed. The coordinator never handles these bytes on the way in. */
 #include "coordinator/blobs.h"
+#include "coordinator/blobs_known.h"
 #include "coordinator/blobs_s3.h"
 #include "common/errors.h"
 
@@ -11,6 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
+
+int blob_url_ttl_s(uint64_t bytes) {
+  const uint64_t most = 7 * 24 * 3600, t = BLOB_URL_TTL_S + bytes / BLOB_URL_MIN_RATE;
+  return (int)(t < most ? t : most);
+}
 
 int blob_store_put_url(blob_store *bs, const char *name, const unsigned char md5[16], uint64_t bytes, char *url,
                        size_t cap) {
@@ -94,4 +100,20 @@ int blob_store_check_put(blob_store *bs, const char *name, uint64_t size, const 
   if (want && strcasecmp(etag, want) != 0)
     return dpc_err(DPC_ECHECKSUM, "object %s has ETag %s, not the %s its prepared MD5s give", name, etag, want);
   return 0;
+}
+
+int blob_store_copy(blob_store *bs, const char *from, const char *to, const char *etag) {
+  blob_s3 *s;
+  blob_kind k;
+  int rc = blob_store_s3_of(bs, from, "a copy", &s);
+  if (!rc) rc = blob_store_s3_of(bs, to, "a copy", &s);
+  if (!rc) rc = blob_s3_copy(s, from, to, etag);
+  if (!rc && blob_store_known(bs) && blob_kind_of_name(to, &k) == 0 && k >= BLOB_INNER_M && k <= BLOB_INNER_E)
+    blobs_known_add(blob_store_known(bs), to);
+  return rc;
+}
+
+void blob_store_delete_later(blob_store *bs, const char *name) {
+  blob_s3 *s;
+  if (blob_store_s3_of(bs, name, "a delete", &s) == 0) blob_s3_delete_later(s, name);
 }

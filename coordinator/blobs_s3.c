@@ -77,7 +77,7 @@ static int slots(const blob_s3_writer *w) {
 
 static int take(blob_s3 *s, s3_client **out);
 static void give(blob_s3 *s, s3_client *c);
-static void doubt(blob_s3 *s, const char *name);
+static void doubt(blob_s3 *s, const char *name, const char *why);
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -151,18 +151,21 @@ int blob_s3_upload_abort(blob_s3 *s, const char *name, const char *upload_id) {
   return note(s, rc);
 }
 
-/* Remember a write whose outcome is unknown (see doubt_mu). */
-static void doubt(blob_s3 *s, const char *name) {
+/* Remember an object to delete once the store answers (see doubt_mu): a write whose outcome is
+ * unknown, or a delete that failed (why says which). */
+static void doubt(blob_s3 *s, const char *name, const char *why) {
   pthread_mutex_lock(&s->doubt_mu);
   if (!s->doubt) s->doubt = malloc(DOUBT_MAX * sizeof *s->doubt);
   if (s->doubt && s->n_doubt < DOUBT_MAX) {
     snprintf(s->doubt[s->n_doubt++], sizeof s->doubt[0], "%s", name);
-    DPC_WARN("blob %s: its write failed and may have landed; it is deleted once the store answers", name);
+    DPC_WARN("blob %s: %s; it is deleted once the store answers", name, why);
   } else {
-    DPC_WARN("blob %s: its write failed and may have landed; the next start-up sweep removes it", name);
+    DPC_WARN("blob %s: %s; the next start-up sweep removes it", name, why);
   }
   pthread_mutex_unlock(&s->doubt_mu);
 }
+
+void blob_s3_delete_later(blob_s3 *s, const char *name) { doubt(s, name, "its delete failed"); }
 
 int blob_s3_doubtful(blob_s3 *s) {
   pthread_mutex_lock(&s->doubt_mu);
@@ -421,7 +424,7 @@ int blob_s3_writer_commit(blob_s3_writer *w) {
     note(w->s, rc);
     /* Only names written once are deleted later: another name may be rewritten while a row
      * still names its earlier object. */
-    if (rc && w->once) doubt(w->s, w->name);
+    if (rc && w->once) doubt(w->s, w->name, "its write failed and may have landed");
   }
   if (rc) {
     blob_s3_writer_abort(w);
@@ -518,6 +521,14 @@ int blob_s3_delete(blob_s3 *s, const char *name) {
   s3_client *c;
   int rc = take(s, &c);
   if (!rc) rc = s3_delete(c, name);
+  give(s, c);
+  return note(s, rc);
+}
+
+int blob_s3_copy(blob_s3 *s, const char *from, const char *to, const char *etag) {
+  s3_client *c;
+  int rc = take(s, &c);
+  if (!rc) rc = s3_copy(c, from, to, etag);
   give(s, c);
   return note(s, rc);
 }

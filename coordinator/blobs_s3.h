@@ -67,6 +67,10 @@ int blob_s3_ahead_take(blob_s3_ahead *a, uint64_t off, size_t n, void *dst);
 void blob_s3_ahead_free(blob_s3_ahead *a);
 /* Delete (absent is success). */
 int blob_s3_delete(blob_s3 *s, const char *name);
+/* An object whose delete failed, deleted by the next probe that finds the store answering. */
+void blob_s3_delete_later(blob_s3 *s, const char *name);
+/* s3_copy: the store copies `from` to `to` (only while `from`'s ETag is etag, when given). */
+int blob_s3_copy(blob_s3 *s, const char *from, const char *to, const char *etag);
 /* Every object name under the prefix whose name starts with `under` ("" = all), with its size
  * and when it was written. */
 int blob_s3_list(blob_s3 *s, const char *under, s3_list_fn fn, void *ud);

@@ -122,11 +122,13 @@ typedef struct coord_job {
   size_t *sp_bytes; /* [n_fragments] */
 } coord_job;
 
-/* A delta object PrepareDeltaPut named (svc_put.c): the PushDelta that commits it
- * (PAYLOAD_DELTA_OBJECT) must find it here with the same checksum. */
+/* An object PrepareDeltaPut named (svc_put.c): the PushDelta (PAYLOAD_DELTA_OBJECT) or
+ * PushInnerState (PAYLOAD_INNER_OBJECT) that commits it must find it here with the same
+ * checksum. */
 typedef struct put_prep {
   int64_t lease;
   int frag;
+  blob_kind kind;          /* BLOB_DELTA, or an inner-state blob (BLOB_INNER_*) */
   char name[BLOB_NAME_MAX];
   int64_t attempt;         /* the name's attempt stamp */
   uint32_t crc;            /* CRC-32C of the fp32 payload */

@@ -85,8 +85,8 @@ static void usage(FILE *f) {
              "          STATE/admin.token, created 0600 at first start) [--insecure-no-auth]\n"
              "         [--blob-store s3://BUCKET[/PREFIX] --s3-endpoint http[s]://HOST[:PORT] [--s3-region R]\n"
              "          [--s3-credentials FILE (mode 0600; default AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)]\n"
-             "          [--s3-ca-file FILE] [--no-delta-puts (workers stream their deltas to the coordinator\n"
-             "          instead of putting them in the store)] [--s3-put-part-mb N (a delta object above N MiB\n"
+             "          [--s3-ca-file FILE] [--no-delta-puts (workers stream their deltas and inner state to the\n"
+             "          coordinator instead of putting them in the store)] [--s3-put-part-mb N (an object above N MiB\n"
              "          is put in parts of N MiB; 5..5120, default 1024)] [--blob-cache-mb N (memory for verified\n"
              "          parameters, momenta and deltas, read again without a GET; default a quarter of the\n"
              "          memory budget, taken from it; 0 = off)]] (default: blobs under STATE/blobs)\n");

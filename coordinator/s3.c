@@ -209,6 +209,8 @@ typedef struct {
   const void *body;        /* PUT/POST payload */
   size_t body_len;
   const char *content_md5; /* base64, signed and sent */
+  const char *copy_source; /* CopyObject: "/BUCKET/KEY" (encoded), signed and sent */
+  const char *copy_if_match; /* with copy_source: the source's ETag, quoted */
   uint64_t range_off;      /* with dst: a ranged GET of dst_len bytes */
   void *dst;
   size_t dst_len;
@@ -350,13 +352,15 @@ static int transient(CURLcode cc, long status) {
 static CURLcode attempt(s3_client *c, const s3_req *q, const char *path, s3_resp *r, char *errbuf) {
   char amz_date[17], auth[1024], line[1200], epath[3 * 1024 + 1], url[S3_URL_MAX], qs[4096] = "";
   s3_amz_date(time(NULL), amz_date);
-  s3_kv h[5];
+  s3_kv h[7];
   int nh = 0;
   h[nh++] = (s3_kv){"host", c->host};
   h[nh++] = (s3_kv){"x-amz-content-sha256", "UNSIGNED-PAYLOAD"};
   h[nh++] = (s3_kv){"x-amz-date", amz_date};
   if (q->content_md5) h[nh++] = (s3_kv){"content-md5", q->content_md5};
   if (c->cr.session_token[0]) h[nh++] = (s3_kv){"x-amz-security-token", c->cr.session_token};
+  if (q->copy_source) h[nh++] = (s3_kv){"x-amz-copy-source", q->copy_source};
+  if (q->copy_if_match) h[nh++] = (s3_kv){"x-amz-copy-source-if-match", q->copy_if_match};
   if (s3_sigv4_authorization(&c->cr, c->region, q->method, path, q->query, q->nq, h, nh, "UNSIGNED-PAYLOAD", auth,
                              sizeof auth) < 0 ||
       s3_uri_encode(path, 1, epath, sizeof epath) < 0)
@@ -556,6 +560,27 @@ int s3_head(s3_client *c, const char *key, uint64_t *size, char *etag, size_t et
   if (size) *size = r.content_length;
   if (etag && etag_cap) snprintf(etag, etag_cap, "%s", r.etag);
   return 0;
+}
+
+int s3_copy(s3_client *c, const char *from, const char *to, const char *etag) {
+  char src[S3_NAME_MAX + 600], esrc[3 * (S3_NAME_MAX + 600) + 1], match[96];
+  int rc = req_path(c, from, src, sizeof src);
+  if (!rc && s3_uri_encode(src, 1, esrc, sizeof esrc) < 0)
+    rc = dpc_err(DPC_EINVAL, "S3: key \"%s\" is too long", from);
+  if (rc) return rc;
+  if (etag) snprintf(match, sizeof match, "\"%s\"", etag);
+  s3_req rq = {.method = "PUT", .key = to, .copy_source = esrc, .copy_if_match = etag ? match : NULL};
+  s3_resp r;
+  rc = request(c, &rq, &r);
+  char code[64] = "";
+  /* S3 may answer 200 and put the failure in the body. */
+  if (!rc && r.body && strstr(r.body, "<Error>") && xml_text(r.body, "Code", code, sizeof code))
+    rc = dpc_err(DPC_EIO, "S3 copying %s%s to %s%s: %s", c->prefix, from, c->prefix, to, code);
+  if (rc == DPC_EIO && r.status == 412)
+    rc = dpc_err(DPC_ECHECKSUM, "S3 copying %s%s: its ETag is no longer \"%s\" (the object was overwritten)", c->prefix,
+                 from, etag ? etag : "");
+  free(r.body);
+  return rc;
 }
 
 int s3_delete(s3_client *c, const char *key) {

@@ -70,6 +70,10 @@ int s3_get_range(s3_client *c, const char *key, uint64_t off, void *dst, size_t 
 int s3_head(s3_client *c, const char *key, uint64_t *size, char *etag, size_t etag_cap);
 /* Deleting a key that does not exist succeeds (S3 semantics). */
 int s3_delete(s3_client *c, const char *key);
+/* CopyObject: the store copies object `from` to `to` itself (no bytes pass through us); with
+ * etag (unquoted), only while `from` still has it (DPC_ECHECKSUM otherwise). At most 5 GiB (S3's
+ * limit for one copy). */
+int s3_copy(s3_client *c, const char *from, const char *to, const char *etag);
 
 /* Every key under prefix p (relative; "" = all) with its size and when it was last written
  * (seconds since the epoch by the store's clock; 0 if the store did not say), via ListObjectsV2

@@ -18,7 +18,11 @@
  *  - Streaming DiLoCo: a slot's local parameters are part of its state (they differ from the
  *    global ones): a third stream per fragment, PAYLOAD_LOCAL_PARAMS, stored as BLOB_INNER_L,
  *    pushed after V and pulled after V; has_inner_checkpoint needs all three.
- *  - SparseLoCo: likewise a slot's error-feedback buffer, PAYLOAD_EF_BUFFER, as BLOB_INNER_E. */
+ *  - SparseLoCo: likewise a slot's error-feedback buffer, PAYLOAD_EF_BUFFER, as BLOB_INNER_E.
+ *  - On an S3 store (Lease.inner_put) a stream may instead be one PAYLOAD_INNER_OBJECT chunk:
+ *    the worker put the blob itself in an object PrepareDeltaPut named (svc_put.c); the store
+ *    copies it to the slot's name once its size and ETag check out (ipush_obj_work), so a
+ *    zombie's late PUT (to its own stamped name) never replaces a committed checkpoint. */
 #include "coordinator/svc_inner.h"
 
 #include "common/checksum.h"
@@ -29,6 +33,7 @@
 #include "coordinator/loop.h"
 #include "coordinator/rounds.h"
 #include "coordinator/svc.h"
+#include "coordinator/svc_put.h"
 #include "proto/dipaco.pb-c.h"
 
 #include <math.h>
@@ -110,6 +115,10 @@ typedef struct ipush {
   uint32_t payload, crc;
   uint64_t total, next, step, bytes;
   unsigned char *buf; /* total + 8 bytes (the M blob's step) */
+  /* A PAYLOAD_INNER_OBJECT commit: the object the worker put (the prepared entry's copy,
+   * part_md5 owned), checked and copied to work_name on the thread pool. */
+  int is_obj;
+  put_prep obj;
 } ipush;
 
 static void ipush_fail(struct rpc_call *call, ipush *p, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -140,12 +149,39 @@ static void ipush_on_call(struct rpc_call *call, const struct grpc_byte_buffer *
 
 static void ipush_free(ipush *p) {
   free(p->buf);
+  free(p->obj.part_md5);
   free(p);
+}
+
+/* Thread pool: the object a worker put (its upload completed first when it came in parts) is
+ * checked (HEAD: its size and the ETag its prepared MD5s give), then the store copies it to the
+ * slot's inner-state name, only while it still has that ETag, and the put object is deleted.
+ * The coordinator receives none of its bytes; a reader checks the blob's checksums. */
+static int ipush_obj_work(ipush *p) {
+  blob_store *bs = p->c->bs;
+  const put_prep *e = &p->obj;
+  char etag[80];
+  blob_put_etag(e->parts ? (const unsigned char(*)[16])e->part_md5 : (const unsigned char(*)[16])e->md5, e->parts,
+                etag);
+  int crc = 0, rc = 0;
+  char cerr[256] = "";
+  if (e->parts && (crc = blob_store_upload_complete(bs, e->name, e->upload_id, e->parts,
+                                                    (const unsigned char(*)[16])e->part_md5)) < 0) {
+    snprintf(cerr, sizeof cerr, "%s", dpc_errmsg());
+    if (crc == DPC_EUNAVAILABLE) rc = crc;
+  }
+  /* A repeated commit finds the upload completed already: the HEAD decides. */
+  if (!rc) rc = blob_store_check_put(bs, e->name, e->bytes, etag);
+  if (rc < 0 && crc < 0) return dpc_err(crc, "completing its upload: %s", cerr);
+  if (!rc) rc = blob_store_copy(bs, e->name, p->work_name, etag);
+  if (!rc && blob_delete(bs, e->name) < 0) blob_store_delete_later(bs, e->name);
+  return rc;
 }
 
 static void ipush_work(uv_work_t *req) {
   ipush *p = req->data;
-  p->work_rc = blob_write(p->c->bs, p->work_name, p->work_kind, (const float *)p->buf, p->work_n, NULL);
+  p->work_rc = p->is_obj ? ipush_obj_work(p)
+                         : blob_write(p->c->bs, p->work_name, p->work_kind, (const float *)p->buf, p->work_n, NULL);
   if (p->work_rc < 0) snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());
 }
 
@@ -153,20 +189,31 @@ static void ipush_after(uv_work_t *req, int status) {
   ipush *p = req->data;
   coord *c = p->c;
   p->busy = 0;
+  if (p->is_obj) { /* its entry goes either way: committed, or its object and upload dropped */
+    const put_prep *e = put_prepared(c, p->lease.id, p->frag, p->work_kind);
+    if (e && e->attempt == p->obj.attempt) {
+      if (status == 0 && p->work_rc == 0) put_forget(c, p->lease.id, p->frag, p->work_kind);
+      else put_discard(c, p->lease.id, p->frag, p->work_kind);
+    }
+    free(p->obj.part_md5);
+    p->obj.part_md5 = NULL;
+  }
   if (status != 0 || p->work_rc < 0) {
-    ipush_fail(p->call, p, status ? RPC_UNAVAILABLE : rpc_code_from_dpc(p->work_rc),
-               "could not store the inner state durably: %s", status ? "canceled" : p->err);
+    ipush_fail(p->call, p, status ? RPC_UNAVAILABLE : p->is_obj && p->work_rc == DPC_ENOENT ? RPC_FAILED_PRECONDITION
+                                                                                              : rpc_code_from_dpc(p->work_rc),
+               "could not store the inner state durably: %s%s", status ? "canceled" : p->err,
+               p->is_obj ? " (push its bytes)" : "");
   } else {
     char name[BLOB_NAME_MAX];
     if (p->lease.round >= 2 &&
         inner_blob_name(&p->lease, p->job, p->frag, p->lease.round - 2, p->work_kind, name) == 0)
       rounds_discard(c, name, NULL); /* best effort: the state of round − 2 is no longer needed */
-    DPC_DEBUG("lease %lld: inner state %s of fragment %d round %lld stored (step %llu)", (long long)p->lease.id,
+    DPC_DEBUG("lease %lld: inner state %s of fragment %d round %lld stored%s (step %llu)", (long long)p->lease.id,
               p->work_kind == BLOB_INNER_M   ? "m"
               : p->work_kind == BLOB_INNER_V ? "v"
               : p->work_kind == BLOB_INNER_E ? "error feedback"
                                              : "local parameters", p->frag + 1, (long long)p->lease.round,
-              (unsigned long long)p->step);
+              p->is_obj ? " from the worker's put" : "", (unsigned long long)p->step);
   }
   if (!p->call) ipush_free(p);
   else if (!p->finished) rpc_call_read(p->call);
@@ -200,14 +247,10 @@ static int ipush_commit(struct rpc_call *call, ipush *p) {
   return 1; /* paused until the blob is durable */
 }
 
-/* The first chunk of an M or V stream: the lease (once per call), the fragment and the header;
- * sizes the buffer. 0, or -1 with the call failed. */
-static int ipush_begin(struct rpc_call *call, ipush *p, const struct rpc_chunk *ch) {
+/* A stream's first chunk: its lease (once per call: the caller's, active) and fragment (of the
+ * lease) into p. 0, or -1 with the call failed. */
+static int ipush_frag(struct rpc_call *call, ipush *p, const struct rpc_chunk *ch) {
   coord *c = p->c;
-  if (ch->offset != 0) {
-    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "offset: a stream starts at 0, got %llu", (unsigned long long)ch->offset);
-    return -1;
-  }
   if (p->have_lease && (uint64_t)p->lease.id != ch->lease_id) {
     ipush_fail(call, p, RPC_INVALID_ARGUMENT, "lease_id: one PushInnerState stream carries one lease");
     return -1;
@@ -227,6 +270,79 @@ static int ipush_begin(struct rpc_call *call, ipush *p, const struct rpc_chunk *
                (unsigned long long)ch->fragment_id, (long long)p->lease.id);
     return -1;
   }
+  p->frag = frag;
+  return 0;
+}
+
+/* PAYLOAD_INNER_OBJECT: the worker put one of the fragment's blobs in the store (svc_put.c
+ * named it); the prepared entry with the chunk's attempt must agree with the chunk, and the
+ * thread pool checks the object and copies it to the slot's name (ipush_obj_work). Returns
+ * on_message's value. */
+static int ipush_object(struct rpc_call *call, ipush *p, const struct rpc_chunk *ch) {
+  coord *c = p->c;
+  if (ipush_frag(call, p, ch) < 0) return 0;
+  const put_prep *e = NULL;
+  for (int i = 0; i < c->n_puts && !e; i++)
+    if (c->puts[i].lease == p->lease.id && c->puts[i].frag == p->frag && c->puts[i].kind != BLOB_DELTA &&
+        (uint64_t)c->puts[i].attempt == ch->step)
+      e = &c->puts[i];
+  if (!e && ch->step > 0 && ch->step < (uint64_t)c->started_ms * 1000 && ch->step <= INT64_MAX) {
+    /* Named by an earlier run of this coordinator (push_seq starts at start-ms·1000): the worker
+     * pushes the bytes instead, and the object it put goes now rather than at the next start. */
+    for (int k = 0; k < inner_kinds(p->job); k++) {
+      blob_id id = {.job = p->lease.job, .fragment = p->frag, .version = p->lease.round,
+                    .aux = slot_id(p->job, p->lease.path, p->lease.replica), .attempt = (int64_t)ch->step,
+                    .kind = inner_kind(p->job, k)};
+      char name[BLOB_NAME_MAX];
+      if (blob_name(&id, name, sizeof name) == 0) rounds_discard(c, name, NULL);
+    }
+  }
+  if (!e) {
+    ipush_fail(call, p, RPC_FAILED_PRECONDITION, "lease %lld fragment %d: no inner-state object was prepared with "
+               "attempt %llu (PrepareDeltaPut; a restarted coordinator forgets them): push its bytes",
+               (long long)p->lease.id, p->frag + 1, (unsigned long long)ch->step);
+    return 0;
+  }
+  uint64_t n = (e->bytes - BLOB_HEADER_BYTES - BLOB_TRAILER_BYTES) / 4;
+  if (ch->num_floats != n || ch->total != 4 * n || ch->crc32c != e->crc || ch->len != 0) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "fragment %d's inner-state object was prepared with %llu floats and "
+               "CRC-32C 0x%08x; the commit says %llu floats (total %llu) and 0x%08x%s", p->frag + 1,
+               (unsigned long long)n, e->crc, (unsigned long long)ch->num_floats, (unsigned long long)ch->total,
+               ch->crc32c, ch->len ? ", with data" : "");
+    return 0;
+  }
+  p->obj = *e;
+  p->obj.part_md5 = NULL;
+  if (e->parts && !(p->obj.part_md5 = malloc((size_t)e->parts * sizeof *e->part_md5))) {
+    ipush_fail(call, p, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return 0;
+  }
+  if (e->parts) memcpy(p->obj.part_md5, e->part_md5, (size_t)e->parts * sizeof *e->part_md5);
+  p->is_obj = 1;
+  p->work_kind = e->kind;
+  p->step = 0;
+  if (inner_blob_name(&p->lease, p->job, p->frag, p->lease.round, p->work_kind, p->work_name) < 0) {
+    ipush_fail(call, p, RPC_INTERNAL, "inner state blob name: %s", dpc_errmsg());
+    return 0;
+  }
+  p->busy = 1;
+  if (loop_queue_work(c, &p->req, ipush_work, ipush_after) < 0) {
+    p->busy = 0;
+    ipush_fail(call, p, RPC_UNAVAILABLE, "cannot queue the inner state's check now; push again later");
+    return 0;
+  }
+  return 1; /* paused until the object is checked and copied */
+}
+
+/* The first chunk of an M or V stream: the lease (once per call), the fragment and the header;
+ * sizes the buffer. 0, or -1 with the call failed. */
+static int ipush_begin(struct rpc_call *call, ipush *p, const struct rpc_chunk *ch) {
+  if (ch->offset != 0) {
+    ipush_fail(call, p, RPC_INVALID_ARGUMENT, "offset: a stream starts at 0, got %llu", (unsigned long long)ch->offset);
+    return -1;
+  }
+  if (ipush_frag(call, p, ch) < 0) return -1;
+  const int frag = p->frag;
   size_t len = p->job->fragments[frag].len;
   if (ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M && ch->payload != DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V &&
       !(ch->payload == third_payload(p->job) && inner_kinds(p->job) == 3)) {
@@ -251,7 +367,7 @@ static int ipush_begin(struct rpc_call *call, ipush *p, const struct rpc_chunk *
     return -1;
   }
   p->buf = b;
-  p->frag = frag;
+  p->is_obj = 0;
   p->payload = ch->payload;
   p->total = ch->total;
   p->step = ch->step;
@@ -307,7 +423,9 @@ static int ipush_on_message(struct rpc_call *call, const struct grpc_byte_buffer
     ipush_fail(call, p, RPC_INVALID_ARGUMENT, "malformed chunk: %s", dpc_errmsg());
     return 0;
   }
-  if (!p->in_part) {
+  if (!p->in_part && ch.payload == DIPACO__V1__PAYLOAD__PAYLOAD_INNER_OBJECT) {
+    return ipush_object(call, p, &ch);
+  } else if (!p->in_part) {
     if (ipush_begin(call, p, &ch) < 0) return 0;
   } else if (ch.lease_id != (uint64_t)p->lease.id || ch.fragment_id != (uint64_t)p->frag + 1 || ch.total != p->total ||
              ch.payload != p->payload || ch.step != p->step) {

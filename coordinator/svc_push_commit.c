@@ -163,7 +163,7 @@ static void push_commit_after(uv_work_t *req, int status) {
   p->busy = 0;
   p->in_frag = 0;
   push_unclaim(p); /* the delta is recorded (or refused) before the next stream of the lease writes */
-  if (p->object) put_forget(c, p->lease.id, p->frag); /* recorded below, or deleted */
+  if (p->object) put_forget(c, p->lease.id, p->frag, BLOB_DELTA); /* recorded below, or deleted */
   if (status != 0 || p->work_rc < 0) {
     if (p->enc_blob[0]) rounds_discard(c, p->enc_blob, NULL);
     push_fail(p, RPC_INTERNAL, "could not store the delta durably: %s", status ? "canceled" : p->err);
@@ -381,7 +381,7 @@ static void push_decode_after(uv_work_t *req, int status) {
 }
 
 int push_object_take(push *p) {
-  const put_prep *e = put_prepared(p->c, p->lease.id, p->frag);
+  const put_prep *e = put_prepared(p->c, p->lease.id, p->frag, BLOB_DELTA);
   if (e && p->obj_attempt != 0 && p->obj_attempt != e->attempt) {
     push_fail(p, RPC_FAILED_PRECONDITION, "lease %lld fragment %d: the commit names object attempt %lld, the one "
               "prepared last is %lld: put and commit that one, or push the delta's bytes", (long long)p->lease.id,
@@ -512,7 +512,7 @@ static void push_object_after(uv_work_t *req, int status) {
   }
   if (!queued) {
     if (drop) { /* refused: nobody will record it */
-      if (!put_discard(c, p->lease.id, p->frag)) rounds_discard(c, p->blob, NULL);
+      if (!put_discard(c, p->lease.id, p->frag, BLOB_DELTA)) rounds_discard(c, p->blob, NULL);
     }
     push_unclaim(p);
     p->in_frag = 0;
@@ -545,7 +545,7 @@ int push_finish_fragment(push *p, const struct rpc_chunk *ch) {
   }
   if (p->object && p->mode != 0) { /* a repeat, late or stale: the prepared object is not needed */
     /* (an entry's name is never one a row names: recording a delta forgets its entry) */
-    put_discard(p->c, p->lease.id, p->frag);
+    put_discard(p->c, p->lease.id, p->frag, BLOB_DELTA);
   }
   if (p->mode == 1) {
     push_finish_duplicate(p);

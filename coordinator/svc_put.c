@@ -1,7 +1,9 @@
-/* svc_put.c — the dipaco.v1.Coordinator PrepareDeltaPut, and the table of delta objects it
- * named: on an S3 store a worker PUTs its fp32 deltas to the store itself through presigned
- * URLs, then commits them with PushDelta (PAYLOAD_DELTA_OBJECT; svc_push.c, checked and recorded
- * in svc_push_commit.c), so that the coordinator neither receives nor forwards their bytes.
+/* svc_put.c — the dipaco.v1.Coordinator PrepareDeltaPut, and the table of objects it named:
+ * on an S3 store a worker PUTs its fp32 deltas to the store itself through presigned URLs, then
+ * commits them with PushDelta (PAYLOAD_DELTA_OBJECT; svc_push.c, checked and recorded in
+ * svc_push_commit.c), so that the coordinator neither receives nor forwards their bytes; and
+ * likewise its slot's inner state (DeltaPut.payload; committed with PushInnerState's
+ * PAYLOAD_INNER_OBJECT, svc_inner.c, which has the store copy each to the slot's name).
  *
  * Semantic choices:
  *  - Only an active lease of the caller whose Lease.delta_put is set (a job on an S3 store with
@@ -16,7 +18,9 @@
  *    answers UNAVAILABLE before it. Objects and uploads dropped are deleted and aborted on the
  *    thread pool too (rounds_discard).
  *  - Every call names new objects (the delta name with a fresh attempt number, as a streamed
- *    push's spool), so a retried prepare never lets an old URL overwrite a committed object;
+ *    push's spool; for inner state the slot's blob name with one), so a retried prepare never
+ *    lets an old URL overwrite a committed object, and a second prepare of the same object
+ *    deletes the first one's;
  *    the URL signs the MD5, so it can write only the bytes the worker announced. An upload
  *    whose entry is dropped uncommitted is aborted (an object, deleted).
  *  - The table lives in memory: a coordinator restart forgets it. A commit then names its
@@ -50,9 +54,13 @@
 /* S3's largest single PUT. */
 #define PUT_MAX_BYTES ((uint64_t)5 << 30)
 
-const put_prep *put_prepared(const coord *c, int64_t lease, int frag) {
+static int put_is(const put_prep *e, int64_t lease, int frag, blob_kind kind) {
+  return e->lease == lease && e->frag == frag && e->kind == kind;
+}
+
+const put_prep *put_prepared(const coord *c, int64_t lease, int frag, blob_kind kind) {
   for (int i = 0; i < c->n_puts; i++)
-    if (c->puts[i].lease == lease && c->puts[i].frag == frag) return &c->puts[i];
+    if (put_is(&c->puts[i], lease, frag, kind)) return &c->puts[i];
   return NULL;
 }
 
@@ -66,18 +74,18 @@ static void put_drop(coord *c, int i, int discard) {
   c->puts[i] = c->puts[--c->n_puts];
 }
 
-int put_discard(coord *c, int64_t lease, int frag) {
+int put_discard(coord *c, int64_t lease, int frag, blob_kind kind) {
   for (int i = 0; i < c->n_puts; i++)
-    if (c->puts[i].lease == lease && c->puts[i].frag == frag) {
+    if (put_is(&c->puts[i], lease, frag, kind)) {
       put_drop(c, i, 1);
       return 1;
     }
   return 0;
 }
 
-void put_forget(coord *c, int64_t lease, int frag) {
+void put_forget(coord *c, int64_t lease, int frag, blob_kind kind) {
   for (int i = 0; i < c->n_puts; i++)
-    if (c->puts[i].lease == lease && c->puts[i].frag == frag) {
+    if (put_is(&c->puts[i], lease, frag, kind)) {
       put_drop(c, i, 0);
       return;
     }
@@ -112,11 +120,14 @@ void put_sweep(coord *c) {
   }
 }
 
-/* The entry for (lease, frag): an earlier one of the pair is replaced, its object left alone (a
- * commit of it may be under way; the start-up sweep removes it otherwise). */
-static put_prep *put_slot(coord *c, int64_t lease, int frag) {
+/* The entry for (lease, frag, kind): an earlier one is replaced and its object deleted (its
+ * upload aborted), on the thread pool. A worker prepares again only after giving up on the
+ * earlier object; a commit of it still under way then fails, and the worker's retry commits
+ * the new one, so the earlier object is never wanted. */
+static put_prep *put_slot(coord *c, int64_t lease, int frag, blob_kind kind) {
   for (int i = 0; i < c->n_puts; i++)
-    if (c->puts[i].lease == lease && c->puts[i].frag == frag) {
+    if (put_is(&c->puts[i], lease, frag, kind)) {
+      rounds_discard(c, c->puts[i].name, c->puts[i].upload_id);
       free(c->puts[i].part_md5);
       c->puts[i].part_md5 = NULL;
       c->puts[i].parts = 0;
@@ -136,6 +147,28 @@ static put_prep *put_slot(coord *c, int64_t lease, int frag) {
   return e;
 }
 
+int put_inner_wants(const coord *c, const coord_job *j) {
+  return c->delta_puts && blob_store_is_s3(c->bs) && j->spec.inner.state == INNER_STATE_CHECKPOINT;
+}
+
+/* The blob kind an object of the request holds (DeltaPut.payload), for job j; 0 for a payload
+ * no put carries. */
+static blob_kind put_kind(const coord_job *j, const Dipaco__V1__DeltaPut *d) {
+  switch (d->payload) {
+  case DIPACO__V1__PAYLOAD__PAYLOAD_PARAMS: /* unset */
+  case DIPACO__V1__PAYLOAD__PAYLOAD_DELTA: return BLOB_DELTA;
+  case DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M: return BLOB_INNER_M;
+  case DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V: return BLOB_INNER_V;
+  case DIPACO__V1__PAYLOAD__PAYLOAD_LOCAL_PARAMS: return jobspec_streaming(&j->spec) ? BLOB_INNER_L : (blob_kind)0;
+  case DIPACO__V1__PAYLOAD__PAYLOAD_EF_BUFFER: return j->spec.sparse.enabled ? BLOB_INNER_E : (blob_kind)0;
+  default: return (blob_kind)0;
+  }
+}
+
+/* The floats of an object of `kind` for a fragment of n: an inner-state M blob carries the
+ * AdamW step as two more. */
+static uint64_t put_floats(blob_kind kind, uint64_t n) { return kind == BLOB_INNER_M ? n + 2 : n; }
+
 int put_lease_wants(const coord *c, const coord_job *j) {
   return c->delta_puts && blob_store_is_s3(c->bs) && !j->spec.sparse.enabled && !jobspec_streaming(&j->spec) &&
          j->spec.streaming.codec == DPC_CODEC_FP32;
@@ -144,7 +177,7 @@ int put_lease_wants(const coord *c, const coord_job *j) {
 uint64_t put_part_bytes(const coord *c, const coord_job *j) {
   uint64_t most = 0;
   for (int f = 0; f < j->n_fragments; f++) {
-    uint64_t bytes = BLOB_HEADER_BYTES + 4 * (uint64_t)j->fragments[f].len + BLOB_TRAILER_BYTES;
+    uint64_t bytes = BLOB_HEADER_BYTES + 4 * put_floats(BLOB_INNER_M, j->fragments[f].len) + BLOB_TRAILER_BYTES;
     if (bytes > most) most = bytes;
   }
   blob_s3 *s3 = blob_store_s3(c->bs);
@@ -164,19 +197,30 @@ static int check_put(struct rpc_call *call, coord *c, const coord_job *j, const 
                     (unsigned long long)d->fragment_id, (long long)l->id);
     return -1;
   }
+  const blob_kind kind = put_kind(j, d);
+  if (!kind) {
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu].payload %d: a put holds a delta or, on a job with inner.state "
+                    "checkpoint, PAYLOAD_ADAM_M, PAYLOAD_ADAM_V or the job's third inner-state stream", k, (int)d->payload);
+    return -1;
+  }
   for (size_t i = 0; i < k; i++)
-    if (r->puts[i]->fragment_id == d->fragment_id) {
-      rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu].fragment_id %llu appears twice", k,
-                      (unsigned long long)d->fragment_id);
+    if (r->puts[i]->fragment_id == d->fragment_id && put_kind(j, r->puts[i]) == kind) {
+      rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu].fragment_id %llu appears twice with payload %d", k,
+                      (unsigned long long)d->fragment_id, (int)d->payload);
       return -1;
     }
-  uint64_t n = j->fragments[frag].len;
+  uint64_t n = put_floats(kind, j->fragments[frag].len);
   uint64_t bytes = BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES;
   if (d->num_floats != n || d->object_bytes != bytes) {
-    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu]: fragment %llu has %llu floats, an object of %llu bytes; got "
+    rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu]: fragment %llu's object holds %llu floats, %llu bytes; got "
                     "num_floats %llu, object_bytes %llu", k, (unsigned long long)d->fragment_id,
                     (unsigned long long)n, (unsigned long long)bytes, (unsigned long long)d->num_floats,
                     (unsigned long long)d->object_bytes);
+    return -1;
+  }
+  if (kind != BLOB_DELTA && bytes > PUT_MAX_BYTES) { /* its commit copies it in one CopyObject */
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "puts[%zu]: fragment %llu's inner state of %llu bytes is beyond one "
+                    "copy's 5 GiB: push its bytes", k, (unsigned long long)d->fragment_id, (unsigned long long)bytes);
     return -1;
   }
   uint64_t pb = put_part_bytes(c, j), parts = bytes > pb ? (bytes + pb - 1) / pb : 0;
@@ -224,10 +268,18 @@ static coord_job *put_lease(struct rpc_call *call, coord *c, int64_t worker,
     return NULL;
   }
   coord_job *j = coord_job_get(c, l->job);
-  if (!j || !put_lease_wants(c, j)) {
-    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "lease %lld: its deltas go through PushDelta (%s)", (long long)l->id,
+  int deltas = 0, inner = 0;
+  for (size_t k = 0; j && k < r->n_puts; k++) {
+    blob_kind kind = put_kind(j, r->puts[k]);
+    deltas |= kind == BLOB_DELTA;
+    inner |= kind && kind != BLOB_DELTA;
+  }
+  if (!j || (deltas && !put_lease_wants(c, j)) || (inner && !put_inner_wants(c, j))) {
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "lease %lld: its %s go through %s (%s)", (long long)l->id,
+                    inner ? "inner state" : "deltas", inner ? "PushInnerState" : "PushDelta",
                     !blob_store_is_s3(c->bs) ? "this coordinator keeps its blobs on its own disk"
                     : !c->delta_puts        ? "the coordinator runs with --no-delta-puts"
+                    : inner                 ? "only the inner state of jobs with inner.state checkpoint is put"
                                             : "only fp32 deltas of jobs without streaming or SparseLoCo are put");
     return NULL;
   }
@@ -252,18 +304,23 @@ static void out_free(Dipaco__V1__DeltaPut *o) {
 /* Name one fragment's object, record its entry and fill the answer *o (strings malloc'd:
  * out_free): a single PUT is presigned at once; an object in parts gets its part URLs once its
  * multipart upload has started (prep_begin_run, prep_after). */
-static int prepare_one(coord *c, const store_lease *l, const Dipaco__V1__DeltaPut *d, uint64_t all_bytes, int64_t now,
-                       Dipaco__V1__DeltaPut *o) {
+static int prepare_one(coord *c, const coord_job *j, const store_lease *l, const Dipaco__V1__DeltaPut *d,
+                       uint64_t all_bytes, int64_t now, Dipaco__V1__DeltaPut *o) {
   int frag = (int)(d->fragment_id - 1);
+  const blob_kind kind = put_kind(j, d);
   dipaco__v1__delta_put__init(o);
-  put_prep *e = put_slot(c, l->id, frag);
-  if (!e) return dpc_err(DPC_ENOMEM, "too many delta objects in flight");
+  put_prep *e = put_slot(c, l->id, frag, kind);
+  if (!e) return dpc_err(DPC_ENOMEM, "too many put objects in flight");
   char url[S3_URL_MAX];
-  blob_id id = {.job = l->job, .fragment = frag, .version = l->round, .aux = l->id, .attempt = ++c->push_seq,
-                .kind = BLOB_DELTA};
+  /* A delta's name carries its lease; inner state's its slot, as the blob the commit copies it
+   * to (svc_inner.c), and the attempt stamp keeps it apart from that blob. */
+  int64_t aux = kind == BLOB_DELTA ? l->id : (int64_t)l->path * j->spec.replicas + l->replica + 1;
+  blob_id id = {.job = l->job, .fragment = frag, .version = l->round, .aux = aux, .attempt = ++c->push_seq,
+                .kind = kind};
   int rc = blob_name(&id, e->name, sizeof e->name);
   e->lease = l->id;
   e->frag = frag;
+  e->kind = kind;
   const int parts = (int)d->n_part_md5;
   if (!rc && parts == 0) {
     rc = blob_store_put_url(c->bs, e->name, d->content_md5.data, all_bytes, url, sizeof url);
@@ -275,7 +332,7 @@ static int prepare_one(coord *c, const store_lease *l, const Dipaco__V1__DeltaPu
     for (int i = 0; !rc && i < parts; i++) memcpy(e->part_md5[i], d->part_md5[i].data, 16);
   }
   if (rc < 0) {
-    put_discard(c, l->id, frag);
+    put_discard(c, l->id, frag, kind);
     return rc;
   }
   e->parts = parts;
@@ -290,6 +347,7 @@ static int prepare_one(coord *c, const store_lease *l, const Dipaco__V1__DeltaPu
   o->crc32c = d->crc32c;
   o->object_bytes = d->object_bytes;
   o->attempt = (uint64_t)id.attempt;
+  o->payload = d->payload;
   return 0;
 }
 
@@ -299,6 +357,7 @@ static int prepare_one(coord *c, const store_lease *l, const Dipaco__V1__DeltaPu
 typedef struct {
   char name[BLOB_NAME_MAX]; /* the entry's object as named by this call */
   int multi;                /* in parts: its upload starts on the thread pool */
+  blob_kind kind;
   char upload_id[512];
   int rc;
   char err[256];
@@ -326,8 +385,8 @@ static void prep_free(prep_work *w) {
 /* The call failed: drop the entries it named that are still there (nobody will put them). */
 static void prep_drop(coord *c, prep_work *w) {
   for (size_t k = 0; k < w->n; k++) {
-    const put_prep *e = put_prepared(c, w->lease, (int)(w->out[k].fragment_id - 1));
-    if (e && strcmp(e->name, w->up[k].name) == 0) put_discard(c, w->lease, e->frag);
+    const put_prep *e = put_prepared(c, w->lease, (int)(w->out[k].fragment_id - 1), w->up[k].kind);
+    if (e && strcmp(e->name, w->up[k].name) == 0) put_discard(c, w->lease, e->frag, e->kind);
   }
 }
 
@@ -350,16 +409,16 @@ static void prep_begin_run(uv_work_t *req) {
 static int prep_parts(coord *c, prep_work *w, size_t k, int drop) {
   prep_upload *u = &w->up[k];
   int frag = (int)(w->out[k].fragment_id - 1);
-  put_prep *e = (put_prep *)put_prepared(c, w->lease, frag);
+  put_prep *e = (put_prep *)put_prepared(c, w->lease, frag, u->kind);
   if (e && strcmp(e->name, u->name) != 0) e = NULL;
   if (u->rc < 0) {
-    if (e) put_discard(c, w->lease, frag);
+    if (e) put_discard(c, w->lease, frag, u->kind);
     return dpc_err(u->rc, "%s", u->err);
   }
   if (!e || drop) {
     if (e) {
       snprintf(e->upload_id, sizeof e->upload_id, "%s", u->upload_id);
-      put_discard(c, w->lease, frag); /* (aborts the upload) */
+      put_discard(c, w->lease, frag, u->kind); /* (aborts the upload) */
     } else {
       rounds_discard(c, u->name, u->upload_id);
     }
@@ -374,7 +433,7 @@ static int prep_parts(coord *c, prep_work *w, size_t k, int drop) {
     int rc = blob_store_part_url(c->bs, e->name, e->upload_id, i + 1, e->part_md5[i], e->url_bytes, url, sizeof url);
     if (!rc && !(o->part_urls[o->n_part_urls++] = strdup(url))) rc = dpc_err(DPC_ENOMEM, "out of memory");
     if (rc < 0) {
-      put_discard(c, w->lease, frag); /* (aborts the upload) */
+      put_discard(c, w->lease, frag, u->kind); /* (aborts the upload) */
       return rc;
     }
   }
@@ -445,7 +504,7 @@ static void on_prepare(struct rpc_call *call, const struct grpc_byte_buffer *req
   for (size_t k = 0; j && k < n; k++) {
     w->op[k] = &w->out[k];
     w->n = k + 1;
-    int rc = prepare_one(c, &l, r->puts[k], all_bytes, now, &w->out[k]);
+    int rc = prepare_one(c, j, &l, r->puts[k], all_bytes, now, &w->out[k]);
     if (rc < 0) {
       rpc_call_finish(call, rpc_code_from_dpc(rc), "fragment %llu's object: %s",
                       (unsigned long long)r->puts[k]->fragment_id, dpc_errmsg());
@@ -455,7 +514,9 @@ static void on_prepare(struct rpc_call *call, const struct grpc_byte_buffer *req
       w->n = k + 1; /* (its answer is freed with the others) */
       j = NULL;
     } else {
-      snprintf(w->up[k].name, sizeof w->up[k].name, "%s", put_prepared(c, l.id, (int)(r->puts[k]->fragment_id - 1))->name);
+      w->up[k].kind = put_kind(j, r->puts[k]);
+      snprintf(w->up[k].name, sizeof w->up[k].name, "%s",
+               put_prepared(c, l.id, (int)(r->puts[k]->fragment_id - 1), w->up[k].kind)->name);
       w->up[k].multi = r->puts[k]->n_part_md5 > 0;
       uploads += w->up[k].multi;
     }

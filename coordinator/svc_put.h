@@ -1,6 +1,6 @@
-/* svc_put.h — PrepareDeltaPut and the delta objects it named (layer 4, see coord.h): workers
- * PUT fp32 deltas to an S3 store themselves and commit them with PushDelta
- * (PAYLOAD_DELTA_OBJECT, svc_push.c).
+/* svc_put.h — PrepareDeltaPut and the objects it named (layer 4, see coord.h): workers PUT fp32
+ * deltas and inner state to an S3 store themselves and commit them with PushDelta
+ * (PAYLOAD_DELTA_OBJECT, svc_push.c) or PushInnerState (PAYLOAD_INNER_OBJECT, svc_inner.c).
  *
  * Contract: loop thread only; the table is coord.puts (coord.h put_prep). */
 #ifndef DPC_COORD_SVC_PUT_H
@@ -19,13 +19,17 @@ int put_lease_wants(const coord *c, const coord_job *j);
  * above it that puts the job's largest delta object in S3's 10000 parts (s3_part_bytes). */
 uint64_t put_part_bytes(const coord *c, const coord_job *j);
 
-/* The object prepared for (lease, fragment), or NULL; put_forget drops it (committed or
- * refused); put_free_all frees the table at shutdown. */
-const put_prep *put_prepared(const coord *c, int64_t lease, int frag);
-void put_forget(coord *c, int64_t lease, int frag);
+/* 1 when the leases of job j carry Lease.inner_put (an S3 store, inner.state checkpoint, and
+ * the coordinator allows puts). */
+int put_inner_wants(const coord *c, const coord_job *j);
+
+/* The object of `kind` (BLOB_DELTA or BLOB_INNER_*) prepared for (lease, fragment), or NULL;
+ * put_forget drops it (committed or refused); put_free_all frees the table at shutdown. */
+const put_prep *put_prepared(const coord *c, int64_t lease, int frag, blob_kind kind);
+void put_forget(coord *c, int64_t lease, int frag, blob_kind kind);
 /* put_forget for an entry whose object is not wanted: its upload aborted, its object deleted;
  * 0 when there was no entry. */
-int put_discard(coord *c, int64_t lease, int frag);
+int put_discard(coord *c, int64_t lease, int frag, blob_kind kind);
 void put_free_all(coord *c);
 /* The tick's part: delete the objects of entries whose lease ended uncommitted or whose URLs
  * are long dead, and drop the entries. */

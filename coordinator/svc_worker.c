@@ -492,7 +492,8 @@ static void reply_lease(struct rpc_call *call, coord *c, const store_lease *l) {
   le.outer_rounds = (uint32_t)j->spec.rounds;
   le.replay_pull = lease_replays(j, fids, nf);
   le.delta_put = put_lease_wants(c, j);
-  le.delta_put_part_bytes = le.delta_put ? put_part_bytes(c, j) : 0;
+  le.inner_put = put_inner_wants(c, j);
+  le.delta_put_part_bytes = le.delta_put || le.inner_put ? put_part_bytes(c, j) : 0;
   if (j->spec.sparse.enabled) {
     le.delta_codec = (Dipaco__V1__Codec)DPC_CODEC_SPARSE;
     le.delta_block_floats = 0;

@@ -1,6 +1,7 @@
 /* client.c — the worker's Coordinator calls (see client.h): one function per RPC, reply
  * validation, and the error classification the lease loop acts on. */
 #include "worker/client.h"
+#include "worker/client_internal.h"
 #include "worker/storeget.h"
 #include "common/codec.h"
 #include "common/auth.h"
@@ -17,14 +18,7 @@
 
 #define BLOB_URLS_MAX 65536 /* an answer of URLs: a few presigned URLs */
 
-#define SVC "/dipaco.v1.Coordinator/"
-#define UNARY_TIMEOUT_MS 10000
 
-/* A transfer gets 30 s plus 1 s per 10 MB (a floor of 10 MB/s). */
-static int transfer_timeout_ms(size_t bytes) {
-  uint64_t ms = 30000 + bytes / 10000;
-  return ms > 3600000 ? 3600000 : (int)ms;
-}
 
 /* Connection credentials of the process (wc_set_credentials). */
 static struct {
@@ -268,11 +262,8 @@ static int pull_stream(wclient *c, uint64_t lease_id, const Dipaco__V1__Fragment
   return 0;
 }
 
-/* The end of a PushDelta stream s (wc_push, wc_push_sparse, wc_push_objects) whose writes ended
- * with rc: finish it also after a failed write (the status says why the server hung up), and
- * fill results[i] with fragment i's PushResult from the acks. */
-static int push_finish(struct rpc_stream *s, Dipaco__V1__FragmentInfo *const *frags, size_t n, int rc, int *results,
-                       int *code) {
+int wc_push_finish(struct rpc_stream *s, Dipaco__V1__FragmentInfo *const *frags, size_t n, int rc, int *results,
+                   int *code) {
   ProtobufCMessage *pm = NULL;
   int frc = rpc_stream_finish(s, &dipaco__v1__push_delta_response__descriptor, &pm);
   *code = rpc_last_code();
@@ -291,8 +282,7 @@ static int push_finish(struct rpc_stream *s, Dipaco__V1__FragmentInfo *const *fr
   return 0;
 }
 
-/* The chunk header fields every delta a lease pushes shares, bytes or an object's commit. */
-static void delta_header(struct rpc_chunk *h, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f,
+void wc_delta_header(struct rpc_chunk *h, uint64_t lease_id, const Dipaco__V1__FragmentInfo *f,
                          uint64_t inner_steps, uint64_t tokens, int payload) {
   memset(h, 0, sizeof *h);
   h->lease_id = lease_id;
@@ -326,7 +316,7 @@ static int push_impl(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *co
   unsigned char *enc = NULL;
   for (size_t i = 0; i < n && !rc; i++) {
     struct rpc_chunk h;
-    delta_header(&h, lease_id, frags[i], inner_steps, tokens, DIPACO__V1__PAYLOAD__PAYLOAD_DELTA);
+    wc_delta_header(&h, lease_id, frags[i], inner_steps, tokens, DIPACO__V1__PAYLOAD__PAYLOAD_DELTA);
     h.codec = (uint32_t)codec;
     h.block_floats = dpc_codec_is_block(codec) ? block : 0;
     size_t bytes = 0;
@@ -344,7 +334,7 @@ static int push_impl(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *co
     if (!rc && sent) *sent += bytes;
   }
   free(enc);
-  return push_finish(s, frags, n, rc, results, code);
+  return wc_push_finish(s, frags, n, rc, results, code);
 }
 
 int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
@@ -358,113 +348,6 @@ int wc_push_sparse(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
                    int *results, int *code, uint64_t *sent) {
   return push_impl(c, lease_id, frags, n, NULL, enc, bytes, inner_steps, tokens, DPC_CODEC_SPARSE, 0, results, code,
                    sent);
-}
-
-void wc_put_clear(wc_put *p) {
-  free(p->url);
-  p->url = NULL;
-  for (int i = 0; p->part_urls && i < p->parts; i++) free(p->part_urls[i]);
-  free(p->part_urls);
-  p->part_urls = NULL;
-}
-
-/* puts[i]'s URLs from the answer's entry a: 0, or an error naming what is missing. */
-static int take_urls(wc_put *w, const Dipaco__V1__DeltaPut *a) {
-  w->attempt = a->attempt;
-  if (w->parts == 0) {
-    if (!a->url || !a->url[0]) return dpc_err(DPC_EFORMAT, "PrepareDeltaPut: no URL for fragment %" PRIu64, a->fragment_id);
-    return (w->url = strdup(a->url)) ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
-  }
-  if (a->n_part_urls != (size_t)w->parts)
-    return dpc_err(DPC_EFORMAT, "PrepareDeltaPut: %zu part URLs for fragment %" PRIu64 ", asked for %d", a->n_part_urls,
-                   a->fragment_id, w->parts);
-  if (!(w->part_urls = calloc((size_t)w->parts, sizeof *w->part_urls))) return dpc_err(DPC_ENOMEM, "worker: out of memory");
-  for (int k = 0; k < w->parts; k++)
-    if (!(w->part_urls[k] = strdup(a->part_urls[k] ? a->part_urls[k] : ""))) return dpc_err(DPC_ENOMEM, "worker: out of memory");
-  return 0;
-}
-
-int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n, wc_put *puts,
-                   int *code) {
-  Dipaco__V1__PrepareDeltaPutRequest req = DIPACO__V1__PREPARE_DELTA_PUT_REQUEST__INIT;
-  Dipaco__V1__DeltaPut *d = calloc(n ? n : 1, sizeof *d);
-  Dipaco__V1__DeltaPut **dp = calloc(n ? n : 1, sizeof *dp);
-  size_t np = 0;
-  for (size_t i = 0; i < n; i++) np += (size_t)puts[i].parts;
-  ProtobufCBinaryData *pm5 = calloc(np ? np : 1, sizeof *pm5);
-  *code = RPC_OK;
-  for (size_t i = 0; i < n; i++) puts[i].url = NULL, puts[i].part_urls = NULL;
-  if (!d || !dp || !pm5) {
-    free(d);
-    free(dp);
-    free(pm5);
-    return dpc_err(DPC_ENOMEM, "worker: out of memory");
-  }
-  for (size_t i = 0, at = 0; i < n; i++) {
-    dipaco__v1__delta_put__init(&d[i]);
-    d[i].fragment_id = frags[i]->fragment_id;
-    d[i].num_floats = frags[i]->num_floats;
-    d[i].crc32c = puts[i].crc;
-    d[i].object_bytes = puts[i].bytes;
-    d[i].content_md5.data = puts[i].md5;
-    d[i].content_md5.len = 16;
-    d[i].n_part_md5 = (size_t)puts[i].parts;
-    d[i].part_md5 = pm5 + at;
-    for (int k = 0; k < puts[i].parts; k++, at++) pm5[at].data = puts[i].part_md5[k], pm5[at].len = 16;
-    dp[i] = &d[i];
-  }
-  req.lease_id = lease_id;
-  req.n_puts = n;
-  req.puts = dp;
-  ProtobufCMessage *pm = NULL;
-  int rc = rpc_unary(c->rpc, SVC "PrepareDeltaPut", &req.base, &dipaco__v1__prepare_delta_put_response__descriptor,
-                     &pm, UNARY_TIMEOUT_MS);
-  *code = rpc_last_code();
-  free(d);
-  free(dp);
-  free(pm5);
-  if (rc) return rc;
-  Dipaco__V1__PrepareDeltaPutResponse *r = (Dipaco__V1__PrepareDeltaPutResponse *)pm;
-  int *seen = calloc(n ? n : 1, sizeof *seen);
-  if (!seen) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
-  for (size_t a = 0; a < r->n_puts && !rc; a++)
-    for (size_t i = 0; i < n && !rc; i++)
-      if (r->puts[a]->fragment_id == frags[i]->fragment_id && !seen[i]) {
-        seen[i] = 1;
-        rc = take_urls(&puts[i], r->puts[a]);
-      }
-  for (size_t i = 0; i < n && !rc; i++)
-    if (!seen[i]) rc = dpc_err(DPC_EFORMAT, "PrepareDeltaPut: no answer for fragment %" PRIu64, frags[i]->fragment_id);
-  free(seen);
-  protobuf_c_message_free_unpacked(pm, NULL);
-  if (rc)
-    for (size_t i = 0; i < n; i++) wc_put_clear(&puts[i]);
-  return rc;
-}
-
-int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                    const uint32_t *crc, const uint64_t *attempts, uint64_t inner_steps, uint64_t tokens, int *results,
-                    int *code) {
-  for (size_t i = 0; i < n; i++) results[i] = -1;
-  struct rpc_stream *s = NULL;
-  /* The coordinator reads every object back before it answers. */
-  size_t total = 0;
-  for (size_t i = 0; i < n; i++) total += (size_t)frags[i]->num_floats * sizeof(float);
-  int rc = rpc_stream_open(c->rpc, SVC "PushDelta", NULL, transfer_timeout_ms(total), &s);
-  *code = rpc_last_code();
-  if (rc) return rc;
-  static const unsigned char none[1];
-  for (size_t i = 0; i < n && !rc; i++) {
-    struct rpc_chunk h;
-    delta_header(&h, lease_id, frags[i], inner_steps, tokens, DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT);
-    h.codec = DPC_CODEC_FP32;
-    h.total = frags[i]->num_floats * sizeof(float);
-    h.crc32c = crc[i];
-    h.step = attempts[i];
-    struct grpc_byte_buffer *bb = rpc_chunk_encode(&h, none, NULL, NULL);
-    rc = bb ? rpc_stream_write(s, bb) : dpc_err(DPC_ENOMEM, "worker: out of memory encoding a chunk");
-  }
-  return push_finish(s, frags, n, rc, results, code);
 }
 
 /* One PullFragment of a round (pull_round_impl): with objects, PAYLOAD_ROUND_OBJECTS is taken

@@ -100,10 +100,14 @@ int wc_push(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frag
             const float *const *delta, uint64_t inner_steps, uint64_t tokens, int codec, uint32_t block,
             int *results, int *code, uint64_t *sent);
 
-/* One delta object of PrepareDeltaPut (Lease.delta_put). In: the payload's CRC-32C, the object's
- * MD5 and size (storeput.h) and, for an object put in parts, their count and MD5s. Out (malloc'd:
- * wc_put_clear): the presigned URL, or one per part, and the object's attempt number. */
+/* One object of PrepareDeltaPut (Lease.delta_put, Lease.inner_put). In: what it holds (payload:
+ * 0 a delta, else the inner-state Payload) and its floats (0: the fragment's), the payload's
+ * CRC-32C, the object's MD5 and size (storeput.h) and, for an object put in parts, their count
+ * and MD5s. Out (malloc'd: wc_put_clear): the presigned URL, or one per part, and the object's
+ * attempt number. */
 typedef struct {
+  int payload;
+  uint64_t num_floats;
   uint32_t crc;
   unsigned char md5[16];
   uint64_t bytes;
@@ -114,7 +118,8 @@ typedef struct {
   uint64_t attempt;
 } wc_put;
 void wc_put_clear(wc_put *p);
-/* PrepareDeltaPut for frags[0..n), puts[i] for frags[i]: the URLs, or none on failure. */
+/* PrepareDeltaPut for frags[0..n), puts[i] for frags[i] (a fragment may come once per payload):
+ * the URLs, or none on failure. */
 int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n, wc_put *puts,
                    int *code);
 /* One PushDelta stream that commits the objects put for frags[0..n) (PAYLOAD_DELTA_OBJECT chunks,
@@ -122,6 +127,22 @@ int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
 int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
                     const uint32_t *crc, const uint64_t *attempts, uint64_t inner_steps, uint64_t tokens,
                     int *results, int *code);
+
+/* Put objects o[0..n) for frags[0..n) (a fragment may come once per payload, w[i].payload and
+ * num_floats set by the caller): their MD5s (and their parts', above part_bytes) into w, one
+ * PrepareDeltaPut, then each PUT (parts over up to `streams` connections). 0 with w[i].attempt
+ * and crc set for the commit; else the error, *code RPC_OK when the store failed. *parts (may be
+ * NULL) counts the parts put. wc_put_free frees w's URLs and MD5s and w. */
+typedef struct storeput_object storeput_object;
+int wc_put_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+                   storeput_object *o, wc_put *w, uint64_t part_bytes, int streams, int *code, int *parts);
+void wc_put_free(wc_put *w, size_t n);
+
+/* One PushInnerState stream that commits the inner-state objects put for frags[0..n)
+ * (PAYLOAD_INNER_OBJECT chunks, no data, step = the object's attempt number; puts[i] as
+ * prepared). */
+int wc_push_inner_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+                          const wc_put *puts, int *code);
 
 /* wc_push for SparseLoCo: enc[i] holds fragment i's CODEC_SPARSE stream of bytes[i] bytes
  * (common/sparse.h), sent as it is. */

@@ -169,29 +169,15 @@ static int push_inner_state(lease_work *x, int *code) {
  * of PAYLOAD_DELTA_OBJECT chunks) is retried alone. */
 static int put_objects(lease_work *x, int *code) {
   const Dipaco__V1__Lease *L = x->L;
-  const uint64_t pb = L->delta_put_part_bytes;
   size_t n = L->n_fragments;
   storeput_object *o = calloc(n, sizeof *o);
   wc_put *w = calloc(n, sizeof *w);
   int rc = o && w ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
   *code = RPC_OK;
-  for (size_t i = 0; i < n && !rc; i++) {
-    storeput_make(&o[i], x->dp[i], L->fragments[i]->num_floats);
-    w[i].crc = o[i].crc;
-    w[i].bytes = storeput_bytes(&o[i]);
-    if ((w[i].parts = storeput_parts(&o[i], pb)) > 0 && !(w[i].part_md5 = malloc((size_t)w[i].parts * 16)))
-      rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
-    if (!rc) rc = storeput_digest(&o[i], pb, w[i].part_md5);
-    memcpy(w[i].md5, o[i].md5, 16);
-  }
-  if (!rc) rc = wc_prepare_put(x->r->wc, L->lease_id, L->fragments, n, w, code);
-  for (size_t i = 0; i < n && !rc; i++) { /* a put fails after 60 s without progress */
-    rc = w[i].parts ? storeput_put_parts(w[i].part_urls, &o[i], pb, w[i].parts,
-                                         (const unsigned char (*)[16])w[i].part_md5, PUT_STREAMS, 60000)
-                    : storeput_put(w[i].url, &o[i], 60000);
-    if (rc) *code = RPC_OK; /* the store's failure, not the coordinator's */
-    x->put_parts += w[i].parts;
-  }
+  for (size_t i = 0; i < n && !rc; i++) storeput_make(&o[i], x->dp[i], L->fragments[i]->num_floats);
+  if (!rc)
+    rc = wc_put_objects(x->r->wc, L->lease_id, L->fragments, n, o, w, L->delta_put_part_bytes, PUT_STREAMS, code,
+                        &x->put_parts);
   if (!rc) {
     x->put_crc = calloc(n, sizeof *x->put_crc);
     x->put_attempt = calloc(n, sizeof *x->put_attempt);
@@ -204,11 +190,7 @@ static int put_objects(lease_work *x, int *code) {
       x->put_attempt = NULL;
     }
   }
-  for (size_t i = 0; w && i < n; i++) {
-    wc_put_clear(&w[i]);
-    free(w[i].part_md5);
-  }
-  free(w);
+  wc_put_free(w, n);
   free(o);
   return rc;
 }

@@ -4,6 +4,8 @@
 #include "common/errors.h"
 #include "common/log.h"
 #include "worker/data.h"
+#include "worker/storeget.h"
+#include "worker/storeput.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -288,6 +290,50 @@ int slot_resume_checkpoint(slot_cache *c, wclient *wc, worker_ctl *ctl, unsigned
   return 0;
 }
 
+/* Lease.inner_put: put every fragment's M, V (and third) blob in the object store
+ * (PrepareDeltaPut with their payloads, a PUT each or per part), then commit them (one
+ * PushInnerState of PAYLOAD_INNER_OBJECT chunks); M carries the AdamW step in two more floats,
+ * as the coordinator's own M blobs do. */
+static int put_inner(wclient *wc, const Dipaco__V1__Lease *L, const float *const *mp, const float *const *vp,
+                     const float *const *lp, uint64_t step, int *code) {
+  const size_t kinds = lp ? 3 : 2, n = L->n_fragments * kinds;
+  const int payload[3] = {DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M, DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V, third_payload(L)};
+  const uint32_t kind[3] = {STORE_KIND_INNER_M, STORE_KIND_INNER_V,
+                            L->streaming ? STORE_KIND_INNER_L : STORE_KIND_INNER_E};
+  const uint32_t lohi[2] = {(uint32_t)step, (uint32_t)(step >> 32)};
+  storeput_object *o = calloc(n, sizeof *o);
+  wc_put *w = calloc(n, sizeof *w);
+  Dipaco__V1__FragmentInfo **fr = calloc(n, sizeof *fr);
+  int rc = o && w && fr ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n && !rc; i++) {
+    const size_t f = i / kinds, k = i % kinds;
+    fr[i] = L->fragments[f];
+    storeput_make_kind(&o[i], kind[k], (k == 0 ? mp : k == 1 ? vp : lp)[f], fr[i]->num_floats, lohi,
+                       k == 0 ? sizeof lohi : 0);
+    w[i].payload = payload[k];
+    w[i].num_floats = o[i].n;
+    bytes += storeput_bytes(&o[i]);
+  }
+  if (!rc) rc = wc_put_objects(wc, L->lease_id, fr, n, o, w, L->delta_put_part_bytes, 4, code, NULL);
+  if (!rc) rc = wc_push_inner_objects(wc, L->lease_id, fr, n, w, code);
+  if (!rc)
+    DPC_INFO("lease %" PRIu64 ": inner state of %zu fragment(s) put in the object store (%zu objects, %" PRIu64
+             " bytes, step %" PRIu64 ")", L->lease_id, (size_t)L->n_fragments, n, bytes, step);
+  wc_put_free(w, n);
+  free(o);
+  free(fr);
+  return rc;
+}
+
+/* Whether a failed inner-state put (rc, with the coordinator's status code) goes on with
+ * pushing the bytes: not when the lease is gone or the coordinator is unreachable (the push
+ * would meet the same), else yes (the store failed, the coordinator refused the objects). */
+static int inner_put_falls_back(int rc, int code) {
+  return rc && code != RPC_ABORTED && code != RPC_NOT_FOUND && code != RPC_PERMISSION_DENIED &&
+         code != RPC_UNAVAILABLE && code != RPC_DEADLINE_EXCEEDED;
+}
+
 int slot_push_inner(slot_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, const float *ef,
                     int *code) {
   size_t nf = L->n_fragments;
@@ -304,7 +350,17 @@ int slot_push_inner(slot_cache *c, wclient *wc, const Dipaco__V1__Lease *L, cons
     vp[i] = v + p->abs_off[i];
     lp[i] = third ? third + p->abs_off[i] : NULL;
   }
-  if (!rc)
+  int put = !rc && L->inner_put && L->n_fragments > 0;
+  if (put) {
+    rc = put_inner(wc, L, mp, vp, third ? lp : NULL, (uint64_t)step, code);
+    if (inner_put_falls_back(rc, *code)) {
+      DPC_WARN("lease %" PRIu64 ": putting the inner state in the object store failed: %s; pushing it to the "
+               "coordinator", L->lease_id, dpc_errmsg());
+      rc = 0;
+      put = 0;
+    }
+  }
+  if (!rc && !put)
     rc = wc_push_inner(wc, L->lease_id, L->fragments, nf, mp, vp, third ? lp : NULL, third_payload(L), (uint64_t)step,
                        code);
   free(m);

@@ -1,4 +1,4 @@
-/* storeput.c — PUTs of delta objects through presigned S3 URLs (see storeput.h). */
+/* storeput.c — PUTs of delta and inner-state objects through presigned S3 URLs (see storeput.h). */
 #include "worker/storeput.h"
 
 #include "common/checksum.h"
@@ -19,18 +19,25 @@ static void put_u64(unsigned char *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-void storeput_make(storeput_object *o, const float *delta, uint64_t n) {
+void storeput_make_kind(storeput_object *o, uint32_t kind, const float *p, uint64_t n, const void *extra,
+                        uint32_t n_extra) {
   memset(o, 0, sizeof *o);
-  o->payload = delta;
-  o->n = n;
+  o->payload = p;
+  o->n_extra = n_extra <= sizeof o->extra ? n_extra & ~3u : 0;
+  if (o->n_extra) memcpy(o->extra, extra, o->n_extra);
+  o->n = n + o->n_extra / 4;
   put_u32(o->header, STORE_BLOB_MAGIC);
   put_u32(o->header + 4, 1);
-  put_u32(o->header + 8, STORE_KIND_DELTA);
+  put_u32(o->header + 8, kind);
   put_u32(o->header + 12, 0);
-  put_u64(o->header + 16, n);
-  o->crc = dpc_crc32c(0, delta, n * sizeof(float));
+  put_u64(o->header + 16, o->n);
+  o->crc = dpc_crc32c(dpc_crc32c(0, p, n * sizeof(float)), o->extra, o->n_extra);
   put_u32(o->trailer, o->crc);
   put_u32(o->trailer + 4, dpc_crc32c(0, o->header, sizeof o->header));
+}
+
+void storeput_make(storeput_object *o, const float *delta, uint64_t n) {
+  storeput_make_kind(o, STORE_KIND_DELTA, delta, n, NULL, 0);
 }
 
 uint64_t storeput_bytes(const storeput_object *o) { return sizeof o->header + o->n * sizeof(float) + sizeof o->trailer; }
@@ -40,17 +47,18 @@ typedef struct {
   uint64_t at, end; /* the bytes [at, end) of the object are still to send */
 } source;
 
-/* curl's read callback: the header, the payload and the trailer in turn. */
+/* curl's read callback: the header, the payload, its extra bytes and the trailer in turn. */
 static size_t on_read(char *dst, size_t sz, size_t nm, void *ud) {
   source *s = ud;
-  const uint64_t hb = sizeof s->o->header, pb = s->o->n * sizeof(float), total = s->end;
+  const uint64_t hb = sizeof s->o->header, xb = s->o->n_extra, pb = s->o->n * sizeof(float) - xb, total = s->end;
   size_t cap = sz * nm, out = 0;
   while (out < cap && s->at < total) {
     const unsigned char *src;
     uint64_t left;
     if (s->at < hb) src = s->o->header + s->at, left = hb - s->at;
     else if (s->at < hb + pb) src = (const unsigned char *)s->o->payload + (s->at - hb), left = hb + pb - s->at;
-    else src = s->o->trailer + (s->at - hb - pb), left = storeput_bytes(s->o) - s->at;
+    else if (s->at < hb + pb + xb) src = s->o->extra + (s->at - hb - pb), left = hb + pb + xb - s->at;
+    else src = s->o->trailer + (s->at - hb - pb - xb), left = storeput_bytes(s->o) - s->at;
     if (left > total - s->at) left = total - s->at;
     size_t n = left < cap - out ? (size_t)left : cap - out;
     memcpy(dst + out, src, n);
@@ -134,7 +142,7 @@ int storeput_digest(storeput_object *o, uint64_t part_bytes, unsigned char (*par
   ok = ok && EVP_DigestFinal_ex(whole, o->md5, &dl);
   EVP_MD_CTX_free(whole);
   EVP_MD_CTX_free(part);
-  return ok ? 0 : dpc_err(DPC_ENOMEM, "worker: MD5 of a delta object failed");
+  return ok ? 0 : dpc_err(DPC_ENOMEM, "worker: MD5 of an object failed");
 }
 
 int storeput_put_part(const char *url, const storeput_object *o, uint64_t part_bytes, int part,

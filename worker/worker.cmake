@@ -5,7 +5,7 @@
 # and main. dpc_worker is a
 # library so that tests can drive the loop's helpers directly.
 if(TARGET dpc_rpc)
-  set(DPC_WORKER_SOURCES client.c data.c heartbeat.c lease.c plan.c replay.c slot.c sparseloco.c stop.c storeget.c storeput.c
+  set(DPC_WORKER_SOURCES client.c client_put.c data.c heartbeat.c lease.c plan.c replay.c slot.c sparseloco.c stop.c storeget.c storeput.c
       stream.c worker.c)
   list(TRANSFORM DPC_WORKER_SOURCES PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/)
   add_library(dpc_worker STATIC ${DPC_WORKER_SOURCES})

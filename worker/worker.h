@@ -21,7 +21,7 @@
  * These "layer N:" lines are the one list of worker/'s modules; tests/arch/layers.py checks
  * the includes against them.
  *   layer 0: opts trainer
- *   layer 1: data client stop storeget storeput
+ *   layer 1: data client client_put stop storeget storeput
  *   layer 2: plan slot heartbeat
  *   layer 3: stream sparseloco replay
  *   layer 4: lease

@@ -29,6 +29,12 @@ dpc_test(NAME s3_put_delta LABEL integration TIMEOUT 180 REQUIRES DISTRIBUTED
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
                  ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/s3/put_delta.py $<TARGET_FILE:dipaco-coordinator>
                  ${CMAKE_SOURCE_DIR}/proto)
+# Workers' inner-state objects: the prepare's checks, the commit's copy to the slot's name, a
+# zombie's late PUT, a restart between prepare and commit.
+dpc_test(NAME s3_put_inner LABEL integration TIMEOUT 120 REQUIRES DISTRIBUTED
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/s3/with_rgw.sh
+                 ${DPC_PYTHON} ${CMAKE_SOURCE_DIR}/tests/s3/put_inner.py $<TARGET_FILE:dipaco-coordinator>
+                 ${CMAKE_SOURCE_DIR}/proto)
 # Coordinator SIGKILLs at crash points on the S3 store (tests/integration/coord_crash.sh): after a
 # put delta was checked and before its row (the orphan object swept, the worker's commit refused
 # after the restart and its bytes pushed instead), in the middle of an outer step, and after a

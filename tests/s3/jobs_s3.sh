@@ -137,6 +137,17 @@ bin_() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_in']
 echo "leases that put their deltas in the store: $put; the diloco job's bytes into the coordinator: local" \
   "$(bin_ local), S3 $(bin_ s3)"
 [ $(( $(bin_ local) - $(bin_ s3) )) -ge $(( 6 * 10944 * 4 )) ] || fail "the S3 run still pushed deltas through the coordinator"
+# The checkpointed inner state goes the same way (PrepareDeltaPut with its payloads, PUTs, a
+# PushInnerState commit the store completes with a copy): with no fallback the DiLoCo job's
+# coordinator receives no byte at all, and no put object is left beside the copies.
+iput=$(cat "$W"/worker-s3-*.log | grep -c "inner state of [0-9]* fragment(s) put in the object store" || true)
+[ "$iput" -gt 0 ] || fail "no worker put its inner state in the object store"
+iback=$(cat "$W"/worker-s3-*.log | grep -c "putting the inner state in the object store failed" || true)
+[ "$iback" -gt 0 ] || [ "$(bin_ s3)" = 0 ] \
+  || fail "the diloco job's coordinator received $(bin_ s3) bytes from workers on S3 with no fallback"
+staged=$( (s3curl "$S3_ENDPOINT/dpc-jobs?list-type=2&prefix=run1%2F" || true) | { grep -o -- '-t[0-9]*\.inner[a-z]' || true; } | wc -l)
+[ "$staged" = 0 ] || fail "$staged put inner-state object(s) left in the bucket beside their copies"
+echo "leases that put their inner state in the store: $iput (fallbacks to the coordinator: $iback)"
 # Sparse pulls (the SparseLoCo job) and replay pulls (the streaming job) read the rounds' streams
 # from the store too: the coordinator sends their table and URLs only.
 rounds=$(cat "$W"/worker-s3-*.log | grep -c "round of version [0-9]* read from the object store" || true)
