@@ -352,7 +352,7 @@ static int transient(CURLcode cc, long status) {
 static CURLcode attempt(s3_client *c, const s3_req *q, const char *path, s3_resp *r, char *errbuf) {
   char amz_date[17], auth[1024], line[1200], epath[3 * 1024 + 1], url[S3_URL_MAX], qs[4096] = "";
   s3_amz_date(time(NULL), amz_date);
-  s3_kv h[7];
+  s3_kv h[8];
   int nh = 0;
   h[nh++] = (s3_kv){"host", c->host};
   h[nh++] = (s3_kv){"x-amz-content-sha256", "UNSIGNED-PAYLOAD"};
@@ -360,7 +360,10 @@ static CURLcode attempt(s3_client *c, const s3_req *q, const char *path, s3_resp
   if (q->content_md5) h[nh++] = (s3_kv){"content-md5", q->content_md5};
   if (c->cr.session_token[0]) h[nh++] = (s3_kv){"x-amz-security-token", c->cr.session_token};
   if (q->copy_source) h[nh++] = (s3_kv){"x-amz-copy-source", q->copy_source};
-  if (q->copy_if_match) h[nh++] = (s3_kv){"x-amz-copy-source-if-match", q->copy_if_match};
+  if (q->copy_if_match) { /* S3's header, and the name Ceph's RADOS Gateway reads */
+    h[nh++] = (s3_kv){"x-amz-copy-source-if-match", q->copy_if_match};
+    h[nh++] = (s3_kv){"x-amz-copy-if-match", q->copy_if_match};
+  }
   if (s3_sigv4_authorization(&c->cr, c->region, q->method, path, q->query, q->nq, h, nh, "UNSIGNED-PAYLOAD", auth,
                              sizeof auth) < 0 ||
       s3_uri_encode(path, 1, epath, sizeof epath) < 0)

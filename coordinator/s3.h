@@ -71,8 +71,10 @@ int s3_head(s3_client *c, const char *key, uint64_t *size, char *etag, size_t et
 /* Deleting a key that does not exist succeeds (S3 semantics). */
 int s3_delete(s3_client *c, const char *key);
 /* CopyObject: the store copies object `from` to `to` itself (no bytes pass through us); with
- * etag (unquoted), only while `from` still has it (DPC_ECHECKSUM otherwise). At most 5 GiB (S3's
- * limit for one copy). */
+ * etag (unquoted), only while `from` still has it (DPC_ECHECKSUM otherwise: the condition goes
+ * as S3's x-amz-copy-source-if-match and as x-amz-copy-if-match, the name Ceph's RADOS Gateway
+ * reads; tests/unit/test_s3_store.c checks it is honoured). At most 5 GiB (S3's limit for one
+ * copy). */
 int s3_copy(s3_client *c, const char *from, const char *to, const char *etag);
 
 /* Every key under prefix p (relative; "" = all) with its size and when it was last written

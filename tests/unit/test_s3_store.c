@@ -116,6 +116,15 @@ static void objects(s3_client *c) {
   memset(&l, 0, sizeof l);
   CHECK_EQ_INT(s3_list(c, "v/", collect, &l), 0);
   CHECK_EQ_INT(l.n, 1);
+  /* The store copies an object itself, only while its ETag is the one given. */
+  CHECK_EQ_INT(s3_copy(c, "v/1/theta", "w/copy", etag), 0);
+  memset(buf, 0, sizeof buf);
+  CHECK_EQ_INT(s3_get_range(c, "w/copy", 0, buf, 20), 0);
+  CHECK(memcmp(buf, msg, 20) == 0);
+  CHECK_EQ_INT(s3_copy(c, "v/1/theta", "w/copy2", "0123456789abcdef0123456789abcdef"), DPC_ECHECKSUM);
+  CHECK_EQ_INT(s3_head(c, "w/copy2", &size, NULL, 0), DPC_ENOENT);
+  CHECK_EQ_INT(s3_copy(c, "v/9/theta", "w/copy3", NULL), DPC_ENOENT);
+  CHECK_EQ_INT(s3_delete(c, "w/copy"), 0);
 }
 
 static void multipart(s3_client *c) {
