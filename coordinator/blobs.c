@@ -126,7 +126,7 @@ void blob_store_uncache(blob_store *bs, const char *name) {
 /* The kinds an outer step reads (and a commit checks) round after round; inner state and
  * round streams are read rarely, by other paths. */
 static int cached_kind(blob_kind k) {
-  return k == BLOB_PARAMS || k == BLOB_MOMENTUM || k == BLOB_DELTA || k == BLOB_DN_BUF;
+  return k == BLOB_PARAMS || k == BLOB_MOMENTUM || k == BLOB_DELTA || k == BLOB_DN_BUF || k == BLOB_ENCODED;
 }
 
 int blob_name(const blob_id *id, char *buf, size_t cap) {

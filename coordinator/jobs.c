@@ -2,6 +2,7 @@
  * written through to the store on state changes) and the heartbeat notes of active leases. */
 #include "coordinator/jobs.h"
 
+#include "common/codec.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "coordinator/blobs.h"
@@ -213,6 +214,8 @@ void coord_notes_free(coord *c) {
   c->n_notes = c->cap_notes = 0;
 }
 
+int coord_job_keeps_sent(const coord_job *j) { return j->spec.algorithm != JOB_ALGO_DILOCO_ASYNC; }
+
 int coord_job_partial_ok(const coord_job *j) {
   if (j->spec.algorithm == JOB_ALGO_DILOCO_ASYNC) return 1;
   return j->spec.weighting == WEIGHTING_TOKENS && !jobspec_streaming(&j->spec);
@@ -248,6 +251,14 @@ static void prewarm_after(uv_work_t *req, int status) {
   free(w);
 }
 
+/* count more buffers of len floats (w->len and w->count hold two entries per fragment). */
+static void prewarm_add(prewarm_work *w, size_t len, int count) {
+  int k = 0;
+  while (k < w->n && w->len[k] != len) k++;
+  if (k == w->n) w->len[w->n++] = len;
+  w->count[k] += count;
+}
+
 void coord_job_prewarm(coord *c, const coord_job *j) {
   if (!blob_store_is_s3(c->bs) || j->n_fragments <= 0) return;
   blobs_cache_stats st;
@@ -255,21 +266,25 @@ void coord_job_prewarm(coord *c, const coord_job *j) {
   if (!st.cap) return;
   prewarm_work *w = calloc(1, sizeof *w);
   if (w) {
-    w->len = calloc((size_t)j->n_fragments, sizeof *w->len);
-    w->count = calloc((size_t)j->n_fragments, sizeof *w->count);
+    w->len = calloc(2 * (size_t)j->n_fragments, sizeof *w->len);
+    w->count = calloc(2 * (size_t)j->n_fragments, sizeof *w->count);
   }
   if (!w || !w->len || !w->count) goto fail;
   w->c = c;
   w->job = j->id;
   w->req.data = w;
-  /* Fragments of one length share their buffers' count: per fragment, the deltas of a round
-   * (not SparseLoCo's: their blobs are the short encoded streams) plus θ and u of the version
-   * read and of the version written. */
+  /* Buffers of one length share their count: per fragment, the deltas of a round (a sync
+   * job's quantized ones are kept as sent, so their buffers are the encoded stream's length;
+   * SparseLoCo's are short and not counted) plus θ and u of the version read and of the
+   * version written. */
+  const int codec = j->spec.streaming.codec;
+  const int as_sent = codec != DPC_CODEC_FP32 && coord_job_keeps_sent(j);
   for (int f = 0; f < j->n_fragments; f++) {
-    int k = 0;
-    while (k < w->n && w->len[k] != j->fragments[f].len) k++;
-    if (k == w->n) w->len[w->n++] = j->fragments[f].len;
-    w->count[k] += (j->spec.sparse.enabled ? 0 : j->expected[f]) + 4;
+    size_t enc = 0, dlen = j->fragments[f].len;
+    if (as_sent && dpc_codec_bytes(codec, dlen, (uint32_t)j->spec.streaming.block_floats, &enc) == 0)
+      dlen = (enc + 3) / 4;
+    prewarm_add(w, j->fragments[f].len, 4);
+    if (!j->spec.sparse.enabled) prewarm_add(w, dlen, j->expected[f]);
   }
   if (loop_queue_work(c, &w->req, prewarm_run, prewarm_after) == 0) return;
 fail:

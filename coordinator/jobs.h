@@ -33,6 +33,9 @@ int coord_job_path_has_fragment(const coord_job *j, int path, int fragment);
  * it trained): async jobs (the steps count), and sync jobs without streaming weighted by
  * tokens (the delta merges with the weight of the tokens it covers). */
 int coord_job_partial_ok(const coord_job *j);
+/* 1 when job j keeps a quantized delta as sent (BLOB_ENCODED, decoded by the outer step range by
+ * range: sync jobs), 0 when its outer step reads a decoded fp32 spool (async). */
+int coord_job_keeps_sent(const coord_job *j);
 /* A delta's weight in the sync outer step's average (the job's "weighting": its tokens, or 1);
  * sparse pulls send the same weights so that workers replay the step exactly. */
 double coord_job_delta_weight(const coord_job *j, int64_t tokens);

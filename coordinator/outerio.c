@@ -2,6 +2,8 @@
  * outerio.h). */
 #include "coordinator/outerio.h"
 
+#include "common/checksum.h"
+#include "common/codec.h"
 #include "common/errors.h"
 #include "kernels/outer.h"
 
@@ -66,10 +68,12 @@ static int plan_ranges(size_t len, size_t rf, const dpc_sparse_cfg *cfg, const u
   return 0;
 }
 
-static int is_sparse(const char *name) {
+static int is_kind(const char *name, blob_kind want) {
   blob_kind k = BLOB_DELTA;
-  return blob_kind_of_name(name, &k) == 0 && k == BLOB_SPARSE;
+  return blob_kind_of_name(name, &k) == 0 && k == want;
 }
+static int is_sparse(const char *name) { return is_kind(name, BLOB_SPARSE); }
+static int is_encoded(const char *name) { return is_kind(name, BLOB_ENCODED); }
 
 /* The delta applied is the one acknowledged: its payload crc must equal the crc its row
  * recorded at the commit point. */
@@ -132,10 +136,12 @@ static void close_reader(blob_reader **r, int *rc, uint32_t *crc) {
 typedef struct {
   size_t maxr; /* the longest range, in floats */
   float *theta, *u, *avg;
-  float **d;           /* [n] decode buffers of sparse deltas (NULL for fp32 spools, read in place) */
+  float **d;           /* [n] decode buffers of sparse and encoded deltas (NULL for fp32 spools, read in place) */
   const float **dc;    /* [n] the current range of each delta */
   unsigned char **enc; /* [n] a sparse delta's whole stream */
-  blob_reader **dr;    /* [n] an fp32 delta's reader */
+  blob_reader **dr;    /* [n] an fp32 or encoded delta's reader */
+  uint32_t *dcrc;      /* [n] an encoded delta: CRC-32C of its decoded payload so far */
+  size_t *epad;        /* [n] an encoded delta: the blob's padding bytes after the stream */
   blob_reader *pr, *ur;
   blob_writer *pw, *uw;
 } sync_io;
@@ -151,6 +157,8 @@ static void sync_io_free(sync_io *io, int n) {
     if (io->d) free(io->d[i]);
   }
   free(io->dr);
+  free(io->dcrc);
+  free(io->epad);
   free(io->enc);
   free(io->dc);
   free(io->d);
@@ -170,10 +178,12 @@ static int sync_io_open(const outerio_sync *a, size_t maxr, size_t sp_bytes, syn
   io->dc = calloc((size_t)n, sizeof *io->dc);
   io->enc = calloc((size_t)n, sizeof *io->enc);
   io->dr = calloc((size_t)n, sizeof *io->dr);
-  if (!io->theta || !io->u || !io->avg || !io->d || !io->dc || !io->enc || !io->dr)
+  io->dcrc = calloc((size_t)n, sizeof *io->dcrc);
+  io->epad = calloc((size_t)n, sizeof *io->epad);
+  if (!io->theta || !io->u || !io->avg || !io->d || !io->dc || !io->enc || !io->dr || !io->dcrc || !io->epad)
     return dpc_err(DPC_ENOMEM, "out of memory for the outer step (%zu-float ranges)", maxr);
-  for (int i = 0; i < n; i++) /* a decode buffer for sparse deltas; fp32 spools are read in place */
-    if (is_sparse(a->delta_blobs[i]) && !(io->d[i] = malloc(maxr * sizeof **io->d)))
+  for (int i = 0; i < n; i++) /* a decode buffer for sparse and encoded deltas; fp32 spools are read in place */
+    if ((is_sparse(a->delta_blobs[i]) || is_encoded(a->delta_blobs[i])) && !(io->d[i] = malloc(maxr * sizeof **io->d)))
       return dpc_err(DPC_ENOMEM, "out of memory for the outer step (%zu-float ranges)", maxr);
   int rc;
   if ((rc = blob_reader_open(a->bs, a->param_blob, BLOB_PARAMS, a->len, &io->pr)) < 0) return rc;
@@ -181,13 +191,40 @@ static int sync_io_open(const outerio_sync *a, size_t maxr, size_t sp_bytes, syn
       (rc = blob_reader_open(a->bs, a->momentum_blob, BLOB_MOMENTUM, a->len, &io->ur)) < 0)
     return rc;
   for (int i = 0; i < n; i++) {
-    if (is_sparse(a->delta_blobs[i])) rc = read_sparse(a, i, sp_bytes, &io->enc[i]);
-    else rc = blob_reader_open(a->bs, a->delta_blobs[i], BLOB_DELTA, a->len, &io->dr[i]);
+    size_t eb = 0;
+    if (is_sparse(a->delta_blobs[i])) {
+      rc = read_sparse(a, i, sp_bytes, &io->enc[i]);
+    } else if (is_encoded(a->delta_blobs[i])) { /* the stream padded to whole floats */
+      if ((rc = dpc_codec_bytes(a->codec, a->len, a->block_floats, &eb)) == 0) {
+        io->epad[i] = (eb + 3) / 4 * 4 - eb;
+        rc = blob_reader_open(a->bs, a->delta_blobs[i], BLOB_ENCODED, (eb + 3) / 4, &io->dr[i]);
+      }
+    } else {
+      rc = blob_reader_open(a->bs, a->delta_blobs[i], BLOB_DELTA, a->len, &io->dr[i]);
+    }
     if (rc < 0) return rc;
   }
   if ((rc = blob_writer_open(a->bs, a->new_param, BLOB_PARAMS, a->len, &io->pw)) < 0) return rc;
   return blob_writer_open_ex(a->bs, a->new_momentum, BLOB_MOMENTUM, a->len, a->momentum_later ? BLOB_WRITE_LATER : 0,
                              &io->uw);
+}
+
+/* The range [lo, lo + m) of encoded delta i (ranges start on a block: plan_ranges), decoded into
+ * io->d[i] and added to its decoded CRC; the last range reads the blob's padding too. A stream
+ * that does not decode sets *numeric (as a non-finite result does: the inputs are read on, and
+ * a checksum error found at their close wins). */
+static int encoded_range(const outerio_sync *a, sync_io *io, int i, size_t lo, size_t m, int *numeric) {
+  size_t eb = 0;
+  const void *v;
+  int rc = dpc_codec_bytes(a->codec, m, a->block_floats, &eb);
+  if (rc == 0) rc = blob_reader_view(io->dr[i], eb, &v);
+  if (rc < 0) return rc;
+  if (!*numeric && (rc = dpc_codec_decode(a->codec, v, eb, m, a->block_floats, io->d[i])) < 0)
+    *numeric = dpc_err(DPC_ENUMERIC, "delta blob %s does not decode in floats %zu..%zu: %s", a->delta_blobs[i], lo,
+                       lo + m, dpc_errmsg());
+  if (!*numeric) io->dcrc[i] = dpc_crc32c(io->dcrc[i], io->d[i], m * sizeof(float));
+  if (lo + m == a->len && io->epad[i] > 0) rc = blob_reader_view(io->dr[i], io->epad[i], &v);
+  return rc < 0 ? rc : 0;
 }
 
 /* Step every range: read theta, u and the deltas' range, average, Nesterov, write. Returns a
@@ -205,7 +242,8 @@ static int sync_ranges(const outerio_sync *a, const orange *rg, size_t nr, sync_
     if ((rc = read_or_zero(io->pr, io->theta, m)) < 0 || (rc = read_or_zero(io->ur, io->u, m)) < 0) return rc;
     for (int i = 0; i < n; i++) {
       const void *v = io->d[i];
-      if (io->dr[i]) rc = blob_reader_view(io->dr[i], m * sizeof(float), &v);
+      if (io->dr[i] && io->d[i]) rc = encoded_range(a, io, i, lo, m, numeric);
+      else if (io->dr[i]) rc = blob_reader_view(io->dr[i], m * sizeof(float), &v);
       else if (!*numeric) {
         uint64_t piece = m;
         rc = dpc_sparse_decode(a->sp_cfg, &piece, 1, io->enc[i] + rg[k].sp_off, rg[k].sp_bytes, io->d[i]);
@@ -246,7 +284,9 @@ static int sync_close_inputs(const outerio_sync *a, sync_io *io, int rc) {
     uint32_t crc = 0;
     int e = 0;
     close_reader(&io->dr[i], &e, &crc);
-    if (!e && !io->enc[i]) e = matches_row(a->delta_blobs[i], crc, a->delta_crcs[i]);
+    if (io->d[i] && !io->enc[i]) crc = io->dcrc[i]; /* encoded: the row recorded the decoded payload's */
+    if (!e && !io->enc[i] && !(io->d[i] && rc == DPC_ENUMERIC))
+      e = matches_row(a->delta_blobs[i], crc, a->delta_crcs[i]);
     if (e < 0 && (rc == 0 || rc == DPC_ENUMERIC)) rc = e;
   }
   return rc;
@@ -256,13 +296,20 @@ int outerio_sync_step(const outerio_sync *a, uint32_t *param_crc, uint32_t *mome
   const size_t rf = a->range_floats ? a->range_floats : OUTERIO_RANGE_FLOATS;
   const int n = a->n;
   if (n < 1) return dpc_err(DPC_EINVAL, "outer step: no deltas");
-  int sparse = 0;
-  for (int i = 0; i < n; i++) sparse |= is_sparse(a->delta_blobs[i]);
+  int sparse = 0, encoded = 0;
+  for (int i = 0; i < n; i++) sparse |= is_sparse(a->delta_blobs[i]), encoded |= is_encoded(a->delta_blobs[i]);
   if (sparse && !a->sp_tlen)
     return dpc_err(DPC_EFORMAT, "delta blob is sparse, but the job is not a SparseLoCo job");
+  if (encoded && (!dpc_codec_supported(a->codec) || a->codec == DPC_CODEC_FP32 ||
+                  (dpc_codec_is_block(a->codec) && a->block_floats == 0)))
+    return dpc_err(DPC_EFORMAT, "delta blob is encoded, but the job has no delta codec to decode it with");
+  /* An encoded delta's ranges start on a block: each decodes on its own. */
+  size_t rfe = rf;
+  if (encoded && dpc_codec_is_block(a->codec)) rfe = rf >= a->block_floats ? rf / a->block_floats * a->block_floats
+                                                                          : a->block_floats;
   orange *rg = NULL;
   size_t nr = 0;
-  int rc = plan_ranges(a->len, rf, sparse ? a->sp_cfg : NULL, a->sp_tlen, a->sp_nt, &rg, &nr);
+  int rc = plan_ranges(a->len, rfe, sparse ? a->sp_cfg : NULL, a->sp_tlen, a->sp_nt, &rg, &nr);
   if (rc < 0) return rc;
   size_t sp_bytes = 0;
   if (sparse && (rc = dpc_sparse_bytes(a->sp_cfg, a->sp_tlen, a->sp_nt, &sp_bytes, NULL)) < 0) {

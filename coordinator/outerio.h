@@ -46,8 +46,13 @@ typedef struct {
   const char *param_blob;      /* θ_t */
   const char *momentum_blob;   /* u_t; "" or NULL = zeros (round 0) */
   int n;                       /* deltas, >= 1 */
-  const char (*delta_blobs)[BLOB_NAME_MAX]; /* [n] in (path, replica) order: BLOB_DELTA or BLOB_SPARSE names */
-  const uint32_t *delta_crcs;  /* [n] the checksum each row recorded (what was acknowledged) */
+  /* [n] in (path, replica) order: BLOB_DELTA (fp32), BLOB_SPARSE (SparseLoCo) or BLOB_ENCODED (a
+   * quantized delta as sent, decoded range by range with codec and block_floats below) names */
+  const char (*delta_blobs)[BLOB_NAME_MAX];
+  const uint32_t *delta_crcs;  /* [n] the checksum each row recorded (what was acknowledged; for an
+                                * encoded delta, of its decoded fp32 payload) */
+  int codec;                   /* the job's delta codec (dpc_codec), for BLOB_ENCODED deltas */
+  uint32_t block_floats;       /* ... and its block size */
   const double *weights;       /* [n] (outer_average's weights) */
   /* SparseLoCo deltas: the codec settings and the fragment's tensor lengths (NULL: none) */
   const dpc_sparse_cfg *sp_cfg;

@@ -60,6 +60,8 @@ typedef struct {
   char new_param[BLOB_NAME_MAX], new_momentum[BLOB_NAME_MAX];
   float lr, mu;
   int nesterov;
+  int codec;                /* the job's delta codec and block size (deltas kept as sent) */
+  uint32_t block_floats;
   /* SparseLoCo: the codec settings and the fragment's tensor lengths (BLOB_SPARSE deltas) */
   dpc_sparse_cfg sp_cfg;
   uint64_t *sp_tlen;
@@ -93,7 +95,7 @@ static void outer_run(uv_work_t *req) {
                     .n = w->n, .delta_blobs = (const char (*)[BLOB_NAME_MAX])w->delta_blobs,
                     .delta_crcs = w->delta_crcs, .weights = w->weights, .sp_cfg = w->sp_tlen ? &w->sp_cfg : NULL,
                     .sp_tlen = w->sp_tlen, .sp_nt = w->sp_nt, .lr = w->lr, .mu = w->mu, .nesterov = w->nesterov,
-                    .new_param = w->new_param, .new_momentum = w->new_momentum,
+                    .codec = w->codec, .block_floats = w->block_floats, .new_param = w->new_param, .new_momentum = w->new_momentum,
                     .momentum_later = w->remake ? NULL : &w->momentum_w};
   int rc = outerio_sync_step(&a, &w->param_crc, &w->momentum_crc);
   if (rc < 0) snprintf(w->err, sizeof w->err, "%s", dpc_errmsg());
@@ -438,6 +440,8 @@ static outer_work *outer_work_new(coord *c, const coord_job *j, int f, const sto
   w->n = n;
   w->short_reason = short_reason;
   w->early = early;
+  w->codec = j->spec.streaming.codec;
+  w->block_floats = (uint32_t)j->spec.streaming.block_floats;
   w->first_at = INT64_MAX;
   w->last_at = INT64_MIN;
   for (int i = 0; i < n; i++) {

@@ -154,7 +154,7 @@ static void put_le(unsigned char *p, uint64_t v, int n) {
 }
 
 /* One applied delta of a replayed round: its stream as sent — a sparse stream (BLOB_SPARSE), a
- * quantized one kept beside its decoded copy (BLOB_ENCODED), or an fp32 one (BLOB_DELTA) — with
+ * quantized one (BLOB_ENCODED, what the outer step decoded), or an fp32 one (BLOB_DELTA) — with
  * its codec, block size and byte length. 0, or DPC_ENOENT / DPC_ECHECKSUM (not kept, or not
  * what the row recorded). */
 static int replay_stream(const coord_job *j, int frag, const store_delta *d, int *codec, uint32_t *block,

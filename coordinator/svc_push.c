@@ -9,7 +9,8 @@
  *    size, block_floats = the job's); offsets contiguous from 0; the last chunk's crc32c (of
  *    the bytes as sent) must match (DATA_LOSS otherwise); NaN/Inf → INVALID_ARGUMENT. A
  *    quantized delta is kept whole in memory, decoded on the thread pool (a bad scale or code
- *    or a non-finite value → INVALID_ARGUMENT naming it, nothing stored) and spooled as fp32;
+ *    or a non-finite value → INVALID_ARGUMENT naming it, nothing stored) and stored as sent
+ *    (BLOB_ENCODED; the outer step decodes it range by range) or, in an async job, as fp32;
  *    its row's checksum is the CRC-32C of the decoded fp32 payload. With outer.delta_norm_screen = k > 0 a
  *    delta whose L2 norm exceeds k × the median norm of the fragment's last accepted deltas
  *    (delta_screen.h) → FAILED_PRECONDITION naming the norm and the bound; it is not stored. The
@@ -204,14 +205,18 @@ static int push_pick_mode(push *p, const coord_job *j, int frag) {
   if (p->mode == 0 && !p->object) {
     /* Each push writes its own file: a second stream for the same lease and fragment must
      * never replace the delta the first one recorded (the row names the file it applies). */
+    /* A sync job's quantized delta is kept as sent (BLOB_ENCODED): the outer step decodes it
+     * range by range and replays serve it, so the store takes its bytes once, not fp32 too; an
+     * async step reads an fp32 spool. */
+    const int as_sent = p->enc && !p->sparse && coord_job_keeps_sent(j);
     blob_id id = {.job = p->lease.job, .fragment = frag, .version = p->lease.round, .aux = p->lease.id,
-                  .attempt = ++c->push_seq, .kind = p->sparse ? BLOB_SPARSE : BLOB_DELTA};
+                  .attempt = ++c->push_seq, .kind = p->sparse ? BLOB_SPARSE : as_sent ? BLOB_ENCODED : BLOB_DELTA};
     blob_name(&id, p->blob, sizeof p->blob);
-    if (p->enc && !p->sparse && jobspec_replay_pull(&j->spec)) { /* the stream as sent, beside it */
+    if (as_sent || (p->enc && !p->sparse && jobspec_replay_pull(&j->spec))) { /* the stream as sent */
       id.kind = BLOB_ENCODED;
       blob_name(&id, p->enc_blob, sizeof p->enc_blob);
     }
-    int rc = p->sparse ? 0 : blob_writer_open(c->bs, p->blob, BLOB_DELTA, jf->len, &p->w);
+    int rc = p->sparse || as_sent ? 0 : blob_writer_open(c->bs, p->blob, BLOB_DELTA, jf->len, &p->w);
     if (rc < 0) {
       push_fail(p, rpc_code_from_dpc(rc), "cannot open the delta spool: %s", dpc_errmsg());
       return -1;

@@ -140,19 +140,23 @@ static void push_commit_work(uv_work_t *req) {
     if (p->work_rc < 0) snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());
     return;
   }
-  if (p->enc && p->enc_blob[0]) { /* kept as sent for replay pulls, durable before the row */
+  if (p->enc && p->enc_blob[0]) { /* the stream as sent (read by outer step, replays), durable before the row */
     p->work_rc = blob_write(p->c->bs, p->enc_blob, BLOB_ENCODED, (const float *)p->enc, (size_t)(p->total + 3) / 4,
                             NULL);
     free(p->enc);
     p->enc = NULL;
   }
-  if (p->dec && p->work_rc == 0) { /* a quantized delta goes to the spool decoded: the outer step reads fp32 */
+  if (p->dec && !p->w) { /* kept as sent only: the row records the decoded payload's checksum */
+    p->work_crc = dpc_crc32c(0, (const unsigned char *)p->dec, p->total_floats * sizeof(float));
+    free(p->dec);
+    p->dec = NULL;
+  } else if (p->dec && p->work_rc == 0) { /* async: the spool holds it decoded, the step reads fp32 */
     p->work_rc = blob_writer_append(p->w, p->dec, p->total_floats * sizeof(float));
     free(p->dec);
     p->dec = NULL;
   }
-  if (p->work_rc == 0) p->work_rc = blob_writer_commit(p->w, &p->work_crc);
-  else blob_writer_abort(p->w);
+  if (p->w && p->work_rc == 0) p->work_rc = blob_writer_commit(p->w, &p->work_crc);
+  else if (p->w) blob_writer_abort(p->w);
   if (p->work_rc < 0) snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());
 }
 
@@ -195,7 +199,7 @@ static void push_commit_after(uv_work_t *req, int status) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", rc < 0 ? dpc_errmsg() : "");
     if (rc != 0) rounds_discard(c, p->blob, NULL);
-    if (rc != 0 && p->enc_blob[0]) rounds_discard(c, p->enc_blob, NULL);
+    if (rc != 0 && p->enc_blob[0] && strcmp(p->enc_blob, p->blob) != 0) rounds_discard(c, p->enc_blob, NULL);
     if (rc != 0 && n) n->bytes_out += pulled; /* not recorded: the next row carries them */
     if (rc == 0 || rc == 1) {
       push_ack(p, p->frag, rc == 0 ? DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED : DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE,
@@ -352,7 +356,7 @@ static void push_decode_after(uv_work_t *req, int status) {
   push *p = req->data;
   coord *c = p->c;
   p->busy = 0;
-  if (!p->sparse && !p->enc_blob[0]) { /* (a sparse stream, or one kept for replay pulls, is written as sent:
+  if (!p->sparse && !p->enc_blob[0]) { /* (a sparse stream, or a quantized one kept, is written as sent:
                                           push_commit_work frees it) */
     free(p->enc);
     p->enc = NULL;

@@ -13,7 +13,8 @@ decoders below are numpy, written from docs/design.md §3 (fp32 arithmetic).
     crc32c is DATA_LOSS. Refused headers count no received bytes; payloads refused after
     arriving (decode, crc) count their bytes in dipaco_bytes_in_total, as push_chunk_data does.
     Then a correct push from each replica is accepted (the refused lease's push is ACCEPTED,
-    not a duplicate: nothing was recorded) and adds exactly its encoded size to
+    not a duplicate: nothing was recorded), is kept as sent (one .encoded blob, no decoded fp32
+    spool beside it), and adds exactly its encoded size to
     dipaco_bytes_in_total; the same encoded delta again on the lease is PUSH_DUPLICATE, a
     different one ALREADY_EXISTS. The round closes and the new parameters equal the outer step
     (SGD nesterov, numpy) over the DECODED deltas of the accepted pushes only; GetJob's
@@ -230,9 +231,9 @@ def body(grpc, np, pb, d, state):
           "replica 0's e3m0 delta accepted on the lease its refused pushes used (nothing was recorded before)")
     b1 = bytes_in_total()
     check(b1 - b0 == nbytes, f"accepted push: dipaco_bytes_in_total +{b1 - b0} = its {nbytes} encoded bytes")
-    check(sorted(f.rsplit(".", 1)[1] for f in lease_files(L0)) == ["delta", "encoded"],
-          "the accepted delta is spooled decoded (one .delta file for the lease) and kept as sent for replay pulls "
-          "(one .encoded file)")
+    check(sorted(f.rsplit(".", 1)[1] for f in lease_files(L0)) == ["encoded"],
+          "the accepted delta is kept as sent (one .encoded file for the lease, no decoded fp32 spool: the outer "
+          "step decodes it)")
     check(result(push(md0, chunks(L0, enc[0], E3, n, step=64))) == pb.PUSH_DUPLICATE,
           "the same encoded delta again on the lease → PUSH_DUPLICATE")
     other, _ = encode(np, "e3m0", (rng.standard_normal(n) * 1e-2).astype(F))
@@ -241,7 +242,7 @@ def body(grpc, np, pb, d, state):
           f"a different delta on the same lease → ALREADY_EXISTS ({c}: {msg})")
     b2 = bytes_in_total()
     check(b2 - b1 == 2 * nbytes, f"duplicate and conflicting pushes count as received: +{b2 - b1} = 2 x {nbytes}")
-    check(version(ja) == 0 and len(lease_files(L0)) == 2, "still version 0, one delta file (and its .encoded) for the lease")
+    check(version(ja) == 0 and len(lease_files(L0)) == 1, "still version 0, one delta file (its .encoded) for the lease")
     check(result(push(mds[1], chunks(La[1], enc[1], E3, n))) == pb.PUSH_ACCEPTED, "replica 1's e3m0 delta accepted")
     check(wait_version(ja, 1), "e3m0 job: round 0 closed (version 1)")
     got = pull(mds[0], lease_in(mds[0], ja))

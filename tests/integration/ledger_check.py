@@ -140,10 +140,10 @@ def check_blobs(state, job, q, bad, names):
             bad.append(f"blobs: {n} named in the database is missing ({e.strerror})")
             continue
         magic, _, _, _, count = struct.unpack("<IIIIQ", head)
-        # A SparseLoCo delta (".sparse") holds its stream padded to whole floats: far fewer than
-        # the fragment's length (its exact size follows from the job's layout; the coordinator
-        # checks it when it reads the blob).
-        if n.endswith(".sparse") and want_len is not None and 0 < count < want_len:
+        # A SparseLoCo delta (".sparse") or a quantized one kept as sent (".encoded") holds its
+        # stream padded to whole floats: fewer than the fragment's length (its exact size follows
+        # from the job's layout or codec; the coordinator checks it when it reads the blob).
+        if (n.endswith(".sparse") or n.endswith(".encoded")) and want_len is not None and 0 < count < want_len:
             want_len = count
         if magic != 0x42435044 or count != want_len or size != 24 + 4 * count + 8:
             bad.append(f"blobs: {n} is not a whole blob of {want_len} floats (magic {magic:#x}, n {count}, {size} bytes)")
@@ -153,7 +153,8 @@ def check_blobs(state, job, q, bad, names):
             rel = os.path.relpath(os.path.join(root, fn), os.path.join(state, "blobs"))
             if ".tmp." in fn:
                 bad.append(f"blobs: temporary file left behind: {rel}")
-            elif rel.startswith(f"{job}/") and fn.rsplit(".", 1)[-1] in ("params", "momentum", "delta", "sparse") and rel not in named:
+            elif rel.startswith(f"{job}/") and fn.rsplit(".", 1)[-1] in ("params", "momentum", "delta", "sparse",
+                                                                                    "encoded") and rel not in named:
                 bad.append(f"blobs: {rel} is named by no row (orphaned)")
 
 

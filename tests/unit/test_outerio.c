@@ -1,10 +1,12 @@
 /* test_outerio.c — the streamed outer steps (coordinator/outerio.h) against the whole-array
  * kernels (kernels/outer.h, themselves checked against PyTorch by coord_outer_oracle): the
- * sync step with fp32 and SparseLoCo deltas and the three async rules must give bit-identical
+ * sync step with fp32, SparseLoCo and quantized (kept as sent) deltas and the three async rules must give bit-identical
  * parameters and momentum for range sizes that do not divide the fragment; and a corrupt
  * delta, a delta other than the acknowledged one, a non-finite delta and a missing blob must
  * fail with the right code without writing a new blob. */
 #include "common/errors.h"
+#include "common/checksum.h"
+#include "common/codec.h"
 #include "common/sparse.h"
 #include "coordinator/blobs.h"
 #include "coordinator/outerio.h"
@@ -161,6 +163,66 @@ static void sparse_case(blob_store *bs) {
   free(got);
 }
 
+/* Quantized deltas kept as sent (BLOB_ENCODED): decoded range by range, bit-identical to the
+ * whole-array step over the decoded deltas for ranges on and off the codec's blocks; the row's
+ * checksum is the decoded payload's; a flipped stream byte or another checksum is refused. */
+static void encoded_case(blob_store *bs, int codec, uint32_t block, size_t range) {
+  float *theta = malloc(LEN * 4), *u = malloc(LEN * 4), *avg = malloc(LEN * 4), *got = malloc(LEN * 4);
+  float *d[2], *e = malloc(LEN * 4);
+  char names[2][BLOB_NAME_MAX];
+  uint32_t crcs[2];
+  size_t bytes = 0;
+  CHECK_EQ_INT(dpc_codec_bytes(codec, LEN, block, &bytes), 0);
+  fill(theta, LEN, 1.0f);
+  fill(u, LEN, 0.01f);
+  for (int i = 0; i < 2; i++) {
+    unsigned char *enc = calloc(1, (bytes + 3) / 4 * 4);
+    fill(e, LEN, 0.01f * (float)(i + 1));
+    CHECK_EQ_INT(dpc_codec_encode(codec, e, LEN, block, enc), 0);
+    d[i] = malloc(LEN * 4);
+    CHECK_EQ_INT(dpc_codec_decode(codec, enc, bytes, LEN, block, d[i]), 0);
+    crcs[i] = dpc_crc32c(0, d[i], LEN * 4);
+    snprintf(names[i], sizeof names[i], "3/f0-v0-a%d-t%d.encoded", i + 1, codec);
+    CHECK_EQ_INT(blob_write(bs, names[i], BLOB_ENCODED, (const float *)(void *)enc, (bytes + 3) / 4, NULL), 0);
+    free(enc);
+  }
+  CHECK_EQ_INT(blob_write(bs, "3/f0-v0.params", BLOB_PARAMS, theta, LEN, NULL), 0);
+  CHECK_EQ_INT(blob_write(bs, "3/f0-v0.momentum", BLOB_MOMENTUM, u, LEN, NULL), 0);
+  CHECK_EQ_INT(outer_average((const float *const *)d, NULL, 2, LEN, avg), 0);
+  outer_nesterov_step(theta, u, avg, LEN, 0.7f, 0.9f, 1);
+  outerio_sync a = {.bs = bs, .len = LEN, .range_floats = range, .param_blob = "3/f0-v0.params",
+                    .momentum_blob = "3/f0-v0.momentum", .n = 2, .delta_blobs = (const char (*)[BLOB_NAME_MAX])names,
+                    .delta_crcs = crcs, .codec = codec, .block_floats = block, .lr = 0.7f, .mu = 0.9f, .nesterov = 1,
+                    .new_param = "3/f0-v1.params", .new_momentum = "3/f0-v1.momentum"};
+  uint32_t pc, mc;
+  CHECK_EQ_INT(outerio_sync_step(&a, &pc, &mc), 0);
+  CHECK_EQ_INT(blob_read(bs, "3/f0-v1.params", BLOB_PARAMS, got, LEN, NULL), 0);
+  CHECK(same_bits(got, theta, LEN));
+  CHECK_EQ_INT(blob_read(bs, "3/f0-v1.momentum", BLOB_MOMENTUM, got, LEN, NULL), 0);
+  CHECK(same_bits(got, u, LEN));
+  a.new_param = "3/f0-v2.params";
+  a.new_momentum = "3/f0-v2.momentum";
+  crcs[0] ^= 1; /* not the acknowledged delta */
+  CHECK_EQ_INT(outerio_sync_step(&a, &pc, &mc), DPC_ECHECKSUM);
+  crcs[0] ^= 1;
+  flip_byte(bs, names[1], BLOB_HEADER_BYTES + (long)bytes / 2);
+  CHECK_EQ_INT(outerio_sync_step(&a, &pc, &mc), DPC_ECHECKSUM);
+  CHECK(!exists(bs, "3/f0-v2.params"));
+  a.codec = DPC_CODEC_FP32; /* a job without a codec cannot read them */
+  CHECK_EQ_INT(outerio_sync_step(&a, &pc, &mc), DPC_EFORMAT);
+  for (int i = 0; i < 2; i++) {
+    blob_delete(bs, names[i]);
+    free(d[i]);
+  }
+  blob_delete(bs, "3/f0-v1.params");
+  blob_delete(bs, "3/f0-v1.momentum");
+  free(e);
+  free(theta);
+  free(u);
+  free(avg);
+  free(got);
+}
+
 static void async_case(blob_store *bs, outerio_rule rule, size_t range) {
   float *theta = malloc(LEN * 4), *m = malloc(LEN * 4), *buf = malloc(LEN * 4), *g = malloc(LEN * 4);
   float *got = malloc(LEN * 4);
@@ -224,6 +286,11 @@ int main(void) {
   sync_case(bs, 1000);  /* 11 ranges, the last one short */
   sync_case(bs, 1 << 20); /* one range */
   sparse_case(bs);
+  encoded_case(bs, DPC_CODEC_INT8, 256, 1000); /* ranges of 768 floats, the last block short */
+  encoded_case(bs, DPC_CODEC_E3M0, 99, 1000);  /* odd blocks: each pads its last nibble */
+  encoded_case(bs, DPC_CODEC_FP8_E4M3, 4096, 1000); /* ranges of one block, wider than asked */
+  encoded_case(bs, DPC_CODEC_BF16, 0, 333);    /* no blocks: 2 bytes a float, odd ranges */
+  encoded_case(bs, DPC_CODEC_E3M0, 256, 1 << 20); /* one range */
   for (int r = 0; r < 3; r++) async_case(bs, (outerio_rule)r, 997);
   blob_store_close(bs);
   char cmd[64];
