@@ -47,6 +47,8 @@
 #      standing for the inner steps (0: every push overlaps the other workers' pulls, a stress
 #      case; a real round trains for minutes, and the store's background work runs meanwhile);
 #      COORD_FLAGS: more coordinator flags (e.g. "--s3-put-part-mb 64": delta objects put in parts);
+#      CODEC (default fp32): the job's delta codec (streaming.codec: bf16, int8, fp8, e3m0); the
+#      simulated workers push their deltas encoded in it (put in the store only with fp32);
 #      KEEP=1 keeps the work directory (without it each run's blobs go as soon as it is measured,
 #      so that a 1B local run's 23 GB do not share the disk with the S3 run's store).
 set -euo pipefail
@@ -128,10 +130,12 @@ measure() {
   MADDR=127.0.0.1:$(free_port)
   start_coordinator "$st" --lease-ttl-ms 600000 --heartbeat-ms 10000 --dead-after-heartbeats 1000 --log-level info \
     --metrics-listen "$MADDR" "${flags[@]}" ${COORD_FLAGS:-}
+  local codec_spec=""
+  [ -n "${CODEC:-}" ] && codec_spec=", \"streaming\": {\"codec\": \"$CODEC\"}"
   cat > "$W/spec.json" <<JSON
 {"name": "dataplane-$name", "model": {"init": "$W/init"}, "data": {"train": ["data/train_*.bin"]},
  "algorithm": "diloco", "replicas": $R, "inner_steps": 1, "rounds": $ROUNDS, "batch": 1, "seq_len": 8,
- "round_timeout_s": 0}
+ "round_timeout_s": 0$codec_spec}
 JSON
   local t0 t1 job dpre; dpre=$(io "$COORD_PID" write_bytes)
   t0=$(date +%s.%N)

@@ -15,7 +15,8 @@
  * then, with --train-ms, sleeps that long (the inner steps of a real worker, during which the
  * coordinator's background work, such as an S3 store's momentum upload, is off the workers'
  * path; without it every push overlaps the other workers' pulls), then pushes a delta of tiny finite values (one 4 MiB pattern sent zero-copy as every chunk;
- * the stream's CRC is computed once per fragment length), or, when the lease says delta_put,
+ * the stream's CRC is computed once per fragment length; in a quantized job the pattern repeated
+ * and encoded in the lease's codec, once per length), or, when the lease says delta_put,
  * puts it in the object store as worker/lease.c does (PrepareDeltaPut, a PUT of the blob object
  * streamed from the pattern, in parts four at a time above the lease's part size, its MD5s computed
  * once per length, and the commit). It prints one line per lease
@@ -30,6 +31,7 @@
  * of 3; prints "memory_pass_s SECONDS". */
 #include "common/auth.h"
 #include "common/checksum.h"
+#include "common/codec.h"
 #include "common/errors.h"
 #include "common/rpc.h"
 #include "kernels/outer.h"
@@ -76,6 +78,13 @@ static struct {
   uint64_t crc_len[MAX_FRAGS];
   uint32_t crc_val[MAX_FRAGS];
   int ncrc;
+  /* a quantized job's delta (Lease.delta_codec): the pattern repeated, encoded, memoised per
+   * fragment length, with its CRC-32C */
+  uint64_t enc_n[MAX_FRAGS];
+  unsigned char *enc[MAX_FRAGS];
+  size_t enc_bytes[MAX_FRAGS];
+  uint32_t enc_crc[MAX_FRAGS];
+  int nenc;
 } G;
 
 static double now_s(void) {
@@ -224,8 +233,83 @@ static int finish_push(struct rpc_stream *s, int rc) {
   return rc ? rc : frc;
 }
 
+/* The encoded delta of n floats (the pattern repeated) in the lease's codec: index into G.enc*,
+ * made once per length (the pattern is a whole number of blocks, so encoding it piece by piece
+ * gives the whole stream's bytes); -1 on failure. */
+static int encoded_delta(const Dipaco__V1__Lease *L, uint64_t n) {
+  pthread_mutex_lock(&G.mu);
+  int i = 0;
+  while (i < G.nenc && G.enc_n[i] != n) i++;
+  if (i == G.nenc && i < MAX_FRAGS) {
+    const int codec = (int)L->delta_codec;
+    const uint32_t block = L->delta_block_floats;
+    const uint64_t per = PATTERN_BYTES / sizeof(float);
+    size_t total = 0, at = 0, b = 0;
+    int rc = dpc_codec_bytes(codec, n, block, &total);
+    unsigned char *e = rc ? NULL : malloc(total ? total : 1);
+    for (uint64_t off = 0; e && off < n && !rc; off += per) {
+      const uint64_t k = n - off < per ? n - off : per;
+      rc = dpc_codec_bytes(codec, k, block, &b);
+      if (!rc) rc = dpc_codec_encode(codec, (const float *)(const void *)G.pattern, (size_t)k, block, e + at);
+      at += b;
+    }
+    if (!e || rc || at != total) {
+      free(e);
+      pthread_mutex_unlock(&G.mu);
+      return -1;
+    }
+    G.enc_n[i] = n;
+    G.enc[i] = e;
+    G.enc_bytes[i] = total;
+    G.enc_crc[i] = dpc_crc32c(0, e, total);
+    G.nenc++;
+  }
+  pthread_mutex_unlock(&G.mu);
+  return i < G.nenc ? i : -1;
+}
+
+/* A quantized job: every fragment's encoded delta (encoded_delta), in chunks of the pattern's
+ * size, on one PushDelta stream. */
+static int push_encoded(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t *bytes) {
+  struct rpc_stream *s = NULL;
+  int rc = rpc_stream_open(c, SVC "PushDelta", NULL, 600000, &s);
+  if (rc) return rc;
+  *bytes = 0;
+  for (size_t f = 0; f < L->n_fragments && !rc; f++) {
+    const Dipaco__V1__FragmentInfo *fr = L->fragments[f];
+    int k = encoded_delta(L, fr->num_floats);
+    if (k < 0) {
+      rc = dpc_err(DPC_ENOMEM, "cannot encode a %" PRIu64 "-float delta", fr->num_floats);
+      break;
+    }
+    const uint64_t total = G.enc_bytes[k];
+    for (uint64_t off = 0; off < total && !rc; off += PATTERN_BYTES) {
+      struct rpc_chunk h;
+      memset(&h, 0, sizeof h);
+      h.lease_id = L->lease_id;
+      h.fragment_id = fr->fragment_id;
+      h.version = fr->version;
+      h.codec = L->delta_codec;
+      h.block_floats = L->delta_block_floats;
+      h.num_floats = fr->num_floats;
+      h.inner_steps = L->inner_steps;
+      h.tokens = 1;
+      h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA;
+      h.offset = off;
+      h.total = total;
+      h.len = total - off < PATTERN_BYTES ? total - off : PATTERN_BYTES;
+      if (off + h.len == total) h.crc32c = G.enc_crc[k];
+      struct grpc_byte_buffer *m = rpc_chunk_encode(&h, G.enc[k] + off, no_release, NULL);
+      rc = m ? rpc_stream_write(s, m) : DPC_ENOMEM;
+    }
+    *bytes += total;
+  }
+  return finish_push(s, rc);
+}
+
 /* Push every fragment's delta (the pattern, zero-copy) on one PushDelta stream. */
 static int push_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t *bytes) {
+  if (L->delta_codec != DIPACO__V1__CODEC__CODEC_FP32) return push_encoded(c, L, bytes);
   struct rpc_stream *s = NULL;
   int rc = rpc_stream_open(c, SVC "PushDelta", NULL, 600000, &s);
   if (rc) return rc;
