@@ -333,7 +333,7 @@ int lease_maybe_pushed(coord *c, const store_lease *l) {
   const int sync = j && j->spec.algorithm != JOB_ALGO_DILOCO_ASYNC;
   int all = 1;
   for (int i = 0; i < nf && all; i++) {
-    all = store_find_delta(c->st, l->id, fids[i], NULL) == 1;
+    all = store_find_delta(c->st, l->id, fids[i], NULL, NULL) == 1;
     /* Sync: a fragment whose round already closed needs nothing more from this slot — an
      * earlier lease of the slot, lost after pushing that fragment (a streaming lease pushes
      * fragments as it goes), or the deadline, settled it; this lease's push of it was late. */

@@ -318,9 +318,10 @@ typedef struct {
  * (expired or released: its slot belongs to another lease now). delta_id may be NULL. */
 int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id);
 int store_get_delta(store *st, int64_t id, store_delta *out);
-/* The delta a lease recorded for a fragment: 1 (its checksum in *crc, may be NULL), 0 if none,
- * or a negative code. One indexed lookup (the UNIQUE (lease, fragment) index). */
-int store_find_delta(store *st, int64_t lease, int fragment, uint32_t *crc);
+/* The delta a lease recorded for a fragment: 1 (its checksum in *crc and its stream's as sent,
+ * or 0, in *enc_crc; either may be NULL), 0 if none, or a negative code. One indexed lookup
+ * (the UNIQUE (lease, fragment) index). */
+int store_find_delta(store *st, int64_t lease, int fragment, uint32_t *crc, uint32_t *enc_crc);
 /* How many slots (distinct path, replica) have a received delta for (job, fragment, round):
  * decides whether a round can close without reading every delta row. */
 int store_count_received_slots(store *st, int64_t job, int fragment, int64_t round, int *n);

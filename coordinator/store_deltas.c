@@ -73,13 +73,14 @@ int store_record_delta(store *st, const store_new_delta *nd, int64_t *delta_id) 
   return 0;
 }
 
-int store_find_delta(store *st, int64_t lease, int fragment, uint32_t *crc) {
+int store_find_delta(store *st, int64_t lease, int fragment, uint32_t *crc, uint32_t *enc_crc) {
   sqlite3_stmt *s = sq_stmt(st, S_FIND_DELTA);
   if (!s) return DPC_EINTERNAL;
   BIND_I64S(s, lease, fragment);
   store_delta_ref ref;
   int found = sq_get_row(st, s, "find delta", &DELTA_REF_MAP, &ref);
   if (found > 0 && crc) *crc = ref.checksum;
+  if (found > 0 && enc_crc) *enc_crc = ref.enc_crc;
   return found;
 }
 

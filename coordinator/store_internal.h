@@ -120,11 +120,12 @@
 /* The (lease, fragment) lookup of a delta: its id and checksum only. */
 typedef struct {
   int64_t id;
-  uint32_t checksum;
+  uint32_t checksum, enc_crc;
 } store_delta_ref;
-#define DELTA_REF_COLUMNS(COL) \
-  COL(id, I64, "id")           \
-  COL(checksum, U32, ", checksum")
+#define DELTA_REF_COLUMNS(COL)     \
+  COL(id, I64, "id")               \
+  COL(checksum, U32, ", checksum") \
+  COL(enc_crc, U32, ", enc_crc")
 
 #define ROUND_COLUMNS(COL)               \
   COL(job, I64, "job")                   \

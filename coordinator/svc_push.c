@@ -101,14 +101,19 @@ static int push_lease_fragment(push *p, const struct rpc_chunk *ch) {
  * failed. */
 static int push_check_header(push *p, const coord_job *j, int frag, const struct rpc_chunk *ch) {
   const jobspec_fragment *jf = &j->fragments[frag];
-  if (ch->payload == DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT) { /* a put object: fp32, no data (svc_put.c) */
-    if (ch->codec != DPC_CODEC_FP32 || ch->num_floats != jf->len || ch->total != 4 * (uint64_t)jf->len ||
-        ch->len != 0) {
-      push_fail(p, RPC_INVALID_ARGUMENT, "fragment %llu: a PAYLOAD_DELTA_OBJECT chunk is fp32 with num_floats %zu, "
-                "total %llu and no data; got codec %s, %llu floats, total %llu, %llu data bytes",
-                (unsigned long long)ch->fragment_id, jf->len, 4 * (unsigned long long)jf->len,
-                dpc_codec_name((int)ch->codec), (unsigned long long)ch->num_floats, (unsigned long long)ch->total,
-                (unsigned long long)ch->len);
+  if (ch->payload == DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT) { /* a put object, no data (svc_put.c) */
+    /* The job's codec: fp32, or a quantized stream as sent (total its encoded size). */
+    const int codec = j->spec.streaming.codec;
+    const uint32_t block = dpc_codec_is_block(codec) ? (uint32_t)j->spec.streaming.block_floats : 0;
+    size_t want = 0;
+    if (dpc_codec_bytes(codec, jf->len, (uint32_t)j->spec.streaming.block_floats, &want) < 0 ||
+        (int)ch->codec != codec || ch->num_floats != jf->len || ch->total != want || ch->len != 0 ||
+        (codec != DPC_CODEC_FP32 && ch->block_floats != block)) {
+      push_fail(p, RPC_INVALID_ARGUMENT, "fragment %llu: a PAYLOAD_DELTA_OBJECT chunk is %s (block_floats %u) with "
+                "num_floats %zu, total %zu and no data; got codec %s, block_floats %u, %llu floats, total %llu, %llu "
+                "data bytes", (unsigned long long)ch->fragment_id, dpc_codec_name(codec), block, jf->len, want,
+                dpc_codec_name((int)ch->codec), ch->block_floats, (unsigned long long)ch->num_floats,
+                (unsigned long long)ch->total, (unsigned long long)ch->len);
       return -1;
     }
     if (!put_lease_wants(p->c, j)) {
@@ -169,7 +174,7 @@ static int push_pick_mode(push *p, const coord_job *j, int frag) {
   const jobspec_fragment *jf = &j->fragments[frag];
   p->mode = 0;
   /* Already recorded (a retry)? */
-  if (store_find_delta(c->st, p->lease.id, frag, &p->dup_crc) == 1) p->mode = 1;
+  if (store_find_delta(c->st, p->lease.id, frag, &p->dup_crc, &p->dup_enc_crc) == 1) p->mode = 1;
   if (p->mode == 0 && p->lease.state != LEASE_ACTIVE) {
     store_round r;
     if (store_get_round(c->st, p->lease.job, frag, p->lease.round, &r) == 0 && r.state == ROUND_CLOSED) {
@@ -271,7 +276,8 @@ static int push_begin(push *p, const struct rpc_chunk *ch) {
   }
   /* (whole floats, the pad zeroed: a sparse stream is spooled as it is) */
   size_t enc_cap = (size_t)((p->total + 3) & ~(uint64_t)3);
-  if (p->codec != DPC_CODEC_FP32 && !(p->enc = calloc(enc_cap ? enc_cap : 4, 1))) {
+  p->obj_encoded = p->object && p->codec != DPC_CODEC_FP32; /* read back whole by push_object_work */
+  if (p->codec != DPC_CODEC_FP32 && !p->object && !(p->enc = calloc(enc_cap ? enc_cap : 4, 1))) {
     push_fail(p, RPC_RESOURCE_EXHAUSTED, "out of memory for a %llu-byte delta", (unsigned long long)p->total);
     return -1;
   }

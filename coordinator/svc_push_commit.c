@@ -129,7 +129,7 @@ static void push_commit_work(uv_work_t *req) {
   push *p = req->data;
   p->work_rc = 0;
   if (p->object) { /* already durable in the store, and read back whole by push_object_work */
-    p->work_crc = p->obj_crc;
+    p->work_crc = p->obj_encoded ? p->obj_dec_crc : p->obj_crc; /* the row's: the decoded payload's */
     return;
   }
   if (p->sparse) { /* the stream as sent, padded to whole floats: O(kept entries) */
@@ -186,7 +186,8 @@ static void push_commit_after(uv_work_t *req, int status) {
     uint64_t pulled = n ? n->bytes_out : 0;
     if (n) n->bytes_out = 0;
     store_new_delta nd = {.lease = p->lease.id, .fragment = p->frag, .checksum = p->work_crc, .blob = p->blob,
-                          .enc_blob = p->enc_blob[0] ? p->enc_blob : NULL, .enc_crc = p->crc, .weight = 1.0,
+                          .enc_blob = p->enc_blob[0] ? p->enc_blob : p->obj_encoded ? p->blob : NULL,
+                          .enc_crc = p->crc, .weight = 1.0,
                           .tokens = (int64_t)p->tokens, .now_ms = dpc_wall_ms(), .norm = p->norm, .metric = &m};
     /* Async: a delta of fewer steps than leased (a preempted worker's partial work) counts
      * for the steps it covers; sync rounds always take the lease's steps. */
@@ -283,7 +284,8 @@ static void push_finish_duplicate(push *p) {
   p->in_frag = 0;
   uint32_t crc = 0;
   if (push_payload_crc(p, &crc) < 0) return;
-  if (p->dup_crc != crc) {
+  /* A committed object in the job's codec names its stream's CRC-32C as sent, as the row's enc_crc. */
+  if (p->obj_encoded ? p->dup_enc_crc != crc : p->dup_crc != crc) {
     push_fail(p, RPC_ALREADY_EXISTS, "lease %lld already pushed a different delta for fragment %d", (long long)p->lease.id,
               p->frag + 1);
     return;
@@ -310,7 +312,8 @@ static void push_finish_stale(push *p) {
 /* The delta norm screen (mode 0): 0 = let through, -1 = refused (push failed). */
 static int push_screen(push *p) {
   coord *c = p->c;
-  if (!p->dec && !p->sparse) p->norm = sqrt(p->ss); /* a decoded quantized or sparse delta has its norm already */
+  if (!p->dec && !p->sparse && !p->obj_encoded)
+    p->norm = sqrt(p->ss); /* a decoded quantized or sparse delta has its norm already */
   coord_job *j = coord_job_get(c, p->lease.job);
   double ab = j ? screen_adamw_bound(j->spec.inner.lr, j->spec.inner.beta2, j->spec.inner.weight_decay,
                                      j->spec.sparse.enabled ? j->spec.sparse.ef_beta : 0.0, p->lease.inner_steps,
@@ -397,11 +400,11 @@ int push_object_take(push *p) {
      * object is where that run named it; its bytes are checked in full all the same. */
     blob_id id = {.job = p->lease.job, .fragment = p->frag, .version = p->lease.round, .aux = p->lease.id,
                   .attempt = p->obj_attempt, .kind = BLOB_DELTA};
-    if (blob_name(&id, p->blob, sizeof p->blob) < 0) {
+    const coord_job *j = coord_job_get(p->c, p->lease.job);
+    if (!j || put_delta_object(j, p->frag, &id.kind, &p->obj_bytes) < 0 || blob_name(&id, p->blob, sizeof p->blob) < 0) {
       push_fail(p, RPC_INVALID_ARGUMENT, "step: object attempt %lld: %s", (long long)p->obj_attempt, dpc_errmsg());
       return -1;
     }
-    p->obj_bytes = BLOB_HEADER_BYTES + 4 * (uint64_t)p->total_floats + BLOB_TRAILER_BYTES;
     p->obj_nomd5 = 1;
     DPC_INFO("lease %lld fragment %d: committing object %s, prepared before this coordinator started",
              (long long)p->lease.id, p->frag + 1, p->blob);
@@ -435,6 +438,38 @@ int push_object_take(push *p) {
 /* Views of this many bytes when reading a put object back. */
 #define OBJECT_VIEW_BYTES ((size_t)4 << 20)
 
+/* Thread pool, after its HEAD: an object holding the stream as sent in the job's codec, read
+ * back whole (it is small) and kept in the blob cache for the outer step; p->work_crc gets the
+ * stream's CRC-32C (checked against the commit's by push_object_after), and the stream is
+ * decoded as a pushed one is (a bad scale or code, a non-finite value: DPC_EFORMAT or
+ * DPC_ENUMERIC, the message in p->err), its norm in p->norm and its decoded payload's CRC-32C
+ * in p->obj_dec_crc (the row's checksum). */
+static int object_encoded_check(push *p) {
+  const size_t padded = (size_t)(p->obj_bytes - BLOB_HEADER_BYTES - BLOB_TRAILER_BYTES);
+  blob_reader *r = NULL;
+  int rc = padded >= p->total ? blob_reader_open(p->c->bs, p->blob, BLOB_ENCODED, padded / 4, &r)
+                              : dpc_err(DPC_EFORMAT, "object of %zu payload bytes for a %llu-byte stream", padded,
+                                        (unsigned long long)p->total);
+  if (!rc) blob_reader_keep(r); /* the outer step reads it again */
+  if (!rc && !(p->enc = malloc(padded ? padded : 4))) rc = dpc_err(DPC_ENOMEM, "out of memory for the object");
+  if (!rc) rc = blob_reader_read(r, p->enc, padded);
+  if (r && !rc) rc = blob_reader_close(r, NULL);
+  else if (r) blob_reader_abort(r);
+  if (!rc) {
+    p->work_crc = dpc_crc32c(0, p->enc, (size_t)p->total);
+    rc = push_decode(p, p->err);
+    if (!rc) p->obj_dec_crc = dpc_crc32c(0, (const unsigned char *)p->dec, p->total_floats * sizeof(float));
+    if (rc < 0) p->bad_at = UINT64_MAX; /* (p->err names the block or value) */
+  } else {
+    snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());
+  }
+  free(p->enc);
+  free(p->dec);
+  p->enc = NULL;
+  p->dec = NULL;
+  return rc;
+}
+
 /* Thread pool: the object a worker put (its upload completed first when it came in parts),
  * checked as a streamed push's bytes are: its size and ETag (HEAD: the MD5s it was prepared
  * with), then read back whole: the blob's format and trailer, finite values, the sum of squares
@@ -459,6 +494,10 @@ static void push_object_work(uv_work_t *req) {
   /* A repeated commit finds the upload completed already: the HEAD decides. */
   if (!rc) rc = blob_store_check_put(bs, p->blob, p->obj_bytes, p->obj_nomd5 ? NULL : etag);
   if (rc < 0 && crc < 0) rc = dpc_err(crc, "completing its upload: %s", cerr);
+  if (!rc && p->obj_encoded) {
+    p->work_rc = object_encoded_check(p);
+    return;
+  }
   if (!rc) rc = blob_reader_open(bs, p->blob, BLOB_DELTA, p->total_floats, &r);
   if (!rc) blob_reader_keep(r); /* the outer step reads it again */
   size_t left = p->total_floats * sizeof(float), at = 0;
@@ -497,6 +536,8 @@ static void push_object_after(uv_work_t *req, int status) {
   } else if (rc == DPC_EUNAVAILABLE) { /* the store is down: the object may be fine, keep it */
     drop = 0;
     push_fail(p, RPC_UNAVAILABLE, "reading fragment %d's object %s: %s; push again later", p->frag + 1, p->blob, p->err);
+  } else if (rc == DPC_ENUMERIC && p->bad_at == UINT64_MAX) {
+    push_fail(p, RPC_INVALID_ARGUMENT, "fragment %d's %s delta object: %s", p->frag + 1, dpc_codec_name(p->codec), p->err);
   } else if (rc == DPC_ENUMERIC) {
     push_fail(p, RPC_INVALID_ARGUMENT, "data: delta of fragment %d has a non-finite value (NaN/Inf) at float %llu",
               p->frag + 1, (unsigned long long)p->bad_at);

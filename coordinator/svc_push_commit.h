@@ -73,6 +73,9 @@ typedef struct push {
    * its claimed payload CRC, and the size and MD5 it was prepared with */
   int object, obj_nomd5; /* obj_nomd5: prepared by an earlier run of the coordinator: no MD5 known */
   uint32_t obj_crc;
+  uint32_t dup_enc_crc;  /* mode 1: the recorded delta's stream CRC-32C as sent (0: fp32) */
+  uint32_t obj_dec_crc;  /* an encoded object: its decoded payload's CRC-32C (the row's checksum) */
+  int obj_encoded;       /* the object holds the stream as sent in the job's codec (BLOB_ENCODED) */
   int64_t obj_attempt;
   uint64_t obj_bytes;
   unsigned char obj_md5[16];

@@ -1,15 +1,16 @@
 /* svc_put.c — the dipaco.v1.Coordinator PrepareDeltaPut, and the table of objects it named:
- * on an S3 store a worker PUTs its fp32 deltas to the store itself through presigned URLs, then
+ * on an S3 store a worker PUTs its deltas to the store itself through presigned URLs, then
  * commits them with PushDelta (PAYLOAD_DELTA_OBJECT; svc_push.c, checked and recorded in
  * svc_push_commit.c), so that the coordinator neither receives nor forwards their bytes; and
  * likewise its slot's inner state (DeltaPut.payload; committed with PushInnerState's
  * PAYLOAD_INNER_OBJECT, svc_inner.c, which has the store copy each to the slot's name).
  *
  * Semantic choices:
- *  - Only an active lease of the caller whose Lease.delta_put is set (a job on an S3 store with
- *    fp32 deltas, not streaming, not SparseLoCo; svc_worker.c), fragments of the lease, each
- *    once, with num_floats = the fragment's length, object_bytes = the blob file's size
- *    (docs/design.md §6.4) and a 16-byte MD5. Anything else → INVALID_ARGUMENT or
+ *  - Only an active lease of the caller whose Lease.delta_put is set (a job on an S3 store, not
+ *    streaming, not SparseLoCo, fp32 deltas or quantized ones kept as sent; svc_worker.c),
+ *    fragments of the lease, each once, with num_floats = the fragment's length, object_bytes =
+ *    the blob file's size (docs/design.md §6.4: an fp32 delta, or in a quantized job the stream
+ *    as sent, put_delta_object) and a 16-byte MD5. Anything else → INVALID_ARGUMENT or
  *    FAILED_PRECONDITION naming the field; the worker then pushes through PushDelta.
  *  - An object above Lease.delta_put_part_bytes (--s3-put-part-mb) comes in parts: the request
  *    gives each part's MD5, the coordinator starts a multipart upload and presigns one PUT per
@@ -171,7 +172,21 @@ static uint64_t put_floats(blob_kind kind, uint64_t n) { return kind == BLOB_INN
 
 int put_lease_wants(const coord *c, const coord_job *j) {
   return c->delta_puts && blob_store_is_s3(c->bs) && !j->spec.sparse.enabled && !jobspec_streaming(&j->spec) &&
-         j->spec.streaming.codec == DPC_CODEC_FP32;
+         (j->spec.streaming.codec == DPC_CODEC_FP32 || coord_job_keeps_sent(j));
+}
+
+int put_delta_object(const coord_job *j, int frag, blob_kind *kind, uint64_t *bytes) {
+  const uint64_t n = j->fragments[frag].len;
+  const int codec = j->spec.streaming.codec;
+  size_t enc = 0;
+  *kind = codec == DPC_CODEC_FP32 ? BLOB_DELTA : BLOB_ENCODED;
+  if (codec == DPC_CODEC_FP32) {
+    *bytes = BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES;
+    return 0;
+  }
+  int rc = dpc_codec_bytes(codec, n, (uint32_t)j->spec.streaming.block_floats, &enc);
+  *bytes = BLOB_HEADER_BYTES + ((uint64_t)enc + 3) / 4 * 4 + BLOB_TRAILER_BYTES;
+  return rc;
 }
 
 uint64_t put_part_bytes(const coord *c, const coord_job *j) {
@@ -211,6 +226,11 @@ static int check_put(struct rpc_call *call, coord *c, const coord_job *j, const 
     }
   uint64_t n = put_floats(kind, j->fragments[frag].len);
   uint64_t bytes = BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES;
+  blob_kind dk;
+  if (kind == BLOB_DELTA && put_delta_object(j, frag, &dk, &bytes) < 0) {
+    rpc_call_finish(call, RPC_INTERNAL, "puts[%zu]: %s", k, dpc_errmsg());
+    return -1;
+  }
   if (d->num_floats != n || d->object_bytes != bytes) {
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu]: fragment %llu's object holds %llu floats, %llu bytes; got "
                     "num_floats %llu, object_bytes %llu", k, (unsigned long long)d->fragment_id,
@@ -280,7 +300,7 @@ static coord_job *put_lease(struct rpc_call *call, coord *c, int64_t worker,
                     !blob_store_is_s3(c->bs) ? "this coordinator keeps its blobs on its own disk"
                     : !c->delta_puts        ? "the coordinator runs with --no-delta-puts"
                     : inner                 ? "only the inner state of jobs with inner.state checkpoint is put"
-                                            : "only fp32 deltas of jobs without streaming or SparseLoCo are put");
+                                            : "only deltas of jobs without streaming or SparseLoCo, fp32 or kept as sent, are put");
     return NULL;
   }
   if (r->n_puts == 0) {
@@ -317,7 +337,9 @@ static int prepare_one(coord *c, const coord_job *j, const store_lease *l, const
   int64_t aux = kind == BLOB_DELTA ? l->id : (int64_t)l->path * j->spec.replicas + l->replica + 1;
   blob_id id = {.job = l->job, .fragment = frag, .version = l->round, .aux = aux, .attempt = ++c->push_seq,
                 .kind = kind};
-  int rc = blob_name(&id, e->name, sizeof e->name);
+  uint64_t ob; /* (a delta's object: fp32 or, in a quantized job, the stream as sent) */
+  int rc = kind == BLOB_DELTA ? put_delta_object(j, frag, &id.kind, &ob) : 0;
+  if (!rc) rc = blob_name(&id, e->name, sizeof e->name);
   e->lease = l->id;
   e->frag = frag;
   e->kind = kind;

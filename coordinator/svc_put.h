@@ -12,9 +12,13 @@
 /* Fill out[] with this file's methods (ud = c) and return how many. */
 int svc_put_methods(coord *c, struct rpc_method *out);
 
-/* 1 when the leases of job j carry Lease.delta_put (an S3 store, fp32 deltas, no streaming, no
- * SparseLoCo, and the coordinator allows it). */
+/* 1 when the leases of job j carry Lease.delta_put (an S3 store, no streaming, no SparseLoCo,
+ * fp32 deltas or quantized ones kept as sent, and the coordinator allows it). */
 int put_lease_wants(const coord *c, const coord_job *j);
+/* What a put delta object of fragment frag of job j is: an fp32 blob (BLOB_DELTA), or in a job
+ * whose delta codec is quantized the stream as sent, padded to whole floats (BLOB_ENCODED);
+ * *bytes the object's size. 0, or dpc_codec_bytes's error. */
+int put_delta_object(const coord_job *j, int frag, blob_kind *kind, uint64_t *bytes);
 /* Lease.delta_put_part_bytes of job j's leases: --s3-put-part-mb, or the smallest whole MiB
  * above it that puts the job's largest delta object in S3's 10000 parts (s3_part_bytes). */
 uint64_t put_part_bytes(const coord *c, const coord_job *j);

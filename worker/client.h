@@ -123,10 +123,11 @@ void wc_put_clear(wc_put *p);
 int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n, wc_put *puts,
                    int *code);
 /* One PushDelta stream that commits the objects put for frags[0..n) (PAYLOAD_DELTA_OBJECT chunks,
- * no data, step = the object's attempt number); results as wc_push. */
+ * no data, step = the object's attempt number, codec and block the lease's: fp32, or the stream
+ * as sent whose CRC-32C crc[i] is); results as wc_push. */
 int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                    const uint32_t *crc, const uint64_t *attempts, uint64_t inner_steps, uint64_t tokens,
-                    int *results, int *code);
+                    const uint32_t *crc, const uint64_t *attempts, int codec, uint32_t block, uint64_t inner_steps,
+                    uint64_t tokens, int *results, int *code);
 
 /* Put objects o[0..n) for frags[0..n) (a fragment may come once per payload, w[i].payload and
  * num_floats set by the caller): their MD5s (and their parts', above part_bytes) into w, one

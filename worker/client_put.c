@@ -95,8 +95,8 @@ int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
 }
 
 int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                    const uint32_t *crc, const uint64_t *attempts, uint64_t inner_steps, uint64_t tokens, int *results,
-                    int *code) {
+                    const uint32_t *crc, const uint64_t *attempts, int codec, uint32_t block, uint64_t inner_steps,
+                    uint64_t tokens, int *results, int *code) {
   for (size_t i = 0; i < n; i++) results[i] = -1;
   struct rpc_stream *s = NULL;
   /* The coordinator reads every object back before it answers. */
@@ -109,8 +109,11 @@ int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *con
   for (size_t i = 0; i < n && !rc; i++) {
     struct rpc_chunk h;
     wc_delta_header(&h, lease_id, frags[i], inner_steps, tokens, DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT);
-    h.codec = DPC_CODEC_FP32;
-    h.total = frags[i]->num_floats * sizeof(float);
+    size_t total = 0;
+    if ((rc = dpc_codec_bytes(codec, frags[i]->num_floats, block, &total)) < 0) break;
+    h.codec = (uint32_t)codec;
+    h.block_floats = dpc_codec_is_block(codec) ? block : 0;
+    h.total = total;
     h.crc32c = crc[i];
     h.step = attempts[i];
     struct grpc_byte_buffer *bb = rpc_chunk_encode(&h, none, NULL, NULL);

@@ -170,11 +170,26 @@ static int push_inner_state(lease_work *x, int *code) {
 static int put_objects(lease_work *x, int *code) {
   const Dipaco__V1__Lease *L = x->L;
   size_t n = L->n_fragments;
+  const int codec = (int)L->delta_codec;
   storeput_object *o = calloc(n, sizeof *o);
   wc_put *w = calloc(n, sizeof *w);
-  int rc = o && w ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
+  unsigned char **enc = calloc(n, sizeof *enc);
+  int rc = o && w && enc ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
   *code = RPC_OK;
-  for (size_t i = 0; i < n && !rc; i++) storeput_make(&o[i], x->dp[i], L->fragments[i]->num_floats);
+  for (size_t i = 0; i < n && !rc; i++) {
+    const uint64_t nf = L->fragments[i]->num_floats;
+    size_t eb = 0;
+    if (codec == DPC_CODEC_FP32) {
+      storeput_make(&o[i], x->dp[i], nf);
+    } else if ((rc = dpc_codec_bytes(codec, nf, L->delta_block_floats, &eb)) == 0) {
+      /* a quantized job's object is the stream as sent, padded to whole floats; the commit
+       * names the stream's own CRC-32C */
+      if (!(enc[i] = calloc(1, (eb + 3) / 4 * 4 + 4))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
+      if (!rc) rc = dpc_codec_encode(codec, x->dp[i], nf, L->delta_block_floats, enc[i]);
+      if (!rc) storeput_make_kind(&o[i], STORE_KIND_ENCODED, (const float *)(void *)enc[i], (eb + 3) / 4, NULL, 0);
+      if (!rc) o[i].crc = dpc_crc32c(0, enc[i], eb);
+    }
+  }
   if (!rc)
     rc = wc_put_objects(x->r->wc, L->lease_id, L->fragments, n, o, w, L->delta_put_part_bytes, PUT_STREAMS, code,
                         &x->put_parts);
@@ -191,6 +206,8 @@ static int put_objects(lease_work *x, int *code) {
     }
   }
   wc_put_free(w, n);
+  for (size_t i = 0; enc && i < n; i++) free(enc[i]);
+  free(enc);
   free(o);
   return rc;
 }
@@ -206,11 +223,12 @@ static int put_falls_back(int rc, int code) {
 }
 
 static int push_deltas(lease_work *x, int *code) {
-  if (x->L->delta_put && !x->put_off && !x->sparse && x->L->delta_codec == DIPACO__V1__CODEC__CODEC_FP32) {
+  if (x->L->delta_put && !x->put_off && !x->sparse) {
     int rc = x->put_crc ? 0 : put_objects(x, code);
     if (!rc)
       rc = wc_push_objects(x->r->wc, x->L->lease_id, x->L->fragments, x->L->n_fragments, x->put_crc,
-                           x->put_attempt, (uint64_t)x->st.steps_done, (uint64_t)x->st.tokens, x->res, code);
+                           x->put_attempt, (int)x->L->delta_codec, x->L->delta_block_floats,
+                           (uint64_t)x->st.steps_done, (uint64_t)x->st.tokens, x->res, code);
     if (!rc) {
       x->direct_put = 1;
       return 0;

@@ -1,5 +1,5 @@
 /* storeput.h — a worker's writes to the S3 object store that holds the coordinator's blobs:
- * its fp32 deltas and its slot's inner state, as blob files (docs/design.md §6.4), through the presigned PUT URLs of
+ * its deltas (fp32, or a quantized job's streams as sent) and its slot's inner state, as blob files (docs/design.md §6.4), through the presigned PUT URLs of
  * PrepareDeltaPut (docs/design.md §4.4, §5.8), whole or in parts. The URL signs the object's Content-MD5, so the
  * store refuses any other bytes; the worker never holds store credentials. HTTP through
  * libcurl, MD5 through OpenSSL's libcrypto. Thread-safe (one curl handle per call). */
@@ -19,7 +19,7 @@ typedef struct storeput_object {
   uint64_t n;          /* floats, the extra ones included */
   unsigned char extra[8];
   uint32_t n_extra;    /* bytes of extra after the n - n_extra / 4 floats at payload */
-  uint32_t crc;        /* CRC-32C of the payload */
+  uint32_t crc;        /* CRC-32C of the payload (a caller may set it to what its commit names) */
   unsigned char md5[16];
 } storeput_object;
 

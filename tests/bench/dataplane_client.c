@@ -593,7 +593,8 @@ static int one_lease(struct rpc_client *c, unsigned char *scratch) {
     nanosleep(&ts, NULL);
   }
   r.push0 = now_s();
-  if (!rc) rc = L->delta_put ? put_delta(c, L, &r.pushed) : push_delta(c, L, &r.pushed);
+  const int put = L->delta_put && L->delta_codec == DIPACO__V1__CODEC__CODEC_FP32; /* (puts fp32 only) */
+  if (!rc) rc = put ? put_delta(c, L, &r.pushed) : push_delta(c, L, &r.pushed);
   r.push1 = now_s();
   protobuf_c_message_free_unpacked(pm, NULL);
   if (rc) return rc;

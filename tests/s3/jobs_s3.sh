@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # jobs_s3.sh COORDINATOR WORKER DIPACOCTL — run under tests/s3/with_rgw.sh: a DiLoCo job (outer
-# Nesterov, inner state checkpointed), a DiPaCo job (2x2 modules, 4 paths), a SparseLoCo job, a
+# Nesterov, inner state checkpointed), a DiPaCo job (2x2 modules, 4 paths, int8 deltas), a SparseLoCo job, a
 # Streaming DiLoCo job (2 fragments, e3m0 deltas, overlapped), an async job (delayed Nesterov) and a
 # DiLoCo job whose 12.6 MiB deltas the S3 run puts in 5 MiB parts (--s3-put-part-mb 5) run
 # once with blobs under STATE/blobs and once with blobs on the RADOS Gateway, each time on a
@@ -42,7 +42,7 @@ cat > dipaco.json <<JSON
 {"name": "dipaco", "model": {"init": "$W/init"}, "data": {"paths": $paths}, "algorithm": "dipaco",
  "replicas": 1, "inner_steps": 3, "rounds": 2, "batch": 2, "seq_len": 16,
  "levels": [{"stem": true, "layers": [0, 1], "modules": 2}, {"layers": [1, 2], "modules": 2}], $INNER,
- "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
+ "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}, "streaming": {"codec": "int8"}}
 JSON
 sed -e 's/"name": "diloco"/"name": "long"/' -e 's/"rounds": 3/"rounds": 10/' diloco.json > long.json
 # A delta object of 12.6 MiB (1 layer, C 512: 3.3M floats): the S3 run puts it in 5 MiB parts.
@@ -148,6 +148,13 @@ iback=$(cat "$W"/worker-s3-*.log | grep -c "putting the inner state in the objec
 staged=$( (s3curl "$S3_ENDPOINT/dpc-jobs?list-type=2&prefix=run1%2F" || true) | { grep -o -- '-t[0-9]*\.inner[a-z]' || true; } | wc -l)
 [ "$staged" = 0 ] || fail "$staged put inner-state object(s) left in the bucket beside their copies"
 echo "leases that put their inner state in the store: $iput (fallbacks to the coordinator: $iback)"
+# The DiPaCo job's deltas are int8: on S3 each is put as the stream as sent (the coordinator
+# decodes and checks it from the store), so with no fallback its coordinator receives nothing.
+dbin() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_in'])" "$W/$1/dipaco.show.json"; }
+[ "$(dbin local)" -gt 0 ] || fail "the local DiPaCo job received no delta bytes"
+back=$(cat "$W"/worker-s3-*.log | grep -c "putting the .* in the object store failed" || true)
+[ "$back" -gt 0 ] || [ "$(dbin s3)" = 0 ] || fail "the int8 DiPaCo job's coordinator received $(dbin s3) bytes on S3"
+echo "the int8 DiPaCo job's bytes into the coordinator: local $(dbin local), S3 $(dbin s3)"
 # Sparse pulls (the SparseLoCo job) and replay pulls (the streaming job) read the rounds' streams
 # from the store too: the coordinator sends their table and URLs only.
 rounds=$(cat "$W"/worker-s3-*.log | grep -c "round of version [0-9]* read from the object store" || true)

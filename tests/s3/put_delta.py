@@ -18,6 +18,9 @@ dipaco-coordinator on the RADOS Gateway of tests/s3/with_rgw.sh. Run under with_
     coordinator restart (which forgets the prepared names) an object PUT then is committed by
     its attempt number and accepted;
   * GetJob's bytes_in counts none of the objects' bytes (they went to the store);
+  * an int8 job's objects are the streams as sent (an fp32-sized one is INVALID_ARGUMENT, and so
+    is an fp32 commit of one): accepted, a repeat PUSH_DUPLICATE, and version 1 is the outer step
+    over the decoded deltas, with no byte through the coordinator;
   * an upload (UploadInitialModel, 20 MiB: two parts) is the object t/uploads/<id>.safetensors
     in the bucket, none of it under the state directory; a CreateJob naming it reads it from the
     store and refuses bytes that are not safetensors, naming the object; one naming no upload
@@ -404,6 +407,63 @@ def run(grpc, np, pb, d, state, restart):
           f"its commit, naming the attempt, is accepted by the restarted coordinator ({c}: {rr})")
     g = X["GetJob"](pb.JobRequest(job_id=job), timeout=10)
     check(g.summary.bytes_in == 0, f"the objects' bytes did not come through the coordinator (bytes_in "
+                                   f"{g.summary.bytes_in})")
+    run_encoded(grpc, np, pb, X, mds, spec, S, expect)
+
+
+def run_encoded(grpc, np, pb, X, mds, spec, S, expect):
+    """An int8 job: each object is the stream as sent (kind 10, padded to whole floats); its
+    commit names the stream's CRC-32C, a repeat of it is PUSH_DUPLICATE, and the outer step
+    applies the decoded deltas."""
+    from codec_push import decode, encode  # noqa: E402 (numpy int8, written from docs/design.md §3)
+    spec = dict(spec, name="put-int8", streaming={"codec": "int8", "block_floats": 256})
+    job = X["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(spec)), timeout=30).summary.job_id
+    leases = [X["Lease"](pb.LeaseRequest(max_wait_ms=5000, job_id=job), metadata=md, timeout=10).lease for md in mds]
+    check(all(L.delta_put and L.delta_codec == pb.CODEC_INT8 for L in leases),
+          "an int8 job's leases on the S3 store say delta_put, codec int8")
+    n = leases[0].fragments[0].num_floats
+    cs = list(X["PullFragment"](pb.PullFragmentRequest(lease_id=leases[0].lease_id, fragment_id=1),
+                                metadata=mds[0], timeout=30))
+    theta0 = np.frombuffer(b"".join(c.data for c in cs), dtype="<f4").copy()
+    rng = np.random.default_rng(9)
+    decoded = []
+    for i, (md, L) in enumerate(zip(mds, leases)):
+        stream, dec = encode(np, "int8", (rng.standard_normal(n) * 1e-2).astype(np.float32), 256)
+        stream = bytes(stream)
+        decoded.append(np.asarray(dec, np.float32))
+        check(np.array_equal(decode(np, "int8", stream, n, 256), decoded[-1]), "the numpy int8 codec round-trips")
+        padded = stream + b"\0" * (-len(stream) % 4)
+        header = struct.pack("<IIIIQ", 0x42435044, 1, 10, 0, len(padded) // 4)
+        body = header + padded + struct.pack("<II", crc32c(padded), crc32c(header))
+        scrc, md5 = crc32c(stream), hashlib.md5(body).digest()
+        if i == 0:
+            dp = pb.DeltaPut(fragment_id=1, num_floats=n, crc32c=scrc, object_bytes=24 + 4 * n + 8, content_md5=md5)
+            expect(status_of(grpc, X["PrepareDeltaPut"], pb.PrepareDeltaPutRequest(lease_id=L.lease_id, puts=[dp]),
+                             metadata=md, timeout=10), S.INVALID_ARGUMENT, "object_bytes",
+                   "an fp32-sized object in an int8 job")
+        dp = pb.DeltaPut(fragment_id=1, num_floats=n, crc32c=scrc, object_bytes=len(body), content_md5=md5)
+        c, r = status_of(grpc, X["PrepareDeltaPut"], pb.PrepareDeltaPutRequest(lease_id=L.lease_id, puts=[dp]),
+                         metadata=md, timeout=10)
+        check(c == S.OK and ".encoded" in r.puts[0].url, f"worker {i}: the object is named as a stream as sent ({c})")
+        check(c == S.OK and http_put(r.puts[0].url, body, md5)[0] == 200, f"worker {i}: the stream's object is taken")
+        ch = pb.Chunk(lease_id=L.lease_id, fragment_id=1, version=L.fragments[0].version, total=len(stream),
+                      codec=pb.CODEC_INT8, block_floats=256, crc32c=scrc, num_floats=n, inner_steps=2, tokens=16,
+                      payload=pb.PAYLOAD_DELTA_OBJECT, step=r.puts[0].attempt if c == S.OK else 0)
+        if i == 0:
+            bad = pb.Chunk()
+            bad.CopyFrom(ch)
+            bad.codec = pb.CODEC_FP32
+            bad.total = 4 * n
+            expect(status_of(grpc, X["PushDelta"], iter([bad]), metadata=md, timeout=60), S.INVALID_ARGUMENT,
+                   "int8", "an fp32 commit of the int8 object")
+        c, rr = status_of(grpc, X["PushDelta"], iter([ch]), metadata=md, timeout=60)
+        check(c == S.OK and rr.acks[0].result == pb.PUSH_ACCEPTED, f"worker {i}: its commit is accepted ({c}: {rr})")
+        c, rr = status_of(grpc, X["PushDelta"], iter([ch]), metadata=md, timeout=60)
+        check(c == S.OK and rr.acks[0].result == pb.PUSH_DUPLICATE, f"worker {i}: the same commit again is a "
+                                                                     f"duplicate ({c}: {rr})")
+    version1(np, pb, X, job, mds[0], theta0, decoded, "the decoded int8 objects")
+    g = X["GetJob"](pb.JobRequest(job_id=job), timeout=10)
+    check(g.summary.bytes_in == 0, f"the int8 objects' bytes did not come through the coordinator (bytes_in "
                                    f"{g.summary.bytes_in})")
 
 

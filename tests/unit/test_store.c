@@ -274,9 +274,9 @@ int main(void) {
     /* Indexed lookups of the push path: a lease's delta of a fragment, and the slots that
      * have a received delta in a round (l1 and l3 pushed fragment 2 of round 0). */
     uint32_t crc = 0;
-    CHECK_EQ_INT(store_find_delta(st, l3, 2, &crc), 1);
+    CHECK_EQ_INT(store_find_delta(st, l3, 2, &crc, NULL), 1);
     CHECK_EQ_INT(crc, 0xabcdef01u);
-    CHECK_EQ_INT(store_find_delta(st, l3, 1, NULL), 0);
+    CHECK_EQ_INT(store_find_delta(st, l3, 1, NULL, NULL), 0);
     int ns_ = -1;
     CHECK_EQ_INT(store_count_received_slots(st, jid, 2, 0, &ns_), 0);
     CHECK_EQ_INT(ns_, 2);
