@@ -656,13 +656,6 @@ int blob_store_probe(blob_store *bs) { return bs->s3 ? blob_s3_probe(bs->s3) : 0
 
 int blob_store_doubtful(blob_store *bs) { return bs->s3 ? blob_s3_doubtful(bs->s3) : 0; }
 
-int blob_store_url(blob_store *bs, const char *name, uint64_t bytes, char *url, size_t cap) {
-  int rc = check_name(name);
-  if (rc) return rc;
-  if (!bs->s3) return dpc_err(DPC_EUNSUPPORTED, "blob %s: files have no URL", name);
-  return blob_s3_presign(bs->s3, name, "GET", NULL, blob_url_ttl_s(bytes), url, cap);
-}
-
 blobs_known *blob_store_known(blob_store *bs) { return bs->known; }
 
 int blob_store_s3_of(blob_store *bs, const char *name, const char *what, blob_s3 **out) {

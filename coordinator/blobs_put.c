@@ -1,8 +1,9 @@
-/* blobs_put.c — objects that workers write into an S3 blob store themselves (blobs.h "Workers'
- * puts"; docs/design.md §5.8): presigned PUT URLs that sign each request's Content-MD5, so the
- * store keeps only the bytes the worker announced; for an object above one PUT's size, a
- * multipart upload the coordinator starts and completes while the worker puts its parts; and
- * the HEAD check of what landed. The coordinator never handles these bytes on the way in. */
+/* blobs_put.c — objects that workers read from and write into an S3 blob store themselves
+ * (blobs.h "Workers' puts"; docs/design.md §5.8): presigned GET URLs; presigned PUT URLs that
+ * sign each request's Content-MD5, so the store keeps only the bytes the worker announced; for
+ * an object above one PUT's size, a multipart upload the coordinator starts and completes while
+ * the worker puts its parts; the HEAD check of what landed, and the store's own copy of it to
+ * the name it is committed under. The coordinator never handles these bytes on the way in. */
 #include "coordinator/blobs.h"
 #include "coordinator/blobs_known.h"
 #include "coordinator/blobs_s3.h"
@@ -16,6 +17,12 @@
 int blob_url_ttl_s(uint64_t bytes) {
   const uint64_t most = 7 * 24 * 3600, t = BLOB_URL_TTL_S + bytes / BLOB_URL_MIN_RATE;
   return (int)(t < most ? t : most);
+}
+
+int blob_store_url(blob_store *bs, const char *name, uint64_t bytes, char *url, size_t cap) {
+  blob_s3 *s;
+  int rc = blob_store_s3_of(bs, name, "a URL", &s);
+  return rc ? rc : blob_s3_presign(s, name, "GET", NULL, blob_url_ttl_s(bytes), url, cap);
 }
 
 int blob_store_put_url(blob_store *bs, const char *name, const unsigned char md5[16], uint64_t bytes, char *url,
