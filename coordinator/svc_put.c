@@ -7,7 +7,7 @@
  *
  * Semantic choices:
  *  - Only an active lease of the caller whose Lease.delta_put is set (a job on an S3 store, not
- *    streaming, not SparseLoCo, fp32 deltas or quantized ones kept as sent; svc_worker.c),
+ *    SparseLoCo, fp32 deltas or quantized ones kept as sent; svc_worker.c),
  *    fragments of the lease, each once, with num_floats = the fragment's length, object_bytes =
  *    the blob file's size (docs/design.md §6.4: an fp32 delta, or in a quantized job the stream
  *    as sent, put_delta_object) and a 16-byte MD5. Anything else → INVALID_ARGUMENT or
@@ -171,7 +171,7 @@ static blob_kind put_kind(const coord_job *j, const Dipaco__V1__DeltaPut *d) {
 static uint64_t put_floats(blob_kind kind, uint64_t n) { return kind == BLOB_INNER_M ? n + 2 : n; }
 
 int put_lease_wants(const coord *c, const coord_job *j) {
-  return c->delta_puts && blob_store_is_s3(c->bs) && !j->spec.sparse.enabled && !jobspec_streaming(&j->spec) &&
+  return c->delta_puts && blob_store_is_s3(c->bs) && !j->spec.sparse.enabled &&
          (j->spec.streaming.codec == DPC_CODEC_FP32 || coord_job_keeps_sent(j));
 }
 
@@ -300,7 +300,7 @@ static coord_job *put_lease(struct rpc_call *call, coord *c, int64_t worker,
                     !blob_store_is_s3(c->bs) ? "this coordinator keeps its blobs on its own disk"
                     : !c->delta_puts        ? "the coordinator runs with --no-delta-puts"
                     : inner                 ? "only the inner state of jobs with inner.state checkpoint is put"
-                                            : "only deltas of jobs without streaming or SparseLoCo, fp32 or kept as sent, are put");
+                                            : "only deltas of jobs without SparseLoCo, fp32 or kept as sent, are put");
     return NULL;
   }
   if (r->n_puts == 0) {

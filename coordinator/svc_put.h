@@ -12,8 +12,8 @@
 /* Fill out[] with this file's methods (ud = c) and return how many. */
 int svc_put_methods(coord *c, struct rpc_method *out);
 
-/* 1 when the leases of job j carry Lease.delta_put (an S3 store, no streaming, no SparseLoCo,
- * fp32 deltas or quantized ones kept as sent, and the coordinator allows it). */
+/* 1 when the leases of job j carry Lease.delta_put (an S3 store, no SparseLoCo, fp32 deltas or
+ * quantized ones kept as sent, and the coordinator allows it). */
 int put_lease_wants(const coord *c, const coord_job *j);
 /* What a put delta object of fragment frag of job j is: an fp32 blob (BLOB_DELTA), or in a job
  * whose delta codec is quantized the stream as sent, padded to whole floats (BLOB_ENCODED);

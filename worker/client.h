@@ -138,6 +138,16 @@ typedef struct storeput_object storeput_object;
 int wc_put_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
                    storeput_object *o, wc_put *w, uint64_t part_bytes, int streams, int *code, int *parts);
 void wc_put_free(wc_put *w, size_t n);
+/* Lease.delta_put: the deltas of frags[0..n) (delta[i]: fragment i's fp32 delta) put in the
+ * store as the lease's codec says (an fp32 blob, or the stream as sent, padded to whole floats)
+ * with wc_put_objects; crc[i] and attempt[i] get what their commit (wc_push_objects) names. */
+int wc_put_deltas(wclient *c, const Dipaco__V1__Lease *L, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+                  const float *const *delta, int streams, uint32_t *crc, uint64_t *attempt, int *code, int *parts);
+/* Whether a failed put or commit (rc, with the coordinator's status code) falls back to pushing
+ * the bytes: the store failed, or the coordinator cannot take the object (no such method, no put
+ * for the job, an object it lost or could not read); not what a push would meet too (the lease
+ * is gone, a transient failure to retry, a refused delta). */
+int wc_put_falls_back(int rc, int code);
 
 /* One PushInnerState stream that commits the inner-state objects put for frags[0..n)
  * (PAYLOAD_INNER_OBJECT chunks, no data, step = the object's attempt number; puts[i] as

@@ -164,62 +164,24 @@ static int push_inner_state(lease_work *x, int *code) {
   return slot_push_inner(&x->r->slots, x->r->wc, x->L, &x->p, x->sparse ? x->sp.e : NULL, code);
 }
 
-/* Lease.delta_put: put each fragment's delta in the object store (PrepareDeltaPut, then a PUT
- * per fragment, or per part of one above Lease.delta_put_part_bytes), once; the commit (PushDelta
- * of PAYLOAD_DELTA_OBJECT chunks) is retried alone. */
+/* Lease.delta_put: put each fragment's delta in the object store once (wc_put_deltas); the
+ * commit (PushDelta of PAYLOAD_DELTA_OBJECT chunks) is retried alone. */
 static int put_objects(lease_work *x, int *code) {
-  const Dipaco__V1__Lease *L = x->L;
-  size_t n = L->n_fragments;
-  const int codec = (int)L->delta_codec;
-  storeput_object *o = calloc(n, sizeof *o);
-  wc_put *w = calloc(n, sizeof *w);
-  unsigned char **enc = calloc(n, sizeof *enc);
-  int rc = o && w && enc ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
+  const size_t n = x->L->n_fragments;
+  x->put_crc = calloc(n, sizeof *x->put_crc);
+  x->put_attempt = calloc(n, sizeof *x->put_attempt);
+  int rc = x->put_crc && x->put_attempt ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
   *code = RPC_OK;
-  for (size_t i = 0; i < n && !rc; i++) {
-    const uint64_t nf = L->fragments[i]->num_floats;
-    size_t eb = 0;
-    if (codec == DPC_CODEC_FP32) {
-      storeput_make(&o[i], x->dp[i], nf);
-    } else if ((rc = dpc_codec_bytes(codec, nf, L->delta_block_floats, &eb)) == 0) {
-      /* a quantized job's object is the stream as sent, padded to whole floats; the commit
-       * names the stream's own CRC-32C */
-      if (!(enc[i] = calloc(1, (eb + 3) / 4 * 4 + 4))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
-      if (!rc) rc = dpc_codec_encode(codec, x->dp[i], nf, L->delta_block_floats, enc[i]);
-      if (!rc) storeput_make_kind(&o[i], STORE_KIND_ENCODED, (const float *)(void *)enc[i], (eb + 3) / 4, NULL, 0);
-      if (!rc) o[i].crc = dpc_crc32c(0, enc[i], eb);
-    }
-  }
   if (!rc)
-    rc = wc_put_objects(x->r->wc, L->lease_id, L->fragments, n, o, w, L->delta_put_part_bytes, PUT_STREAMS, code,
-                        &x->put_parts);
-  if (!rc) {
-    x->put_crc = calloc(n, sizeof *x->put_crc);
-    x->put_attempt = calloc(n, sizeof *x->put_attempt);
-    if (!x->put_crc || !x->put_attempt) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
-    for (size_t i = 0; i < n && !rc; i++) x->put_crc[i] = w[i].crc, x->put_attempt[i] = w[i].attempt;
-    if (rc) {
-      free(x->put_crc);
-      free(x->put_attempt);
-      x->put_crc = NULL;
-      x->put_attempt = NULL;
-    }
+    rc = wc_put_deltas(x->r->wc, x->L, x->L->fragments, n, (const float *const *)x->dp, PUT_STREAMS, x->put_crc,
+                       x->put_attempt, code, &x->put_parts);
+  if (rc) {
+    free(x->put_crc);
+    free(x->put_attempt);
+    x->put_crc = NULL;
+    x->put_attempt = NULL;
   }
-  wc_put_free(w, n);
-  for (size_t i = 0; enc && i < n; i++) free(enc[i]);
-  free(enc);
-  free(o);
   return rc;
-}
-
-/* Whether a failed put (rc, with the coordinator's status code) falls back to pushing the bytes:
- * the store failed, or the coordinator cannot take the object (no such method, no put for the
- * job, an object it lost or could not read); not what a push would meet too (the lease is gone,
- * a transient failure to retry, a refused delta). */
-static int put_falls_back(int rc, int code) {
-  if (!rc) return 0;
-  return code == RPC_OK || code == RPC_FAILED_PRECONDITION || code == RPC_UNIMPLEMENTED ||
-         code == RPC_INVALID_ARGUMENT;
 }
 
 static int push_deltas(lease_work *x, int *code) {
@@ -233,7 +195,7 @@ static int push_deltas(lease_work *x, int *code) {
       x->direct_put = 1;
       return 0;
     }
-    if (!put_falls_back(rc, *code)) return rc;
+    if (!wc_put_falls_back(rc, *code)) return rc;
     DPC_WARN("lease %" PRIu64 ": putting the deltas in the object store failed: %s; pushing them to the coordinator",
              x->L->lease_id, dpc_errmsg());
     x->put_off = 1;

@@ -127,27 +127,58 @@ typedef struct {
   int *fu;
   atomic_int fquit;
   int inited;            /* mu and cv initialised */
+  int put_off;           /* Lease.delta_put failed once: this lease pushes its deltas' bytes */
+  int puts;              /* fragments put in the object store */
 } pusher;
 
-/* One fragment's delta (slots->delta at its offset, base = the lease's base version), with
- * retries on transient failures. */
+/* Lease.delta_put: put fragment i's delta d in the object store once (*crc, *att: what its
+ * commit names); 0, or after a failure that falls back (wc_put_falls_back) 1 with q->put_off
+ * set, so that this lease pushes its deltas' bytes; else the error. */
+static int put_one(pusher *q, Dipaco__V1__FragmentInfo *fi, const float *d, uint32_t *crc, uint64_t *att) {
+  int code = RPC_OK, rc = wc_put_deltas(q->e->wc, q->L, &fi, 1, &d, 4, crc, att, &code, NULL);
+  if (!rc || !wc_put_falls_back(rc, code)) return rc;
+  DPC_WARN("lease %" PRIu64 ": putting the delta of fragment %" PRIu64 " in the object store failed: %s; pushing the "
+           "deltas to the coordinator", q->L->lease_id, fi->fragment_id, dpc_errmsg());
+  q->put_off = 1;
+  return 1;
+}
+
+/* One fragment's delta (slots->delta at its offset, base = the lease's base version), put in
+ * the object store and committed (Lease.delta_put) or pushed, with retries on transient
+ * failures. */
 static int push_one(pusher *q, size_t i) {
   stream_env *e = q->e;
   const Dipaco__V1__Lease *L = q->L;
   const float *d = e->slots->delta + q->p->abs_off[i];
   Dipaco__V1__FragmentInfo *fi = L->fragments[i];
   uint64_t tok = (uint64_t)q->p->opts.B * (uint64_t)q->p->opts.T * L->inner_steps;
-  int rc = 0;
+  uint32_t crc = 0;
+  uint64_t att = 0;
+  int put = L->delta_put && !q->put_off;
+  int rc = put ? put_one(q, fi, d, &crc, &att) : 0;
+  if (rc < 0) return rc;
+  put = put && rc == 0;
   for (int attempt = 0;; attempt++) {
     int code = RPC_OK, r = -1;
     uint64_t sent = 0;
-    rc = wc_push(e->wc, L->lease_id, &fi, 1, &d, L->inner_steps, tok, (int)L->delta_codec, L->delta_block_floats, &r,
-                 &code, &sent);
+    rc = put ? wc_push_objects(e->wc, L->lease_id, &fi, 1, &crc, &att, (int)L->delta_codec, L->delta_block_floats,
+                               L->inner_steps, tok, &r, &code)
+             : wc_push(e->wc, L->lease_id, &fi, 1, &d, L->inner_steps, tok, (int)L->delta_codec, L->delta_block_floats,
+                       &r, &code, &sent);
+    if (put && wc_put_falls_back(rc, code)) { /* the coordinator cannot take the object: push the bytes */
+      DPC_WARN("lease %" PRIu64 ": committing the delta of fragment %" PRIu64 " from the object store failed: %s; "
+               "pushing it", L->lease_id, fi->fragment_id, dpc_errmsg());
+      put = 0;
+      q->put_off = 1;
+      attempt--;
+      continue;
+    }
     enum wc_class cls = wc_classify(rc, code);
     if (rc == 0) {
       pthread_mutex_lock(&q->mu);
       q->sent += sent;
       q->res[i] = r;
+      q->puts += put;
       pthread_mutex_unlock(&q->mu);
       if (r != DIPACO__V1__PUSH_RESULT__PUSH_ACCEPTED && r != DIPACO__V1__PUSH_RESULT__PUSH_DUPLICATE)
         DPC_WARN("lease %" PRIu64 ": delta of fragment %" PRIu64 " was not accepted (result %d); dropped", L->lease_id,
@@ -724,9 +755,9 @@ int stream_run(stream_env *e, const Dipaco__V1__Lease *L, const lease_plan *p, t
     if (rc && x.q.cls != WC_OK) x.cls = x.q.cls;
     if (!rc)
       DPC_INFO("lease %" PRIu64 " streamed %d steps in %.2f s: loss %.4f -> %.4f, pushed %" PRIu64 " bytes (%s), "
-               "waited %" PRId64 " ms for global fragments, %" PRId64 " ms for the last pushes",
-               L->lease_id, st->steps_done, st->seconds, st->first_loss, st->last_loss, x.q.sent,
-               dpc_codec_name((int)L->delta_codec), x.wait_ms, dpc_mono_ms() - t0);
+               "%d fragment delta(s) through the object store, waited %" PRId64 " ms for global fragments, %" PRId64
+               " ms for the last pushes", L->lease_id, st->steps_done, st->seconds, st->first_loss, st->last_loss,
+               x.q.sent, dpc_codec_name((int)L->delta_codec), x.q.puts, x.wait_ms, dpc_mono_ms() - t0);
   }
   pusher_stop(&x.q);
   if (complete && !rc) {

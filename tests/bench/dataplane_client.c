@@ -268,21 +268,24 @@ static int encoded_delta(const Dipaco__V1__Lease *L, uint64_t n) {
   return i < G.nenc ? i : -1;
 }
 
-/* A quantized job: every fragment's encoded delta (encoded_delta), in chunks of the pattern's
- * size, on one PushDelta stream. */
-static int push_encoded(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t *bytes) {
+/* Push every fragment's delta on one PushDelta stream, in chunks of the pattern's size: fp32, the
+ * pattern itself zero-copy as every chunk; in a quantized job (Lease.delta_codec) the pattern
+ * repeated and encoded (encoded_delta). */
+static int push_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t *bytes) {
+  const int fp32 = L->delta_codec == DIPACO__V1__CODEC__CODEC_FP32;
   struct rpc_stream *s = NULL;
   int rc = rpc_stream_open(c, SVC "PushDelta", NULL, 600000, &s);
   if (rc) return rc;
   *bytes = 0;
   for (size_t f = 0; f < L->n_fragments && !rc; f++) {
     const Dipaco__V1__FragmentInfo *fr = L->fragments[f];
-    int k = encoded_delta(L, fr->num_floats);
+    const int k = fp32 ? 0 : encoded_delta(L, fr->num_floats);
     if (k < 0) {
       rc = dpc_err(DPC_ENOMEM, "cannot encode a %" PRIu64 "-float delta", fr->num_floats);
       break;
     }
-    const uint64_t total = G.enc_bytes[k];
+    const uint64_t total = fp32 ? fr->num_floats * 4 : G.enc_bytes[k];
+    const uint32_t crc = fp32 ? stream_crc(total) : G.enc_crc[k];
     for (uint64_t off = 0; off < total && !rc; off += PATTERN_BYTES) {
       struct rpc_chunk h;
       memset(&h, 0, sizeof h);
@@ -290,41 +293,7 @@ static int push_encoded(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64
       h.fragment_id = fr->fragment_id;
       h.version = fr->version;
       h.codec = L->delta_codec;
-      h.block_floats = L->delta_block_floats;
-      h.num_floats = fr->num_floats;
-      h.inner_steps = L->inner_steps;
-      h.tokens = 1;
-      h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA;
-      h.offset = off;
-      h.total = total;
-      h.len = total - off < PATTERN_BYTES ? total - off : PATTERN_BYTES;
-      if (off + h.len == total) h.crc32c = G.enc_crc[k];
-      struct grpc_byte_buffer *m = rpc_chunk_encode(&h, G.enc[k] + off, no_release, NULL);
-      rc = m ? rpc_stream_write(s, m) : DPC_ENOMEM;
-    }
-    *bytes += total;
-  }
-  return finish_push(s, rc);
-}
-
-/* Push every fragment's delta (the pattern, zero-copy) on one PushDelta stream. */
-static int push_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t *bytes) {
-  if (L->delta_codec != DIPACO__V1__CODEC__CODEC_FP32) return push_encoded(c, L, bytes);
-  struct rpc_stream *s = NULL;
-  int rc = rpc_stream_open(c, SVC "PushDelta", NULL, 600000, &s);
-  if (rc) return rc;
-  *bytes = 0;
-  for (size_t f = 0; f < L->n_fragments && !rc; f++) {
-    const Dipaco__V1__FragmentInfo *fr = L->fragments[f];
-    uint64_t total = fr->num_floats * 4;
-    uint32_t crc = stream_crc(total);
-    for (uint64_t off = 0; off < total && !rc; off += PATTERN_BYTES) {
-      struct rpc_chunk h;
-      memset(&h, 0, sizeof h);
-      h.lease_id = L->lease_id;
-      h.fragment_id = fr->fragment_id;
-      h.version = fr->version;
-      h.codec = DIPACO__V1__CODEC__CODEC_FP32;
+      h.block_floats = fp32 ? 0 : L->delta_block_floats;
       h.num_floats = fr->num_floats;
       h.inner_steps = L->inner_steps;
       h.tokens = 1;
@@ -333,7 +302,7 @@ static int push_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t
       h.total = total;
       h.len = total - off < PATTERN_BYTES ? total - off : PATTERN_BYTES;
       if (off + h.len == total) h.crc32c = crc;
-      struct grpc_byte_buffer *m = rpc_chunk_encode(&h, G.pattern, no_release, NULL);
+      struct grpc_byte_buffer *m = rpc_chunk_encode(&h, fp32 ? G.pattern : G.enc[k] + off, no_release, NULL);
       rc = m ? rpc_stream_write(s, m) : DPC_ENOMEM;
     }
     *bytes += total;
