@@ -133,17 +133,25 @@ def uploads_in_store(grpc, pb, X, state, S):
     return uid
 
 
-def main():
-    coord_bin, proto_dir = sys.argv[1], sys.argv[2]
+def gateway_args(bucket, prefix):
+    """(endpoint, the coordinator's flags for blobs under s3://bucket/prefix on with_rgw.sh's
+    gateway, the bucket made), or None outside with_rgw.sh."""
     endpoint = os.environ.get("S3_ENDPOINT")
     if not endpoint:
         print("FAIL: run me under tests/s3/with_rgw.sh")
-        return 1
+        return None
     # The bucket: created through the gateway's own credentials by with_rgw.sh's helper.
-    os.system(f"bash {os.path.dirname(os.path.abspath(__file__))}/s3curl.sh -X PUT {endpoint}/dpc-put >/dev/null")
+    os.system(f"bash {os.path.dirname(os.path.abspath(__file__))}/s3curl.sh -X PUT {endpoint}/{bucket} >/dev/null")
+    return endpoint, ("--lease-ttl-ms", "30000", "--heartbeat-ms", "200", "--dead-after-heartbeats", "150",
+                      "--blob-store", f"s3://{bucket}/{prefix}", "--s3-endpoint", endpoint)
 
-    args = ("--lease-ttl-ms", "30000", "--heartbeat-ms", "200", "--dead-after-heartbeats", "150", "--blob-store",
-            "s3://dpc-put/t", "--s3-endpoint", endpoint)
+
+def main():
+    coord_bin, proto_dir = sys.argv[1], sys.argv[2]
+    got = gateway_args("dpc-put", "t")
+    if not got:
+        return 1
+    endpoint, args = got
     rc = run_grpc_test(coord_bin, proto_dir, "dpc_put_delta_",
                        lambda grpc, np, pb, d, state, log: run(grpc, np, pb, d, state,
                                                                lambda: Daemon(coord_bin, state, log, args)),

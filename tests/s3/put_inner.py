@@ -33,7 +33,7 @@ import urllib.parse
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 from daemon_kit import Daemon, check, crc32c, grpc_stubs, run_grpc_test, status_of  # noqa: E402
-from put_delta import http_put  # noqa: E402
+from put_delta import gateway_args, http_put  # noqa: E402
 
 S3CURL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3curl.sh")
 KIND = {"m": 5, "v": 6}
@@ -70,13 +70,10 @@ def keys(prefix):
 
 def main():
     coord_bin, proto_dir = sys.argv[1], sys.argv[2]
-    endpoint = os.environ.get("S3_ENDPOINT")
-    if not endpoint:
-        print("FAIL: run me under tests/s3/with_rgw.sh")
+    got = gateway_args("dpc-inner", "t")
+    if not got:
         return 1
-    os.system(f"bash {S3CURL} -X PUT {endpoint}/dpc-inner >/dev/null")
-    args = ("--lease-ttl-ms", "30000", "--heartbeat-ms", "200", "--dead-after-heartbeats", "150", "--blob-store",
-            "s3://dpc-inner/t", "--s3-endpoint", endpoint)
+    args = got[1]
     return run_grpc_test(coord_bin, proto_dir, "dpc_put_inner_",
                          lambda grpc, np, pb, d, state, log: run(grpc, np, pb, d, state,
                                                                  lambda: Daemon(coord_bin, state, log, args)),
