@@ -48,7 +48,7 @@
 #      case; a real round trains for minutes, and the store's background work runs meanwhile);
 #      COORD_FLAGS: more coordinator flags (e.g. "--s3-put-part-mb 64": delta objects put in parts);
 #      CODEC (default fp32): the job's delta codec (streaming.codec: bf16, int8, fp8, e3m0); the
-#      simulated workers push their deltas encoded in it (they put only fp32 deltas in the store);
+#      simulated workers push (or on S3 put) their deltas encoded in it;
 #      KEEP=1 keeps the work directory (without it each run's blobs go as soon as it is measured,
 #      so that a 1B local run's 23 GB do not share the disk with the S3 run's store).
 set -euo pipefail

@@ -16,7 +16,8 @@
  * coordinator's background work, such as an S3 store's momentum upload, is off the workers'
  * path; without it every push overlaps the other workers' pulls), then pushes a delta of tiny finite values (one 4 MiB pattern sent zero-copy as every chunk;
  * the stream's CRC is computed once per fragment length; in a quantized job the pattern repeated
- * and encoded in the lease's codec, once per length), or, when the lease says delta_put,
+ * and encoded in the lease's codec, once per length), or, when the lease says delta_put (an fp32
+ * blob, or the encoded stream padded to whole floats),
  * puts it in the object store as worker/lease.c does (PrepareDeltaPut, a PUT of the blob object
  * streamed from the pattern, in parts four at a time above the lease's part size, its MD5s computed
  * once per length, and the commit). It prints one line per lease
@@ -246,7 +247,7 @@ static int encoded_delta(const Dipaco__V1__Lease *L, uint64_t n) {
     const uint64_t per = PATTERN_BYTES / sizeof(float);
     size_t total = 0, at = 0, b = 0;
     int rc = dpc_codec_bytes(codec, n, block, &total);
-    unsigned char *e = rc ? NULL : malloc(total ? total : 1);
+    unsigned char *e = rc ? NULL : calloc(1, (total + 3) / 4 * 4 + 4); /* (zero padding: a put object's) */
     for (uint64_t off = 0; e && off < n && !rc; off += per) {
       const uint64_t k = n - off < per ? n - off : per;
       rc = dpc_codec_bytes(codec, k, block, &b);
@@ -316,9 +317,11 @@ static int push_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t
 typedef struct {
   unsigned char header[24], trailer[8], md5[16];
   uint64_t bytes, part_bytes;
-  uint32_t crc;
+  uint32_t crc;             /* what the commit names: the fp32 payload's, or the stream's */
   int parts;                /* 0: one PUT */
   unsigned char (*pmd5)[16]; /* [parts], shared by every object of this shape; never freed */
+  const unsigned char *data; /* NULL: the pattern repeated (fp32); else a quantized stream, padded */
+  uint64_t stream;           /* the stream's bytes (what the commit's total says) */
 } put_obj;
 
 static void le32(unsigned char *p, uint32_t v) {
@@ -338,7 +341,10 @@ static size_t put_read(char *dst, size_t sz, size_t nm, void *ud) {
     const unsigned char *src;
     uint64_t left;
     if (s->at < 24) src = s->o->header + s->at, left = 24 - s->at;
-    else if (s->at < 24 + s->o->bytes) {
+    else if (s->at < 24 + s->o->bytes && s->o->data) {
+      src = s->o->data + (s->at - 24);
+      left = 24 + s->o->bytes - s->at;
+    } else if (s->at < 24 + s->o->bytes) {
       uint64_t p = (s->at - 24) % PATTERN_BYTES;
       src = G.pattern + p;
       left = PATTERN_BYTES - p;
@@ -364,25 +370,29 @@ static void obj_md5(const put_obj *o, uint64_t at, uint64_t end, unsigned char m
   EVP_MD_CTX_free(m);
 }
 
-static int make_obj(put_obj *o, uint64_t bytes, uint64_t part_bytes) {
+/* The object of a delta of `bytes` payload bytes: fp32 (data NULL, the pattern repeated) or, in
+ * a quantized job, the stream at data (index k of G.enc), padded to whole floats. */
+static int make_obj(put_obj *o, uint64_t bytes, uint64_t part_bytes, int k) {
   static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   static put_obj done[MAX_FRAGS];
   static int n;
   memset(o, 0, sizeof *o);
-  o->bytes = bytes;
-  o->crc = stream_crc(bytes);
+  o->data = k >= 0 ? G.enc[k] : NULL;
+  o->bytes = k >= 0 ? (G.enc_bytes[k] + 3) / 4 * 4 : bytes;
+  o->stream = k >= 0 ? G.enc_bytes[k] : bytes;
+  o->crc = k >= 0 ? G.enc_crc[k] : stream_crc(bytes);
   le32(o->header, 0x42435044u);
   le32(o->header + 4, 1);
-  le32(o->header + 8, 3); /* a delta */
-  for (int i = 0; i < 8; i++) o->header[16 + i] = (unsigned char)((bytes / 4) >> (8 * i));
-  le32(o->trailer, o->crc);
+  le32(o->header + 8, k >= 0 ? 10 : 3); /* a quantized stream as sent, or an fp32 delta */
+  for (int i = 0; i < 8; i++) o->header[16 + i] = (unsigned char)((o->bytes / 4) >> (8 * i));
+  le32(o->trailer, k >= 0 ? dpc_crc32c(0, o->data, o->bytes) : o->crc);
   le32(o->trailer + 4, dpc_crc32c(0, o->header, 24));
-  const uint64_t total = 24 + bytes + 8;
+  const uint64_t total = 24 + o->bytes + 8;
   o->part_bytes = part_bytes;
   o->parts = part_bytes && total > part_bytes ? (int)((total + part_bytes - 1) / part_bytes) : 0;
   pthread_mutex_lock(&mu);
   for (int i = 0; i < n; i++)
-    if (done[i].bytes == bytes && done[i].part_bytes == part_bytes) {
+    if (done[i].bytes == o->bytes && done[i].part_bytes == part_bytes && done[i].data == o->data) {
       memcpy(o->md5, done[i].md5, 16);
       o->pmd5 = done[i].pmd5;
       pthread_mutex_unlock(&mu);
@@ -470,8 +480,11 @@ static int put_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t 
   Dipaco__V1__DeltaPut d[MAX_FRAGS], *dp[MAX_FRAGS];
   *bytes = 0;
   ProtobufCBinaryData pmd[MAX_FRAGS][PUT_PARTS_MAX];
+  const int fp32 = L->delta_codec == DIPACO__V1__CODEC__CODEC_FP32;
   for (size_t f = 0; f < n; f++) {
-    int rc = make_obj(&o[f], L->fragments[f]->num_floats * 4, L->delta_put_part_bytes);
+    const int k = fp32 ? -1 : encoded_delta(L, L->fragments[f]->num_floats);
+    if (!fp32 && k < 0) return dpc_err(DPC_ENOMEM, "cannot encode a delta");
+    int rc = make_obj(&o[f], L->fragments[f]->num_floats * 4, L->delta_put_part_bytes, k);
     if (rc) return rc;
     if (o[f].parts > PUT_PARTS_MAX) return dpc_err(DPC_EINVAL, "%d parts: at most %d here", o[f].parts, PUT_PARTS_MAX);
     dipaco__v1__delta_put__init(&d[f]);
@@ -500,7 +513,7 @@ static int put_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t 
     attempt[f] = f < pr->n_puts ? pr->puts[f]->attempt : 0;
     rc = f < pr->n_puts && pr->puts[f]->fragment_id == d[f].fragment_id ? put_one(pr->puts[f], &o[f])
                                                                           : dpc_err(DPC_EFORMAT, "PrepareDeltaPut: URLs out of order");
-    *bytes += o[f].bytes;
+    *bytes += o[f].stream;
   }
   protobuf_c_message_free_unpacked(pm, NULL);
   if (rc) return rc;
@@ -513,13 +526,14 @@ static int put_delta(struct rpc_client *c, const Dipaco__V1__Lease *L, uint64_t 
     h.lease_id = L->lease_id;
     h.fragment_id = L->fragments[f]->fragment_id;
     h.version = L->fragments[f]->version;
-    h.codec = DIPACO__V1__CODEC__CODEC_FP32;
+    h.codec = L->delta_codec;
+    h.block_floats = fp32 ? 0 : L->delta_block_floats;
     h.num_floats = L->fragments[f]->num_floats;
     h.inner_steps = L->inner_steps;
     h.tokens = 1;
     h.payload = DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT;
     h.step = attempt[f];
-    h.total = o[f].bytes;
+    h.total = o[f].stream;
     h.crc32c = o[f].crc;
     struct grpc_byte_buffer *m = rpc_chunk_encode(&h, none, NULL, NULL);
     rc = m ? rpc_stream_write(s, m) : DPC_ENOMEM;
@@ -562,8 +576,7 @@ static int one_lease(struct rpc_client *c, unsigned char *scratch) {
     nanosleep(&ts, NULL);
   }
   r.push0 = now_s();
-  const int put = L->delta_put && L->delta_codec == DIPACO__V1__CODEC__CODEC_FP32; /* (puts fp32 only) */
-  if (!rc) rc = put ? put_delta(c, L, &r.pushed) : push_delta(c, L, &r.pushed);
+  if (!rc) rc = L->delta_put ? put_delta(c, L, &r.pushed) : push_delta(c, L, &r.pushed);
   r.push1 = now_s();
   protobuf_c_message_free_unpacked(pm, NULL);
   if (rc) return rc;
