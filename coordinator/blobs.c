@@ -656,7 +656,10 @@ int blob_store_probe(blob_store *bs) { return bs->s3 ? blob_s3_probe(bs->s3) : 0
 
 int blob_store_doubtful(blob_store *bs) { return bs->s3 ? blob_s3_doubtful(bs->s3) : 0; }
 
-blobs_known *blob_store_known(blob_store *bs) { return bs->known; }
+void blob_store_known_add(blob_store *bs, const char *name) {
+  blob_kind k;
+  if (bs->known && blob_kind_of_name(name, &k) == 0 && inner_kind(k)) blobs_known_add(bs->known, name);
+}
 
 int blob_store_s3_of(blob_store *bs, const char *name, const char *what, blob_s3 **out) {
   int rc = check_name(name);

@@ -213,9 +213,13 @@ int blob_store_upload_abort(blob_store *bs, const char *name, const char *upload
 /* The ETag S3 gives an object put whole (n = 0: the hex MD5 of md5[0]) or completed from n
  * parts (the hex MD5 of the parts' MD5s, "-n"), into etag[80]. */
 void blob_put_etag(const unsigned char (*md5)[16], int n, char etag[80]);
-/* The object a worker put: HEAD says it holds `size` bytes with that ETag (etag NULL: the size
- * only; DPC_ENOENT when absent, DPC_EFORMAT for another size, DPC_ECHECKSUM for another ETag). */
-int blob_store_check_put(blob_store *bs, const char *name, uint64_t size, const char *etag);
+/* The object a worker put, made whole and checked: an object put in parts (parts > 0) has its
+ * upload completed from the parts' MD5s first; then HEAD says it holds `size` bytes with the
+ * ETag its MD5s give (md5 NULL and no parts: the size only), which goes to etag. DPC_ENOENT when
+ * absent, DPC_EFORMAT for another size, DPC_ECHECKSUM for another ETag; a failed completion
+ * is named when the HEAD fails too. */
+int blob_store_settle_put(blob_store *bs, const char *name, uint64_t size, const unsigned char md5[16],
+                          const char *upload_id, int parts, const unsigned char (*part_md5)[16], char etag[80]);
 /* The store copies object `from` to `to` itself (CopyObject: no byte passes through the
  * coordinator), only while `from`'s ETag is etag when one is given (DPC_ECHECKSUM otherwise); an
  * inner-state `to` is then known to exist (blob_exists). At most 5 GiB. */
@@ -227,9 +231,9 @@ void blob_store_delete_later(blob_store *bs, const char *name);
  * operation for the error when bs keeps files). */
 typedef struct blob_s3 blob_s3;
 int blob_store_s3_of(blob_store *bs, const char *name, const char *what, blob_s3 **out);
-/* The set of inner-state names known to be in an S3 store (NULL for files). */
-typedef struct blobs_known blobs_known;
-blobs_known *blob_store_known(blob_store *bs);
+/* An S3 store's set of inner-state names learns that `name` is there (other names, and files:
+ * nothing): an object another path than a blob writer made (blob_store_copy). */
+void blob_store_known_add(blob_store *bs, const char *name);
 
 /* 1 if blob `name` exists (a file, or an object), else 0. On S3 an inner-state name is answered
  * without a request, from the names this coordinator wrote or its start-up sweep listed

@@ -5,7 +5,6 @@
  * the worker puts its parts; the HEAD check of what landed, and the store's own copy of it to
  * the name it is committed under. The coordinator never handles these bytes on the way in. */
 #include "coordinator/blobs.h"
-#include "coordinator/blobs_known.h"
 #include "coordinator/blobs_s3.h"
 #include "common/errors.h"
 
@@ -94,7 +93,8 @@ void blob_put_etag(const unsigned char (*md5)[16], int n, char etag[80]) {
   snprintf(etag + 32, 80 - 32, "-%d", n);
 }
 
-int blob_store_check_put(blob_store *bs, const char *name, uint64_t size, const char *want) {
+/* HEAD of a put object: `size` bytes, and the ETag want (NULL: the size only). */
+static int check_put(blob_store *bs, const char *name, uint64_t size, const char *want) {
   blob_s3 *s;
   int rc = blob_store_s3_of(bs, name, "a put object", &s);
   if (rc) return rc;
@@ -109,14 +109,28 @@ int blob_store_check_put(blob_store *bs, const char *name, uint64_t size, const 
   return 0;
 }
 
+int blob_store_settle_put(blob_store *bs, const char *name, uint64_t size, const unsigned char md5[16],
+                          const char *upload_id, int parts, const unsigned char (*part_md5)[16], char etag[80]) {
+  etag[0] = 0;
+  if (md5 || parts) blob_put_etag(parts ? part_md5 : (const unsigned char(*)[16])md5, parts, etag);
+  int crc = 0, rc = 0;
+  char cerr[256] = "";
+  if (parts && (crc = blob_store_upload_complete(bs, name, upload_id, parts, part_md5)) < 0) {
+    snprintf(cerr, sizeof cerr, "%s", dpc_errmsg());
+    if (crc == DPC_EUNAVAILABLE) rc = crc;
+  }
+  /* A repeated commit finds the upload completed already: the HEAD decides. */
+  if (!rc) rc = check_put(bs, name, size, etag[0] ? etag : NULL);
+  if (rc < 0 && crc < 0) rc = dpc_err(crc, "completing its upload: %s", cerr);
+  return rc;
+}
+
 int blob_store_copy(blob_store *bs, const char *from, const char *to, const char *etag) {
   blob_s3 *s;
-  blob_kind k;
   int rc = blob_store_s3_of(bs, from, "a copy", &s);
   if (!rc) rc = blob_store_s3_of(bs, to, "a copy", &s);
   if (!rc) rc = blob_s3_copy(s, from, to, etag);
-  if (!rc && blob_store_known(bs) && blob_kind_of_name(to, &k) == 0 && k >= BLOB_INNER_M && k <= BLOB_INNER_E)
-    blobs_known_add(blob_store_known(bs), to);
+  if (!rc) blob_store_known_add(bs, to);
   return rc;
 }
 

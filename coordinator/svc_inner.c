@@ -161,18 +161,8 @@ static int ipush_obj_work(ipush *p) {
   blob_store *bs = p->c->bs;
   const put_prep *e = &p->obj;
   char etag[80];
-  blob_put_etag(e->parts ? (const unsigned char(*)[16])e->part_md5 : (const unsigned char(*)[16])e->md5, e->parts,
-                etag);
-  int crc = 0, rc = 0;
-  char cerr[256] = "";
-  if (e->parts && (crc = blob_store_upload_complete(bs, e->name, e->upload_id, e->parts,
-                                                    (const unsigned char(*)[16])e->part_md5)) < 0) {
-    snprintf(cerr, sizeof cerr, "%s", dpc_errmsg());
-    if (crc == DPC_EUNAVAILABLE) rc = crc;
-  }
-  /* A repeated commit finds the upload completed already: the HEAD decides. */
-  if (!rc) rc = blob_store_check_put(bs, e->name, e->bytes, etag);
-  if (rc < 0 && crc < 0) return dpc_err(crc, "completing its upload: %s", cerr);
+  int rc = blob_store_settle_put(bs, e->name, e->bytes, e->md5, e->upload_id, e->parts,
+                                 (const unsigned char(*)[16])e->part_md5, etag);
   if (!rc) rc = blob_store_copy(bs, e->name, p->work_name, etag);
   if (!rc && blob_delete(bs, e->name) < 0) blob_store_delete_later(bs, e->name);
   return rc;
@@ -220,9 +210,25 @@ static void ipush_after(uv_work_t *req, int status) {
   loop_work_done(c);
 }
 
+/* Name the slot's blob of p->work_kind for the lease's round and queue ipush_work, which writes
+ * the stream's bytes or checks and copies the worker's object there: 1 while it runs (reading
+ * pauses), 0 with the call failed. */
+static int ipush_queue(struct rpc_call *call, ipush *p) {
+  if (inner_blob_name(&p->lease, p->job, p->frag, p->lease.round, p->work_kind, p->work_name) < 0) {
+    ipush_fail(call, p, RPC_INTERNAL, "inner state blob name: %s", dpc_errmsg());
+    return 0;
+  }
+  p->busy = 1;
+  if (loop_queue_work(p->c, &p->req, ipush_work, ipush_after) < 0) {
+    p->busy = 0;
+    ipush_fail(call, p, RPC_UNAVAILABLE, "cannot queue the inner state's store now; push again later");
+    return 0;
+  }
+  return 1;
+}
+
 /* A whole M or V stream of one fragment arrived: write it durably. */
 static int ipush_commit(struct rpc_call *call, ipush *p) {
-  coord *c = p->c;
   p->work_kind = p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_M   ? BLOB_INNER_M
                 : p->payload == DIPACO__V1__PAYLOAD__PAYLOAD_ADAM_V ? BLOB_INNER_V
                                                                     : inner_kind(p->job, 2);
@@ -233,18 +239,7 @@ static int ipush_commit(struct rpc_call *call, ipush *p) {
     memcpy(p->buf + p->total + 4, &hi, 4);
     p->work_n += 2;
   }
-  int rc = inner_blob_name(&p->lease, p->job, p->frag, p->lease.round, p->work_kind, p->work_name);
-  if (rc < 0) {
-    ipush_fail(call, p, RPC_INTERNAL, "inner state blob name: %s", dpc_errmsg());
-    return 0;
-  }
-  p->busy = 1;
-  if (loop_queue_work(c, &p->req, ipush_work, ipush_after) < 0) {
-    p->busy = 0;
-    ipush_fail(call, p, RPC_INTERNAL, "cannot queue the inner state write");
-    return 0;
-  }
-  return 1; /* paused until the blob is durable */
+  return ipush_queue(call, p);
 }
 
 /* A stream's first chunk: its lease (once per call: the caller's, active) and fragment (of the
@@ -321,17 +316,7 @@ static int ipush_object(struct rpc_call *call, ipush *p, const struct rpc_chunk 
   p->is_obj = 1;
   p->work_kind = e->kind;
   p->step = 0;
-  if (inner_blob_name(&p->lease, p->job, p->frag, p->lease.round, p->work_kind, p->work_name) < 0) {
-    ipush_fail(call, p, RPC_INTERNAL, "inner state blob name: %s", dpc_errmsg());
-    return 0;
-  }
-  p->busy = 1;
-  if (loop_queue_work(c, &p->req, ipush_work, ipush_after) < 0) {
-    p->busy = 0;
-    ipush_fail(call, p, RPC_UNAVAILABLE, "cannot queue the inner state's check now; push again later");
-    return 0;
-  }
-  return 1; /* paused until the object is checked and copied */
+  return ipush_queue(call, p);
 }
 
 /* The first chunk of an M or V stream: the lease (once per call), the fragment and the header;

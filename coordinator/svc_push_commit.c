@@ -480,20 +480,9 @@ static void push_object_work(uv_work_t *req) {
   blob_reader *r = NULL;
   p->ss = 0;
   p->bad_at = UINT64_MAX;
-  char etag[80], cerr[256] = "";
-  int rc = 0, crc = 0;
-  if (p->obj_parts) {
-    blob_put_etag((const unsigned char(*)[16])p->obj_part_md5, p->obj_parts, etag);
-    crc = blob_store_upload_complete(bs, p->blob, p->obj_upload_id, p->obj_parts,
-                                     (const unsigned char(*)[16])p->obj_part_md5);
-    if (crc < 0) snprintf(cerr, sizeof cerr, "%s", dpc_errmsg());
-    if (crc == DPC_EUNAVAILABLE) rc = crc;
-  } else {
-    blob_put_etag((const unsigned char(*)[16])p->obj_md5, 0, etag);
-  }
-  /* A repeated commit finds the upload completed already: the HEAD decides. */
-  if (!rc) rc = blob_store_check_put(bs, p->blob, p->obj_bytes, p->obj_nomd5 ? NULL : etag);
-  if (rc < 0 && crc < 0) rc = dpc_err(crc, "completing its upload: %s", cerr);
+  char etag[80];
+  int rc = blob_store_settle_put(bs, p->blob, p->obj_bytes, p->obj_nomd5 ? NULL : p->obj_md5, p->obj_upload_id,
+                                 p->obj_parts, (const unsigned char(*)[16])p->obj_part_md5, etag);
   if (!rc && p->obj_encoded) {
     p->work_rc = object_encoded_check(p);
     return;
