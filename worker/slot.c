@@ -326,14 +326,6 @@ static int put_inner(wclient *wc, const Dipaco__V1__Lease *L, const float *const
   return rc;
 }
 
-/* Whether a failed inner-state put (rc, with the coordinator's status code) goes on with
- * pushing the bytes: not when the lease is gone or the coordinator is unreachable (the push
- * would meet the same), else yes (the store failed, the coordinator refused the objects). */
-static int inner_put_falls_back(int rc, int code) {
-  return rc && code != RPC_ABORTED && code != RPC_NOT_FOUND && code != RPC_PERMISSION_DENIED &&
-         code != RPC_UNAVAILABLE && code != RPC_DEADLINE_EXCEEDED;
-}
-
 int slot_push_inner(slot_cache *c, wclient *wc, const Dipaco__V1__Lease *L, const lease_plan *p, const float *ef,
                     int *code) {
   size_t nf = L->n_fragments;
@@ -353,7 +345,7 @@ int slot_push_inner(slot_cache *c, wclient *wc, const Dipaco__V1__Lease *L, cons
   int put = !rc && L->inner_put && L->n_fragments > 0;
   if (put) {
     rc = put_inner(wc, L, mp, vp, third ? lp : NULL, (uint64_t)step, code);
-    if (inner_put_falls_back(rc, *code)) {
+    if (wc_put_falls_back(rc, *code)) { /* (as a delta's put: the store failed, or the object was refused) */
       DPC_WARN("lease %" PRIu64 ": putting the inner state in the object store failed: %s; pushing it to the "
                "coordinator", L->lease_id, dpc_errmsg());
       rc = 0;
