@@ -220,10 +220,13 @@ void blob_put_etag(const unsigned char (*md5)[16], int n, char etag[80]);
  * is named when the HEAD fails too. */
 int blob_store_settle_put(blob_store *bs, const char *name, uint64_t size, const unsigned char md5[16],
                           const char *upload_id, int parts, const unsigned char (*part_md5)[16], char etag[80]);
-/* The store copies object `from` to `to` itself (CopyObject: no byte passes through the
- * coordinator), only while `from`'s ETag is etag when one is given (DPC_ECHECKSUM otherwise); an
- * inner-state `to` is then known to exist (blob_exists). At most 5 GiB. */
-int blob_store_copy(blob_store *bs, const char *from, const char *to, const char *etag);
+/* The store copies object `from` (size bytes) to `to` itself (no byte passes through the
+ * coordinator), only while `from`'s ETag is etag when one is given (DPC_ECHECKSUM otherwise):
+ * one CopyObject up to 5 GiB; beyond, part by part along the parts it was put in (parts of
+ * part_bytes whose MD5s are part_md5, each copied part checked against its MD5). An inner-state
+ * `to` is then known to exist (blob_exists). */
+int blob_store_copy(blob_store *bs, const char *from, const char *to, const char *etag, uint64_t size,
+                    uint64_t part_bytes, int parts, const unsigned char (*part_md5)[16]);
 /* An S3 object whose delete failed (a written-once name nothing will write again): deleted
  * once a probe finds the store answering (the start-up sweep otherwise). */
 void blob_store_delete_later(blob_store *bs, const char *name);

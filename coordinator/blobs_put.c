@@ -125,11 +125,17 @@ int blob_store_settle_put(blob_store *bs, const char *name, uint64_t size, const
   return rc;
 }
 
-int blob_store_copy(blob_store *bs, const char *from, const char *to, const char *etag) {
+int blob_store_copy(blob_store *bs, const char *from, const char *to, const char *etag, uint64_t size,
+                    uint64_t part_bytes, int parts, const unsigned char (*part_md5)[16]) {
   blob_s3 *s;
   int rc = blob_store_s3_of(bs, from, "a copy", &s);
   if (!rc) rc = blob_store_s3_of(bs, to, "a copy", &s);
-  if (!rc) rc = blob_s3_copy(s, from, to, etag);
+  if (rc) return rc;
+  char(*want)[80] = parts > 0 ? malloc((size_t)parts * sizeof *want) : NULL;
+  if (parts > 0 && !want) return dpc_err(DPC_ENOMEM, "blob %s: out of memory copying it", from);
+  for (int i = 0; i < parts && part_md5; i++) hex(part_md5[i], 16, want[i]);
+  rc = blob_s3_copy(s, from, to, etag, size, part_bytes, parts, part_md5 ? (const char(*)[80])want : NULL);
+  free(want);
   if (!rc) blob_store_known_add(bs, to);
   return rc;
 }

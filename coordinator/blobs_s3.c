@@ -525,10 +525,42 @@ int blob_s3_delete(blob_s3 *s, const char *name) {
   return note(s, rc);
 }
 
-int blob_s3_copy(blob_s3 *s, const char *from, const char *to, const char *etag) {
+/* Beyond one CopyObject: an upload on `to` whose part i the store copies from `from`'s
+ * bytes [i·pb, (i + 1)·pb), each part's ETag (its MD5) checked against want[i]; an aborted
+ * upload on any failure (one the abort misses is left to the start-up sweep of uploads). */
+static int copy_parts(s3_client *c, const char *from, const char *to, const char *etag, uint64_t size, uint64_t pb,
+                      int parts, const char (*want)[80]) {
+  if (!parts || !pb || (uint64_t)parts != (size + pb - 1) / pb)
+    return dpc_err(DPC_EINVAL, "copying %s (%llu bytes): beyond one copy's limit, and not put in parts that tile it",
+                   from, (unsigned long long)size);
+  char(*got)[80] = calloc((size_t)parts, sizeof *got), id[512] = "";
+  if (!got) return dpc_err(DPC_ENOMEM, "copying %s: out of memory", from);
+  int rc = s3_mpu_create(c, to, id, sizeof id);
+  for (int i = 0; !rc && i < parts; i++) {
+    const uint64_t off = (uint64_t)i * pb, len = size - off < pb ? size - off : pb;
+    rc = s3_mpu_copy_part(c, from, to, id, i + 1, off, len, etag, got[i], sizeof got[i]);
+    if (!rc && want && strcasecmp(got[i], want[i]) != 0) /* rewritten since its commit's check */
+      rc = dpc_err(DPC_ECHECKSUM, "copying %s: part %d came out with MD5 %s, not the %s it was put with (the object "
+                   "was overwritten)", from, i + 1, got[i], want[i]);
+  }
+  if (!rc) rc = s3_mpu_complete(c, to, id, parts, got);
+  if (rc && id[0]) {
+    char err[512];
+    snprintf(err, sizeof err, "%s", dpc_errmsg());
+    if (s3_mpu_abort(c, to, id) < 0) DPC_WARN("copy to %s: aborting its upload: %s (the start-up sweep removes it)", to,
+                                              dpc_errmsg());
+    dpc_err(rc, "%s", err);
+  }
+  free(got);
+  return rc;
+}
+
+int blob_s3_copy(blob_s3 *s, const char *from, const char *to, const char *etag, uint64_t size, uint64_t part_bytes,
+                 int parts, const char (*part_etags)[80]) {
   s3_client *c;
   int rc = take(s, &c);
-  if (!rc) rc = s3_copy(c, from, to, etag);
+  const uint64_t most = s->opts.copy_max ? s->opts.copy_max : S3_MAX_PART_BYTES;
+  if (!rc) rc = size <= most ? s3_copy(c, from, to, etag) : copy_parts(c, from, to, etag, size, part_bytes, parts, part_etags);
   give(s, c);
   return note(s, rc);
 }

@@ -69,8 +69,13 @@ void blob_s3_ahead_free(blob_s3_ahead *a);
 int blob_s3_delete(blob_s3 *s, const char *name);
 /* An object whose delete failed, deleted by the next probe that finds the store answering. */
 void blob_s3_delete_later(blob_s3 *s, const char *name);
-/* s3_copy: the store copies `from` to `to` (only while `from`'s ETag is etag, when given). */
-int blob_s3_copy(blob_s3 *s, const char *from, const char *to, const char *etag);
+/* The store copies `from` (size bytes) to `to`, only while from's ETag is etag (when given):
+ * up to one CopyObject's limit (S3: 5 GiB; s3_options.copy_max) in one (s3_copy), beyond it in
+ * an upload of copied parts aligned with the parts of part_bytes the object was put in, each
+ * part's ETag checked against part_etags[i] (its MD5, hex; NULL: not checked), so that an object
+ * rewritten during the copy never lands under `to` (DPC_ECHECKSUM). */
+int blob_s3_copy(blob_s3 *s, const char *from, const char *to, const char *etag, uint64_t size, uint64_t part_bytes,
+                 int parts, const char (*part_etags)[80]);
 /* Every object name under the prefix whose name starts with `under` ("" = all), with its size
  * and when it was written. */
 int blob_s3_list(blob_s3 *s, const char *under, s3_list_fn fn, void *ud);

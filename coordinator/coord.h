@@ -136,7 +136,8 @@ typedef struct put_prep {
   unsigned char md5[16];   /* MD5 of the object */
   int64_t made_ms;         /* dpc_wall_ms when named: entries older than two URL lives are dropped */
   uint64_t url_bytes;      /* what the URLs were made for (blob_url_ttl_s): the request's objects */
-  int parts;               /* 0: one PUT; else put in this many parts of coord.put_part_bytes */
+  int parts;               /* 0: one PUT; else put in this many parts of part_bytes */
+  uint64_t part_bytes;     /* put_part_bytes when prepared: every part's size but the last's */
   unsigned char (*part_md5)[16]; /* [parts], owned */
   char upload_id[512];     /* the multipart upload the parts go to ("" for one PUT) */
 } put_prep;

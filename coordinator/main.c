@@ -262,7 +262,8 @@ static int lock_state_dir(const char *state_dir) {
 static int open_blobs(coord *c, const opts *o) {
   if (!o->blob_store) return blob_store_open(c->state_dir, &c->bs);
   s3_options so = {.url = o->blob_store, .endpoint = o->s3_endpoint, .region = o->s3_region,
-                   .creds_file = o->s3_creds, .ca_file = o->s3_ca, .max_parts = testhook_s3_max_parts()};
+                   .creds_file = o->s3_creds, .ca_file = o->s3_ca, .max_parts = testhook_s3_max_parts(),
+                   .copy_max = (uint64_t)testhook_s3_copy_max_mb() << 20};
   int rc = blob_store_open_s3(&so, &c->bs);
   if (rc) return rc;
   DPC_INFO("blobs are objects under %s at %s", o->blob_store, o->s3_endpoint);

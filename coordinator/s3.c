@@ -211,6 +211,7 @@ typedef struct {
   const char *content_md5; /* base64, signed and sent */
   const char *copy_source; /* CopyObject: "/BUCKET/KEY" (encoded), signed and sent */
   const char *copy_if_match; /* with copy_source: the source's ETag, quoted */
+  const char *copy_range;  /* UploadPartCopy: "bytes=FIRST-LAST" of the source, signed and sent */
   uint64_t range_off;      /* with dst: a ranged GET of dst_len bytes */
   void *dst;
   size_t dst_len;
@@ -352,7 +353,7 @@ static int transient(CURLcode cc, long status) {
 static CURLcode attempt(s3_client *c, const s3_req *q, const char *path, s3_resp *r, char *errbuf) {
   char amz_date[17], auth[1024], line[1200], epath[3 * 1024 + 1], url[S3_URL_MAX], qs[4096] = "";
   s3_amz_date(time(NULL), amz_date);
-  s3_kv h[8];
+  s3_kv h[10];
   int nh = 0;
   h[nh++] = (s3_kv){"host", c->host};
   h[nh++] = (s3_kv){"x-amz-content-sha256", "UNSIGNED-PAYLOAD"};
@@ -364,6 +365,7 @@ static CURLcode attempt(s3_client *c, const s3_req *q, const char *path, s3_resp
     h[nh++] = (s3_kv){"x-amz-copy-source-if-match", q->copy_if_match};
     h[nh++] = (s3_kv){"x-amz-copy-if-match", q->copy_if_match};
   }
+  if (q->copy_range) h[nh++] = (s3_kv){"x-amz-copy-source-range", q->copy_range};
   if (s3_sigv4_authorization(&c->cr, c->region, q->method, path, q->query, q->nq, h, nh, "UNSIGNED-PAYLOAD", auth,
                              sizeof auth) < 0 ||
       s3_uri_encode(path, 1, epath, sizeof epath) < 0)
@@ -565,25 +567,66 @@ int s3_head(s3_client *c, const char *key, uint64_t *size, char *etag, size_t et
   return 0;
 }
 
-int s3_copy(s3_client *c, const char *from, const char *to, const char *etag) {
-  char src[S3_NAME_MAX + 600], esrc[3 * (S3_NAME_MAX + 600) + 1], match[96];
+/* A copy's x-amz-copy-source ("/BUCKET/PREFIX/KEY", encoded) into esrc and its ETag condition
+ * (quoted; "" without one) into match. */
+static int copy_headers(const s3_client *c, const char *from, const char *etag, char *esrc, size_t cap,
+                        char match[96]) {
+  char src[S3_NAME_MAX + 600];
   int rc = req_path(c, from, src, sizeof src);
-  if (!rc && s3_uri_encode(src, 1, esrc, sizeof esrc) < 0)
-    rc = dpc_err(DPC_EINVAL, "S3: key \"%s\" is too long", from);
-  if (rc) return rc;
-  if (etag) snprintf(match, sizeof match, "\"%s\"", etag);
-  s3_req rq = {.method = "PUT", .key = to, .copy_source = esrc, .copy_if_match = etag ? match : NULL};
-  s3_resp r;
-  rc = request(c, &rq, &r);
+  if (!rc && s3_uri_encode(src, 1, esrc, cap) < 0) rc = dpc_err(DPC_EINVAL, "S3: key \"%s\" is too long", from);
+  snprintf(match, 96, etag ? "\"%s\"" : "", etag ? etag : "");
+  return rc;
+}
+
+/* A copy's answer: S3 may answer 200 and put the failure in the body; 412 is the ETag
+ * condition failing. */
+static int copy_outcome(const s3_client *c, int rc, const s3_resp *r, const char *from, const char *to,
+                        const char *etag) {
   char code[64] = "";
-  /* S3 may answer 200 and put the failure in the body. */
-  if (!rc && r.body && strstr(r.body, "<Error>") && xml_text(r.body, "Code", code, sizeof code))
+  if (!rc && r->body && strstr(r->body, "<Error>") && xml_text(r->body, "Code", code, sizeof code))
     rc = dpc_err(DPC_EIO, "S3 copying %s%s to %s%s: %s", c->prefix, from, c->prefix, to, code);
-  if (rc == DPC_EIO && r.status == 412)
+  if (rc == DPC_EIO && r->status == 412)
     rc = dpc_err(DPC_ECHECKSUM, "S3 copying %s%s: its ETag is no longer \"%s\" (the object was overwritten)", c->prefix,
                  from, etag ? etag : "");
+  return rc;
+}
+
+int s3_copy(s3_client *c, const char *from, const char *to, const char *etag) {
+  char esrc[3 * (S3_NAME_MAX + 600) + 1], match[96];
+  int rc = copy_headers(c, from, etag, esrc, sizeof esrc, match);
+  if (rc) return rc;
+  s3_req rq = {.method = "PUT", .key = to, .copy_source = esrc, .copy_if_match = etag ? match : NULL};
+  s3_resp r;
+  rc = copy_outcome(c, request(c, &rq, &r), &r, from, to, etag);
   free(r.body);
   return rc;
+}
+
+int s3_mpu_copy_part(s3_client *c, const char *from, const char *to, const char *upload_id, int part, uint64_t off,
+                     uint64_t len, const char *etag, char *part_etag, size_t cap) {
+  if (part < 1 || part > c->max_parts) return dpc_err(DPC_EINVAL, "S3: part number %d outside 1..%d", part, c->max_parts);
+  if (len == 0 || len > S3_MAX_PART_BYTES)
+    return dpc_err(DPC_EINVAL, "S3: a copied part of %llu bytes (parts hold 1 byte to 5 GiB)", (unsigned long long)len);
+  char esrc[3 * (S3_NAME_MAX + 600) + 1], match[96], pn[16], range[64], got[96] = "";
+  int rc = copy_headers(c, from, etag, esrc, sizeof esrc, match);
+  if (rc) return rc;
+  snprintf(pn, sizeof pn, "%d", part);
+  snprintf(range, sizeof range, "bytes=%llu-%llu", (unsigned long long)off, (unsigned long long)(off + len - 1));
+  const s3_kv q[] = {{"partNumber", pn}, {"uploadId", upload_id}};
+  s3_req rq = {.method = "PUT", .key = to, .query = q, .nq = 2, .copy_source = esrc,
+               .copy_if_match = etag ? match : NULL, .copy_range = range};
+  s3_resp r;
+  rc = copy_outcome(c, request(c, &rq, &r), &r, from, to, etag);
+  /* <CopyPartResult><ETag>"…"</ETag> (xml_text decodes &quot;) */
+  if (!rc && !xml_text(r.body, "ETag", got, sizeof got))
+    rc = dpc_err(DPC_EFORMAT, "S3 copying part %d of %s%s: no ETag in the answer", part, c->prefix, to);
+  free(r.body);
+  if (rc) return rc;
+  size_t k = 0;
+  for (const char *g = got; *g && k + 1 < cap; g++)
+    if (*g != '"') part_etag[k++] = *g;
+  part_etag[k] = 0;
+  return 0;
 }
 
 int s3_delete(s3_client *c, const char *key) {

@@ -36,6 +36,7 @@ typedef struct {
   int timeout_ms;          /* per request; 0: 30000 */
   int retries;             /* extra tries on transient failures; 0: 5; -1: none */
   int max_parts;           /* the store's limit on parts of one upload; 0: S3_MAX_PARTS (tests lower it) */
+  uint64_t copy_max;       /* one CopyObject's limit in bytes; 0: S3_MAX_PART_BYTES (tests lower it) */
   int page;                /* keys or uploads asked for per listing page; 0: 1000, S3's default */
 } s3_options;
 
@@ -74,7 +75,7 @@ int s3_delete(s3_client *c, const char *key);
  * etag (unquoted), only while `from` still has it (DPC_ECHECKSUM otherwise: the condition goes
  * as S3's x-amz-copy-source-if-match and as x-amz-copy-if-match, the name Ceph's RADOS Gateway
  * reads; tests/unit/test_s3_store.c checks it is honoured). At most 5 GiB (S3's limit for one
- * copy). */
+ * copy; larger objects are copied in parts, s3_mpu_copy_part). */
 int s3_copy(s3_client *c, const char *from, const char *to, const char *etag);
 
 /* Every key under prefix p (relative; "" = all) with its size and when it was last written
@@ -96,6 +97,12 @@ int s3_mpu_put_part(s3_client *c, const char *key, const char *upload_id, int pa
                     char *etag, size_t etag_cap);
 int s3_mpu_complete(s3_client *c, const char *key, const char *upload_id, int nparts, char (*etags)[80]);
 int s3_mpu_abort(s3_client *c, const char *key, const char *upload_id);
+/* UploadPartCopy: part `part` of upload_id on `to` becomes bytes [off, off + len) of object
+ * `from`, copied by the store (only while from's ETag is etag, when given, sent as s3_copy sends
+ * it); the part's ETag (unquoted: the MD5 of those bytes, hex) into part_etag. A copy beyond one
+ * CopyObject's 5 GiB goes this way (blobs_s3.c). */
+int s3_mpu_copy_part(s3_client *c, const char *from, const char *to, const char *upload_id, int part, uint64_t off,
+                     uint64_t len, const char *etag, char *part_etag, size_t cap);
 /* Unfinished multipart uploads under the prefix, every page of ListMultipartUploads:
  * fn(ud, key, upload_id); fn returning non-zero stops the walk and is returned. */
 typedef int (*s3_upload_fn)(void *ud, const char *key, const char *upload_id);

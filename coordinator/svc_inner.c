@@ -163,7 +163,9 @@ static int ipush_obj_work(ipush *p) {
   char etag[80];
   int rc = blob_store_settle_put(bs, e->name, e->bytes, e->md5, e->upload_id, e->parts,
                                  (const unsigned char(*)[16])e->part_md5, etag);
-  if (!rc) rc = blob_store_copy(bs, e->name, p->work_name, etag);
+  if (!rc)
+    rc = blob_store_copy(bs, e->name, p->work_name, etag, e->bytes, e->part_bytes, e->parts,
+                         (const unsigned char(*)[16])e->part_md5);
   if (!rc && blob_delete(bs, e->name) < 0) blob_store_delete_later(bs, e->name);
   return rc;
 }

@@ -238,11 +238,6 @@ static int check_put(struct rpc_call *call, coord *c, const coord_job *j, const 
                     (unsigned long long)d->object_bytes);
     return -1;
   }
-  if (kind != BLOB_DELTA && bytes > PUT_MAX_BYTES) { /* its commit copies it in one CopyObject */
-    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "puts[%zu]: fragment %llu's inner state of %llu bytes is beyond one "
-                    "copy's 5 GiB: push its bytes", k, (unsigned long long)d->fragment_id, (unsigned long long)bytes);
-    return -1;
-  }
   uint64_t pb = put_part_bytes(c, j), parts = bytes > pb ? (bytes + pb - 1) / pb : 0;
   if (d->n_part_md5 != parts) {
     rpc_call_finish(call, RPC_INVALID_ARGUMENT, "puts[%zu].part_md5: an object of %llu bytes goes in %llu part(s) of "
@@ -358,6 +353,7 @@ static int prepare_one(coord *c, const coord_job *j, const store_lease *l, const
     return rc;
   }
   e->parts = parts;
+  e->part_bytes = parts ? put_part_bytes(c, j) : 0;
   e->attempt = id.attempt;
   e->crc = d->crc32c;
   e->bytes = d->object_bytes;

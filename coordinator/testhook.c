@@ -18,6 +18,7 @@ static int g_rf_kind;
 static long g_rf_nth, g_rf_hits;
 static int g_pool_delay_ms;
 static int g_s3_max_parts;
+static int g_s3_copy_max_mb;
 
 /* Parse VAR=<name>[:<nth>] against names[0..n): *idx the name's index (-1 when VAR is unset or
  * empty), *nth the count (default 1). DPC_EINVAL, naming VAR and the known names (of `what`:
@@ -51,6 +52,7 @@ int testhook_replay_fault(void) {
 
 int testhook_pool_delay_ms(void) { return g_pool_delay_ms; }
 int testhook_s3_max_parts(void) { return g_s3_max_parts; }
+int testhook_s3_copy_max_mb(void) { return g_s3_copy_max_mb; }
 
 /* VAR=<integer in [lo, hi]> into *out (left alone when VAR is unset or empty); DPC_EINVAL,
  * naming VAR and the range, for anything else. */
@@ -74,6 +76,8 @@ int testhook_init(void) {
   if (g_pool_delay_ms) DPC_WARN("test hook armed: thread-pool work that calls wait for sleeps %d ms first", g_pool_delay_ms);
   if ((rc = env_int("DIPACO_TEST_S3_MAX_PARTS", 2, 10000, &g_s3_max_parts)) < 0) return rc;
   if (g_s3_max_parts) DPC_WARN("test hook armed: the S3 store takes at most %d parts to an upload", g_s3_max_parts);
+  if ((rc = env_int("DIPACO_TEST_S3_COPY_MAX_MB", 5, 5120, &g_s3_copy_max_mb)) < 0) return rc;
+  if (g_s3_copy_max_mb) DPC_WARN("test hook armed: objects above %d MiB are copied in parts", g_s3_copy_max_mb);
   rc = parse_armed("DIPACO_TEST_REPLAY_FAULT", "fault", FAULTS, 3, "undecodable, mismatch, gone", &idx, &nth);
   if (rc < 0) return rc;
   if (idx >= 0) {

@@ -56,6 +56,9 @@ int testhook_pool_delay_ms(void);
  * megabyte objects shows what a 50 GB one meets (part sizes grown to fit, svc_put.c). Read by
  * testhook_init; 0 when unset. */
 int testhook_s3_max_parts(void);
+/* DIPACO_TEST_S3_COPY_MAX_MB=<5..5120>: one CopyObject's limit in MiB (S3's is 5 GiB), so that
+ * a test copies small objects in parts (blob_s3_copy). Read by testhook_init; 0 when unset. */
+int testhook_s3_copy_max_mb(void);
 
 #define TESTHOOK(point)                  \
   do {                                   \

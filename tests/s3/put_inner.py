@@ -19,6 +19,10 @@ with_rgw.sh.
     blob of that round's inner state exists; the next lease of the slot still reads round 0's;
   * after a coordinator restart (which forgets prepared names) the commit of an object prepared
     before it is FAILED_PRECONDITION ("push its bytes") and the object is deleted.
+  * objects in parts (--s3-put-part-mb 5) on a store whose one copy holds 5 MiB
+    (DIPACO_TEST_S3_COPY_MAX_MB, standing for S3's 5 GiB): M and V of 12.6 MiB go up in 3 parts
+    each and the commit has the store copy them part by part: the slot's blobs hold exactly the
+    bytes put, and no put object and no multipart upload are left.
 
 usage: put_inner.py COORDINATOR_BIN PROTO_DIR"""
 import hashlib
@@ -74,10 +78,19 @@ def main():
     if not got:
         return 1
     args = got[1]
-    return run_grpc_test(coord_bin, proto_dir, "dpc_put_inner_",
-                         lambda grpc, np, pb, d, state, log: run(grpc, np, pb, d, state,
-                                                                 lambda: Daemon(coord_bin, state, log, args)),
-                         args=args)
+    rc = run_grpc_test(coord_bin, proto_dir, "dpc_put_inner_",
+                       lambda grpc, np, pb, d, state, log: run(grpc, np, pb, d, state,
+                                                               lambda: Daemon(coord_bin, state, log, args)),
+                       args=args)
+    if rc:
+        return rc
+    os.environ["DIPACO_TEST_S3_COPY_MAX_MB"] = "5"
+    try:
+        return run_grpc_test(coord_bin, proto_dir, "dpc_put_inner_parts_",
+                             lambda grpc, np, pb, d, state, log: run_parts(grpc, np, pb, d, state),
+                             args=args[:-3] + ("s3://dpc-inner/p", "--s3-endpoint", got[0], "--s3-put-part-mb", "5"))
+    finally:
+        del os.environ["DIPACO_TEST_S3_COPY_MAX_MB"]
 
 
 def run(grpc, np, pb, d, state, restart):
@@ -200,6 +213,55 @@ def run(grpc, np, pb, d, state, restart):
     time.sleep(1)
     staged = [k for k in keys(f"t/{job}/") if "-t" in k and ".inner" in k]
     check(staged == [], f"the object of the refused commit is deleted ({staged})")
+
+
+
+def run_parts(grpc, np, pb, d, state):
+    """Inner-state objects beyond one copy (DIPACO_TEST_S3_COPY_MAX_MB=5) put in 5 MiB parts."""
+    X = grpc_stubs(grpc, pb, d[0].addr, state)
+    w = X["Register"](pb.RegisterRequest(hostname="w0", backend="cpu", threads=1), timeout=10)
+    md = [("dipaco-worker-id", str(w.worker_id)), ("dipaco-session", w.session_token)]
+    # 1 layer, C 512, 256 tokens: 3.3M floats, objects of 12.6 MiB: 3 parts of 5 MiB.
+    spec = {"name": "inner-parts", "model": {"n_layer": 1, "n_head": 4, "n_embd": 512, "n_positions": 8,
+                                             "vocab_size": 256, "seed": 3},
+            "data": {"train": ["data/train_*.bin"]}, "algorithm": "diloco", "replicas": 1, "inner_steps": 2,
+            "rounds": 2, "batch": 1, "seq_len": 8, "inner": {"state": "checkpoint"}}
+    job = X["CreateJob"](pb.CreateJobRequest(spec_json=json.dumps(spec)), timeout=60).summary.job_id
+    L = X["Lease"](pb.LeaseRequest(max_wait_ms=10000, job_id=job), metadata=md, timeout=20).lease
+    P = 5 << 20
+    check(L.inner_put and L.delta_put_part_bytes == P, f"the lease says inner_put in 5 MiB parts "
+          f"({L.inner_put}, {L.delta_put_part_bytes})")
+    n = L.fragments[0].num_floats
+    rng = np.random.default_rng(11)
+    om, cm, mm, nm = inner_object(np, (rng.standard_normal(n) * 1e-3).astype(np.float32), "m", step=2)
+    ov, cv, mv, nv = inner_object(np, np.abs(rng.standard_normal(n) * 1e-6).astype(np.float32), "v")
+    parts = [[o[k:k + P] for k in range(0, len(o), P)] for o in (om, ov)]
+    check([len(x) for x in parts] == [3, 3], f"each object is 3 parts ({[len(x) for x in parts]})")
+    pmd5 = [[hashlib.md5(x).digest() for x in ps] for ps in parts]
+    puts = [pb.DeltaPut(fragment_id=1, num_floats=f, crc32c=c, object_bytes=len(o), content_md5=m, payload=pl,
+                        part_md5=pm)
+            for o, c, m, f, pl, pm in ((om, cm, mm, nm, pb.PAYLOAD_ADAM_M, pmd5[0]),
+                                       (ov, cv, mv, nv, pb.PAYLOAD_ADAM_V, pmd5[1]))]
+    c, r = status_of(grpc, X["PrepareDeltaPut"], pb.PrepareDeltaPutRequest(lease_id=L.lease_id, puts=puts),
+                     metadata=md, timeout=30)
+    check(c == grpc.StatusCode.OK, f"a prepare in parts ({c}: {r})")
+    if c != grpc.StatusCode.OK:
+        return
+    got = sorted(r.puts, key=lambda p: p.payload)
+    st = [http_put(u, parts[i][k], pmd5[i][k])[0] for i, p in enumerate(got) for k, u in enumerate(p.part_urls)]
+    check(st == [200] * 6, f"every part is taken ({st})")
+    chunks = [pb.Chunk(lease_id=L.lease_id, fragment_id=1, total=4 * f, codec=pb.CODEC_FP32, crc32c=c2,
+                       num_floats=f, payload=pb.PAYLOAD_INNER_OBJECT, step=p.attempt)
+              for (f, c2), p in zip(((nm, cm), (nv, cv)), got)]
+    c, _ = status_of(grpc, X["PushInnerState"], iter(chunks), metadata=md, timeout=120)
+    check(c == grpc.StatusCode.OK, f"their commit is accepted: the store copied them in parts ({c})")
+    check(s3get(f"p/{job}/f0-v0-a1.innerm") == om and s3get(f"p/{job}/f0-v0-a1.innerv") == ov,
+          "the slot's M and V blobs hold exactly the bytes put")
+    staged = [k for k in keys(f"p/{job}/") if "-t" in k and ".inner" in k]
+    check(staged == [], f"no put inner-state object is left beside them ({staged})")
+    ep = os.environ["S3_ENDPOINT"]
+    out = subprocess.run(["bash", S3CURL, f"{ep}/dpc-inner?uploads="], capture_output=True, text=True).stdout
+    check("<UploadId>" not in out, f"no multipart upload is left unfinished ({out[:200]})")
 
 
 if __name__ == "__main__":

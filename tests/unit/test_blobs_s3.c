@@ -14,7 +14,8 @@
  * comes). A worker's reads through
  * presigned URLs (worker/storeget.h), whole, ranged, streamed and in parallel pieces, fail with clear codes on an
  * altered URL, a missing object, a refused piece and a server that never answers; a delta
- * object put in parts over several streams at once completes, or fails on a spoilt part. */
+ * object put in parts over several streams at once completes, or fails on a spoilt part. An
+ * object beyond one copy is copied part by part, each part's MD5 checked. */
 #include "common/errors.h"
 #include "coordinator/blobs.h"
 #include "coordinator/blobs_s3.h"
@@ -335,6 +336,62 @@ static void few_parts(void) {
   free(x);
 }
 
+/* Put bytes d[0, n) as `name` in parts of pb (its parts' MD5s to md5, its ETag to etag). */
+static void put_parts(s3_client *c, const char *name, const unsigned char *d, uint64_t n, uint64_t pb,
+                      unsigned char (*md5)[16], char etag[80]) {
+  char id[512], et[4][80];
+  const int parts = (int)((n + pb - 1) / pb);
+  CHECK_EQ_INT(s3_mpu_create(c, name, id, sizeof id), 0);
+  for (int i = 0; i < parts; i++) {
+    const uint64_t off = (uint64_t)i * pb, len = n - off < pb ? n - off : pb;
+    CHECK_EQ_INT(s3_mpu_put_part(c, name, id, i + 1, d + off, len, et[i], sizeof et[i]), 0);
+    for (int k = 0; k < 16; k++) sscanf(et[i] + 2 * k, "%2hhx", &md5[i][k]);
+  }
+  CHECK_EQ_INT(s3_mpu_complete(c, name, id, parts, et), 0);
+  uint64_t size = 0;
+  CHECK_EQ_INT(s3_head(c, name, &size, etag, 80), 0);
+}
+
+/* A store whose one copy holds 5 MiB (S3's holds 5 GiB) copies a larger object part by part
+ * along the parts it was put in: the copy holds its bytes and is known to exist. An object
+ * rewritten after its check is never copied (each part's MD5 is checked: the gateway ignores
+ * the ETag condition on a part copy) and leaves no upload; an object not put in parts is refused. */
+static void copies_in_parts(s3_client *c) {
+  s3_options o = opts();
+  o.copy_max = (uint64_t)5 << 20;
+  blob_store *bs = NULL;
+  CHECK_EQ_INT(blob_store_open_s3(&o, &bs), 0);
+  if (!bs) return;
+  const uint64_t pb = (uint64_t)5 << 20, n = 2 * pb + 1000;
+  unsigned char *d = malloc(n), md5[3][16], md5b[3][16];
+  for (uint64_t i = 0; i < n; i++) d[i] = (unsigned char)(i * 7 + (i >> 11));
+  char etag[80], etag2[80];
+  put_parts(c, "8/f0-v1-a2-t5.innerm", d, n, pb, md5, etag);
+  CHECK_EQ_INT(blob_store_copy(bs, "8/f0-v1-a2-t5.innerm", "8/f0-v1-a2.innerm", etag, n, pb, 3,
+                               (const unsigned char(*)[16])md5), 0);
+  uint64_t size = 0;
+  unsigned char *back = fetch(c, "8/f0-v1-a2.innerm", &size);
+  CHECK(back && size == n && memcmp(back, d, n) == 0);
+  free(back);
+  CHECK(blob_exists(bs, "8/f0-v1-a2.innerm"));
+  /* Rewritten (its last part) after the commit's check: the copy fails on that part. */
+  d[n - 1] ^= 0x5a;
+  put_parts(c, "8/f0-v1-a2-t5.innerm", d, n, pb, md5b, etag2);
+  CHECK_EQ_INT(blob_store_copy(bs, "8/f0-v1-a2-t5.innerm", "8/f0-v2-a2.innerm", etag, n, pb, 3,
+                               (const unsigned char(*)[16])md5), DPC_ECHECKSUM);
+  CHECK(strstr(dpc_errmsg(), "part 3") != NULL);
+  CHECK_EQ_INT(s3_head(c, "8/f0-v2-a2.innerm", &size, NULL, 0), DPC_ENOENT);
+  int open = 0;
+  CHECK_EQ_INT(s3_mpu_list(c, count_uploads, &open), 0);
+  CHECK_EQ_INT(open, 0);
+  /* Beyond one copy and not in parts: refused before any request. */
+  CHECK_EQ_INT(blob_store_copy(bs, "8/f0-v1-a2-t5.innerm", "8/f0-v3-a2.innerm", NULL, n, 0, 0, NULL), DPC_EINVAL);
+  CHECK_EQ_INT(s3_delete(c, "8/f0-v1-a2-t5.innerm"), 0);
+  CHECK_EQ_INT(blob_delete(bs, "8/f0-v1-a2.innerm"), 0);
+  blob_store_close(bs);
+  free(d);
+}
+
 static void damaged(blob_store *bs, s3_client *c) {
   float x[64] = {1, 2, 3};
   CHECK_EQ_INT(blob_write(bs, "3/f0-v1.params", BLOB_PARAMS, x, 64, NULL), 0);
@@ -642,6 +699,7 @@ int main(void) {
     parallel_part_puts(bs);
     multipart(bs, c);
     few_parts();
+    copies_in_parts(c);
     damaged(bs, c);
     blob_objects(bs, c);
     cached(bs, c);
