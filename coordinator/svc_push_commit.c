@@ -186,7 +186,7 @@ static void push_commit_after(uv_work_t *req, int status) {
     uint64_t pulled = n ? n->bytes_out : 0;
     if (n) n->bytes_out = 0;
     store_new_delta nd = {.lease = p->lease.id, .fragment = p->frag, .checksum = p->work_crc, .blob = p->blob,
-                          .enc_blob = p->enc_blob[0] ? p->enc_blob : p->obj_encoded ? p->blob : NULL,
+                          .enc_blob = p->enc_blob[0] ? p->enc_blob : p->obj_encoded && !p->sparse ? p->blob : NULL,
                           .enc_crc = p->crc, .weight = 1.0,
                           .tokens = (int64_t)p->tokens, .now_ms = dpc_wall_ms(), .norm = p->norm, .metric = &m};
     /* Async: a delta of fewer steps than leased (a preempted worker's partial work) counts
@@ -443,11 +443,13 @@ int push_object_take(push *p) {
  * stream's CRC-32C (checked against the commit's by push_object_after), and the stream is
  * decoded as a pushed one is (a bad scale or code, a non-finite value: DPC_EFORMAT or
  * DPC_ENUMERIC, the message in p->err), its norm in p->norm and its decoded payload's CRC-32C
- * in p->obj_dec_crc (the row's checksum). */
+ * in p->obj_dec_crc (the row's checksum). A SparseLoCo stream is checked, never expanded, and
+ * its row's checksum is the padded stream's, as a pushed one's spool (BLOB_SPARSE). */
 static int object_encoded_check(push *p) {
   const size_t padded = (size_t)(p->obj_bytes - BLOB_HEADER_BYTES - BLOB_TRAILER_BYTES);
   blob_reader *r = NULL;
-  int rc = padded >= p->total ? blob_reader_open(p->c->bs, p->blob, BLOB_ENCODED, padded / 4, &r)
+  int rc = padded >= p->total ? blob_reader_open(p->c->bs, p->blob, p->sparse ? BLOB_SPARSE : BLOB_ENCODED,
+                                                 padded / 4, &r)
                               : dpc_err(DPC_EFORMAT, "object of %zu payload bytes for a %llu-byte stream", padded,
                                         (unsigned long long)p->total);
   if (!rc) blob_reader_keep(r); /* the outer step reads it again */
@@ -458,7 +460,9 @@ static int object_encoded_check(push *p) {
   if (!rc) {
     p->work_crc = dpc_crc32c(0, p->enc, (size_t)p->total);
     rc = push_decode(p, p->err);
-    if (!rc) p->obj_dec_crc = dpc_crc32c(0, (const unsigned char *)p->dec, p->total_floats * sizeof(float));
+    if (!rc)
+      p->obj_dec_crc = p->sparse ? dpc_crc32c(0, p->enc, padded)
+                                 : dpc_crc32c(0, (const unsigned char *)p->dec, p->total_floats * sizeof(float));
     if (rc < 0) p->bad_at = UINT64_MAX; /* (p->err names the block or value) */
   } else {
     snprintf(p->err, sizeof p->err, "%s", dpc_errmsg());

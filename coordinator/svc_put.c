@@ -171,14 +171,19 @@ static blob_kind put_kind(const coord_job *j, const Dipaco__V1__DeltaPut *d) {
 static uint64_t put_floats(blob_kind kind, uint64_t n) { return kind == BLOB_INNER_M ? n + 2 : n; }
 
 int put_lease_wants(const coord *c, const coord_job *j) {
-  return c->delta_puts && blob_store_is_s3(c->bs) && !j->spec.sparse.enabled &&
-         (j->spec.streaming.codec == DPC_CODEC_FP32 || coord_job_keeps_sent(j));
+  return c->delta_puts && blob_store_is_s3(c->bs) &&
+         (j->spec.sparse.enabled || j->spec.streaming.codec == DPC_CODEC_FP32 || coord_job_keeps_sent(j));
 }
 
 int put_delta_object(const coord_job *j, int frag, blob_kind *kind, uint64_t *bytes) {
   const uint64_t n = j->fragments[frag].len;
   const int codec = j->spec.streaming.codec;
   size_t enc = 0;
+  if (j->spec.sparse.enabled) { /* the sparse stream as sent (BLOB_SPARSE, as a pushed one is kept) */
+    *kind = BLOB_SPARSE;
+    *bytes = BLOB_HEADER_BYTES + ((uint64_t)j->sp_bytes[frag] + 3) / 4 * 4 + BLOB_TRAILER_BYTES;
+    return 0;
+  }
   *kind = codec == DPC_CODEC_FP32 ? BLOB_DELTA : BLOB_ENCODED;
   if (codec == DPC_CODEC_FP32) {
     *bytes = BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES;

@@ -124,10 +124,11 @@ int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
                    int *code);
 /* One PushDelta stream that commits the objects put for frags[0..n) (PAYLOAD_DELTA_OBJECT chunks,
  * no data, step = the object's attempt number, codec and block the lease's: fp32, or the stream
- * as sent whose CRC-32C crc[i] is); results as wc_push. */
+ * as sent whose CRC-32C crc[i] is; a SparseLoCo lease's CODEC_SPARSE streams of totals[i]
+ * bytes, totals NULL for the others); results as wc_push. */
 int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                    const uint32_t *crc, const uint64_t *attempts, int codec, uint32_t block, uint64_t inner_steps,
-                    uint64_t tokens, int *results, int *code);
+                    const uint32_t *crc, const uint64_t *attempts, int codec, uint32_t block, const size_t *totals,
+                    uint64_t inner_steps, uint64_t tokens, int *results, int *code);
 
 /* Put objects o[0..n) for frags[0..n) (a fragment may come once per payload, w[i].payload and
  * num_floats set by the caller): their MD5s (and their parts', above part_bytes) into w, one
@@ -143,6 +144,11 @@ void wc_put_free(wc_put *w, size_t n);
  * with wc_put_objects; crc[i] and attempt[i] get what their commit (wc_push_objects) names. */
 int wc_put_deltas(wclient *c, const Dipaco__V1__Lease *L, Dipaco__V1__FragmentInfo *const *frags, size_t n,
                   const float *const *delta, int streams, uint32_t *crc, uint64_t *attempt, int *code, int *parts);
+/* The same for a SparseLoCo lease: enc[i], fragment i's sparse stream of bytes[i] bytes, put as
+ * sent (padded to whole floats); crc[i] its CRC-32C. */
+int wc_put_sparse(wclient *c, const Dipaco__V1__Lease *L, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+                  const unsigned char *const *enc, const size_t *bytes, int streams, uint32_t *crc, uint64_t *attempt,
+                  int *code, int *parts);
 /* Whether a failed put or commit (rc, with the coordinator's status code) falls back to pushing
  * the bytes: the store failed, or the coordinator cannot take the object (no such method, no put
  * for the job, an object it lost or could not read); not what a push would meet too (the lease

@@ -98,8 +98,8 @@ int wc_prepare_put(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
 }
 
 int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *const *frags, size_t n,
-                    const uint32_t *crc, const uint64_t *attempts, int codec, uint32_t block, uint64_t inner_steps,
-                    uint64_t tokens, int *results, int *code) {
+                    const uint32_t *crc, const uint64_t *attempts, int codec, uint32_t block, const size_t *totals,
+                    uint64_t inner_steps, uint64_t tokens, int *results, int *code) {
   for (size_t i = 0; i < n; i++) results[i] = -1;
   struct rpc_stream *s = NULL;
   /* The coordinator reads every object back before it answers. */
@@ -112,8 +112,8 @@ int wc_push_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *con
   for (size_t i = 0; i < n && !rc; i++) {
     struct rpc_chunk h;
     wc_delta_header(&h, lease_id, frags[i], inner_steps, tokens, DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT);
-    size_t total = 0;
-    if ((rc = dpc_codec_bytes(codec, frags[i]->num_floats, block, &total)) < 0) break;
+    size_t total = totals ? totals[i] : 0;
+    if (!totals && (rc = dpc_codec_bytes(codec, frags[i]->num_floats, block, &total)) < 0) break;
     h.codec = (uint32_t)codec;
     h.block_floats = dpc_codec_is_block(codec) ? block : 0;
     h.total = total;
@@ -183,6 +183,27 @@ int wc_put_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
   return rc;
 }
 
+/* Put objects o[0..n) made by the caller (enc[i]: the streams they point at) and free them;
+ * crc[i] and attempt[i] get what the commit names. */
+static int put_made(wclient *c, const Dipaco__V1__Lease *L, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+                    storeput_object *o, unsigned char **enc, wc_put *w, int rc, int streams, uint32_t *crc,
+                    uint64_t *attempt, int *code, int *parts) {
+  if (!rc) rc = wc_put_objects(c, L->lease_id, frags, n, o, w, L->delta_put_part_bytes, streams, code, parts);
+  for (size_t i = 0; i < n && !rc; i++) crc[i] = w[i].crc, attempt[i] = w[i].attempt;
+  wc_put_free(w, n);
+  for (size_t i = 0; enc && i < n; i++) free(enc[i]);
+  free(enc);
+  free(o);
+  return rc;
+}
+
+/* Object i of kind holding a stream of eb bytes at enc[i] (padded with zeros to whole floats,
+ * the caller's buffer of (eb + 3) / 4 * 4 bytes); the commit names the stream's own CRC-32C. */
+static void make_stream(storeput_object *o, uint32_t kind, const unsigned char *enc, size_t eb) {
+  storeput_make_kind(o, kind, (const float *)(const void *)enc, (eb + 3) / 4, NULL, 0);
+  o->crc = dpc_crc32c(0, enc, eb);
+}
+
 int wc_put_deltas(wclient *c, const Dipaco__V1__Lease *L, Dipaco__V1__FragmentInfo *const *frags, size_t n,
                   const float *const *delta, int streams, uint32_t *crc, uint64_t *attempt, int *code, int *parts) {
   const int codec = (int)L->delta_codec;
@@ -197,21 +218,29 @@ int wc_put_deltas(wclient *c, const Dipaco__V1__Lease *L, Dipaco__V1__FragmentIn
     if (codec == DPC_CODEC_FP32) {
       storeput_make(&o[i], delta[i], nf);
     } else if ((rc = dpc_codec_bytes(codec, nf, L->delta_block_floats, &eb)) == 0) {
-      /* a quantized job's object is the stream as sent, padded to whole floats; the commit
-       * names the stream's own CRC-32C */
+      /* a quantized job's object is the stream as sent, padded to whole floats */
       if (!(enc[i] = calloc(1, (eb + 3) / 4 * 4 + 4))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
       if (!rc) rc = dpc_codec_encode(codec, delta[i], nf, L->delta_block_floats, enc[i]);
-      if (!rc) storeput_make_kind(&o[i], STORE_KIND_ENCODED, (const float *)(void *)enc[i], (eb + 3) / 4, NULL, 0);
-      if (!rc) o[i].crc = dpc_crc32c(0, enc[i], eb);
+      if (!rc) make_stream(&o[i], STORE_KIND_ENCODED, enc[i], eb);
     }
   }
-  if (!rc) rc = wc_put_objects(c, L->lease_id, frags, n, o, w, L->delta_put_part_bytes, streams, code, parts);
-  for (size_t i = 0; i < n && !rc; i++) crc[i] = w[i].crc, attempt[i] = w[i].attempt;
-  wc_put_free(w, n);
-  for (size_t i = 0; enc && i < n; i++) free(enc[i]);
-  free(enc);
-  free(o);
-  return rc;
+  return put_made(c, L, frags, n, o, enc, w, rc, streams, crc, attempt, code, parts);
+}
+
+int wc_put_sparse(wclient *c, const Dipaco__V1__Lease *L, Dipaco__V1__FragmentInfo *const *frags, size_t n,
+                  const unsigned char *const *in, const size_t *bytes, int streams, uint32_t *crc, uint64_t *attempt,
+                  int *code, int *parts) {
+  storeput_object *o = calloc(n ? n : 1, sizeof *o);
+  wc_put *w = calloc(n ? n : 1, sizeof *w);
+  unsigned char **enc = calloc(n ? n : 1, sizeof *enc);
+  int rc = o && w && enc ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
+  *code = RPC_OK;
+  for (size_t i = 0; i < n && !rc; i++) { /* (a copy padded with zeros: the streams are a few % of fp32) */
+    if (!(enc[i] = calloc(1, (bytes[i] + 3) / 4 * 4 + 4))) rc = dpc_err(DPC_ENOMEM, "worker: out of memory");
+    if (!rc) memcpy(enc[i], in[i], bytes[i]);
+    if (!rc) make_stream(&o[i], STORE_KIND_SPARSE, enc[i], bytes[i]);
+  }
+  return put_made(c, L, frags, n, o, enc, w, rc, streams, crc, attempt, code, parts);
 }
 
 int wc_put_falls_back(int rc, int code) {

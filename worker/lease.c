@@ -172,7 +172,10 @@ static int put_objects(lease_work *x, int *code) {
   x->put_attempt = calloc(n, sizeof *x->put_attempt);
   int rc = x->put_crc && x->put_attempt ? 0 : dpc_err(DPC_ENOMEM, "worker: out of memory");
   *code = RPC_OK;
-  if (!rc)
+  if (!rc && x->sparse)
+    rc = wc_put_sparse(x->r->wc, x->L, x->L->fragments, n, (const unsigned char *const *)x->sp.enc, x->sp.bytes,
+                       PUT_STREAMS, x->put_crc, x->put_attempt, code, &x->put_parts);
+  else if (!rc)
     rc = wc_put_deltas(x->r->wc, x->L, x->L->fragments, n, (const float *const *)x->dp, PUT_STREAMS, x->put_crc,
                        x->put_attempt, code, &x->put_parts);
   if (rc) {
@@ -185,11 +188,12 @@ static int put_objects(lease_work *x, int *code) {
 }
 
 static int push_deltas(lease_work *x, int *code) {
-  if (x->L->delta_put && !x->put_off && !x->sparse) {
+  if (x->L->delta_put && !x->put_off) {
     int rc = x->put_crc ? 0 : put_objects(x, code);
     if (!rc)
       rc = wc_push_objects(x->r->wc, x->L->lease_id, x->L->fragments, x->L->n_fragments, x->put_crc,
-                           x->put_attempt, (int)x->L->delta_codec, x->L->delta_block_floats,
+                           x->put_attempt, x->sparse ? DPC_CODEC_SPARSE : (int)x->L->delta_codec,
+                           x->sparse ? 0 : x->L->delta_block_floats, x->sparse ? x->sp.bytes : NULL,
                            (uint64_t)x->st.steps_done, (uint64_t)x->st.tokens, x->res, code);
     if (!rc) {
       x->direct_put = 1;

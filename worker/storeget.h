@@ -34,12 +34,12 @@ int storeget_stream(const char *url, uint64_t off, uint64_t n, storeget_fn fn, v
 /* The coordinator's blob format (coordinator/blobs.h, docs/design.md §6.4) as workers read
  * and write it in the store: its magic, and the kinds they meet (a version's parameters and
  * momentum, a delta, a slot's inner state: M, V, and the third stream's, L for streaming or E
- * for SparseLoCo, and a quantized delta as sent). */
+ * for SparseLoCo, a SparseLoCo delta's sparse stream and a quantized delta as sent). */
 #define STORE_BLOB_MAGIC 0x42435044u
 enum {
   STORE_KIND_PARAMS = 1, STORE_KIND_MOMENTUM = 2, STORE_KIND_DELTA = 3,
   STORE_KIND_INNER_M = 5, STORE_KIND_INNER_V = 6, STORE_KIND_INNER_L = 7, STORE_KIND_INNER_E = 8,
-  STORE_KIND_ENCODED = 10
+  STORE_KIND_SPARSE = 9, STORE_KIND_ENCODED = 10
 };
 
 /* A blob object of the coordinator's format (header, n floats, trailer; coordinator/blobs.h,

@@ -161,7 +161,7 @@ static int push_one(pusher *q, size_t i) {
   for (int attempt = 0;; attempt++) {
     int code = RPC_OK, r = -1;
     uint64_t sent = 0;
-    rc = put ? wc_push_objects(e->wc, L->lease_id, &fi, 1, &crc, &att, (int)L->delta_codec, L->delta_block_floats,
+    rc = put ? wc_push_objects(e->wc, L->lease_id, &fi, 1, &crc, &att, (int)L->delta_codec, L->delta_block_floats, NULL,
                                L->inner_steps, tok, &r, &code)
              : wc_push(e->wc, L->lease_id, &fi, 1, &d, L->inner_steps, tok, (int)L->delta_codec, L->delta_block_floats,
                        &r, &code, &sent);

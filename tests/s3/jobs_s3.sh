@@ -150,17 +150,19 @@ staged=$( (s3curl "$S3_ENDPOINT/dpc-jobs?list-type=2&prefix=run1%2F" || true) | 
 echo "leases that put their inner state in the store: $iput (fallbacks to the coordinator: $iback)"
 # The DiPaCo job's deltas are int8: on S3 each is put as the stream as sent (the coordinator
 # decodes and checks it from the store), so with no fallback its coordinator receives nothing.
-# So does the Streaming DiLoCo job's, each fragment's e3m0 delta as it syncs.
+# So does the Streaming DiLoCo job's, each fragment's e3m0 delta as it syncs, and the SparseLoCo
+# job's, each sparse stream as sent.
 jbin() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_in'])" "$W/$1/$2.show.json"; }
 back=$(cat "$W"/worker-s3-*.log | grep -c "putting the .* in the object store failed\|from the object store failed" || true)
-for j in dipaco streaming; do
+for j in dipaco streaming sparse; do
   [ "$(jbin local $j)" -gt 0 ] || fail "the local $j job received no delta bytes"
   [ "$back" -gt 0 ] || [ "$(jbin s3 $j)" = 0 ] || fail "the $j job's coordinator received $(jbin s3 $j) bytes on S3"
 done
 sput=$(cat "$W"/worker-s3-*.log | grep -o "[1-9][0-9]* fragment delta(s) through the object store" | wc -l)
 [ "$sput" -gt 0 ] || fail "no Streaming DiLoCo lease put a fragment's delta in the object store"
 echo "bytes into the coordinator: the int8 DiPaCo job local $(jbin local dipaco), S3 $(jbin s3 dipaco); the e3m0" \
-  "streaming job local $(jbin local streaming), S3 $(jbin s3 streaming) ($sput leases put fragments)"
+  "streaming job local $(jbin local streaming), S3 $(jbin s3 streaming) ($sput leases put fragments); the" \
+  "SparseLoCo job local $(jbin local sparse), S3 $(jbin s3 sparse)"
 # Sparse pulls (the SparseLoCo job) and replay pulls (the streaming job) read the rounds' streams
 # from the store too: the coordinator sends their table and URLs only.
 rounds=$(cat "$W"/worker-s3-*.log | grep -c "round of version [0-9]* read from the object store" || true)
