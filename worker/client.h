@@ -31,6 +31,10 @@ typedef struct {
   /* wc_pull_payload reads from the object store again only after this (dpc_mono_ns): a read
    * that failed sends the next minute's pulls through the coordinator at once. */
   _Atomic int64_t store_retry_ns;
+  /* wc_put_objects puts in the object store again only after this (dpc_mono_ns): a put the
+   * store failed sends the next minute's deltas and inner state through the coordinator at
+   * once, rather than one failed prepare and PUT per lease. */
+  _Atomic int64_t put_retry_ns;
 } wclient;
 
 /* What to do after a failed call. */

@@ -6,10 +6,12 @@
 #include "worker/storeget.h"
 #include "worker/storeput.h"
 #include "common/checksum.h"
+#include "common/clock.h"
 #include "common/codec.h"
 #include "common/errors.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +166,10 @@ int wc_put_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
                    storeput_object *o, wc_put *w, uint64_t part_bytes, int streams, int *code, int *parts) {
   int rc = 0;
   *code = RPC_OK;
+  const int64_t wait_ns = atomic_load(&c->put_retry_ns) - dpc_mono_ns();
+  if (wait_ns > 0) /* (code RPC_OK: the store's failure, so the caller pushes the bytes) */
+    return dpc_err(DPC_EUNAVAILABLE, "the object store failed a put less than a minute ago (not tried again for "
+                   "%.0f s)", (double)wait_ns / 1e9);
   for (size_t i = 0; i < n && !rc; i++) {
     w[i].crc = o[i].crc;
     w[i].bytes = storeput_bytes(&o[i]);
@@ -177,7 +183,10 @@ int wc_put_objects(wclient *c, uint64_t lease_id, Dipaco__V1__FragmentInfo *cons
     rc = w[i].parts ? storeput_put_parts(w[i].part_urls, &o[i], part_bytes, w[i].parts,
                                          (const unsigned char (*)[16])w[i].part_md5, streams, 60000)
                     : storeput_put(w[i].url, &o[i], 60000);
-    if (rc) *code = RPC_OK; /* the store's failure, not the coordinator's */
+    if (rc) { /* the store's failure, not the coordinator's: the next minute's puts push instead */
+      *code = RPC_OK;
+      atomic_store(&c->put_retry_ns, dpc_mono_ns() + (int64_t)60 * 1000000000);
+    }
     if (parts) *parts += w[i].parts;
   }
   return rc;

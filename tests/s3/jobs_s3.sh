@@ -202,6 +202,9 @@ grep -q "read from the object store" "$W/worker-tls-1.log" || fail "https: the w
 grep -q "through the object store" "$W/worker-tls-1.log" || fail "https: the worker given the CA did not put its deltas in the store"
 grep -qi "certificate" "$W/worker-tls-2.log" || fail "https: the worker without the CA did not say why: $(grep -i warn "$W/worker-tls-2.log" | tail -2)"
 ! grep -q "read from the object store" "$W/worker-tls-2.log" || fail "https: a worker without the CA read from the store"
+# ... and after its first failed put it pushes for a minute without trying the store again.
+skipped=$(grep -c "failed a put less than a minute ago" "$W/worker-tls-2.log" || true)
+[ "$skipped" -gt 0 ] || fail "https: the worker without the CA tried the store for every put"
 echo "https: the DiLoCo job byte-identical; the worker with the CA used the store, the one without fell back:" \
   "$(grep -i -m1 "certificate" "$W/worker-tls-2.log" | cut -c1-200)"
 
