@@ -34,6 +34,9 @@ struct blob_s3 {
   pthread_mutex_t doubt_mu;
   char (*doubt)[128];
   int n_doubt;
+  /* The store refused a part copy (UploadPartCopy: Google Cloud Storage's XML API has none):
+   * copies stop at one CopyObject's limit from then on (blob_s3_copy_limit). */
+  atomic_int no_part_copy;
 };
 
 /* Parts of one writer uploading at once: a gateway takes a part in steps (hash, store, answer),
@@ -261,6 +264,13 @@ void blob_s3_close(blob_s3 *s) {
 }
 
 const char *blob_s3_url(const blob_s3 *s) { return s->url; }
+
+/* One CopyObject's limit. */
+static uint64_t copy_max(const blob_s3 *s) { return s->opts.copy_max ? s->opts.copy_max : S3_MAX_PART_BYTES; }
+
+uint64_t blob_s3_copy_limit(blob_s3 *s) {
+  return atomic_load(&s->no_part_copy) ? copy_max(s) : S3_MAX_OBJECT_BYTES;
+}
 int blob_s3_max_parts(const blob_s3 *s) {
   return s->opts.max_parts > 0 && s->opts.max_parts < S3_MAX_PARTS ? s->opts.max_parts : S3_MAX_PARTS;
 }
@@ -528,8 +538,8 @@ int blob_s3_delete(blob_s3 *s, const char *name) {
 /* Beyond one CopyObject: an upload on `to` whose part i the store copies from `from`'s
  * bytes [i·pb, (i + 1)·pb), each part's ETag (its MD5) checked against want[i]; an aborted
  * upload on any failure (one the abort misses is left to the start-up sweep of uploads). */
-static int copy_parts(s3_client *c, const char *from, const char *to, const char *etag, uint64_t size, uint64_t pb,
-                      int parts, const char (*want)[80]) {
+static int copy_parts(blob_s3 *s, s3_client *c, const char *from, const char *to, const char *etag, uint64_t size,
+                      uint64_t pb, int parts, const char (*want)[80]) {
   if (!parts || !pb || (uint64_t)parts != (size + pb - 1) / pb)
     return dpc_err(DPC_EINVAL, "copying %s (%llu bytes): beyond one copy's limit, and not put in parts that tile it",
                    from, (unsigned long long)size);
@@ -539,6 +549,9 @@ static int copy_parts(s3_client *c, const char *from, const char *to, const char
   for (int i = 0; !rc && i < parts; i++) {
     const uint64_t off = (uint64_t)i * pb, len = size - off < pb ? size - off : pb;
     rc = s3_mpu_copy_part(c, from, to, id, i + 1, off, len, etag, got[i], sizeof got[i]);
+    if (i == 0 && (rc == DPC_EIO || rc == DPC_EPERM || rc == DPC_EUNSUPPORTED) && !atomic_exchange(&s->no_part_copy, 1))
+      DPC_WARN("S3 %s refused a part copy (%s): objects above %llu MiB are no longer copied (workers push such inner "
+               "state through the coordinator)", s->url, dpc_errmsg(), (unsigned long long)(copy_max(s) >> 20));
     if (!rc && want && strcasecmp(got[i], want[i]) != 0) /* rewritten since its commit's check */
       rc = dpc_err(DPC_ECHECKSUM, "copying %s: part %d came out with MD5 %s, not the %s it was put with (the object "
                    "was overwritten)", from, i + 1, got[i], want[i]);
@@ -559,8 +572,9 @@ int blob_s3_copy(blob_s3 *s, const char *from, const char *to, const char *etag,
                  int parts, const char (*part_etags)[80]) {
   s3_client *c;
   int rc = take(s, &c);
-  const uint64_t most = s->opts.copy_max ? s->opts.copy_max : S3_MAX_PART_BYTES;
-  if (!rc) rc = size <= most ? s3_copy(c, from, to, etag) : copy_parts(c, from, to, etag, size, part_bytes, parts, part_etags);
+  if (!rc)
+    rc = size <= copy_max(s) ? s3_copy(c, from, to, etag)
+                             : copy_parts(s, c, from, to, etag, size, part_bytes, parts, part_etags);
   give(s, c);
   return note(s, rc);
 }

@@ -36,6 +36,9 @@ void blob_s3_close(blob_s3 *s);
 const char *blob_s3_url(const blob_s3 *s);
 /* The most parts the store takes to one multipart upload (s3_options.max_parts). */
 int blob_s3_max_parts(const blob_s3 *s);
+/* The largest object blob_s3_copy copies: any, until the store refused a part copy; then one
+ * CopyObject's limit (5 GiB). */
+uint64_t blob_s3_copy_limit(blob_s3 *s);
 
 /* A writer of exactly `total` bytes under name; once = 1 for a name never rewritten (a failed
  * write's object is then deleted as soon as the store answers; blob_s3_doubtful). */

@@ -346,7 +346,7 @@ static int transient(CURLcode cc, long status) {
            cc == CURLE_SEND_ERROR || cc == CURLE_GOT_NOTHING || cc == CURLE_PARTIAL_FILE ||
            cc == CURLE_SEND_FAIL_REWIND || cc == CURLE_COULDNT_RESOLVE_HOST || cc == CURLE_UNSUPPORTED_PROTOCOL ||
            cc == CURLE_WEIRD_SERVER_REPLY;
-  return status == 429 || status >= 500;
+  return status == 429 || (status >= 500 && status != 501); /* 501: the store lacks the operation */
 }
 
 /* One attempt: sign, send, receive into r. Returns the curl code. */
@@ -474,7 +474,8 @@ static int request(s3_client *c, const s3_req *q, s3_resp *r) {
         rc = dpc_err(DPC_EINVAL, "S3 %s %s at %s: HTTP %ld without an S3 error: is %s an S3 endpoint?", q->method,
                      what, c->base, r->status, c->base);
       else
-        rc = dpc_err(r->status / 100 == 5 || r->status == 429 ? DPC_EUNAVAILABLE : DPC_EIO,
+        rc = dpc_err(r->status == 501 ? DPC_EUNSUPPORTED : r->status / 100 == 5 || r->status == 429 ? DPC_EUNAVAILABLE
+                                                                                                   : DPC_EIO,
                      "S3 %s %s/%s%s: HTTP %ld %s%s%s (after %d tries)", q->method, c->bucket, c->prefix, what,
                      r->status, code, msg[0] ? ": " : "", msg, try + 1);
       free(r->body);

@@ -251,6 +251,12 @@ static int check_put(struct rpc_call *call, coord *c, const coord_job *j, const 
     return -1;
   }
   blob_s3 *s3 = blob_store_s3(c->bs);
+  if (kind != BLOB_DELTA && s3 && bytes > blob_s3_copy_limit(s3)) { /* its commit could not copy it */
+    rpc_call_finish(call, RPC_FAILED_PRECONDITION, "puts[%zu]: fragment %llu's inner state of %llu bytes is beyond "
+                    "what the store copies (it refused a part copy): push its bytes", k,
+                    (unsigned long long)d->fragment_id, (unsigned long long)bytes);
+    return -1;
+  }
   if (!s3 || parts > (uint64_t)blob_s3_max_parts(s3) || (!parts && bytes > PUT_MAX_BYTES)) {
     rpc_call_finish(call, RPC_FAILED_PRECONDITION, "puts[%zu]: fragment %llu's object of %llu bytes is beyond what "
                     "puts in parts of %llu bytes can hold: push its bytes", k, (unsigned long long)d->fragment_id,

@@ -9,6 +9,8 @@ comma-separated list of KIND:N, each applied to every Nth request it counts:
   429:N      answer 429 Too Many Requests without forwarding (counts every request)
   drop:N     read the request, then close the connection without an answer (every request)
   late500:N  forward a PUT, then answer 500 although the gateway stored it (counts PUTs)
+  nopartcopy:N  answer 501 NotImplemented to an UploadPartCopy (a PUT with
+             x-amz-copy-source-range), as a store without it does (counts those requests)
 
 One line per injected fault goes to LOG ("KIND METHOD PATH"). Nothing here is a mock: every
 request that is answered successfully was answered by the real gateway."""
@@ -20,18 +22,23 @@ import threading
 PORT, UPSTREAM, SPEC, LOG = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 RULES = [(k, int(n)) for k, n in (r.split(":") for r in SPEC.split(",") if r)]
 lock = threading.Lock()
-counts = {"all": 0, "put": 0}
+counts = {"all": 0, "put": 0, "partcopy": 0}
 HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade", "trailer"}
 
 
-def decide(method):
+def decide(method, headers):
     """The fault for this request, or None."""
+    partcopy = method == "PUT" and headers.get("x-amz-copy-source-range") is not None
     with lock:
         counts["all"] += 1
         if method == "PUT":
             counts["put"] += 1
-        a, p = counts["all"], counts["put"]
+        if partcopy:
+            counts["partcopy"] += 1
+        a, p, pc = counts["all"], counts["put"], counts["partcopy"]
     for kind, n in RULES:
+        if kind == "nopartcopy" and partcopy and pc % n == 0:
+            return kind
         if kind in ("503", "429", "drop") and a % n == 0:
             return kind
         if kind == "late500" and method == "PUT" and p % n == 0:
@@ -61,7 +68,11 @@ class Proxy(http.server.BaseHTTPRequestHandler):
     def forward(self):
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else None
-        fault = decide(self.command)
+        fault = decide(self.command, self.headers)
+        if fault == "nopartcopy":
+            note(fault, self.command, self.path)
+            self.error_answer(501, "NotImplemented")
+            return
         if fault in ("503", "429", "drop"):
             note(fault, self.command, self.path)
             if fault == "drop":

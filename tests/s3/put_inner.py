@@ -22,7 +22,11 @@ with_rgw.sh.
   * objects in parts (--s3-put-part-mb 5) on a store whose one copy holds 5 MiB
     (DIPACO_TEST_S3_COPY_MAX_MB, standing for S3's 5 GiB): M and V of 12.6 MiB go up in 3 parts
     each and the commit has the store copy them part by part: the slot's blobs hold exactly the
-    bytes put, and no put object and no multipart upload are left.
+    bytes put, and no put object and no multipart upload are left;
+  * the same through tests/s3/faultproxy.py answering every part copy 501, as a store without
+    UploadPartCopy does: the commit is FAILED_PRECONDITION ("push its bytes"), its objects are
+    deleted, and the next prepare of such an object is refused at once (the coordinator learned
+    that the store does not copy parts).
 
 usage: put_inner.py COORDINATOR_BIN PROTO_DIR"""
 import hashlib
@@ -36,7 +40,7 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from daemon_kit import Daemon, check, crc32c, grpc_stubs, run_grpc_test, status_of  # noqa: E402
+from daemon_kit import Daemon, check, crc32c, free_port, grpc_stubs, run_grpc_test, status_of  # noqa: E402
 from put_delta import gateway_args, http_put  # noqa: E402
 
 S3CURL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3curl.sh")
@@ -85,12 +89,31 @@ def main():
     if rc:
         return rc
     os.environ["DIPACO_TEST_S3_COPY_MAX_MB"] = "5"
+    proxy = None
     try:
-        return run_grpc_test(coord_bin, proto_dir, "dpc_put_inner_parts_",
-                             lambda grpc, np, pb, d, state, log: run_parts(grpc, np, pb, d, state),
-                             args=args[:-3] + ("s3://dpc-inner/p", "--s3-endpoint", got[0], "--s3-put-part-mb", "5"))
+        rc = run_grpc_test(coord_bin, proto_dir, "dpc_put_inner_parts_",
+                           lambda grpc, np, pb, d, state, log: run_parts(grpc, np, pb, d, state, "p"),
+                           args=args[:-3] + ("s3://dpc-inner/p", "--s3-endpoint", got[0], "--s3-put-part-mb", "5"))
+        if rc:
+            return rc
+        port = free_port()
+        plog = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"put_inner_proxy_{port}.log")
+        proxy = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                               "faultproxy.py"), str(port),
+                                  got[0].split("://", 1)[1], "nopartcopy:1", plog])
+        for _ in range(50):
+            if subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/"]).returncode == 0:
+                break
+            time.sleep(0.1)
+        return run_grpc_test(coord_bin, proto_dir, "dpc_put_inner_nocopy_",
+                             lambda grpc, np, pb, d, state, log: run_parts(grpc, np, pb, d, state, "q", plog),
+                             args=args[:-3] + ("s3://dpc-inner/q", "--s3-endpoint", f"http://127.0.0.1:{port}",
+                                               "--s3-put-part-mb", "5"))
     finally:
         del os.environ["DIPACO_TEST_S3_COPY_MAX_MB"]
+        if proxy:
+            proxy.kill()
+            proxy.wait()
 
 
 def run(grpc, np, pb, d, state, restart):
@@ -216,8 +239,9 @@ def run(grpc, np, pb, d, state, restart):
 
 
 
-def run_parts(grpc, np, pb, d, state):
-    """Inner-state objects beyond one copy (DIPACO_TEST_S3_COPY_MAX_MB=5) put in 5 MiB parts."""
+def run_parts(grpc, np, pb, d, state, prefix, refused_log=None):
+    """Inner-state objects beyond one copy (DIPACO_TEST_S3_COPY_MAX_MB=5) put in 5 MiB parts,
+    under prefix; with refused_log, through a proxy refusing part copies (logged there)."""
     X = grpc_stubs(grpc, pb, d[0].addr, state)
     w = X["Register"](pb.RegisterRequest(hostname="w0", backend="cpu", threads=1), timeout=10)
     md = [("dipaco-worker-id", str(w.worker_id)), ("dipaco-session", w.session_token)]
@@ -253,11 +277,30 @@ def run_parts(grpc, np, pb, d, state):
     chunks = [pb.Chunk(lease_id=L.lease_id, fragment_id=1, total=4 * f, codec=pb.CODEC_FP32, crc32c=c2,
                        num_floats=f, payload=pb.PAYLOAD_INNER_OBJECT, step=p.attempt)
               for (f, c2), p in zip(((nm, cm), (nv, cv)), got)]
-    c, _ = status_of(grpc, X["PushInnerState"], iter(chunks), metadata=md, timeout=120)
-    check(c == grpc.StatusCode.OK, f"their commit is accepted: the store copied them in parts ({c})")
-    check(s3get(f"p/{job}/f0-v0-a1.innerm") == om and s3get(f"p/{job}/f0-v0-a1.innerv") == ov,
-          "the slot's M and V blobs hold exactly the bytes put")
-    staged = [k for k in keys(f"p/{job}/") if "-t" in k and ".inner" in k]
+    c, msg = status_of(grpc, X["PushInnerState"], iter(chunks), metadata=md, timeout=120)
+    if refused_log:
+        check(c == grpc.StatusCode.FAILED_PRECONDITION and "push its bytes" in str(msg),
+              f"a store without part copies: the commit is refused, the worker told to push the bytes ({c}: {msg})")
+        with open(refused_log) as f:
+            check("nopartcopy PUT" in f.read(), "the proxy refused a part copy")
+        check(s3get(f"{prefix}/{job}/f0-v0-a1.innerm") == b"", "no slot blob was made")
+        c2, msg2 = status_of(grpc, X["PrepareDeltaPut"], pb.PrepareDeltaPutRequest(lease_id=L.lease_id, puts=puts),
+                             metadata=md, timeout=30)
+        check(c2 == grpc.StatusCode.FAILED_PRECONDITION and "push its bytes" in str(msg2),
+              f"the next prepare of such an object is refused at once ({c2}: {msg2})")
+        # V's upload, never committed, goes once its lease ends (the tick's sweep of prepared names).
+        X["Release"](pb.ReleaseRequest(lease_id=L.lease_id, reason=pb.RELEASE_PREEMPTED), metadata=md, timeout=10)
+        ep = os.environ["S3_ENDPOINT"]
+        for _ in range(100):
+            out = subprocess.run(["bash", S3CURL, f"{ep}/dpc-inner?uploads="], capture_output=True, text=True).stdout
+            if "<UploadId>" not in out:
+                break
+            time.sleep(0.1)
+    else:
+        check(c == grpc.StatusCode.OK, f"their commit is accepted: the store copied them in parts ({c})")
+        check(s3get(f"{prefix}/{job}/f0-v0-a1.innerm") == om and s3get(f"{prefix}/{job}/f0-v0-a1.innerv") == ov,
+              "the slot's M and V blobs hold exactly the bytes put")
+    staged = [k for k in keys(f"{prefix}/{job}/") if "-t" in k and ".inner" in k]
     check(staged == [], f"no put inner-state object is left beside them ({staged})")
     ep = os.environ["S3_ENDPOINT"]
     out = subprocess.run(["bash", S3CURL, f"{ep}/dpc-inner?uploads="], capture_output=True, text=True).stdout
