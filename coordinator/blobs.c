@@ -657,7 +657,7 @@ int blob_store_probe(blob_store *bs) { return bs->s3 ? blob_s3_probe(bs->s3) : 0
 int blob_store_doubtful(blob_store *bs) { return bs->s3 ? blob_s3_doubtful(bs->s3) : 0; }
 
 void blob_store_known_add(blob_store *bs, const char *name) {
-  blob_kind k;
+  blob_kind k = (blob_kind)0;
   if (bs->known && blob_kind_of_name(name, &k) == 0 && inner_kind(k)) blobs_known_add(bs->known, name);
 }
 

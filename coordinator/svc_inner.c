@@ -191,8 +191,8 @@ static void ipush_after(uv_work_t *req, int status) {
     p->obj.part_md5 = NULL;
   }
   if (status != 0 || p->work_rc < 0) {
-    /* A put object the store could not check or copy (but while it is down): the worker pushes
-     * the bytes instead. */
+    /* A put object the store could not check or copy: the worker pushes the bytes instead
+     * (unless the store is down: UNAVAILABLE, and the worker tries again later). */
     ipush_fail(p->call, p, status ? RPC_UNAVAILABLE : p->is_obj && p->work_rc != DPC_EUNAVAILABLE ? RPC_FAILED_PRECONDITION
                                                                                                    : rpc_code_from_dpc(p->work_rc),
                "could not store the inner state durably: %s%s", status ? "canceled" : p->err,

@@ -50,7 +50,11 @@
 #      CODEC (default fp32): the job's delta codec (streaming.codec: bf16, int8, fp8, e3m0); the
 #      simulated workers push (or on S3 put) their deltas encoded in it;
 #      KEEP=1 keeps the work directory (without it each run's blobs go as soon as it is measured,
-#      so that a 1B local run's 23 GB do not share the disk with the S3 run's store).
+#      so that a 1B local run's 23 GB do not share the disk with the S3 run's store);
+#      COORD_LINK (a tc rate, e.g. 1gbit; root only): the coordinator runs in a network namespace
+#      of its own behind a veth link of that rate each way (an HTB class on both ends), as on a
+#      machine whose NIC carries all its traffic; the workers and the store stay on the host, as a
+#      scale-out store's own links would. TCP and the bound are then measured over that link.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CASE=${1:-124m}; R=${2:-4}; ROUNDS=${3:-3}
@@ -72,13 +76,33 @@ MODEL_BYTES=$("${DPC_PYTHON:-python3}" -c "import json; c=json.load(open('$W/ini
 ST_BYTES=$(stat -c %s "$W/init/model.safetensors")
 echo "case $CASE: model $((MODEL_BYTES >> 20)) MiB fp32, R = $R, $ROUNDS rounds, training ${TRAIN_MS:-0} ms a lease, $(nproc) cores"
 
-# Loopback TCP in this run: iperf3 with R streams and with one.
+# COORD_LINK: the coordinator's namespace and its link (removed at exit, with the cleanup below).
+NSX=() HOST=127.0.0.1 CHOST=127.0.0.1
+if [ -n "${COORD_LINK:-}" ]; then
+  [ "$(id -u)" = 0 ] || { echo "COORD_LINK needs root (a network namespace, veth, tc)" >&2; exit 2; }
+  NS=dpb$$ HOST=10.78.0.1 CHOST=10.78.0.2
+  ip netns add $NS
+  trap 'rc=$?; unlink_ns; (exit $rc); cleanup' EXIT
+  ip link add dpbh$$ type veth peer name dpbc$$
+  ip link set dpbc$$ netns $NS
+  ip addr add $HOST/24 dev dpbh$$; ip link set dpbh$$ up
+  ip netns exec $NS ip addr add $CHOST/24 dev dpbc$$
+  ip netns exec $NS ip link set dpbc$$ up; ip netns exec $NS ip link set lo up
+  tc qdisc add dev dpbh$$ root handle 1: htb default 10; tc class add dev dpbh$$ parent 1: classid 1:10 htb rate "$COORD_LINK"
+  ip netns exec $NS tc qdisc add dev dpbc$$ root handle 1: htb default 10
+  ip netns exec $NS tc class add dev dpbc$$ parent 1: classid 1:10 htb rate "$COORD_LINK"
+  NSX=(ip netns exec $NS)
+  export RGW_BIND=0.0.0.0 # the store answers the coordinator's namespace too
+fi
+unlink_ns() { [ -z "${NS:-}" ] || { ip netns pids $NS 2>/dev/null | xargs -r kill -KILL; ip netns del $NS; }; }
+
+# TCP in this run (loopback, or the coordinator's link): iperf3 with R streams and with one.
 iperf() {
   local port; port=$(free_port)
-  iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
+  "${NSX[@]}" iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
   local spid=$!
   sleep 0.3
-  iperf3 -c 127.0.0.1 -p "$port" -P "$1" -t 4 -J | "${DPC_PYTHON:-python3}" -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)'
+  iperf3 -c $CHOST -p "$port" -P "$1" -t 4 -J | "${DPC_PYTHON:-python3}" -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)'
   wait $spid 2>/dev/null || true
 }
 TCP_R=$(iperf "$R"); TCP_1=$(iperf 1)
@@ -91,15 +115,17 @@ DD_MB=$(( MODEL_BYTES * 2 >> 20 )); [ $DD_MB -gt 2048 ] && DD_MB=2048
 DISK=$(dd if=/dev/zero of="$W/ddtest" bs=1M count=$DD_MB conv=fdatasync 2>&1 |
   awk '/copied/ {for (i = 1; i <= NF; i++) if ($i == "copied,") {print $1 / $(i + 1) / 1e9; exit}}')
 rm -f "$W/ddtest"
-echo "loopback TCP: $TCP_R GB/s with $R streams, $TCP_1 GB/s with one; memory pass $PASS s; durable write $DISK GB/s"
+LINKNOTE="loopback"; [ -n "${COORD_LINK:-}" ] && LINKNOTE="the coordinator's $COORD_LINK link"
+echo "$LINKNOTE TCP: $TCP_R GB/s with $R streams, $TCP_1 GB/s with one; memory pass $PASS s; durable write $DISK GB/s"
 
 STORE_FLAGS=()
 if [[ " ${STORES:-local} " == *" s3"* ]]; then
   export RGW_MEMSTORE_BYTES=${RGW_MEMSTORE_BYTES:-12884901888}
   bash "$ROOT/tests/s3/rgw.sh" start "$W/rgw" >/dev/null
   # cleanup (tests/integration/lib.sh) exits with the status it finds: the script's, not the stop's
-  trap 'rc=$?; bash "$ROOT/tests/s3/rgw.sh" stop "$W/rgw" || true; (exit $rc); cleanup' EXIT
+  trap 'rc=$?; bash "$ROOT/tests/s3/rgw.sh" stop "$W/rgw" || true; unlink_ns; (exit $rc); cleanup' EXIT
   set -a; . "$W/rgw/env"; set +a
+  STORE_URL=${S3_ENDPOINT/127.0.0.1/$HOST} # (where the coordinator reaches it)
   bash "$ROOT/tests/s3/s3curl.sh" -X PUT "$S3_ENDPOINT/dataplane" >/dev/null
 fi
 io() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/io"; }
@@ -122,14 +148,22 @@ ROWS=()
 measure() {
   local name=$1-$3 b=$2 store=$3 st=$W/state-$1-$3 flags=()
   case $store in
-    s3) flags=(--blob-store "s3://dataplane/$name" --s3-endpoint "$S3_ENDPOINT") ;;
-    s3push) flags=(--blob-store "s3://dataplane/$name" --s3-endpoint "$S3_ENDPOINT" --no-delta-puts) ;;
+    s3) flags=(--blob-store "s3://dataplane/$name" --s3-endpoint "$STORE_URL") ;;
+    s3push) flags=(--blob-store "s3://dataplane/$name" --s3-endpoint "$STORE_URL" --no-delta-puts) ;;
   esac
   COORDINATOR_BIN=$b/coordinator/dipaco-coordinator CTL=$b/coordinator/dipacoctl
   rm -f "$W/coordinator.log"
-  MADDR=127.0.0.1:$(free_port)
-  start_coordinator "$st" --lease-ttl-ms 600000 --heartbeat-ms 10000 --dead-after-heartbeats 1000 --log-level info \
-    --metrics-listen "$MADDR" "${flags[@]}" ${COORD_FLAGS:-}
+  MADDR=$CHOST:$(free_port)
+  if [ -n "${COORD_LINK:-}" ]; then
+    printf '#!/bin/sh\nexec ip netns exec %s %s "$@"\n' "$NS" "$COORDINATOR_BIN" > "$W/coordinator-in-ns.sh"
+    chmod +x "$W/coordinator-in-ns.sh"
+    COORDINATOR_BIN=$W/coordinator-in-ns.sh COORD=$CHOST:$(free_port)
+    launch_coordinator "$st" --lease-ttl-ms 600000 --heartbeat-ms 10000 --dead-after-heartbeats 1000 --log-level info \
+      --metrics-listen "$MADDR" "${flags[@]}" ${COORD_FLAGS:-}
+  else
+    start_coordinator "$st" --lease-ttl-ms 600000 --heartbeat-ms 10000 --dead-after-heartbeats 1000 --log-level info \
+      --metrics-listen "$MADDR" "${flags[@]}" ${COORD_FLAGS:-}
+  fi
   local codec_spec=""
   [ -n "${CODEC:-}" ] && codec_spec=", \"streaming\": {\"codec\": \"$CODEC\"}"
   cat > "$W/spec.json" <<JSON
@@ -198,7 +232,7 @@ for store in ${STORES:-local}; do
   measure after "$BUILD" "$store"
 done
 echo
-echo "case $CASE, R = $R, $ROUNDS rounds, training ${TRAIN_MS:-0} ms a lease, model $((MODEL_BYTES >> 20)) MiB; loopback TCP $TCP_R GB/s ($R streams), $TCP_1 GB/s (1); memory pass $PASS s; durable write $DISK GB/s"
+echo "case $CASE, R = $R, $ROUNDS rounds, training ${TRAIN_MS:-0} ms a lease, model $((MODEL_BYTES >> 20)) MiB; $LINKNOTE TCP $TCP_R GB/s ($R streams), $TCP_1 GB/s (1); memory pass $PASS s; durable write $DISK GB/s"
 echo "| build | coordinator RSS / model | outer step / memory pass | outer step / (pass + durable write of θ, u) | pull / TCP | push / TCP (/ disk) | upload / TCP (/ disk) | round overhead / bound | client RSS | sent/round/model | received/round/model | disk/round | coordinator faults/round | coordinator CPU/round | store CPU/round | job create (time, coordinator disk) |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"

@@ -146,16 +146,22 @@ def gateway_args(bucket, prefix):
                       "--blob-store", f"s3://{bucket}/{prefix}", "--s3-endpoint", endpoint)
 
 
+def run_restartable(coord_bin, proto_dir, prefix, body, args):
+    """run_grpc_test of body(grpc, np, pb, d, state, restart) on a coordinator with flags args;
+    restart() starts a new one on the same state directory (the body stops the old one first)."""
+    return run_grpc_test(coord_bin, proto_dir, prefix,
+                         lambda grpc, np, pb, d, state, log: body(grpc, np, pb, d, state,
+                                                                  lambda: Daemon(coord_bin, state, log, args)),
+                         args=args)
+
+
 def main():
     coord_bin, proto_dir = sys.argv[1], sys.argv[2]
     got = gateway_args("dpc-put", "t")
     if not got:
         return 1
     endpoint, args = got
-    rc = run_grpc_test(coord_bin, proto_dir, "dpc_put_delta_",
-                       lambda grpc, np, pb, d, state, log: run(grpc, np, pb, d, state,
-                                                               lambda: Daemon(coord_bin, state, log, args)),
-                       args=args)
+    rc = run_restartable(coord_bin, proto_dir, "dpc_put_delta_", run, args)
     if rc:
         return rc
     pargs = args[:-3] + ("s3://dpc-put/p", "--s3-endpoint", endpoint, "--s3-put-part-mb", "5")

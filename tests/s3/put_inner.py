@@ -40,8 +40,8 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from daemon_kit import Daemon, check, crc32c, free_port, grpc_stubs, run_grpc_test, status_of  # noqa: E402
-from put_delta import gateway_args, http_put  # noqa: E402
+from daemon_kit import check, crc32c, free_port, grpc_stubs, run_grpc_test, status_of  # noqa: E402
+from put_delta import gateway_args, http_put, run_restartable  # noqa: E402
 
 S3CURL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3curl.sh")
 KIND = {"m": 5, "v": 6}
@@ -82,10 +82,7 @@ def main():
     if not got:
         return 1
     args = got[1]
-    rc = run_grpc_test(coord_bin, proto_dir, "dpc_put_inner_",
-                       lambda grpc, np, pb, d, state, log: run(grpc, np, pb, d, state,
-                                                               lambda: Daemon(coord_bin, state, log, args)),
-                       args=args)
+    rc = run_restartable(coord_bin, proto_dir, "dpc_put_inner_", run, args)
     if rc:
         return rc
     os.environ["DIPACO_TEST_S3_COPY_MAX_MB"] = "5"

@@ -110,7 +110,7 @@ else
 fi)
 [client.rgw.a]
 rgw data = $D/rgw
-rgw frontends = beast endpoint=127.0.0.1:$rgw ssl_endpoint=127.0.0.1:$rgws ssl_certificate=$D/tls/server.pem ssl_private_key=$D/tls/server.key
+rgw frontends = beast endpoint=${RGW_BIND:-127.0.0.1}:$rgw ssl_endpoint=${RGW_BIND:-127.0.0.1}:$rgws ssl_certificate=$D/tls/server.pem ssl_private_key=$D/tls/server.key
 rgw thread pool size = 64
 # Deleted objects give their RAM back within seconds, not after RGW's default 2 h: a job
 # deletes every round's deltas and old versions, and the OSD is RAM-backed.
