@@ -102,12 +102,11 @@ static int push_lease_fragment(push *p, const struct rpc_chunk *ch) {
 static int push_check_header(push *p, const coord_job *j, int frag, const struct rpc_chunk *ch) {
   const jobspec_fragment *jf = &j->fragments[frag];
   if (ch->payload == DIPACO__V1__PAYLOAD__PAYLOAD_DELTA_OBJECT) { /* a put object, no data (svc_put.c) */
-    /* The job's codec: fp32, a quantized stream as sent (total its encoded size), or a
-     * SparseLoCo job's sparse stream (its size fixed by the job). */
-    const int codec = j->spec.sparse.enabled ? DPC_CODEC_SPARSE : j->spec.streaming.codec;
-    const uint32_t block = dpc_codec_is_block(codec) ? (uint32_t)j->spec.streaming.block_floats : 0;
-    size_t want = j->spec.sparse.enabled ? j->sp_bytes[frag] : 0;
-    if ((!j->spec.sparse.enabled && dpc_codec_bytes(codec, jf->len, (uint32_t)j->spec.streaming.block_floats, &want) < 0) ||
+    /* The stream the job's objects hold: fp32, a quantized stream as sent, or a sparse one. */
+    int codec = DPC_CODEC_FP32;
+    uint32_t block = 0;
+    size_t want = 0;
+    if (put_delta_stream(j, frag, &codec, &block, &want) < 0 ||
         (int)ch->codec != codec || ch->num_floats != jf->len || ch->total != want || ch->len != 0 ||
         (codec != DPC_CODEC_FP32 && ch->block_floats != block)) {
       push_fail(p, RPC_INVALID_ARGUMENT, "fragment %llu: a PAYLOAD_DELTA_OBJECT chunk is %s (block_floats %u) with "

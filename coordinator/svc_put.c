@@ -175,21 +175,26 @@ int put_lease_wants(const coord *c, const coord_job *j) {
          (j->spec.sparse.enabled || j->spec.streaming.codec == DPC_CODEC_FP32 || coord_job_keeps_sent(j));
 }
 
+int put_delta_stream(const coord_job *j, int frag, int *codec, uint32_t *block, size_t *bytes) {
+  if (j->spec.sparse.enabled) { /* the job's sparse stream, of a size its settings fix */
+    *codec = DPC_CODEC_SPARSE;
+    *block = 0;
+    *bytes = j->sp_bytes[frag];
+    return 0;
+  }
+  *codec = j->spec.streaming.codec;
+  *block = dpc_codec_is_block(*codec) ? (uint32_t)j->spec.streaming.block_floats : 0;
+  return dpc_codec_bytes(*codec, j->fragments[frag].len, (uint32_t)j->spec.streaming.block_floats, bytes);
+}
+
 int put_delta_object(const coord_job *j, int frag, blob_kind *kind, uint64_t *bytes) {
-  const uint64_t n = j->fragments[frag].len;
-  const int codec = j->spec.streaming.codec;
+  int codec;
+  uint32_t block;
   size_t enc = 0;
-  if (j->spec.sparse.enabled) { /* the sparse stream as sent (BLOB_SPARSE, as a pushed one is kept) */
-    *kind = BLOB_SPARSE;
-    *bytes = BLOB_HEADER_BYTES + ((uint64_t)j->sp_bytes[frag] + 3) / 4 * 4 + BLOB_TRAILER_BYTES;
-    return 0;
-  }
-  *kind = codec == DPC_CODEC_FP32 ? BLOB_DELTA : BLOB_ENCODED;
-  if (codec == DPC_CODEC_FP32) {
-    *bytes = BLOB_HEADER_BYTES + 4 * n + BLOB_TRAILER_BYTES;
-    return 0;
-  }
-  int rc = dpc_codec_bytes(codec, n, (uint32_t)j->spec.streaming.block_floats, &enc);
+  int rc = put_delta_stream(j, frag, &codec, &block, &enc);
+  /* fp32: the delta's blob; else the stream as sent, padded to whole floats, in the blob a
+   * pushed one is kept as (BLOB_SPARSE, BLOB_ENCODED) */
+  *kind = codec == DPC_CODEC_FP32 ? BLOB_DELTA : codec == DPC_CODEC_SPARSE ? BLOB_SPARSE : BLOB_ENCODED;
   *bytes = BLOB_HEADER_BYTES + ((uint64_t)enc + 3) / 4 * 4 + BLOB_TRAILER_BYTES;
   return rc;
 }

@@ -12,12 +12,16 @@
 /* Fill out[] with this file's methods (ud = c) and return how many. */
 int svc_put_methods(coord *c, struct rpc_method *out);
 
-/* 1 when the leases of job j carry Lease.delta_put (an S3 store, no SparseLoCo, fp32 deltas or
- * quantized ones kept as sent, and the coordinator allows it). */
+/* 1 when the leases of job j carry Lease.delta_put (an S3 store; fp32 deltas, quantized ones
+ * kept as sent, or SparseLoCo's; and the coordinator allows it). */
 int put_lease_wants(const coord *c, const coord_job *j);
-/* What a put delta object of fragment frag of job j is: an fp32 blob (BLOB_DELTA), or in a job
- * whose delta codec is quantized the stream as sent, padded to whole floats (BLOB_ENCODED);
- * *bytes the object's size. 0, or dpc_codec_bytes's error. */
+/* The stream a put delta object of fragment frag of job j holds, as its commit names it: the
+ * codec (fp32, the job's quantized codec, or CODEC_SPARSE in a SparseLoCo job), its block size
+ * (0 unless a block codec) and the stream's bytes. 0, or dpc_codec_bytes's error. */
+int put_delta_stream(const coord_job *j, int frag, int *codec, uint32_t *block, size_t *bytes);
+/* What a put delta object of fragment frag of job j is: an fp32 blob (BLOB_DELTA), or the
+ * stream as sent (put_delta_stream), padded to whole floats, in the blob a pushed one is kept
+ * as (BLOB_ENCODED, BLOB_SPARSE); *bytes the object's size. 0, or dpc_codec_bytes's error. */
 int put_delta_object(const coord_job *j, int frag, blob_kind *kind, uint64_t *bytes);
 /* Lease.delta_put_part_bytes of job j's leases: --s3-put-part-mb, or the smallest whole MiB
  * above it that puts the job's largest delta object in S3's 10000 parts (s3_part_bytes). */

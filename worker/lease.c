@@ -192,8 +192,8 @@ static int push_deltas(lease_work *x, int *code) {
     int rc = x->put_crc ? 0 : put_objects(x, code);
     if (!rc)
       rc = wc_push_objects(x->r->wc, x->L->lease_id, x->L->fragments, x->L->n_fragments, x->put_crc,
-                           x->put_attempt, x->sparse ? DPC_CODEC_SPARSE : (int)x->L->delta_codec,
-                           x->sparse ? 0 : x->L->delta_block_floats, x->sparse ? x->sp.bytes : NULL,
+                           x->put_attempt, (int)x->L->delta_codec, x->L->delta_block_floats,
+                           x->sparse ? x->sp.bytes : NULL,
                            (uint64_t)x->st.steps_done, (uint64_t)x->st.tokens, x->res, code);
     if (!rc) {
       x->direct_put = 1;

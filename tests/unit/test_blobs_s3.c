@@ -341,6 +341,8 @@ static void put_parts(s3_client *c, const char *name, const unsigned char *d, ui
                       unsigned char (*md5)[16], char etag[80]) {
   char id[512], et[4][80];
   const int parts = (int)((n + pb - 1) / pb);
+  CHECK(parts <= 4);
+  if (parts > 4) return;
   CHECK_EQ_INT(s3_mpu_create(c, name, id, sizeof id), 0);
   for (int i = 0; i < parts; i++) {
     const uint64_t off = (uint64_t)i * pb, len = n - off < pb ? n - off : pb;
